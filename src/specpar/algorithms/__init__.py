@@ -1,0 +1,9 @@
+"""Algorithms (DESIGN layer 2): each a scheduler of tasks on servers, run unchanged on every runtime."""
+
+from specpar.algorithms.dsi import dsi
+from specpar.algorithms.nonsi import non_si
+from specpar.algorithms.si import si
+
+ALGORITHMS = ("nonsi", "si", "dsi")
+
+__all__ = ["non_si", "si", "dsi", "ALGORITHMS"]

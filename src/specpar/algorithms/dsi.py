@@ -1,0 +1,121 @@
+"""DSI: distributed speculative inference (Timor et al., ICLR 2025), Algorithm 1 with lookahead (App. D).
+
+Speculation parallelism: verification tasks run on up to sp_degree target
+servers *while the drafter keeps drafting*, so only rejected drafts cost target
+time.
+
+* At the start and after every rejection, one target server starts at once on
+  the verified prefix while the drafter drafts from it. This is what makes DSI
+  never slower than non-SI (Theorem 1): a target always works on the cursor.
+* Each chunk of k drafts goes to a free target server (one forward pass scores
+  the chunk: rows for its k positions plus the one after), while the drafter
+  drafts the next chunk from the unverified drafts.
+* Target rows are consumed in position order. Each draft is tested exactly
+  once, with its q and the target's row at its position, whichever task
+  delivered that row first; a chunk's extra row judges the next chunk's first
+  draft as soon as it exists, with no further target pass.
+* A rejection cancels every task that depends on the rejected draft (later
+  verifications and the running draft) and restarts from the corrected prefix.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from specpar.algorithms.generation import Generation, check_positive_int
+from specpar.calls import Draft, Score
+from specpar.decoding import GREEDY, Decoding
+from specpar.results import GenerationResult
+from specpar.runtimes.base import Pool, Runtime, Task
+
+
+def dsi(
+    runtime: Runtime,
+    target: Pool,
+    drafter: Pool,
+    prompt: Sequence[int],
+    max_new_tokens: int,
+    lookahead: int,
+    decoding: Decoding = GREEDY,
+) -> GenerationResult:
+    check_positive_int("lookahead (k)", lookahead)
+    g = Generation(prompt, max_new_tokens, decoding, runtime)
+    drafts: list[int] = []  # unverified drafts, at positions len(g.out), len(g.out) + 1, ...
+    q_rows: list = []  # the drafter's row each draft was sampled from (None when greedy)
+    windows: list[int] = []  # each draft's index within its lookahead window
+    known: dict = {}  # target rows at positions >= the cursor, from finished verifications
+    verifying: list[Task] = []  # verification tasks in flight, each on its own target server
+    drafting: Task | None = None  # the drafter's task in flight
+    epoch = 0  # counts rejections
+
+    def reject_dependents() -> None:
+        """A draft was rejected: cancel every task that depends on it and forget later drafts."""
+        nonlocal drafting, epoch
+        epoch += 1
+        for t in verifying:
+            runtime.cancel(t)
+        if drafting is not None:
+            runtime.cancel(drafting)
+            drafting = None
+        verifying.clear(), drafts.clear(), q_rows.clear(), windows.clear(), known.clear()
+
+    def settle() -> None:
+        """Resolve the cursor with the target rows known for it, in position order."""
+        while not g.done:
+            row = known.pop(len(g.out), None)
+            if row is None:
+                return
+            if not drafts:  # no draft here yet: take the target's token now, as non-SI would
+                g.take(row)
+            elif not g.judge(drafts.pop(0), q_rows.pop(0), row, windows.pop(0)):
+                reject_dependents()
+                return
+
+    def on_draft(task: Task) -> None:
+        nonlocal drafting
+        drafting = None
+        start, tokens, q = len(task.call.context), task.result.tokens, task.result.q
+        taken = len(g.out) + len(drafts) - start  # positions the target filled while we drafted
+        if tokens[:taken] != g.out[start : start + taken]:
+            return  # drafted from a prefix the target has since contradicted
+        new = tokens[taken:]
+        drafts.extend(new)
+        q_rows.extend(q[taken:] if q is not None else [None] * len(new))
+        windows.extend(range(taken, len(tokens)))
+        before = epoch
+        settle()  # the previous chunk's extra row may judge the first new draft at once
+        n = min(len(new), len(drafts))
+        if epoch == before and n:
+            verifying.append(runtime.submit(target, Score(g.context(drafts), n, decoding)))
+
+    def on_scores(task: Task) -> None:
+        verifying.remove(task)
+        scores, cursor = task.result, len(g.out)
+        for pos in range(max(scores.start, cursor), scores.end + 1):
+            known[pos] = scores.rows[pos - scores.start]
+        settle()
+
+    def keep_busy() -> None:
+        """After every event: a target works on (or knows) the cursor, and the drafter drafts ahead."""
+        nonlocal drafting
+        cursor = len(g.out)
+        for t in [t for t in verifying if t.call.start + t.call.n_drafts < cursor]:
+            runtime.cancel(t)  # every row it would give is already behind the cursor
+            verifying.remove(t)
+        if cursor not in known and not any(t.call.start <= cursor for t in verifying):
+            verifying.append(runtime.submit(target, Score(g.context(), 0, decoding)))
+        if drafting is None:
+            k = g.lookahead_at(cursor + len(drafts), lookahead)
+            if k:
+                drafting = runtime.submit(drafter, Draft(g.context(drafts), k, decoding))
+
+    keep_busy()
+    while not g.done:
+        task = runtime.wait()
+        if task is drafting:
+            on_draft(task)
+        else:
+            on_scores(task)
+        if not g.done:
+            keep_busy()
+    return g.result("dsi", lookahead=lookahead, sp_degree=len(target))

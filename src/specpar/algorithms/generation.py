@@ -1,0 +1,132 @@
+"""The state every algorithm shares: the verified sequence, how tokens enter it, and the metrics."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from specpar.calls import Proposal, Scores
+from specpar.decoding import Decoding
+from specpar.errors import ConfigError
+from specpar.results import GenerationResult
+from specpar.runtimes.base import Runtime
+from specpar.verification import bonus, judge, verify_chain
+
+
+def check_positive_int(name: str, value) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ConfigError(f"{name} must be a positive integer, got {value!r}")
+    return value
+
+
+class Generation:
+    """One generation: prompt + verified output tokens, and the record of how they were obtained.
+
+    Tokens enter only through :meth:`take` (the target's own token), :meth:`judge`
+    (one draft tested) and :meth:`verify` (a chain of drafts tested), which are
+    thin wrappers over :mod:`specpar.verification` that also keep the metrics.
+    """
+
+    def __init__(self, prompt: Sequence[int], max_new_tokens: int, decoding: Decoding, runtime: Runtime):
+        if len(prompt) == 0:
+            raise ConfigError("prompt is empty: give at least one token (the target needs a prefix to continue)")
+        check_positive_int("max_new_tokens (N)", max_new_tokens)
+        self.out: list[int] = list(prompt)
+        self.prompt_len = len(prompt)
+        self.stop = len(prompt) + max_new_tokens
+        self.decoding = decoding
+        self.runtime = runtime
+        self.t0 = runtime.now()
+        self.first_token_ms: float | None = None
+        self.accepted_per_round: list[int] = []
+        self.position_drafted: list[int] = []
+        self.position_accepted: list[int] = []
+        self._run = 0  # accepted drafts since the last target token
+
+    @property
+    def done(self) -> bool:
+        return len(self.out) >= self.stop
+
+    def context(self, drafts: Sequence[int] = ()) -> tuple[int, ...]:
+        """The verified sequence followed by ``drafts``, as an immutable tuple for a call."""
+        return tuple(self.out) + tuple(drafts)
+
+    def lookahead_at(self, position: int, lookahead: int) -> int:
+        """Drafts worth proposing from ``position``: never the last output token (the target makes it)."""
+        return max(0, min(lookahead, self.stop - 1 - position))
+
+    def take(self, row) -> int:
+        """Append the target's own token from its row at the cursor (non-SI step, bonus)."""
+        token = bonus(row, self.decoding, len(self.out))
+        self._append(token)
+        self._end_round()
+        return token
+
+    def judge(self, draft: int, q_row, row, index: int) -> bool:
+        """Test the draft at the cursor against the target's row there; append the kept token."""
+        accepted, token = judge(draft, q_row, row, self.decoding, len(self.out))
+        self._tested(index, accepted)
+        self._append(token)
+        if not accepted:
+            self._end_round()
+        return accepted
+
+    def verify(self, proposal: Proposal, scores: Scores) -> int:
+        """Test a whole chain of drafts at the cursor (SI); returns how many were accepted."""
+        n, token = verify_chain(proposal.tokens, proposal.q, scores.rows, self.decoding, len(self.out))
+        for j in range(min(n + 1, len(proposal.tokens))):
+            self._tested(j, j < n)
+        self.out.extend(proposal.tokens[:n])
+        self._append(token)
+        self._end_round()
+        return n
+
+    def _append(self, token: int) -> None:
+        if self.first_token_ms is None:
+            self.first_token_ms = self.runtime.now() - self.t0
+        self.out.append(token)
+
+    def _tested(self, index: int, accepted: bool) -> None:
+        while len(self.position_drafted) <= index:
+            self.position_drafted.append(0)
+            self.position_accepted.append(0)
+        self.position_drafted[index] += 1
+        if accepted:
+            self.position_accepted[index] += 1
+            self._run += 1
+
+    def _end_round(self) -> None:
+        self.accepted_per_round.append(self._run)
+        self._run = 0
+
+    def result(self, algorithm: str, lookahead: int | None = None, sp_degree: int = 1) -> GenerationResult:
+        rt = self.runtime
+        end = rt.now()
+        rt.cancel_all()
+        target_forwards = drafter_forwards = 0
+        for t in rt.tasks:
+            if t.done and not t.cancelled and t.result is not None:
+                if t.call.kind == "draft":
+                    drafter_forwards += t.call.k
+                else:
+                    target_forwards += 1
+        if self._run:
+            self._end_round()
+        drafted = sum(self.position_drafted)
+        accepted = sum(self.position_accepted)
+        return GenerationResult(
+            algorithm=algorithm,
+            runtime=rt.name,
+            tokens=self.out[self.prompt_len : self.stop],
+            time_ms=end - self.t0,
+            ttft_ms=self.first_token_ms,
+            target_forwards=target_forwards,
+            drafter_forwards=drafter_forwards,
+            drafted=drafted,
+            accepted=accepted,
+            accepted_per_round=self.accepted_per_round,
+            position_drafted=self.position_drafted,
+            position_accepted=self.position_accepted,
+            lookahead=lookahead,
+            sp_degree=sp_degree,
+            timeline=rt.timeline(since=self.t0),
+        )

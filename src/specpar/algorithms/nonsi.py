@@ -1,0 +1,19 @@
+"""non-SI: the target alone, one forward pass per token (the baseline)."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from specpar.algorithms.generation import Generation
+from specpar.calls import Score
+from specpar.decoding import GREEDY, Decoding
+from specpar.results import GenerationResult
+from specpar.runtimes.base import Pool, Runtime
+
+
+def non_si(runtime: Runtime, target: Pool, prompt: Sequence[int], max_new_tokens: int, decoding: Decoding = GREEDY) -> GenerationResult:
+    g = Generation(prompt, max_new_tokens, decoding, runtime)
+    while not g.done:
+        scores = runtime.run(target, Score(g.context(), 0, decoding))
+        g.take(scores.rows[0])
+    return g.result("nonsi", sp_degree=1)

@@ -1,0 +1,95 @@
+"""``generate``: the Python entry point, in the spirit of Hugging Face's ``generate``."""
+
+from __future__ import annotations
+
+import math
+import warnings
+from typing import Sequence
+
+from specpar.algorithms import ALGORITHMS, dsi, non_si, si
+from specpar.decoding import Decoding
+from specpar.errors import ConfigError, SpecparWarning
+from specpar.planning import min_lookahead
+from specpar.results import GenerationResult
+from specpar.runtimes import RUNTIMES, Pool, VirtualRuntime
+
+DEFAULT_LOOKAHEAD = 5
+
+
+def check_drafter_faster(target, drafter) -> None:
+    """Warn when the drafter is slower than the target (the paper's Assumption 2)."""
+    t, d = getattr(target, "latency", None), getattr(drafter, "latency", None)
+    if t is None or d is None:
+        return
+    if d.tpot_ms > t.tpot_ms or d.ttft_ms > t.ttft_ms:
+        warnings.warn(
+            f"the drafter ({d.tpot_ms:g} ms/token) is slower than the target ({t.tpot_ms:g} ms/token): "
+            "DSI's guarantee of never being slower than non-SI needs a drafter at least as fast as the "
+            "target (the paper's Assumption 2); results stay lossless",
+            SpecparWarning,
+            stacklevel=3,
+        )
+
+
+def default_lookahead(target, drafter, sp_degree: int) -> int:
+    """The smallest lookahead satisfying Eq. 1 when both latencies are known, else 5."""
+    t, d = getattr(target, "latency", None), getattr(drafter, "latency", None)
+    if t is None or d is None or d.tpot_ms <= 0 or t.tpot_ms <= 0:
+        return DEFAULT_LOOKAHEAD
+    return min_lookahead(t.tpot_ms, d.tpot_ms, sp_degree)
+
+
+def generate(
+    prompt: Sequence[int],
+    target,
+    drafter=None,
+    *,
+    algorithm: str = "dsi",
+    max_new_tokens: int = 64,
+    lookahead: int | None = None,
+    sp_degree: int = 4,
+    temperature: float = 0.0,
+    seed: int = 0,
+    runtime: str = "virtual",
+    cancel_frees: str = "now",
+) -> GenerationResult:
+    """Generate ``max_new_tokens`` tokens after ``prompt`` exactly as ``target`` would.
+
+    prompt: token ids (non-empty).
+    target, drafter: models with ``.server(name)`` (e.g. SimulatedModel and its drafter).
+    algorithm: "nonsi" (target alone), "si" (speculative inference) or "dsi".
+    lookahead: draft tokens per verification (k). Default: Eq. 1's smallest for sp_degree.
+    sp_degree: target servers DSI may use at once (SI and non-SI use one).
+    temperature: 0 for greedy; > 0 samples, verified losslessly by rejection sampling.
+    seed: keys every random draw (sampling only).
+    runtime: "virtual" (discrete-event clock, nothing sleeps) or "threads" (real time).
+    cancel_frees: virtual clock only: "now" (preemptible servers) or "end".
+    """
+    if algorithm not in ALGORITHMS:
+        raise ConfigError(f"algorithm must be one of {ALGORITHMS}, got {algorithm!r}")
+    if runtime not in RUNTIMES:
+        raise ConfigError(f"runtime must be one of {tuple(RUNTIMES)}, got {runtime!r}")
+    if isinstance(sp_degree, bool) or not isinstance(sp_degree, int) or sp_degree < 1:
+        raise ConfigError(f"sp_degree must be an integer >= 1, got {sp_degree!r}")
+    if not isinstance(temperature, (int, float)) or math.isnan(temperature) or temperature < 0:
+        raise ConfigError(f"temperature must be >= 0 (0 means greedy), got {temperature!r}")
+    if algorithm != "nonsi":
+        if drafter is None:
+            raise ConfigError(f"algorithm {algorithm!r} needs a drafter")
+        check_drafter_faster(target, drafter)
+        if lookahead is None:
+            lookahead = default_lookahead(target, drafter, sp_degree)
+    decoding = Decoding(float(temperature), seed)
+    n_targets = sp_degree if algorithm == "dsi" else 1
+    target_pool = Pool([target.server(f"target{i}") for i in range(n_targets)], "target")
+    pools = [target_pool]
+    if algorithm != "nonsi":
+        drafter_pool = Pool([drafter.server("drafter")], "drafter")
+        pools.append(drafter_pool)
+    rt = VirtualRuntime(pools, cancel_frees) if runtime == "virtual" else RUNTIMES[runtime](pools)
+    with rt:
+        if algorithm == "nonsi":
+            return non_si(rt, target_pool, prompt, max_new_tokens, decoding)
+        if algorithm == "si":
+            return si(rt, target_pool, drafter_pool, prompt, max_new_tokens, lookahead, decoding)
+        return dsi(rt, target_pool, drafter_pool, prompt, max_new_tokens, lookahead, decoding)

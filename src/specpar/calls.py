@@ -1,0 +1,75 @@
+"""The server contract: the two calls an algorithm sends to a model server, and their results.
+
+A server is a model instance with its own KV cache (or, for simulated models, its
+own hash cache). Calls carry the whole context; the server reuses the longest
+common prefix with what it saw last and processes only the rest.
+
+Positions are absolute indices into the token sequence (prompt included).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from specpar.decoding import Decoding
+
+
+@dataclass(frozen=True, slots=True)
+class Draft:
+    """Ask a drafter for ``k`` tokens continuing ``context`` (positions len(context) .. len(context)+k-1)."""
+
+    context: tuple[int, ...]
+    k: int
+    decoding: Decoding
+    kind = "draft"
+
+
+@dataclass(frozen=True, slots=True)
+class Score:
+    """Ask a target for its next-token distribution at the last ``n_drafts + 1`` positions of the sequence.
+
+    ``context`` ends with ``n_drafts`` unverified draft tokens; one forward pass
+    returns rows for positions ``len(context) - n_drafts .. len(context)``
+    (n_drafts + 1 rows: one per draft plus the one after the last draft).
+    """
+
+    context: tuple[int, ...]
+    n_drafts: int
+    decoding: Decoding
+    kind = "verify"
+
+    @property
+    def start(self) -> int:
+        """Position of the first row returned."""
+        return len(self.context) - self.n_drafts
+
+
+@dataclass(slots=True)
+class Proposal:
+    """A drafter's answer to :class:`Draft`.
+
+    tokens: the k draft tokens.
+    q: [k, V] drafter probabilities each token was sampled from, or None when greedy.
+    """
+
+    tokens: list[int]
+    q: np.ndarray | None = None
+
+
+@dataclass(slots=True)
+class Scores:
+    """A target's answer to :class:`Score`: one row per position from ``start``.
+
+    rows: greedy -> list of argmax token ids; sampling -> [n+1, V] probability array.
+    """
+
+    start: int
+    rows: Sequence
+
+    @property
+    def end(self) -> int:
+        """Position of the last row."""
+        return self.start + len(self.rows) - 1

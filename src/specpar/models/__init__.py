@@ -1,0 +1,6 @@
+"""Servers (DESIGN layer 5): things that return next-token distributions for a token sequence."""
+
+from specpar.models.latency import LatencyProfile
+from specpar.models.simulated import SimulatedDrafter, SimulatedModel, SimulatedServer
+
+__all__ = ["LatencyProfile", "SimulatedModel", "SimulatedDrafter", "SimulatedServer"]

@@ -1,0 +1,46 @@
+"""Latency profiles: how long a forward pass takes, in milliseconds."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from specpar.errors import ConfigError
+
+
+@dataclass(frozen=True, slots=True)
+class LatencyProfile:
+    """Forward-pass latency of one model on one device, in ms.
+
+    ttft_ms: time to first token: a forward pass on a cold cache (the prompt's prefill).
+    tpot_ms: time per output token: a forward pass over one new token with the rest cached.
+    per_token_ms: extra cost of each additional new token in the same forward pass
+        (verifying k drafts costs tpot_ms + per_token_ms * k). 0 models a memory-bound GPU.
+    """
+
+    ttft_ms: float
+    tpot_ms: float
+    per_token_ms: float = 0.0
+
+    def __post_init__(self):
+        for name in ("ttft_ms", "tpot_ms", "per_token_ms"):
+            v = getattr(self, name)
+            if not isinstance(v, (int, float)) or math.isnan(v) or v < 0 or math.isinf(v):
+                raise ConfigError(f"latency {name} must be a finite number >= 0 ms, got {v!r}")
+
+    @classmethod
+    def uniform(cls, ms: float) -> "LatencyProfile":
+        """Every forward pass takes ``ms`` (ttft = tpot), as in the paper's time-unit simulations."""
+        return cls(ms, ms)
+
+    def scaled(self, factor: float) -> "LatencyProfile":
+        """This profile times ``factor`` (a drafter at latency fraction c of a target: target.scaled(c))."""
+        return LatencyProfile(self.ttft_ms * factor, self.tpot_ms * factor, self.per_token_ms * factor)
+
+    def forward_ms(self, extra_tokens: int, cold: bool) -> float:
+        """One forward pass: ttft when ``cold`` (prefill) else tpot, plus ``extra_tokens`` * per_token_ms.
+
+        extra_tokens: tokens in the pass beyond the one a decode step always has
+        (drafts being verified, or verified tokens the server has not seen yet).
+        """
+        return (self.ttft_ms if cold else self.tpot_ms) + self.per_token_ms * extra_tokens

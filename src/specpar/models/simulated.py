@@ -1,0 +1,253 @@
+"""Simulated language models: deterministic next-token distributions over a small vocabulary.
+
+A :class:`SimulatedModel` plays the target. Its distribution at a position is a
+deterministic function of (seed, prefix): the prefix is folded into a 64-bit
+rolling hash ``h`` (one splitmix64 step per token), and everything at that
+position derives from ``h``:
+
+* the mode ``m(h)`` (the greedy token);
+* ``p(h)``: softmax over the vocabulary, the mode strongest, with one token
+  ``z(h) != m(h)`` given probability 0 (so that a drafter can disagree completely).
+
+A :class:`SimulatedDrafter` is derived from a target with an acceptance rate ``a``:
+
+* greedy: its argmax equals the target's mode with probability ``a``,
+  independently per position (a hash of (drafter seed, h) decides);
+* sampling: ``q = a * p + (1 - a) * onehot(z)``, so the acceptance probability
+  ``sum_x min(p(x), q(x)) = 1 - TV(p, q)`` equals ``a`` exactly.
+
+These are two separately specified behaviours (the drafter's greedy token is not
+argmax q); each gives iid acceptance with rate ``a``.
+
+A :class:`SimulatedServer` is one instance of a model with its own cache (the
+hashes of the prefix it saw last, reused up to the longest common prefix like a
+KV cache) and a latency profile. Under the virtual clock it reports durations;
+under threads it sleeps for them.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import threading
+
+import numpy as np
+
+from specpar.calls import Draft, Proposal, Score, Scores
+from specpar.decoding import DRAFT, Decoding, mix64
+from specpar.errors import ConfigError
+from specpar.models.latency import LatencyProfile
+from specpar.models.prefix import common_prefix_len
+
+_MASK = (1 << 64) - 1
+_GOLD = 0x9E3779B97F4A7C15
+_Z_SALT = 0x5A5A5A5A12345678
+_LOGIT_SALT = 0x3C6EF372FE94F82B
+_AGREE_SALT = 0xA4093822299F31D0
+_WRONG_SALT = 0x082EFA98EC4E6C89
+_TWO64 = 18446744073709551616.0
+
+
+class SimulatedLM:
+    """What the simulated target and drafters share: the prefix hash and the server interface."""
+
+    vocab_size: int
+    latency: LatencyProfile
+    h0: int
+
+    def extend(self, h: int, token: int) -> int:
+        """Hash of (prefix + token) from the hash of prefix."""
+        return mix64((h ^ ((token + 1) * _GOLD)) & _MASK)
+
+    def prefix_hash(self, tokens) -> int:
+        h = self.h0
+        for t in tokens:
+            h = self.extend(h, t)
+        return h
+
+    def argmax(self, h: int) -> int:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def probs(self, h: int, temperature: float) -> np.ndarray:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def score_row(self, h: int, decoding: Decoding):
+        """The row a Score call returns at a position with prefix hash h: argmax id or [V] probabilities."""
+        return self.argmax(h) if decoding.greedy else self.probs(h, decoding.temperature)
+
+    def draft_token(self, h: int, position: int, decoding: Decoding):
+        """One drafted token at ``position`` and the row it was drawn from (None when greedy)."""
+        if decoding.greedy:
+            return self.argmax(h), None
+        row = self.probs(h, decoding.temperature)
+        u = decoding.uniform(DRAFT, position)
+        cdf = np.cumsum(row)
+        tok = min(int(np.searchsorted(cdf, u * cdf[-1], side="right")), len(row) - 1)
+        return tok, row
+
+    def server(self, name: str | None = None) -> "SimulatedServer":
+        """A new instance of this model with an empty cache."""
+        return SimulatedServer(self, name)
+
+    # Reference decoding, straight from the definition (no servers, no runtime): for tests.
+    def greedy_tokens(self, prompt, n: int) -> list[int]:
+        h, out = self.prefix_hash(prompt), []
+        for _ in range(n):
+            t = self.argmax(h)
+            out.append(t)
+            h = self.extend(h, t)
+        return out
+
+    def sequence_probability(self, prompt, tokens, temperature: float = 1.0) -> float:
+        """Probability that sampling at ``temperature`` yields ``tokens`` after ``prompt``."""
+        h, prob = self.prefix_hash(prompt), 1.0
+        for t in tokens:
+            prob *= float(self.probs(h, temperature)[t])
+            h = self.extend(h, t)
+        return prob
+
+
+class SimulatedModel(SimulatedLM):
+    """A simulated target language model.
+
+    vocab_size: number of tokens V (>= 2).
+    seed: selects the model (its distributions).
+    latency: forward-pass latency profile.
+    spread: logit range; larger makes p more peaked (the mode's logit is ``spread``,
+        the others uniform in [0, spread)).
+    """
+
+    def __init__(self, vocab_size: int = 8, seed: int = 0, latency: LatencyProfile | None = None, spread: float = 3.0):
+        if not isinstance(vocab_size, int) or vocab_size < 2:
+            raise ConfigError(f"vocab_size must be an integer >= 2, got {vocab_size!r}")
+        self.vocab_size = vocab_size
+        self.seed = seed
+        self.latency = latency if latency is not None else LatencyProfile.uniform(1.0)
+        self.spread = float(spread)
+        self.h0 = mix64((seed * _GOLD + 0x1234567) & _MASK)
+
+    def argmax(self, h: int) -> int:
+        return (h >> 8) % self.vocab_size
+
+    def excluded(self, h: int) -> int:
+        """The token z(h) with p = 0 at this position (never the mode)."""
+        v = self.vocab_size
+        return (self.argmax(h) + 1 + mix64(h ^ _Z_SALT) % (v - 1)) % v
+
+    def probs(self, h: int, temperature: float = 1.0) -> np.ndarray:
+        v = self.vocab_size
+        logits = np.array([mix64((h ^ ((j + 1) * _LOGIT_SALT)) & _MASK) / _TWO64 for j in range(v)]) * self.spread
+        logits[self.argmax(h)] = self.spread
+        logits[self.excluded(h)] = -math.inf
+        z = logits / temperature
+        e = np.exp(z - z.max())
+        return e / e.sum()
+
+    def drafter(
+        self,
+        acceptance_rate: float,
+        latency: LatencyProfile | None = None,
+        seed: int = 1,
+    ) -> "SimulatedDrafter":
+        """A drafter for this target with iid acceptance rate ``a`` (see module docstring)."""
+        return SimulatedDrafter(self, acceptance_rate, latency, seed)
+
+
+class SimulatedDrafter(SimulatedLM):
+    """A drafter derived from a :class:`SimulatedModel` with acceptance rate ``a`` in [0, 1]."""
+
+    def __init__(self, target: SimulatedModel, acceptance_rate: float, latency: LatencyProfile | None = None, seed: int = 1):
+        a = acceptance_rate
+        if not isinstance(a, (int, float)) or math.isnan(a) or not 0.0 <= a <= 1.0:
+            raise ConfigError(f"acceptance_rate must be in [0, 1], got {a!r}")
+        self.target = target
+        self.acceptance_rate = float(a)
+        self.vocab_size = target.vocab_size
+        self.latency = latency if latency is not None else target.latency.scaled(0.1)
+        self.seed = seed
+        self.h0 = target.h0  # the drafter reads the same prefix as the target
+        self._agree_salt = mix64((seed * _GOLD + _AGREE_SALT) & _MASK)
+        self._wrong_salt = mix64((seed * _GOLD + _WRONG_SALT) & _MASK)
+
+    def argmax(self, h: int) -> int:
+        m = self.target.argmax(h)
+        if mix64(h ^ self._agree_salt) / _TWO64 < self.acceptance_rate:
+            return m
+        v = self.vocab_size
+        return (m + 1 + mix64(h ^ self._wrong_salt) % (v - 1)) % v
+
+    def probs(self, h: int, temperature: float = 1.0) -> np.ndarray:
+        q = self.acceptance_rate * self.target.probs(h, temperature)
+        q[self.target.excluded(h)] += 1.0 - self.acceptance_rate
+        return q
+
+
+_names = itertools.count()
+
+
+class SimulatedServer:
+    """One instance of a simulated model: a cache of prefix hashes and a latency profile.
+
+    Implements the runtime's server contract: ``duration_ms(call)`` (virtual clock),
+    ``compute(call)`` (the result, instantly) and ``run(call, cancelled)`` (threads:
+    sleep for the duration, interruptible by ``cancelled``, then compute).
+    A prefill (nothing cached) costs ttft; later passes tpot (see LatencyProfile).
+    """
+
+    def __init__(self, model: SimulatedLM, name: str | None = None):
+        self.model = model
+        self.latency = model.latency
+        self.name = name if name is not None else f"sim{next(_names)}"
+        self._tokens: tuple[int, ...] = ()
+        self._hashes: list[int] = [model.h0]  # _hashes[i] = hash of _tokens[:i]
+
+    def duration_ms(self, call) -> float:
+        lat = self.latency
+        ctx = call.context
+        lcp = common_prefix_len(self._tokens, ctx)
+        cold = lcp == 0
+        n_new = max(1, len(ctx) - lcp)  # a fully cached context still re-runs its last token
+        if type(call) is Score:
+            return lat.forward_ms(call.n_drafts if cold else n_new - 1, cold)
+        return lat.forward_ms(0 if cold else n_new - 1, cold) + (call.k - 1) * lat.tpot_ms
+
+    def _sync(self, ctx: tuple[int, ...]) -> list[int]:
+        lcp = common_prefix_len(self._tokens, ctx)
+        hashes = self._hashes
+        del hashes[lcp + 1 :]
+        h, extend = hashes[-1], self.model.extend
+        for t in ctx[lcp:]:
+            h = extend(h, t)
+            hashes.append(h)
+        self._tokens = ctx
+        return hashes
+
+    def compute(self, call):
+        ctx = call.context
+        hashes = self._sync(ctx)
+        model, dec = self.model, call.decoding
+        if type(call) is Score:
+            start = call.start
+            if dec.greedy:
+                return Scores(start, [model.argmax(h) for h in hashes[start:]])
+            return Scores(start, np.stack([model.probs(h, dec.temperature) for h in hashes[start:]]))
+        assert type(call) is Draft
+        h, pos, extend = hashes[-1], len(ctx), model.extend
+        tokens, rows = [], []
+        for i in range(call.k):
+            tok, row = model.draft_token(h, pos + i, dec)
+            tokens.append(tok)
+            rows.append(row)
+            h = extend(h, tok)
+            hashes.append(h)
+        self._tokens = ctx + tuple(tokens)
+        return Proposal(tokens, None if dec.greedy else np.stack(rows))
+
+    def run(self, call, cancelled: threading.Event):
+        seconds = self.duration_ms(call) / 1000.0
+        if seconds > 0 and cancelled.wait(seconds):
+            return None
+        return self.compute(call)
+
+    def __repr__(self):
+        return f"SimulatedServer({self.name})"

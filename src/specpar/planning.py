@@ -1,0 +1,61 @@
+"""Planning: the lookahead / SP-degree trade-off of DSI (the paper's Eq. 1, App. D).
+
+A chunk of k drafts is ready every ``k * drafter_ms``; each verification occupies
+a target server for ``target_ms``. So at most ``ceil(target_ms / (k * drafter_ms))``
+verifications overlap, and no verification waits for a server iff
+
+    sp_degree >= target_ms / (lookahead * drafter_ms)          (Eq. 1)
+
+The smallest lookahead that satisfies it is best: it sends drafts to verification
+soonest, so rejections are detected earliest. Example (§3.1): a drafter at 5% of
+the target's latency with SP = 4 needs lookahead 5.
+"""
+
+from __future__ import annotations
+
+import math
+
+from specpar.errors import ConfigError
+
+_EPS = 1e-9
+
+
+def _check(target_ms: float, drafter_ms: float) -> None:
+    if not target_ms > 0 or math.isinf(target_ms):
+        raise ConfigError(f"target latency must be a finite number > 0 ms, got {target_ms!r}")
+    if not drafter_ms >= 0 or math.isinf(drafter_ms):
+        raise ConfigError(f"drafter latency must be a finite number >= 0 ms, got {drafter_ms!r}")
+
+
+def sp_degree_needed(target_ms: float, drafter_ms: float, lookahead: int) -> int:
+    """Target servers DSI keeps busy at once with this lookahead: ceil(target / (k * drafter))."""
+    _check(target_ms, drafter_ms)
+    if lookahead < 1:
+        raise ConfigError(f"lookahead must be >= 1, got {lookahead!r}")
+    if drafter_ms == 0:
+        raise ConfigError("a drafter with zero latency drafts infinitely fast: no finite SP degree suffices")
+    return max(1, math.ceil(target_ms / (lookahead * drafter_ms) - _EPS))
+
+
+def min_lookahead(target_ms: float, drafter_ms: float, sp_degree: int, max_lookahead: int | None = None) -> int:
+    """The smallest lookahead k with sp_degree >= target_ms / (k * drafter_ms) (Eq. 1).
+
+    target_ms, drafter_ms: forward latencies per token (tpot), ms.
+    Raises ConfigError where no lookahead (<= max_lookahead, if given) satisfies Eq. 1.
+    """
+    _check(target_ms, drafter_ms)
+    if isinstance(sp_degree, bool) or not isinstance(sp_degree, int) or sp_degree < 1:
+        raise ConfigError(f"sp_degree must be an integer >= 1, got {sp_degree!r}")
+    if drafter_ms == 0:
+        raise ConfigError(
+            "a drafter with zero latency drafts infinitely fast: no lookahead satisfies Eq. 1 "
+            "(give the drafter a latency > 0)"
+        )
+    k = max(1, math.ceil(target_ms / (sp_degree * drafter_ms) - _EPS))
+    if max_lookahead is not None and k > max_lookahead:
+        raise ConfigError(
+            f"no lookahead <= {max_lookahead} satisfies Eq. 1 (sp_degree >= target / (lookahead * drafter)) "
+            f"with target {target_ms:g} ms, drafter {drafter_ms:g} ms and sp_degree {sp_degree}: "
+            f"it needs lookahead {k}, or sp_degree >= {sp_degree_needed(target_ms, drafter_ms, max_lookahead)}"
+        )
+    return k

@@ -1,0 +1,15 @@
+"""Runtimes (DESIGN layer 4): run tasks on servers. They know nothing of tokens.
+
+The contract (:class:`Runtime`): ``submit(pool, call)`` queues a task for any idle
+server of a pool, ``wait()`` returns the next finished task, ``cancel(task)``
+drops a queued or running task, ``now()`` reads the clock in ms. A runtime for
+Ray actors implements the same four methods.
+"""
+
+from specpar.runtimes.base import Pool, Runtime, Task, TaskRecord
+from specpar.runtimes.threads import ThreadRuntime
+from specpar.runtimes.virtual import VirtualRuntime
+
+RUNTIMES = {"virtual": VirtualRuntime, "threads": ThreadRuntime}
+
+__all__ = ["Pool", "Runtime", "Task", "TaskRecord", "VirtualRuntime", "ThreadRuntime", "RUNTIMES"]

@@ -1,0 +1,65 @@
+"""Verification (DESIGN layer 3): pure functions deciding which draft tokens the target keeps.
+
+Greedy: a draft is accepted iff it equals the target's argmax; otherwise the
+argmax replaces it (exact match).
+
+Sampling (Leviathan et al. 2023; Chen et al. 2023): draft ``x ~ q`` is accepted
+with probability ``min(1, p(x) / q(x))``; on rejection the replacement is drawn
+from ``norm(max(0, p - q))``; when every draft passes, a bonus token is drawn
+from ``p`` at the next position. The token at every position is then
+distributed exactly as ``p``.
+
+Rows follow :class:`specpar.calls.Scores`: an argmax id when greedy, a [V]
+probability vector when sampling. Every random draw is keyed by position
+(:mod:`specpar.decoding`).
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from specpar.decoding import ACCEPT, BONUS, RESIDUAL, Decoding, sample
+
+
+def residual(p: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """norm(max(0, p - q)): the distribution a rejected draft is replaced from ([V] -> [V])."""
+    r = np.maximum(p - q, 0.0)
+    total = r.sum()
+    # total == 0 only when p == q, where a rejection has probability 0; fall back to p.
+    return r / total if total > 0 else p
+
+
+def judge(draft: int, q_row, row, decoding: Decoding, position: int) -> tuple[bool, int]:
+    """Test one draft token at ``position``: (accepted, token kept at that position).
+
+    q_row: [V] drafter probabilities the draft was sampled from (None when greedy).
+    row: target's row at the position (argmax id when greedy, [V] p when sampling).
+    """
+    if decoding.greedy:
+        return draft == row, row
+    p_x, q_x = row[draft], q_row[draft]
+    if decoding.uniform(ACCEPT, position) * q_x < p_x:  # u < p(x) / q(x)
+        return True, draft
+    return False, sample(residual(row, q_row), decoding.uniform(RESIDUAL, position))
+
+
+def bonus(row, decoding: Decoding, position: int) -> int:
+    """The target's own token at ``position`` when no draft is tested there."""
+    return row if decoding.greedy else sample(row, decoding.uniform(BONUS, position))
+
+
+def verify_chain(drafts: Sequence[int], q, rows: Sequence, decoding: Decoding, start: int) -> tuple[int, int]:
+    """Verify k drafts at positions start..start+k-1 against k+1 target rows.
+
+    q: [k, V] drafter rows (None when greedy); rows: k+1 target rows.
+    Returns (n_accepted, token): the accepted prefix length and the token that
+    follows it (the correction of the first rejected draft, or the bonus).
+    """
+    for i, x in enumerate(drafts):
+        accepted, token = judge(x, None if q is None else q[i], rows[i], decoding, start + i)
+        if not accepted:
+            return i, token
+    n = len(drafts)
+    return n, bonus(rows[n], decoding, start + n)
