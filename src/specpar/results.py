@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
+from typing import Callable
 
 from specpar.runtimes.base import TaskRecord
 
@@ -38,7 +39,17 @@ class GenerationResult:
     position_accepted: list[int]
     lookahead: int | None = None
     sp_degree: int = 1
-    timeline: list[TaskRecord] = field(default_factory=list, repr=False)
+    timeline_source: Callable[[], list[TaskRecord]] | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def timeline(self) -> list[TaskRecord]:
+        """Every task that ran (server, kind, start, end, cancelled), ms from the generation's start.
+
+        Built on first access: most simulations never draw it.
+        """
+        if not hasattr(self, "_timeline"):
+            self._timeline = self.timeline_source() if self.timeline_source else []
+        return self._timeline
 
     @property
     def acceptance_rate(self) -> float:
@@ -70,8 +81,9 @@ class GenerationResult:
 
     def to_dict(self, timeline: bool = False) -> dict:
         d = asdict(self)
-        if not timeline:
-            d.pop("timeline")
+        d.pop("timeline_source")
+        if timeline:
+            d["timeline"] = [asdict(r) for r in self.timeline]
         for name in ("acceptance_rate", "mean_acceptance_length", "per_position_acceptance_rate", "tokens_per_second", "tpot_ms"):
             d[name] = getattr(self, name)
         return _json_safe(d)

@@ -44,7 +44,7 @@ def dsi(
     q_rows: list = []  # the drafter's row each draft was sampled from (None when greedy)
     windows: list[int] = []  # each draft's index within its lookahead window
     known: dict = {}  # target rows at positions >= the cursor, from finished verifications
-    verifying: list[Task] = []  # verification tasks in flight, each on its own target server
+    verifying: list[Task] = []  # verification tasks in flight, ordered by the position of their first row
     drafting: Task | None = None  # the drafter's task in flight
     epoch = 0  # counts rejections
 
@@ -99,10 +99,9 @@ def dsi(
         """After every event: a target works on (or knows) the cursor, and the drafter drafts ahead."""
         nonlocal drafting
         cursor = len(g.out)
-        for t in [t for t in verifying if t.call.start + t.call.n_drafts < cursor]:
-            runtime.cancel(t)  # every row it would give is already behind the cursor
-            verifying.remove(t)
-        if cursor not in known and not any(t.call.start <= cursor for t in verifying):
+        while verifying and verifying[0].call.end < cursor:
+            runtime.cancel(verifying.pop(0))  # every row it would give is already behind the cursor
+        if cursor not in known and not (verifying and verifying[0].call.start <= cursor):
             verifying.append(runtime.submit(target, Score(g.context(), 0, decoding)))
         if drafting is None:
             k = g.lookahead_at(cursor + len(drafts), lookahead)

@@ -41,6 +41,7 @@ class Generation:
         self.position_drafted: list[int] = []
         self.position_accepted: list[int] = []
         self._run = 0  # accepted drafts since the last target token
+        self._verified: tuple[int, ...] | None = None  # tuple(out), cached for context()
 
     @property
     def done(self) -> bool:
@@ -48,7 +49,9 @@ class Generation:
 
     def context(self, drafts: Sequence[int] = ()) -> tuple[int, ...]:
         """The verified sequence followed by ``drafts``, as an immutable tuple for a call."""
-        return tuple(self.out) + tuple(drafts)
+        if self._verified is None or len(self._verified) != len(self.out):
+            self._verified = tuple(self.out)  # out only grows: its length identifies it
+        return self._verified + tuple(drafts) if drafts else self._verified
 
     def lookahead_at(self, position: int, lookahead: int) -> int:
         """Drafts worth proposing from ``position``: never the last output token (the target makes it)."""
@@ -128,5 +131,5 @@ class Generation:
             position_accepted=self.position_accepted,
             lookahead=lookahead,
             sp_degree=sp_degree,
-            timeline=rt.timeline(since=self.t0),
+            timeline_source=lambda: rt.timeline(since=self.t0),
         )

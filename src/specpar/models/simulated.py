@@ -200,11 +200,19 @@ class SimulatedServer:
         self.name = name if name is not None else f"sim{next(_names)}"
         self._tokens: tuple[int, ...] = ()
         self._hashes: list[int] = [model.h0]  # _hashes[i] = hash of _tokens[:i]
+        self._lcp_of = (None, 0)  # (context, its common prefix with _tokens), reused by compute
+
+    def _lcp(self, ctx: tuple[int, ...]) -> int:
+        seen, lcp = self._lcp_of
+        if seen is not ctx:
+            lcp = common_prefix_len(self._tokens, ctx)
+            self._lcp_of = (ctx, lcp)
+        return lcp
 
     def duration_ms(self, call) -> float:
         lat = self.latency
         ctx = call.context
-        lcp = common_prefix_len(self._tokens, ctx)
+        lcp = self._lcp(ctx)
         cold = lcp == 0
         n_new = max(1, len(ctx) - lcp)  # a fully cached context still re-runs its last token
         if type(call) is Score:
@@ -212,7 +220,7 @@ class SimulatedServer:
         return lat.forward_ms(0 if cold else n_new - 1, cold) + (call.k - 1) * lat.tpot_ms
 
     def _sync(self, ctx: tuple[int, ...]) -> list[int]:
-        lcp = common_prefix_len(self._tokens, ctx)
+        lcp = self._lcp(ctx)
         hashes = self._hashes
         del hashes[lcp + 1 :]
         h, extend = hashes[-1], self.model.extend
@@ -220,6 +228,7 @@ class SimulatedServer:
             h = extend(h, t)
             hashes.append(h)
         self._tokens = ctx
+        self._lcp_of = (None, 0)
         return hashes
 
     def compute(self, call):
@@ -241,6 +250,7 @@ class SimulatedServer:
             h = extend(h, tok)
             hashes.append(h)
         self._tokens = ctx + tuple(tokens)
+        self._lcp_of = (None, 0)
         return Proposal(tokens, None if dec.greedy else np.stack(rows))
 
     def run(self, call, cancelled: threading.Event):

@@ -1,0 +1,42 @@
+"""The ``specpar`` command line: one module per subcommand under specpar.commands.
+
+Each command module has ``register(subparsers)`` that adds its parser and sets
+``func``; heavy imports (torch, matplotlib) stay inside the command functions so
+that ``specpar --help`` and ``specpar simulate`` start fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from specpar.errors import SpecparError
+
+COMMANDS = [
+    "specpar.commands.simulate",
+]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="specpar",
+        description="Lossless speculative inference: non-SI, SI and DSI, on a virtual clock, threads or real models.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name in COMMANDS:
+        importlib.import_module(name).register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args) or 0
+    except SpecparError as exc:
+        print(f"specpar {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,187 @@
+"""``specpar simulate``: non-SI vs SI vs DSI with simulated models, on the virtual clock or on threads."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+import warnings
+
+from specpar.errors import ConfigError, SpecparWarning
+from specpar.models import LatencyProfile, SimulatedModel
+from specpar.planning import min_lookahead, sp_degree_needed
+
+DESCRIPTION = """\
+Simulate lossless speculative inference with a simulated target and drafter.
+Each forward pass takes the time its latency profile says: TTFT for the first
+pass over the prompt (prefill), TPOT for each later pass. On the virtual clock
+nothing sleeps (the paper's offline simulation); on threads the servers sleep
+for their latency in real time (the paper's online simulation).
+Acceptance is iid with rate a, as in the paper's analysis.
+"""
+
+
+def register(sub) -> None:
+    p = sub.add_parser("simulate", help="non-SI vs SI vs DSI with simulated models", description=DESCRIPTION,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    lat = p.add_argument_group("latencies (ms per forward pass)")
+    lat.add_argument("--target-tpot", type=float, default=30.0, metavar="MS",
+                     help="target's time per output token: one forward pass with the prefix cached (default 30)")
+    lat.add_argument("--target-ttft", type=float, default=None, metavar="MS",
+                     help="target's time to first token: the prefill pass (default: same as --target-tpot)")
+    lat.add_argument("-c", "--drafter-latency", type=float, default=0.1, metavar="C",
+                     help="drafter latency as a fraction c of the target's, for both TTFT and TPOT (default 0.1)")
+    lat.add_argument("--drafter-tpot", type=float, default=None, metavar="MS",
+                     help="drafter's time per output token in ms (overrides -c)")
+    lat.add_argument("--drafter-ttft", type=float, default=None, metavar="MS",
+                     help="drafter's time to first token in ms (default: same as --drafter-tpot)")
+    p.add_argument("-a", "--acceptance-rate", type=float, default=0.8, metavar="A",
+                   help="probability that a draft token is accepted, iid per position (default 0.8)")
+    p.add_argument("-k", "--lookahead", type=int, default=None, metavar="K",
+                   help="draft tokens per verification task (vLLM num_speculative_tokens, HF num_assistant_tokens). "
+                        "Default: the smallest lookahead satisfying the paper's Eq. 1 for --sp-degree")
+    p.add_argument("--sp-degree", type=int, default=7, metavar="SP",
+                   help="speculation parallelism degree: target servers DSI may use at once (default 7: "
+                        "an 8-GPU node with the drafter on the eighth, as in the paper)")
+    p.add_argument("-N", "--max-new-tokens", type=int, default=100, metavar="N", help="tokens to generate (default 100)")
+    p.add_argument("--runtime", choices=("virtual", "threads"), default="virtual",
+                   help="virtual: discrete-event clock, exact and fast (offline); threads: real wall time (online)")
+    p.add_argument("--temperature", type=float, default=0.0,
+                   help="0 for greedy (exact-match verification), > 0 for sampling (rejection sampling)")
+    p.add_argument("--seed", type=int, default=0, help="repeat r uses models, prompt and draws from seed + r")
+    p.add_argument("--repeats", type=int, default=5, help="runs per algorithm, interleaved (default 5)")
+    p.add_argument("--vocab-size", type=int, default=8, help="vocabulary of the simulated models (default 8)")
+    p.add_argument("--prompt-length", type=int, default=8, help="prompt tokens (default 8)")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    p.set_defaults(func=run)
+
+
+def _profiles(args) -> tuple[LatencyProfile, LatencyProfile]:
+    target = LatencyProfile(args.target_ttft if args.target_ttft is not None else args.target_tpot, args.target_tpot)
+    if args.drafter_tpot is not None:
+        ttft = args.drafter_ttft if args.drafter_ttft is not None else args.drafter_tpot
+        drafter = LatencyProfile(ttft, args.drafter_tpot)
+    else:
+        c = args.drafter_latency
+        if not c >= 0:
+            raise ConfigError(f"drafter latency fraction c must be >= 0, got {c!r}")
+        drafter = target.scaled(c)
+    return target, drafter
+
+
+def run(args) -> int:
+    from specpar import analytic
+    from specpar.comparison import compare
+
+    target_lat, drafter_lat = _profiles(args)
+    a = args.acceptance_rate
+    if not 0.0 <= a <= 1.0:
+        raise ConfigError(f"acceptance rate a must be in [0, 1], got {a!r}")
+    for name in ("max_new_tokens", "repeats", "sp_degree", "prompt_length"):
+        if getattr(args, name) < 1:
+            raise ConfigError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    if args.lookahead is not None and args.lookahead < 1:
+        raise ConfigError(f"--lookahead must be >= 1, got {args.lookahead}")
+    c = drafter_lat.tpot_ms / target_lat.tpot_ms if target_lat.tpot_ms > 0 else float("nan")
+    k = args.lookahead
+    if k is None:
+        k = min_lookahead(target_lat.tpot_ms, drafter_lat.tpot_ms, args.sp_degree)
+        why = f"the smallest satisfying Eq. 1 for SP = {args.sp_degree}"
+    else:
+        need = sp_degree_needed(target_lat.tpot_ms, drafter_lat.tpot_ms, k) if drafter_lat.tpot_ms > 0 else None
+        why = "given" + (f"; Eq. 1 needs SP >= {need}" if need and need > args.sp_degree else "")
+
+    def make_models(seed):
+        target = SimulatedModel(args.vocab_size, seed=seed, latency=target_lat)
+        return target, target.drafter(a, drafter_lat, seed=seed + 7919)
+
+    def make_prompt(seed):
+        rng = random.Random(seed)
+        return [rng.randrange(args.vocab_size) for _ in range(args.prompt_length)]
+
+    caught = []
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", SpecparWarning)
+        summary = _run_with_progress(compare, args, make_models, make_prompt, k)
+    messages = sorted({str(w.message) for w in caught if issubclass(w.category, SpecparWarning)})
+
+    closed = {}
+    if target_lat.ttft_ms == target_lat.tpot_ms and drafter_lat.ttft_ms == drafter_lat.tpot_ms and target_lat.per_token_ms == 0:
+        n, t, d = args.max_new_tokens, target_lat.tpot_ms, drafter_lat.tpot_ms
+        closed = {
+            "nonsi_ms": analytic.nonsi_latency(t, n),
+            "si_expected_ms": analytic.si_expected_latency(t, d, a, k, n),
+            "dsi_prop1_bound_ms_lookahead1": analytic.dsi_latency_bound(t, d, a, n),
+        }
+
+    if args.json:
+        print(json.dumps({
+            "config": {
+                "target": {"ttft_ms": target_lat.ttft_ms, "tpot_ms": target_lat.tpot_ms},
+                "drafter": {"ttft_ms": drafter_lat.ttft_ms, "tpot_ms": drafter_lat.tpot_ms},
+                "drafter_latency_fraction": c, "acceptance_rate": a, "lookahead": k, "sp_degree": args.sp_degree,
+                "max_new_tokens": args.max_new_tokens, "runtime": args.runtime, "temperature": args.temperature,
+                "seed": args.seed, "repeats": args.repeats,
+            },
+            "results": {name: s.to_dict() for name, s in summary.items()},
+            "closed_forms": closed,
+            "warnings": messages,
+        }, indent=2))
+        return 0
+    _print_table(args, summary, target_lat, drafter_lat, c, k, why, closed, messages)
+    return 0
+
+
+def _run_with_progress(compare, args, make_models, make_prompt, k):
+    kwargs = dict(max_new_tokens=args.max_new_tokens, lookahead=k, sp_degree=args.sp_degree, repeats=args.repeats,
+                  seed=args.seed, temperature=args.temperature, runtime=args.runtime)
+    if args.json or not sys.stderr.isatty():
+        return compare(make_models, make_prompt, **kwargs)
+    from rich.progress import Progress
+
+    with Progress(transient=True) as bar:
+        task = bar.add_task("simulating", total=3 * args.repeats)
+        return compare(make_models, make_prompt, progress=lambda _: bar.advance(task), **kwargs)
+
+
+def _fmt(x, spec=".2f"):
+    return "-" if x is None or x != x else format(x, spec)
+
+
+def _print_table(args, summary, target_lat, drafter_lat, c, k, why, closed, messages) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(width=None if sys.stdout.isatty() else 130)
+    clock = "virtual clock (offline)" if args.runtime == "virtual" else "threads, wall time (online)"
+    mode = "greedy" if args.temperature == 0 else f"sampling at temperature {args.temperature:g}"
+    console.print(
+        f"target {target_lat.tpot_ms:g} ms/token (TTFT {target_lat.ttft_ms:g} ms), "
+        f"drafter {drafter_lat.tpot_ms:g} ms/token (c = {c:.3g}), a = {args.acceptance_rate:g}, "
+        f"N = {args.max_new_tokens}, {args.repeats} repeats, {clock}, {mode}"
+    )
+    console.print(f"lookahead k = {k} ({why})")
+    table = Table()
+    for col in ("algorithm", "k", "SP", "latency ms", "vs non-SI", "vs SI", "accept rate", "mean accept len",
+                "target fwd", "drafter fwd", "same tokens"):
+        table.add_column(col, justify="right" if col != "algorithm" else "left")
+    names = {"nonsi": "non-SI", "si": "SI", "dsi": "DSI"}
+    for name, s in summary.items():
+        speed = _fmt(s.speedup_vs_nonsi) + "x"
+        table.add_row(
+            names[name], str(s.lookahead or "-"), str(s.sp_degree), f"{s.mean_ms:.1f}±{s.std_ms:.1f}",
+            f"[red]{speed}[/red]" if s.speedup_vs_nonsi < 1 - 1e-9 else speed,
+            _fmt(s.speedup_vs_si) + "x", _fmt(s.acceptance_rate), _fmt(s.mean_acceptance_length),
+            f"{s.target_forwards:.1f}", f"{s.drafter_forwards:.1f}",
+            "-" if s.same_tokens_as_nonsi is None else ("yes" if s.same_tokens_as_nonsi else "[red]NO[/red]"),
+        )
+    console.print(table)
+    if closed:
+        console.print(
+            f"closed forms (iid acceptance): non-SI {closed['nonsi_ms']:.1f} ms; "
+            f"SI expected {closed['si_expected_ms']:.1f} ms; "
+            f"DSI bound of Proposition 1 (lookahead 1, enough servers) {closed['dsi_prop1_bound_ms_lookahead1']:.1f} ms"
+        )
+    for m in messages:
+        console.print(f"[yellow]warning:[/yellow] {m}")

@@ -1,0 +1,99 @@
+"""Run non-SI, SI and DSI side by side on the same models and summarize them (latency, speedups, acceptance)."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Sequence
+
+from specpar.api import generate
+from specpar.results import GenerationResult
+
+
+@dataclass
+class AlgorithmSummary:
+    """One algorithm over all repeats. Times in ms; speedup = baseline time / this time (per repeat, then averaged)."""
+
+    algorithm: str
+    lookahead: int | None
+    sp_degree: int
+    time_ms: list[float] = field(default_factory=list)
+    acceptance_rate: float = math.nan
+    mean_acceptance_length: float = math.nan
+    target_forwards: float = 0.0
+    drafter_forwards: float = 0.0
+    speedup_vs_nonsi: float = math.nan
+    speedup_vs_si: float = math.nan
+    same_tokens_as_nonsi: bool | None = None
+
+    @property
+    def mean_ms(self) -> float:
+        return statistics.fmean(self.time_ms)
+
+    @property
+    def std_ms(self) -> float:
+        return statistics.stdev(self.time_ms) if len(self.time_ms) > 1 else 0.0
+
+    def to_dict(self) -> dict:
+        d = {k: getattr(self, k) for k in self.__dataclass_fields__}
+        d.update(mean_ms=self.mean_ms, std_ms=self.std_ms)
+        return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in d.items()}
+
+
+def _ratio(base: list[float], other: list[float]) -> float:
+    return statistics.fmean(b / o for b, o in zip(base, other) if o > 0)
+
+
+def compare(
+    make_models: Callable[[int], tuple],
+    make_prompt: Callable[[int], Sequence[int]],
+    *,
+    max_new_tokens: int,
+    lookahead: int,
+    sp_degree: int,
+    repeats: int = 1,
+    seed: int = 0,
+    temperature: float = 0.0,
+    runtime: str = "virtual",
+    algorithms: Iterable[str] = ("nonsi", "si", "dsi"),
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, AlgorithmSummary]:
+    """Run each algorithm ``repeats`` times, interleaved, repeat r on models and prompt built from ``seed + r``.
+
+    make_models(seed) -> (target, drafter); make_prompt(seed) -> token ids.
+    Interleaving (nonsi, si, dsi, nonsi, ...) keeps slow drifts of a shared machine out of the ratios.
+    """
+    algorithms = list(algorithms)
+    runs: dict[str, list[GenerationResult]] = {a: [] for a in algorithms}
+    for r in range(repeats):
+        target, drafter = make_models(seed + r)
+        prompt = make_prompt(seed + r)
+        for algo in algorithms:
+            res = generate(
+                prompt, target, drafter, algorithm=algo, max_new_tokens=max_new_tokens, lookahead=lookahead,
+                sp_degree=sp_degree, temperature=temperature, seed=seed + r, runtime=runtime,
+            )
+            runs[algo].append(res)
+            if progress:
+                progress(algo)
+    out = {}
+    for algo, results in runs.items():
+        s = AlgorithmSummary(algo, results[0].lookahead, results[0].sp_degree, [x.time_ms for x in results])
+        drafted = sum(x.drafted for x in results)
+        accepted = sum(x.accepted for x in results)
+        rounds = sum(x.rounds for x in results)
+        if drafted:
+            s.acceptance_rate = accepted / drafted
+        if rounds:
+            s.mean_acceptance_length = 1 + accepted / rounds
+        s.target_forwards = statistics.fmean(x.target_forwards for x in results)
+        s.drafter_forwards = statistics.fmean(x.drafter_forwards for x in results)
+        if "nonsi" in runs:
+            s.speedup_vs_nonsi = _ratio([x.time_ms for x in runs["nonsi"]], s.time_ms)
+            if temperature == 0:
+                s.same_tokens_as_nonsi = all(a.tokens == b.tokens for a, b in zip(runs["nonsi"], results))
+        if "si" in runs:
+            s.speedup_vs_si = _ratio([x.time_ms for x in runs["si"]], s.time_ms)
+        out[algo] = s
+    return out
