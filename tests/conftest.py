@@ -1,0 +1,27 @@
+"""Shared helpers: simulated target/drafter pairs and a guard against leaked worker threads."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from specpar import LatencyProfile, SimulatedModel
+
+
+def make_pair(seed: int = 0, a: float = 0.8, c: float = 0.1, target_ms: float = 1.0, vocab: int = 8, **target_kw):
+    """A simulated target with uniform latency ``target_ms`` and a drafter at fraction ``c`` with rate ``a``."""
+    target = SimulatedModel(vocab, seed=seed, latency=LatencyProfile.uniform(target_ms), **target_kw)
+    return target, target.drafter(a, LatencyProfile.uniform(c * target_ms), seed=seed + 1000)
+
+
+def specpar_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name.startswith("specpar-") and t.is_alive()]
+
+
+@pytest.fixture
+def no_thread_leak():
+    """Fails the test if any specpar worker thread is still alive when it ends."""
+    assert specpar_threads() == [], "threads left over from an earlier test"
+    yield
+    assert specpar_threads() == [], f"worker threads left running: {specpar_threads()}"

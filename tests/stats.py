@@ -1,0 +1,30 @@
+"""A chi-square goodness-of-fit test without SciPy (Wilson-Hilferty approximation of the p-value)."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from typing import Hashable, Mapping
+
+
+def chi_square_p_value(observed: Counter, expected_probs: Mapping[Hashable, float], min_expected: float = 5.0) -> float:
+    """P-value of observed counts against expected probabilities; rare cells are pooled into one."""
+    n = sum(observed.values())
+    outside = sum(c for key, c in observed.items() if expected_probs.get(key, 0.0) == 0.0)
+    if outside:
+        return 0.0  # an outcome the target gives probability 0: certainly not its distribution
+    stat, cells, pooled_o, pooled_e = 0.0, 0, 0.0, 0.0
+    for key, p in expected_probs.items():
+        e, o = n * p, observed.get(key, 0)
+        if e >= min_expected:
+            stat += (o - e) ** 2 / e
+            cells += 1
+        else:
+            pooled_o += o
+            pooled_e += e
+    if pooled_e > 0:
+        stat += (pooled_o - pooled_e) ** 2 / pooled_e
+        cells += 1
+    df = cells - 1
+    z = ((stat / df) ** (1 / 3) - (1 - 2 / (9 * df))) / math.sqrt(2 / (9 * df))
+    return 0.5 * math.erfc(z / math.sqrt(2))

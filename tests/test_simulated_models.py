@@ -1,0 +1,82 @@
+"""Layer 5: simulated models are deterministic, have the acceptance rate they are built with, and a cache that behaves."""
+
+import numpy as np
+import pytest
+
+from specpar import ConfigError, LatencyProfile, SimulatedModel
+from specpar.calls import Draft, Score
+from specpar.decoding import Decoding
+
+from conftest import make_pair
+
+
+def test_distribution_is_a_deterministic_function_of_seed_and_prefix():
+    a, b = SimulatedModel(8, seed=3), SimulatedModel(8, seed=3)
+    h = a.prefix_hash([1, 2, 3])
+    np.testing.assert_array_equal(a.probs(h), b.probs(b.prefix_hash([1, 2, 3])))
+    assert a.greedy_tokens([1, 2, 3], 20) == b.greedy_tokens([1, 2, 3], 20)
+    assert a.greedy_tokens([1, 2, 3], 20) != SimulatedModel(8, seed=4).greedy_tokens([1, 2, 3], 20)
+    assert a.prefix_hash([1, 2, 3]) != a.prefix_hash([1, 2, 4]) != a.prefix_hash([2, 1, 3])
+
+
+def test_probs_are_a_distribution_whose_argmax_is_the_greedy_token_and_with_a_zero():
+    m = SimulatedModel(6, seed=1)
+    for prefix in ([0], [1, 2], [5, 5, 5, 1]):
+        h = m.prefix_hash(prefix)
+        p = m.probs(h)
+        assert abs(p.sum() - 1) < 1e-12 and (p >= 0).all()
+        assert int(np.argmax(p)) == m.argmax(h)
+        assert p[m.excluded(h)] == 0.0
+        cooler = m.probs(h, temperature=0.5)
+        assert cooler[m.argmax(h)] > p[m.argmax(h)]
+
+
+@pytest.mark.parametrize("a", [0.0, 0.3, 0.77, 1.0])
+def test_greedy_drafter_agrees_with_probability_a(a):
+    target, drafter = make_pair(seed=2, a=a)
+    hashes = [target.prefix_hash([i, j, k]) for i in range(8) for j in range(8) for k in range(40)]
+    agree = np.mean([drafter.argmax(h) == target.argmax(h) for h in hashes])
+    assert abs(agree - a) < 0.03
+
+
+@pytest.mark.parametrize("a", [0.0, 0.25, 0.9, 1.0])
+def test_sampling_drafter_overlap_is_exactly_a(a):
+    target, drafter = make_pair(seed=5, a=a)
+    for prefix in ([0], [3, 1], [7, 7, 2]):
+        h = target.prefix_hash(prefix)
+        p, q = target.probs(h), drafter.probs(h)
+        assert abs(q.sum() - 1) < 1e-12
+        assert abs(np.minimum(p, q).sum() - a) < 1e-12  # 1 - TV(p, q) = a
+
+
+def test_bad_model_parameters_are_named():
+    with pytest.raises(ConfigError, match="vocab_size"):
+        SimulatedModel(1)
+    with pytest.raises(ConfigError, match="acceptance_rate"):
+        SimulatedModel(4).drafter(1.5)
+    with pytest.raises(ConfigError, match="acceptance_rate"):
+        SimulatedModel(4).drafter(-0.1)
+    with pytest.raises(ConfigError, match="tpot_ms"):
+        LatencyProfile(1.0, -2.0)
+
+
+def test_cache_reuse_and_cropping_give_the_rows_of_a_fresh_server():
+    target, _ = make_pair(seed=9, vocab=5)
+    dec = Decoding(1.0, 0)
+    warm = target.server()
+    warm.compute(Score((1, 2, 3, 4, 0, 0), 2, dec))  # cache a branch that will diverge
+    for ctx in [(1, 2, 3, 4, 1), (1, 2), (1, 2, 3, 4, 1, 3, 3, 2)]:
+        call = Score(ctx, 1, dec)
+        np.testing.assert_array_equal(warm.compute(call).rows, target.server().compute(call).rows)
+
+
+def test_latency_follows_the_cache_prefill_then_decode_steps():
+    t = SimulatedModel(4, latency=LatencyProfile(ttft_ms=50, tpot_ms=10, per_token_ms=2))
+    s, dec = t.server(), Decoding()
+    assert s.duration_ms(Score((1, 2, 3), 0, dec)) == 50  # cold: prefill
+    assert s.duration_ms(Score((1, 2, 3, 0, 1), 2, dec)) == 50 + 2 * 2  # cold, scoring 2 drafts
+    s.compute(Score((1, 2, 3), 0, dec))
+    assert s.duration_ms(Score((1, 2, 3, 0, 1, 2), 3, dec)) == 10 + 2 * 2  # 3 new tokens in one pass
+    assert s.duration_ms(Score((1, 2, 3), 0, dec)) == 10  # fully cached: re-run the last token
+    d = t.server()
+    assert d.duration_ms(Draft((1, 2), 4, dec)) == 50 + 3 * 10  # prefill, then 3 more decode steps
