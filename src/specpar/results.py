@@ -40,6 +40,7 @@ class GenerationResult:
     lookahead: int | None = None
     sp_degree: int = 1
     timeline_source: Callable[[], list[TaskRecord]] | None = field(default=None, repr=False, compare=False)
+    details: dict | None = None  # algorithm-specific extras (HSD: per-level calls and acceptance)
 
     @property
     def timeline(self) -> list[TaskRecord]:
