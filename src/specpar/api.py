@@ -6,7 +6,7 @@ import math
 import warnings
 from typing import Sequence
 
-from specpar.algorithms import ALGORITHMS, dsi, non_si, si
+from specpar.algorithms import ALGORITHMS, dsi, hsd, non_si, si
 from specpar.decoding import Decoding
 from specpar.errors import ConfigError, SpecparWarning
 from specpar.planning import min_lookahead
@@ -52,18 +52,21 @@ def generate(
     seed: int = 0,
     runtime: str = "virtual",
     cancel_frees: str = "now",
+    buffers: Sequence[int] | None = None,
 ) -> GenerationResult:
     """Generate ``max_new_tokens`` tokens after ``prompt`` exactly as ``target`` would.
 
     prompt: token ids (non-empty).
     target, drafter: models with ``.server(name)`` (e.g. SimulatedModel and its drafter).
-    algorithm: "nonsi" (target alone), "si" (speculative inference) or "dsi".
+    algorithm: "nonsi" (target alone), "si" (speculative inference), "dsi", or "hsd" (hierarchical:
+        ``drafter`` is then a list of drafters M0 < ... < MK-1, the smallest first).
     lookahead: draft tokens per verification (k). Default: Eq. 1's smallest for sp_degree.
     sp_degree: target servers DSI may use at once (SI and non-SI use one).
     temperature: 0 for greedy; > 0 samples, verified losslessly by rejection sampling.
     seed: keys every random draw (sampling only).
     runtime: "virtual" (discrete-event clock, nothing sleeps) or "threads" (real time).
     cancel_frees: virtual clock only: "now" (preemptible servers) or "end".
+    buffers: HSD only: T_0 .. T_{K-1}, one per drafter (default: ``lookahead`` or 5 for each).
     """
     if algorithm not in ALGORITHMS:
         raise ConfigError(f"algorithm must be one of {ALGORITHMS}, got {algorithm!r}")
@@ -73,6 +76,9 @@ def generate(
         raise ConfigError(f"sp_degree must be an integer >= 1, got {sp_degree!r}")
     if not isinstance(temperature, (int, float)) or math.isnan(temperature) or temperature < 0:
         raise ConfigError(f"temperature must be >= 0 (0 means greedy), got {temperature!r}")
+    if algorithm == "hsd":
+        return _generate_hsd(prompt, target, drafter, buffers, lookahead, max_new_tokens, Decoding(float(temperature), seed),
+                             runtime, cancel_frees)
     if algorithm != "nonsi":
         if drafter is None:
             raise ConfigError(f"algorithm {algorithm!r} needs a drafter")
@@ -93,3 +99,18 @@ def generate(
         if algorithm == "si":
             return si(rt, target_pool, drafter_pool, prompt, max_new_tokens, lookahead, decoding)
         return dsi(rt, target_pool, drafter_pool, prompt, max_new_tokens, lookahead, decoding)
+
+
+def _generate_hsd(prompt, target, drafters, buffers, lookahead, max_new_tokens, decoding, runtime, cancel_frees):
+    """HSD over the stack drafters[0] < ... < drafters[-1] < target, one server each (one drafter: SI)."""
+    if drafters is not None and not isinstance(drafters, (list, tuple)):
+        drafters = [drafters]
+    if not drafters:
+        raise ConfigError("algorithm 'hsd' needs a list of drafters, the smallest first (drafter=[M0, M1, ...])")
+    if buffers is None:
+        buffers = [lookahead or DEFAULT_LOOKAHEAD] * len(drafters)
+    models = list(drafters) + [target]
+    pools = [Pool([m.server(f"level{i}")], f"level{i}") for i, m in enumerate(models)]
+    rt = VirtualRuntime(pools, cancel_frees) if runtime == "virtual" else RUNTIMES[runtime](pools)
+    with rt:
+        return hsd(rt, pools, prompt, max_new_tokens, list(buffers), decoding)

@@ -1,9 +1,10 @@
 """Algorithms (DESIGN layer 2): each a scheduler of tasks on servers, run unchanged on every runtime."""
 
 from specpar.algorithms.dsi import dsi
+from specpar.algorithms.hsd import hsd
 from specpar.algorithms.nonsi import non_si
 from specpar.algorithms.si import si
 
-ALGORITHMS = ("nonsi", "si", "dsi")
+ALGORITHMS = ("nonsi", "si", "dsi", "hsd")
 
-__all__ = ["non_si", "si", "dsi", "ALGORITHMS"]
+__all__ = ["non_si", "si", "dsi", "hsd", "ALGORITHMS"]
