@@ -54,6 +54,12 @@ def register(sub) -> None:
     p.add_argument("--vocab-size", type=int, default=8, help="vocabulary of the simulated models (default 8)")
     p.add_argument("--prompt-length", type=int, default=8, help="prompt tokens (default 8)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    p.add_argument("--algo", choices=("compare", "hsd"), default="compare",
+                   help="compare: non-SI vs SI vs DSI (default); hsd: hierarchical speculative decoding on a "
+                        "simulated stack, the optimizer's plan vs the best single drafter vs the target alone")
+    from specpar.commands import simulate_hsd
+
+    simulate_hsd.add_arguments(p)
     p.set_defaults(func=run)
 
 
@@ -71,6 +77,10 @@ def _profiles(args) -> tuple[LatencyProfile, LatencyProfile]:
 
 
 def run(args) -> int:
+    if args.algo == "hsd":
+        from specpar.commands import simulate_hsd
+
+        return simulate_hsd.run(args)
     from specpar import analytic
     from specpar.comparison import compare
 

@@ -1,0 +1,152 @@
+"""``specpar simulate --algo hsd``: the optimizer's HSD stack vs the best single drafter vs the target alone.
+
+A simulated stack (specpar.models.stack) with the given costs (ms per forward pass)
+and pairwise acceptance rates runs the three plans on the virtual clock or on
+threads; the table sets each measured latency beside the latency model's prediction.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import statistics
+import sys
+
+from specpar.errors import ConfigError
+
+DEFAULT_COSTS = [0.2, 1.5, 6.0, 30.0]
+DEFAULT_CHAIN = [0.7, 0.85, 0.9]
+
+
+def add_arguments(p) -> None:
+    from specpar.commands.hsd_plan import add_plan_arguments, parse_costs
+
+    g = p.add_argument_group("HSD (--algo hsd)")
+    add_plan_arguments(g, required=False)
+    g.add_argument("--chain", type=parse_costs, default=None, metavar="A01,A12,...",
+                   help="acceptance rates of adjacent models alpha[i][i+1] (instead of --alpha; "
+                        f"default {','.join(map(str, DEFAULT_CHAIN))} with costs {','.join(map(str, DEFAULT_COSTS))} ms)")
+    g.add_argument("--levels", type=lambda s: [int(x) for x in s.split(",")], default=None, metavar="I,J,...",
+                   help="run this hierarchy (model indices, the target last) instead of the optimizer's")
+    g.add_argument("--buffers", type=lambda s: [int(x) for x in s.split(",")], default=None, metavar="T0,T1,...",
+                   help="buffer sizes of --levels (one per level below the target)")
+
+
+def _stack_parameters(args):
+    from specpar.commands.hsd_plan import read_alpha
+    from specpar.models.latency import LatencyProfile
+    from specpar.models.stack import SimulatedStack
+
+    if args.alpha is not None and args.chain is not None:
+        raise ConfigError("give either --alpha or --chain, not both")
+    costs = args.costs if args.costs is not None else DEFAULT_COSTS
+    if args.alpha is None and args.chain is None and args.costs is not None:
+        raise ConfigError("--costs needs the acceptance rates too: --alpha FILE or --chain A01,A12,...")
+    lats = [LatencyProfile.uniform(c) for c in costs]
+
+    def make_stack(seed: int):
+        kw = dict(vocab_size=args.vocab_size, seed=seed)
+        if args.alpha is not None:
+            return SimulatedStack.from_matrix(read_alpha(args.alpha), lats, **kw)
+        return SimulatedStack(args.chain if args.chain is not None else DEFAULT_CHAIN, lats, **kw)
+
+    return costs, make_stack
+
+
+def run(args) -> int:
+    from specpar.api import generate
+    from specpar.hsd_latency import check_costs, hierarchy_latency
+    from specpar.hsd_optimizer import HsdPlan, best_single_drafter, optimize
+
+    costs, make_stack = _stack_parameters(args)
+    check_costs(costs)
+    stack0 = make_stack(args.seed)
+    alpha = stack0.alpha
+    K = len(costs) - 1
+    if args.levels is not None:
+        buffers = args.buffers or []
+        hsd_plan = HsdPlan(tuple(args.levels), tuple(buffers), hierarchy_latency(costs, alpha, args.levels, buffers))
+    else:
+        hsd_plan = optimize(costs, alpha, args.t_max)
+    plans = {"nonsi": HsdPlan((K,), (), costs[K]), "si": best_single_drafter(costs, alpha, args.t_max), "hsd": hsd_plan}
+
+    runs = {name: [] for name in plans}
+    progress = _progress(args, 3 * args.repeats)
+    for r in range(args.repeats):
+        stack = make_stack(args.seed + r)
+        rng = random.Random(args.seed + r)
+        prompt = [rng.randrange(args.vocab_size) for _ in range(args.prompt_length)]
+        for name, plan in plans.items():
+            kw = dict(max_new_tokens=args.max_new_tokens, temperature=args.temperature, seed=args.seed + r,
+                      runtime=args.runtime)
+            if len(plan.levels) == 1:
+                res = generate(prompt, stack.target, algorithm="nonsi", **kw)
+            else:
+                drafters = [stack.models[m] for m in plan.levels[:-1]]
+                res = generate(prompt, stack.target, drafters, algorithm="hsd", buffers=list(plan.buffers), **kw)
+            runs[name].append(res)
+            progress()
+    progress(done=True)
+
+    n = args.max_new_tokens
+    rows = {}
+    for name, plan in plans.items():
+        times = [x.time_ms for x in runs[name]]
+        rows[name] = {
+            "levels": list(plan.levels), "buffers": list(plan.buffers),
+            "predicted_ms_per_token": plan.latency, "measured_ms_per_token": statistics.fmean(times) / n,
+            "mean_ms": statistics.fmean(times), "std_ms": statistics.stdev(times) if len(times) > 1 else 0.0,
+            "speedup_vs_nonsi": statistics.fmean(b.time_ms / x.time_ms for b, x in zip(runs["nonsi"], runs[name])),
+            "speedup_vs_si": statistics.fmean(b.time_ms / x.time_ms for b, x in zip(runs["si"], runs[name])),
+            "same_tokens_as_nonsi": all(a.tokens == b.tokens for a, b in zip(runs["nonsi"], runs[name]))
+            if args.temperature == 0 else None,
+            "acceptance_rate_per_level": runs[name][0].details["acceptance_rate_per_level"] if runs[name][0].details else None,
+        }
+    if args.json:
+        print(json.dumps({"costs_ms": costs, "alpha": alpha.tolist(), "max_new_tokens": n, "runtime": args.runtime,
+                          "temperature": args.temperature, "repeats": args.repeats, "results": rows}, indent=2))
+        return 0
+    _print_table(args, costs, rows)
+    return 0
+
+
+def _progress(args, total: int):
+    if args.json or not sys.stderr.isatty():
+        return lambda done=False: None
+    from rich.progress import Progress
+
+    bar = Progress(transient=True)
+    bar.start()
+    task = bar.add_task("simulating", total=total)
+
+    def step(done=False):
+        bar.stop() if done else bar.advance(task)
+
+    return step
+
+
+def _print_table(args, costs, rows) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from specpar.commands.hsd_plan import describe
+
+    console = Console(width=None if sys.stdout.isatty() else 150)
+    clock = "virtual clock (offline)" if args.runtime == "virtual" else "threads, wall time (online)"
+    mode = "greedy" if args.temperature == 0 else f"sampling at temperature {args.temperature:g}"
+    console.print(f"costs {costs} ms per forward pass (M0 first, target last), N = {args.max_new_tokens}, "
+                  f"{args.repeats} repeats, {clock}, {mode}")
+    table = Table()
+    for col in ("plan", "hierarchy", "T", "ms/token", "predicted", "vs non-SI", "vs SI", "accept rate per level",
+                "same tokens"):
+        table.add_column(col, justify="left" if col in ("plan", "hierarchy") else "right")
+    names = {"nonsi": "target alone", "si": "best single drafter", "hsd": "HSD"}
+    for name, r in rows.items():
+        rates = r["acceptance_rate_per_level"]
+        table.add_row(names[name], describe(r["levels"], len(costs)), str(r["buffers"] or "-"),
+                      f"{r['measured_ms_per_token']:.3f}", f"{r['predicted_ms_per_token']:.3f}",
+                      f"{r['speedup_vs_nonsi']:.2f}x", f"{r['speedup_vs_si']:.2f}x",
+                      ", ".join("-" if x is None else f"{x:.2f}" for x in rates[1:]) if rates else "-",
+                      "-" if r["same_tokens_as_nonsi"] is None else ("yes" if r["same_tokens_as_nonsi"] else "[red]NO[/red]"))
+    console.print(table)
+    console.print("predicted: the latency model's steady-state ms per token, L = sum_i c_i prod_{j>=i} R_j")
