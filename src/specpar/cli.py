@@ -16,6 +16,7 @@ from specpar.errors import SpecparError
 COMMANDS = [
     "specpar.commands.simulate",
     "specpar.commands.hsd_plan",
+    "specpar.commands.heatmap",
 ]
 
 

@@ -1,0 +1,203 @@
+"""The paper's offline heatmaps (Fig. 2, and Fig. 7 at a fixed lookahead): non-SI, SI and DSI over
+drafter latency c x acceptance rate a, on the virtual clock.
+
+Time unit: one target forward pass (T = 1); the drafter takes c. Each cell runs
+``repeats`` generations of ``n`` tokens per algorithm with iid acceptance at
+rate a and reports mean latencies; speedup of X over Y = mean(Y) / mean(X).
+
+* non-SI: n target passes.
+* SI: its best lookahead in ``lookaheads`` for each cell (the mean over repeats
+  minimized over k), or the fixed lookahead.
+* DSI: the smallest lookahead satisfying Eq. 1 for ``sp_degree`` target servers
+  (the drafter on one more device), or the fixed lookahead on ``sp_degree``
+  servers, where Eq. 1 may fail and verifications then queue (simulated).
+
+Runs use common random numbers: repeat r draws one row of uniforms, and a
+draft at position i is right iff u[r, i] < a, for every algorithm, lookahead
+and drafter latency. Each cell still averages ``repeats`` independent runs.
+Latencies come from :mod:`specpar.experiments.fastpath`, which matches the
+event-driven simulator run by run; :func:`event_cell` runs that simulator
+itself (``specpar.generate`` on the virtual clock) for cross-checks.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import statistics
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+import numpy as np
+
+from specpar.errors import ConfigError
+from specpar.experiments.fastpath import acceptance_uniforms, dsi_latency, next_rejection, si_counts
+from specpar.planning import min_lookahead, sp_degree_needed
+
+PANELS = {  # name: (title, numerator, denominator) of speedup = numerator latency / denominator latency
+    "si_vs_nonsi": ("(a) SI vs non-SI", "nonsi", "si"),
+    "dsi_vs_si": ("(b) DSI vs SI", "si", "dsi"),
+    "dsi_vs_nonsi": ("(c) DSI vs non-SI", "nonsi", "dsi"),
+    "dsi_vs_best": ("(d) DSI vs the faster of SI and non-SI", "best", "dsi"),
+}
+
+
+def grid(resolution: int) -> tuple[np.ndarray, np.ndarray]:
+    """The paper's axes at ``resolution`` steps: c in {1/res, ..., 1} [res], a in {0, 1/res, ..., 1} [res+1]."""
+    if isinstance(resolution, bool) or not isinstance(resolution, int) or resolution < 1:
+        raise ConfigError(f"resolution must be a positive integer, got {resolution!r}")
+    return np.arange(1, resolution + 1) / resolution, np.arange(0, resolution + 1) / resolution
+
+
+@dataclass
+class Heatmap:
+    """Mean latencies [len(c), len(a)] in target forward passes, and the lookaheads used."""
+
+    c: np.ndarray
+    a: np.ndarray
+    nonsi: np.ndarray
+    si: np.ndarray
+    dsi: np.ndarray
+    si_lookahead: np.ndarray  # [C, A] SI's (best) lookahead per cell
+    dsi_lookahead: np.ndarray  # [C] DSI's lookahead per drafter latency
+    sp_needed: np.ndarray  # [C] target servers Eq. 1 needs at DSI's lookahead
+    sp_degree: int
+    n: int
+    repeats: int
+    fixed_lookahead: int | None = None
+    lookaheads: tuple[int, int] = (1, 200)
+    seed: int = 0
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def best(self) -> np.ndarray:
+        """The faster of SI and non-SI, per cell."""
+        return np.minimum(self.si, self.nonsi)
+
+    def speedup(self, panel: str) -> np.ndarray:
+        _, num, den = PANELS[panel]
+        return getattr(self, num) / getattr(self, den)
+
+    @property
+    def description(self) -> str:
+        if self.fixed_lookahead is not None:
+            how = f"lookahead {self.fixed_lookahead} for SI and DSI (DSI on {self.sp_degree} target servers)"
+        else:
+            how = (f"SI's best lookahead in {self.lookaheads[0]}..{self.lookaheads[1]}; DSI's smallest lookahead "
+                   f"satisfying Eq. 1 for SP = {self.sp_degree}")
+        return f"N = {self.n}, {self.repeats} repeats per cell, {how}"
+
+    def write_csv(self, path: str) -> None:
+        cols = ["drafter_latency", "acceptance_rate", "nonsi", "si", "si_lookahead", "dsi", "dsi_lookahead",
+                "sp_degree", "eq1_satisfied", *PANELS]
+        speed = {p: self.speedup(p) for p in PANELS}
+        with open(path, "w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(cols)
+            for i, c in enumerate(self.c):
+                for j, a in enumerate(self.a):
+                    w.writerow([f"{c:g}", f"{a:g}", f"{self.nonsi[i, j]:.6g}", f"{self.si[i, j]:.6g}",
+                                int(self.si_lookahead[i, j]), f"{self.dsi[i, j]:.6g}", int(self.dsi_lookahead[i]),
+                                self.sp_degree, int(self.sp_needed[i] <= self.sp_degree),
+                                *(f"{speed[p][i, j]:.6g}" for p in PANELS)])
+
+
+def _check(n, repeats, sp_degree, lookaheads, fixed_lookahead):
+    for name, v in (("N", n), ("repeats", repeats), ("sp_degree", sp_degree)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ConfigError(f"{name} must be a positive integer, got {v!r}")
+    lo, hi = lookaheads
+    if not (isinstance(lo, int) and isinstance(hi, int) and 1 <= lo <= hi):
+        raise ConfigError(f"the lookahead range must be 1 <= first <= last, got {lo}..{hi}")
+    if fixed_lookahead is not None and (not isinstance(fixed_lookahead, int) or fixed_lookahead < 1):
+        raise ConfigError(f"lookahead must be a positive integer, got {fixed_lookahead!r}")
+
+
+def compute_heatmap(
+    resolution: int = 100,
+    *,
+    n: int = 100,
+    repeats: int = 5,
+    sp_degree: int = 7,
+    lookaheads: tuple[int, int] = (1, 200),
+    fixed_lookahead: int | None = None,
+    seed: int = 0,
+    c: Sequence[float] | None = None,
+    a: Sequence[float] | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> Heatmap:
+    """Fig. 2 (``fixed_lookahead=None``) or Fig. 7 (``fixed_lookahead=5``) at ``resolution``.
+
+    c, a: explicit axes instead of the paper's grid at ``resolution``.
+    progress(done, total): called as batches of work finish.
+    """
+    _check(n, repeats, sp_degree, lookaheads, fixed_lookahead)
+    cs, as_ = grid(resolution) if c is None or a is None else (None, None)
+    cs = np.asarray(c if c is not None else cs, dtype=float)
+    as_ = np.asarray(a if a is not None else as_, dtype=float)
+    if cs.size == 0 or as_.size == 0 or not ((cs > 0) & (cs <= 1)).all() or not ((as_ >= 0) & (as_ <= 1)).all():
+        raise ConfigError("drafter latencies c must lie in (0, 1] and acceptance rates a in [0, 1]")
+    ks = np.array([fixed_lookahead] if fixed_lookahead is not None else range(lookaheads[0], lookaheads[1] + 1))
+    dsi_k = np.array([fixed_lookahead or min_lookahead(1.0, float(x), sp_degree) for x in cs])
+    nz = next_rejection(acceptance_uniforms(repeats, n, seed), as_)  # [A, repeats, n+1]
+    A = len(as_)
+    si_batches = max(1, math.ceil(len(ks) / 25))
+    dsi_batches = max(1, math.ceil(len(cs) * A * repeats / 20000))
+    total, done = si_batches + dsi_batches, 0
+
+    # SI: drafted tokens and rounds per (lookahead, a, repeat); latency = drafted * c + rounds, for every c at once.
+    drafted = np.empty((len(ks), A))
+    rounds = np.empty((len(ks), A))
+    flat = nz.reshape(A * repeats, n + 1)
+    for ks_batch in np.array_split(np.arange(len(ks)), si_batches):
+        kk = np.repeat(ks[ks_batch], A * repeats)
+        d, r = si_counts(np.tile(flat, (len(ks_batch), 1)), kk, n)
+        drafted[ks_batch] = d.reshape(len(ks_batch), A, repeats).mean(axis=2)
+        rounds[ks_batch] = r.reshape(len(ks_batch), A, repeats).mean(axis=2)
+        done += 1
+        if progress:
+            progress(done, total)
+    si_all = drafted[:, None, :] * cs[None, :, None] + rounds[:, None, :]  # [K, C, A]
+    best = np.argmin(si_all, axis=0)
+    si = np.take_along_axis(si_all, best[None], axis=0)[0]
+
+    # DSI: one run per (c, a, repeat), vectorized in batches of drafter latencies.
+    dsi = np.empty((len(cs), A))
+    for c_batch in np.array_split(np.arange(len(cs)), dsi_batches):
+        if len(c_batch) == 0:
+            continue
+        runs = len(c_batch) * A * repeats
+        lat = dsi_latency(
+            np.broadcast_to(nz[None], (len(c_batch),) + nz.shape).reshape(runs, n + 1),
+            np.repeat(dsi_k[c_batch], A * repeats), np.repeat(cs[c_batch], A * repeats), n, sp_degree,
+        )
+        dsi[c_batch] = lat.reshape(len(c_batch), A, repeats).mean(axis=2)
+        done += 1
+        if progress:
+            progress(done, total)
+    return Heatmap(
+        c=cs, a=as_, nonsi=np.full((len(cs), A), float(n)), si=si, dsi=dsi, si_lookahead=ks[best],
+        dsi_lookahead=dsi_k, sp_needed=np.array([sp_degree_needed(1.0, float(x), int(k)) for x, k in zip(cs, dsi_k)]),
+        sp_degree=sp_degree, n=n, repeats=repeats, fixed_lookahead=fixed_lookahead, lookaheads=tuple(lookaheads),
+        seed=seed,
+    )
+
+
+def event_cell(c: float, a: float, *, n: int, repeats: int, si_lookahead: int, dsi_lookahead: int, sp_degree: int,
+               seed: int = 0) -> dict[str, float]:
+    """One cell by the event-driven simulator (specpar.generate on the virtual clock): mean latencies in target
+    passes over ``repeats`` simulated model pairs (seeds ``seed`` .. ``seed + repeats - 1``)."""
+    from specpar.api import generate
+    from specpar.models import LatencyProfile, SimulatedModel
+
+    times = {"nonsi": [], "si": [], "dsi": []}
+    for r in range(seed, seed + repeats):
+        target = SimulatedModel(16, seed=r, latency=LatencyProfile.uniform(1.0))
+        drafter = target.drafter(a, LatencyProfile.uniform(c), seed=r + 104729)
+        prompt = [r % 16, 3]
+        times["nonsi"].append(generate(prompt, target, algorithm="nonsi", max_new_tokens=n).time_ms)
+        times["si"].append(generate(prompt, target, drafter, algorithm="si", max_new_tokens=n,
+                                    lookahead=si_lookahead).time_ms)
+        times["dsi"].append(generate(prompt, target, drafter, algorithm="dsi", max_new_tokens=n,
+                                     lookahead=dsi_lookahead, sp_degree=sp_degree).time_ms)
+    return {k: statistics.fmean(v) for k, v in times.items()}
