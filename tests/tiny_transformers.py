@@ -1,0 +1,51 @@
+"""Tiny random-weight transformers models, built in the test (no downloads), in float64 so no greedy tie can flip."""
+
+from __future__ import annotations
+
+import torch
+from transformers import Qwen2Config, Qwen2ForCausalLM
+
+from specpar.models.transformers_model import TransformersModel
+
+
+def tiny_module(vocab: int = 64, seed: int = 0, layers: int = 2, context: int = 256, scale: float = 1.0):
+    """A random Qwen2 causal LM in float64; ``scale`` multiplies the output embedding (larger: more peaked)."""
+    torch.manual_seed(seed)
+    cfg = Qwen2Config(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=layers,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=context,
+                      eos_token_id=None, bos_token_id=None, pad_token_id=None, tie_word_embeddings=False)
+    module = Qwen2ForCausalLM(cfg).to(torch.float64).eval()
+    with torch.no_grad():
+        for p in module.parameters():  # wider weights than the default init: logits far apart
+            p.mul_(3.0)
+        module.lm_head.weight.mul_(scale)
+    return module
+
+
+def perturbed(module, noise: float, seed: int):
+    """A drafter: a copy of ``module`` with Gaussian noise of relative size ``noise`` on every weight."""
+    import copy
+
+    torch.manual_seed(seed)
+    out = copy.deepcopy(module)
+    with torch.no_grad():
+        for p in out.parameters():
+            p.add_(noise * p.std() * torch.randn_like(p) if p.numel() > 1 else 0)
+    return out
+
+
+def tiny_pair(vocab: int = 64, seed: int = 0, noise: float = 0.3, latencies=(None, None), **kw):
+    """(target, drafter) TransformersModels; latencies: their LatencyProfiles for the virtual clock."""
+    target = tiny_module(vocab, seed, **kw)
+    drafter = perturbed(target, noise, seed + 1)
+    return (TransformersModel(target, name="tiny-target", latency=latencies[0]),
+            TransformersModel(drafter, name="tiny-drafter", latency=latencies[1]))
+
+
+def reference_greedy(model: TransformersModel, prompt: list[int], n: int) -> list[int]:
+    """The target's own greedy decoding with transformers' ``generate``."""
+    module = model.module_on("cpu")
+    with torch.no_grad():
+        out = module.generate(torch.tensor([prompt]), max_new_tokens=n, min_new_tokens=n, do_sample=False,
+                              eos_token_id=None, pad_token_id=0)
+    return out[0, len(prompt):].tolist()
