@@ -91,7 +91,7 @@ def generate(
     pools = [target_pool]
     if algorithm != "nonsi":
         drafter_pool = Pool([drafter.server("drafter")], "drafter")
-        pools.append(drafter_pool)
+        pools.insert(0, drafter_pool)  # at a tie on the virtual clock, drafts are seen first
     rt = VirtualRuntime(pools, cancel_frees) if runtime == "virtual" else RUNTIMES[runtime](pools)
     with rt:
         if algorithm == "nonsi":

@@ -1,8 +1,13 @@
 """The virtual clock: a discrete-event simulation of the runtime contract. Nothing sleeps.
 
 A task's duration is its server's ``duration_ms(call)`` at the moment it starts;
-its result is computed (instantly) when the clock reaches its end. Events at the
-same time are taken in submission order, so runs are deterministic.
+its result is computed (instantly) when the clock reaches its end.
+
+Ties: tasks ending at the same time (to 1e-9 ms, so that float sums such as
+5 x 0.2 do not decide) are returned in the order of their pools in ``pools``,
+then in submission order. Runs are deterministic. Put drafters first: a draft
+finishing together with a verification is then seen first, and the verifier's
+row can judge it at once, as it would on a real clock a moment later.
 """
 
 from __future__ import annotations
@@ -33,7 +38,8 @@ class VirtualRuntime(Runtime):
         super().__init__(pools)
         self.cancel_frees = cancel_frees
         self._now = 0.0
-        self._heap: list = []  # (end, task id, task) of started tasks
+        self._heap: list = []  # (end rounded, pool rank, task id, task) of started tasks
+        self._rank = {id(p): i for i, p in enumerate(self.pools)}
         self._idle = {id(p): deque(p.servers) for p in self.pools}
         self._queued = {id(p): deque() for p in self.pools}
 
@@ -54,7 +60,7 @@ class VirtualRuntime(Runtime):
         task.server = server
         task.start = self._now
         task.end = self._now + server.duration_ms(task.call)
-        heapq.heappush(self._heap, (task.end, task.id, task))
+        heapq.heappush(self._heap, (round(task.end, 9), self._rank[id(task.pool)], task.id, task))
 
     def _free(self, pool: Pool, server) -> None:
         queued = self._queued[id(pool)]
@@ -68,10 +74,10 @@ class VirtualRuntime(Runtime):
     def wait(self) -> Task:
         heap = self._heap
         while heap:
-            end, _, task = heapq.heappop(heap)
+            task = heapq.heappop(heap)[3]
             if task.done:  # cancelled with cancel_frees="now": its server is already free
                 continue
-            self._now = end
+            self._now = task.end
             task.done = True
             if task.cancelled:  # cancelled with cancel_frees="end": the server was busy until now
                 self._free(task.pool, task.server)
