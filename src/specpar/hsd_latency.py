@@ -93,10 +93,33 @@ def top_rate(a, t_low):
     return float(r) if r.ndim == 0 else r
 
 
-def check_rate(a) -> float:
+def check_rate(a, name: str = "acceptance rate") -> float:
     if isinstance(a, bool) or not isinstance(a, (int, float, np.floating)) or not 0.0 <= a <= 1.0:
-        raise ConfigError(f"acceptance rate must be a number in [0, 1], got {a!r}")
+        raise ConfigError(f"{name} must be a number in [0, 1], got {a!r}")
     return float(a)
+
+
+def check_alpha(alpha, name: str = "alpha") -> np.ndarray:
+    """alpha as a float [n, n] array with every entry in [0, 1]; ConfigError naming the problem otherwise."""
+    try:
+        rows = [list(r) for r in alpha]
+    except TypeError:
+        raise ConfigError(f"{name} must be a square matrix (a list of rows), got {alpha!r}") from None
+    n = len(rows)
+    if n < 2:
+        raise ConfigError(f"{name} must be at least 2 x 2 (a drafter and the target), got {n} row(s)")
+    for i, r in enumerate(rows):
+        if len(r) != n:
+            raise ConfigError(f"{name} must be square: {n} rows but row {i} has {len(r)} entries")
+    try:
+        a = np.array(rows, dtype=float)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{name} must hold numbers, got {alpha!r}") from None
+    bad = np.argwhere(~((a >= 0.0) & (a <= 1.0)))
+    if len(bad):
+        i, j = bad[0]
+        raise ConfigError(f"{name}[{i}][{j}] = {a[i, j]!r} is not an acceptance rate in [0, 1]")
+    return a
 
 
 def check_costs(costs: Sequence[float]) -> list[float]:
@@ -141,8 +164,10 @@ def hierarchy_latency(costs: Sequence[float], alpha, levels: Sequence[int], buff
     costs: [K+1] c_0 .. c_K; alpha: [K+1, K+1]; levels: increasing model indices ending with K
     (just [K] is the target alone, L = c_K); buffers: T for every level but the target.
     """
-    c = np.asarray(costs, dtype=float)
+    c, a = check_costs(costs), check_alpha(alpha)
+    if len(a) != len(c):
+        raise ConfigError(f"alpha is {len(a)} x {len(a)} but there are {len(c)} costs: give one row per model")
     if list(levels) != sorted(set(levels)) or levels[-1] != len(c) - 1 or levels[0] < 0:
         raise ConfigError(f"levels must be increasing model indices ending with the target {len(c) - 1}, got {list(levels)}")
-    F = forwards_per_token(alpha, levels, buffers)
+    F = forwards_per_token(a, levels, buffers)
     return float(sum(c[s] * f for s, f in zip(levels, F)))

@@ -31,8 +31,7 @@ from typing import Sequence
 import numpy as np
 
 from specpar.errors import ConfigError
-from specpar.hsd_latency import check_buffer, check_costs, gamma_table, hierarchy_latency, top_rate
-from specpar.models.stack import check_square
+from specpar.hsd_latency import check_alpha, check_buffer, check_costs, gamma_table, hierarchy_latency, top_rate
 
 
 @dataclass(frozen=True)
@@ -54,7 +53,7 @@ class HsdPlan:
 
 def check_problem(costs: Sequence[float], alpha, t_max: int) -> tuple[list[float], np.ndarray, int]:
     c = check_costs(costs)
-    a = check_square(alpha)
+    a = check_alpha(alpha)
     if len(a) != len(c):
         raise ConfigError(f"alpha is {len(a)} x {len(a)} but there are {len(c)} costs: give one row per model")
     return c, a, check_buffer("T_max", t_max)

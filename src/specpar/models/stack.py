@@ -48,6 +48,7 @@ import numpy as np
 
 from specpar.decoding import mix64
 from specpar.errors import ConfigError
+from specpar.hsd_latency import check_alpha, check_rate
 from specpar.models.latency import LatencyProfile
 from specpar.models.simulated import SimulatedLM
 
@@ -58,35 +59,6 @@ _LOGIT_SALT = 0x3C6EF372FE94F82B
 _LINK_SALT = 0xC2B2AE3D27D4EB4F
 _TWO64 = 18446744073709551616.0
 FEASIBLE_TOL = 1e-6
-
-
-def check_rate(name: str, value) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.floating)) or not 0.0 <= value <= 1.0:
-        raise ConfigError(f"{name} must be a number in [0, 1], got {value!r}")
-    return float(value)
-
-
-def check_square(alpha, name: str = "alpha") -> np.ndarray:
-    """alpha as a float [n, n] array with every entry in [0, 1]; ConfigError naming the problem otherwise."""
-    try:
-        rows = [list(r) for r in alpha]
-    except TypeError:
-        raise ConfigError(f"{name} must be a square matrix (a list of rows), got {alpha!r}") from None
-    n = len(rows)
-    if n < 2:
-        raise ConfigError(f"{name} must be at least 2 x 2 (a drafter and the target), got {n} row(s)")
-    for i, r in enumerate(rows):
-        if len(r) != n:
-            raise ConfigError(f"{name} must be square: {n} rows but row {i} has {len(r)} entries")
-    try:
-        a = np.array(rows, dtype=float)
-    except (TypeError, ValueError):
-        raise ConfigError(f"{name} must hold numbers, got {alpha!r}") from None
-    bad = np.argwhere(~((a >= 0.0) & (a <= 1.0)))
-    if len(bad):
-        i, j = bad[0]
-        raise ConfigError(f"{name}[{i}][{j}] = {a[i, j]!r} is not an acceptance rate in [0, 1]")
-    return a
 
 
 class SimulatedStack:
@@ -101,7 +73,7 @@ class SimulatedStack:
 
     def __init__(self, chain: Sequence[float], latencies: Sequence[LatencyProfile], vocab_size: int = 16,
                  seed: int = 0, spread: float = 3.0):
-        chain = [check_rate(f"chain acceptance rate alpha[{i}][{i + 1}]", b) for i, b in enumerate(chain)]
+        chain = [check_rate(b, f"chain acceptance rate alpha[{i}][{i + 1}]") for i, b in enumerate(chain)]
         k = len(chain)
         if k < 1:
             raise ConfigError("a stack needs at least one drafter below the target (chain of length >= 1)")
@@ -124,7 +96,7 @@ class SimulatedStack:
 
         Raises ConfigError unless alpha[i][k] == alpha[i][j] * alpha[j][k] for all i < j < k.
         """
-        a = check_square(alpha)
+        a = check_alpha(alpha)
         n = len(a)
         for i in range(n):
             for j in range(i + 1, n):
