@@ -118,7 +118,7 @@ def check_alpha(alpha, name: str = "alpha") -> np.ndarray:
     bad = np.argwhere(~((a >= 0.0) & (a <= 1.0)))
     if len(bad):
         i, j = bad[0]
-        raise ConfigError(f"{name}[{i}][{j}] = {a[i, j]!r} is not an acceptance rate in [0, 1]")
+        raise ConfigError(f"{name}[{i}][{j}] = {float(a[i, j]):g} is not an acceptance rate in [0, 1]")
     return a
 
 
