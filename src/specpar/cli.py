@@ -17,6 +17,7 @@ COMMANDS = [
     "specpar.commands.simulate",
     "specpar.commands.hsd_plan",
     "specpar.commands.heatmap",
+    "specpar.commands.reproduce",
 ]
 
 

@@ -34,7 +34,8 @@ def register(subparsers) -> None:
 def add_grid_arguments(p) -> None:
     """Options shared with ``specpar reproduce``."""
     p.add_argument("--resolution", type=int, default=100, metavar="R",
-                   help="c in {1/R, ..., 1} and a in {0, 1/R, ..., 1} (default 100: the paper's 100 x 101 cells)")
+                   help="R drafter latencies c from 0.01 to 1 and R+1 acceptance rates a from 0 to 1, evenly spaced "
+                        "(default 100: the paper's 100 x 101 cells)")
     p.add_argument("-N", "--max-new-tokens", type=int, default=100, metavar="N", help="tokens per run (default 100)")
     p.add_argument("--repeats", type=int, default=5, help="runs per cell and algorithm (default 5)")
     p.add_argument("--sp-degree", type=int, default=7, metavar="SP",

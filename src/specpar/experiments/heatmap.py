@@ -43,10 +43,12 @@ PANELS = {  # name: (title, numerator, denominator) of speedup = numerator laten
 
 
 def grid(resolution: int) -> tuple[np.ndarray, np.ndarray]:
-    """The paper's axes at ``resolution`` steps: c in {1/res, ..., 1} [res], a in {0, 1/res, ..., 1} [res+1]."""
-    if isinstance(resolution, bool) or not isinstance(resolution, int) or resolution < 1:
-        raise ConfigError(f"resolution must be a positive integer, got {resolution!r}")
-    return np.arange(1, resolution + 1) / resolution, np.arange(0, resolution + 1) / resolution
+    """The paper's axes with ``resolution`` drafter latencies: c from 0.01 to 1 [res] and a from 0 to 1 [res+1],
+    evenly spaced; 100 gives the paper's c in {0.01, ..., 1} x a in {0, 0.01, ..., 1}, and every resolution
+    keeps the corners (the fastest drafter, a useless one, a perfect one)."""
+    if isinstance(resolution, bool) or not isinstance(resolution, int) or resolution < 2:
+        raise ConfigError(f"resolution must be an integer >= 2, got {resolution!r}")
+    return np.round(np.linspace(0.01, 1.0, resolution), 6), np.round(np.linspace(0.0, 1.0, resolution + 1), 6)
 
 
 @dataclass
@@ -126,7 +128,7 @@ def compute_heatmap(
     a: Sequence[float] | None = None,
     progress: Callable[[int, int], None] | None = None,
 ) -> Heatmap:
-    """Fig. 2 (``fixed_lookahead=None``) or Fig. 7 (``fixed_lookahead=5``) at ``resolution``.
+    """Fig. 2 (``fixed_lookahead=None``) or Fig. 7 (``fixed_lookahead=5``) on :func:`grid` (``resolution``).
 
     c, a: explicit axes instead of the paper's grid at ``resolution``.
     progress(done, total): called as batches of work finish.
@@ -201,3 +203,23 @@ def event_cell(c: float, a: float, *, n: int, repeats: int, si_lookahead: int, d
         times["dsi"].append(generate(prompt, target, drafter, algorithm="dsi", max_new_tokens=n,
                                      lookahead=dsi_lookahead, sp_degree=sp_degree).time_ms)
     return {k: statistics.fmean(v) for k, v in times.items()}
+
+
+def dsi_at_si_lookahead(h: Heatmap) -> np.ndarray:
+    """DSI's mean latency [C, A] at SI's own lookahead in each cell of ``h``, on ``h``'s draws, on the target
+    servers Eq. 1 asks for at that lookahead (Theorem 2's setting: same lookahead, at least t2 / (k t1) servers)
+    and at least 2: DSI runs a target pass on the cursor beside each verification, so where k * t1 >= t2 (Eq. 1
+    says 1) a single server would make them queue."""
+    nz = next_rejection(acceptance_uniforms(h.repeats, h.n, h.seed), h.a)  # the draws h was computed on
+    C, A, reps = len(h.c), len(h.a), h.repeats
+    cells_c = np.repeat(np.arange(C), A)
+    cells_a = np.tile(np.arange(A), C)
+    k = h.si_lookahead.reshape(-1)
+    sp = np.array([max(2, sp_degree_needed(1.0, float(h.c[i]), int(kk))) for i, kk in zip(cells_c, k)])
+    out = np.empty(C * A)
+    for servers in np.unique(sp):
+        cells = np.nonzero(sp == servers)[0]
+        runs = nz[cells_a[cells]].reshape(len(cells) * reps, h.n + 1)
+        lat = dsi_latency(runs, np.repeat(k[cells], reps), np.repeat(h.c[cells_c[cells]], reps), h.n, int(servers))
+        out[cells] = lat.reshape(len(cells), reps).mean(axis=1)
+    return out.reshape(C, A)
