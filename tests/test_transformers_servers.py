@@ -213,3 +213,17 @@ def test_replicas_that_do_not_fit_in_memory_are_refused_before_allocating(pair):
         target.servers(4, max_tokens=1 << 40)
     with pytest.raises(ConfigError, match="lower sp_degree"):
         check_fits(target, "cpu", 1, 1 << 40)
+
+
+@pytest.mark.parametrize("algorithm", ["nonsi", "si", "dsi"])
+def test_ready_made_servers_are_reused_and_stream_the_verified_tokens_in_order(pair, algorithm, no_thread_leak):
+    from specpar.runtimes import Pool
+
+    target, drafter = pair
+    targets, drafters = Pool(target.servers(3, prefix="t"), "target"), Pool([drafter.server("d")], "drafter")
+    for prompt in ([5, 6, 7], [5, 6, 7, 8, 9]):  # the second reuses the caches the first left behind
+        streamed: list[list[int]] = []
+        res = generate(prompt, targets, drafters, algorithm=algorithm, max_new_tokens=15, lookahead=3, sp_degree=3,
+                       runtime="threads", stream=streamed.append)
+        assert res.tokens == reference_greedy(target, prompt, 15)
+        assert [t for run in streamed for t in run] == res.tokens and all(streamed)

@@ -53,11 +53,14 @@ def generate(
     runtime: str = "virtual",
     cancel_frees: str = "now",
     buffers: Sequence[int] | None = None,
+    stream=None,
 ) -> GenerationResult:
     """Generate ``max_new_tokens`` tokens after ``prompt`` exactly as ``target`` would.
 
     prompt: token ids (non-empty).
-    target, drafter: models with ``.server(name)`` (e.g. SimulatedModel and its drafter).
+    target, drafter: models with ``.server(name)`` (e.g. SimulatedModel and its drafter), or ready-made
+        servers as a ``Pool`` (e.g. loaded transformers servers whose caches and weights are reused across
+        generations); a target pool must hold at least sp_degree servers for DSI.
     algorithm: "nonsi" (target alone), "si" (speculative inference), "dsi", or "hsd" (hierarchical:
         ``drafter`` is then a list of drafters M0 < ... < MK-1, the smallest first).
     lookahead: draft tokens per verification (k). Default: Eq. 1's smallest for sp_degree.
@@ -67,6 +70,7 @@ def generate(
     runtime: "virtual" (discrete-event clock, nothing sleeps) or "threads" (real time).
     cancel_frees: virtual clock only: "now" (preemptible servers) or "end".
     buffers: HSD only: T_0 .. T_{K-1}, one per drafter (default: ``lookahead`` or 5 for each).
+    stream: called with each run of newly verified tokens as they are accepted (non-SI, SI, DSI).
     """
     if algorithm not in ALGORITHMS:
         raise ConfigError(f"algorithm must be one of {ALGORITHMS}, got {algorithm!r}")
@@ -87,18 +91,27 @@ def generate(
             lookahead = default_lookahead(target, drafter, sp_degree)
     decoding = Decoding(float(temperature), seed)
     n_targets = sp_degree if algorithm == "dsi" else 1
-    target_pool = Pool([target.server(f"target{i}") for i in range(n_targets)], "target")
+    target_pool = _pool(target, n_targets, "target")
     pools = [target_pool]
     if algorithm != "nonsi":
-        drafter_pool = Pool([drafter.server("drafter")], "drafter")
+        drafter_pool = _pool(drafter, 1, "drafter")
         pools.insert(0, drafter_pool)  # at a tie on the virtual clock, drafts are seen first
     rt = VirtualRuntime(pools, cancel_frees) if runtime == "virtual" else RUNTIMES[runtime](pools)
     with rt:
         if algorithm == "nonsi":
-            return non_si(rt, target_pool, prompt, max_new_tokens, decoding)
+            return non_si(rt, target_pool, prompt, max_new_tokens, decoding, stream)
         if algorithm == "si":
-            return si(rt, target_pool, drafter_pool, prompt, max_new_tokens, lookahead, decoding)
-        return dsi(rt, target_pool, drafter_pool, prompt, max_new_tokens, lookahead, decoding)
+            return si(rt, target_pool, drafter_pool, prompt, max_new_tokens, lookahead, decoding, stream)
+        return dsi(rt, target_pool, drafter_pool, prompt, max_new_tokens, lookahead, decoding, stream)
+
+
+def _pool(source, n: int, name: str) -> Pool:
+    """``n`` servers named ``name``: fresh ones from a model, or the first ``n`` of a ready-made Pool."""
+    if isinstance(source, Pool):
+        if len(source) < n:
+            raise ConfigError(f"the {name} pool has {len(source)} server(s) but {n} are needed (sp_degree)")
+        return Pool(source.servers[:n], name)
+    return Pool([source.server(f"{name}{i}") for i in range(n)], name)
 
 
 def _generate_hsd(prompt, target, drafters, buffers, lookahead, max_new_tokens, decoding, runtime, cancel_frees):

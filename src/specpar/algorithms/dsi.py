@@ -37,9 +37,10 @@ def dsi(
     max_new_tokens: int,
     lookahead: int,
     decoding: Decoding = GREEDY,
+    stream=None,
 ) -> GenerationResult:
     check_positive_int("lookahead (k)", lookahead)
-    g = Generation(prompt, max_new_tokens, decoding, runtime)
+    g = Generation(prompt, max_new_tokens, decoding, runtime, stream)
     drafts: list[int] = []  # unverified drafts, at positions len(g.out), len(g.out) + 1, ...
     q_rows: list = []  # the drafter's row each draft was sampled from (None when greedy)
     windows: list[int] = []  # each draft's index within its lookahead window

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Callable, Sequence
 
 from specpar.calls import Proposal, Scores
 from specpar.decoding import Decoding
@@ -26,7 +26,8 @@ class Generation:
     thin wrappers over :mod:`specpar.verification` that also keep the metrics.
     """
 
-    def __init__(self, prompt: Sequence[int], max_new_tokens: int, decoding: Decoding, runtime: Runtime):
+    def __init__(self, prompt: Sequence[int], max_new_tokens: int, decoding: Decoding, runtime: Runtime,
+                 stream: Callable[[list[int]], None] | None = None):
         if len(prompt) == 0:
             raise ConfigError("prompt is empty: give at least one token (the target needs a prefix to continue)")
         check_positive_int("max_new_tokens (N)", max_new_tokens)
@@ -42,6 +43,8 @@ class Generation:
         self.position_accepted: list[int] = []
         self._run = 0  # accepted drafts since the last target token
         self._verified: tuple[int, ...] | None = None  # tuple(out), cached for context()
+        self.stream = stream  # called with each run of newly verified output tokens, in order
+        self._streamed = len(prompt)
 
     @property
     def done(self) -> bool:
@@ -62,6 +65,7 @@ class Generation:
         token = bonus(row, self.decoding, len(self.out))
         self._append(token)
         self._end_round()
+        self._emit()
         return token
 
     def judge(self, draft: int, q_row, row, index: int) -> bool:
@@ -71,6 +75,7 @@ class Generation:
         self._append(token)
         if not accepted:
             self._end_round()
+        self._emit()
         return accepted
 
     def verify(self, proposal: Proposal, scores: Scores) -> int:
@@ -81,7 +86,16 @@ class Generation:
         self.out.extend(proposal.tokens[:n])
         self._append(token)
         self._end_round()
+        self._emit()
         return n
+
+    def _emit(self) -> None:
+        """Hand the newly verified tokens (never past max_new_tokens) to ``stream``."""
+        if self.stream is not None:
+            end = min(len(self.out), self.stop)
+            if end > self._streamed:
+                self.stream(self.out[self._streamed : end])
+                self._streamed = end
 
     def _append(self, token: int) -> None:
         if self.first_token_ms is None:

@@ -24,9 +24,10 @@ def si(
     max_new_tokens: int,
     lookahead: int,
     decoding: Decoding = GREEDY,
+    stream=None,
 ) -> GenerationResult:
     check_positive_int("lookahead (k)", lookahead)
-    g = Generation(prompt, max_new_tokens, decoding, runtime)
+    g = Generation(prompt, max_new_tokens, decoding, runtime, stream)
     while not g.done:
         k = g.lookahead_at(len(g.out), lookahead)
         proposal = runtime.run(drafter, Draft(g.context(), k, decoding)) if k else Proposal([])
