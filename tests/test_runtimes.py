@@ -1,0 +1,136 @@
+"""Layer 4: the runtime contract on the virtual clock and on threads (cancellation, errors, cleanup)."""
+
+import threading
+import time
+
+import pytest
+
+from specpar import LatencyProfile, ServerError, SimulatedModel, generate
+from specpar.calls import Score
+from specpar.decoding import Decoding
+from specpar.runtimes import Pool, ThreadRuntime, VirtualRuntime
+
+from conftest import make_pair, specpar_threads
+
+DEC = Decoding()
+
+
+def one_server_pool(ms: float, name="t"):
+    model = SimulatedModel(4, latency=LatencyProfile.uniform(ms))
+    return Pool([model.server(name)], name)
+
+
+def test_virtual_queues_fifo_and_frees_a_cancelled_server_now():
+    pool = one_server_pool(10.0)
+    rt = VirtualRuntime([pool])
+    a = rt.submit(pool, Score((1,), 0, DEC))
+    b = rt.submit(pool, Score((2,), 0, DEC))  # queued behind a
+    rt.cancel(a)
+    done = rt.wait()
+    assert done is b and done.start == 0.0 and done.end == 10.0
+    with pytest.raises(RuntimeError, match="no task in flight"):
+        rt.wait()
+
+
+def test_virtual_cancel_at_end_keeps_the_server_busy_like_an_unstoppable_kernel():
+    pool = one_server_pool(10.0)
+    rt = VirtualRuntime([pool], cancel_frees="end")
+    a = rt.submit(pool, Score((1,), 0, DEC))
+    b = rt.submit(pool, Score((2,), 0, DEC))
+    rt.cancel(a)
+    done = rt.wait()
+    assert done is b and done.start == 10.0 and done.end == 20.0
+    records = rt.timeline()
+    assert [(r.kind, r.start_ms, r.end_ms, r.cancelled) for r in records] == [
+        ("verify", 0.0, 10.0, True), ("verify", 10.0, 20.0, False)]
+
+
+def test_virtual_runs_a_pool_in_parallel_and_returns_in_time_order():
+    model = SimulatedModel(4, latency=LatencyProfile.uniform(5.0))
+    pool = Pool([model.server("a"), model.server("b")], "t")
+    rt = VirtualRuntime([pool])
+    tasks = [rt.submit(pool, Score((i,), 0, DEC)) for i in range(3)]
+    finished = [rt.wait() for _ in range(3)]
+    assert [t.end for t in finished] == [5.0, 5.0, 10.0]
+    assert finished == tasks
+    assert rt.now() == 10.0
+
+
+def test_bad_cancel_mode_is_named():
+    with pytest.raises(ValueError, match="cancel_frees"):
+        VirtualRuntime([one_server_pool(1.0)], cancel_frees="later")
+
+
+def test_threads_cancel_wakes_a_sleeping_server_and_leaves_no_thread(no_thread_leak):
+    pool = one_server_pool(5000.0)  # a 5 s task
+    t0 = time.perf_counter()
+    with ThreadRuntime([pool]) as rt:
+        first = rt.submit(pool, Score((1,), 0, DEC))
+        time.sleep(0.02)
+        rt.cancel(first)
+        second = rt.submit(pool, Score((1, 2), 0, DEC))  # also 5 s: it starts once the server is free
+        while second.start is None and time.perf_counter() - t0 < 3.0:
+            time.sleep(0.005)
+        assert second.start is not None and second.start < 1000.0, "cancellation did not interrupt the running task"
+        # closing cancels the second task mid-sleep too
+    assert time.perf_counter() - t0 < 2.0
+    assert pool.servers[0]._tokens == ()  # cancelled calls never touched the cache
+
+
+def test_threads_no_thread_alive_after_generations(no_thread_leak):
+    target, drafter = make_pair(a=0.5, c=0.1, target_ms=0.5)
+    for algo in ("nonsi", "si", "dsi"):
+        out = generate([1, 2], target, drafter, algorithm=algo, max_new_tokens=30, runtime="threads", sp_degree=3)
+        assert out.tokens == target.greedy_tokens([1, 2], 30)
+
+
+class FailingServer:
+    """A server that raises on its n-th call."""
+
+    def __init__(self, inner, fail_at: int):
+        self.inner, self.name, self.calls, self.fail_at = inner, inner.name, 0, fail_at
+
+    def __getattr__(self, item):
+        return getattr(self.inner, item)
+
+    def _maybe_fail(self):
+        self.calls += 1
+        if self.calls == self.fail_at:
+            raise MemoryError("simulated CUDA out of memory")
+
+    def run(self, call, cancelled):
+        self._maybe_fail()
+        return self.inner.run(call, cancelled)
+
+    def compute(self, call):
+        self._maybe_fail()
+        return self.inner.compute(call)
+
+
+class FailingModel:
+    def __init__(self, model, fail_at):
+        self.model, self.fail_at = model, fail_at
+        self.latency = model.latency
+
+    def server(self, name=None):
+        return FailingServer(self.model.server(name), self.fail_at)
+
+
+@pytest.mark.parametrize("runtime", ["virtual", "threads"])
+@pytest.mark.parametrize("algo", ["nonsi", "si", "dsi"])
+def test_a_server_exception_surfaces_as_a_clear_error_not_a_hang(runtime, algo, no_thread_leak):
+    target, drafter = make_pair(a=0.6, target_ms=0.5)
+    with pytest.raises(ServerError, match=r"server 'target\d' failed .*MemoryError: simulated CUDA out of memory") as info:
+        generate([1], FailingModel(target, 3), drafter, algorithm=algo, max_new_tokens=40, runtime=runtime)
+    assert isinstance(info.value.__cause__, MemoryError)
+    with pytest.raises(ServerError, match=r"server 'drafter\d*' failed"):
+        generate([1], target, FailingModel(drafter, 2), algorithm="dsi", max_new_tokens=40, runtime=runtime)
+
+
+def test_threads_many_cancellations_leave_nothing_running(no_thread_leak):
+    """DSI at a = 0.3 cancels most verifications and drafts; the runtime still joins every worker."""
+    target, drafter = make_pair(seed=4, a=0.3, c=0.05, target_ms=1.0)
+    out = generate([3], target, drafter, algorithm="dsi", max_new_tokens=60, runtime="threads", sp_degree=6, lookahead=2)
+    assert out.tokens == target.greedy_tokens([3], 60)
+    assert sum(r.cancelled for r in out.timeline) > 5
+    assert threading.active_count() >= 1  # the main thread only, checked by the fixture
