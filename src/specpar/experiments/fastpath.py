@@ -36,7 +36,8 @@ task on p, or the extra row of the previous chunk's verification).
 * When only the last token remains (kk = 0) the run ends at r.
 
 Target passes are assigned to ``sp`` servers first come, first served, so Eq. 1
-violations (queueing) are simulated too. With lookahead 1 and no queueing this
+violations (queueing) are simulated too. Equal times follow the virtual clock's
+rule: a chunk arriving with a target pass (to 1e-9) is seen first. With lookahead 1 and no queueing this
 is Proposition 1's pathwise time t1 * accepted + T * rounds.
 """
 
@@ -107,7 +108,6 @@ def dsi_latency(nz: np.ndarray, k: np.ndarray, t1: np.ndarray, n: int, sp: int, 
     s = np.zeros(R)
     free = np.zeros((R, sp))
     r = _submit(free, np.arange(R), s, T)  # the first target pass, on position 0
-    r_sent = s.copy()  # when the pass that gives r was submitted (decides ties with the chunk's arrival)
     while ids.size:
         rows = np.arange(ids.size)
         kk = np.minimum(k, n - 1 - p)
@@ -115,8 +115,8 @@ def dsi_latency(nz: np.ndarray, k: np.ndarray, t1: np.ndarray, n: int, sp: int, 
         out[ids[done]] = r[done]
         arrive = s + _draft_ms(kk, t1)
 
-        def ready_first(w):  # on equal times the runtime finishes the task submitted first
-            return (r[w] < arrive[w]) | ((r[w] == arrive[w]) & (r_sent[w] <= s[w]))
+        def ready_first(w):  # the virtual clock takes a draft first when it ends with a target pass (to 1e-9)
+            return np.round(r[w], 9) < np.round(arrive[w], 9)
 
         m = np.zeros(ids.size, dtype=np.int64)
         taking = ~done
@@ -128,7 +128,6 @@ def dsi_latency(nz: np.ndarray, k: np.ndarray, t1: np.ndarray, n: int, sp: int, 
             out[ids[w[last]]] = r[w[last]]
             done[w[last]] = True
             w = w[~last]
-            r_sent[w] = r[w]
             r[w] = _submit(free, w, r[w], T)
             taking = np.zeros(ids.size, dtype=bool)
             taking[w] = ready_first(w)
@@ -151,14 +150,12 @@ def dsi_latency(nz: np.ndarray, k: np.ndarray, t1: np.ndarray, n: int, sp: int, 
         p = np.where(clean, p + kk, p)
         s = np.where(clean, arrive, s)
         r = np.where(clean, end, r)
-        r_sent = np.where(clean, arrive, r_sent)
         # rejection: cancel everything, restart from the corrected cursor
         p = np.where(rejected, e + 1, p)
         s = np.where(rejected, t_reject, s)
         free[rejected] = t_reject[rejected, None]
         w = np.nonzero(rejected)[0]
         r[w] = _submit(free, w, s[w], T)
-        r_sent[w] = s[w]
         keep = ~done
-        ids, p, s, r, r_sent, k, t1, free = (x[keep] for x in (ids, p, s, r, r_sent, k, t1, free))
+        ids, p, s, r, k, t1, free = (x[keep] for x in (ids, p, s, r, k, t1, free))
     return out
