@@ -64,6 +64,10 @@ def register(sub) -> None:
 
 
 def _profiles(args) -> tuple[LatencyProfile, LatencyProfile]:
+    for flag in ("target_tpot", "target_ttft", "drafter_tpot", "drafter_ttft"):
+        value = getattr(args, flag)
+        if value is not None and not value >= 0:
+            raise ConfigError(f"--{flag.replace('_', '-')} must be a latency >= 0 ms, got {value}")
     target = LatencyProfile(args.target_ttft if args.target_ttft is not None else args.target_tpot, args.target_tpot)
     if args.drafter_tpot is not None:
         ttft = args.drafter_ttft if args.drafter_ttft is not None else args.drafter_tpot

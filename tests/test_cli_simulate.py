@@ -1,0 +1,36 @@
+"""`specpar simulate`: table and JSON output, every flag documented."""
+
+import json
+
+from specpar.cli import build_parser, main
+
+
+def test_json_output_has_all_three_algorithms_and_the_closed_forms(capsys):
+    assert main(["simulate", "--json", "-N", "30", "--repeats", "3", "-a", "0.8", "-c", "0.1", "--sp-degree", "5"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["config"]["lookahead"] == 2  # Eq. 1 for c = 0.1, SP = 5
+    res = out["results"]
+    assert set(res) >= {"nonsi", "si", "dsi"}
+    assert res["nonsi"]["mean_ms"] == 30 * 30.0
+    assert all(res[a]["same_tokens_as_nonsi"] for a in ("si", "dsi"))
+    assert res["dsi"]["speedup_vs_nonsi"] > res["si"]["speedup_vs_nonsi"] > 1
+    assert out["closed_forms"]["si_expected_ms"] > 0
+
+
+def test_table_output_and_threads_runtime(capsys):
+    assert main(["simulate", "-N", "15", "--repeats", "1", "--target-tpot", "2", "--runtime", "threads"]) == 0
+    text = capsys.readouterr().out
+    for word in ("non-SI", "SI", "DSI", "lookahead k =", "threads"):
+        assert word in text
+
+
+def test_slow_drafter_warns_in_the_output(capsys):
+    assert main(["simulate", "-N", "10", "--repeats", "1", "-c", "1.5"]) == 0
+    assert "Assumption 2" in capsys.readouterr().out
+
+
+def test_help_explains_every_flag():
+    sub = build_parser()._subparsers._group_actions[0].choices["simulate"]
+    for action in sub._actions:
+        if action.option_strings and action.dest != "help":
+            assert action.help and len(action.help) > 10, f"{action.option_strings} has no explanation"
