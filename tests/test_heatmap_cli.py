@@ -1,0 +1,42 @@
+"""``specpar heatmap``: PNG and CSV files, the CSV's contents, clear errors for bad options."""
+
+import csv
+
+import pytest
+
+from specpar.cli import main
+
+
+def test_heatmap_writes_png_and_csv(tmp_path, capsys):
+    prefix = str(tmp_path / "fig2")
+    assert main(["heatmap", "--resolution", "4", "-N", "20", "--repeats", "2", "-o", prefix]) == 0
+    assert (tmp_path / "fig2.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    rows = list(csv.DictReader(open(prefix + ".csv")))
+    assert len(rows) == 4 * 5
+    assert {r["drafter_latency"] for r in rows} == {"0.01", "0.34", "0.67", "1"}
+    for r in rows:
+        assert float(r["nonsi"]) == 20
+        assert float(r["dsi_vs_nonsi"]) >= 1 - 1e-9  # Theorem 1 in every cell
+        assert float(r["si_vs_nonsi"]) == pytest.approx(float(r["nonsi"]) / float(r["si"]), rel=1e-5)
+        assert 1 <= int(r["si_lookahead"]) <= 200
+    assert "(d) DSI vs the faster of SI and non-SI" in capsys.readouterr().out
+
+
+def test_fixed_lookahead_reports_where_eq1_fails(tmp_path, capsys):
+    prefix = str(tmp_path / "fig7")
+    assert main(["heatmap", "--resolution", "3", "-N", "20", "--repeats", "2", "-k", "5", "-o", prefix]) == 0
+    rows = list(csv.DictReader(open(prefix + ".csv")))
+    assert {r["si_lookahead"] for r in rows} == {"5"} and {r["dsi_lookahead"] for r in rows} == {"5"}
+    assert {r["eq1_satisfied"] for r in rows if r["drafter_latency"] == "0.01"} == {"0"}  # 1 / (5 * 0.01) > 7
+    assert "Eq. 1 fails" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("args,words", [
+    (["--resolution", "1"], "resolution must be an integer >= 2"),
+    (["--repeats", "0"], "repeats must be a positive integer"),
+    (["--lookahead-range", "5", "2"], "1 <= first <= last"),
+    (["-k", "0"], "lookahead must be a positive integer"),
+])
+def test_bad_options_get_clear_errors(tmp_path, capsys, args, words):
+    assert main(["heatmap", "-o", str(tmp_path / "x"), *args]) == 2
+    assert words in capsys.readouterr().err
