@@ -83,6 +83,8 @@ def dsi(
         drafts.extend(new)
         q_rows.extend(q[taken:] if q is not None else [None] * len(new))
         windows.extend(range(taken, len(tokens)))
+        if len(g.out) not in known:  # nothing can judge the new drafts yet: hand the drafter its next chunk first
+            keep_drafting()
         before = epoch
         settle()  # the previous chunk's extra row may judge the first new draft at once
         n = min(len(new), len(drafts))
@@ -96,18 +98,26 @@ def dsi(
             known[pos] = scores.rows[pos - scores.start]
         settle()
 
-    def keep_busy() -> None:
-        """After every event: a target works on (or knows) the cursor, and the drafter drafts ahead."""
-        nonlocal drafting
+    def cover_cursor() -> None:
+        """A target works on (or already knows) the cursor; tasks wholly behind it are dropped."""
         cursor = len(g.out)
         while verifying and verifying[0].call.end < cursor:
             runtime.cancel(verifying.pop(0))  # every row it would give is already behind the cursor
         if cursor not in known and not (verifying and verifying[0].call.start <= cursor):
             verifying.append(runtime.submit(target, Score(g.context(), 0, decoding)))
+
+    def keep_drafting() -> None:
+        """The drafter drafts the next chunk after the last draft."""
+        nonlocal drafting
         if drafting is None:
-            k = g.lookahead_at(cursor + len(drafts), lookahead)
+            k = g.lookahead_at(len(g.out) + len(drafts), lookahead)
             if k:
                 drafting = runtime.submit(drafter, Draft(g.context(drafts), k, decoding))
+
+    def keep_busy() -> None:
+        """After every event: the invariants that make DSI never slower than non-SI, and drafting ahead."""
+        cover_cursor()
+        keep_drafting()
 
     keep_busy()
     while not g.done:
