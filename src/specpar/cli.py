@@ -18,6 +18,7 @@ COMMANDS = [
     "specpar.commands.hsd_plan",
     "specpar.commands.heatmap",
     "specpar.commands.reproduce",
+    "specpar.commands.table",
 ]
 
 

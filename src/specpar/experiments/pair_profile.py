@@ -1,0 +1,127 @@
+"""A target/drafter pair's measured latencies and acceptance rate, as JSON: what the online table simulates.
+
+The format (``specpar profile`` writes it; any tool may)::
+
+    {
+      "target":  {"name": "Qwen2.5-1.5B", "ttft_ms": 41.0, "tpot_ms": 22.5, "per_token_ms": 0.0},
+      "drafter": {"name": "Qwen2.5-0.5B", "ttft_ms": 15.2, "tpot_ms": 9.1},
+      "acceptance_rate": 0.71,
+      "device": "cpu", "dataset": "...", "note": "..."
+    }
+
+ttft_ms: time to first token (a prefill); tpot_ms: time per output token;
+per_token_ms (optional, default 0): extra ms per additional token in one pass.
+Latency fields may also sit under a "latency" object inside "target"/"drafter".
+Everything beyond these keys is kept as metadata.
+
+The default model pair's profile, measured on this machine, lives at
+``<cache>/profiles/default-pair.json`` (cache: ``$SPECPAR_CACHE``, else
+``$XDG_CACHE_HOME/specpar``, else ``~/.cache/specpar``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from specpar.errors import ConfigError
+from specpar.models.latency import LatencyProfile
+
+
+@dataclass(frozen=True)
+class PairProfile:
+    target_name: str
+    drafter_name: str
+    target: LatencyProfile
+    drafter: LatencyProfile
+    acceptance_rate: float
+    meta: dict = field(default_factory=dict, compare=False)
+
+    def __post_init__(self):
+        a = self.acceptance_rate
+        if not isinstance(a, (int, float)) or math.isnan(a) or not 0.0 <= a <= 1.0:
+            raise ConfigError(f"acceptance_rate must be in [0, 1], got {a!r}")
+        if self.target.tpot_ms <= 0:
+            raise ConfigError(f"the target's tpot_ms must be > 0, got {self.target.tpot_ms!r}")
+
+    @property
+    def label(self) -> str:
+        return f"{self.target_name} / {self.drafter_name}" if self.drafter_name else self.target_name
+
+    @property
+    def drafter_fraction(self) -> float:
+        """Drafter latency c: the drafter's TPOT as a fraction of the target's."""
+        return self.drafter.tpot_ms / self.target.tpot_ms
+
+    @classmethod
+    def from_dict(cls, d: dict, where: str = "profile") -> "PairProfile":
+        if not isinstance(d, dict):
+            raise ConfigError(f"{where}: expected a JSON object with 'target', 'drafter' and 'acceptance_rate'")
+
+        def model(key):
+            m = d.get(key)
+            if not isinstance(m, dict):
+                raise ConfigError(f"{where}: missing '{key}' object with ttft_ms and tpot_ms")
+            lat = m.get("latency", m)
+            try:
+                tpot = float(lat["tpot_ms"])
+                profile = LatencyProfile(float(lat.get("ttft_ms", tpot)), tpot, float(lat.get("per_token_ms", 0.0)))
+            except (KeyError, TypeError, ValueError):
+                raise ConfigError(f"{where}: '{key}' needs a number tpot_ms (and optionally ttft_ms, per_token_ms)") \
+                    from None
+            return str(m.get("name", key)), profile
+
+        a = d.get("acceptance_rate", (d.get("acceptance") or {}).get("rate") if isinstance(d.get("acceptance"), dict)
+                  else d.get("acceptance"))
+        if a is None:
+            raise ConfigError(f"{where}: missing 'acceptance_rate'")
+        (tn, t), (dn, dr) = model("target"), model("drafter")
+        meta = {k: v for k, v in d.items() if k not in ("target", "drafter", "acceptance_rate")}
+        try:
+            a = float(a)
+        except (TypeError, ValueError):
+            raise ConfigError(f"{where}: acceptance_rate must be a number, got {a!r}") from None
+        return cls(tn, dn, t, dr, a, meta)
+
+    def to_dict(self) -> dict:
+        def model(name, lat):
+            return {"name": name, "ttft_ms": lat.ttft_ms, "tpot_ms": lat.tpot_ms, "per_token_ms": lat.per_token_ms}
+
+        return {"target": model(self.target_name, self.target), "drafter": model(self.drafter_name, self.drafter),
+                "acceptance_rate": self.acceptance_rate, **self.meta}
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> "PairProfile":
+        try:
+            text = Path(path).read_text()
+        except OSError as exc:
+            raise ConfigError(f"cannot read profile {str(path)!r}: {exc.strerror or exc}") from None
+        try:
+            d = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"profile {str(path)!r} is not valid JSON: {exc}") from None
+        return cls.from_dict(d, where=f"profile {str(path)!r}")
+
+    def save(self, path: str | os.PathLike) -> None:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(str(path) + ".tmp")
+        tmp.write_text(json.dumps(self.to_dict(), indent=2) + "\n")
+        tmp.replace(path)
+
+
+def default_profile_path() -> Path:
+    """Where the default model pair's profile measured on this machine is kept."""
+    if os.environ.get("SPECPAR_CACHE"):
+        base = Path(os.environ["SPECPAR_CACHE"])
+    else:
+        base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "specpar"
+    return base / "profiles" / "default-pair.json"
+
+
+def load_default_profile() -> PairProfile | None:
+    """The default pair's profile if it has been measured here (None if not)."""
+    path = default_profile_path()
+    return PairProfile.load(path) if path.is_file() else None
