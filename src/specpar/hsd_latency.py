@@ -21,6 +21,7 @@ L = (T_0 c_0 + c_1) (1 - a) / (1 - a^(T_0 + 1)): SI's closed form per token.
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Sequence
 
@@ -58,8 +59,11 @@ def gamma(a: float, t_low: int, t_up: int) -> float:
     (the expected number of renewals of a bounded-geometric walk to pass t_up).
     gamma(a, t, t') = ceil(t' / (t + 1)) at a = 1 and t' at a = 0.
     """
-    check_rate(a)
-    t_low, t_up = check_buffer("T_lower", t_low), check_buffer("T_upper", t_up)
+    return _gamma(check_rate(a), check_buffer("T_lower", t_low), check_buffer("T_upper", t_up))
+
+
+@functools.lru_cache(maxsize=65536)
+def _gamma(a: float, t_low: int, t_up: int) -> float:
     return float(gamma_table(np.array([a]), max(t_low, t_up))[0, t_low - 1, t_up - 1])
 
 
