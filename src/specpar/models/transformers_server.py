@@ -39,9 +39,8 @@ class TransformersServer:
     Several servers of one model on one device share the weights (one module);
     only their caches are separate. Implements the runtime's server contract.
 
-    threads: torch intra-op threads this server uses while it runs (None: leave torch's setting);
-        set so that servers running at once do not oversubscribe the cores.
-    forward_s: seconds spent inside forward passes so far (overhead accounting).
+    forward_s: seconds spent inside forward passes so far; forward_log: their (start, end)
+        perf_counter times, for the time a generation spends outside forward passes.
     """
 
     def __init__(self, model: "TransformersModel", name: str, device: str):
@@ -50,8 +49,8 @@ class TransformersServer:
         self.device = device
         self.module = model.module_on(device)
         self.latency = model.latency
-        self.threads: int | None = None
         self.forward_s = 0.0
+        self.forward_log: list[tuple[float, float]] = []
         self.forwards = 0
         self.tokens: tuple[int, ...] = ()  # the tokens whose keys and values the cache holds
         self._cache = None
@@ -82,7 +81,9 @@ class TransformersServer:
         t0 = time.perf_counter()
         out = self.module(input_ids=ids, past_key_values=self._cache, use_cache=True)
         logits = out.logits[0]
-        self.forward_s += time.perf_counter() - t0
+        t1 = time.perf_counter()
+        self.forward_s += t1 - t0
+        self.forward_log.append((t0, t1))
         self.forwards += 1
         self.tokens += tuple(new)
         return logits
@@ -116,8 +117,6 @@ class TransformersServer:
         """The result of ``call`` from real forward passes; None when ``cancelled`` was set mid-draft."""
         import torch
 
-        if self.threads is not None and torch.get_num_threads() != self.threads:
-            torch.set_num_threads(self.threads)
         with torch.inference_mode():
             if type(call) is Score:
                 return self._score(call)
