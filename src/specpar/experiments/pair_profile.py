@@ -68,11 +68,11 @@ class PairProfile:
             lat = m.get("latency", m)
             try:
                 tpot = float(lat["tpot_ms"])
-                profile = LatencyProfile(float(lat.get("ttft_ms", tpot)), tpot, float(lat.get("per_token_ms", 0.0)))
+                ttft, per_token = float(lat.get("ttft_ms", tpot)), float(lat.get("per_token_ms", 0.0))
             except (KeyError, TypeError, ValueError):
                 raise ConfigError(f"{where}: '{key}' needs a number tpot_ms (and optionally ttft_ms, per_token_ms)") \
                     from None
-            return str(m.get("name", key)), profile
+            return str(m.get("name", key)), LatencyProfile(ttft, tpot, per_token)
 
         a = d.get("acceptance_rate", (d.get("acceptance") or {}).get("rate") if isinstance(d.get("acceptance"), dict)
                   else d.get("acceptance"))
