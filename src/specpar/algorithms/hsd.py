@@ -27,7 +27,7 @@ No level drafts past the last output token (the target makes that one itself).
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -54,6 +54,64 @@ def check_buffers(buffers: Sequence[int], n_drafters: int) -> list[int]:
     return [check_positive_int(f"buffer size T_{i}", t) for i, t in enumerate(buffers)]
 
 
+class DrafterLevels:
+    """The levels below the target, M0 .. M_{K-1}: how M_m gets its next T_m tokens (Algorithm 1's recursion).
+
+    Written once for every way of executing a call: ``run(m, call)`` returns the result
+    of a Draft (m = 0) or Score (m > 0) call on model m (a runtime task in :func:`hsd`,
+    a direct server call inside :class:`~specpar.algorithms.hsd_sp.LevelsServer`).
+    Counts, per level: requests (``calls``), forward passes, drafts tested and accepted.
+    """
+
+    def __init__(self, run: Callable, buffers: Sequence[int]):
+        self.run = run
+        self.T = list(buffers)
+        n = len(self.T)
+        self.calls, self.forwards, self.tested, self.accepted = [0] * n, [0] * n, [0] * n, [0] * n
+        self._verifiers: dict = {}
+
+    def fill(self, m: int, context: tuple[int, ...], limit: int, decoding: Decoding, want: int | None = None) -> Proposal:
+        """M_m's next ``want`` (default T_m) tokens after ``context``, never past position ``limit``, with their rows.
+
+        Proposal.q holds M_m's own row at each token (the q of the level above), None when greedy.
+        """
+        want = min(self.T[m] if want is None else want, limit - len(context))
+        self.calls[m] += 1
+        if m == 0:
+            self.forwards[0] += want
+            return self.run(0, Draft(context, want, decoding))
+        verifier = self._verifier(decoding, m)
+        tokens, rows = [], []
+        while len(tokens) < want:
+            batch = self.fill(m - 1, context + tuple(tokens), limit, decoding)
+            scores = self.run(m, Score(context + tuple(tokens) + tuple(batch.tokens), len(batch.tokens), decoding))
+            self.forwards[m] += 1
+            n, token = verify_chain(batch.tokens, batch.q, scores.rows, verifier, scores.start)
+            self.tested[m] += min(n + 1, len(batch.tokens))
+            self.accepted[m] += n
+            tokens += batch.tokens[:n] + [token]
+            rows.extend(scores.rows[: n + 1])  # M_m's own row at each kept position
+        return Proposal(tokens[:want], None if decoding.greedy else np.stack(rows[:want]))
+
+    def _verifier(self, decoding: Decoding, m: int) -> Decoding:
+        key = (decoding, m)
+        if key not in self._verifiers:
+            self._verifiers[key] = level_decoding(decoding, m)
+        return self._verifiers[key]
+
+    def details(self, target_rounds: int, target_tested: int, target_accepted: int) -> dict:
+        """Per-level metrics, M0 first and the target last."""
+        tested, accepted = self.tested + [target_tested], self.accepted + [target_accepted]
+        return {
+            "buffers": self.T,
+            "calls_per_level": self.calls + [target_rounds],  # M0: Draft calls; Mi: requests; MK: rounds
+            "forwards_per_level": self.forwards + [target_rounds],  # M0: drafted tokens; others: passes
+            "acceptance_rate_per_level": [None] + [a / t if t else None for a, t in zip(accepted[1:], tested[1:])],
+            "tested_per_level": tested,
+            "accepted_per_level": accepted,
+        }
+
+
 def hsd(
     runtime: Runtime,
     levels: Sequence[Pool],
@@ -61,54 +119,26 @@ def hsd(
     max_new_tokens: int,
     buffers: Sequence[int],
     decoding: Decoding = GREEDY,
+    stream=None,
 ) -> GenerationResult:
     """levels: [K+1] pools, M0 (the only autoregressive drafter) first, the target MK last.
     buffers: [K] T_0 .. T_{K-1}: tokens M0 drafts per call, tokens Mi hands up per call.
+    stream: called with each run of newly verified tokens (see Generation).
     """
     if len(levels) < 2:
         raise ConfigError("HSD needs at least one drafter level below the target")
     K = len(levels) - 1
     T = check_buffers(buffers, K)
-    g = Generation(prompt, max_new_tokens, decoding, runtime)
-    verifier = [level_decoding(decoding, m) for m in range(K)]
-    tested, accepted = [0] * (K + 1), [0] * (K + 1)
-    calls, forwards = [0] * (K + 1), [0] * (K + 1)  # requests to each level; its forward passes
-
-    def fill(m: int, context: tuple[int, ...]) -> Proposal:
-        """M_m's next T_m tokens after ``context`` (fewer only at the end of the generation), with their rows."""
-        want = min(T[m], g.stop - 1 - len(context))
-        calls[m] += 1
-        if m == 0:
-            forwards[0] += want
-            return runtime.run(levels[0], Draft(context, want, decoding))
-        tokens, rows = [], []
-        while len(tokens) < want:
-            batch = fill(m - 1, context + tuple(tokens))
-            scores = runtime.run(levels[m], Score(context + tuple(tokens) + tuple(batch.tokens), len(batch.tokens), decoding))
-            forwards[m] += 1
-            n, token = verify_chain(batch.tokens, batch.q, scores.rows, verifier[m], scores.start)
-            tested[m] += min(n + 1, len(batch.tokens))
-            accepted[m] += n
-            tokens += batch.tokens[:n] + [token]
-            rows.extend(scores.rows[: n + 1])  # M_m's own row at each kept position: the q of the level above
-        return Proposal(tokens[:want], None if decoding.greedy else np.stack(rows[:want]))
-
+    g = Generation(prompt, max_new_tokens, decoding, runtime, stream)
+    below = DrafterLevels(lambda m, call: runtime.run(levels[m], call), T)
+    rounds = 0
     while not g.done:
-        proposal = fill(K - 1, g.context()) if g.lookahead_at(len(g.out), 1) else Proposal([])
+        proposal = below.fill(K - 1, g.context(), g.stop - 1, decoding) if g.lookahead_at(len(g.out), 1) else Proposal([])
         scores = runtime.run(levels[K], Score(g.context(proposal.tokens), len(proposal.tokens), decoding))
-        calls[K] += 1
-        forwards[K] += 1
+        rounds += 1
         g.verify(proposal, scores)
     result = g.result("hsd", lookahead=T[K - 1], sp_degree=1)
-    tested[K], accepted[K] = result.drafted, result.accepted
-    result.target_forwards = forwards[K]
-    result.drafter_forwards = sum(forwards[:K])  # every model below the target
-    result.details = {
-        "buffers": T,
-        "calls_per_level": calls,  # M0: Draft calls; Mi: requests for T_i tokens; MK: rounds
-        "forwards_per_level": forwards,  # M0: drafted tokens; Mi, MK: verification passes
-        "acceptance_rate_per_level": [None] + [accepted[m] / tested[m] if tested[m] else None for m in range(1, K + 1)],
-        "tested_per_level": tested,
-        "accepted_per_level": accepted,
-    }
+    result.target_forwards = rounds
+    result.drafter_forwards = sum(below.forwards)  # every model below the target
+    result.details = below.details(rounds, result.drafted, result.accepted)
     return result
