@@ -34,3 +34,11 @@ def test_help_explains_every_flag():
     for action in sub._actions:
         if action.option_strings and action.dest != "help":
             assert action.help and len(action.help) > 10, f"{action.option_strings} has no explanation"
+
+
+def test_timeline_png_is_drawn_for_each_algorithm(tmp_path, capsys):
+    png = tmp_path / "timeline.png"
+    assert main(["simulate", "-N", "20", "--repeats", "2", "--timeline", str(png), "--json"]) == 0
+    json.loads(capsys.readouterr().out)
+    data = png.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 20_000  # three panels of bars, not an empty canvas

@@ -26,6 +26,7 @@ class AlgorithmSummary:
     speedup_vs_nonsi: float = math.nan
     speedup_vs_si: float = math.nan
     same_tokens_as_nonsi: bool | None = None
+    first_run: GenerationResult | None = field(default=None, repr=False)  # repeat 0, e.g. for a timeline plot
 
     @property
     def mean_ms(self) -> float:
@@ -36,7 +37,7 @@ class AlgorithmSummary:
         return statistics.stdev(self.time_ms) if len(self.time_ms) > 1 else 0.0
 
     def to_dict(self) -> dict:
-        d = {k: getattr(self, k) for k in self.__dataclass_fields__}
+        d = {k: getattr(self, k) for k in self.__dataclass_fields__ if k != "first_run"}
         d.update(mean_ms=self.mean_ms, std_ms=self.std_ms)
         return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in d.items()}
 
@@ -79,7 +80,8 @@ def compare(
                 progress(algo)
     out = {}
     for algo, results in runs.items():
-        s = AlgorithmSummary(algo, results[0].lookahead, results[0].sp_degree, [x.time_ms for x in results])
+        s = AlgorithmSummary(algo, results[0].lookahead, results[0].sp_degree, [x.time_ms for x in results],
+                             first_run=results[0])
         drafted = sum(x.drafted for x in results)
         accepted = sum(x.accepted for x in results)
         rounds = sum(x.rounds for x in results)

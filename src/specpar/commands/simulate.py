@@ -54,6 +54,9 @@ def register(sub) -> None:
     p.add_argument("--vocab-size", type=int, default=8, help="vocabulary of the simulated models (default 8)")
     p.add_argument("--prompt-length", type=int, default=8, help="prompt tokens (default 8)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    p.add_argument("--timeline", metavar="PNG", default=None,
+                   help="also draw the first repeat of each algorithm as a Gantt chart of its tasks per server "
+                        "(drafts, verifications, cancelled work) to this PNG file")
     p.add_argument("--algo", choices=("compare", "hsd"), default="compare",
                    help="compare: non-SI vs SI vs DSI (default); hsd: hierarchical speculative decoding on a "
                         "simulated stack, the optimizer's plan vs the best single drafter vs the target alone")
@@ -129,6 +132,11 @@ def run(args) -> int:
             "dsi_prop1_bound_ms_lookahead1": analytic.dsi_latency_bound(t, d, a, n),
         }
 
+    if args.timeline:
+        from specpar.timeline_plot import plot_timelines
+
+        plot_timelines([s.first_run for s in summary.values()], args.timeline,
+                       title=f"c = {c:.3g}, a = {a:g}, N = {args.max_new_tokens}, seed {args.seed}")
     if args.json:
         print(json.dumps({
             "config": {
@@ -144,6 +152,8 @@ def run(args) -> int:
         }, indent=2))
         return 0
     _print_table(args, summary, target_lat, drafter_lat, c, k, why, closed, messages)
+    if args.timeline:
+        print(f"timeline of the first repeat written to {args.timeline}")
     return 0
 
 
