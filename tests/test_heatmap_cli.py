@@ -40,3 +40,10 @@ def test_fixed_lookahead_reports_where_eq1_fails(tmp_path, capsys):
 def test_bad_options_get_clear_errors(tmp_path, capsys, args, words):
     assert main(["heatmap", "-o", str(tmp_path / "x"), *args]) == 2
     assert words in capsys.readouterr().err
+
+
+def test_check_cells_prints_event_simulator_beside_fast_path(tmp_path, capsys):
+    assert main(["heatmap", "--resolution", "2", "-N", "10", "--repeats", "2", "--check-cells", "2",
+                 "-o", str(tmp_path / "x")]) == 0
+    out = capsys.readouterr().out
+    assert "fast path vs event-driven simulator" in out and "DSI events" in out

@@ -25,7 +25,7 @@ from __future__ import annotations
 import csv
 import math
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import numpy as np
@@ -69,7 +69,6 @@ class Heatmap:
     fixed_lookahead: int | None = None
     lookaheads: tuple[int, int] = (1, 200)
     seed: int = 0
-    extra: dict = field(default_factory=dict)
 
     @property
     def best(self) -> np.ndarray:
