@@ -52,13 +52,15 @@ def hierarchies(draw, max_models: int = 5):
 
 
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(h=hierarchies(), cancel_frees=st.sampled_from(["now", "end"]))
-def test_greedy_hsd_returns_the_target_greedy_tokens_for_any_hierarchy(h, cancel_frees):
+@given(h=hierarchies(), cancel_frees=st.sampled_from(["now", "end"]), sp=st.integers(1, 4))
+def test_greedy_hsd_returns_the_target_greedy_tokens_for_any_hierarchy(h, cancel_frees, sp):
     models, prompt, n, buffers = h
-    out = generate(prompt, models[-1], models[:-1], algorithm="hsd", max_new_tokens=n, buffers=buffers,
-                   cancel_frees=cancel_frees)
-    assert out.tokens == models[-1].greedy_tokens(prompt, n)
-    assert out.accepted + out.rounds == n  # every output token is an accepted draft or the target's own
+    expected = models[-1].greedy_tokens(prompt, n)
+    for algorithm in ("hsd", "hsd-sp"):
+        out = generate(prompt, models[-1], models[:-1], algorithm=algorithm, max_new_tokens=n, buffers=buffers,
+                       sp_degree=sp, cancel_frees=cancel_frees)
+        assert out.tokens == expected, algorithm
+        assert out.accepted + out.rounds == n  # every output token is an accepted draft or the target's own
 
 
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -67,11 +69,12 @@ def test_greedy_hsd_on_threads_matches_the_virtual_clock_and_joins_its_workers(h
     models, prompt, n, buffers = h
     n = min(n, 12)
     models = [_fast(m) for m in models]
-    kw = dict(algorithm="hsd", max_new_tokens=n, buffers=buffers)
-    virtual = generate(prompt, models[-1], models[:-1], **kw)
-    threads = generate(prompt, models[-1], models[:-1], runtime="threads", **kw)
-    assert virtual.tokens == threads.tokens == models[-1].greedy_tokens(prompt, n)
-    assert specpar_threads() == []
+    for algorithm in ("hsd", "hsd-sp"):
+        kw = dict(algorithm=algorithm, max_new_tokens=n, buffers=buffers, sp_degree=2)
+        virtual = generate(prompt, models[-1], models[:-1], **kw)
+        threads = generate(prompt, models[-1], models[:-1], runtime="threads", **kw)
+        assert virtual.tokens == threads.tokens == models[-1].greedy_tokens(prompt, n), algorithm
+        assert specpar_threads() == []
 
 
 def _fast(model):
@@ -121,10 +124,10 @@ HIERARCHIES = {"unrelated": unrelated_hierarchy, "stack": stack_hierarchy}
 BUFFERS = {"unrelated": [(1, 2), (2, 1)], "stack": [(1, 2, 2)]}
 
 
-def sample_outputs(models, buffers, temperature, samples=SAMPLES):
+def sample_outputs(models, buffers, temperature, samples=SAMPLES, algorithm="hsd"):
     return Counter(
-        tuple(generate(PROMPT, models[-1], models[:-1], algorithm="hsd", max_new_tokens=N, buffers=list(buffers),
-                       temperature=temperature, seed=i).tokens)
+        tuple(generate(PROMPT, models[-1], models[:-1], algorithm=algorithm, max_new_tokens=N, buffers=list(buffers),
+                       temperature=temperature, seed=i, sp_degree=2).tokens)
         for i in range(samples)
     )
 
@@ -140,6 +143,13 @@ def test_sampled_hsd_follows_the_target_distribution(name, buffers, temperature)
     models = HIERARCHIES[name]()
     p_value = chi_square_p_value(sample_outputs(models, buffers, temperature), exact_joint(models[-1], temperature))
     assert p_value > 1e-3, f"HSD on the {name} hierarchy with T = {buffers} does not follow the target (p = {p_value:.2g})"
+
+
+@pytest.mark.parametrize("buffers", [(1, 2), (2, 1)])
+def test_sampled_hsd_with_speculation_parallelism_follows_the_target_distribution(buffers):
+    models = unrelated_hierarchy()
+    p_value = chi_square_p_value(sample_outputs(models, buffers, 1.0, algorithm="hsd-sp"), exact_joint(models[-1], 1.0))
+    assert p_value > 1e-3, f"HSD-SP with T = {buffers} does not follow the target (p = {p_value:.2g})"
 
 
 def test_a_residual_drawn_from_p_fails_the_distribution_test(monkeypatch):

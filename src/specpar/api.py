@@ -6,7 +6,8 @@ import math
 import warnings
 from typing import Sequence
 
-from specpar.algorithms import ALGORITHMS, dsi, hsd, non_si, si
+from specpar.algorithms import ALGORITHMS, dsi, hsd, hsd_sp, non_si, si
+from specpar.algorithms.hsd_sp import LevelsServer
 from specpar.decoding import Decoding
 from specpar.errors import ConfigError, SpecparWarning
 from specpar.planning import min_lookahead
@@ -61,15 +62,17 @@ def generate(
     target, drafter: models with ``.server(name)`` (e.g. SimulatedModel and its drafter), or ready-made
         servers as a ``Pool`` (e.g. loaded transformers servers whose caches and weights are reused across
         generations); a target pool must hold at least sp_degree servers for DSI.
-    algorithm: "nonsi" (target alone), "si" (speculative inference), "dsi", or "hsd" (hierarchical:
-        ``drafter`` is then a list of drafters M0 < ... < MK-1, the smallest first).
+    algorithm: "nonsi" (target alone), "si" (speculative inference), "dsi", "hsd" (hierarchical:
+        ``drafter`` is then a list of drafters M0 < ... < MK-1, the smallest first) or "hsd-sp"
+        (HSD whose target verifies on sp_degree servers while the levels below draft on, as in DSI).
     lookahead: draft tokens per verification (k). Default: Eq. 1's smallest for sp_degree.
     sp_degree: target servers DSI may use at once (SI and non-SI use one).
     temperature: 0 for greedy; > 0 samples, verified losslessly by rejection sampling.
     seed: keys every random draw (sampling only).
     runtime: "virtual" (discrete-event clock, nothing sleeps) or "threads" (real time).
     cancel_frees: virtual clock only: "now" (preemptible servers) or "end".
-    buffers: HSD only: T_0 .. T_{K-1}, one per drafter (default: ``lookahead`` or 5 for each).
+    buffers: HSD only: T_0 .. T_{K-1}, one per drafter (default: ``lookahead`` or 5 for each);
+        for "hsd-sp", T_{K-1} is DSI's lookahead.
     stream: called with each run of newly verified tokens as they are accepted (non-SI, SI, DSI).
     """
     if algorithm not in ALGORITHMS:
@@ -80,9 +83,9 @@ def generate(
         raise ConfigError(f"sp_degree must be an integer >= 1, got {sp_degree!r}")
     if not isinstance(temperature, (int, float)) or math.isnan(temperature) or temperature < 0:
         raise ConfigError(f"temperature must be >= 0 (0 means greedy), got {temperature!r}")
-    if algorithm == "hsd":
+    if algorithm in ("hsd", "hsd-sp"):
         return _generate_hsd(prompt, target, drafter, buffers, lookahead, max_new_tokens, Decoding(float(temperature), seed),
-                             runtime, cancel_frees)
+                             runtime, cancel_frees, algorithm, sp_degree, stream)
     if algorithm != "nonsi":
         if drafter is None:
             raise ConfigError(f"algorithm {algorithm!r} needs a drafter")
@@ -114,16 +117,26 @@ def _pool(source, n: int, name: str) -> Pool:
     return Pool([source.server(f"{name}{i}") for i in range(n)], name)
 
 
-def _generate_hsd(prompt, target, drafters, buffers, lookahead, max_new_tokens, decoding, runtime, cancel_frees):
-    """HSD over the stack drafters[0] < ... < drafters[-1] < target, one server each (one drafter: SI)."""
+def _generate_hsd(prompt, target, drafters, buffers, lookahead, max_new_tokens, decoding, runtime, cancel_frees,
+                  algorithm="hsd", sp_degree=1, stream=None):
+    """HSD over the stack drafters[0] < ... < drafters[-1] < target, one server each (one drafter: SI);
+    "hsd-sp": the drafters as one LevelsServer, DSI on top with sp_degree target servers."""
     if drafters is not None and not isinstance(drafters, (list, tuple)):
         drafters = [drafters]
     if not drafters:
         raise ConfigError("algorithm 'hsd' needs a list of drafters, the smallest first (drafter=[M0, M1, ...])")
     if buffers is None:
         buffers = [lookahead or DEFAULT_LOOKAHEAD] * len(drafters)
-    models = list(drafters) + [target]
-    pools = [Pool([m.server(f"level{i}")], f"level{i}") for i, m in enumerate(models)]
+    if algorithm == "hsd-sp":
+        if len(buffers) != len(drafters):
+            raise ConfigError(f"HSD needs one buffer size T_i per drafter level: {len(drafters)} drafters, "
+                              f"got {len(buffers)} buffer sizes {list(buffers)}")
+        levels = LevelsServer([_pool(m, 1, f"level{i}").servers[0] for i, m in enumerate(drafters)], buffers[:-1])
+        pools = [Pool([levels], "levels"), _pool(target, sp_degree, "target")]
+    else:
+        pools = [_pool(m, 1, f"level{i}") for i, m in enumerate(list(drafters) + [target])]
     rt = VirtualRuntime(pools, cancel_frees) if runtime == "virtual" else RUNTIMES[runtime](pools)
     with rt:
-        return hsd(rt, pools, prompt, max_new_tokens, list(buffers), decoding)
+        if algorithm == "hsd-sp":
+            return hsd_sp(rt, pools[1], pools[0], prompt, max_new_tokens, buffers[-1], decoding, stream)
+        return hsd(rt, pools, prompt, max_new_tokens, list(buffers), decoding, stream)

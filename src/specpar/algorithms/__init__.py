@@ -2,9 +2,10 @@
 
 from specpar.algorithms.dsi import dsi
 from specpar.algorithms.hsd import hsd
+from specpar.algorithms.hsd_sp import hsd_sp
 from specpar.algorithms.nonsi import non_si
 from specpar.algorithms.si import si
 
-ALGORITHMS = ("nonsi", "si", "dsi", "hsd")
+ALGORITHMS = ("nonsi", "si", "dsi", "hsd", "hsd-sp")
 
-__all__ = ["non_si", "si", "dsi", "hsd", "ALGORITHMS"]
+__all__ = ["non_si", "si", "dsi", "hsd", "hsd_sp", "ALGORITHMS"]
