@@ -66,7 +66,7 @@ def run(args) -> int:
     from specpar.experiments.heatmap import PANELS
     from specpar.experiments.plots import plot_heatmap
 
-    console = Console(width=None if sys.stdout.isatty() else 120)
+    console = Console(width=None if sys.stdout.isatty() else 120, highlight=False)
     prefix = args.output or ("dsi-fig2" if args.lookahead is None else f"dsi-fig7-k{args.lookahead}")
     t0 = time.perf_counter()
     h = compute_with_progress(args, args.lookahead, f"{args.resolution} x {args.resolution + 1} cells")

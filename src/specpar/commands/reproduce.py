@@ -60,7 +60,7 @@ def run(args) -> int:
 
     from specpar.experiments.claims import FAIL, reproduce
 
-    console = Console(width=None if sys.stdout.isatty() else 120)
+    console = Console(width=None if sys.stdout.isatty() else 120, highlight=False)
     figures: dict = {}
     t0 = time.perf_counter()
     kwargs = dict(resolution=args.resolution, n=args.max_new_tokens, repeats=args.repeats, sp_degree=args.sp_degree,

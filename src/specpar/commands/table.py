@@ -76,7 +76,7 @@ def run(args) -> int:
 
     from specpar.experiments.online import run_online
 
-    console = Console(width=None if sys.stdout.isatty() else 130, stderr=args.json)
+    console = Console(width=None if sys.stdout.isatty() else 130, stderr=args.json, highlight=False)
     pairs, note = _profiles(args)
     if note:
         console.print(f"[yellow]note:[/yellow] {note}")
