@@ -69,9 +69,11 @@ def run(args) -> int:
     else:
         hsd_plan = optimize(costs, alpha, args.t_max)
     plans = {"nonsi": HsdPlan((K,), (), costs[K]), "si": best_single_drafter(costs, alpha, args.t_max), "hsd": hsd_plan}
+    if len(hsd_plan.levels) > 1:
+        plans["hsd-sp"] = hsd_plan  # the same hierarchy, its target verifying on --sp-degree servers (no model)
 
     runs = {name: [] for name in plans}
-    progress = _progress(args, 3 * args.repeats)
+    progress = _progress(args, len(plans) * args.repeats)
     for r in range(args.repeats):
         stack = make_stack(args.seed + r)
         rng = random.Random(args.seed + r)
@@ -83,7 +85,8 @@ def run(args) -> int:
                 res = generate(prompt, stack.target, algorithm="nonsi", **kw)
             else:
                 drafters = [stack.models[m] for m in plan.levels[:-1]]
-                res = generate(prompt, stack.target, drafters, algorithm="hsd", buffers=list(plan.buffers), **kw)
+                res = generate(prompt, stack.target, drafters, algorithm="hsd-sp" if name == "hsd-sp" else "hsd",
+                               buffers=list(plan.buffers), sp_degree=args.sp_degree, **kw)
             runs[name].append(res)
             progress()
     progress(done=True)
@@ -94,7 +97,7 @@ def run(args) -> int:
         times = [x.time_ms for x in runs[name]]
         rows[name] = {
             "levels": list(plan.levels), "buffers": list(plan.buffers),
-            "predicted_ms_per_token": plan.latency, "measured_ms_per_token": statistics.fmean(times) / n,
+            "predicted_ms_per_token": None if name == "hsd-sp" else plan.latency, "measured_ms_per_token": statistics.fmean(times) / n,
             "mean_ms": statistics.fmean(times), "std_ms": statistics.stdev(times) if len(times) > 1 else 0.0,
             "speedup_vs_nonsi": statistics.fmean(b.time_ms / x.time_ms for b, x in zip(runs["nonsi"], runs[name])),
             "speedup_vs_si": statistics.fmean(b.time_ms / x.time_ms for b, x in zip(runs["si"], runs[name])),
@@ -104,7 +107,8 @@ def run(args) -> int:
         }
     if args.json:
         print(json.dumps({"costs_ms": costs, "alpha": alpha.tolist(), "max_new_tokens": n, "runtime": args.runtime,
-                          "temperature": args.temperature, "repeats": args.repeats, "results": rows}, indent=2))
+                          "temperature": args.temperature, "repeats": args.repeats, "sp_degree": args.sp_degree,
+                          "results": rows}, indent=2))
         return 0
     _print_table(args, costs, rows)
     return 0
@@ -140,13 +144,14 @@ def _print_table(args, costs, rows) -> None:
     for col in ("plan", "hierarchy", "T", "ms/token", "predicted", "vs non-SI", "vs SI", "accept rate per level",
                 "same tokens"):
         table.add_column(col, justify="left" if col in ("plan", "hierarchy") else "right")
-    names = {"nonsi": "target alone", "si": "best single drafter", "hsd": "HSD"}
+    names = {"nonsi": "target alone", "si": "best single drafter", "hsd": "HSD", "hsd-sp": f"HSD-SP (SP {args.sp_degree})"}
     for name, r in rows.items():
         rates = r["acceptance_rate_per_level"]
         table.add_row(names[name], describe(r["levels"], len(costs)), str(r["buffers"] or "-"),
-                      f"{r['measured_ms_per_token']:.3f}", f"{r['predicted_ms_per_token']:.3f}",
+                      f"{r['measured_ms_per_token']:.3f}", "-" if name == "hsd-sp" else f"{r['predicted_ms_per_token']:.3f}",
                       f"{r['speedup_vs_nonsi']:.2f}x", f"{r['speedup_vs_si']:.2f}x",
                       ", ".join("-" if x is None else f"{x:.2f}" for x in rates[1:]) if rates else "-",
                       "-" if r["same_tokens_as_nonsi"] is None else ("yes" if r["same_tokens_as_nonsi"] else "[red]NO[/red]"))
     console.print(table)
-    console.print("predicted: the latency model's steady-state ms per token, L = sum_i c_i prod_{j>=i} R_j")
+    console.print("predicted: the latency model's steady-state ms per token, L = sum_i c_i prod_{j>=i} R_j; "
+                  "HSD-SP: the same hierarchy with DSI at the top (no closed form)")
