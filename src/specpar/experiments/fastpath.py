@@ -109,7 +109,6 @@ def dsi_latency(nz: np.ndarray, k: np.ndarray, t1: np.ndarray, n: int, sp: int, 
     free = np.zeros((R, sp))
     r = _submit(free, np.arange(R), s, T)  # the first target pass, on position 0
     while ids.size:
-        rows = np.arange(ids.size)
         kk = np.minimum(k, n - 1 - p)
         done = kk <= 0  # only the last token is left: it is the target's row at p
         out[ids[done]] = r[done]
@@ -131,13 +130,13 @@ def dsi_latency(nz: np.ndarray, k: np.ndarray, t1: np.ndarray, n: int, sp: int, 
             r[w] = _submit(free, w, r[w], T)
             taking = np.zeros(ids.size, dtype=bool)
             taking[w] = ready_first(w)
-        first = nz[ids, np.minimum(p, n)]
+        first = nz[ids, np.minimum(p, n)]  # the first wrong draft from the chunk's start
         discard = ~done & (m >= 1) & ((m >= kk) | (first < p + m))
         kept = ~done & ~discard
         w = np.nonzero(kept)[0]
         end = np.zeros(ids.size)
         end[w] = _submit(free, w, arrive[w], T)  # verification of the chunk's untaken drafts
-        e = nz[ids, np.minimum(p + m, n)]
+        e = nz[ids, np.minimum(p + m, n)]  # the first wrong draft among those judged
         reject_at_r = kept & (e == p + m)
         reject_at_end = kept & (e > p + m) & (e < p + kk)
         rejected = reject_at_r | reject_at_end
