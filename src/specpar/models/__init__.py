@@ -2,5 +2,6 @@
 
 from specpar.models.latency import LatencyProfile
 from specpar.models.simulated import SimulatedDrafter, SimulatedModel, SimulatedServer
+from specpar.models.stack import SimulatedStack
 
-__all__ = ["LatencyProfile", "SimulatedModel", "SimulatedDrafter", "SimulatedServer"]
+__all__ = ["LatencyProfile", "SimulatedModel", "SimulatedDrafter", "SimulatedServer", "SimulatedStack"]
