@@ -19,6 +19,9 @@ COMMANDS = [
     "specpar.commands.heatmap",
     "specpar.commands.reproduce",
     "specpar.commands.table",
+    "specpar.commands.generate",
+    "specpar.commands.bench",
+    "specpar.commands.profile",
 ]
 
 

@@ -54,6 +54,11 @@ def register(sub) -> None:
     p.add_argument("--vocab-size", type=int, default=8, help="vocabulary of the simulated models (default 8)")
     p.add_argument("--prompt-length", type=int, default=8, help="prompt tokens (default 8)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    p.add_argument("--profile", metavar="FILE", default=None,
+                   help="take both latency profiles (TTFT, TPOT, per-token cost) and the acceptance rate from a "
+                        "JSON profile written by `specpar profile` (overrides the latency flags and -a)")
+    p.add_argument("--acceptance-estimate", choices=("geometric", "direct"), default="geometric",
+                   help="with --profile: the paper's geometric fit (default) or the direct per-token rate")
     p.add_argument("--timeline", metavar="PNG", default=None,
                    help="also draw the first repeat of each algorithm as a Gantt chart of its tasks per server "
                         "(drafts, verifications, cancelled work) to this PNG file")
@@ -92,6 +97,10 @@ def run(args) -> int:
     from specpar.comparison import compare
 
     target_lat, drafter_lat = _profiles(args)
+    if args.profile:
+        from specpar import profiling
+
+        target_lat, drafter_lat, args.acceptance_rate = profiling.read(args.profile, args.acceptance_estimate)
     a = args.acceptance_rate
     if not 0.0 <= a <= 1.0:
         raise ConfigError(f"acceptance rate a must be in [0, 1], got {a!r}")

@@ -1,0 +1,181 @@
+"""``specpar bench``: non-SI, SI and DSI over N prompts of a dataset, on the same loaded servers, interleaved."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from specpar.commands import real_models
+from specpar.commands.generate import NAMES
+from specpar.errors import ConfigError
+
+DESCRIPTION = """\
+Benchmark non-SI, SI and DSI on real models: for each prompt, each algorithm runs
+in turn on the same loaded servers (interleaved, so a slow drift of a shared
+machine does not bias the ratios), from a cold cache. Prints per algorithm the
+wall time, tokens/s, acceptance rate, mean acceptance length, speedups, and
+whether every greedy output equals non-SI's; writes one JSON line per prompt and
+algorithm with --out.
+
+Metrics: acceptance rate = accepted / drafted; mean acceptance length = 1 +
+accepted / verification rounds; speedup = total non-SI (or SI) time / total time.
+"""
+
+
+def register(sub) -> None:
+    p = sub.add_parser("bench", help="non-SI vs SI vs DSI on real models over N prompts",
+                       description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
+    real_models.add_prompt_args(p, default="humaneval")
+    p.add_argument("-n", "--prompts", type=int, default=10, help="prompts to run, the dataset's first n (default 10)")
+    p.add_argument("-N", "--max-new-tokens", type=int, default=64, help="tokens per prompt (default 64)")
+    p.add_argument("-k", "--lookahead", type=int, default=5, help="draft tokens per verification (default 5)")
+    p.add_argument("--sp-degree", type=int, default=2, help="target servers DSI may use at once (default 2)")
+    p.add_argument("--algos", default="nonsi,si,dsi", help="comma-separated algorithms (default nonsi,si,dsi)")
+    p.add_argument("--temperature", type=float, default=0.0, help="0 (default) greedy; > 0 sampling")
+    p.add_argument("--seed", type=int, default=0, help="prompt i samples with seed + i")
+    p.add_argument("--out", metavar="FILE.jsonl", help="write one JSON line per prompt and algorithm")
+    p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
+    real_models.add_model_args(p)
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from specpar import prompts
+
+    real_models.check_common(args)
+    algorithms = [a.strip() for a in args.algos.split(",") if a.strip()]
+    bad = [a for a in algorithms if a not in NAMES]
+    if bad or not algorithms:
+        raise ConfigError(f"--algos must list some of nonsi, si, dsi, got {args.algos!r}")
+    chosen = prompts.load(args.dataset, args.prompts)
+    target, drafter, servers = real_models.load(args, args.sp_degree if "dsi" in algorithms else 1, max_tokens=4096)
+    encoded = [(p.id, p.token_ids(target)) for p in chosen]
+    for _, ids in encoded:
+        servers.check_length(len(ids), args.max_new_tokens)
+    by_algo = {a: [] for a in algorithms}
+    out = open(args.out, "w", encoding="utf-8") if args.out else None
+    try:
+        with _bar(len(encoded) * len(algorithms), not args.json) as advance:
+            for i, (pid, ids) in enumerate(encoded):
+                for algo in algorithms:
+                    for s in servers.all:
+                        s.reset()
+                    res = servers.generate(ids, algo, args.max_new_tokens, args.lookahead, args.temperature, args.seed + i)
+                    by_algo[algo].append(res)
+                    if out:
+                        out.write(json.dumps(_row(pid, ids, res, by_algo, args, target)) + "\n")
+                        out.flush()
+                    advance(f"{pid} {NAMES[algo]}")
+    finally:
+        if out:
+            out.close()
+    summary = summarize(by_algo, args.temperature == 0)
+    why = real_models.why_line(by_algo, args.lookahead)
+    if args.json:
+        print(json.dumps({"config": _config(args, target, drafter, servers), "summary": summary, "why": why}, indent=2))
+        return 0
+    _print(args, summary, why, target, drafter, servers)
+    return 0
+
+
+def _row(pid, ids, res, by_algo, args, target) -> dict:
+    base = by_algo.get("nonsi")
+    same = None
+    if args.temperature == 0 and base and res.algorithm != "nonsi" and len(base) == len(by_algo[res.algorithm]):
+        same = res.tokens == base[-1].tokens
+    d = res.to_dict()
+    return {"prompt_id": pid, "prompt_tokens": len(ids), "algorithm": res.algorithm, "lookahead": res.lookahead,
+            "sp_degree": res.sp_degree, "time_ms": res.time_ms, "ttft_ms": res.ttft_ms,
+            "tokens_per_second": d["tokens_per_second"], "acceptance_rate": d["acceptance_rate"],
+            "mean_acceptance_length": d["mean_acceptance_length"], "target_forwards": res.target_forwards,
+            "drafter_forwards": res.drafter_forwards, "same_tokens_as_nonsi": same,
+            "outside_forward_fraction": res.overhead["outside_forward_fraction"],
+            "tokens": res.tokens, "text": target.decode(res.tokens)}
+
+
+def summarize(by_algo: dict, greedy: bool) -> dict:
+    """Per algorithm: totals over all prompts, and ratios of total times (baseline total / this total)."""
+    out = {}
+    base, si = by_algo.get("nonsi"), by_algo.get("si")
+    for algo, results in by_algo.items():
+        time_ms = sum(r.time_ms for r in results)
+        tokens = sum(len(r.tokens) for r in results)
+        drafted, accepted = sum(r.drafted for r in results), sum(r.accepted for r in results)
+        rounds = sum(r.rounds for r in results)
+        s = {
+            "prompts": len(results), "tokens": tokens, "wall_time_s": time_ms / 1000,
+            "tokens_per_second": tokens / (time_ms / 1000) if time_ms else None,
+            "acceptance_rate": accepted / drafted if drafted else None,
+            "mean_acceptance_length": 1 + accepted / rounds if drafted and rounds else None,
+            "speedup_vs_nonsi": sum(r.time_ms for r in base) / time_ms if base else None,
+            "speedup_vs_si": sum(r.time_ms for r in si) / time_ms if si else None,
+            "same_tokens_as_nonsi": (all(a.tokens == b.tokens for a, b in zip(base, results))
+                                     if greedy and base and algo != "nonsi" else None),
+            "outside_forward_fraction": (sum(r.overhead["outside_forward_ms"] for r in results)
+                                         / sum(r.overhead["wall_ms"] for r in results)),
+        }
+        out[algo] = s
+    return out
+
+
+def _config(args, target, drafter, servers) -> dict:
+    return {"dataset": args.dataset, "prompts": args.prompts, "max_new_tokens": args.max_new_tokens,
+            "lookahead": args.lookahead, "sp_degree": args.sp_degree, "temperature": args.temperature,
+            "target": target.name, "drafter": drafter.name,
+            "devices": sorted({s.device for s in servers.all}), "torch_threads": {a: servers.threads_for(a) for a in NAMES}}
+
+
+class _bar:
+    """A rich progress bar on stderr (silent when not a terminal or when printing JSON)."""
+
+    def __init__(self, total: int, enabled: bool):
+        self.total, self.enabled = total, enabled and sys.stderr.isatty()
+
+    def __enter__(self):
+        if not self.enabled:
+            return lambda _label: None
+        from rich.progress import Progress
+
+        self.progress = Progress(transient=True)
+        self.progress.__enter__()
+        task = self.progress.add_task("benchmarking", total=self.total)
+        return lambda label: self.progress.update(task, advance=1, description=label)
+
+    def __exit__(self, *exc):
+        if self.enabled:
+            self.progress.__exit__(*exc)
+        return False
+
+
+def _print(args, summary, why, target, drafter, servers) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(width=None if sys.stdout.isatty() else 130)
+    mode = "greedy" if args.temperature == 0 else f"sampling at temperature {args.temperature:g}"
+    console.print(f"{target.name} (target) + {drafter.name} (drafter) on {', '.join(sorted({s.device for s in servers.all}))}; "
+                  f"{args.prompts} {args.dataset} prompts x {args.max_new_tokens} tokens; lookahead {args.lookahead}, "
+                  f"SP {args.sp_degree}; {mode}; each algorithm from a cold cache")
+    table = Table()
+    for col in ("algorithm", "wall time s", "tokens/s", "vs non-SI", "vs SI", "accept rate", "mean accept len",
+                "same tokens as non-SI", "outside fwd"):
+        table.add_column(col, justify="left" if col == "algorithm" else "right")
+
+    def f(x, spec=".2f", suffix=""):
+        return "-" if x is None else format(x, spec) + suffix
+
+    for algo, s in summary.items():
+        vs = s["speedup_vs_nonsi"]
+        table.add_row(
+            NAMES[algo], f(s["wall_time_s"], ".1f"), f(s["tokens_per_second"]),
+            f"[red]{vs:.2f}x[/red]" if vs is not None and vs < 1 else f(vs, ".2f", "x"), f(s["speedup_vs_si"], ".2f", "x"),
+            f(s["acceptance_rate"]), f(s["mean_acceptance_length"]),
+            "-" if s["same_tokens_as_nonsi"] is None else ("yes" if s["same_tokens_as_nonsi"] else "[red]NO[/red]"),
+            f(100 * s["outside_forward_fraction"], ".2f", "%"),
+        )
+    console.print(table)
+    if why:
+        console.print(why)
+    if args.out:
+        console.print(f"per prompt: {args.out}")
