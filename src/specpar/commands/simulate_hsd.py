@@ -42,6 +42,11 @@ def _stack_parameters(args):
     costs = args.costs if args.costs is not None else DEFAULT_COSTS
     if args.alpha is None and args.chain is None and args.costs is not None:
         raise ConfigError("--costs needs the acceptance rates too: --alpha FILE or --chain A01,A12,...")
+    if args.chain is not None and len(args.chain) != len(costs) - 1:
+        raise ConfigError(f"--chain has {len(args.chain)} rates but there are {len(costs)} models: give one rate "
+                          f"alpha[i][i+1] per adjacent pair, {len(costs) - 1} in all")
+    if args.buffers is not None and args.levels is None:
+        raise ConfigError("--buffers goes with --levels (the hierarchy they belong to)")
     lats = [LatencyProfile.uniform(c) for c in costs]
 
     def make_stack(seed: int):

@@ -98,6 +98,9 @@ class SimulatedStack:
         """
         a = check_alpha(alpha)
         n = len(a)
+        if len(latencies) != n:
+            raise ConfigError(f"alpha is {n} x {n} but {len(latencies)} models (latency profiles) are given: "
+                              "give one row per model")
         for i in range(n):
             for j in range(i + 1, n):
                 for k in range(j + 1, n):
