@@ -25,6 +25,8 @@ def register(subparsers) -> None:
                               description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--profile", action="append", default=[], metavar="JSON",
                    help="a pair profile (target/drafter ttft_ms, tpot_ms, acceptance_rate); may be repeated")
+    p.add_argument("--acceptance-estimate", choices=("geometric", "direct"), default="geometric",
+                   help="for `specpar profile` files: App. F.2's geometric fit (default) or the per-token rate")
     p.add_argument("--target-tpot", type=float, default=None, metavar="MS", help="target's time per output token")
     p.add_argument("--target-ttft", type=float, default=None, metavar="MS", help="target's prefill (default: TPOT)")
     p.add_argument("--drafter-tpot", type=float, default=None, metavar="MS", help="drafter's time per output token")
@@ -47,7 +49,7 @@ def _profiles(args):
     from specpar.experiments.pair_profile import PairProfile, default_profile_path, load_default_profile
     from specpar.models import LatencyProfile
 
-    pairs = [PairProfile.load(path) for path in args.profile]
+    pairs = [PairProfile.load(path, args.acceptance_estimate) for path in args.profile]
     numbers = (args.target_tpot, args.drafter_tpot, args.acceptance_rate)
     if any(x is not None for x in numbers):
         if any(x is None for x in numbers):
@@ -58,12 +60,12 @@ def _profiles(args):
         pairs.append(PairProfile(args.name, "", t, d, args.acceptance_rate, {"source": "command line"}))
     note = None
     if not args.no_default_pair:
-        default = load_default_profile()
+        default = load_default_profile(args.acceptance_estimate)
         if default is not None:
             pairs.append(default)
         else:
             note = (f"the default model pair's profile is not available on this machine ({default_profile_path()} "
-                    "does not exist; `specpar profile` measures it)")
+                    f"does not exist; `specpar profile --out {default_profile_path()}` measures it)")
     if not pairs:
         raise ConfigError("no pair to measure: give --profile JSON or --target-tpot, --drafter-tpot and -a"
                           + (f"; {note}" if note else ""))

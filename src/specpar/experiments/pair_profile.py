@@ -1,22 +1,23 @@
-"""A target/drafter pair's measured latencies and acceptance rate, as JSON: what the online table simulates.
+"""A target/drafter pair's measured latencies and acceptance rate: what the online table simulates.
 
-The format (``specpar profile`` writes it; any tool may)::
+Two JSON forms are read:
 
-    {
-      "target":  {"name": "Qwen2.5-1.5B", "ttft_ms": 41.0, "tpot_ms": 22.5, "per_token_ms": 0.0},
-      "drafter": {"name": "Qwen2.5-0.5B", "ttft_ms": 15.2, "tpot_ms": 9.1},
-      "acceptance_rate": 0.71,
-      "device": "cpu", "dataset": "...", "note": "..."
-    }
+* the file ``specpar profile`` writes (``"format": "specpar-profile/1"``; read
+  through :func:`specpar.profiling.read`, the App. F.2 geometric acceptance
+  estimate by default), names taken from its ``target``/``drafter`` objects;
+* a hand-written one::
 
-ttft_ms: time to first token (a prefill); tpot_ms: time per output token;
-per_token_ms (optional, default 0): extra ms per additional token in one pass.
-Latency fields may also sit under a "latency" object inside "target"/"drafter".
-Everything beyond these keys is kept as metadata.
+    {"target":  {"name": "T", "ttft_ms": 41.0, "tpot_ms": 22.5, "per_token_ms": 0.0},
+     "drafter": {"name": "D", "ttft_ms": 15.2, "tpot_ms": 9.1},
+     "acceptance_rate": 0.71}
 
-The default model pair's profile, measured on this machine, lives at
+  (ttft_ms defaults to tpot_ms, per_token_ms to 0; latency fields may sit under
+  a "latency" object; other keys are kept as metadata).
+
+The default model pair's profile measured on this machine is looked for at
 ``<cache>/profiles/default-pair.json`` (cache: ``$SPECPAR_CACHE``, else
-``$XDG_CACHE_HOME/specpar``, else ``~/.cache/specpar``).
+``$XDG_CACHE_HOME/specpar``, else ``~/.cache/specpar``); write it with
+``specpar profile --out <that path>``.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from specpar import profiling
 from specpar.errors import ConfigError
 from specpar.models.latency import LatencyProfile
 
@@ -94,7 +96,8 @@ class PairProfile:
                 "acceptance_rate": self.acceptance_rate, **self.meta}
 
     @classmethod
-    def load(cls, path: str | os.PathLike) -> "PairProfile":
+    def load(cls, path: str | os.PathLike, estimate: str = "geometric") -> "PairProfile":
+        """Read either JSON form; ``estimate`` picks the acceptance estimate of a ``specpar profile`` file."""
         try:
             text = Path(path).read_text()
         except OSError as exc:
@@ -103,6 +106,11 @@ class PairProfile:
             d = json.loads(text)
         except json.JSONDecodeError as exc:
             raise ConfigError(f"profile {str(path)!r} is not valid JSON: {exc}") from None
+        if isinstance(d, dict) and d.get("format") == profiling.FORMAT:
+            target, drafter, a = profiling.read(path, estimate)
+            meta = {k: v for k, v in d.items() if k not in ("target", "drafter")}
+            return cls(str(d["target"].get("name", "target")), str(d["drafter"].get("name", "drafter")),
+                       target, drafter, a, meta)
         return cls.from_dict(d, where=f"profile {str(path)!r}")
 
     def save(self, path: str | os.PathLike) -> None:
@@ -121,7 +129,7 @@ def default_profile_path() -> Path:
     return base / "profiles" / "default-pair.json"
 
 
-def load_default_profile() -> PairProfile | None:
+def load_default_profile(estimate: str = "geometric") -> PairProfile | None:
     """The default pair's profile if it has been measured here (None if not)."""
     path = default_profile_path()
-    return PairProfile.load(path) if path.is_file() else None
+    return PairProfile.load(path, estimate) if path.is_file() else None
