@@ -85,6 +85,8 @@ def run(args) -> int:
         print(json.dumps({"seconds": seconds, "claims": [c.__dict__ for c in claims]}, indent=2))
     else:
         colours = {"PASS": "green", "FAIL": "red", "MISSING": "yellow", "PARTIAL": "yellow"}
+        console.print(f"grid claims on {args.resolution} x {args.resolution + 1} cells (c x a), N = "
+                      f"{args.max_new_tokens}, {args.repeats} repeats per cell, SP = {args.sp_degree}; virtual clock")
         for c in claims:
             console.print(f"[bold {colours[c.status]}]{c.status:7}[/] [bold]{c.source}[/]: {c.statement}")
             console.print(f"        measured: {c.measured}", highlight=False)
