@@ -12,6 +12,7 @@ import math
 import random
 import statistics
 
+import numpy as np
 import pytest
 
 from specpar import ConfigError, generate
@@ -114,3 +115,12 @@ def test_bad_latency_model_input_is_named():
         gamma(1.5, 2, 3)
     with pytest.raises(ConfigError, match="levels"):
         hierarchy_latency([0.1, 1.0], alpha, [1, 0], [2])
+
+
+def test_measured_acceptance_matrix_recovers_the_stacks():
+    from specpar.hsd_measure import measure_alpha
+
+    stack = SimulatedStack([0.6, 0.9, 0.8], [LatencyProfile.uniform(c) for c in (0.05, 0.2, 0.5, 1.0)], vocab_size=10)
+    for temperature in (0.0, 1.0):
+        measured = measure_alpha(stack.models, [[1, 2], [3]], max_new_tokens=600, temperature=temperature)
+        np.testing.assert_allclose(measured, stack.alpha, atol=0.05)
