@@ -175,3 +175,12 @@ def test_bad_hsd_input_is_named():
         generate(PROMPT, models[-1], models[:-1], algorithm="hsd", buffers=[2])
     with pytest.raises(ConfigError, match="list of drafters"):
         generate(PROMPT, models[-1], [], algorithm="hsd")
+
+
+@pytest.mark.parametrize("algorithm", ["hsd", "hsd-sp"])
+def test_streamed_tokens_are_the_output_in_order(algorithm):
+    stack = SimulatedStack([0.6, 0.8], [LatencyProfile.uniform(c) for c in (0.02, 0.1, 1.0)], vocab_size=8, seed=2)
+    runs = []
+    out = generate([3], stack.target, stack.drafters, algorithm=algorithm, max_new_tokens=40, buffers=[2, 3],
+                   stream=runs.append)
+    assert [t for run in runs for t in run] == out.tokens and len(runs) > 1
