@@ -8,7 +8,7 @@ O(K^2 T^3) for the gamma table plus O(K^2 T^2) for the program. The exhaustive s
 Instances: costs c_i = (i + 1) / (K + 1) (an early-exit ladder, the target at 1) and a
 random acceptance matrix alpha[i][j] in [0.3, 1], seeded.
 
-    .venv/bin/python benchmarks/hsd_optimizer.py [--k 5 10 20 40 80 160] [--t-max 15] [--repeats 5]
+    .venv/bin/python benchmarks/hsd_optimizer.py [--k 5 10 20 40 80 160] [--t-max 15] [--repeats 5] [--plot FILE.png]
 """
 
 from __future__ import annotations
@@ -45,6 +45,7 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--exhaustive-k", type=int, nargs="+", default=[1, 2, 3, 4],
                    help="K for which the exhaustive search is timed too ((1 + T_max)^K hierarchies)")
+    p.add_argument("--plot", default=None, metavar="FILE.png", help="also draw seconds vs K (log-log) into FILE.png")
     args = p.parse_args()
 
     print(f"HSD optimizer, T_max = {args.t_max}, median of {args.repeats} runs")
@@ -58,12 +59,35 @@ def main() -> None:
             ex_s, ref = timed(lambda: exhaustive(costs, alpha, args.t_max), 1)
             assert math.isclose(ref.latency, plan.latency, rel_tol=1e-9), (ref, plan)
             ex = f"{ex_s:.3f}"
-        rows.append((k, dp_s))
+        rows.append((k, dp_s, ex_s if k in args.exhaustive_k else None))
         print(f"{k:>4} {dp_s:>11.4f} {ex:>13} {str(list(plan.levels)):>22} {str(list(plan.buffers)):>16} {plan.latency:>8.4f}")
-    big = [(k, s) for k, s in rows if k >= 10]
+    big = [(k, s) for k, s, _ in rows if k >= 10]
     if len(big) >= 2:
         slope = np.polyfit(np.log([k for k, _ in big]), np.log([s for _, s in big]), 1)[0]
         print(f"growth: time ~ K^{slope:.2f} for K >= 10 (the program is O(K^2 T^3))")
+    if args.plot:
+        plot(rows, args.t_max, args.plot)
+        print(f"wrote {args.plot}")
+
+
+def plot(rows, t_max: int, path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.loglog([k for k, _, _ in rows], [s for _, s, _ in rows], "o-", label="dynamic program")
+    ex = [(k, e) for k, _, e in rows if e]
+    if ex:
+        ax.loglog([k for k, _ in ex], [e for _, e in ex], "s--", label="exhaustive search")
+    ax.set_xlabel("models K")
+    ax.set_ylabel("seconds")
+    ax.set_title(f"HSD optimizer, T_max = {t_max}")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
 
 
 if __name__ == "__main__":
