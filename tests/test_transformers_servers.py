@@ -37,7 +37,7 @@ def pair():
 def test_every_algorithm_returns_the_targets_own_greedy_generate(pair, runtime, no_thread_leak):
     target, drafter = pair
     n, acceptance = 24, []
-    for seed in range(4):
+    for seed in range(8):
         prompt = [int(x) for x in np.random.default_rng(seed).integers(0, 64, size=5 + seed)]
         expected = reference_greedy(target, prompt, n)
         for algorithm, k, sp in [("nonsi", None, 1), ("si", 1, 1), ("si", 4, 1), ("dsi", 1, 2), ("dsi", 3, 3), ("dsi", 6, 2)]:
@@ -142,7 +142,7 @@ def test_a_cancelled_draft_stops_between_passes_and_keeps_the_cache_exact(pair):
 
 def test_servers_of_one_model_on_one_device_share_the_weights(pair):
     target, _ = pair
-    a, b = target.servers(3, prefix="t")
+    a, b, _ = target.servers(3, prefix="t")
     assert a.module is b.module and a._cache is None and b._cache is None
     a.run(Score((1, 2, 3), 0, Decoding()))
     assert b.tokens == () and a.tokens == (1, 2, 3)

@@ -3,18 +3,22 @@
 from __future__ import annotations
 
 import torch
-from transformers import Qwen2Config, Qwen2ForCausalLM
+from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
 from specpar.models.transformers_model import TransformersModel
 
+# Tiny models run fastest on one thread; with more, OpenMP's spinning workers cost 20x on a busy 2-core machine.
+torch.set_num_threads(1)
 
-def tiny_module(vocab: int = 64, seed: int = 0, layers: int = 2, context: int = 256, scale: float = 1.0):
-    """A random Qwen2 causal LM in float64; ``scale`` multiplies the output embedding (larger: more peaked)."""
+
+def tiny_module(vocab: int = 64, seed: int = 0, layers: int = 2, context: int = 256, scale: float = 1.0, arch: str = "qwen2"):
+    """A random Qwen2 (or Llama) causal LM in float64; ``scale`` multiplies the output embedding (larger: more peaked)."""
     torch.manual_seed(seed)
-    cfg = Qwen2Config(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=layers,
+    Config, Model = (Qwen2Config, Qwen2ForCausalLM) if arch == "qwen2" else (LlamaConfig, LlamaForCausalLM)
+    cfg = Config(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=layers,
                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=context,
                       eos_token_id=None, bos_token_id=None, pad_token_id=None, tie_word_embeddings=False)
-    module = Qwen2ForCausalLM(cfg).to(torch.float64).eval()
+    module = Model(cfg).to(torch.float64).eval()
     with torch.no_grad():
         for p in module.parameters():  # wider weights than the default init: logits far apart
             p.mul_(3.0)
@@ -49,3 +53,30 @@ def reference_greedy(model: TransformersModel, prompt: list[int], n: int) -> lis
         out = module.generate(torch.tensor([prompt]), max_new_tokens=n, min_new_tokens=n, do_sample=False,
                               eos_token_id=None, pad_token_id=0)
     return out[0, len(prompt):].tolist()
+
+
+def tiny_tokenizer(vocab: int):
+    """A word-level tokenizer over words w0 .. w{vocab-1} (no special tokens), as a PreTrainedTokenizerFast."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, decoders
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.WordLevel({f"w{i}": i for i in range(vocab)}, unk_token="w0"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok.decoder = decoders.WordPiece(prefix="##")  # joins words with spaces
+    return PreTrainedTokenizerFast(tokenizer_object=tok)
+
+
+def save_tiny_pair(directory, vocab: int = 48, seed: int = 5, noise: float = 0.1) -> tuple[str, str]:
+    """Write a tiny target and drafter (float64 weights + tokenizer) to directory/target and directory/drafter.
+
+    Llama, not Qwen2: transformers would load the word-level tokenizer as a Qwen2 BPE tokenizer.
+    """
+    target = tiny_module(vocab, seed, context=128, arch="llama")
+    drafter = perturbed(target, noise, seed + 1)
+    paths = []
+    for name, module in (("target", target), ("drafter", drafter)):
+        path = str(directory / name)
+        module.save_pretrained(path)
+        tiny_tokenizer(vocab).save_pretrained(path)
+        paths.append(path)
+    return paths[0], paths[1]

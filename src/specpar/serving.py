@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import time
+from contextlib import contextmanager
 from typing import Sequence
 
 from specpar.api import generate
@@ -84,16 +85,29 @@ class Servers:
         import torch
 
         self.check_length(len(prompt), max_new_tokens)
-        torch.set_num_threads(self.threads_for(algorithm))
         marks = [len(s.forward_log) for s in self.all]
-        t0 = time.perf_counter()
-        result = generate(list(prompt), self.targets, self.drafters, algorithm=algorithm, max_new_tokens=max_new_tokens,
-                          lookahead=lookahead, sp_degree=len(self.targets), temperature=temperature, seed=seed,
-                          runtime="threads", stream=stream)
-        t1 = time.perf_counter()
+        with torch_threads(self.threads_for(algorithm)):
+            t0 = time.perf_counter()
+            result = generate(list(prompt), self.targets, self.drafters, algorithm=algorithm,
+                              max_new_tokens=max_new_tokens, lookahead=lookahead, sp_degree=len(self.targets),
+                              temperature=temperature, seed=seed, runtime="threads", stream=stream)
+            t1 = time.perf_counter()
         intervals = [iv for s, m in zip(self.all, marks) for iv in s.forward_log[m:]]
         result.overhead = overhead(intervals, t0, t1)
         return result
+
+
+@contextmanager
+def torch_threads(n: int):
+    """torch's intra-op thread count set to ``n`` (process-wide) for the block, then restored."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def overhead(intervals: list[tuple[float, float]], t0: float, t1: float) -> dict:

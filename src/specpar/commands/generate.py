@@ -58,8 +58,8 @@ def prompt_ids(args, target) -> tuple[str, list[int]]:
 class Streamer:
     """Prints the decoded text of tokens as they arrive (decoding the whole output keeps multi-byte characters whole)."""
 
-    def __init__(self, model, out=sys.stdout):
-        self.model, self.out, self.tokens, self.shown = model, out, [], ""
+    def __init__(self, model, out=None):
+        self.model, self.out, self.tokens, self.shown = model, out or sys.stdout, [], ""
 
     def __call__(self, tokens) -> None:
         self.tokens.extend(tokens)

@@ -39,28 +39,37 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    import torch
-
-    from specpar import profiling, prompts
-    from specpar.serving import cpu_cores
+    from specpar import prompts
+    from specpar.serving import cpu_cores, torch_threads
 
     chosen = prompts.load(args.dataset, args.prompts)
     target, drafter, servers = real_models.load(args, 1, max_tokens=4096)
     ids = [p.token_ids(target) for p in chosen]
     for x in ids:
         servers.check_length(len(x), max(args.tokens, args.accept_tokens) + args.lookahead + 1)
-    torch.set_num_threads(cpu_cores())  # one model runs at a time
     t, d = servers.targets.servers[0], servers.drafters.servers[0]
+    with torch_threads(cpu_cores()):  # one model runs at a time
+        prof = _measure(args, t, d, ids)
+    prof.update(dataset=args.dataset, dtype=args.dtype or "float32", torch_threads=cpu_cores())
+    return _report(args, prof, ids)
+
+
+def _measure(args, t, d, ids) -> dict:
+    from specpar import profiling
+
     if sys.stderr.isatty() and not args.json:
         from rich.progress import Progress
 
         with Progress(transient=True) as bar:
             task = bar.add_task("profiling", total=2 * len(ids))
-            prof = profiling.profile_pair(t, d, ids, args.tokens, args.accept_tokens, args.lookahead,
+            return profiling.profile_pair(t, d, ids, args.tokens, args.accept_tokens, args.lookahead,
                                           progress=lambda role: bar.update(task, advance=1, description=f"profiling {role}"))
-    else:
-        prof = profiling.profile_pair(t, d, ids, args.tokens, args.accept_tokens, args.lookahead)
-    prof.update(dataset=args.dataset, dtype=args.dtype or "float32", torch_threads=cpu_cores())
+    return profiling.profile_pair(t, d, ids, args.tokens, args.accept_tokens, args.lookahead)
+
+
+def _report(args, prof, ids) -> int:
+    from specpar import profiling
+
     profiling.write(prof, args.out)
     if args.json:
         print(json.dumps(prof, indent=2))

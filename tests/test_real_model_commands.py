@@ -1,0 +1,90 @@
+"""The real-model commands end to end on tiny random models saved to disk (no downloads, no model packages)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from specpar import cli
+from specpar.models.transformers_model import TransformersModel
+
+from tiny_transformers import reference_greedy, save_tiny_pair
+
+PROMPT = "w1 w7 w3 w9 w2"
+
+
+@pytest.fixture(scope="module")
+def pair_dirs(tmp_path_factory):
+    return save_tiny_pair(tmp_path_factory.mktemp("tiny"))
+
+
+@pytest.fixture(scope="module")
+def prompt_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("prompts") / "prompts.jsonl"
+    path.write_text('{"id": "a", "prompt": "w1 w7 w3 w9 w2"}\n"w4 w4 w5"\n{"text": "w10 w11"}\n')
+    return str(path)
+
+
+def _models(pair_dirs):
+    return ["--target", pair_dirs[0], "--drafter", pair_dirs[1], "--dtype", "float64", "--devices", "cpu"]
+
+
+def test_generate_compare_runs_all_three_on_the_same_servers_and_they_equal_the_targets_greedy(pair_dirs, capsys):
+    assert cli.main(["generate", PROMPT, "-N", "12", "-k", "3", "--sp-degree", "2", "--compare", "--json"] + _models(pair_dirs)) == 0
+    out = json.loads(capsys.readouterr().out)
+    target = TransformersModel(pair_dirs[0], dtype="float64")
+    expected = reference_greedy(target, target.encode(PROMPT), 12)
+    assert {a: r["tokens"] for a, r in out["results"].items()} == {"dsi": expected, "nonsi": expected, "si": expected}
+    assert out["text"] == target.decode(expected)
+    assert 0 <= out["results"]["dsi"]["overhead"]["outside_forward_fraction"] < 1
+
+
+def test_generate_streams_the_text_and_prints_statistics(pair_dirs, capsys):
+    assert cli.main(["generate", PROMPT, "--algo", "si", "-N", "6"] + _models(pair_dirs)) == 0
+    captured = capsys.readouterr()
+    target = TransformersModel(pair_dirs[0], dtype="float64")
+    expected = target.decode(reference_greedy(target, target.encode(PROMPT), 6))
+    assert captured.out.startswith(PROMPT) and expected.split()[-1] in captured.out
+    assert "acceptance rate" in captured.err and "tokens/s" in captured.err
+
+
+def test_bench_interleaves_algorithms_and_writes_one_line_per_prompt_and_algorithm(pair_dirs, prompt_file, tmp_path, capsys):
+    out_file = tmp_path / "bench.jsonl"
+    assert cli.main(["bench", "--dataset", prompt_file, "-n", "3", "-N", "8", "-k", "2", "--out", str(out_file), "--json"]
+                    + _models(pair_dirs)) == 0
+    summary = json.loads(capsys.readouterr().out)["summary"]
+    assert summary["si"]["same_tokens_as_nonsi"] is True and summary["dsi"]["same_tokens_as_nonsi"] is True
+    assert summary["nonsi"]["tokens"] == 24 and summary["si"]["speedup_vs_nonsi"] > 0
+    rows = [json.loads(line) for line in out_file.read_text().splitlines()]
+    assert [(r["prompt_id"], r["algorithm"]) for r in rows] == [
+        (p, a) for p in ("a", "prompts.jsonl:2", "prompts.jsonl:3") for a in ("nonsi", "si", "dsi")]
+    assert all(r["same_tokens_as_nonsi"] for r in rows if r["algorithm"] != "nonsi")
+
+
+def test_profile_writes_what_simulate_reads(pair_dirs, prompt_file, tmp_path, capsys):
+    prof = tmp_path / "profile.json"
+    assert cli.main(["profile", "--dataset", prompt_file, "-n", "2", "--tokens", "4", "--accept-tokens", "10",
+                     "--out", str(prof)] + _models(pair_dirs)) == 0
+    data = json.loads(prof.read_text())
+    assert data["target"]["tpot_ms"] > 0 and data["drafter"]["ttft_ms"] > 0
+    acc = data["acceptance_rate"]
+    assert acc["geometric"] == pytest.approx(1 - 1 / (1 + acc["mean_exact_prefix"]))
+    assert 0 <= acc["direct"] <= 1 and len(acc["exact_prefix_per_prompt"]) == 2
+    capsys.readouterr()
+    assert cli.main(["simulate", "--profile", str(prof), "--sp-degree", "2", "-N", "20", "--repeats", "1", "--json"]) == 0
+    config = json.loads(capsys.readouterr().out)["config"]
+    assert config["target"]["tpot_ms"] == pytest.approx(data["target"]["tpot_ms"])
+    assert config["acceptance_rate"] == pytest.approx(acc["geometric"])
+
+
+def test_bad_input_is_named(pair_dirs, tmp_path, capsys):
+    assert cli.main(["generate", PROMPT, "--target", pair_dirs[0]]) == 2
+    assert "give both --target and --drafter" in capsys.readouterr().err
+    long_prompt = " ".join(["w3"] * 125)
+    assert cli.main(["generate", long_prompt, "-N", "8"] + _models(pair_dirs)) == 2
+    assert "context window is 128 tokens" in capsys.readouterr().err
+    assert cli.main(["generate", PROMPT, "--target", str(tmp_path / "none"), "--drafter", str(tmp_path / "none")]) == 2
+    assert "cannot load a model" in capsys.readouterr().err
+    assert cli.main(["simulate", "--profile", str(tmp_path / "missing.json")]) == 2
+    assert "does not exist" in capsys.readouterr().err
