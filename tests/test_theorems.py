@@ -96,3 +96,24 @@ def test_amdahl_one_drafter_at_80_percent_tends_to_5x():
         times.append(generate([1], target, drafter, algorithm="dsi", max_new_tokens=n, lookahead=1, sp_degree=100).time_ms)
     amdahl = 1.0 / (a * c + 1.0 - a)  # 4.81
     assert n / statistics.fmean(times) == pytest.approx(amdahl, rel=0.05)
+
+
+@pytest.mark.parametrize("ttft", [3.0, 10.0])
+def test_theorem1_holds_with_a_costly_prefill_when_replicas_prefill_together(ttft):
+    """TTFT > TPOT: each cold target replica pays a prefill. Prefilling all of them at the start (the default
+    then) keeps DSI never slower than non-SI; without it, DSI loses on its first tokens."""
+    lost_without = 0
+    for c in (0.02, 0.1, 0.4):
+        for a in (0.0, 0.5, 0.9):
+            k = min_lookahead(1.0, c, 7)
+            for seed in range(3):
+                target = SimulatedModel(8, seed=seed, latency=LatencyProfile(ttft, 1.0))
+                drafter = target.drafter(a, LatencyProfile(ttft * c, c), seed=seed + 17)
+                kw = dict(max_new_tokens=N, lookahead=k, sp_degree=sp_degree_needed(1.0, c, k))
+                nonsi = generate([seed, 3], target, algorithm="nonsi", max_new_tokens=N).time_ms
+                dsi = generate([seed, 3], target, drafter, algorithm="dsi", **kw)
+                assert dsi.tokens == target.greedy_tokens([seed, 3], N)
+                assert dsi.time_ms <= nonsi + 1e-9, f"c={c}, a={a}"
+                cold = generate([seed, 3], target, drafter, algorithm="dsi", prefill_replicas=False, **kw)
+                lost_without += cold.time_ms > nonsi + 1e-9
+    assert lost_without > 0  # the test would catch the cold-replica cost
