@@ -197,7 +197,9 @@ def load_default_pair(device: str = "cpu", progress: bool = True):
 
     for model in (TARGET, DRAFTER):  # say what is missing before converting anything
         part_paths(model)
-    target = TransformersModel(str(ensure_converted(TARGET, progress)), device=device, name="qwen2.5-coder-1.5b")
-    drafter = TransformersModel(str(ensure_converted(DRAFTER, progress)), device=device, name="qwen2.5-coder-0.5b")
+    # convert both before loading either: the peak memory is one conversion's, not a conversion plus a loaded model
+    target_dir, drafter_dir = ensure_converted(TARGET, progress), ensure_converted(DRAFTER, progress)
+    target = TransformersModel(str(target_dir), device=device, name="qwen2.5-coder-1.5b")
+    drafter = TransformersModel(str(drafter_dir), device=device, name="qwen2.5-coder-0.5b")
     check_same_tokenizer(target, drafter)
     return target, drafter
