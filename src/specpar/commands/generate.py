@@ -102,7 +102,7 @@ def _report(args, results, target) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    console = Console(stderr=True)
+    console = Console(stderr=True, width=None if sys.stderr.isatty() else 120)
     main = results[args.algo]
     console.print(
         f"{NAMES[args.algo]}: {len(main.tokens)} tokens in {main.time_ms / 1000:.2f} s = {main.tokens_per_second:.2f} tokens/s"
