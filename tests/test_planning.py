@@ -14,10 +14,13 @@ def test_the_papers_examples():
 @pytest.mark.parametrize("c", [0.01, 0.03, 0.1, 0.33, 0.5, 1.0])
 @pytest.mark.parametrize("sp", [1, 2, 3, 7, 16])
 def test_min_lookahead_is_the_smallest_satisfying_eq1(c, sp):
-    k = min_lookahead(30.0, 30.0 * c, sp)
-    assert sp_degree_needed(30.0, 30.0 * c, k) <= sp
+    t, d = 30.0, 30.0 * c
+    k = min_lookahead(t, d, sp)
+    assert sp * k * d >= t * (1 - 1e-9)  # Eq. 1
     if k > 1:
-        assert sp_degree_needed(30.0, 30.0 * c, k - 1) > sp
+        assert sp * (k - 1) * d < t
+    if sp >= 2:
+        assert sp_degree_needed(t, d, k) <= sp
 
 
 def test_no_lookahead_can_satisfy_it():
@@ -29,3 +32,28 @@ def test_no_lookahead_can_satisfy_it():
         min_lookahead(1.0, 0.1, 0)
     with pytest.raises(ConfigError, match="target latency"):
         min_lookahead(-1.0, 0.1, 2)
+
+
+def test_a_chunk_slower_than_a_target_pass_needs_a_second_server():
+    assert sp_degree_needed(1.0, 0.05, 22) == 2  # 22 x 0.05 = 1.1 > 1
+    assert sp_degree_needed(1.0, 0.05, 20) == 1  # exactly one pass per chunk: no overlap
+    assert sp_degree_needed(1.0, 1.0, 1) == 1
+
+
+def test_dsi_on_the_servers_it_needs_beats_si_where_one_server_did_not():
+    import statistics
+
+    from specpar import LatencyProfile, SimulatedModel, generate
+
+    def mean(algo, sp):
+        times = []
+        for s in range(20):
+            target = SimulatedModel(8, seed=s, latency=LatencyProfile.uniform(1.0))
+            drafter = target.drafter(0.94, LatencyProfile.uniform(0.05), seed=s + 5)
+            times.append(generate([s], target, drafter, algorithm=algo, max_new_tokens=100, lookahead=22,
+                                  sp_degree=sp).time_ms)
+        return statistics.fmean(times)
+
+    si = mean("si", 1)
+    assert mean("dsi", 1) > si  # one server: the target-only pass makes verifications queue
+    assert mean("dsi", sp_degree_needed(1.0, 0.05, 22)) < si

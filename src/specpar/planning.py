@@ -9,6 +9,13 @@ verifications overlap, and no verification waits for a server iff
 The smallest lookahead that satisfies it is best: it sends drafts to verification
 soonest, so rejections are detected earliest. Example (§3.1): a drafter at 5% of
 the target's latency with SP = 4 needs lookahead 5.
+
+One server more than Eq. 1 counts is needed when a chunk takes longer to draft
+than a target pass (k * drafter_ms > target_ms): DSI's pass on the verified
+prefix then finishes before the chunk exists, DSI takes the target's token (as
+non-SI would) and starts the next such pass, and that pass must not make the
+chunk's verification queue. So :func:`sp_degree_needed` is at least 2 there
+(with one server, DSI was 18% slower than SI at c = 0.05, a = 0.94, k = 22).
 """
 
 from __future__ import annotations
@@ -28,19 +35,23 @@ def _check(target_ms: float, drafter_ms: float) -> None:
 
 
 def sp_degree_needed(target_ms: float, drafter_ms: float, lookahead: int) -> int:
-    """Target servers DSI keeps busy at once with this lookahead: ceil(target / (k * drafter))."""
+    """Target servers DSI keeps busy at once with this lookahead: ceil(target / (k * drafter)) (Eq. 1),
+    and at least 2 when a chunk takes longer to draft than a target pass (see the module docstring)."""
     _check(target_ms, drafter_ms)
     if lookahead < 1:
         raise ConfigError(f"lookahead must be >= 1, got {lookahead!r}")
     if drafter_ms == 0:
         raise ConfigError("a drafter with zero latency drafts infinitely fast: no finite SP degree suffices")
-    return max(1, math.ceil(target_ms / (lookahead * drafter_ms) - _EPS))
+    eq1 = max(1, math.ceil(target_ms / (lookahead * drafter_ms) - _EPS))
+    return max(eq1, 2) if lookahead * drafter_ms > target_ms * (1 + _EPS) else eq1
 
 
 def min_lookahead(target_ms: float, drafter_ms: float, sp_degree: int, max_lookahead: int | None = None) -> int:
     """The smallest lookahead k with sp_degree >= target_ms / (k * drafter_ms) (Eq. 1).
 
     target_ms, drafter_ms: forward latencies per token (tpot), ms.
+    With sp_degree = 1 the k found usually drafts a chunk slower than a target pass, where DSI
+    wants a second server (see sp_degree_needed).
     Raises ConfigError where no lookahead (<= max_lookahead, if given) satisfies Eq. 1.
     """
     _check(target_ms, drafter_ms)
