@@ -57,3 +57,12 @@ def test_dsi_on_the_servers_it_needs_beats_si_where_one_server_did_not():
     si = mean("si", 1)
     assert mean("dsi", 1) > si  # one server: the target-only pass makes verifications queue
     assert mean("dsi", sp_degree_needed(1.0, 0.05, 22)) < si
+
+
+def test_a_per_token_verification_cost_counts_in_eq1():
+    # CPU-like: each extra verified token costs half a decode step
+    assert sp_degree_needed(1.0, 0.1, 5, per_token_ms=0.5) == 7  # (1 + 2.5) / 0.5
+    k = min_lookahead(1.0, 0.1, 7, per_token_ms=0.5)  # 7 * 0.1 * k >= 1 + 0.5 k  ->  k >= 5
+    assert k == 5 and sp_degree_needed(1.0, 0.1, k, per_token_ms=0.5) <= 7
+    with pytest.raises(ConfigError, match="verifications pile up.*raise sp_degree above 5.00"):
+        min_lookahead(1.0, 0.1, 4, per_token_ms=0.5)

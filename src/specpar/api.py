@@ -49,7 +49,7 @@ def default_lookahead(target, drafter, sp_degree: int) -> int:
     t, d = getattr(target, "latency", None), getattr(drafter, "latency", None)
     if t is None or d is None or d.tpot_ms <= 0 or t.tpot_ms <= 0:
         return DEFAULT_LOOKAHEAD
-    return min_lookahead(t.tpot_ms, d.tpot_ms, sp_degree)
+    return min_lookahead(t.tpot_ms, d.tpot_ms, sp_degree, per_token_ms=t.per_token_ms)
 
 
 def generate(

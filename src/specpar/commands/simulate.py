@@ -112,10 +112,10 @@ def run(args) -> int:
     c = drafter_lat.tpot_ms / target_lat.tpot_ms if target_lat.tpot_ms > 0 else float("nan")
     k = args.lookahead
     if k is None:
-        k = min_lookahead(target_lat.tpot_ms, drafter_lat.tpot_ms, args.sp_degree)
+        k = min_lookahead(target_lat.tpot_ms, drafter_lat.tpot_ms, args.sp_degree, per_token_ms=target_lat.per_token_ms)
         why = f"the smallest satisfying Eq. 1 for SP = {args.sp_degree}"
     else:
-        need = sp_degree_needed(target_lat.tpot_ms, drafter_lat.tpot_ms, k) if drafter_lat.tpot_ms > 0 else None
+        need = sp_degree_needed(target_lat.tpot_ms, drafter_lat.tpot_ms, k, target_lat.per_token_ms) if drafter_lat.tpot_ms > 0 else None
         why = "given" + (f"; Eq. 1 needs SP >= {need}" if need and need > args.sp_degree else "")
 
     def make_models(seed):

@@ -31,7 +31,7 @@ def feasible_lookaheads(profile: PairProfile, lookaheads: Sequence[int], sp_degr
     """(lookahead, SP degree Eq. 1 needs) for each lookahead that fits on ``sp_degree`` target servers."""
     out = []
     for k in lookaheads:
-        need = sp_degree_needed(profile.target.tpot_ms, profile.drafter.tpot_ms, k) if profile.drafter.tpot_ms > 0 \
+        need = sp_degree_needed(profile.target.tpot_ms, profile.drafter.tpot_ms, k, profile.target.per_token_ms) if profile.drafter.tpot_ms > 0 \
             else None
         if need is not None and need <= sp_degree:
             out.append((k, need))
