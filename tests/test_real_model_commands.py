@@ -88,3 +88,18 @@ def test_bad_input_is_named(pair_dirs, tmp_path, capsys):
     assert "cannot load a model" in capsys.readouterr().err
     assert cli.main(["simulate", "--profile", str(tmp_path / "missing.json")]) == 2
     assert "does not exist" in capsys.readouterr().err
+
+
+def test_the_stream_stops_showing_at_the_end_of_text_token():
+    import io
+    from types import SimpleNamespace
+
+    from specpar.commands.generate import Streamer
+
+    model = SimpleNamespace(tokenizer=SimpleNamespace(eos_token_id=9), device="cpu",
+                            module_on=lambda d: SimpleNamespace(generation_config=SimpleNamespace(eos_token_id=[8])),
+                            decode=lambda ids: " ".join(f"w{i}" for i in ids))
+    out = io.StringIO()
+    stream = Streamer(model, out)
+    stream([1, 2]), stream([3, 8, 4]), stream([5])
+    assert out.getvalue() == "w1 w2 w3" and stream.ended_at == 3

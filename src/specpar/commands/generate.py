@@ -56,18 +56,45 @@ def prompt_ids(args, target) -> tuple[str, list[int]]:
 
 
 class Streamer:
-    """Prints the decoded text of tokens as they arrive (decoding the whole output keeps multi-byte characters whole)."""
+    """Prints the decoded text of tokens as they arrive (decoding the whole output keeps multi-byte characters whole).
+
+    Stops showing at the model's end-of-text token: generation itself runs on to max_new_tokens,
+    as every algorithm is measured on the same number of tokens.
+    """
 
     def __init__(self, model, out=None):
         self.model, self.out, self.tokens, self.shown = model, out or sys.stdout, [], ""
+        self.eos = end_of_text_ids(model)
+        self.ended_at: int | None = None  # output tokens before the end-of-text token
+        self.seen = 0
 
     def __call__(self, tokens) -> None:
+        if self.ended_at is not None:
+            return
+        for i, t in enumerate(tokens):
+            if t in self.eos:
+                self.ended_at = self.seen + i
+                tokens = tokens[:i]
+                break
+        self.seen += len(tokens)
         self.tokens.extend(tokens)
         text = self.model.decode(self.tokens)
         if text.startswith(self.shown) and not text.endswith("\ufffd"):
             self.out.write(text[len(self.shown):])
             self.out.flush()
             self.shown = text
+
+
+def end_of_text_ids(model) -> set[int]:
+    """The token ids that end a model's text (tokenizer and generation config), if it says."""
+    ids = set()
+    tok = getattr(model, "tokenizer", None)
+    if tok is not None and getattr(tok, "eos_token_id", None) is not None:
+        ids.add(tok.eos_token_id)
+    gen = getattr(model.module_on(model.device), "generation_config", None)
+    eos = getattr(gen, "eos_token_id", None)
+    ids.update(eos if isinstance(eos, (list, tuple)) else [] if eos is None else [eos])
+    return ids
 
 
 def run(args) -> int:
@@ -90,6 +117,9 @@ def run(args) -> int:
         results[algo] = servers.generate(ids, algo, args.max_new_tokens, args.lookahead, args.temperature, args.seed, stream)
         if stream is not None:
             print()
+            if stream.ended_at is not None:
+                print(f"[end of text after {stream.ended_at} tokens; generation ran on to {args.max_new_tokens} tokens, "
+                      "not shown]", file=sys.stderr)
     if args.json:
         print(json.dumps({"prompt": what, "prompt_tokens": len(ids), "text": target.decode(results[args.algo].tokens),
                           "results": {a: dict(r.to_dict(), overhead=r.overhead) for a, r in results.items()}}, indent=2))
