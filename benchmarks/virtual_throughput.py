@@ -14,6 +14,10 @@ from __future__ import annotations
 import time
 
 from specpar import LatencyProfile, SimulatedModel, generate
+from specpar.algorithms import dsi
+from specpar.calls import Draft, Proposal, Scores
+from specpar.decoding import mix64
+from specpar.runtimes import Pool, VirtualRuntime
 
 SETTINGS = [
     # (label, target ms, drafter ms, a, lookahead, SP, N)
@@ -42,5 +46,33 @@ def main() -> None:
         print(f"{label:<50} {tokens / cpu:>10,.0f} {tasks / tokens:>12.2f} {drafted / tokens:>14.2f}")
 
 
+class IdleServer:
+    """Same durations as the issue setting's servers, drafts right 80% of the time by position, no model work."""
+
+    def __init__(self, name: str, ms: float):
+        self.name, self.ms = name, ms
+
+    def duration_ms(self, call) -> float:
+        return self.ms * (call.k if type(call) is Draft else 1)
+
+    def compute(self, call):
+        n = len(call.context)
+        if type(call) is Draft:
+            return Proposal([0 if mix64(n + i) % 1000 < 800 else 1 for i in range(call.k)])
+        return Scores(call.start, [0] * (call.n_drafts + 1))
+
+
+def engine_floor() -> None:
+    """The runtime and DSI scheduler alone: the most any simulated model could reach."""
+    tokens, seed, t0 = 0, 0, time.process_time()
+    while time.process_time() - t0 < 2.0:
+        target = Pool([IdleServer(f"target{i}", 20.0) for i in range(4)], "target")
+        drafter = Pool([IdleServer("drafter0", 1.0)], "drafter")
+        tokens += len(dsi(VirtualRuntime([drafter, target]), target, drafter, [seed % 32], 200, 5).tokens)
+        seed += 1
+    print(f"{'engine alone (servers doing no work), issue setting':<50} {tokens / (time.process_time() - t0):>10,.0f}")
+
+
 if __name__ == "__main__":
     main()
+    engine_floor()

@@ -36,7 +36,8 @@ def prefill_pays_off(target) -> bool:
     """DSI's default for prefilling every target replica at the start: when TTFT > TPOT, or when unknown.
 
     A cold replica pays TTFT on its first verification; prefilling all replicas in parallel at once
-    keeps DSI never slower than non-SI when TTFT > TPOT, and costs ~0.3% when TTFT = TPOT.
+    keeps DSI never slower than non-SI when TTFT > TPOT, and costs ~0.1% when TTFT = TPOT
+    (benchmarks/theorem_grid.py).
     """
     lat = getattr(target, "latency", None)
     if lat is None and isinstance(target, Pool):
