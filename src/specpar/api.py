@@ -17,9 +17,20 @@ from specpar.runtimes import RUNTIMES, Pool, VirtualRuntime
 DEFAULT_LOOKAHEAD = 5
 
 
+def _latency(source):
+    """The LatencyProfile of a model or of a ready-made Pool's servers, or None when unknown."""
+    if isinstance(source, Pool):
+        source = source.servers[0]
+    return getattr(source, "latency", None)
+
+
+def _runtime(name: str, pools: list, cancel_frees: str):
+    return VirtualRuntime(pools, cancel_frees) if name == "virtual" else RUNTIMES[name](pools)
+
+
 def check_drafter_faster(target, drafter) -> None:
     """Warn when the drafter is slower than the target (the paper's Assumption 2)."""
-    t, d = getattr(target, "latency", None), getattr(drafter, "latency", None)
+    t, d = _latency(target), _latency(drafter)
     if t is None or d is None:
         return
     if d.tpot_ms > t.tpot_ms or d.ttft_ms > t.ttft_ms:
@@ -39,15 +50,13 @@ def prefill_pays_off(target) -> bool:
     keeps DSI never slower than non-SI when TTFT > TPOT, and costs ~0.1% when TTFT = TPOT
     (benchmarks/theorem_grid.py).
     """
-    lat = getattr(target, "latency", None)
-    if lat is None and isinstance(target, Pool):
-        lat = getattr(target.servers[0], "latency", None)
+    lat = _latency(target)
     return lat is None or lat.ttft_ms > lat.tpot_ms
 
 
 def default_lookahead(target, drafter, sp_degree: int) -> int:
     """The smallest lookahead satisfying Eq. 1 when both latencies are known, else 5."""
-    t, d = getattr(target, "latency", None), getattr(drafter, "latency", None)
+    t, d = _latency(target), _latency(drafter)
     if t is None or d is None or d.tpot_ms <= 0 or t.tpot_ms <= 0:
         return DEFAULT_LOOKAHEAD
     return min_lookahead(t.tpot_ms, d.tpot_ms, sp_degree, per_token_ms=t.per_token_ms)
@@ -115,7 +124,7 @@ def generate(
     if algorithm != "nonsi":
         drafter_pool = _pool(drafter, 1, "drafter")
         pools.insert(0, drafter_pool)  # at a tie on the virtual clock, drafts are seen first
-    rt = VirtualRuntime(pools, cancel_frees) if runtime == "virtual" else RUNTIMES[runtime](pools)
+    rt = _runtime(runtime, pools, cancel_frees)
     with rt:
         if algorithm == "nonsi":
             return non_si(rt, target_pool, prompt, max_new_tokens, decoding, stream)
@@ -154,7 +163,7 @@ def _generate_hsd(prompt, target, drafters, buffers, lookahead, max_new_tokens, 
         pools = [Pool([levels], "levels"), _pool(target, sp_degree, "target")]
     else:
         pools = [_pool(m, 1, f"level{i}") for i, m in enumerate(list(drafters) + [target])]
-    rt = VirtualRuntime(pools, cancel_frees) if runtime == "virtual" else RUNTIMES[runtime](pools)
+    rt = _runtime(runtime, pools, cancel_frees)
     with rt:
         if algorithm == "hsd-sp":
             return hsd_sp(rt, pools[1], pools[0], prompt, max_new_tokens, buffers[-1], decoding, stream)

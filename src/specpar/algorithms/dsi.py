@@ -51,12 +51,10 @@ def dsi(
     verifying: list[Task] = []  # verification tasks in flight, ordered by the position of their first row
     drafting: Task | None = None  # the drafter's task in flight
     warming: set[Task] = set()  # prefills of the prompt on the other target servers (never cancelled)
-    epoch = 0  # counts rejections
 
     def reject_dependents() -> None:
         """A draft was rejected: cancel every task that depends on it and forget later drafts."""
-        nonlocal drafting, epoch
-        epoch += 1
+        nonlocal drafting
         for t in verifying:
             runtime.cancel(t)
         if drafting is not None:
@@ -64,17 +62,18 @@ def dsi(
             drafting = None
         verifying.clear(), drafts.clear(), q_rows.clear(), windows.clear(), known.clear()
 
-    def settle() -> None:
-        """Resolve the cursor with the target rows known for it, in position order."""
+    def settle() -> bool:
+        """Resolve the cursor with the target rows known for it, in position order; False on a rejection."""
         while not g.done:
             row = known.pop(len(g.out), None)
             if row is None:
-                return
+                break
             if not drafts:  # no draft here yet: take the target's token now, as non-SI would
                 g.take(row)
             elif not g.judge(drafts.pop(0), q_rows.pop(0), row, windows.pop(0)):
                 reject_dependents()
-                return
+                return False
+        return True
 
     def on_draft(task: Task) -> None:
         nonlocal drafting
@@ -89,10 +88,9 @@ def dsi(
         windows.extend(range(taken, len(tokens)))
         if len(g.out) not in known:  # nothing can judge the new drafts yet: hand the drafter its next chunk first
             keep_drafting()
-        before = epoch
-        settle()  # the previous chunk's extra row may judge the first new draft at once
-        n = min(len(new), len(drafts))
-        if epoch == before and n:
+        # the previous chunk's extra row may judge the first new draft at once
+        n = min(len(new), len(drafts)) if settle() else 0
+        if n:
             verifying.append(runtime.submit(target, Score(g.context(drafts), n, decoding)))
 
     def on_scores(task: Task) -> None:
