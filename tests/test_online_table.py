@@ -83,11 +83,10 @@ def test_lookaheads_follow_eq1_with_at_most_sp_servers():
         run_online(pair(t=2.0, d=0.01), lookaheads=(1, 5), repeats=1)
 
 
-def test_virtual_runtime_table_equals_its_predictions_and_dsi_wins():
+def test_virtual_runtime_table_dsi_wins():
     t = run_online(pair(t=10.0, d=1.0, a=0.9), n=50, repeats=4, runtime="virtual")
     assert [r.lookahead for r in t.rows] == [5, 10] and t.infeasible == [1]
     for row in t.rows:
-        assert row.si_ms == row.si_virtual_ms and row.dsi_ms == row.dsi_virtual_ms
         s = t.speedups(row)
         assert s["dsi_vs_nonsi"].mean > 1 and s["dsi_vs_si"].mean > 1
         assert s["dsi_vs_si"].mean == pytest.approx(

@@ -45,13 +45,13 @@ def add_grid_arguments(p) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed of the acceptance draws (default 0)")
 
 
-def compute_with_progress(args, fixed_lookahead, label: str, quiet: bool = False):
+def compute_with_progress(args, fixed_lookahead, label: str):
     """compute_heatmap with a rich progress bar on a terminal."""
     from specpar.experiments.heatmap import compute_heatmap
 
     kwargs = dict(n=args.max_new_tokens, repeats=args.repeats, sp_degree=args.sp_degree,
                   lookaheads=tuple(args.lookahead_range), fixed_lookahead=fixed_lookahead, seed=args.seed)
-    if quiet or not sys.stderr.isatty():
+    if not sys.stderr.isatty():
         return compute_heatmap(args.resolution, **kwargs)
     from rich.progress import Progress
 

@@ -64,7 +64,8 @@ def run(args) -> int:
     figures: dict = {}
     t0 = time.perf_counter()
     kwargs = dict(resolution=args.resolution, n=args.max_new_tokens, repeats=args.repeats, sp_degree=args.sp_degree,
-                  seed=args.seed, only=args.only, table2_rows=_table2_rows(args), figures=figures)
+                  seed=args.seed, only=args.only, table2_rows=_table2_rows(args), figures=figures,
+                  lookaheads=tuple(args.lookahead_range))
     if args.json or not sys.stderr.isatty():
         claims = reproduce(**kwargs)
     else:

@@ -17,7 +17,8 @@ import numpy as np
 
 from specpar.errors import ConfigError
 from specpar.experiments.fastpath import acceptance_uniforms, dsi_latency, next_rejection, si_counts
-from specpar.experiments.heatmap import Heatmap, compute_heatmap, dsi_at_si_lookahead
+from specpar.experiments.heatmap import Heatmap, compute_heatmap, dsi_at_si_lookahead, theorem2_servers
+from specpar.experiments.online import TABLE2_LOOKAHEADS
 from specpar.planning import sp_degree_needed
 
 PASS, FAIL, MISSING, PARTIAL = "PASS", "FAIL", "MISSING", "PARTIAL"
@@ -55,16 +56,17 @@ class CellRecheck:
 # --- measurements ---------------------------------------------------------------------------------------------
 
 
-def recheck_cells(h: Heatmap, ratio: np.ndarray, dsi_k, sp_of, repeats: int = 2000, limit: int = 40,
+def recheck_cells(h: Heatmap, ratio: np.ndarray, dsi_k, sp_of, repeats: int = 2000,
                   seed: int = 12345) -> list[CellRecheck]:
-    """Re-run the cells with ``ratio`` = SI / DSI below 1 (at most ``limit``, worst first) with ``repeats`` fresh
-    paired runs. dsi_k(i, j) and sp_of(i, j) give DSI's lookahead and servers in cell (i, j)."""
+    """Re-run every cell with ``ratio`` = SI / DSI below 1 (worst first) with ``repeats`` fresh paired runs.
+    dsi_k(i, j) and sp_of(i, j) give DSI's lookahead and servers in cell (i, j)."""
     out = []
     cells = np.argwhere(ratio < 1.0 - 1e-9)
     order = np.argsort(ratio[tuple(cells.T)]) if len(cells) else []
-    for i, j in cells[order][:limit]:
+    uniforms = acceptance_uniforms(repeats, h.n, seed)  # the same fresh draws for every cell
+    for i, j in cells[order]:
         c, a, k_si, k_dsi, sp = float(h.c[i]), float(h.a[j]), int(h.si_lookahead[i, j]), dsi_k(i, j), sp_of(i, j)
-        nz = next_rejection(acceptance_uniforms(repeats, h.n, seed), [a])[0]
+        nz = next_rejection(uniforms, [a])[0]
         drafted, rounds = si_counts(nz, np.full(repeats, k_si), h.n)
         si = drafted * c + rounds
         dsi = dsi_latency(nz, np.full(repeats, k_dsi), np.full(repeats, c), h.n, sp)
@@ -93,7 +95,7 @@ def measure_grid(resolution: int, n: int, repeats: int, sp_degree: int, seed: in
         progress("Fig. 7 grid")
     ratio = fig2.si / dsi_at_si_lookahead(fig2)
     t2 = recheck_cells(fig2, ratio, lambda i, j: int(fig2.si_lookahead[i, j]),
-                       lambda i, j: max(2, sp_degree_needed(1.0, float(fig2.c[i]), int(fig2.si_lookahead[i, j]))))
+                       lambda i, j: theorem2_servers(float(fig2.c[i]), int(fig2.si_lookahead[i, j])))
     if progress:
         progress("Theorem 2")
     f2b = recheck_cells(fig2, fig2.speedup("dsi_vs_si"), lambda i, j: int(fig2.dsi_lookahead[i]),
@@ -154,7 +156,6 @@ TABLE2_KNOWN = (
     Table2Row("StarCoder-15B / StarCoder-168M", None, 0.93, "a = 0.93 from the paper; drafter latency not in our copy"),
     Table2Row("Phi3-14B / Phi3-4B", 0.66, None, "c = 65-67% from the paper (0.66 used); acceptance not in our copy"),
 )
-TABLE2_LOOKAHEADS = (1, 5, 10)
 
 
 def measure_table2_row(c: float, a: float, n: int = 50, sp_degree: int = 7, repeats: int = 2000,
@@ -300,7 +301,7 @@ def _argmax_words(h: Heatmap, s: np.ndarray, fn=np.argmax) -> str:
 
 def reproduce(resolution: int = 50, n: int = 100, repeats: int = 5, sp_degree: int = 7, seed: int = 0,
               only=None, table2_rows: list[Table2Row] | None = None, progress=None,
-              figures: dict | None = None) -> list[Claim]:
+              figures: dict | None = None, lookaheads: tuple[int, int] = (1, 200)) -> list[Claim]:
     """Measure and judge every claim (or those in ``only``), in CLAIM_KEYS order.
 
     figures: if a dict, receives the measured GridFigures under "grid" (for writing the heatmaps).
@@ -309,11 +310,12 @@ def reproduce(resolution: int = 50, n: int = 100, repeats: int = 5, sp_degree: i
     unknown = set(keys) - set(CLAIM_KEYS)
     if unknown:
         raise ConfigError(f"unknown claim {sorted(unknown)}; choose from {', '.join(CLAIM_KEYS)}")
-    grid_opts = f"--resolution {resolution} -N {n} --repeats {repeats} --sp-degree {sp_degree} --seed {seed}"
+    grid_opts = (f"--resolution {resolution} -N {n} --repeats {repeats} --sp-degree {sp_degree} --seed {seed}"
+                 f" --lookahead-range {lookaheads[0]} {lookaheads[1]}")
     fig2_cmd = f"specpar heatmap {grid_opts}"
     claims = []
     if {"theorem1", "theorem2", "fig2b", "fig2d", "fig2a"} & set(keys):
-        g = measure_grid(resolution, n, repeats, sp_degree, seed, progress=progress)
+        g = measure_grid(resolution, n, repeats, sp_degree, seed, lookaheads=lookaheads, progress=progress)
         if figures is not None:
             figures["grid"] = g
         f2, f7 = g.fig2, g.fig7

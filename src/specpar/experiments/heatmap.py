@@ -204,6 +204,11 @@ def event_cell(c: float, a: float, *, n: int, repeats: int, si_lookahead: int, d
     return {k: statistics.fmean(v) for k, v in times.items()}
 
 
+def theorem2_servers(c: float, lookahead: int) -> int:
+    """Target servers for Theorem 2's comparison at drafter latency c: Eq. 1's count, and at least 2."""
+    return max(2, sp_degree_needed(1.0, c, lookahead))
+
+
 def dsi_at_si_lookahead(h: Heatmap) -> np.ndarray:
     """DSI's mean latency [C, A] at SI's own lookahead in each cell of ``h``, on ``h``'s draws, on the target
     servers Eq. 1 asks for at that lookahead (Theorem 2's setting: same lookahead, at least t2 / (k t1) servers)
@@ -214,7 +219,7 @@ def dsi_at_si_lookahead(h: Heatmap) -> np.ndarray:
     cells_c = np.repeat(np.arange(C), A)
     cells_a = np.tile(np.arange(A), C)
     k = h.si_lookahead.reshape(-1)
-    sp = np.array([max(2, sp_degree_needed(1.0, float(h.c[i]), int(kk))) for i, kk in zip(cells_c, k)])
+    sp = np.array([theorem2_servers(float(h.c[i]), int(kk)) for i, kk in zip(cells_c, k)])
     out = np.empty(C * A)
     for servers in np.unique(sp):
         cells = np.nonzero(sp == servers)[0]
