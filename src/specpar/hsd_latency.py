@@ -64,7 +64,17 @@ def gamma(a: float, t_low: int, t_up: int) -> float:
 
 @functools.lru_cache(maxsize=65536)
 def _gamma(a: float, t_low: int, t_up: int) -> float:
-    return float(gamma_table(np.array([a]), max(t_low, t_up))[0, t_low - 1, t_up - 1])
+    return float(_batches_to_fill(gain_probabilities(a, t_low)[:, None], t_up)[t_up, 0])
+
+
+def _batches_to_fill(gain: np.ndarray, t_max: int) -> np.ndarray:
+    """[t_max + 1, P] G[r]: expected batches to hold >= r tokens, from gain[g - 1] = P(g tokens) [t_low + 1, P]."""
+    G = np.zeros((t_max + 1, gain.shape[1]))  # G[0] = 0
+    for r in range(1, t_max + 1):
+        G[r] = 1.0
+        for g in range(1, min(r - 1, len(gain)) + 1):  # gains that leave r - g >= 1 tokens to fill
+            G[r] += gain[g - 1] * G[r - g]
+    return G
 
 
 def gamma_table(alphas: np.ndarray, t_max: int) -> np.ndarray:
@@ -75,12 +85,7 @@ def gamma_table(alphas: np.ndarray, t_max: int) -> np.ndarray:
     for t_low in range(1, t_max + 1):
         gain = powers[: t_low + 1] * (1.0 - a)  # gain[g - 1] = P(g tokens)
         gain[t_low] = powers[t_low]
-        G = np.zeros((t_max + 1, len(a)))  # G[r] for r = 0 .. t_max; G[0] = 0
-        for r in range(1, t_max + 1):
-            G[r] = 1.0
-            for g in range(1, min(r - 1, t_low + 1) + 1):  # gains that leave r - g >= 1 tokens to fill
-                G[r] += gain[g - 1] * G[r - g]
-        out[:, t_low - 1, :] = G[1:].T
+        out[:, t_low - 1, :] = _batches_to_fill(gain, t_max)[1:].T
     return out
 
 

@@ -24,7 +24,6 @@ reference for small K.
 from __future__ import annotations
 
 import itertools
-import math
 from dataclasses import asdict, dataclass
 from typing import Sequence
 
@@ -121,6 +120,3 @@ def best_single_drafter(costs: Sequence[float], alpha, t_max: int = 15) -> HsdPl
         return HsdPlan((K,), (), c[K])
     return HsdPlan((int(m), K), (int(tt) + 1,), float(L[m, tt]))
 
-
-def speedup(plan: HsdPlan, baseline: HsdPlan) -> float:
-    return baseline.latency / plan.latency if plan.latency > 0 else math.inf

@@ -51,7 +51,6 @@ class LevelsServer:
         self.servers = list(servers)
         self.name = name
         self.levels = DrafterLevels(self._run_now, check_buffers(buffers, len(servers) - 1) + [1])
-        self.latency = getattr(self.servers[0], "latency", None)
         self._elapsed = 0.0
         self._computed = (None, None)  # (call, result) computed by duration_ms for the virtual clock
         self._cancelled = None

@@ -89,6 +89,9 @@ def _profiles(args) -> tuple[LatencyProfile, LatencyProfile]:
 
 
 def run(args) -> int:
+    for name in ("max_new_tokens", "repeats", "sp_degree", "prompt_length"):
+        if getattr(args, name) < 1:
+            raise ConfigError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     if args.algo == "hsd":
         from specpar.commands import simulate_hsd
 
@@ -104,9 +107,6 @@ def run(args) -> int:
     a = args.acceptance_rate
     if not 0.0 <= a <= 1.0:
         raise ConfigError(f"acceptance rate a must be in [0, 1], got {a!r}")
-    for name in ("max_new_tokens", "repeats", "sp_degree", "prompt_length"):
-        if getattr(args, name) < 1:
-            raise ConfigError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     if args.lookahead is not None and args.lookahead < 1:
         raise ConfigError(f"--lookahead must be >= 1, got {args.lookahead}")
     c = drafter_lat.tpot_ms / target_lat.tpot_ms if target_lat.tpot_ms > 0 else float("nan")
