@@ -28,8 +28,10 @@ def main() -> None:
     ap.add_argument("--out", default="benchmarks/results/default_pair.jsonl")
     args = ap.parse_args()
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    cli.main(["bench", "--dataset", "humaneval", "-n", str(args.n), "-N", str(args.N), "-k", str(args.k),
-              "--sp-degree", str(args.sp_degree), "--out", args.out])
+    rc = cli.main(["bench", "--dataset", "humaneval", "-n", str(args.n), "-N", str(args.N), "-k", str(args.k),
+                   "--sp-degree", str(args.sp_degree), "--out", args.out])
+    if rc:  # never read an older run's results as this one's
+        raise SystemExit(rc)
     rows = [json.loads(line) for line in Path(args.out).read_text().splitlines()]
     fractions = [r["outside_forward_fraction"] for r in rows]
     worst = max(fractions)

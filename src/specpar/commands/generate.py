@@ -62,8 +62,11 @@ class Streamer:
     as every algorithm is measured on the same number of tokens.
     """
 
-    def __init__(self, model, out=None):
-        self.model, self.out, self.tokens, self.shown = model, out or sys.stdout, [], ""
+    def __init__(self, model, prompt_ids, out=None):
+        # the prompt is decoded with the output so that the text at the joint (a space, say) is not lost
+        self.model, self.out, self.tokens = model, out or sys.stdout, list(prompt_ids)
+        self.shown = model.decode(self.tokens)
+        self.out.write(self.shown)
         self.eos = end_of_text_ids(model)
         self.ended_at: int | None = None  # output tokens before the end-of-text token
         self.seen = 0
@@ -110,8 +113,7 @@ def run(args) -> int:
         if i == 0 and not args.json:
             print(f"[{NAMES[algo]} on {what}: {len(ids)} prompt tokens, {args.max_new_tokens} new, "
                   f"{'greedy' if args.temperature == 0 else f'temperature {args.temperature:g}'}]", file=sys.stderr)
-            sys.stdout.write(target.decode(ids))
-            stream = Streamer(target)
+            stream = Streamer(target, ids)
         for s in servers.all:
             s.reset()  # every algorithm starts from a cold cache (its TTFT includes the prefill)
         results[algo] = servers.generate(ids, algo, args.max_new_tokens, args.lookahead, args.temperature, args.seed, stream)
