@@ -44,3 +44,15 @@ class LatencyProfile:
         (drafts being verified, or verified tokens the server has not seen yet).
         """
         return (self.ttft_ms if cold else self.tpot_ms) + self.per_token_ms * extra_tokens
+
+    def call_ms(self, call, cached: int) -> float:
+        """Time of a Draft or Score call on a server whose cache holds the first ``cached`` tokens of its context.
+
+        Nothing cached: a prefill (TTFT). Otherwise one pass over the new tokens (a fully cached context still
+        re-runs its last token); a draft of k tokens adds k - 1 single-token passes.
+        """
+        cold = cached == 0
+        n_new = max(1, len(call.context) - cached)
+        if call.kind == "verify":
+            return self.forward_ms(call.n_drafts if cold else n_new - 1, cold)
+        return self.forward_ms(0 if cold else n_new - 1, cold) + (call.k - 1) * self.tpot_ms

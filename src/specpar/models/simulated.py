@@ -210,14 +210,7 @@ class SimulatedServer:
         return lcp
 
     def duration_ms(self, call) -> float:
-        lat = self.latency
-        ctx = call.context
-        lcp = self._lcp(ctx)
-        cold = lcp == 0
-        n_new = max(1, len(ctx) - lcp)  # a fully cached context still re-runs its last token
-        if type(call) is Score:
-            return lat.forward_ms(call.n_drafts if cold else n_new - 1, cold)
-        return lat.forward_ms(0 if cold else n_new - 1, cold) + (call.k - 1) * lat.tpot_ms
+        return self.latency.call_ms(call, self._lcp(call.context))
 
     def _sync(self, ctx: tuple[int, ...]) -> list[int]:
         lcp = self._lcp(ctx)

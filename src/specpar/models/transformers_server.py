@@ -159,13 +159,7 @@ class TransformersServer:
                 f"{self.model.name} has no latency profile, so the virtual clock cannot time it: run real models on "
                 "the threads runtime, or measure a profile with `specpar profile` and give it as latency="
             )
-        ctx = call.context
-        lcp = common_prefix_len(self.tokens, ctx)
-        cold = lcp == 0
-        n_new = max(1, len(ctx) - lcp)
-        if type(call) is Score:
-            return lat.forward_ms(call.n_drafts if cold else n_new - 1, cold)
-        return lat.forward_ms(0 if cold else n_new - 1, cold) + (call.k - 1) * lat.tpot_ms
+        return lat.call_ms(call, common_prefix_len(self.tokens, call.context))
 
     def __repr__(self) -> str:
         return f"TransformersServer({self.name} on {self.device})"
