@@ -118,7 +118,7 @@ def test_bad_latency_model_input_is_named():
 
 
 def test_measured_acceptance_matrix_recovers_the_stacks():
-    from specpar.hsd_measure import measure_alpha
+    from specpar.experiments.hsd_measure import measure_alpha
 
     stack = SimulatedStack([0.6, 0.9, 0.8], [LatencyProfile.uniform(c) for c in (0.05, 0.2, 0.5, 1.0)], vocab_size=10)
     for temperature in (0.0, 1.0):
