@@ -48,6 +48,17 @@ _WRONG_SALT = 0x082EFA98EC4E6C89
 _TWO64 = 18446744073709551616.0
 
 
+def peaked_probs(h: int, vocab_size: int, spread: float, mode: int, zeros, temperature: float) -> np.ndarray:
+    """[V] softmax(logits / T) at prefix hash h: ``mode`` gets logit ``spread``, the others uniform in [0, spread)
+    from h, and the tokens ``zeros`` (an id or a list of ids) probability 0."""
+    logits = np.array([mix64((h ^ ((j + 1) * _LOGIT_SALT)) & _MASK) / _TWO64 for j in range(vocab_size)]) * spread
+    logits[mode] = spread
+    logits[zeros] = -math.inf
+    z = logits / temperature
+    e = np.exp(z - z.max())
+    return e / e.sum()
+
+
 class SimulatedLM:
     """What the simulated target and drafters share: the prefix hash and the server interface."""
 
@@ -135,13 +146,7 @@ class SimulatedModel(SimulatedLM):
         return (self.argmax(h) + 1 + mix64(h ^ _Z_SALT) % (v - 1)) % v
 
     def probs(self, h: int, temperature: float = 1.0) -> np.ndarray:
-        v = self.vocab_size
-        logits = np.array([mix64((h ^ ((j + 1) * _LOGIT_SALT)) & _MASK) / _TWO64 for j in range(v)]) * self.spread
-        logits[self.argmax(h)] = self.spread
-        logits[self.excluded(h)] = -math.inf
-        z = logits / temperature
-        e = np.exp(z - z.max())
-        return e / e.sum()
+        return peaked_probs(h, self.vocab_size, self.spread, self.argmax(h), self.excluded(h), temperature)
 
     def drafter(
         self,

@@ -50,12 +50,11 @@ from specpar.decoding import mix64
 from specpar.errors import ConfigError
 from specpar.hsd_latency import check_alpha, check_rate
 from specpar.models.latency import LatencyProfile
-from specpar.models.simulated import SimulatedLM
+from specpar.models.simulated import SimulatedLM, peaked_probs
 
 _MASK = (1 << 64) - 1
 _GOLD = 0x9E3779B97F4A7C15
 _JUNK_SALT = 0x7F4A7C159E3779B9
-_LOGIT_SALT = 0x3C6EF372FE94F82B
 _LINK_SALT = 0xC2B2AE3D27D4EB4F
 _TWO64 = 18446744073709551616.0
 FEASIBLE_TOL = 1e-6
@@ -146,13 +145,7 @@ class SimulatedStack:
         return [(m + 1 + (off + i) % (v - 1)) % v for i in range(k)]
 
     def target_probs(self, h: int, temperature: float) -> np.ndarray:
-        v = self.vocab_size
-        logits = np.array([mix64((h ^ ((j + 1) * _LOGIT_SALT)) & _MASK) / _TWO64 for j in range(v)]) * self.spread
-        logits[self.mode(h)] = self.spread
-        logits[self.junk(h)] = -math.inf
-        z = logits / temperature
-        e = np.exp(z - z.max())
-        return e / e.sum()
+        return peaked_probs(h, self.vocab_size, self.spread, self.mode(h), self.junk(h), temperature)
 
     def probs(self, level: int, h: int, temperature: float) -> np.ndarray:
         """q_level = b_level q_{level+1} + (1 - b_level) onehot(j_level), down from q_K = p."""
