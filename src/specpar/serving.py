@@ -19,18 +19,19 @@ from specpar.runtimes import Pool
 
 
 def load_pair(target: str | None = None, drafter: str | None = None, device: str = "cpu", dtype: str | None = None,
-              progress: bool = True):
-    """(target, drafter) TransformersModels: the default pair when neither is given, else the two given."""
+              progress: bool = True, target_device: str | None = None):
+    """(target, drafter) TransformersModels: the default pair when neither is given, else the two given;
+    the drafter is loaded on ``device``, the target on ``target_device`` (default: the same)."""
     from specpar.models.transformers_model import TransformersModel, check_same_tokenizer
     from specpar.models.weights import load_default_pair
 
     if target is None and drafter is None:
         if dtype not in (None, "float32"):
             raise ConfigError("the default pair is converted to float32; give --target/--drafter for another dtype")
-        return load_default_pair(device, progress)
+        return load_default_pair(device, progress, target_device)
     if target is None or drafter is None:
         raise ConfigError("give both --target and --drafter (or neither, for the default pair)")
-    t = TransformersModel(target, device=device, dtype=dtype)
+    t = TransformersModel(target, device=target_device or device, dtype=dtype)
     d = TransformersModel(drafter, device=device, dtype=dtype)
     check_same_tokenizer(t, d)
     return t, d

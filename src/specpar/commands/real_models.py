@@ -41,7 +41,9 @@ def load(args, sp_degree: int, max_tokens: int):
     from specpar.serving import Servers, load_pair
 
     devs = devices(args)
-    target, drafter = load_pair(args.target, args.drafter, devs[0], args.dtype, progress=sys.stderr.isatty())
+    # the drafter on the first device, the target where Servers puts its replicas (the others, if any)
+    target, drafter = load_pair(args.target, args.drafter, devs[0], args.dtype, progress=sys.stderr.isatty(),
+                                target_device=devs[1] if len(devs) > 1 else devs[0])
     return target, drafter, Servers(target, drafter, sp_degree, devs, max_tokens)
 
 

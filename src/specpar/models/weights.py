@@ -191,15 +191,16 @@ def _convert(gguf: Path, out: Path) -> None:
     tokenizer.save_pretrained(str(out))
 
 
-def load_default_pair(device: str = "cpu", progress: bool = True):
-    """(target, drafter): Qwen2.5-Coder-1.5B-Instruct and -0.5B-Instruct as TransformersModels in float32."""
+def load_default_pair(device: str = "cpu", progress: bool = True, target_device: str | None = None):
+    """(target, drafter): Qwen2.5-Coder-1.5B-Instruct and -0.5B-Instruct as TransformersModels in float32,
+    the drafter on ``device``, the target on ``target_device`` (default: the same)."""
     from specpar.models.transformers_model import TransformersModel, check_same_tokenizer
 
     for model in (TARGET, DRAFTER):  # say what is missing before converting anything
         part_paths(model)
     # convert both before loading either: the peak memory is one conversion's, not a conversion plus a loaded model
     target_dir, drafter_dir = ensure_converted(TARGET, progress), ensure_converted(DRAFTER, progress)
-    target = TransformersModel(str(target_dir), device=device, name="qwen2.5-coder-1.5b")
+    target = TransformersModel(str(target_dir), device=target_device or device, name="qwen2.5-coder-1.5b")
     drafter = TransformersModel(str(drafter_dir), device=device, name="qwen2.5-coder-0.5b")
     check_same_tokenizer(target, drafter)
     return target, drafter
