@@ -113,8 +113,13 @@ def read(path: str | Path, estimate: str = "geometric") -> tuple[LatencyProfile,
         raise ConfigError(f"profile {str(path)!r} does not exist: write one with `specpar profile --out FILE`") from None
     except json.JSONDecodeError as exc:
         raise ConfigError(f"profile {str(path)!r} is not JSON ({exc.msg})") from None
+    return parse(data, estimate, repr(str(path)))
+
+
+def parse(data, estimate: str = "geometric", where: str = "the profile") -> tuple[LatencyProfile, LatencyProfile, float]:
+    """:func:`read` on an already decoded JSON object."""
     if not isinstance(data, dict) or data.get("format") != FORMAT:
-        raise ConfigError(f"{str(path)!r} is not a specpar profile (expected \"format\": \"{FORMAT}\")")
+        raise ConfigError(f"{where} is not a specpar profile (expected \"format\": \"{FORMAT}\")")
     if estimate not in ("geometric", "direct"):
         raise ConfigError(f"acceptance estimate must be 'geometric' or 'direct', got {estimate!r}")
 

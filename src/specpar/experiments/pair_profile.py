@@ -107,7 +107,7 @@ class PairProfile:
         except json.JSONDecodeError as exc:
             raise ConfigError(f"profile {str(path)!r} is not valid JSON: {exc}") from None
         if isinstance(d, dict) and d.get("format") == profiling.FORMAT:
-            target, drafter, a = profiling.read(path, estimate)
+            target, drafter, a = profiling.parse(d, estimate, repr(str(path)))
             meta = {k: v for k, v in d.items() if k not in ("target", "drafter")}
             return cls(str(d["target"].get("name", "target")), str(d["drafter"].get("name", "drafter")),
                        target, drafter, a, meta)
@@ -121,12 +121,10 @@ class PairProfile:
 
 
 def default_profile_path() -> Path:
-    """Where the default model pair's profile measured on this machine is kept."""
-    if os.environ.get("SPECPAR_CACHE"):
-        base = Path(os.environ["SPECPAR_CACHE"])
-    else:
-        base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "specpar"
-    return base / "profiles" / "default-pair.json"
+    """Where the default model pair's profile measured on this machine is kept (in specpar's cache)."""
+    from specpar.models.weights import cache_dir
+
+    return cache_dir() / "profiles" / "default-pair.json"
 
 
 def load_default_profile(estimate: str = "geometric") -> PairProfile | None:
