@@ -17,7 +17,7 @@ import torch
 from specpar import generate
 from specpar.calls import Draft, Score
 from specpar.decoding import Decoding
-from specpar.errors import ConfigError, ServerError
+from specpar.errors import ConfigError
 from specpar.models.latency import LatencyProfile
 from specpar.models.transformers_model import TransformersModel, check_fits, check_same_tokenizer
 
@@ -203,8 +203,11 @@ def test_tokenizers_that_differ_are_refused():
 
 def test_a_context_longer_than_the_window_is_a_clear_error():
     target = TransformersModel(tiny_module(vocab=16, seed=0, layers=1, context=16), name="short")
-    with pytest.raises(ServerError, match="exceeds short's context window of 16 tokens"):
-        generate(list(range(12)), target, algorithm="nonsi", max_new_tokens=8, runtime="threads")
+    with pytest.raises(ConfigError, match="12 tokens and 8 new .* short's context window is 16 tokens"):
+        generate(list(range(12)), target, algorithm="nonsi", max_new_tokens=8, runtime="threads")  # refused up front
+    server = target.server("t")  # and a server itself refuses a context it cannot hold
+    with pytest.raises(ConfigError, match="exceeds short's context window of 16 tokens"):
+        server.compute(Score(tuple(range(17)), 0, Decoding()))
 
 
 def test_replicas_that_do_not_fit_in_memory_are_refused_before_allocating(pair):

@@ -24,6 +24,24 @@ def _latency(source):
     return getattr(source, "latency", None)
 
 
+def check_context_window(prompt_len: int, max_new_tokens: int, *sources) -> None:
+    """Refuse up front a generation longer than the smallest context window among the models (where they have one)."""
+    windows = []
+    for source in sources:
+        if isinstance(source, Pool):
+            source = getattr(source.servers[0], "model", source.servers[0])
+        window = getattr(source, "context_window", None)
+        if window is not None:
+            windows.append((window, getattr(source, "name", "a model")))
+    if windows:
+        window, name = min(windows)
+        if prompt_len + max_new_tokens > window:
+            raise ConfigError(
+                f"the prompt has {prompt_len} tokens and {max_new_tokens} new ones are asked for, but {name}'s "
+                f"context window is {window} tokens: shorten the prompt or lower max_new_tokens"
+            )
+
+
 def _runtime(name: str, pools: list, cancel_frees: str):
     return VirtualRuntime(pools, cancel_frees) if name == "virtual" else RUNTIMES[name](pools)
 
@@ -108,6 +126,8 @@ def generate(
         raise ConfigError(f"sp_degree must be an integer >= 1, got {sp_degree!r}")
     if not isinstance(temperature, (int, float)) or math.isnan(temperature) or temperature < 0:
         raise ConfigError(f"temperature must be >= 0 (0 means greedy), got {temperature!r}")
+    drafters = drafter if isinstance(drafter, (list, tuple)) else [drafter]
+    check_context_window(len(prompt), max_new_tokens, target, *[d for d in drafters if d is not None])
     if algorithm in ("hsd", "hsd-sp"):
         return _generate_hsd(prompt, target, drafter, buffers, lookahead, max_new_tokens, Decoding(float(temperature), seed),
                              runtime, cancel_frees, algorithm, sp_degree, stream)

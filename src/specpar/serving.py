@@ -12,7 +12,7 @@ import time
 from contextlib import contextmanager
 from typing import Sequence
 
-from specpar.api import generate
+from specpar.api import check_context_window, generate
 from specpar.errors import ConfigError
 from specpar.results import GenerationResult
 from specpar.runtimes import Pool
@@ -73,12 +73,7 @@ class Servers:
         return max(1, cpu_cores() // max(1, busy))
 
     def check_length(self, prompt_len: int, max_new_tokens: int) -> None:
-        window = min(self.target.context_window, self.drafter.context_window)
-        if prompt_len + max_new_tokens > window:
-            raise ConfigError(
-                f"the prompt has {prompt_len} tokens and {max_new_tokens} new ones are asked for, but the models' "
-                f"context window is {window} tokens: shorten the prompt or lower --max-new-tokens"
-            )
+        check_context_window(prompt_len, max_new_tokens, self.target, self.drafter)
 
     def generate(self, prompt: Sequence[int], algorithm: str, max_new_tokens: int, lookahead: int | None = None,
                  temperature: float = 0.0, seed: int = 0, stream=None) -> GenerationResult:
