@@ -108,9 +108,9 @@ V, N, PROMPT, SAMPLES = 4, 3, [0, 1], 3000
 def unrelated_hierarchy():
     """Three unrelated models over 4 tokens: general overlaps, so residuals differ from p."""
     lat = LatencyProfile.uniform
-    return [SimulatedModel(V, seed=99, latency=lat(0.05), spread=1.5),
-            SimulatedModel(V, seed=7, latency=lat(0.2), spread=1.5),
-            SimulatedModel(V, seed=21, latency=lat(1.0), spread=1.5)]
+    return [SimulatedModel(V, seed=1, latency=lat(0.05), spread=1.5),
+            SimulatedModel(V, seed=2, latency=lat(0.2), spread=1.5),
+            SimulatedModel(V, seed=3, latency=lat(1.0), spread=1.5)]
 
 
 def stack_hierarchy():

@@ -1,5 +1,6 @@
 """Layer 4: the runtime contract on the virtual clock and on threads (cancellation, errors, cleanup)."""
 
+import gc
 import time
 
 import pytest
@@ -53,6 +54,23 @@ def test_virtual_runs_a_pool_in_parallel_and_returns_in_time_order():
     assert [t.end for t in finished] == [5.0, 5.0, 10.0]
     assert finished == tasks
     assert rt.now() == 10.0
+
+
+@pytest.mark.parametrize("enabled_before", [True, False])
+def test_a_virtual_run_pauses_the_garbage_collector_and_restores_it_even_on_error(enabled_before):
+    pool = one_server_pool(1.0)
+    was = gc.isenabled()
+    try:
+        gc.enable() if enabled_before else gc.disable()
+        with pytest.raises(ZeroDivisionError):
+            with VirtualRuntime([pool]) as rt:
+                assert not gc.isenabled()
+                rt.submit(pool, Score((1,), 0, DEC))
+                1 / 0
+        assert gc.isenabled() == enabled_before
+        assert rt.tasks[0].cancelled  # closed on the way out: nothing left running
+    finally:
+        gc.enable() if was else gc.disable()
 
 
 def test_bad_cancel_mode_is_named():

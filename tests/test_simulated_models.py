@@ -1,5 +1,9 @@
 """Layer 5: simulated models are deterministic, have the acceptance rate they are built with, and a cache that behaves."""
 
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -17,6 +21,15 @@ def test_distribution_is_a_deterministic_function_of_seed_and_prefix():
     assert a.greedy_tokens([1, 2, 3], 20) == b.greedy_tokens([1, 2, 3], 20)
     assert a.greedy_tokens([1, 2, 3], 20) != SimulatedModel(8, seed=4).greedy_tokens([1, 2, 3], 20)
     assert a.prefix_hash([1, 2, 3]) != a.prefix_hash([1, 2, 4]) != a.prefix_hash([2, 1, 3])
+
+
+def test_distributions_do_not_depend_on_the_interpreters_hash_seed():
+    """The prefix hash is CPython's tuple hash of ints, which PYTHONHASHSEED (str/bytes only) must not change."""
+    script = ("from specpar import SimulatedModel; m = SimulatedModel(32, seed=5); d = m.drafter(0.5, seed=2); "
+              "print(m.greedy_tokens([1, 2], 30), d.greedy_tokens([1, 2], 30), m.prefix_hash([7, 8, 9]))")
+    outputs = {subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True,
+                              env={**os.environ, "PYTHONHASHSEED": seed}).stdout for seed in ("0", "1", "12345")}
+    assert len(outputs) == 1 and outputs.pop().strip()
 
 
 def test_probs_are_a_distribution_whose_argmax_is_the_greedy_token_and_with_a_zero():

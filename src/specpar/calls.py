@@ -5,13 +5,13 @@ own hash cache). Calls carry the whole context; the server reuses the longest
 common prefix with what it saw last and processes only the rest.
 
 Positions are absolute indices into the token sequence (prompt included).
-Calls are treated as immutable once submitted (plain slotted dataclasses rather
-than frozen ones: a call is built per task, and frozen construction costs 2.5x).
+Calls are treated as immutable once submitted (plain slotted classes rather
+than frozen dataclasses: a call is built per task, and frozen construction costs 2.5x).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
@@ -29,25 +29,32 @@ class Draft:
     kind = "draft"
 
 
-@dataclass(slots=True)
 class Score:
     """Ask a target for its next-token distribution at the last ``n_drafts + 1`` positions of the sequence.
 
     ``context`` ends with ``n_drafts`` unverified draft tokens; one forward pass
-    returns rows for positions ``len(context) - n_drafts .. len(context)``
+    returns rows for positions ``start = len(context) - n_drafts .. end = len(context)``
     (n_drafts + 1 rows: one per draft plus the one after the last draft).
     """
 
-    context: tuple[int, ...]
-    n_drafts: int
-    decoding: Decoding
-    start: int = field(init=False)  # position of the first row returned
-    end: int = field(init=False)  # position of the last row returned
+    __slots__ = ("context", "n_drafts", "decoding", "start", "end")
     kind = "verify"
 
-    def __post_init__(self):
-        self.end = len(self.context)
-        self.start = self.end - self.n_drafts
+    def __init__(self, context: tuple[int, ...], n_drafts: int, decoding: Decoding):
+        self.context = context
+        self.n_drafts = n_drafts
+        self.decoding = decoding
+        self.end = len(context)  # position of the last row returned
+        self.start = self.end - n_drafts  # position of the first row returned
+
+    def __repr__(self) -> str:
+        return f"Score(context=<{len(self.context)} tokens>, n_drafts={self.n_drafts}, decoding={self.decoding})"
+
+    def __eq__(self, other) -> bool:
+        return type(other) is Score and (self.context, self.n_drafts, self.decoding) == (
+            other.context, other.n_drafts, other.decoding)
+
+    __hash__ = None
 
 
 @dataclass(slots=True)

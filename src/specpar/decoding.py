@@ -14,7 +14,7 @@ sample, bonus sample), so
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -55,10 +55,10 @@ class Decoding:
 
     temperature: float = 0.0
     seed: int = 0
+    greedy: bool = field(init=False, repr=False, compare=False)  # temperature == 0, read once per token
 
-    @property
-    def greedy(self) -> bool:
-        return self.temperature == 0.0
+    def __post_init__(self):
+        object.__setattr__(self, "greedy", self.temperature == 0.0)
 
     def uniform(self, stream: int, position: int) -> float:
         return uniform(self.seed, stream, position)

@@ -34,6 +34,7 @@ class Generation:
         self.out: list[int] = list(prompt)
         self.prompt_len = len(prompt)
         self.stop = len(prompt) + max_new_tokens
+        self.done = False  # len(out) >= stop: every output token is verified
         self.decoding = decoding
         self.runtime = runtime
         self.t0 = runtime.now()
@@ -45,10 +46,6 @@ class Generation:
         self._verified: tuple[int, ...] | None = None  # tuple(out), cached for context()
         self.stream = stream  # called with each run of newly verified output tokens, in order
         self._streamed = len(prompt)
-
-    @property
-    def done(self) -> bool:
-        return len(self.out) >= self.stop
 
     def context(self, drafts: Sequence[int] = ()) -> tuple[int, ...]:
         """The verified sequence followed by ``drafts``, as an immutable tuple for a call."""
@@ -84,7 +81,7 @@ class Generation:
         for j in range(min(n + 1, len(proposal.tokens))):
             self._tested(j, j < n)
         self.out.extend(proposal.tokens[:n])
-        self._append(token)
+        self._append(token)  # also updates done
         self._end_round()
         self._emit()
         return n
@@ -101,6 +98,7 @@ class Generation:
         if self.first_token_ms is None:
             self.first_token_ms = self.runtime.now() - self.t0
         self.out.append(token)
+        self.done = len(self.out) >= self.stop
 
     def _tested(self, index: int, accepted: bool) -> None:
         while len(self.position_drafted) <= index:

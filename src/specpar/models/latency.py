@@ -51,8 +51,9 @@ class LatencyProfile:
         Nothing cached: a prefill (TTFT). Otherwise one pass over the new tokens (a fully cached context still
         re-runs its last token); a draft of k tokens adds k - 1 single-token passes.
         """
-        cold = cached == 0
-        n_new = max(1, len(call.context) - cached)
-        if call.kind == "verify":
-            return self.forward_ms(call.n_drafts if cold else n_new - 1, cold)
-        return self.forward_ms(0 if cold else n_new - 1, cold) + (call.k - 1) * self.tpot_ms
+        if cached == 0:
+            ms = self.ttft_ms + (self.per_token_ms * call.n_drafts if call.kind == "verify" else 0.0)
+        else:  # forward_ms(n_new - 1, cold=False), written out: this runs once per task on the virtual clock
+            n_new = len(call.context) - cached
+            ms = self.tpot_ms + self.per_token_ms * (n_new - 1) if n_new > 1 else self.tpot_ms
+        return ms if call.kind == "verify" else ms + (call.k - 1) * self.tpot_ms

@@ -8,16 +8,23 @@ from typing import Sequence
 def common_prefix_len(a: Sequence[int], b: Sequence[int]) -> int:
     """Length of the longest common prefix of two token sequences of the same type.
 
-    Slice comparisons run in C; the common case (one extends the other) costs one
-    comparison, a divergence costs O(log n) of them.
+    Slice comparisons run in C. The common case (one extends the other) costs one
+    comparison. Speculative decoding diverges near the end (a rejected draft), so a
+    divergence is found by galloping back from the end, then bisecting the short
+    stretch where it lies: O(log d) comparisons for a divergence d tokens from the end.
     """
     n = min(len(a), len(b))
-    if a[:n] == b[:n]:
+    if n == 0 or (a[n - 1] == b[n - 1] and a[:n] == b[:n]):
         return n
-    lo, hi = 0, n  # invariant: a[:lo] == b[:lo] and a[:hi] != b[:hi]
-    while hi - lo > 1:
+    hi, step = n, 8  # invariant: a[:hi] != b[:hi]
+    while True:
+        lo = max(0, hi - step)
+        if a[:lo] == b[:lo]:
+            break
+        hi, step = lo, step * 2
+    while hi - lo > 1:  # invariant: a[:lo] == b[:lo], a[lo:hi] != b[lo:hi]
         mid = (lo + hi) // 2
-        if a[:mid] == b[:mid]:
+        if a[lo:mid] == b[lo:mid]:
             lo = mid
         else:
             hi = mid

@@ -12,6 +12,7 @@ row can judge it at once, as it would on a real clock a moment later.
 
 from __future__ import annotations
 
+import gc
 import heapq
 from collections import deque
 from typing import Sequence
@@ -38,10 +39,30 @@ class VirtualRuntime(Runtime):
         super().__init__(pools)
         self.cancel_frees = cancel_frees
         self._now = 0.0
-        self._heap: list = []  # (end rounded, pool rank, task id, task) of started tasks
-        self._rank = {id(p): i for i, p in enumerate(self.pools)}
-        self._idle = {id(p): deque(p.servers) for p in self.pools}
-        self._queued = {id(p): deque() for p in self.pools}
+        self._heap: list = []  # (end in integer ns, pool rank, task id, task) of started tasks
+        self._rank = {p: i for i, p in enumerate(self.pools)}
+        self._idle = {p: deque(p.servers) for p in self.pools}
+        self._queued = {p: deque() for p in self.pools}
+        self._gc_was_enabled: bool | None = None
+
+    def __enter__(self):
+        """Pause the cyclic garbage collector until exit, as timeit does.
+
+        A run allocates millions of short-lived, acyclic objects (tasks, calls, contexts) that reference
+        counting frees at once; the collector would only traverse them, which costs 10% of a run at
+        N = 200 and 30% at N = 1000. The previous state is restored on exit, exceptions included.
+        """
+        self._gc_was_enabled = gc.isenabled()
+        gc.disable()
+        return self
+
+    def __exit__(self, *exc):
+        try:
+            return super().__exit__(*exc)
+        finally:
+            if self._gc_was_enabled:
+                gc.enable()
+            self._gc_was_enabled = None
 
     def now(self) -> float:
         return self._now
@@ -49,27 +70,28 @@ class VirtualRuntime(Runtime):
     def submit(self, pool: Pool, call) -> Task:
         task = Task(pool, call)
         self.tasks.append(task)
-        idle = self._idle[id(pool)]
+        idle = self._idle[pool]
         if idle:
             self._start(task, idle.popleft())
         else:
-            self._queued[id(pool)].append(task)
+            self._queued[pool].append(task)
         return task
 
     def _start(self, task: Task, server) -> None:
         task.server = server
-        task.start = self._now
-        task.end = self._now + server.duration_ms(task.call)
-        heapq.heappush(self._heap, (round(task.end, 9), self._rank[id(task.pool)], task.id, task))
+        task.start = now = self._now
+        task.end = end = now + server.duration_ms(task.call)
+        # ends are compared on a 1e-9 ms grid, so that float sums such as 5 x 0.2 do not decide ties
+        heapq.heappush(self._heap, (int(end * 1e9 + 0.5), self._rank[task.pool], task.id, task))
 
     def _free(self, pool: Pool, server) -> None:
-        queued = self._queued[id(pool)]
+        queued = self._queued[pool]
         while queued:
             task = queued.popleft()
             if not task.cancelled:
                 self._start(task, server)
                 return
-        self._idle[id(pool)].append(server)
+        self._idle[pool].append(server)
 
     def wait(self) -> Task:
         heap = self._heap
