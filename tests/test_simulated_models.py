@@ -32,6 +32,18 @@ def test_distributions_do_not_depend_on_the_interpreters_hash_seed():
     assert len(outputs) == 1 and outputs.pop().strip()
 
 
+@pytest.mark.parametrize("a", [0.0, 0.3, 0.8, 1.0])
+def test_the_drafters_written_out_greedy_run_equals_its_argmax_chain(a):
+    from specpar.models.simulated import SimulatedLM
+
+    drafter = SimulatedModel(7, seed=11).drafter(a, seed=4)
+    for prefix in ([0], [3, 1], [6, 6, 2, 5]):
+        h = drafter.prefix_hash(prefix)
+        fast, ref = [h], [h]
+        assert drafter.greedy_run(h, 40, fast) == SimulatedLM.greedy_run(drafter, h, 40, ref)
+        assert fast == ref
+
+
 def test_probs_are_a_distribution_whose_argmax_is_the_greedy_token_and_with_a_zero():
     m = SimulatedModel(6, seed=1)
     for prefix in ([0], [1, 2], [5, 5, 5, 1]):

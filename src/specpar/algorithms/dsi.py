@@ -98,9 +98,9 @@ def dsi(
             warming.discard(task)
         else:
             verifying.remove(task)
-        scores, cursor = task.result, len(g.out)
-        for pos in range(max(scores.start, cursor), scores.end + 1):
-            known[pos] = scores.rows[pos - scores.start]
+        start, rows = task.result.start, task.result.rows
+        for i in range(max(0, len(g.out) - start), len(rows)):  # rows at the cursor and beyond
+            known[start + i] = rows[i]
         settle()
 
     def cover_cursor() -> None:

@@ -55,7 +55,8 @@ class Generation:
 
     def lookahead_at(self, position: int, lookahead: int) -> int:
         """Drafts worth proposing from ``position``: never the last output token (the target makes it)."""
-        return max(0, min(lookahead, self.stop - 1 - position))
+        room = self.stop - 1 - position
+        return lookahead if room >= lookahead else (room if room > 0 else 0)
 
     def take(self, row) -> int:
         """Append the target's own token from its row at the cursor (non-SI step, bonus)."""

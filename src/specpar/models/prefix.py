@@ -13,7 +13,7 @@ def common_prefix_len(a: Sequence[int], b: Sequence[int]) -> int:
     divergence is found by galloping back from the end, then bisecting the short
     stretch where it lies: O(log d) comparisons for a divergence d tokens from the end.
     """
-    n = min(len(a), len(b))
+    n = len(a) if len(a) < len(b) else len(b)
     if n == 0 or (a[n - 1] == b[n - 1] and a[:n] == b[:n]):
         return n
     hi, step = n, 8  # invariant: a[:hi] != b[:hi]

@@ -99,6 +99,16 @@ class SimulatedLM:
         """The row a Score call returns at a position with prefix hash h: argmax id or [V] probabilities."""
         return self.argmax(h) if decoding.greedy else self.probs(h, decoding.temperature)
 
+    def greedy_run(self, h: int, k: int, hashes: list[int]) -> list[int]:
+        """The k greedy tokens after the prefix with hash h; appends each longer prefix's hash to ``hashes``."""
+        tokens = []
+        for _ in range(k):
+            tok = self.argmax(h)
+            tokens.append(tok)
+            h = extend(h, tok)
+            hashes.append(h)
+        return tokens
+
     def draft_token(self, h: int, position: int, decoding: Decoding):
         """One drafted token at ``position`` and the row it was drawn from (None when greedy)."""
         if decoding.greedy:
@@ -187,14 +197,27 @@ class SimulatedDrafter(SimulatedLM):
         self._agree_salt = mix64((seed * _GOLD + _AGREE_SALT) & _MASK)
         self._wrong_salt = mix64((seed * _GOLD + _WRONG_SALT) & _MASK)
         self._agree_below = math.ceil(self.acceptance_rate * _TWO64)  # agree iff unit(h, agree salt) < this
-        self._mode = target.argmax
 
     def argmax(self, h: int) -> int:
-        m = self._mode(h)
-        if hash((h, self._agree_salt)) & _MASK < self._agree_below:  # unit(h, agree salt), inlined
+        m = self.target.argmax(h)
+        if unit(h, self._agree_salt) < self._agree_below:
             return m
         v = self.vocab_size
         return (m + 1 + unit(h, self._wrong_salt) % (v - 1)) % v
+
+    def greedy_run(self, h: int, k: int, hashes: list[int]) -> list[int]:
+        """SimulatedLM.greedy_run with argmax, the target's mode and extend written out: a drafter spends most
+        of a virtual-clock run here (tests/test_simulated_models.py checks that both give the same tokens)."""
+        v, below, agree_salt, wrong_salt = self.vocab_size, self._agree_below, self._agree_salt, self._wrong_salt
+        tokens = []
+        for _ in range(k):
+            tok = (h >> 8) % v  # the target's mode (SimulatedModel.argmax)
+            if hash((h, agree_salt)) & _MASK >= below:
+                tok = (tok + 1 + (hash((h, wrong_salt)) & _MASK) % (v - 1)) % v
+            tokens.append(tok)
+            h = hash((h, tok))
+            hashes.append(h)
+        return tokens
 
     def probs(self, h: int, temperature: float = 1.0) -> np.ndarray:
         q = self.acceptance_rate * self.target.probs(h, temperature)
@@ -255,17 +278,10 @@ class SimulatedServer:
                 return Scores(start, [argmax(h) for h in hashes[start:]])
             return Scores(start, np.stack([model.probs(h, dec.temperature) for h in hashes[start:]]))
         assert type(call) is Draft
-        h, tokens = hashes[-1], []
         if dec.temperature == 0.0:  # greedy: no rows
-            argmax = model.argmax
-            for _ in range(call.k):
-                tok = argmax(h)
-                tokens.append(tok)
-                h = hash((h, tok))  # extend(h, tok), inlined
-                hashes.append(h)
-            rows = None
+            tokens, rows = model.greedy_run(hashes[-1], call.k, hashes), None
         else:
-            rows, pos = [], len(ctx)
+            h, tokens, rows, pos = hashes[-1], [], [], len(ctx)
             for i in range(call.k):
                 tok, row = model.draft_token(h, pos + i, dec)
                 tokens.append(tok)
