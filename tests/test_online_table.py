@@ -110,6 +110,17 @@ def test_table_command_json_with_profile_file(tmp_path, capsys, monkeypatch, no_
     assert "not available" in out["note"]
 
 
+def test_simulate_reads_a_saved_pair_profile(tmp_path, capsys):
+    """Both JSON forms work everywhere a profile is read: here the plain one PairProfile.save writes."""
+    path = tmp_path / "p.json"
+    PairProfile("T", "D", LatencyProfile(4.0, 2.0, 0.5), LatencyProfile(0.4, 0.2), 0.65).save(path)
+    assert main(["simulate", "--profile", str(path), "-N", "20", "--repeats", "1", "-k", "3", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)["config"]
+    assert out["acceptance_rate"] == 0.65
+    assert (out["target"]["ttft_ms"], out["target"]["tpot_ms"], out["target"]["per_token_ms"]) == (4.0, 2.0, 0.5)
+    assert (out["drafter"]["ttft_ms"], out["drafter"]["tpot_ms"]) == (0.4, 0.2)
+
+
 def test_table_command_needs_a_pair(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("SPECPAR_CACHE", str(tmp_path))
     assert main(["table"]) == 2

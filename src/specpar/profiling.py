@@ -102,22 +102,12 @@ def write(profile: dict, path: str | Path) -> None:
     Path(path).write_text(json.dumps(profile, indent=2) + "\n", encoding="utf-8")
 
 
-def read(path: str | Path, estimate: str = "geometric") -> tuple[LatencyProfile, LatencyProfile, float]:
-    """(target latency, drafter latency, acceptance rate) from a profile written by ``specpar profile``.
+def parse(data, estimate: str = "geometric", where: str = "the profile") -> tuple[LatencyProfile, LatencyProfile, float]:
+    """(target latency, drafter latency, acceptance rate) from a decoded ``specpar profile`` JSON object.
 
     estimate: "geometric" (App. F.2's fit, the default) or "direct" (the per-token rate).
+    Files are read by :meth:`specpar.experiments.pair_profile.PairProfile.load`, which also takes the plain form.
     """
-    try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigError(f"profile {str(path)!r} does not exist: write one with `specpar profile --out FILE`") from None
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"profile {str(path)!r} is not JSON ({exc.msg})") from None
-    return parse(data, estimate, repr(str(path)))
-
-
-def parse(data, estimate: str = "geometric", where: str = "the profile") -> tuple[LatencyProfile, LatencyProfile, float]:
-    """:func:`read` on an already decoded JSON object."""
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise ConfigError(f"{where} is not a specpar profile (expected \"format\": \"{FORMAT}\")")
     if estimate not in ("geometric", "direct"):

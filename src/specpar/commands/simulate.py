@@ -56,7 +56,9 @@ def register(sub) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     p.add_argument("--profile", metavar="FILE", default=None,
                    help="take both latency profiles (TTFT, TPOT, per-token cost) and the acceptance rate from a "
-                        "JSON profile written by `specpar profile` (overrides the latency flags and -a)")
+                        "JSON profile: the file `specpar profile` writes, or the plain form {\"target\": {\"ttft_ms\", "
+                        "\"tpot_ms\", \"per_token_ms\"}, \"drafter\": {...}, \"acceptance_rate\": a} (overrides the "
+                        "latency flags and -a)")
     p.add_argument("--acceptance-estimate", choices=("geometric", "direct"), default="geometric",
                    help="with --profile: the paper's geometric fit (default) or the direct per-token rate")
     p.add_argument("--timeline", metavar="PNG", default=None,
@@ -101,9 +103,10 @@ def run(args) -> int:
 
     target_lat, drafter_lat = _profiles(args)
     if args.profile:
-        from specpar import profiling
+        from specpar.experiments.pair_profile import PairProfile
 
-        target_lat, drafter_lat, args.acceptance_rate = profiling.read(args.profile, args.acceptance_estimate)
+        pair = PairProfile.load(args.profile, args.acceptance_estimate)  # either form: `specpar profile`'s or save()'s
+        target_lat, drafter_lat, args.acceptance_rate = pair.target, pair.drafter, pair.acceptance_rate
     a = args.acceptance_rate
     if not 0.0 <= a <= 1.0:
         raise ConfigError(f"acceptance rate a must be in [0, 1], got {a!r}")
@@ -149,8 +152,10 @@ def run(args) -> int:
     if args.json:
         print(json.dumps({
             "config": {
-                "target": {"ttft_ms": target_lat.ttft_ms, "tpot_ms": target_lat.tpot_ms},
-                "drafter": {"ttft_ms": drafter_lat.ttft_ms, "tpot_ms": drafter_lat.tpot_ms},
+                "target": {"ttft_ms": target_lat.ttft_ms, "tpot_ms": target_lat.tpot_ms,
+                           "per_token_ms": target_lat.per_token_ms},
+                "drafter": {"ttft_ms": drafter_lat.ttft_ms, "tpot_ms": drafter_lat.tpot_ms,
+                            "per_token_ms": drafter_lat.per_token_ms},
                 "drafter_latency_fraction": c, "acceptance_rate": a, "lookahead": k, "sp_degree": args.sp_degree,
                 "max_new_tokens": args.max_new_tokens, "runtime": args.runtime, "temperature": args.temperature,
                 "seed": args.seed, "repeats": args.repeats,

@@ -3,7 +3,7 @@
 Two JSON forms are read:
 
 * the file ``specpar profile`` writes (``"format": "specpar-profile/1"``; read
-  through :func:`specpar.profiling.read`, the App. F.2 geometric acceptance
+  through :func:`specpar.profiling.parse`, the App. F.2 geometric acceptance
   estimate by default), names taken from its ``target``/``drafter`` objects;
 * a hand-written one::
 
@@ -100,6 +100,9 @@ class PairProfile:
         """Read either JSON form; ``estimate`` picks the acceptance estimate of a ``specpar profile`` file."""
         try:
             text = Path(path).read_text()
+        except FileNotFoundError:
+            raise ConfigError(f"cannot read profile {str(path)!r}: it does not exist "
+                              "(write one with `specpar profile --out FILE`)") from None
         except OSError as exc:
             raise ConfigError(f"cannot read profile {str(path)!r}: {exc.strerror or exc}") from None
         try:
