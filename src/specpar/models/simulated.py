@@ -273,12 +273,12 @@ class SimulatedServer:
         model, dec = self.model, call.decoding
         if type(call) is Score:
             start = call.start
-            if dec.temperature == 0.0:  # greedy
+            if dec.greedy:
                 argmax = model.argmax
                 return Scores(start, [argmax(h) for h in hashes[start:]])
             return Scores(start, np.stack([model.probs(h, dec.temperature) for h in hashes[start:]]))
         assert type(call) is Draft
-        if dec.temperature == 0.0:  # greedy: no rows
+        if dec.greedy:  # no rows
             tokens, rows = model.greedy_run(hashes[-1], call.k, hashes), None
         else:
             h, tokens, rows, pos = hashes[-1], [], [], len(ctx)
