@@ -95,10 +95,6 @@ class SimulatedLM:
     def probs(self, h: int, temperature: float) -> np.ndarray:  # pragma: no cover - abstract
         raise NotImplementedError
 
-    def score_row(self, h: int, decoding: Decoding):
-        """The row a Score call returns at a position with prefix hash h: argmax id or [V] probabilities."""
-        return self.argmax(h) if decoding.greedy else self.probs(h, decoding.temperature)
-
     def greedy_run(self, h: int, k: int, hashes: list[int]) -> list[int]:
         """The k greedy tokens after the prefix with hash h; appends each longer prefix's hash to ``hashes``."""
         tokens = []
