@@ -73,6 +73,20 @@ def test_a_virtual_run_pauses_the_garbage_collector_and_restores_it_even_on_erro
         gc.enable() if was else gc.disable()
 
 
+@pytest.mark.parametrize("cancel_frees", ["now", "end"])
+def test_virtual_close_cancels_running_and_queued_tasks_and_leaves_finished_ones(cancel_frees):
+    pool = one_server_pool(10.0)
+    rt = VirtualRuntime([pool], cancel_frees=cancel_frees)
+    finished = rt.submit(pool, Score((1,), 0, DEC))
+    assert rt.wait() is finished
+    running = rt.submit(pool, Score((2,), 0, DEC))
+    queued = [rt.submit(pool, Score((i,), 0, DEC)) for i in (3, 4)]
+    rt.close()
+    assert not finished.cancelled and finished.result is not None
+    assert running.cancelled and all(t.cancelled and t.done for t in queued)
+    assert [t.server for t in queued] == [None, None]  # never started
+
+
 def test_bad_cancel_mode_is_named():
     with pytest.raises(ValueError, match="cancel_frees"):
         VirtualRuntime([one_server_pool(1.0)], cancel_frees="later")
