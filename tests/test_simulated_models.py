@@ -105,3 +105,18 @@ def test_latency_follows_the_cache_prefill_then_decode_steps():
     assert s.duration_ms(Score((1, 2, 3), 0, dec)) == 10  # fully cached: re-run the last token
     d = t.server()
     assert d.duration_ms(Draft((1, 2), 4, dec)) == 50 + 3 * 10  # prefill, then 3 more decode steps
+
+
+@pytest.mark.parametrize("ttft, tpot, per_token, matters", [(7, 7, 0, False), (7, 7, 0.5, True), (9, 7, 0, True)])
+def test_a_server_skips_the_cache_comparison_only_where_the_cache_cannot_change_the_time(ttft, tpot, per_token, matters):
+    lat = LatencyProfile(ttft, tpot, per_token)
+    assert lat.cache_matters is matters
+    dec = Decoding()
+    calls = [Score((1, 2, 3, 0, 1), 2, dec), Score((1, 2, 3), 0, dec), Draft((1, 2, 3, 4), 3, dec)]
+    for call in calls:
+        times = {lat.call_ms(call, cached) for cached in range(len(call.context) + 1)}
+        assert (len(times) > 1) is matters  # every cached length gives one time exactly when it cannot matter
+    server = SimulatedModel(4, latency=lat).server()
+    server.compute(Score((1, 2, 3), 0, dec))  # caches (1, 2, 3): every call above starts with it
+    for call in calls:
+        assert server.duration_ms(call) == lat.call_ms(call, 3)

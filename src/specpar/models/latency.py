@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from specpar.errors import ConfigError
 
@@ -21,12 +21,16 @@ class LatencyProfile:
     ttft_ms: float
     tpot_ms: float
     per_token_ms: float = 0.0
+    # False when every pass costs the same whatever the server has cached (ttft = tpot, no per-token cost:
+    # the paper's time-unit model). A server then need not compare a call's context with its cache to time it.
+    cache_matters: bool = field(init=False, repr=False, compare=False)
 
     def __post_init__(self):
         for name in ("ttft_ms", "tpot_ms", "per_token_ms"):
             v = getattr(self, name)
             if not isinstance(v, (int, float)) or math.isnan(v) or v < 0 or math.isinf(v):
                 raise ConfigError(f"latency {name} must be a finite number >= 0 ms, got {v!r}")
+        object.__setattr__(self, "cache_matters", self.ttft_ms != self.tpot_ms or self.per_token_ms != 0)
 
     @classmethod
     def uniform(cls, ms: float) -> "LatencyProfile":
@@ -48,6 +52,7 @@ class LatencyProfile:
     def call_ms(self, call, cached: int) -> float:
         """Time of a Draft or Score call on a server whose cache holds the first ``cached`` tokens of its context.
 
+        When not ``cache_matters`` every value of ``cached`` gives the same time (servers pass 0, uncompared).
         Nothing cached: a prefill (TTFT). Otherwise one pass over the new tokens (a fully cached context still
         re-runs its last token); a draft of k tokens adds k - 1 single-token passes.
         """

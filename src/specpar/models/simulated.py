@@ -249,7 +249,8 @@ class SimulatedServer:
         return lcp
 
     def duration_ms(self, call) -> float:
-        return self.latency.call_ms(call, self._lcp(call.context))
+        lat = self.latency
+        return lat.call_ms(call, self._lcp(call.context) if lat.cache_matters else 0)
 
     def _sync(self, ctx: tuple[int, ...]) -> list[int]:
         lcp = self._lcp(ctx)

@@ -159,7 +159,7 @@ class TransformersServer:
                 f"{self.model.name} has no latency profile, so the virtual clock cannot time it: run real models on "
                 "the threads runtime, or measure a profile with `specpar profile` and give it as latency="
             )
-        return lat.call_ms(call, common_prefix_len(self.tokens, call.context))
+        return lat.call_ms(call, common_prefix_len(self.tokens, call.context) if lat.cache_matters else 0)
 
     def __repr__(self) -> str:
         return f"TransformersServer({self.name} on {self.device})"
