@@ -1,0 +1,84 @@
+"""Virtual-clock cost in CPU instructions per simulated DSI output token: a figure that noise cannot move.
+
+Wall and CPU times on a shared machine swing by 20% from run to run, which hides
+the 1-5% steps that speed work is made of. Instructions counted by valgrind's
+callgrind are the same on every run (hash seed fixed, address randomization and
+BLAS threads off), so two versions of the code compare exactly:
+
+    .venv/bin/python benchmarks/virtual_instructions.py                  # this checkout
+    git worktree add /tmp/before HEAD~3
+    .venv/bin/python benchmarks/virtual_instructions.py --src /tmp/before --src .   # side by side
+
+Each figure is (instructions of a run of `seeds` generations - instructions of the same
+process generating nothing) / output tokens, so imports and setup cancel out. callgrind
+runs the code about 50x slower; a setting takes ~15 s. Needs valgrind (Debian: valgrind).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+SETTINGS = {
+    # name: (target ms, drafter ms, a, lookahead, SP, N, seeds); the first three match virtual_throughput.py
+    "issue": (20.0, 1.0, 0.8, 5, 4, 200, 10),
+    "paper": (1.0, 0.1, 0.8, 2, 7, 200, 10),
+    "n1000": (1.0, 0.05, 0.8, 3, 7, 1000, 2),
+}
+
+WORKLOAD = """
+import sys
+sys.path.insert(0, {src!r})
+from specpar import LatencyProfile, SimulatedModel, generate
+t_ms, d_ms, a, k, sp, n, seeds = {setting!r}
+for seed in range({runs}):
+    target = SimulatedModel(32, seed=seed, latency=LatencyProfile.uniform(t_ms))
+    drafter = target.drafter(a, LatencyProfile.uniform(d_ms), seed=seed + 1)
+    out = generate([seed % 32], target, drafter, algorithm="dsi", max_new_tokens=n, lookahead=k, sp_degree=sp)
+    assert len(out.tokens) == n
+"""
+
+
+def instructions(src: Path, setting: tuple, runs: int) -> int:
+    """Instructions callgrind counts for one process that runs ``runs`` generations at ``setting``."""
+    env = dict(os.environ, PYTHONHASHSEED="0", OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
+    cmd = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable, "-c",
+           WORKLOAD.format(src=str(src / "src"), setting=setting, runs=runs)]
+    if shutil.which("setarch"):
+        cmd = ["setarch", "-R", *cmd]  # no address randomization: dict and set layouts repeat
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    found = re.search(r"Collected : (\d+)", out.stderr)
+    if out.returncode != 0 or not found:
+        raise SystemExit(f"callgrind run failed for {src}:\n{out.stderr[-2000:]}")
+    return int(found.group(1))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--src", action="append", type=Path,
+                        help="a checkout to measure (repeat to compare side by side; default: this one)")
+    parser.add_argument("--setting", action="append", choices=sorted(SETTINGS),
+                        help="default: all (issue = 20 ms / 1 ms, a = 0.8, k = 5, SP = 4, N = 200)")
+    args = parser.parse_args()
+    if not shutil.which("valgrind"):
+        raise SystemExit("valgrind is not installed (Debian: apt-get install valgrind)")
+    trees = [p.resolve() for p in (args.src or [Path(__file__).resolve().parent.parent])]
+    for tree in trees:
+        if not (tree / "src" / "specpar").is_dir():
+            raise SystemExit(f"{tree} is not a specpar checkout (no src/specpar)")
+    print(f"{'setting':<8} " + " ".join(f"{str(t):>28}" for t in trees) + "   instructions per output token")
+    for name in args.setting or list(SETTINGS):
+        setting = SETTINGS[name]
+        n, seeds = setting[5], setting[6]
+        row = [(instructions(t, setting, seeds) - instructions(t, setting, 0)) / (n * seeds) for t in trees]
+        ratios = f"   (last / first: {row[-1] / row[0]:.3f})" if len(row) > 1 else ""
+        print(f"{name:<8} " + " ".join(f"{v:>28,.0f}" for v in row) + ratios, flush=True)
+
+
+if __name__ == "__main__":
+    main()
