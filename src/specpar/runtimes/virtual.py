@@ -49,8 +49,8 @@ class VirtualRuntime(Runtime):
         """Pause the cyclic garbage collector until exit, as timeit does.
 
         A run allocates millions of short-lived, acyclic objects (tasks, calls, contexts) that reference
-        counting frees at once; the collector would only traverse them, which costs 5% of a DSI run at
-        N = 200 and 24% at N = 1000 (benchmarks/virtual_throughput.py). The previous state is restored
+        counting frees at once; the collector would only traverse them, which costs 5-12% of a DSI run at
+        N = 200 and 20-22% at N = 1000 (benchmarks/virtual_throughput.py). The previous state is restored
         on exit, exceptions included.
         """
         self._gc_was_enabled = gc.isenabled()
