@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from specpar.errors import ConfigError
-from specpar.experiments.fastpath import acceptance_uniforms, dsi_latency, next_rejection, si_counts
+from specpar.experiments.fastpath import acceptance_uniforms, dsi_latency, next_rejection, si_counts, si_time
 from specpar.experiments.heatmap import Heatmap, compute_heatmap, dsi_at_si_lookahead, theorem2_servers
 from specpar.experiments.online import TABLE2_LOOKAHEADS
 from specpar.planning import sp_degree_needed
@@ -68,7 +68,7 @@ def recheck_cells(h: Heatmap, ratio: np.ndarray, dsi_k, sp_of, repeats: int = 20
         c, a, k_si, k_dsi, sp = float(h.c[i]), float(h.a[j]), int(h.si_lookahead[i, j]), dsi_k(i, j), sp_of(i, j)
         nz = next_rejection(uniforms, [a])[0]
         drafted, rounds = si_counts(nz, np.full(repeats, k_si), h.n)
-        si = drafted * c + rounds
+        si = si_time(drafted, rounds, c)
         dsi = dsi_latency(nz, np.full(repeats, k_dsi), np.full(repeats, c), h.n, sp)
         diff = dsi - si
         out.append(CellRecheck(c, a, k_si, k_dsi, sp, float(si.mean()), float(dsi.mean()),
@@ -168,7 +168,7 @@ def measure_table2_row(c: float, a: float, n: int = 50, sp_degree: int = 7, repe
     si, dsi = {}, {}
     for k in TABLE2_LOOKAHEADS:
         drafted, rounds = si_counts(nz, np.full(repeats, k), n)
-        si[k] = float((drafted * c + rounds).mean())
+        si[k] = float(si_time(drafted, rounds, c).mean())
         if sp_degree_needed(1.0, c, k) <= sp_degree:
             dsi[k] = float(dsi_latency(nz, np.full(repeats, k), np.full(repeats, c), n, sp_degree).mean())
     if not dsi:

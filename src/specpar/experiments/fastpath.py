@@ -82,6 +82,14 @@ def si_counts(nz: np.ndarray, k: np.ndarray, n: int) -> tuple[np.ndarray, np.nda
     return drafted, rounds
 
 
+def si_time(drafted, rounds, c):
+    """SI's latency in target forward passes from its counts (si_counts): ``drafted * c + rounds``.
+
+    Arrays broadcast, so one set of counts gives the latency at many drafter latencies c at once.
+    """
+    return drafted * c + rounds
+
+
 def _submit(free: np.ndarray, rows: np.ndarray, t: np.ndarray, target_ms: float) -> np.ndarray:
     """Start target passes submitted at ``t`` on each row's earliest-free server (FCFS); return their end times."""
     i = np.argmin(free[rows], axis=1)

@@ -31,7 +31,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from specpar.errors import ConfigError
-from specpar.experiments.fastpath import acceptance_uniforms, dsi_latency, next_rejection, si_counts
+from specpar.experiments.fastpath import acceptance_uniforms, dsi_latency, next_rejection, si_counts, si_time
 from specpar.planning import min_lookahead, sp_degree_needed
 
 PANELS = {  # name: (title, numerator, denominator) of speedup = numerator latency / denominator latency
@@ -146,7 +146,7 @@ def compute_heatmap(
     dsi_batches = max(1, math.ceil(len(cs) * A * repeats / 20000))
     total, done = si_batches + dsi_batches, 0
 
-    # SI: drafted tokens and rounds per (lookahead, a, repeat); latency = drafted * c + rounds, for every c at once.
+    # SI: drafted tokens and rounds per (lookahead, a, repeat); latency (si_time) for every c at once.
     drafted = np.empty((len(ks), A))
     rounds = np.empty((len(ks), A))
     flat = nz.reshape(A * repeats, n + 1)
@@ -158,7 +158,7 @@ def compute_heatmap(
         done += 1
         if progress:
             progress(done, total)
-    si_all = drafted[:, None, :] * cs[None, :, None] + rounds[:, None, :]  # [K, C, A]
+    si_all = si_time(drafted[:, None, :], rounds[:, None, :], cs[None, :, None])  # [K, C, A]
     best = np.argmin(si_all, axis=0)
     si = np.take_along_axis(si_all, best[None], axis=0)[0]
 
