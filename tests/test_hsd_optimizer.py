@@ -67,12 +67,14 @@ def test_no_drafter_helps_gives_the_target_alone():
     assert plan.levels == (1,) and plan.buffers == () and plan.latency == 1.0
 
 
-def test_k80_is_solved_quickly_and_agrees_with_its_own_latency():
+def test_k80_is_solved_and_agrees_with_its_own_latency_and_beats_every_simpler_plan():
     rng = np.random.default_rng(0)
     costs = list(np.linspace(0.01, 1.0, 81))
     alpha = rng.uniform(0.3, 1.0, (81, 81))
     plan = optimize(costs, alpha, 15)
+    assert plan.levels[-1] == 80 and list(plan.levels) == sorted(set(plan.levels))
     assert plan.latency == pytest.approx(hierarchy_latency(costs, alpha, plan.levels, plan.buffers), rel=1e-9)
+    assert plan.latency <= best_single_drafter(costs, alpha, 15).latency + 1e-12 < 1.0  # one drafter already helps here
 
 
 @pytest.mark.parametrize("costs,alpha,t_max,message", [
