@@ -19,6 +19,7 @@ from specpar.calls import Draft, Score
 from specpar.decoding import Decoding
 from specpar.errors import ConfigError
 from specpar.models.latency import LatencyProfile
+from specpar.models.prefix import common_prefix_len
 from specpar.models.transformers_model import TransformersModel, check_fits, check_same_tokenizer
 
 from stats import chi_square_p_value
@@ -99,14 +100,20 @@ def test_cache_reuse_and_cropping_give_the_logits_of_a_fresh_forward_pass(pair):
         base[:6] + (1, 2, 3, 4, 5, 6),  # extend again
         base + (5, 9),  # back to an older branch
     ]
+    forward, fed = server._forward, []
+    server._forward = lambda new: fed.append(len(new)) or forward(new)
+    expected, previous = [], ()
     for i, ctx in enumerate(contexts):
         n = 3 if len(ctx) > 4 else 0
         got = server.run(Score(ctx, n, sampling))
         fresh = _fresh_probs(module, ctx)[len(ctx) - n - 1:]
         np.testing.assert_allclose(got.rows, fresh, rtol=0, atol=1e-12, err_msg=f"context {i}")
         assert server.tokens == ctx  # the cache holds exactly the context
-    # only the unseen tokens were sent: 6 passes, and their total length is far less than re-running everything
-    assert server.forwards == len(contexts)
+        # unseen tokens only: what follows the prefix shared with the cache, or the first position a row is wanted for
+        expected.append(len(ctx) - min(common_prefix_len(previous, ctx), len(ctx) - n - 1))
+        previous = ctx
+    assert server.forwards == len(contexts) and fed == expected
+    assert sum(fed) < 0.6 * sum(map(len, contexts))  # 38 of 73 tokens: re-running every context would feed all
 
 
 def test_drafting_uses_the_cache_and_leaves_it_consistent(pair):
