@@ -184,3 +184,36 @@ def test_streamed_tokens_are_the_output_in_order(algorithm):
     out = generate([3], stack.target, stack.drafters, algorithm=algorithm, max_new_tokens=40, buffers=[2, 3],
                    stream=runs.append)
     assert [t for run in runs for t in run] == out.tokens and len(runs) > 1
+
+
+@pytest.mark.parametrize("cancel_frees", ["now", "end"])
+def test_hsd_sp_counts_the_levels_work_of_completed_draft_calls_only(cancel_frees):
+    """As drafter_forwards does for DSI. The virtual clock computes a cancelled call whole at its start, so the
+    levels' own counters hold more than the result may report."""
+    from specpar.algorithms.hsd_sp import LevelsServer, hsd_sp
+    from specpar.runtimes import Pool, VirtualRuntime
+
+    stack = SimulatedStack([0.7, 0.6], [LatencyProfile.uniform(c) for c in (0.02, 0.1, 1.0)], vocab_size=8, seed=4)
+    drafters, target = stack.models[:-1], stack.models[-1]
+    buffers = [2, 3]
+
+    def levels_server():
+        return LevelsServer([m.server(f"level{i}") for i, m in enumerate(drafters)], buffers[:-1])
+
+    levels = Pool([levels_server()], "levels")
+    targets = Pool([target.server(f"t{i}") for i in range(3)], "target")
+    with VirtualRuntime([levels, targets], cancel_frees=cancel_frees) as rt:
+        out = hsd_sp(rt, targets, levels, [1, 2], 60, buffers[-1])
+    assert out.tokens == target.greedy_tokens([1, 2], 60)
+    completed = [t for t in rt.tasks if t.pool is levels and t.done and not t.cancelled and t.result is not None]
+    cancelled = [t for t in rt.tasks if t.pool is levels and t.cancelled and t.server is not None]
+    assert completed and cancelled  # the setting must cancel started drafts, or this test shows nothing
+    expected = [[0] * len(drafters) for _ in range(4)]  # each completed call recomputed on fresh levels
+    for t in completed:
+        fresh = levels_server()
+        assert fresh.compute(t.call).tokens == t.result.tokens
+        expected = [[a + b for a, b in zip(e, c)] for e, c in zip(expected, fresh.levels.counts())]
+    d = out.details
+    assert [d["calls_per_level"][:-1], d["forwards_per_level"][:-1], d["tested_per_level"][:-1],
+            d["accepted_per_level"][:-1]] == expected
+    assert out.drafter_forwards == sum(expected[1]) < sum(levels.servers[0].levels.forwards)

@@ -99,13 +99,20 @@ class DrafterLevels:
             self._verifiers[key] = level_decoding(decoding, m)
         return self._verifiers[key]
 
-    def details(self, target_rounds: int, target_tested: int, target_accepted: int) -> dict:
-        """Per-level metrics, M0 first and the target last."""
-        tested, accepted = self.tested + [target_tested], self.accepted + [target_accepted]
+    def counts(self) -> list[list[int]]:
+        """A copy of the counters: [calls, forwards, tested, accepted], each [K] (M0 first)."""
+        return [list(self.calls), list(self.forwards), list(self.tested), list(self.accepted)]
+
+    def details(self, target_rounds: int, target_tested: int, target_accepted: int,
+                counts: list[list[int]] | None = None) -> dict:
+        """Per-level metrics, M0 first and the target last; ``counts`` (as :meth:`counts` gives) default to all
+        the work these levels did."""
+        calls, forwards, tested, accepted = self.counts() if counts is None else counts
+        tested, accepted = tested + [target_tested], accepted + [target_accepted]
         return {
             "buffers": self.T,
-            "calls_per_level": self.calls + [target_rounds],  # M0: Draft calls; Mi: requests; MK: rounds
-            "forwards_per_level": self.forwards + [target_rounds],  # M0: drafted tokens; others: passes
+            "calls_per_level": calls + [target_rounds],  # M0: Draft calls; Mi: requests; MK: rounds
+            "forwards_per_level": forwards + [target_rounds],  # M0: drafted tokens; others: passes
             "acceptance_rate_per_level": [None] + [a / t if t else None for a, t in zip(accepted[1:], tested[1:])],
             "tested_per_level": tested,
             "accepted_per_level": accepted,

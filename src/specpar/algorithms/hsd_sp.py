@@ -24,10 +24,12 @@ between calls once cancelled. The runtime's timeline shows one drafter task per 
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Sequence
 
 from specpar.algorithms.dsi import dsi
 from specpar.algorithms.hsd import DrafterLevels, check_buffers
+from specpar.calls import Proposal
 from specpar.decoding import GREEDY, Decoding
 from specpar.errors import ConfigError
 from specpar.results import GenerationResult
@@ -36,6 +38,13 @@ from specpar.runtimes.base import Pool, Runtime
 
 class _Cancelled(Exception):
     pass
+
+
+@dataclass(slots=True)
+class LevelsProposal(Proposal):
+    """A Proposal with the work the levels did for it: DrafterLevels.counts() accrued by this one call."""
+
+    work: list[list[int]] = field(default_factory=list)
 
 
 class LevelsServer:
@@ -55,9 +64,12 @@ class LevelsServer:
         self._computed = (None, None)  # (call, result) computed by duration_ms for the virtual clock
         self._cancelled = None
 
-    def _draft(self, call):
+    def _draft(self, call) -> "LevelsProposal":
         top = len(self.servers) - 1
-        return self.levels.fill(top, call.context, len(call.context) + call.k, call.decoding, want=call.k)
+        before = self.levels.counts()
+        proposal = self.levels.fill(top, call.context, len(call.context) + call.k, call.decoding, want=call.k)
+        work = [[x - y for x, y in zip(now, then)] for now, then in zip(self.levels.counts(), before)]
+        return LevelsProposal(proposal.tokens, proposal.q, work)
 
     def _run_now(self, m: int, call):
         server = self.servers[m]
@@ -110,8 +122,12 @@ def hsd_sp(
         raise ConfigError("hsd_sp needs a pool holding one LevelsServer (the drafter levels of the hierarchy)")
     result = dsi(runtime, target, levels, prompt, max_new_tokens, lookahead, decoding, stream)
     below = levels.servers[0].levels
+    # the levels' work in completed draft calls only, as drafter_forwards counts it for DSI: a cancelled call
+    # was computed whole at its start on the virtual clock, and partly on threads
+    done = [t.result.work for t in runtime.tasks if t.pool is levels and t.done and not t.cancelled and t.result is not None]
+    counts = [[sum(level) for level in zip(*(w[i] for w in done))] if done else [0] * len(below.T) for i in range(4)]
     result.algorithm = "hsd-sp"
-    result.drafter_forwards = sum(below.forwards)
-    result.details = below.details(result.target_forwards, result.drafted, result.accepted)
+    result.drafter_forwards = sum(counts[1])
+    result.details = below.details(result.target_forwards, result.drafted, result.accepted, counts)
     result.details["buffers"] = below.T[:-1] + [lookahead]
     return result
