@@ -124,7 +124,8 @@ def hsd_sp(
     below = levels.servers[0].levels
     # the levels' work in completed draft calls only, as drafter_forwards counts it for DSI: a cancelled call
     # was computed whole at its start on the virtual clock, and partly on threads
-    done = [t.result.work for t in runtime.tasks if t.pool is levels and t.done and not t.cancelled and t.result is not None]
+    done = [t.result.work for t in runtime.tasks
+            if t.pool is levels and t.done and not t.cancelled and t.result is not None]
     counts = [[sum(level) for level in zip(*(w[i] for w in done))] if done else [0] * len(below.T) for i in range(4)]
     result.algorithm = "hsd-sp"
     result.drafter_forwards = sum(counts[1])
