@@ -28,15 +28,32 @@ def main() -> None:
     ap.add_argument("--out", default="benchmarks/results/default_pair.jsonl")
     args = ap.parse_args()
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    rc = cli.main(["bench", "--dataset", "humaneval", "-n", str(args.n), "-N", str(args.N), "-k", str(args.k),
-                   "--sp-degree", str(args.sp_degree), "--out", args.out])
+    rc = cli.main(
+        [
+            "bench",
+            "--dataset",
+            "humaneval",
+            "-n",
+            str(args.n),
+            "-N",
+            str(args.N),
+            "-k",
+            str(args.k),
+            "--sp-degree",
+            str(args.sp_degree),
+            "--out",
+            args.out,
+        ]
+    )
     if rc:  # never read an older run's results as this one's
         raise SystemExit(rc)
     rows = [json.loads(line) for line in Path(args.out).read_text().splitlines()]
     fractions = [r["outside_forward_fraction"] for r in rows]
     worst = max(fractions)
-    print(f"time outside forward passes: median {100 * statistics.median(fractions):.2f}%, worst "
-          f"{100 * worst:.2f}% of a generation's wall time (goal < 5%): {'MET' if worst < 0.05 else 'NOT MET'}")
+    print(
+        f"time outside forward passes: median {100 * statistics.median(fractions):.2f}%, worst "
+        f"{100 * worst:.2f}% of a generation's wall time (goal < 5%): {'MET' if worst < 0.05 else 'NOT MET'}"
+    )
 
 
 if __name__ == "__main__":

@@ -31,8 +31,10 @@ def main() -> None:
     compute_heatmap(100, n=100, repeats=5, sp_degree=7, fixed_lookahead=5)
     fig7_s = time.perf_counter() - t
     cells = fig2.si.size
-    print(f"fast path, Fig. 2 ({len(fig2.c)} x {len(fig2.a)} cells, SI lookahead 1..200, 5 repeats, N = 100): "
-          f"{fig2_s:.2f} s  (goal <= 120 s: {'met' if fig2_s <= 120 else 'MISSED'})")
+    print(
+        f"fast path, Fig. 2 ({len(fig2.c)} x {len(fig2.a)} cells, SI lookahead 1..200, 5 repeats, N = 100): "
+        f"{fig2_s:.2f} s  (goal <= 120 s: {'met' if fig2_s <= 120 else 'MISSED'})"
+    )
     print(f"fast path, Fig. 7 (lookahead 5): {fig7_s:.2f} s")
 
     rng = np.random.default_rng(0)
@@ -46,14 +48,23 @@ def main() -> None:
             target = SimulatedModel(16, seed=seed, latency=LatencyProfile.uniform(1.0))
             drafter = target.drafter(a, LatencyProfile.uniform(c), seed=seed + 1)
             generate([1, 2], target, algorithm="nonsi", max_new_tokens=100)
-            generate([1, 2], target, drafter, algorithm="dsi", max_new_tokens=100,
-                     lookahead=int(fig2.dsi_lookahead[i]), sp_degree=7)
+            generate(
+                [1, 2],
+                target,
+                drafter,
+                algorithm="dsi",
+                max_new_tokens=100,
+                lookahead=int(fig2.dsi_lookahead[i]),
+                sp_degree=7,
+            )
             for k in range(1, 201):
                 generate([1, 2], target, drafter, algorithm="si", max_new_tokens=100, lookahead=k)
         per_cell.append(time.perf_counter() - t)
     est = float(np.mean(per_cell)) * cells
-    print(f"event-driven simulator: {np.mean(per_cell):.2f} s per cell -> about {est / 3600:.1f} h for the grid "
-          f"({est / fig2_s:.0f}x the fast path)")
+    print(
+        f"event-driven simulator: {np.mean(per_cell):.2f} s per cell -> about {est / 3600:.1f} h for the grid "
+        f"({est / fig2_s:.0f}x the fast path)"
+    )
 
 
 if __name__ == "__main__":

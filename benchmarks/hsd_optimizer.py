@@ -20,7 +20,7 @@ import time
 
 import numpy as np
 
-from specpar.hsd_optimizer import exhaustive, optimize
+from specpar.planning.hsd_optimizer import exhaustive, optimize
 
 
 def instance(k: int, seed: int = 0):
@@ -43,8 +43,13 @@ def main() -> None:
     p.add_argument("--k", type=int, nargs="+", default=[5, 10, 20, 40, 80, 160], help="numbers of drafters K")
     p.add_argument("--t-max", type=int, default=15)
     p.add_argument("--repeats", type=int, default=5)
-    p.add_argument("--exhaustive-k", type=int, nargs="+", default=[1, 2, 3, 4],
-                   help="K for which the exhaustive search is timed too ((1 + T_max)^K hierarchies)")
+    p.add_argument(
+        "--exhaustive-k",
+        type=int,
+        nargs="+",
+        default=[1, 2, 3, 4],
+        help="K for which the exhaustive search is timed too ((1 + T_max)^K hierarchies)",
+    )
     p.add_argument("--plot", default=None, metavar="FILE.png", help="also draw seconds vs K (log-log) into FILE.png")
     args = p.parse_args()
 
@@ -60,7 +65,9 @@ def main() -> None:
             assert math.isclose(ref.latency, plan.latency, rel_tol=1e-9), (ref, plan)
             ex = f"{ex_s:.3f}"
         rows.append((k, dp_s, ex_s if k in args.exhaustive_k else None))
-        print(f"{k:>4} {dp_s:>11.4f} {ex:>13} {str(list(plan.levels)):>22} {str(list(plan.buffers)):>16} {plan.latency:>8.4f}")
+        print(
+            f"{k:>4} {dp_s:>11.4f} {ex:>13} {str(list(plan.levels)):>22} {str(list(plan.buffers)):>16} {plan.latency:>8.4f}"
+        )
     big = [(k, s) for k, s, _ in rows if k >= 10]
     if len(big) >= 2:
         slope = np.polyfit(np.log([k for k, _ in big]), np.log([s for _, s in big]), 1)[0]

@@ -20,8 +20,10 @@ N = 60
 
 
 def main() -> None:
-    print(f"{'TTFT/TPOT':>9} {'runs':>5} {'slower than non-SI (cold / prefilled)':>38} "
-          f"{'slower than SI (cold / prefilled)':>34} {'DSI time prefilled / cold':>26}")
+    print(
+        f"{'TTFT/TPOT':>9} {'runs':>5} {'slower than non-SI (cold / prefilled)':>38} "
+        f"{'slower than SI (cold / prefilled)':>34} {'DSI time prefilled / cold':>26}"
+    )
     for ratio in (1.0, 3.0, 10.0):
         runs = 0
         slower_nonsi = {False: 0, True: 0}
@@ -38,14 +40,24 @@ def main() -> None:
                         nonsi = generate(prompt, target, algorithm="nonsi", max_new_tokens=N).time_ms
                         si = generate(prompt, target, drafter, algorithm="si", max_new_tokens=N, lookahead=k).time_ms
                         for prefill in (False, True):
-                            dsi = generate(prompt, target, drafter, algorithm="dsi", max_new_tokens=N, lookahead=k,
-                                           sp_degree=sp, prefill_replicas=prefill).time_ms
+                            dsi = generate(
+                                prompt,
+                                target,
+                                drafter,
+                                algorithm="dsi",
+                                max_new_tokens=N,
+                                lookahead=k,
+                                sp_degree=sp,
+                                prefill_replicas=prefill,
+                            ).time_ms
                             slower_nonsi[prefill] += dsi > nonsi + 1e-9
                             slower_si[prefill] += dsi > si + 1e-9
                             total[prefill] += dsi
                         runs += 1
-        print(f"{ratio:>9g} {runs:>5} {slower_nonsi[False]:>30} / {slower_nonsi[True]:<5} "
-              f"{slower_si[False]:>26} / {slower_si[True]:<5} {total[True] / total[False]:>26.4f}")
+        print(
+            f"{ratio:>9g} {runs:>5} {slower_nonsi[False]:>30} / {slower_nonsi[True]:<5} "
+            f"{slower_si[False]:>26} / {slower_si[True]:<5} {total[True] / total[False]:>26.4f}"
+        )
 
 
 if __name__ == "__main__":

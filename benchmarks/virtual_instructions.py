@@ -47,8 +47,14 @@ for seed in range({runs}):
 def instructions(src: Path, setting: tuple, runs: int) -> int:
     """Instructions callgrind counts for one process that runs ``runs`` generations at ``setting``."""
     env = dict(os.environ, PYTHONHASHSEED="0", OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
-    cmd = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable, "-c",
-           WORKLOAD.format(src=str(src / "src"), setting=setting, runs=runs)]
+    cmd = [
+        "valgrind",
+        "--tool=callgrind",
+        "--callgrind-out-file=/dev/null",
+        sys.executable,
+        "-c",
+        WORKLOAD.format(src=str(src / "src"), setting=setting, runs=runs),
+    ]
     if shutil.which("setarch"):
         cmd = ["setarch", "-R", *cmd]  # no address randomization: dict and set layouts repeat
     out = subprocess.run(cmd, env=env, capture_output=True, text=True)
@@ -60,10 +66,18 @@ def instructions(src: Path, setting: tuple, runs: int) -> int:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--src", action="append", type=Path,
-                        help="a checkout to measure (repeat to compare side by side; default: this one)")
-    parser.add_argument("--setting", action="append", choices=sorted(SETTINGS),
-                        help="default: all (issue = 20 ms / 1 ms, a = 0.8, k = 5, SP = 4, N = 200)")
+    parser.add_argument(
+        "--src",
+        action="append",
+        type=Path,
+        help="a checkout to measure (repeat to compare side by side; default: this one)",
+    )
+    parser.add_argument(
+        "--setting",
+        action="append",
+        choices=sorted(SETTINGS),
+        help="default: all (issue = 20 ms / 1 ms, a = 0.8, k = 5, SP = 4, N = 200)",
+    )
     args = parser.parse_args()
     if not shutil.which("valgrind"):
         raise SystemExit("valgrind is not installed (Debian: apt-get install valgrind)")

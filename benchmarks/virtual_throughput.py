@@ -81,8 +81,10 @@ def collector_share() -> None:
             for paused in (True, False):
                 target = SimulatedModel(32, seed=seed, latency=LatencyProfile.uniform(20.0))
                 drafter = target.drafter(0.8, LatencyProfile.uniform(1.0), seed=seed + 1)
-                pools = [Pool([drafter.server("drafter0")], "drafter"),
-                         Pool([target.server(f"target{i}") for i in range(4)], "target")]
+                pools = [
+                    Pool([drafter.server("drafter0")], "drafter"),
+                    Pool([target.server(f"target{i}") for i in range(4)], "target"),
+                ]
                 t0 = time.process_time()
                 rt = VirtualRuntime(pools)
                 if paused:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from typing import Hashable, Mapping
+from collections.abc import Hashable, Mapping
 
 
 def chi_square_p_value(observed: Counter, expected_probs: Mapping[Hashable, float], min_expected: float = 5.0) -> float:

@@ -6,8 +6,22 @@ import numpy as np
 
 from specpar.cli import main
 from specpar.experiments.claims import (
-    FAIL, MISSING, PARTIAL, PASS, CellRecheck, Table2Row, check_amdahl, check_fig2a, check_fig2b, check_fig2d,
-    check_sp_vs_mp, check_table2, check_theorem1, check_theorem2, measure_grid, reproduce,
+    FAIL,
+    MISSING,
+    PARTIAL,
+    PASS,
+    CellRecheck,
+    Table2Row,
+    check_amdahl,
+    check_fig2a,
+    check_fig2b,
+    check_fig2d,
+    check_sp_vs_mp,
+    check_table2,
+    check_theorem1,
+    check_theorem2,
+    measure_grid,
+    reproduce,
 )
 from specpar.experiments.heatmap import grid
 

@@ -4,10 +4,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from conftest import specpar_threads
 from specpar import LatencyProfile, SimulatedModel, generate
 from specpar.planning import sp_degree_needed
-
-from conftest import specpar_threads
 
 ALGOS = ["nonsi", "si", "dsi"]
 
@@ -35,8 +34,16 @@ def test_every_algorithm_on_the_virtual_clock_returns_the_target_greedy_tokens(s
     target, drafter, prompt, n, k, sp = setup
     expected = target.greedy_tokens(prompt, n)
     for algo in ALGOS:
-        out = generate(prompt, target, drafter, algorithm=algo, max_new_tokens=n, lookahead=k, sp_degree=sp,
-                       cancel_frees=cancel_frees)
+        out = generate(
+            prompt,
+            target,
+            drafter,
+            algorithm=algo,
+            max_new_tokens=n,
+            lookahead=k,
+            sp_degree=sp,
+            cancel_frees=cancel_frees,
+        )
         assert out.tokens == expected, f"{algo} diverged from the target's greedy decoding"
         assert out.accepted + out.rounds == n  # every token is an accepted draft or a target token
 

@@ -31,12 +31,15 @@ def test_fixed_lookahead_reports_where_eq1_fails(tmp_path, capsys):
     assert "Eq. 1 fails" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("args,words", [
-    (["--resolution", "1"], "resolution must be an integer >= 2"),
-    (["--repeats", "0"], "repeats must be a positive integer"),
-    (["--lookahead-range", "5", "2"], "1 <= first <= last"),
-    (["-k", "0"], "lookahead must be a positive integer"),
-])
+@pytest.mark.parametrize(
+    "args,words",
+    [
+        (["--resolution", "1"], "resolution must be an integer >= 2"),
+        (["--repeats", "0"], "repeats must be a positive integer"),
+        (["--lookahead-range", "5", "2"], "1 <= first <= last"),
+        (["-k", "0"], "lookahead must be a positive integer"),
+    ],
+)
 def test_bad_options_get_clear_errors(tmp_path, capsys, args, words):
     assert main(["heatmap", "-o", str(tmp_path / "x"), *args]) == 2
     assert words in capsys.readouterr().err
@@ -44,14 +47,33 @@ def test_bad_options_get_clear_errors(tmp_path, capsys, args, words):
 
 def test_check_cells_prints_event_simulator_beside_fast_path(tmp_path, capsys):
     n = 10
-    assert main(["heatmap", "--resolution", "2", "-N", str(n), "--repeats", "2", "--check-cells", "6",
-                 "-o", str(tmp_path / "x")]) == 0
+    assert (
+        main(
+            [
+                "heatmap",
+                "--resolution",
+                "2",
+                "-N",
+                str(n),
+                "--repeats",
+                "2",
+                "--check-cells",
+                "6",
+                "-o",
+                str(tmp_path / "x"),
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "fast path vs event-driven simulator" in out and "DSI events" in out
-    rows = [[float(x) for x in line.strip("│ ").split("│")] for line in out.splitlines()
-            if line.startswith("│") and line.count("│") == 9]
+    rows = [
+        [float(x) for x in line.strip("│ ").split("│")]
+        for line in out.splitlines()
+        if line.startswith("│") and line.count("│") == 9
+    ]
     assert len(rows) == 6
-    for c, a, k_si, _, si_fast, si_events, dsi_fast, dsi_events in rows:
+    for c, _a, k_si, _, si_fast, si_events, dsi_fast, dsi_events in rows:
         for si in (si_fast, si_events):  # at least one round per k + 1 tokens, at most one token per round
             assert n / (k_si + 1) <= si <= n * (1 + k_si * c) + 1e-9
         assert 0 < dsi_fast <= n + 1e-9 and 0 < dsi_events <= n + 1e-9  # Theorem 1: never slower than non-SI

@@ -16,10 +16,10 @@ import numpy as np
 import pytest
 
 from specpar import ConfigError, generate
-from specpar.analytic import si_latency_closed_form
-from specpar.hsd_latency import forwards_per_token, gamma, hierarchy_latency, top_rate
 from specpar.models.latency import LatencyProfile
 from specpar.models.stack import SimulatedStack
+from specpar.planning.analytic import si_latency_closed_form
+from specpar.planning.hsd_latency import forwards_per_token, gamma, hierarchy_latency, top_rate
 
 
 def batches_to_fill(a: float, t_low: int, t_up: int, rng: random.Random) -> int:
@@ -70,8 +70,16 @@ def simulate(costs, chain, levels, buffers, temperature=0.0, runs=16, n=1000):
     per_token, forwards = [], [0] * len(levels)
     for seed in range(runs):
         stack = SimulatedStack(chain, [LatencyProfile.uniform(c) for c in costs], vocab_size=12, seed=seed)
-        out = generate([1, 2, 3], stack.target, [stack.models[m] for m in levels[:-1]], algorithm="hsd",
-                       buffers=buffers, max_new_tokens=n, temperature=temperature, seed=seed)
+        out = generate(
+            [1, 2, 3],
+            stack.target,
+            [stack.models[m] for m in levels[:-1]],
+            algorithm="hsd",
+            buffers=buffers,
+            max_new_tokens=n,
+            temperature=temperature,
+            seed=seed,
+        )
         per_token.append(out.time_ms / n)
         forwards = [f + g / (n * runs) for f, g in zip(forwards, out.details["forwards_per_level"])]
     return statistics.fmean(per_token), forwards, out
@@ -85,7 +93,9 @@ def test_predicted_latency_matches_the_virtual_clock(name):
     assert measured == pytest.approx(hierarchy_latency(costs, alpha, levels, buffers), rel=0.04)
     # and level by level: forward passes per token are prod_{j >= i} R_j
     for i, (f, predicted) in enumerate(zip(forwards, forwards_per_token(alpha, levels, buffers))):
-        assert f == pytest.approx(predicted, rel=0.04), f"level {i} ran {f:.3f} forwards/token, predicted {predicted:.3f}"
+        assert f == pytest.approx(predicted, rel=0.04), (
+            f"level {i} ran {f:.3f} forwards/token, predicted {predicted:.3f}"
+        )
 
 
 def test_predicted_latency_matches_the_virtual_clock_when_sampling():
@@ -101,7 +111,7 @@ def test_gamma_matches_the_batches_an_intermediate_level_asks_for_on_the_virtual
     _, _, out = simulate(costs, chain, levels, buffers, runs=1, n=4000)
     calls, forwards = out.details["calls_per_level"], out.details["forwards_per_level"]
     for i in (1, 2):  # a request to level i costs it gamma forward passes (one per batch from below)
-        a = math.prod(chain[levels[i - 1]:levels[i]])
+        a = math.prod(chain[levels[i - 1] : levels[i]])
         assert forwards[i] / calls[i] == pytest.approx(gamma(a, buffers[i - 1], buffers[i]), rel=0.03)
 
 

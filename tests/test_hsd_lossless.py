@@ -14,10 +14,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import specpar.verification as verification
+from conftest import specpar_threads
 from specpar import ConfigError, LatencyProfile, SimulatedModel, generate
 from specpar.models.stack import SimulatedStack
-
-from conftest import no_thread_leak, specpar_threads  # noqa: F401  (fixture)
 from stats import chi_square_p_value
 
 hsd_module = importlib.import_module("specpar.algorithms.hsd")  # the package rebinds the name hsd to the function
@@ -42,8 +41,12 @@ def hierarchies(draw, max_models: int = 5):
     else:  # drafters of one target and unrelated models, in any order
         vocab = draw(st.integers(2, 16))
         target = SimulatedModel(vocab, seed=seed, latency=lats[-1])
-        models = [target.drafter(draw(st.floats(0.0, 1.0)), lat, seed=seed + i) if draw(st.booleans())
-                  else SimulatedModel(vocab, seed=seed + 100 + i, latency=lat) for i, lat in enumerate(lats[:-1])]
+        models = [
+            target.drafter(draw(st.floats(0.0, 1.0)), lat, seed=seed + i)
+            if draw(st.booleans())
+            else SimulatedModel(vocab, seed=seed + 100 + i, latency=lat)
+            for i, lat in enumerate(lats[:-1])
+        ]
         models.append(target)
     prompt = draw(st.lists(st.integers(0, vocab - 1), min_size=1, max_size=5))
     n_tokens = draw(st.integers(1, 40))
@@ -57,8 +60,16 @@ def test_greedy_hsd_returns_the_target_greedy_tokens_for_any_hierarchy(h, cancel
     models, prompt, n, buffers = h
     expected = models[-1].greedy_tokens(prompt, n)
     for algorithm in ("hsd", "hsd-sp"):
-        out = generate(prompt, models[-1], models[:-1], algorithm=algorithm, max_new_tokens=n, buffers=buffers,
-                       sp_degree=sp, cancel_frees=cancel_frees)
+        out = generate(
+            prompt,
+            models[-1],
+            models[:-1],
+            algorithm=algorithm,
+            max_new_tokens=n,
+            buffers=buffers,
+            sp_degree=sp,
+            cancel_frees=cancel_frees,
+        )
         assert out.tokens == expected, algorithm
         assert out.accepted + out.rounds == n  # every output token is an accepted draft or the target's own
 
@@ -97,8 +108,10 @@ def test_sampled_hsd_tokens_do_not_depend_on_the_runtime(no_thread_leak):
     stack = SimulatedStack([0.6, 0.8], [LatencyProfile.uniform(c) for c in (0.02, 0.05, 0.2)], vocab_size=6, seed=4)
     for seed in range(2):
         kw = dict(algorithm="hsd", max_new_tokens=20, buffers=[2, 3], temperature=1.0, seed=seed)
-        assert (generate([1], stack.target, stack.drafters, **kw).tokens
-                == generate([1], stack.target, stack.drafters, runtime="threads", **kw).tokens)
+        assert (
+            generate([1], stack.target, stack.drafters, **kw).tokens
+            == generate([1], stack.target, stack.drafters, runtime="threads", **kw).tokens
+        )
 
 
 # Sampling: the joint distribution of the first N tokens is the target's.
@@ -108,9 +121,11 @@ V, N, PROMPT, SAMPLES = 4, 3, [0, 1], 3000
 def unrelated_hierarchy():
     """Three unrelated models over 4 tokens: general overlaps, so residuals differ from p."""
     lat = LatencyProfile.uniform
-    return [SimulatedModel(V, seed=1, latency=lat(0.05), spread=1.5),
-            SimulatedModel(V, seed=2, latency=lat(0.2), spread=1.5),
-            SimulatedModel(V, seed=3, latency=lat(1.0), spread=1.5)]
+    return [
+        SimulatedModel(V, seed=1, latency=lat(0.05), spread=1.5),
+        SimulatedModel(V, seed=2, latency=lat(0.2), spread=1.5),
+        SimulatedModel(V, seed=3, latency=lat(1.0), spread=1.5),
+    ]
 
 
 def stack_hierarchy():
@@ -126,23 +141,39 @@ BUFFERS = {"unrelated": [(1, 2), (2, 1)], "stack": [(1, 2, 2)]}
 
 def sample_outputs(models, buffers, temperature, samples=SAMPLES, algorithm="hsd"):
     return Counter(
-        tuple(generate(PROMPT, models[-1], models[:-1], algorithm=algorithm, max_new_tokens=N, buffers=list(buffers),
-                       temperature=temperature, seed=i, sp_degree=2).tokens)
+        tuple(
+            generate(
+                PROMPT,
+                models[-1],
+                models[:-1],
+                algorithm=algorithm,
+                max_new_tokens=N,
+                buffers=list(buffers),
+                temperature=temperature,
+                seed=i,
+                sp_degree=2,
+            ).tokens
+        )
         for i in range(samples)
     )
 
 
 def exact_joint(target, temperature):
     vocab = target.vocab_size
-    return {seq: target.sequence_probability(PROMPT, seq, temperature) for seq in itertools.product(range(vocab), repeat=N)}
+    return {
+        seq: target.sequence_probability(PROMPT, seq, temperature) for seq in itertools.product(range(vocab), repeat=N)
+    }
 
 
-@pytest.mark.parametrize("name,buffers,temperature",
-                         [(n, b, t) for n in HIERARCHIES for b in BUFFERS[n] for t in (1.0, 0.6)])
+@pytest.mark.parametrize(
+    "name,buffers,temperature", [(n, b, t) for n in HIERARCHIES for b in BUFFERS[n] for t in (1.0, 0.6)]
+)
 def test_sampled_hsd_follows_the_target_distribution(name, buffers, temperature):
     models = HIERARCHIES[name]()
     p_value = chi_square_p_value(sample_outputs(models, buffers, temperature), exact_joint(models[-1], temperature))
-    assert p_value > 1e-3, f"HSD on the {name} hierarchy with T = {buffers} does not follow the target (p = {p_value:.2g})"
+    assert p_value > 1e-3, (
+        f"HSD on the {name} hierarchy with T = {buffers} does not follow the target (p = {p_value:.2g})"
+    )
 
 
 @pytest.mark.parametrize("buffers", [(1, 2), (2, 1)])
@@ -181,8 +212,9 @@ def test_bad_hsd_input_is_named():
 def test_streamed_tokens_are_the_output_in_order(algorithm):
     stack = SimulatedStack([0.6, 0.8], [LatencyProfile.uniform(c) for c in (0.02, 0.1, 1.0)], vocab_size=8, seed=2)
     runs = []
-    out = generate([3], stack.target, stack.drafters, algorithm=algorithm, max_new_tokens=40, buffers=[2, 3],
-                   stream=runs.append)
+    out = generate(
+        [3], stack.target, stack.drafters, algorithm=algorithm, max_new_tokens=40, buffers=[2, 3], stream=runs.append
+    )
     assert [t for run in runs for t in run] == out.tokens and len(runs) > 1
 
 
@@ -214,6 +246,10 @@ def test_hsd_sp_counts_the_levels_work_of_completed_draft_calls_only(cancel_free
         assert fresh.compute(t.call).tokens == t.result.tokens
         expected = [[a + b for a, b in zip(e, c)] for e, c in zip(expected, fresh.levels.counts())]
     d = out.details
-    assert [d["calls_per_level"][:-1], d["forwards_per_level"][:-1], d["tested_per_level"][:-1],
-            d["accepted_per_level"][:-1]] == expected
+    assert [
+        d["calls_per_level"][:-1],
+        d["forwards_per_level"][:-1],
+        d["tested_per_level"][:-1],
+        d["accepted_per_level"][:-1],
+    ] == expected
     assert out.drafter_forwards == sum(expected[1]) < sum(levels.servers[0].levels.forwards)

@@ -9,9 +9,9 @@ from hypothesis import strategies as st
 
 from specpar import ConfigError, LatencyProfile
 from specpar.cli import main
-from specpar.hsd_latency import hierarchy_latency
-from specpar.hsd_optimizer import best_single_drafter, exhaustive, optimize
 from specpar.models.stack import SimulatedStack
+from specpar.planning.hsd_latency import hierarchy_latency
+from specpar.planning.hsd_optimizer import best_single_drafter, exhaustive, optimize
 
 
 @st.composite
@@ -19,7 +19,9 @@ def instances(draw, max_drafters: int = 4):
     k = draw(st.integers(1, max_drafters))
     costs = sorted(draw(st.lists(st.floats(0.001, 1.0), min_size=k, max_size=k, unique=True)))
     costs.append(draw(st.floats(1.01, 3.0)))
-    alpha = draw(st.lists(st.lists(st.floats(0.0, 1.0), min_size=k + 1, max_size=k + 1), min_size=k + 1, max_size=k + 1))
+    alpha = draw(
+        st.lists(st.lists(st.floats(0.0, 1.0), min_size=k + 1, max_size=k + 1), min_size=k + 1, max_size=k + 1)
+    )
     return costs, alpha, draw(st.integers(1, 4))
 
 
@@ -45,10 +47,7 @@ def test_never_worse_than_the_best_single_drafter_or_the_target_alone(problem):
 def test_a_useless_model_is_left_out():
     """M1 is cheap but agrees with nobody; M0 and M2 agree well with each other and with the target."""
     costs = [0.01, 0.05, 0.2, 1.0]
-    alpha = np.array([[1, 0.01, 0.9, 0.8],
-                      [0.01, 1, 0.01, 0.01],
-                      [0.9, 0.01, 1, 0.9],
-                      [0.8, 0.01, 0.9, 1]])
+    alpha = np.array([[1, 0.01, 0.9, 0.8], [0.01, 1, 0.01, 0.01], [0.9, 0.01, 1, 0.9], [0.8, 0.01, 0.9, 1]])
     plan = optimize(costs, alpha, 15)
     assert 1 not in plan.levels
     assert plan.levels == (0, 2, 3)  # and the other two are both worth keeping
@@ -77,16 +76,19 @@ def test_k80_is_solved_and_agrees_with_its_own_latency_and_beats_every_simpler_p
     assert plan.latency <= best_single_drafter(costs, alpha, 15).latency + 1e-12 < 1.0  # one drafter already helps here
 
 
-@pytest.mark.parametrize("costs,alpha,t_max,message", [
-    ([0.1, 1.0], [[1, 1.2], [0.5, 1]], 5, r"alpha\[0\]\[1\] = 1.2 is not an acceptance rate"),
-    ([0.1, 1.0], [[1, -0.1], [0.5, 1]], 5, r"alpha\[0\]\[1\] = -0.1"),
-    ([0.1, 1.0], [[1, 0.5, 0.2], [0.5, 1, 0.3]], 5, "must be square"),
-    ([0.1, 0.5, 1.0], [[1, 0.5], [0.5, 1]], 5, "one row per model"),
-    ([0.5, 0.1, 1.0], np.ones((3, 3)), 5, "increase toward the target"),
-    ([0.1, 1.0, 1.0], np.ones((3, 3)), 5, "increase toward the target"),
-    ([0.1, 1.0], np.ones((2, 2)), 0, "T_max must be an integer >= 1"),
-    ([-0.1, 1.0], np.ones((2, 2)), 5, "c_0 must be a finite number > 0"),
-])
+@pytest.mark.parametrize(
+    "costs,alpha,t_max,message",
+    [
+        ([0.1, 1.0], [[1, 1.2], [0.5, 1]], 5, r"alpha\[0\]\[1\] = 1.2 is not an acceptance rate"),
+        ([0.1, 1.0], [[1, -0.1], [0.5, 1]], 5, r"alpha\[0\]\[1\] = -0.1"),
+        ([0.1, 1.0], [[1, 0.5, 0.2], [0.5, 1, 0.3]], 5, "must be square"),
+        ([0.1, 0.5, 1.0], [[1, 0.5], [0.5, 1]], 5, "one row per model"),
+        ([0.5, 0.1, 1.0], np.ones((3, 3)), 5, "increase toward the target"),
+        ([0.1, 1.0, 1.0], np.ones((3, 3)), 5, "increase toward the target"),
+        ([0.1, 1.0], np.ones((2, 2)), 0, "T_max must be an integer >= 1"),
+        ([-0.1, 1.0], np.ones((2, 2)), 5, "c_0 must be a finite number > 0"),
+    ],
+)
 def test_bad_input_gets_a_clear_error(costs, alpha, t_max, message):
     with pytest.raises(ConfigError, match=message):
         optimize(costs, alpha, t_max)

@@ -12,8 +12,6 @@ import pytest
 from specpar import generate
 from specpar.models.latency import LatencyProfile
 from specpar.models.transformers_model import TransformersModel
-
-from conftest import no_thread_leak  # noqa: F401  (fixture)
 from tiny_transformers import perturbed, reference_greedy, tiny_module
 
 VOCAB = 64
@@ -25,8 +23,10 @@ def stack():
     target = tiny_module(VOCAB, seed=5)
     modules = [perturbed(target, noise, seed=10 + i) for i, noise in enumerate((0.4, 0.2, 0.1))] + [target]
     costs = (0.05, 0.2, 0.5, 1.0)
-    return [TransformersModel(m, name=f"tiny-{i}", latency=LatencyProfile.uniform(c))
-            for i, (m, c) in enumerate(zip(modules, costs))]
+    return [
+        TransformersModel(m, name=f"tiny-{i}", latency=LatencyProfile.uniform(c))
+        for i, (m, c) in enumerate(zip(modules, costs))
+    ]
 
 
 # (runtime, hierarchy, buffers): model indices from the bottom, the target (3) last
@@ -37,8 +37,15 @@ def test_hsd_on_transformers_stacks_returns_the_targets_own_greedy_generate(stac
     n, accepted, tested = 16, 0, 0
     for seed, (runtime, levels, buffers) in enumerate(CASES):
         prompt = [int(x) for x in np.random.default_rng(seed).integers(0, VOCAB, size=4 + seed)]
-        out = generate(prompt, stack[3], [stack[m] for m in levels[:-1]], algorithm="hsd", buffers=buffers,
-                       max_new_tokens=n, runtime=runtime)
+        out = generate(
+            prompt,
+            stack[3],
+            [stack[m] for m in levels[:-1]],
+            algorithm="hsd",
+            buffers=buffers,
+            max_new_tokens=n,
+            runtime=runtime,
+        )
         assert out.tokens == reference_greedy(stack[3], prompt, n), f"levels {levels}, T = {buffers} on {runtime}"
         accepted += sum(out.details["accepted_per_level"])
         tested += sum(out.details["tested_per_level"])

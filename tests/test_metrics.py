@@ -4,9 +4,8 @@ import math
 
 import pytest
 
-from specpar import LatencyProfile, SimulatedModel, generate
-
 from conftest import make_pair
+from specpar import generate
 
 
 def test_nonsi_counts_and_timeline():
@@ -14,7 +13,9 @@ def test_nonsi_counts_and_timeline():
     out = generate([1], target, algorithm="nonsi", max_new_tokens=10)
     assert out.target_forwards == 10 and out.drafter_forwards == 0
     assert out.time_ms == 20.0 and out.ttft_ms == 2.0 and out.tpot_ms == 2.0
-    assert [(r.server, r.start_ms, r.end_ms) for r in out.timeline] == [("target0", 2.0 * i, 2.0 * i + 2.0) for i in range(10)]
+    assert [(r.server, r.start_ms, r.end_ms) for r in out.timeline] == [
+        ("target0", 2.0 * i, 2.0 * i + 2.0) for i in range(10)
+    ]
     assert out.mean_acceptance_length == 1.0 and math.isnan(out.acceptance_rate)
 
 

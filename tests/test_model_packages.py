@@ -29,7 +29,9 @@ def fake(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(root))
     monkeypatch.setenv("SPECPAR_CACHE", str(tmp_path / "cache"))
     joined = b"".join(parts)
-    good = ChunkedGGUF("fake", "Fake model", "fakemodel-part", "1.0", 3, len(joined), hashlib.sha256(joined).hexdigest())
+    good = ChunkedGGUF(
+        "fake", "Fake model", "fakemodel-part", "1.0", 3, len(joined), hashlib.sha256(joined).hexdigest()
+    )
     return good, joined, tmp_path
 
 

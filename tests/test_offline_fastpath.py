@@ -38,14 +38,30 @@ def runs_of(right):
 def configs():
     rng = random.Random(2024)
     # equal event times: a chunk arriving with a target pass, single servers, chunks longer than a target pass
-    fixed = [(3, 0.5, 1.0, 2, 1), (30, 0.2, 0.3, 15, 2), (30, 0.5, 0.7, 8, 1), (40, 1.0, 0.8, 1, 7),
-             (40, 0.2, 0.9, 5, 7), (40, 0.01, 0.95, 5, 7), (40, 0.01, 0.5, 15, 7), (25, 0.25, 0.9, 4, 1)]
+    fixed = [
+        (3, 0.5, 1.0, 2, 1),
+        (30, 0.2, 0.3, 15, 2),
+        (30, 0.5, 0.7, 8, 1),
+        (40, 1.0, 0.8, 1, 7),
+        (40, 0.2, 0.9, 5, 7),
+        (40, 0.01, 0.95, 5, 7),
+        (40, 0.01, 0.5, 15, 7),
+        (25, 0.25, 0.9, 4, 1),
+    ]
     out = [dict(n=n, c=c, a=a, k=k, sp=sp, seed=i) for i, (n, c, a, k, sp) in enumerate(fixed)]
     for i in range(48):
         c = rng.choice([rng.randint(1, 100) / 100, rng.random() or 0.5])
         k = rng.choice([1, 2, 3, 5, 5, 10, rng.randint(1, 30), min_lookahead(1.0, c, 7)])
-        out.append(dict(n=rng.choice([1, 2, 5, 12, 40]), c=c, a=rng.choice([0.0, 0.5, 0.9, 1.0, rng.random()]),
-                        k=k, sp=rng.choice([1, 2, 3, 7]), seed=100 + i))
+        out.append(
+            dict(
+                n=rng.choice([1, 2, 5, 12, 40]),
+                c=c,
+                a=rng.choice([0.0, 0.5, 0.9, 1.0, rng.random()]),
+                k=k,
+                sp=rng.choice([1, 2, 3, 7]),
+                seed=100 + i,
+            )
+        )
     return out
 
 

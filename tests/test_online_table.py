@@ -24,8 +24,12 @@ def test_profile_json_round_trip_and_accepted_variants(tmp_path):
     path = tmp_path / "p.json"
     p.save(path)
     assert PairProfile.load(path) == p
-    nested = {"target": {"name": "t", "latency": {"ttft_ms": 9, "tpot_ms": 3}},
-              "drafter": {"name": "d", "latency": {"tpot_ms": 1}}, "acceptance": {"rate": 0.7}, "device": "cpu"}
+    nested = {
+        "target": {"name": "t", "latency": {"ttft_ms": 9, "tpot_ms": 3}},
+        "drafter": {"name": "d", "latency": {"tpot_ms": 1}},
+        "acceptance": {"rate": 0.7},
+        "device": "cpu",
+    }
     q = PairProfile.from_dict(nested)
     assert (q.target.ttft_ms, q.target.tpot_ms, q.drafter.ttft_ms, q.acceptance_rate) == (9, 3, 1, 0.7)
     assert q.meta == {"acceptance": {"rate": 0.7}, "device": "cpu"}
@@ -35,10 +39,13 @@ def test_profile_json_round_trip_and_accepted_variants(tmp_path):
 def test_reads_the_file_specpar_profile_writes(tmp_path):
     from specpar import profiling
 
-    prof = {"format": profiling.FORMAT, "prompts": 5,
-            "target": {"name": "qwen2.5-coder-1.5b", "ttft_ms": 300.0, "tpot_ms": 120.0, "per_token_ms": 9.0},
-            "drafter": {"name": "qwen2.5-coder-0.5b", "ttft_ms": 90.0, "tpot_ms": 45.0, "per_token_ms": 3.0},
-            "acceptance_rate": {"geometric": 0.71, "direct": 0.8, "mean_exact_prefix": 2.4}}
+    prof = {
+        "format": profiling.FORMAT,
+        "prompts": 5,
+        "target": {"name": "qwen2.5-coder-1.5b", "ttft_ms": 300.0, "tpot_ms": 120.0, "per_token_ms": 9.0},
+        "drafter": {"name": "qwen2.5-coder-0.5b", "ttft_ms": 90.0, "tpot_ms": 45.0, "per_token_ms": 3.0},
+        "acceptance_rate": {"geometric": 0.71, "direct": 0.8, "mean_exact_prefix": 2.4},
+    }
     profiling.write(prof, tmp_path / "profile.json")
     p = PairProfile.load(tmp_path / "profile.json")
     assert p.label == "qwen2.5-coder-1.5b / qwen2.5-coder-0.5b"
@@ -46,13 +53,25 @@ def test_reads_the_file_specpar_profile_writes(tmp_path):
     assert PairProfile.load(tmp_path / "profile.json", "direct").acceptance_rate == 0.8
 
 
-@pytest.mark.parametrize("d,words", [
-    ({"drafter": {"tpot_ms": 1}, "acceptance_rate": 0.5}, "missing 'target'"),
-    ({"target": {"tpot_ms": 2}, "drafter": {"ttft_ms": 1}, "acceptance_rate": 0.5}, "'drafter' needs a number tpot_ms"),
-    ({"target": {"tpot_ms": 2}, "drafter": {"tpot_ms": 1}}, "missing 'acceptance_rate'"),
-    ({"target": {"tpot_ms": 2}, "drafter": {"tpot_ms": 1}, "acceptance_rate": 1.5}, "acceptance_rate must be in [0, 1]"),
-    ({"target": {"tpot_ms": -2}, "drafter": {"tpot_ms": 1}, "acceptance_rate": 0.5}, "must be a finite number >= 0"),
-])
+@pytest.mark.parametrize(
+    "d,words",
+    [
+        ({"drafter": {"tpot_ms": 1}, "acceptance_rate": 0.5}, "missing 'target'"),
+        (
+            {"target": {"tpot_ms": 2}, "drafter": {"ttft_ms": 1}, "acceptance_rate": 0.5},
+            "'drafter' needs a number tpot_ms",
+        ),
+        ({"target": {"tpot_ms": 2}, "drafter": {"tpot_ms": 1}}, "missing 'acceptance_rate'"),
+        (
+            {"target": {"tpot_ms": 2}, "drafter": {"tpot_ms": 1}, "acceptance_rate": 1.5},
+            "acceptance_rate must be in [0, 1]",
+        ),
+        (
+            {"target": {"tpot_ms": -2}, "drafter": {"tpot_ms": 1}, "acceptance_rate": 0.5},
+            "must be a finite number >= 0",
+        ),
+    ],
+)
 def test_bad_profiles_are_named(d, words):
     with pytest.raises(ConfigError, match=words.replace("[", r"\[").replace("]", r"\]")):
         PairProfile.from_dict(d)
@@ -89,8 +108,7 @@ def test_virtual_runtime_table_dsi_wins():
     for row in t.rows:
         s = t.speedups(row)
         assert s["dsi_vs_nonsi"].mean > 1 and s["dsi_vs_si"].mean > 1
-        assert s["dsi_vs_si"].mean == pytest.approx(
-            sum(a / b for a, b in zip(row.si_ms, row.dsi_ms)) / 4)
+        assert s["dsi_vs_si"].mean == pytest.approx(sum(a / b for a, b in zip(row.si_ms, row.dsi_ms)) / 4)
 
 
 def test_threads_run_the_same_tokens_as_the_virtual_clock(no_thread_leak):
@@ -103,8 +121,7 @@ def test_table_command_json_with_profile_file(tmp_path, capsys, monkeypatch, no_
     monkeypatch.setenv("SPECPAR_CACHE", str(tmp_path / "cache"))
     path = tmp_path / "p.json"
     pair(t=1.0, d=0.3).save(path)
-    assert main(["table", "--profile", str(path), "-N", "8", "--repeats", "1", "--lookaheads", "1", "5",
-                 "--json"]) == 0
+    assert main(["table", "--profile", str(path), "-N", "8", "--repeats", "1", "--lookaheads", "1", "5", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert [r["lookahead"] for r in out["tables"][0]["rows"]] == [1, 5]
     assert "not available" in out["note"]

@@ -14,19 +14,27 @@ from specpar.serving import overhead
 
 def test_jsonl_lines_may_be_strings_prompt_objects_or_chats(tmp_path):
     path = tmp_path / "p.jsonl"
-    path.write_text('"plain"\n\n{"id": 7, "prompt": "p"}\n{"text": "t"}\n{"turns": ["a", "b"]}\n'
-                    '{"messages": [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]}\n')
+    path.write_text(
+        '"plain"\n\n{"id": 7, "prompt": "p"}\n{"text": "t"}\n{"turns": ["a", "b"]}\n'
+        '{"messages": [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]}\n'
+    )
     got = prompts.load(str(path))
     assert [(p.id, p.text, p.turns) for p in got] == [
-        ("p.jsonl:1", "plain", None), ("7", "p", None), ("p.jsonl:4", "t", None),
-        ("p.jsonl:5", None, ("a", "b")), ("p.jsonl:6", None, ("u",))]
+        ("p.jsonl:1", "plain", None),
+        ("7", "p", None),
+        ("p.jsonl:4", "t", None),
+        ("p.jsonl:5", None, ("a", "b")),
+        ("p.jsonl:6", None, ("u",)),
+    ]
     assert prompts.load(str(path), 2) == got[:2]
     assert prompts.pick(got, "7") is got[1] and prompts.pick(got, "0") is got[0]
     with pytest.raises(ConfigError, match="no prompt 'x'"):
         prompts.pick(got, "x")
 
 
-@pytest.mark.parametrize("text,match", [("{not json", "not a JSON line"), ('{"other": 1}', "must be a JSON string or an object")])
+@pytest.mark.parametrize(
+    "text,match", [("{not json", "not a JSON line"), ('{"other": 1}', "must be a JSON string or an object")]
+)
 def test_bad_jsonl_is_named_with_its_line(tmp_path, text, match):
     path = tmp_path / "bad.jsonl"
     path.write_text('"ok"\n' + text + "\n")
@@ -54,8 +62,10 @@ def test_humaneval_is_read_from_the_package_data_without_importing_it(tmp_path, 
 
 
 def test_the_papers_templates():
-    assert prompts._mbpp({"text": "Add two numbers.", "test_list": ["assert add(1, 2) == 3", "x"]}) == \
-        '"""\nAdd two numbers.\nassert add(1, 2) == 3\n"""\n'
+    assert (
+        prompts._mbpp({"text": "Add two numbers.", "test_list": ["assert add(1, 2) == 3", "x"]})
+        == '"""\nAdd two numbers.\nassert add(1, 2) == 3\n"""\n'
+    )
     assert "### Input:\nctx" in prompts._alpaca({"instruction": "Do", "input": "ctx"})
     assert "### Input" not in prompts._alpaca({"instruction": "Do", "input": ""})
     assert prompts._cnn_dm({"article": "News."}).endswith("Article: News.\n\nSummary:")

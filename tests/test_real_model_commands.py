@@ -8,7 +8,6 @@ import pytest
 
 from specpar import cli
 from specpar.models.transformers_model import TransformersModel
-
 from tiny_transformers import reference_greedy, save_tiny_pair
 
 PROMPT = "w1 w7 w3 w9 w2"
@@ -31,7 +30,12 @@ def _models(pair_dirs):
 
 
 def test_generate_compare_runs_all_three_on_the_same_servers_and_they_equal_the_targets_greedy(pair_dirs, capsys):
-    assert cli.main(["generate", PROMPT, "-N", "12", "-k", "3", "--sp-degree", "2", "--compare", "--json"] + _models(pair_dirs)) == 0
+    assert (
+        cli.main(
+            ["generate", PROMPT, "-N", "12", "-k", "3", "--sp-degree", "2", "--compare", "--json"] + _models(pair_dirs)
+        )
+        == 0
+    )
     out = json.loads(capsys.readouterr().out)
     target = TransformersModel(pair_dirs[0], dtype="float64")
     expected = reference_greedy(target, target.encode(PROMPT), 12)
@@ -51,23 +55,48 @@ def test_generate_streams_the_text_and_prints_statistics(pair_dirs, capsys):
     assert "acceptance rate" in captured.err and "tokens/s" in captured.err
 
 
-def test_bench_interleaves_algorithms_and_writes_one_line_per_prompt_and_algorithm(pair_dirs, prompt_file, tmp_path, capsys):
+def test_bench_interleaves_algorithms_and_writes_one_line_per_prompt_and_algorithm(
+    pair_dirs, prompt_file, tmp_path, capsys
+):
     out_file = tmp_path / "bench.jsonl"
-    assert cli.main(["bench", "--dataset", prompt_file, "-n", "3", "-N", "8", "-k", "2", "--out", str(out_file), "--json"]
-                    + _models(pair_dirs)) == 0
+    assert (
+        cli.main(
+            ["bench", "--dataset", prompt_file, "-n", "3", "-N", "8", "-k", "2", "--out", str(out_file), "--json"]
+            + _models(pair_dirs)
+        )
+        == 0
+    )
     summary = json.loads(capsys.readouterr().out)["summary"]
     assert summary["si"]["same_tokens_as_nonsi"] is True and summary["dsi"]["same_tokens_as_nonsi"] is True
     assert summary["nonsi"]["tokens"] == 24 and summary["si"]["speedup_vs_nonsi"] > 0
     rows = [json.loads(line) for line in out_file.read_text().splitlines()]
     assert [(r["prompt_id"], r["algorithm"]) for r in rows] == [
-        (p, a) for p in ("a", "prompts.jsonl:2", "prompts.jsonl:3") for a in ("nonsi", "si", "dsi")]
+        (p, a) for p in ("a", "prompts.jsonl:2", "prompts.jsonl:3") for a in ("nonsi", "si", "dsi")
+    ]
     assert all(r["same_tokens_as_nonsi"] for r in rows if r["algorithm"] != "nonsi")
 
 
 def test_profile_writes_what_simulate_reads(pair_dirs, prompt_file, tmp_path, capsys):
     prof = tmp_path / "profile.json"
-    assert cli.main(["profile", "--dataset", prompt_file, "-n", "2", "--tokens", "4", "--accept-tokens", "10",
-                     "--out", str(prof)] + _models(pair_dirs)) == 0
+    assert (
+        cli.main(
+            [
+                "profile",
+                "--dataset",
+                prompt_file,
+                "-n",
+                "2",
+                "--tokens",
+                "4",
+                "--accept-tokens",
+                "10",
+                "--out",
+                str(prof),
+            ]
+            + _models(pair_dirs)
+        )
+        == 0
+    )
     data = json.loads(prof.read_text())
     assert data["target"]["tpot_ms"] > 0 and data["drafter"]["ttft_ms"] > 0
     acc = data["acceptance_rate"]
@@ -75,8 +104,12 @@ def test_profile_writes_what_simulate_reads(pair_dirs, prompt_file, tmp_path, ca
     assert 0 <= acc["direct"] <= 1 and len(acc["exact_prefix_per_prompt"]) == 2
     capsys.readouterr()
     # -k: Eq. 1's default would depend on how fast the tiny models happened to run
-    assert cli.main(["simulate", "--profile", str(prof), "--sp-degree", "2", "-k", "2", "-N", "20", "--repeats", "1",
-                     "--json"]) == 0
+    assert (
+        cli.main(
+            ["simulate", "--profile", str(prof), "--sp-degree", "2", "-k", "2", "-N", "20", "--repeats", "1", "--json"]
+        )
+        == 0
+    )
     config = json.loads(capsys.readouterr().out)["config"]
     assert config["target"]["tpot_ms"] == pytest.approx(data["target"]["tpot_ms"])
     assert config["acceptance_rate"] == pytest.approx(acc["geometric"])
@@ -100,9 +133,12 @@ def test_the_stream_stops_showing_at_the_end_of_text_token():
 
     from specpar.commands.generate import Streamer
 
-    model = SimpleNamespace(tokenizer=SimpleNamespace(eos_token_id=9), device="cpu",
-                            module_on=lambda d: SimpleNamespace(generation_config=SimpleNamespace(eos_token_id=[8])),
-                            decode=lambda ids: " ".join(f"w{i}" for i in ids))
+    model = SimpleNamespace(
+        tokenizer=SimpleNamespace(eos_token_id=9),
+        device="cpu",
+        module_on=lambda d: SimpleNamespace(generation_config=SimpleNamespace(eos_token_id=[8])),
+        decode=lambda ids: " ".join(f"w{i}" for i in ids),
+    )
     out = io.StringIO()
     stream = Streamer(model, [7], out)
     stream([1, 2]), stream([3, 8, 4]), stream([5])

@@ -5,12 +5,11 @@ import time
 
 import pytest
 
+from conftest import make_pair
 from specpar import LatencyProfile, ServerError, SimulatedModel, generate
 from specpar.calls import Score
 from specpar.decoding import Decoding
 from specpar.runtimes import Pool, ThreadRuntime, VirtualRuntime
-
-from conftest import make_pair, specpar_threads
 
 DEC = Decoding()
 
@@ -42,7 +41,9 @@ def test_virtual_cancel_at_end_keeps_the_server_busy_like_an_unstoppable_kernel(
     assert done is b and done.start == 10.0 and done.end == 20.0
     records = rt.timeline()
     assert [(r.kind, r.start_ms, r.end_ms, r.cancelled) for r in records] == [
-        ("verify", 0.0, 10.0, True), ("verify", 10.0, 20.0, False)]
+        ("verify", 0.0, 10.0, True),
+        ("verify", 10.0, 20.0, False),
+    ]
 
 
 def test_virtual_runs_a_pool_in_parallel_and_returns_in_time_order():
@@ -66,7 +67,7 @@ def test_a_virtual_run_pauses_the_garbage_collector_and_restores_it_even_on_erro
             with VirtualRuntime([pool]) as rt:
                 assert not gc.isenabled()
                 rt.submit(pool, Score((1,), 0, DEC))
-                1 / 0
+                raise ZeroDivisionError
         assert gc.isenabled() == enabled_before
         assert rt.tasks[0].cancelled  # closed on the way out: nothing left running
     finally:
@@ -151,7 +152,9 @@ class FailingModel:
 @pytest.mark.parametrize("algo", ["nonsi", "si", "dsi"])
 def test_a_server_exception_surfaces_as_a_clear_error_not_a_hang(runtime, algo, no_thread_leak):
     target, drafter = make_pair(a=0.6, target_ms=0.5)
-    with pytest.raises(ServerError, match=r"server 'target\d' failed .*MemoryError: simulated CUDA out of memory") as info:
+    with pytest.raises(
+        ServerError, match=r"server 'target\d' failed .*MemoryError: simulated CUDA out of memory"
+    ) as info:
         generate([1], FailingModel(target, 3), drafter, algorithm=algo, max_new_tokens=40, runtime=runtime)
     assert isinstance(info.value.__cause__, MemoryError)
     with pytest.raises(ServerError, match=r"server 'drafter\d*' failed"):
@@ -161,6 +164,8 @@ def test_a_server_exception_surfaces_as_a_clear_error_not_a_hang(runtime, algo, 
 def test_threads_many_cancellations_leave_nothing_running(no_thread_leak):
     """DSI at a = 0.3 cancels most verifications and drafts; the runtime still joins every worker."""
     target, drafter = make_pair(seed=4, a=0.3, c=0.05, target_ms=1.0)
-    out = generate([3], target, drafter, algorithm="dsi", max_new_tokens=60, runtime="threads", sp_degree=6, lookahead=2)
+    out = generate(
+        [3], target, drafter, algorithm="dsi", max_new_tokens=60, runtime="threads", sp_degree=6, lookahead=2
+    )
     assert out.tokens == target.greedy_tokens([3], 60)
     assert sum(r.cancelled for r in out.timeline) > 5

@@ -7,12 +7,10 @@ verifiers must fail the same tests, so they have the power to catch a bug.
 import itertools
 from collections import Counter
 
-import numpy as np
 import pytest
 
 import specpar.verification as verification
 from specpar import LatencyProfile, SimulatedModel, generate
-
 from stats import chi_square_p_value
 
 V, N, PROMPT, SAMPLES = 4, 3, [0, 1], 4000
@@ -41,8 +39,20 @@ def exact_joint(target, temperature):
 
 def sample_outputs(target, drafter, algorithm, temperature, runtime="virtual"):
     return Counter(
-        tuple(generate(PROMPT, target, drafter, algorithm=algorithm, max_new_tokens=N, lookahead=LOOKAHEAD[algorithm], sp_degree=3,
-                       temperature=temperature, seed=i, runtime=runtime).tokens)
+        tuple(
+            generate(
+                PROMPT,
+                target,
+                drafter,
+                algorithm=algorithm,
+                max_new_tokens=N,
+                lookahead=LOOKAHEAD[algorithm],
+                sp_degree=3,
+                temperature=temperature,
+                seed=i,
+                runtime=runtime,
+            ).tokens
+        )
         for i in range(SAMPLES)
     )
 
@@ -53,7 +63,9 @@ def sample_outputs(target, drafter, algorithm, temperature, runtime="virtual"):
 def test_joint_distribution_of_the_first_three_tokens_is_the_targets(algorithm, drafter_name, temperature):
     target = target_model()
     drafter = drafters(target)[drafter_name]
-    p_value = chi_square_p_value(sample_outputs(target, drafter, algorithm, temperature), exact_joint(target, temperature))
+    p_value = chi_square_p_value(
+        sample_outputs(target, drafter, algorithm, temperature), exact_joint(target, temperature)
+    )
     assert p_value > 1e-3, f"{algorithm} with the {drafter_name} drafter does not follow the target (p = {p_value:.2g})"
 
 
@@ -77,8 +89,16 @@ def test_a_biased_verifier_fails_the_distribution_test(monkeypatch, algorithm, b
 
 def test_mixed_drafter_acceptance_rate_is_a_when_sampling():
     target = target_model()
-    out = generate(PROMPT, target, target.drafter(0.7, LatencyProfile.uniform(0.1), seed=1), algorithm="si",
-                   max_new_tokens=3000, lookahead=3, temperature=1.0, seed=3)
+    out = generate(
+        PROMPT,
+        target,
+        target.drafter(0.7, LatencyProfile.uniform(0.1), seed=1),
+        algorithm="si",
+        max_new_tokens=3000,
+        lookahead=3,
+        temperature=1.0,
+        seed=3,
+    )
     assert abs(out.acceptance_rate - 0.7) < 0.03
 
 
@@ -89,4 +109,7 @@ def test_sampled_tokens_do_not_depend_on_the_runtime(algorithm):
     drafter = target.drafter(0.6, LatencyProfile.uniform(0.05), seed=1)
     for seed in range(3):
         kw = dict(algorithm=algorithm, max_new_tokens=25, lookahead=3, temperature=1.0, seed=seed)
-        assert generate([1], target, drafter, **kw).tokens == generate([1], target, drafter, runtime="threads", **kw).tokens
+        assert (
+            generate([1], target, drafter, **kw).tokens
+            == generate([1], target, drafter, runtime="threads", **kw).tokens
+        )

@@ -7,11 +7,10 @@ import sys
 import numpy as np
 import pytest
 
+from conftest import make_pair
 from specpar import ConfigError, LatencyProfile, SimulatedModel
 from specpar.calls import Draft, Score
 from specpar.decoding import Decoding
-
-from conftest import make_pair
 
 
 def test_distribution_is_a_deterministic_function_of_seed_and_prefix():
@@ -25,10 +24,20 @@ def test_distribution_is_a_deterministic_function_of_seed_and_prefix():
 
 def test_distributions_do_not_depend_on_the_interpreters_hash_seed():
     """The prefix hash is CPython's tuple hash of ints, which PYTHONHASHSEED (str/bytes only) must not change."""
-    script = ("from specpar import SimulatedModel; m = SimulatedModel(32, seed=5); d = m.drafter(0.5, seed=2); "
-              "print(m.greedy_tokens([1, 2], 30), d.greedy_tokens([1, 2], 30), m.prefix_hash([7, 8, 9]))")
-    outputs = {subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True,
-                              env={**os.environ, "PYTHONHASHSEED": seed}).stdout for seed in ("0", "1", "12345")}
+    script = (
+        "from specpar import SimulatedModel; m = SimulatedModel(32, seed=5); d = m.drafter(0.5, seed=2); "
+        "print(m.greedy_tokens([1, 2], 30), d.greedy_tokens([1, 2], 30), m.prefix_hash([7, 8, 9]))"
+    )
+    outputs = {
+        subprocess.run(
+            [sys.executable, "-c", script],
+            capture_output=True,
+            text=True,
+            check=True,
+            env={**os.environ, "PYTHONHASHSEED": seed},
+        ).stdout
+        for seed in ("0", "1", "12345")
+    }
     assert len(outputs) == 1 and outputs.pop().strip()
 
 
@@ -108,7 +117,9 @@ def test_latency_follows_the_cache_prefill_then_decode_steps():
 
 
 @pytest.mark.parametrize("ttft, tpot, per_token, matters", [(7, 7, 0, False), (7, 7, 0.5, True), (9, 7, 0, True)])
-def test_a_server_skips_the_cache_comparison_only_where_the_cache_cannot_change_the_time(ttft, tpot, per_token, matters):
+def test_a_server_skips_the_cache_comparison_only_where_the_cache_cannot_change_the_time(
+    ttft, tpot, per_token, matters
+):
     lat = LatencyProfile(ttft, tpot, per_token)
     assert lat.cache_matters is matters
     dec = Decoding()

@@ -9,8 +9,8 @@ import statistics
 import pytest
 
 from specpar import LatencyProfile, SimulatedModel, generate
-from specpar.analytic import dsi_latency_bound, si_expected_latency, si_latency_closed_form
 from specpar.planning import min_lookahead, sp_degree_needed
+from specpar.planning.analytic import dsi_latency_bound, si_expected_latency, si_latency_closed_form
 
 C_GRID = [0.01, 0.02, 0.05, 0.1, 0.2, 0.4, 0.7, 1.0]
 A_GRID = [0.0, 0.1, 0.3, 0.5, 0.7, 0.9, 0.99, 1.0]
@@ -93,7 +93,9 @@ def test_amdahl_one_drafter_at_80_percent_tends_to_5x():
     for seed in range(8):
         target = SimulatedModel(8, seed=seed, latency=LatencyProfile.uniform(1.0))
         drafter = target.drafter(a, LatencyProfile.uniform(c), seed=1)
-        times.append(generate([1], target, drafter, algorithm="dsi", max_new_tokens=n, lookahead=1, sp_degree=100).time_ms)
+        times.append(
+            generate([1], target, drafter, algorithm="dsi", max_new_tokens=n, lookahead=1, sp_degree=100).time_ms
+        )
     amdahl = 1.0 / (a * c + 1.0 - a)  # 4.81
     assert n / statistics.fmean(times) == pytest.approx(amdahl, rel=0.05)
 

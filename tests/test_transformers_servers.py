@@ -21,7 +21,6 @@ from specpar.errors import ConfigError
 from specpar.models.latency import LatencyProfile
 from specpar.models.prefix import common_prefix_len
 from specpar.models.transformers_model import TransformersModel, check_fits, check_same_tokenizer
-
 from stats import chi_square_p_value
 from tiny_transformers import reference_greedy, tiny_module, tiny_pair
 
@@ -41,9 +40,24 @@ def test_every_algorithm_returns_the_targets_own_greedy_generate(pair, runtime, 
     for seed in range(8):
         prompt = [int(x) for x in np.random.default_rng(seed).integers(0, 64, size=5 + seed)]
         expected = reference_greedy(target, prompt, n)
-        for algorithm, k, sp in [("nonsi", None, 1), ("si", 1, 1), ("si", 4, 1), ("dsi", 1, 2), ("dsi", 3, 3), ("dsi", 6, 2)]:
-            res = generate(prompt, target, drafter, algorithm=algorithm, max_new_tokens=n, lookahead=k, sp_degree=sp,
-                           runtime=runtime)
+        for algorithm, k, sp in [
+            ("nonsi", None, 1),
+            ("si", 1, 1),
+            ("si", 4, 1),
+            ("dsi", 1, 2),
+            ("dsi", 3, 3),
+            ("dsi", 6, 2),
+        ]:
+            res = generate(
+                prompt,
+                target,
+                drafter,
+                algorithm=algorithm,
+                max_new_tokens=n,
+                lookahead=k,
+                sp_degree=sp,
+                runtime=runtime,
+            )
             assert res.tokens == expected, f"{algorithm} k={k} sp={sp} prompt seed {seed} on {runtime}"
             if algorithm != "nonsi":
                 acceptance.append(res.acceptance_rate)
@@ -106,7 +120,7 @@ def test_cache_reuse_and_cropping_give_the_logits_of_a_fresh_forward_pass(pair):
     for i, ctx in enumerate(contexts):
         n = 3 if len(ctx) > 4 else 0
         got = server.run(Score(ctx, n, sampling))
-        fresh = _fresh_probs(module, ctx)[len(ctx) - n - 1:]
+        fresh = _fresh_probs(module, ctx)[len(ctx) - n - 1 :]
         np.testing.assert_allclose(got.rows, fresh, rtol=0, atol=1e-12, err_msg=f"context {i}")
         assert server.tokens == ctx  # the cache holds exactly the context
         # unseen tokens only: what follows the prefix shared with the cache, or the first position a row is wanted for
@@ -129,7 +143,7 @@ def test_drafting_uses_the_cache_and_leaves_it_consistent(pair):
     module = drafter.module_on("cpu")
     with torch.no_grad():
         logits = module(torch.tensor([list(ctx) + proposal.tokens])).logits[0].double()
-    expected_q = torch.softmax(logits / 0.8, -1).numpy()[len(ctx) - 1: len(ctx) + 2]
+    expected_q = torch.softmax(logits / 0.8, -1).numpy()[len(ctx) - 1 : len(ctx) + 2]
     np.testing.assert_allclose(proposal.q, expected_q, rtol=0, atol=1e-12)
 
 
@@ -181,8 +195,19 @@ def test_sampling_follows_the_targets_distribution(small_vocab_pair, algorithm, 
     target, drafter = small_vocab_pair
     temperature = 0.9
     counts = Counter(
-        tuple(generate(PROMPT, target, drafter, algorithm=algorithm, max_new_tokens=N, lookahead=lookahead, sp_degree=2,
-                       temperature=temperature, seed=s).tokens)
+        tuple(
+            generate(
+                PROMPT,
+                target,
+                drafter,
+                algorithm=algorithm,
+                max_new_tokens=N,
+                lookahead=lookahead,
+                sp_degree=2,
+                temperature=temperature,
+                seed=s,
+            ).tokens
+        )
         for s in range(SAMPLES)
     )
     target_joint, drafter_joint = _joint(target, temperature), _joint(drafter, temperature)
@@ -233,7 +258,16 @@ def test_ready_made_servers_are_reused_and_stream_the_verified_tokens_in_order(p
     targets, drafters = Pool(target.servers(3, prefix="t"), "target"), Pool([drafter.server("d")], "drafter")
     for prompt in ([5, 6, 7], [5, 6, 7, 8, 9]):  # the second reuses the caches the first left behind
         streamed: list[list[int]] = []
-        res = generate(prompt, targets, drafters, algorithm=algorithm, max_new_tokens=15, lookahead=3, sp_degree=3,
-                       runtime="threads", stream=streamed.append)
+        res = generate(
+            prompt,
+            targets,
+            drafters,
+            algorithm=algorithm,
+            max_new_tokens=15,
+            lookahead=3,
+            sp_degree=3,
+            runtime="threads",
+            stream=streamed.append,
+        )
         assert res.tokens == reference_greedy(target, prompt, 15)
         assert [t for run in streamed for t in run] == res.tokens and all(streamed)

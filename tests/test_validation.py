@@ -2,10 +2,9 @@
 
 import pytest
 
+from conftest import make_pair
 from specpar import ConfigError, LatencyProfile, SimulatedModel, SpecparWarning, generate
 from specpar.cli import main
-
-from conftest import make_pair
 
 
 @pytest.fixture
@@ -70,15 +69,18 @@ def test_unknown_algorithm_runtime_and_missing_drafter(pair):
         generate([1], *pair, temperature=-1)
 
 
-@pytest.mark.parametrize("argv,needle", [
-    (["-a", "1.5"], "acceptance rate a must be in [0, 1]"),
-    (["-N", "0"], "--max-new-tokens must be >= 1"),
-    (["-k", "0"], "--lookahead must be >= 1"),
-    (["--sp-degree", "0"], "--sp-degree must be >= 1"),
-    (["--target-tpot", "-5"], "--target-tpot must be a latency >= 0 ms"),
-    (["-c", "0"], "zero latency"),
-    (["--algo", "hsd", "--repeats", "0"], "--repeats must be >= 1"),
-])
+@pytest.mark.parametrize(
+    "argv,needle",
+    [
+        (["-a", "1.5"], "acceptance rate a must be in [0, 1]"),
+        (["-N", "0"], "--max-new-tokens must be >= 1"),
+        (["-k", "0"], "--lookahead must be >= 1"),
+        (["--sp-degree", "0"], "--sp-degree must be >= 1"),
+        (["--target-tpot", "-5"], "--target-tpot must be a latency >= 0 ms"),
+        (["-c", "0"], "zero latency"),
+        (["--algo", "hsd", "--repeats", "0"], "--repeats must be >= 1"),
+    ],
+)
 def test_cli_reports_bad_input_in_one_line(capsys, argv, needle):
     assert main(["simulate", *argv]) == 2
     err = capsys.readouterr().err

@@ -11,13 +11,25 @@ from specpar.models.transformers_model import TransformersModel
 torch.set_num_threads(1)
 
 
-def tiny_module(vocab: int = 64, seed: int = 0, layers: int = 2, context: int = 256, scale: float = 1.0, arch: str = "qwen2"):
+def tiny_module(
+    vocab: int = 64, seed: int = 0, layers: int = 2, context: int = 256, scale: float = 1.0, arch: str = "qwen2"
+):
     """A random Qwen2 (or Llama) causal LM in float64; ``scale`` multiplies the output embedding (larger: more peaked)."""
     torch.manual_seed(seed)
     Config, Model = (Qwen2Config, Qwen2ForCausalLM) if arch == "qwen2" else (LlamaConfig, LlamaForCausalLM)
-    cfg = Config(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=layers,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=context,
-                      eos_token_id=None, bos_token_id=None, pad_token_id=None, tie_word_embeddings=False)
+    cfg = Config(
+        vocab_size=vocab,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=context,
+        eos_token_id=None,
+        bos_token_id=None,
+        pad_token_id=None,
+        tie_word_embeddings=False,
+    )
     module = Model(cfg).to(torch.float64).eval()
     with torch.no_grad():
         for p in module.parameters():  # wider weights than the default init: logits far apart
@@ -42,22 +54,30 @@ def tiny_pair(vocab: int = 64, seed: int = 0, noise: float = 0.3, latencies=(Non
     """(target, drafter) TransformersModels; latencies: their LatencyProfiles for the virtual clock."""
     target = tiny_module(vocab, seed, **kw)
     drafter = perturbed(target, noise, seed + 1)
-    return (TransformersModel(target, name="tiny-target", latency=latencies[0]),
-            TransformersModel(drafter, name="tiny-drafter", latency=latencies[1]))
+    return (
+        TransformersModel(target, name="tiny-target", latency=latencies[0]),
+        TransformersModel(drafter, name="tiny-drafter", latency=latencies[1]),
+    )
 
 
 def reference_greedy(model: TransformersModel, prompt: list[int], n: int) -> list[int]:
     """The target's own greedy decoding with transformers' ``generate``."""
     module = model.module_on("cpu")
     with torch.no_grad():
-        out = module.generate(torch.tensor([prompt]), max_new_tokens=n, min_new_tokens=n, do_sample=False,
-                              eos_token_id=None, pad_token_id=0)
-    return out[0, len(prompt):].tolist()
+        out = module.generate(
+            torch.tensor([prompt]),
+            max_new_tokens=n,
+            min_new_tokens=n,
+            do_sample=False,
+            eos_token_id=None,
+            pad_token_id=0,
+        )
+    return out[0, len(prompt) :].tolist()
 
 
 def tiny_tokenizer(vocab: int):
     """A word-level tokenizer over words w0 .. w{vocab-1} (no special tokens), as a PreTrainedTokenizerFast."""
-    from tokenizers import Tokenizer, models, pre_tokenizers, decoders
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
     tok = Tokenizer(models.WordLevel({f"w{i}": i for i in range(vocab)}, unk_token="w0"))

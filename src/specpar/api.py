@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from typing import Sequence
+from collections.abc import Sequence
 
 from specpar.algorithms import ALGORITHMS, dsi, hsd, hsd_sp, non_si, si
 from specpar.algorithms.hsd_sp import LevelsServer
@@ -129,8 +129,20 @@ def generate(
     drafters = drafter if isinstance(drafter, (list, tuple)) else [drafter]
     check_context_window(len(prompt), max_new_tokens, target, *[d for d in drafters if d is not None])
     if algorithm in ("hsd", "hsd-sp"):
-        return _generate_hsd(prompt, target, drafter, buffers, lookahead, max_new_tokens, Decoding(float(temperature), seed),
-                             runtime, cancel_frees, algorithm, sp_degree, stream)
+        return _generate_hsd(
+            prompt,
+            target,
+            drafter,
+            buffers,
+            lookahead,
+            max_new_tokens,
+            Decoding(float(temperature), seed),
+            runtime,
+            cancel_frees,
+            algorithm,
+            sp_degree,
+            stream,
+        )
     if algorithm != "nonsi":
         if drafter is None:
             raise ConfigError(f"algorithm {algorithm!r} needs a drafter")
@@ -152,8 +164,17 @@ def generate(
             return si(rt, target_pool, drafter_pool, prompt, max_new_tokens, lookahead, decoding, stream)
         if prefill_replicas is None:
             prefill_replicas = prefill_pays_off(target)
-        return dsi(rt, target_pool, drafter_pool, prompt, max_new_tokens, lookahead, decoding, stream,
-                   prefill_all=prefill_replicas)
+        return dsi(
+            rt,
+            target_pool,
+            drafter_pool,
+            prompt,
+            max_new_tokens,
+            lookahead,
+            decoding,
+            stream,
+            prefill_all=prefill_replicas,
+        )
 
 
 def _pool(source, n: int, name: str) -> Pool:
@@ -165,8 +186,20 @@ def _pool(source, n: int, name: str) -> Pool:
     return Pool([source.server(f"{name}{i}") for i in range(n)], name)
 
 
-def _generate_hsd(prompt, target, drafters, buffers, lookahead, max_new_tokens, decoding, runtime, cancel_frees,
-                  algorithm="hsd", sp_degree=1, stream=None):
+def _generate_hsd(
+    prompt,
+    target,
+    drafters,
+    buffers,
+    lookahead,
+    max_new_tokens,
+    decoding,
+    runtime,
+    cancel_frees,
+    algorithm="hsd",
+    sp_degree=1,
+    stream=None,
+):
     """HSD over the stack drafters[0] < ... < drafters[-1] < target, one server each (one drafter: SI);
     "hsd-sp": the drafters as one LevelsServer, DSI on top with sp_degree target servers."""
     if drafters is not None and not isinstance(drafters, (list, tuple)):
@@ -177,8 +210,10 @@ def _generate_hsd(prompt, target, drafters, buffers, lookahead, max_new_tokens, 
         buffers = [lookahead or DEFAULT_LOOKAHEAD] * len(drafters)
     if algorithm == "hsd-sp":
         if len(buffers) != len(drafters):
-            raise ConfigError(f"HSD needs one buffer size T_i per drafter level: {len(drafters)} drafters, "
-                              f"got {len(buffers)} buffer sizes {list(buffers)}")
+            raise ConfigError(
+                f"HSD needs one buffer size T_i per drafter level: {len(drafters)} drafters, "
+                f"got {len(buffers)} buffer sizes {list(buffers)}"
+            )
         levels = LevelsServer([_pool(m, 1, f"level{i}").servers[0] for i, m in enumerate(drafters)], buffers[:-1])
         pools = [Pool([levels], "levels"), _pool(target, sp_degree, "target")]
     else:

@@ -11,8 +11,8 @@ than frozen dataclasses: a call is built per task, and frozen construction costs
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 
@@ -52,7 +52,10 @@ class Score:
 
     def __eq__(self, other) -> bool:
         return type(other) is Score and (self.context, self.n_drafts, self.decoding) == (
-            other.context, other.n_drafts, other.decoding)
+            other.context,
+            other.n_drafts,
+            other.decoding,
+        )
 
     __hash__ = None
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Sequence
 
 from specpar.api import generate
 from specpar.results import GenerationResult
@@ -72,16 +72,25 @@ def compare(
         prompt = make_prompt(seed + r)
         for algo in algorithms:
             res = generate(
-                prompt, target, drafter, algorithm=algo, max_new_tokens=max_new_tokens, lookahead=lookahead,
-                sp_degree=sp_degree, temperature=temperature, seed=seed + r, runtime=runtime,
+                prompt,
+                target,
+                drafter,
+                algorithm=algo,
+                max_new_tokens=max_new_tokens,
+                lookahead=lookahead,
+                sp_degree=sp_degree,
+                temperature=temperature,
+                seed=seed + r,
+                runtime=runtime,
             )
             runs[algo].append(res)
             if progress:
                 progress(algo)
     out = {}
     for algo, results in runs.items():
-        s = AlgorithmSummary(algo, results[0].lookahead, results[0].sp_degree, [x.time_ms for x in results],
-                             first_run=results[0])
+        s = AlgorithmSummary(
+            algo, results[0].lookahead, results[0].sp_degree, [x.time_ms for x in results], first_run=results[0]
+        )
         drafted = sum(x.drafted for x in results)
         accepted = sum(x.accepted for x in results)
         rounds = sum(x.rounds for x in results)

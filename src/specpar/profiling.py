@@ -18,8 +18,8 @@ from __future__ import annotations
 import json
 import statistics
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Callable, Sequence
 
 from specpar.calls import Score
 from specpar.decoding import GREEDY
@@ -51,8 +51,15 @@ def verify_ms(server, sequence: Sequence[int], k: int) -> float:
     return (time.perf_counter() - t0) * 1e3
 
 
-def profile_pair(target_server, drafter_server, prompts: Sequence[Sequence[int]], tokens: int = 20,
-                 accept_tokens: int = 64, lookahead: int = 5, progress: Callable[[str], None] | None = None) -> dict:
+def profile_pair(
+    target_server,
+    drafter_server,
+    prompts: Sequence[Sequence[int]],
+    tokens: int = 20,
+    accept_tokens: int = 64,
+    lookahead: int = 5,
+    progress: Callable[[str], None] | None = None,
+) -> dict:
     """Measure TTFT/TPOT of both servers and the pair's acceptance rate over ``prompts`` (token ids)."""
     if tokens < 2 or accept_tokens < 1 or lookahead < 1:
         raise ConfigError("profile needs --tokens >= 2, --accept-tokens >= 1 and --lookahead >= 1")
@@ -80,13 +87,19 @@ def profile_pair(target_server, drafter_server, prompts: Sequence[Sequence[int]]
     def latency(role: str) -> dict:
         t = timings[role]
         tpot = statistics.fmean(t["tpot"])
-        return {"ttft_ms": statistics.fmean(t["ttft"]), "tpot_ms": tpot,
-                "per_token_ms": max(0.0, (statistics.fmean(t["verify"]) - tpot) / lookahead),
-                "verify_ms": statistics.fmean(t["verify"])}
+        return {
+            "ttft_ms": statistics.fmean(t["ttft"]),
+            "tpot_ms": tpot,
+            "per_token_ms": max(0.0, (statistics.fmean(t["verify"]) - tpot) / lookahead),
+            "verify_ms": statistics.fmean(t["verify"]),
+        }
 
     return {
         "format": FORMAT,
-        "prompts": len(prompts), "tokens": tokens, "accept_tokens": accept_tokens, "lookahead": lookahead,
+        "prompts": len(prompts),
+        "tokens": tokens,
+        "accept_tokens": accept_tokens,
+        "lookahead": lookahead,
         "target": {"name": target_server.model.name, "device": target_server.device, **latency("target")},
         "drafter": {"name": drafter_server.model.name, "device": drafter_server.device, **latency("drafter")},
         "acceptance_rate": {
@@ -102,14 +115,16 @@ def write(profile: dict, path: str | Path) -> None:
     Path(path).write_text(json.dumps(profile, indent=2) + "\n", encoding="utf-8")
 
 
-def parse(data, estimate: str = "geometric", where: str = "the profile") -> tuple[LatencyProfile, LatencyProfile, float]:
+def parse(
+    data, estimate: str = "geometric", where: str = "the profile"
+) -> tuple[LatencyProfile, LatencyProfile, float]:
     """(target latency, drafter latency, acceptance rate) from a decoded ``specpar profile`` JSON object.
 
     estimate: "geometric" (App. F.2's fit, the default) or "direct" (the per-token rate).
     Files are read by :meth:`specpar.experiments.pair_profile.PairProfile.load`, which also takes the plain form.
     """
     if not isinstance(data, dict) or data.get("format") != FORMAT:
-        raise ConfigError(f"{where} is not a specpar profile (expected \"format\": \"{FORMAT}\")")
+        raise ConfigError(f'{where} is not a specpar profile (expected "format": "{FORMAT}")')
     if estimate not in ("geometric", "direct"):
         raise ConfigError(f"acceptance estimate must be 'geometric' or 'direct', got {estimate!r}")
 

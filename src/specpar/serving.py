@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Sequence
 from contextlib import contextmanager
-from typing import Sequence
 
 from specpar.api import check_context_window, generate
 from specpar.errors import ConfigError
@@ -18,8 +18,14 @@ from specpar.results import GenerationResult
 from specpar.runtimes import Pool
 
 
-def load_pair(target: str | None = None, drafter: str | None = None, device: str = "cpu", dtype: str | None = None,
-              progress: bool = True, target_device: str | None = None):
+def load_pair(
+    target: str | None = None,
+    drafter: str | None = None,
+    device: str = "cpu",
+    dtype: str | None = None,
+    progress: bool = True,
+    target_device: str | None = None,
+):
     """(target, drafter) TransformersModels: the default pair when neither is given, else the two given;
     the drafter is loaded on ``device``, the target on ``target_device`` (default: the same)."""
     from specpar.models.transformers_model import TransformersModel, check_same_tokenizer
@@ -75,18 +81,35 @@ class Servers:
     def check_length(self, prompt_len: int, max_new_tokens: int) -> None:
         check_context_window(prompt_len, max_new_tokens, self.target, self.drafter)
 
-    def generate(self, prompt: Sequence[int], algorithm: str, max_new_tokens: int, lookahead: int | None = None,
-                 temperature: float = 0.0, seed: int = 0, stream=None) -> GenerationResult:
+    def generate(
+        self,
+        prompt: Sequence[int],
+        algorithm: str,
+        max_new_tokens: int,
+        lookahead: int | None = None,
+        temperature: float = 0.0,
+        seed: int = 0,
+        stream=None,
+    ) -> GenerationResult:
         """One generation on these servers (thread runtime); ``result.overhead`` says how much time no forward pass ran."""
-        import torch
 
         self.check_length(len(prompt), max_new_tokens)
         marks = [len(s.forward_log) for s in self.all]
         with torch_threads(self.threads_for(algorithm)):
             t0 = time.perf_counter()
-            result = generate(list(prompt), self.targets, self.drafters, algorithm=algorithm,
-                              max_new_tokens=max_new_tokens, lookahead=lookahead, sp_degree=len(self.targets),
-                              temperature=temperature, seed=seed, runtime="threads", stream=stream)
+            result = generate(
+                list(prompt),
+                self.targets,
+                self.drafters,
+                algorithm=algorithm,
+                max_new_tokens=max_new_tokens,
+                lookahead=lookahead,
+                sp_degree=len(self.targets),
+                temperature=temperature,
+                seed=seed,
+                runtime="threads",
+                stream=stream,
+            )
             t1 = time.perf_counter()
         intervals = [iv for s, m in zip(self.all, marks) for iv in s.forward_log[m:]]
         result.overhead = overhead(intervals, t0, t1)
@@ -116,4 +139,8 @@ def overhead(intervals: list[tuple[float, float]], t0: float, t1: float) -> dict
             end = b
     wall = t1 - t0
     outside = max(0.0, wall - busy)
-    return {"wall_ms": wall * 1e3, "outside_forward_ms": outside * 1e3, "outside_forward_fraction": outside / wall if wall else 0.0}
+    return {
+        "wall_ms": wall * 1e3,
+        "outside_forward_ms": outside * 1e3,
+        "outside_forward_fraction": outside / wall if wall else 0.0,
+    }

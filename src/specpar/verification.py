@@ -16,7 +16,7 @@ probability vector when sampling. Every random draw is keyed by position
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 

@@ -20,7 +20,7 @@ time.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from specpar.algorithms.generation import Generation, check_positive_int
 from specpar.calls import Draft, Score

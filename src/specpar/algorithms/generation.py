@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from specpar.calls import Proposal, Scores
 from specpar.decoding import Decoding
@@ -26,8 +26,14 @@ class Generation:
     thin wrappers over :mod:`specpar.verification` that also keep the metrics.
     """
 
-    def __init__(self, prompt: Sequence[int], max_new_tokens: int, decoding: Decoding, runtime: Runtime,
-                 stream: Callable[[list[int]], None] | None = None):
+    def __init__(
+        self,
+        prompt: Sequence[int],
+        max_new_tokens: int,
+        decoding: Decoding,
+        runtime: Runtime,
+        stream: Callable[[list[int]], None] | None = None,
+    ):
         if len(prompt) == 0:
             raise ConfigError("prompt is empty: give at least one token (the target needs a prefix to continue)")
         check_positive_int("max_new_tokens (N)", max_new_tokens)

@@ -10,7 +10,7 @@ T_0 .. T_{K-1} (``buffers``).
   extended context until it holds at least T_i tokens; it hands up exactly the first
   T_i. (The overshoot of the last batch is dropped: a fixed batch size is what makes
   the expected cost of a level a function of (alpha, T_lower, T_upper) alone, see
-  specpar.hsd_latency; the dropped tokens are drafts, never output.)
+  specpar.planning.hsd_latency; the dropped tokens are drafts, never output.)
 * MK verifies one batch from MK-1 per round through :class:`Generation`, as SI does.
   With K = 1 this is SI with lookahead T_0.
 
@@ -27,7 +27,7 @@ No level drafts past the last output token (the target makes that one itself).
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -49,8 +49,10 @@ def level_decoding(decoding: Decoding, level: int) -> Decoding:
 
 def check_buffers(buffers: Sequence[int], n_drafters: int) -> list[int]:
     if len(buffers) != n_drafters:
-        raise ConfigError(f"HSD needs one buffer size T_i per drafter level: {n_drafters} drafters, "
-                          f"got {len(buffers)} buffer sizes {list(buffers)}")
+        raise ConfigError(
+            f"HSD needs one buffer size T_i per drafter level: {n_drafters} drafters, "
+            f"got {len(buffers)} buffer sizes {list(buffers)}"
+        )
     return [check_positive_int(f"buffer size T_{i}", t) for i, t in enumerate(buffers)]
 
 
@@ -70,7 +72,9 @@ class DrafterLevels:
         self.calls, self.forwards, self.tested, self.accepted = [0] * n, [0] * n, [0] * n, [0] * n
         self._verifiers: dict = {}
 
-    def fill(self, m: int, context: tuple[int, ...], limit: int, decoding: Decoding, want: int | None = None) -> Proposal:
+    def fill(
+        self, m: int, context: tuple[int, ...], limit: int, decoding: Decoding, want: int | None = None
+    ) -> Proposal:
         """M_m's next ``want`` (default T_m) tokens after ``context``, never past position ``limit``, with their rows.
 
         Proposal.q holds M_m's own row at each token (the q of the level above), None when greedy.
@@ -103,8 +107,9 @@ class DrafterLevels:
         """A copy of the counters: [calls, forwards, tested, accepted], each [K] (M0 first)."""
         return [list(self.calls), list(self.forwards), list(self.tested), list(self.accepted)]
 
-    def details(self, target_rounds: int, target_tested: int, target_accepted: int,
-                counts: list[list[int]] | None = None) -> dict:
+    def details(
+        self, target_rounds: int, target_tested: int, target_accepted: int, counts: list[list[int]] | None = None
+    ) -> dict:
         """Per-level metrics, M0 first and the target last; ``counts`` (as :meth:`counts` gives) default to all
         the work these levels did."""
         calls, forwards, tested, accepted = self.counts() if counts is None else counts
@@ -140,7 +145,9 @@ def hsd(
     below = DrafterLevels(lambda m, call: runtime.run(levels[m], call), T)
     rounds = 0
     while not g.done:
-        proposal = below.fill(K - 1, g.context(), g.stop - 1, decoding) if g.lookahead_at(len(g.out), 1) else Proposal([])
+        proposal = (
+            below.fill(K - 1, g.context(), g.stop - 1, decoding) if g.lookahead_at(len(g.out), 1) else Proposal([])
+        )
         scores = runtime.run(levels[K], Score(g.context(proposal.tokens), len(proposal.tokens), decoding))
         rounds += 1
         g.verify(proposal, scores)

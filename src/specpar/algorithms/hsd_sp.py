@@ -24,8 +24,8 @@ between calls once cancelled. The runtime's timeline shows one drafter task per 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 from specpar.algorithms.dsi import dsi
 from specpar.algorithms.hsd import DrafterLevels, check_buffers
@@ -64,7 +64,7 @@ class LevelsServer:
         self._computed = (None, None)  # (call, result) computed by duration_ms for the virtual clock
         self._cancelled = None
 
-    def _draft(self, call) -> "LevelsProposal":
+    def _draft(self, call) -> LevelsProposal:
         top = len(self.servers) - 1
         before = self.levels.counts()
         proposal = self.levels.fill(top, call.context, len(call.context) + call.k, call.decoding, want=call.k)
@@ -124,8 +124,9 @@ def hsd_sp(
     below = levels.servers[0].levels
     # the levels' work in completed draft calls only, as drafter_forwards counts it for DSI: a cancelled call
     # was computed whole at its start on the virtual clock, and partly on threads
-    done = [t.result.work for t in runtime.tasks
-            if t.pool is levels and t.done and not t.cancelled and t.result is not None]
+    done = [
+        t.result.work for t in runtime.tasks if t.pool is levels and t.done and not t.cancelled and t.result is not None
+    ]
     counts = [[sum(level) for level in zip(*(w[i] for w in done))] if done else [0] * len(below.T) for i in range(4)]
     result.algorithm = "hsd-sp"
     result.drafter_forwards = sum(counts[1])

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from specpar.algorithms.generation import Generation
 from specpar.calls import Score
@@ -11,8 +11,9 @@ from specpar.results import GenerationResult
 from specpar.runtimes.base import Pool, Runtime
 
 
-def non_si(runtime: Runtime, target: Pool, prompt: Sequence[int], max_new_tokens: int, decoding: Decoding = GREEDY,
-           stream=None) -> GenerationResult:
+def non_si(
+    runtime: Runtime, target: Pool, prompt: Sequence[int], max_new_tokens: int, decoding: Decoding = GREEDY, stream=None
+) -> GenerationResult:
     g = Generation(prompt, max_new_tokens, decoding, runtime, stream)
     while not g.done:
         scores = runtime.run(target, Score(g.context(), 0, decoding))

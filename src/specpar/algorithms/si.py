@@ -7,7 +7,7 @@ Drafting waits for verification and verification waits for drafting.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from specpar.algorithms.generation import Generation, check_positive_int
 from specpar.calls import Draft, Proposal, Score

@@ -24,8 +24,12 @@ accepted / verification rounds; speedup = total non-SI (or SI) time / total time
 
 
 def register(sub) -> None:
-    p = sub.add_parser("bench", help="non-SI vs SI vs DSI on real models over N prompts",
-                       description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = sub.add_parser(
+        "bench",
+        help="non-SI vs SI vs DSI on real models over N prompts",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     real_models.add_prompt_args(p, default="humaneval")
     p.add_argument("-n", "--prompts", type=int, default=10, help="prompts to run, the dataset's first n (default 10)")
     p.add_argument("-N", "--max-new-tokens", type=int, default=64, help="tokens per prompt (default 64)")
@@ -61,7 +65,9 @@ def run(args) -> int:
                 for algo in algorithms:
                     for s in servers.all:
                         s.reset()
-                    res = servers.generate(ids, algo, args.max_new_tokens, args.lookahead, args.temperature, args.seed + i)
+                    res = servers.generate(
+                        ids, algo, args.max_new_tokens, args.lookahead, args.temperature, args.seed + i
+                    )
                     by_algo[algo].append(res)
                     if out:
                         out.write(json.dumps(_row(pid, ids, res, by_algo, args, target)) + "\n")
@@ -85,13 +91,24 @@ def _row(pid, ids, res, by_algo, args, target) -> dict:
     if args.temperature == 0 and base and res.algorithm != "nonsi" and len(base) == len(by_algo[res.algorithm]):
         same = res.tokens == base[-1].tokens
     d = res.to_dict()
-    return {"prompt_id": pid, "prompt_tokens": len(ids), "algorithm": res.algorithm, "lookahead": res.lookahead,
-            "sp_degree": res.sp_degree, "time_ms": res.time_ms, "ttft_ms": res.ttft_ms,
-            "tokens_per_second": d["tokens_per_second"], "acceptance_rate": d["acceptance_rate"],
-            "mean_acceptance_length": d["mean_acceptance_length"], "target_forwards": res.target_forwards,
-            "drafter_forwards": res.drafter_forwards, "same_tokens_as_nonsi": same,
-            "outside_forward_fraction": res.overhead["outside_forward_fraction"],
-            "tokens": res.tokens, "text": target.decode(res.tokens)}
+    return {
+        "prompt_id": pid,
+        "prompt_tokens": len(ids),
+        "algorithm": res.algorithm,
+        "lookahead": res.lookahead,
+        "sp_degree": res.sp_degree,
+        "time_ms": res.time_ms,
+        "ttft_ms": res.ttft_ms,
+        "tokens_per_second": d["tokens_per_second"],
+        "acceptance_rate": d["acceptance_rate"],
+        "mean_acceptance_length": d["mean_acceptance_length"],
+        "target_forwards": res.target_forwards,
+        "drafter_forwards": res.drafter_forwards,
+        "same_tokens_as_nonsi": same,
+        "outside_forward_fraction": res.overhead["outside_forward_fraction"],
+        "tokens": res.tokens,
+        "text": target.decode(res.tokens),
+    }
 
 
 def summarize(by_algo: dict, greedy: bool) -> dict:
@@ -104,26 +121,40 @@ def summarize(by_algo: dict, greedy: bool) -> dict:
         drafted, accepted = sum(r.drafted for r in results), sum(r.accepted for r in results)
         rounds = sum(r.rounds for r in results)
         s = {
-            "prompts": len(results), "tokens": tokens, "wall_time_s": time_ms / 1000,
+            "prompts": len(results),
+            "tokens": tokens,
+            "wall_time_s": time_ms / 1000,
             "tokens_per_second": tokens / (time_ms / 1000) if time_ms else None,
             "acceptance_rate": accepted / drafted if drafted else None,
             "mean_acceptance_length": 1 + accepted / rounds if drafted and rounds else None,
             "speedup_vs_nonsi": sum(r.time_ms for r in base) / time_ms if base else None,
             "speedup_vs_si": sum(r.time_ms for r in si) / time_ms if si else None,
-            "same_tokens_as_nonsi": (all(a.tokens == b.tokens for a, b in zip(base, results))
-                                     if greedy and base and algo != "nonsi" else None),
-            "outside_forward_fraction": (sum(r.overhead["outside_forward_ms"] for r in results)
-                                         / sum(r.overhead["wall_ms"] for r in results)),
+            "same_tokens_as_nonsi": (
+                all(a.tokens == b.tokens for a, b in zip(base, results))
+                if greedy and base and algo != "nonsi"
+                else None
+            ),
+            "outside_forward_fraction": (
+                sum(r.overhead["outside_forward_ms"] for r in results) / sum(r.overhead["wall_ms"] for r in results)
+            ),
         }
         out[algo] = s
     return out
 
 
 def _config(args, target, drafter, servers) -> dict:
-    return {"dataset": args.dataset, "prompts": args.prompts, "max_new_tokens": args.max_new_tokens,
-            "lookahead": args.lookahead, "sp_degree": args.sp_degree, "temperature": args.temperature,
-            "target": target.name, "drafter": drafter.name,
-            "devices": sorted({s.device for s in servers.all}), "torch_threads": {a: servers.threads_for(a) for a in NAMES}}
+    return {
+        "dataset": args.dataset,
+        "prompts": args.prompts,
+        "max_new_tokens": args.max_new_tokens,
+        "lookahead": args.lookahead,
+        "sp_degree": args.sp_degree,
+        "temperature": args.temperature,
+        "target": target.name,
+        "drafter": drafter.name,
+        "devices": sorted({s.device for s in servers.all}),
+        "torch_threads": {a: servers.threads_for(a) for a in NAMES},
+    }
 
 
 class _bar:
@@ -154,12 +185,23 @@ def _print(args, summary, why, target, drafter, servers) -> None:
 
     console = Console(width=None if sys.stdout.isatty() else 130)
     mode = "greedy" if args.temperature == 0 else f"sampling at temperature {args.temperature:g}"
-    console.print(f"{target.name} (target) + {drafter.name} (drafter) on {', '.join(sorted({s.device for s in servers.all}))}; "
-                  f"{args.prompts} {args.dataset} prompts x {args.max_new_tokens} tokens; lookahead {args.lookahead}, "
-                  f"SP {args.sp_degree}; {mode}; each algorithm from a cold cache")
+    console.print(
+        f"{target.name} (target) + {drafter.name} (drafter) on {', '.join(sorted({s.device for s in servers.all}))}; "
+        f"{args.prompts} {args.dataset} prompts x {args.max_new_tokens} tokens; lookahead {args.lookahead}, "
+        f"SP {args.sp_degree}; {mode}; each algorithm from a cold cache"
+    )
     table = Table()
-    for col in ("algorithm", "wall time s", "tokens/s", "vs non-SI", "vs SI", "accept rate", "mean accept len",
-                "same tokens as non-SI", "outside fwd"):
+    for col in (
+        "algorithm",
+        "wall time s",
+        "tokens/s",
+        "vs non-SI",
+        "vs SI",
+        "accept rate",
+        "mean accept len",
+        "same tokens as non-SI",
+        "outside fwd",
+    ):
         table.add_column(col, justify="left" if col == "algorithm" else "right")
 
     def f(x, spec=".2f", suffix=""):
@@ -168,9 +210,13 @@ def _print(args, summary, why, target, drafter, servers) -> None:
     for algo, s in summary.items():
         vs = s["speedup_vs_nonsi"]
         table.add_row(
-            NAMES[algo], f(s["wall_time_s"], ".1f"), f(s["tokens_per_second"]),
-            f"[red]{vs:.2f}x[/red]" if vs is not None and vs < 1 else f(vs, ".2f", "x"), f(s["speedup_vs_si"], ".2f", "x"),
-            f(s["acceptance_rate"]), f(s["mean_acceptance_length"]),
+            NAMES[algo],
+            f(s["wall_time_s"], ".1f"),
+            f(s["tokens_per_second"]),
+            f"[red]{vs:.2f}x[/red]" if vs is not None and vs < 1 else f(vs, ".2f", "x"),
+            f(s["speedup_vs_si"], ".2f", "x"),
+            f(s["acceptance_rate"]),
+            f(s["mean_acceptance_length"]),
             "-" if s["same_tokens_as_nonsi"] is None else ("yes" if s["same_tokens_as_nonsi"] else "[red]NO[/red]"),
             f(100 * s["outside_forward_fraction"], ".2f", "%"),
         )

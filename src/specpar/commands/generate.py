@@ -21,16 +21,25 @@ NAMES = {"nonsi": "non-SI", "si": "SI", "dsi": "DSI"}
 
 
 def register(sub) -> None:
-    p = sub.add_parser("generate", help="generate text with real models (non-SI, SI or DSI), streamed",
-                       description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("prompt", nargs="?", default=None,
-                   help="the prompt text; with --dataset, an index or id in it (default 0)")
+    p = sub.add_parser(
+        "generate",
+        help="generate text with real models (non-SI, SI or DSI), streamed",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "prompt", nargs="?", default=None, help="the prompt text; with --dataset, an index or id in it (default 0)"
+    )
     real_models.add_prompt_args(p)
     p.add_argument("--chat", action="store_true", help="put the prompt text in the target's chat template")
     p.add_argument("--algo", choices=("nonsi", "si", "dsi"), default="dsi", help="algorithm (default dsi)")
     p.add_argument("-k", "--lookahead", type=int, default=5, help="draft tokens per verification (default 5)")
-    p.add_argument("--sp-degree", type=int, default=2,
-                   help="target servers DSI may use at once; they share one copy of the weights per device (default 2)")
+    p.add_argument(
+        "--sp-degree",
+        type=int,
+        default=2,
+        help="target servers DSI may use at once; they share one copy of the weights per device (default 2)",
+    )
     p.add_argument("-N", "--max-new-tokens", type=int, default=64, help="tokens to generate (default 64)")
     p.add_argument("--temperature", type=float, default=0.0, help="0 (default) greedy; > 0 sampling")
     p.add_argument("--seed", type=int, default=0, help="keys every random draw when sampling")
@@ -83,7 +92,7 @@ class Streamer:
         self.tokens.extend(tokens)
         text = self.model.decode(self.tokens)
         if text.startswith(self.shown) and not text.endswith("\ufffd"):
-            self.out.write(text[len(self.shown):])
+            self.out.write(text[len(self.shown) :])
             self.out.flush()
             self.shown = text
 
@@ -111,20 +120,37 @@ def run(args) -> int:
     for i, algo in enumerate(algorithms):
         stream = None
         if i == 0 and not args.json:
-            print(f"[{NAMES[algo]} on {what}: {len(ids)} prompt tokens, {args.max_new_tokens} new, "
-                  f"{'greedy' if args.temperature == 0 else f'temperature {args.temperature:g}'}]", file=sys.stderr)
+            print(
+                f"[{NAMES[algo]} on {what}: {len(ids)} prompt tokens, {args.max_new_tokens} new, "
+                f"{'greedy' if args.temperature == 0 else f'temperature {args.temperature:g}'}]",
+                file=sys.stderr,
+            )
             stream = Streamer(target, ids)
         for s in servers.all:
             s.reset()  # every algorithm starts from a cold cache (its TTFT includes the prefill)
-        results[algo] = servers.generate(ids, algo, args.max_new_tokens, args.lookahead, args.temperature, args.seed, stream)
+        results[algo] = servers.generate(
+            ids, algo, args.max_new_tokens, args.lookahead, args.temperature, args.seed, stream
+        )
         if stream is not None:
             print()
             if stream.ended_at is not None:
-                print(f"[end of text after {stream.ended_at} tokens; generation ran on to {args.max_new_tokens} tokens, "
-                      "not shown]", file=sys.stderr)
+                print(
+                    f"[end of text after {stream.ended_at} tokens; generation ran on to {args.max_new_tokens} tokens, "
+                    "not shown]",
+                    file=sys.stderr,
+                )
     if args.json:
-        print(json.dumps({"prompt": what, "prompt_tokens": len(ids), "text": target.decode(results[args.algo].tokens),
-                          "results": {a: dict(r.to_dict(), overhead=r.overhead) for a, r in results.items()}}, indent=2))
+        print(
+            json.dumps(
+                {
+                    "prompt": what,
+                    "prompt_tokens": len(ids),
+                    "text": target.decode(results[args.algo].tokens),
+                    "results": {a: dict(r.to_dict(), overhead=r.overhead) for a, r in results.items()},
+                },
+                indent=2,
+            )
+        )
         return 0
     _report(args, results, target)
     return 0
@@ -139,23 +165,38 @@ def _report(args, results, target) -> None:
     console.print(
         f"{NAMES[args.algo]}: {len(main.tokens)} tokens in {main.time_ms / 1000:.2f} s = {main.tokens_per_second:.2f} tokens/s"
         f" (first token {main.ttft_ms / 1000:.2f} s); "
-        + ("" if args.algo == "nonsi" else f"acceptance rate {main.acceptance_rate:.2f}, mean acceptance length "
-           f"{main.mean_acceptance_length:.2f}, lookahead {main.lookahead}, ")
+        + (
+            ""
+            if args.algo == "nonsi"
+            else f"acceptance rate {main.acceptance_rate:.2f}, mean acceptance length "
+            f"{main.mean_acceptance_length:.2f}, lookahead {main.lookahead}, "
+        )
         + f"time outside forward passes {100 * main.overhead['outside_forward_fraction']:.2f}%"
     )
     if len(results) == 1:
         return
     table = Table(title="same prompt, same loaded servers")
-    for col in ("algorithm", "time s", "tokens/s", "vs non-SI", "vs SI", "accept rate", "mean accept len",
-                "same tokens as non-SI"):
+    for col in (
+        "algorithm",
+        "time s",
+        "tokens/s",
+        "vs non-SI",
+        "vs SI",
+        "accept rate",
+        "mean accept len",
+        "same tokens as non-SI",
+    ):
         table.add_column(col, justify="left" if col == "algorithm" else "right")
     base, si = results.get("nonsi"), results.get("si")
     for algo in ("nonsi", "si", "dsi"):
         r = results[algo]
         vs = base.time_ms / r.time_ms
         table.add_row(
-            NAMES[algo], f"{r.time_ms / 1000:.2f}", f"{r.tokens_per_second:.2f}",
-            f"[red]{vs:.2f}x[/red]" if vs < 1 else f"{vs:.2f}x", f"{si.time_ms / r.time_ms:.2f}x",
+            NAMES[algo],
+            f"{r.time_ms / 1000:.2f}",
+            f"{r.tokens_per_second:.2f}",
+            f"[red]{vs:.2f}x[/red]" if vs < 1 else f"{vs:.2f}x",
+            f"{si.time_ms / r.time_ms:.2f}x",
             "-" if algo == "nonsi" else f"{r.acceptance_rate:.2f}",
             "-" if algo == "nonsi" else f"{r.mean_acceptance_length:.2f}",
             "-" if algo == "nonsi" or args.temperature else ("yes" if r.tokens == base.tokens else "[red]NO[/red]"),

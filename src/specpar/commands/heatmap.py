@@ -19,29 +19,65 @@ Cells where the first algorithm is slower appear pink.
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser("heatmap", help="the paper's offline heatmaps (Fig. 2 / Fig. 7) as PNG and CSV",
-                              description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = subparsers.add_parser(
+        "heatmap",
+        help="the paper's offline heatmaps (Fig. 2 / Fig. 7) as PNG and CSV",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     add_grid_arguments(p)
-    p.add_argument("-k", "--lookahead", type=int, default=None, metavar="K",
-                   help="fixed lookahead for SI and DSI (Fig. 7: 5). Default: SI's best, DSI's Eq. 1 smallest")
-    p.add_argument("-o", "--output", default=None, metavar="PREFIX",
-                   help="write PREFIX.png and PREFIX.csv (default: dsi-fig2, or dsi-fig7-kK with --lookahead)")
-    p.add_argument("--check-cells", type=int, default=0, metavar="M",
-                   help="also run M random cells through the event-driven simulator and print both (slow)")
+    p.add_argument(
+        "-k",
+        "--lookahead",
+        type=int,
+        default=None,
+        metavar="K",
+        help="fixed lookahead for SI and DSI (Fig. 7: 5). Default: SI's best, DSI's Eq. 1 smallest",
+    )
+    p.add_argument(
+        "-o",
+        "--output",
+        default=None,
+        metavar="PREFIX",
+        help="write PREFIX.png and PREFIX.csv (default: dsi-fig2, or dsi-fig7-kK with --lookahead)",
+    )
+    p.add_argument(
+        "--check-cells",
+        type=int,
+        default=0,
+        metavar="M",
+        help="also run M random cells through the event-driven simulator and print both (slow)",
+    )
     p.set_defaults(func=run)
 
 
 def add_grid_arguments(p) -> None:
     """Options shared with ``specpar reproduce``."""
-    p.add_argument("--resolution", type=int, default=100, metavar="R",
-                   help="R drafter latencies c from 0.01 to 1 and R+1 acceptance rates a from 0 to 1, evenly spaced "
-                        "(default 100: the paper's 100 x 101 cells)")
+    p.add_argument(
+        "--resolution",
+        type=int,
+        default=100,
+        metavar="R",
+        help="R drafter latencies c from 0.01 to 1 and R+1 acceptance rates a from 0 to 1, evenly spaced "
+        "(default 100: the paper's 100 x 101 cells)",
+    )
     p.add_argument("-N", "--max-new-tokens", type=int, default=100, metavar="N", help="tokens per run (default 100)")
     p.add_argument("--repeats", type=int, default=5, help="runs per cell and algorithm (default 5)")
-    p.add_argument("--sp-degree", type=int, default=7, metavar="SP",
-                   help="target servers DSI may use (default 7: an 8-GPU node, the drafter on the eighth)")
-    p.add_argument("--lookahead-range", type=int, nargs=2, default=(1, 200), metavar=("FIRST", "LAST"),
-                   help="lookaheads SI may choose from in each cell (default 1 200)")
+    p.add_argument(
+        "--sp-degree",
+        type=int,
+        default=7,
+        metavar="SP",
+        help="target servers DSI may use (default 7: an 8-GPU node, the drafter on the eighth)",
+    )
+    p.add_argument(
+        "--lookahead-range",
+        type=int,
+        nargs=2,
+        default=(1, 200),
+        metavar=("FIRST", "LAST"),
+        help="lookaheads SI may choose from in each cell (default 1 200)",
+    )
     p.add_argument("--seed", type=int, default=0, help="seed of the acceptance draws (default 0)")
 
 
@@ -49,8 +85,14 @@ def compute_with_progress(args, fixed_lookahead, label: str):
     """compute_heatmap with a rich progress bar on a terminal."""
     from specpar.experiments.heatmap import compute_heatmap
 
-    kwargs = dict(n=args.max_new_tokens, repeats=args.repeats, sp_degree=args.sp_degree,
-                  lookaheads=tuple(args.lookahead_range), fixed_lookahead=fixed_lookahead, seed=args.seed)
+    kwargs = dict(
+        n=args.max_new_tokens,
+        repeats=args.repeats,
+        sp_degree=args.sp_degree,
+        lookaheads=tuple(args.lookahead_range),
+        fixed_lookahead=fixed_lookahead,
+        seed=args.seed,
+    )
     if not sys.stderr.isatty():
         return compute_heatmap(args.resolution, **kwargs)
     from rich.progress import Progress
@@ -80,8 +122,10 @@ def run(args) -> int:
     if args.lookahead is not None:
         bad = h.c[h.sp_needed > h.sp_degree]
         if bad.size:
-            console.print(f"  Eq. 1 fails for c <= {bad.max():g} with lookahead {args.lookahead} on {h.sp_degree} "
-                          "servers: DSI's verifications queue there (simulated)")
+            console.print(
+                f"  Eq. 1 fails for c <= {bad.max():g} with lookahead {args.lookahead} on {h.sp_degree} "
+                "servers: DSI's verifications queue there (simulated)"
+            )
     console.print(f"wrote {prefix}.png and {prefix}.csv")
     if args.check_cells:
         _check_cells(console, h, args)
@@ -101,9 +145,25 @@ def _check_cells(console, h, args) -> None:
         table.add_column(col, justify="right")
     for _ in range(args.check_cells):
         i, j = int(rng.integers(len(h.c))), int(rng.integers(len(h.a)))
-        ev = event_cell(float(h.c[i]), float(h.a[j]), n=h.n, repeats=h.repeats, si_lookahead=int(h.si_lookahead[i, j]),
-                        dsi_lookahead=int(h.dsi_lookahead[i]), sp_degree=h.sp_degree, seed=args.seed)
-        table.add_row(f"{h.c[i]:g}", f"{h.a[j]:g}", str(h.si_lookahead[i, j]), str(h.dsi_lookahead[i]),
-                      f"{h.si[i, j]:.2f}", f"{ev['si']:.2f}", f"{h.dsi[i, j]:.2f}", f"{ev['dsi']:.2f}")
+        ev = event_cell(
+            float(h.c[i]),
+            float(h.a[j]),
+            n=h.n,
+            repeats=h.repeats,
+            si_lookahead=int(h.si_lookahead[i, j]),
+            dsi_lookahead=int(h.dsi_lookahead[i]),
+            sp_degree=h.sp_degree,
+            seed=args.seed,
+        )
+        table.add_row(
+            f"{h.c[i]:g}",
+            f"{h.a[j]:g}",
+            str(h.si_lookahead[i, j]),
+            str(h.dsi_lookahead[i]),
+            f"{h.si[i, j]:.2f}",
+            f"{ev['si']:.2f}",
+            f"{h.dsi[i, j]:.2f}",
+            f"{ev['dsi']:.2f}",
+        )
     console.print(table)
     console.print("(the event runs draw their own acceptances: figures agree in distribution, not run by run)")

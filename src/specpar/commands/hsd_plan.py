@@ -24,20 +24,35 @@ alpha[i][j] = 1 - TV(q_i, q_j) (entries above the diagonal are used), as JSON
 
 
 def register(sub) -> None:
-    p = sub.add_parser("hsd-plan", help="best HSD hierarchy and buffer sizes for given costs and acceptance rates",
-                       description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = sub.add_parser(
+        "hsd-plan",
+        help="best HSD hierarchy and buffer sizes for given costs and acceptance rates",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     add_plan_arguments(p, required=True)
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     p.set_defaults(func=run)
 
 
 def add_plan_arguments(p, required: bool) -> None:
-    p.add_argument("--costs", type=parse_costs, required=required, metavar="C0,C1,...,CK",
-                   help="time of one forward pass of each model, M0 first, the target last (any unit, e.g. ms)")
-    p.add_argument("--alpha", type=Path, required=required, metavar="FILE",
-                   help="pairwise acceptance-rate matrix, JSON or text (see above)")
-    p.add_argument("--t-max", type=int, default=15, metavar="T",
-                   help="largest buffer size considered for every level (default 15)")
+    p.add_argument(
+        "--costs",
+        type=parse_costs,
+        required=required,
+        metavar="C0,C1,...,CK",
+        help="time of one forward pass of each model, M0 first, the target last (any unit, e.g. ms)",
+    )
+    p.add_argument(
+        "--alpha",
+        type=Path,
+        required=required,
+        metavar="FILE",
+        help="pairwise acceptance-rate matrix, JSON or text (see above)",
+    )
+    p.add_argument(
+        "--t-max", type=int, default=15, metavar="T", help="largest buffer size considered for every level (default 15)"
+    )
 
 
 def parse_costs(text: str) -> list[float]:
@@ -61,16 +76,19 @@ def read_alpha(path: Path) -> list[list[float]]:
     except json.JSONDecodeError:
         pass
     try:
-        return [[float(x) for x in line.replace(",", " ").split()] for line in text.splitlines()
-                if line.strip() and not line.lstrip().startswith("#")]
+        return [
+            [float(x) for x in line.replace(",", " ").split()]
+            for line in text.splitlines()
+            if line.strip() and not line.lstrip().startswith("#")
+        ]
     except ValueError:
         raise ConfigError(f"the alpha file {str(path)!r} is neither JSON nor rows of numbers") from None
 
 
 def plan_report(costs, alpha, t_max: int) -> dict:
     """The optimizer's plan, the best single drafter, the target alone, and the speedups between them."""
-    from specpar.hsd_latency import forwards_per_token
-    from specpar.hsd_optimizer import best_single_drafter, optimize
+    from specpar.planning.hsd_latency import forwards_per_token
+    from specpar.planning.hsd_optimizer import best_single_drafter, optimize
 
     best = optimize(costs, alpha, t_max)
     single = best_single_drafter(costs, alpha, t_max)
@@ -104,13 +122,28 @@ def run(args) -> int:
         table.add_column(col, justify="left" if col in ("plan", "hierarchy") else "right")
     best, single = report["best"], report["best_single_drafter"]
     fwd = ", ".join(f"{f:.3g}" for f in best["forwards_per_token"])
-    table.add_row("best (HSD)", describe(best["levels"], n), str(list(best["buffers"])), f"{best['latency']:.4g}",
-                  f"{report['speedup_vs_target']:.3f}x", fwd)
-    table.add_row("best single drafter (SI)", describe(single["levels"], n), str(list(single["buffers"])),
-                  f"{single['latency']:.4g}", f"{report['target_alone_latency'] / single['latency']:.3f}x", "")
+    table.add_row(
+        "best (HSD)",
+        describe(best["levels"], n),
+        str(list(best["buffers"])),
+        f"{best['latency']:.4g}",
+        f"{report['speedup_vs_target']:.3f}x",
+        fwd,
+    )
+    table.add_row(
+        "best single drafter (SI)",
+        describe(single["levels"], n),
+        str(list(single["buffers"])),
+        f"{single['latency']:.4g}",
+        f"{report['target_alone_latency'] / single['latency']:.3f}x",
+        "",
+    )
     table.add_row("target alone", "target", "-", f"{report['target_alone_latency']:.4g}", "1.000x", "1")
     Console(width=None if sys.stdout.isatty() else 130).print(table)
     s = report["speedup_vs_best_single_drafter"]
-    print(f"HSD is {s:.3f}x faster than the best single drafter (predicted; latency in the costs' unit per output token)"
-          if math.isfinite(s) else "")
+    print(
+        f"HSD is {s:.3f}x faster than the best single drafter (predicted; latency in the costs' unit per output token)"
+        if math.isfinite(s)
+        else ""
+    )
     return 0

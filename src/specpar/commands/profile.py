@@ -24,15 +24,25 @@ speedups for this pair at any sp_degree.
 
 
 def register(sub) -> None:
-    p = sub.add_parser("profile", help="TTFT, TPOT and acceptance rate of a real model pair, as a JSON profile",
-                       description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = sub.add_parser(
+        "profile",
+        help="TTFT, TPOT and acceptance rate of a real model pair, as a JSON profile",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     real_models.add_prompt_args(p, default="humaneval")
     p.add_argument("-n", "--prompts", type=int, default=5, help="prompts, the dataset's first n (paper: 50; default 5)")
     p.add_argument("--tokens", type=int, default=20, help="tokens timed per prompt (paper: 20; default 20)")
-    p.add_argument("--accept-tokens", type=int, default=64,
-                   help="tokens per prompt for the acceptance rate (paper: 256; default 64)")
+    p.add_argument(
+        "--accept-tokens",
+        type=int,
+        default=64,
+        help="tokens per prompt for the acceptance rate (paper: 256; default 64)",
+    )
     p.add_argument("-k", "--lookahead", type=int, default=5, help="drafts in the timed verification pass (default 5)")
-    p.add_argument("--out", metavar="FILE.json", default="profile.json", help="where to write the profile (default profile.json)")
+    p.add_argument(
+        "--out", metavar="FILE.json", default="profile.json", help="where to write the profile (default profile.json)"
+    )
     p.add_argument("--json", action="store_true", help="print the profile as JSON instead of a summary")
     real_models.add_model_args(p)
     p.set_defaults(func=run)
@@ -62,8 +72,15 @@ def _measure(args, t, d, ids) -> dict:
 
         with Progress(transient=True) as bar:
             task = bar.add_task("profiling", total=2 * len(ids))
-            return profiling.profile_pair(t, d, ids, args.tokens, args.accept_tokens, args.lookahead,
-                                          progress=lambda role: bar.update(task, advance=1, description=f"profiling {role}"))
+            return profiling.profile_pair(
+                t,
+                d,
+                ids,
+                args.tokens,
+                args.accept_tokens,
+                args.lookahead,
+                progress=lambda role: bar.update(task, advance=1, description=f"profiling {role}"),
+            )
     return profiling.profile_pair(t, d, ids, args.tokens, args.accept_tokens, args.lookahead)
 
 
@@ -77,10 +94,14 @@ def _report(args, prof, ids) -> int:
     tl, dl, acc = prof["target"], prof["drafter"], prof["acceptance_rate"]
     print(f"{len(ids)} {args.dataset} prompts, {args.tokens} tokens timed, {args.accept_tokens} for acceptance")
     for role, r in (("target", tl), ("drafter", dl)):
-        print(f"{role:8s} {r['name']}: TTFT {r['ttft_ms']:.0f} ms, TPOT {r['tpot_ms']:.0f} ms, verification of "
-              f"{args.lookahead + 1} tokens {r['verify_ms']:.0f} ms (+{r['per_token_ms']:.0f} ms per extra token)")
+        print(
+            f"{role:8s} {r['name']}: TTFT {r['ttft_ms']:.0f} ms, TPOT {r['tpot_ms']:.0f} ms, verification of "
+            f"{args.lookahead + 1} tokens {r['verify_ms']:.0f} ms (+{r['per_token_ms']:.0f} ms per extra token)"
+        )
     print(f"drafter latency c = {dl['tpot_ms'] / tl['tpot_ms']:.3f} (TPOT ratio)")
-    print(f"acceptance rate: {acc['geometric']:.3f} (App. F.2: mean exact-match prefix {acc['mean_exact_prefix']:.1f} "
-          f"tokens, a = 1 - 1/(1 + mean)); direct per-token rate {acc['direct']:.3f}")
+    print(
+        f"acceptance rate: {acc['geometric']:.3f} (App. F.2: mean exact-match prefix {acc['mean_exact_prefix']:.1f} "
+        f"tokens, a = 1 - 1/(1 + mean)); direct per-token rate {acc['direct']:.3f}"
+    )
     print(f"wrote {args.out}; predict speedups with: specpar simulate --profile {args.out} --sp-degree 2")
     return 0

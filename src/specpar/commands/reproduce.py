@@ -21,20 +21,50 @@ def register(subparsers) -> None:
     from specpar.commands.heatmap import add_grid_arguments
     from specpar.experiments.claims import CLAIM_KEYS
 
-    p = subparsers.add_parser("reproduce", help="check the DSI paper's claims (PASS/FAIL with figures)",
-                              description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = subparsers.add_parser(
+        "reproduce",
+        help="check the DSI paper's claims (PASS/FAIL with figures)",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     add_grid_arguments(p)
     p.set_defaults(resolution=50)
-    p.add_argument("--only", nargs="+", choices=CLAIM_KEYS, default=None, metavar="CLAIM",
-                   help=f"check only these claims: {', '.join(CLAIM_KEYS)}")
-    p.add_argument("--starcoder-drafter-latency", type=float, default=None, metavar="C",
-                   help="Table 2: StarCoder-168M's latency as a fraction of StarCoder-15B's (not in our copy)")
-    p.add_argument("--phi3-acceptance", type=float, default=None, metavar="A",
-                   help="Table 2: Phi3-4B's acceptance rate against Phi3-14B (not in our copy)")
-    p.add_argument("--table2-row", nargs=3, action="append", default=[], metavar=("NAME", "C", "A"),
-                   help="another Table 2 configuration: drafter latency fraction C and acceptance rate A")
-    p.add_argument("--output-dir", default=None, metavar="DIR",
-                   help="also write the Fig. 2 and Fig. 7 heatmaps (PNG + CSV) measured for the report into DIR")
+    p.add_argument(
+        "--only",
+        nargs="+",
+        choices=CLAIM_KEYS,
+        default=None,
+        metavar="CLAIM",
+        help=f"check only these claims: {', '.join(CLAIM_KEYS)}",
+    )
+    p.add_argument(
+        "--starcoder-drafter-latency",
+        type=float,
+        default=None,
+        metavar="C",
+        help="Table 2: StarCoder-168M's latency as a fraction of StarCoder-15B's (not in our copy)",
+    )
+    p.add_argument(
+        "--phi3-acceptance",
+        type=float,
+        default=None,
+        metavar="A",
+        help="Table 2: Phi3-4B's acceptance rate against Phi3-14B (not in our copy)",
+    )
+    p.add_argument(
+        "--table2-row",
+        nargs=3,
+        action="append",
+        default=[],
+        metavar=("NAME", "C", "A"),
+        help="another Table 2 configuration: drafter latency fraction C and acceptance rate A",
+    )
+    p.add_argument(
+        "--output-dir",
+        default=None,
+        metavar="DIR",
+        help="also write the Fig. 2 and Fig. 7 heatmaps (PNG + CSV) measured for the report into DIR",
+    )
     p.add_argument("--json", action="store_true", help="print the claims as JSON")
     p.set_defaults(func=run)
 
@@ -45,8 +75,10 @@ def _table2_rows(args):
 
     star, phi = TABLE2_KNOWN
     c, a = args.starcoder_drafter_latency, args.phi3_acceptance
-    rows = [Table2Row(star.name, c, star.a, star.source, f"--starcoder-drafter-latency {c:g}" if c is not None else ""),
-            Table2Row(phi.name, phi.c, a, phi.source, f"--phi3-acceptance {a:g}" if a is not None else "")]
+    rows = [
+        Table2Row(star.name, c, star.a, star.source, f"--starcoder-drafter-latency {c:g}" if c is not None else ""),
+        Table2Row(phi.name, phi.c, a, phi.source, f"--phi3-acceptance {a:g}" if a is not None else ""),
+    ]
     for name, c, a in args.table2_row:
         try:
             rows.append(Table2Row(name, float(c), float(a), "given on the command line"))
@@ -63,9 +95,17 @@ def run(args) -> int:
     console = Console(width=None if sys.stdout.isatty() else 120, highlight=False)
     figures: dict = {}
     t0 = time.perf_counter()
-    kwargs = dict(resolution=args.resolution, n=args.max_new_tokens, repeats=args.repeats, sp_degree=args.sp_degree,
-                  seed=args.seed, only=args.only, table2_rows=_table2_rows(args), figures=figures,
-                  lookaheads=tuple(args.lookahead_range))
+    kwargs = dict(
+        resolution=args.resolution,
+        n=args.max_new_tokens,
+        repeats=args.repeats,
+        sp_degree=args.sp_degree,
+        seed=args.seed,
+        only=args.only,
+        table2_rows=_table2_rows(args),
+        figures=figures,
+        lookaheads=tuple(args.lookahead_range),
+    )
     if args.json or not sys.stderr.isatty():
         claims = reproduce(**kwargs)
     else:
@@ -86,8 +126,10 @@ def run(args) -> int:
         print(json.dumps({"seconds": seconds, "claims": [c.__dict__ for c in claims]}, indent=2))
     else:
         colours = {"PASS": "green", "FAIL": "red", "MISSING": "yellow", "PARTIAL": "yellow"}
-        console.print(f"grid claims on {args.resolution} x {args.resolution + 1} cells (c x a), N = "
-                      f"{args.max_new_tokens}, {args.repeats} repeats per cell, SP = {args.sp_degree}; virtual clock")
+        console.print(
+            f"grid claims on {args.resolution} x {args.resolution + 1} cells (c x a), N = "
+            f"{args.max_new_tokens}, {args.repeats} repeats per cell, SP = {args.sp_degree}; virtual clock"
+        )
         for c in claims:
             console.print(f"[bold {colours[c.status]}]{c.status:7}[/] [bold]{c.source}[/]: {c.statement}")
             console.print(f"        measured: {c.measured}", highlight=False)

@@ -23,50 +23,123 @@ Acceptance is iid with rate a, as in the paper's analysis.
 
 
 def register(sub) -> None:
-    p = sub.add_parser("simulate", help="non-SI vs SI vs DSI with simulated models", description=DESCRIPTION,
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = sub.add_parser(
+        "simulate",
+        help="non-SI vs SI vs DSI with simulated models",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     lat = p.add_argument_group("latencies (ms per forward pass)")
-    lat.add_argument("--target-tpot", type=float, default=30.0, metavar="MS",
-                     help="target's time per output token: one forward pass with the prefix cached (default 30)")
-    lat.add_argument("--target-ttft", type=float, default=None, metavar="MS",
-                     help="target's time to first token: the prefill pass (default: same as --target-tpot)")
-    lat.add_argument("-c", "--drafter-latency", type=float, default=0.1, metavar="C",
-                     help="drafter latency as a fraction c of the target's, for both TTFT and TPOT (default 0.1)")
-    lat.add_argument("--drafter-tpot", type=float, default=None, metavar="MS",
-                     help="drafter's time per output token in ms (overrides -c)")
-    lat.add_argument("--drafter-ttft", type=float, default=None, metavar="MS",
-                     help="drafter's time to first token in ms (default: same as --drafter-tpot)")
-    p.add_argument("-a", "--acceptance-rate", type=float, default=0.8, metavar="A",
-                   help="probability that a draft token is accepted, iid per position (default 0.8)")
-    p.add_argument("-k", "--lookahead", type=int, default=None, metavar="K",
-                   help="draft tokens per verification task (vLLM num_speculative_tokens, HF num_assistant_tokens). "
-                        "Default: the smallest lookahead satisfying the paper's Eq. 1 for --sp-degree")
-    p.add_argument("--sp-degree", type=int, default=7, metavar="SP",
-                   help="speculation parallelism degree: target servers DSI may use at once (default 7: "
-                        "an 8-GPU node with the drafter on the eighth, as in the paper)")
-    p.add_argument("-N", "--max-new-tokens", type=int, default=100, metavar="N", help="tokens to generate (default 100)")
-    p.add_argument("--runtime", choices=("virtual", "threads"), default="virtual",
-                   help="virtual: discrete-event clock, exact and fast (offline); threads: real wall time (online)")
-    p.add_argument("--temperature", type=float, default=0.0,
-                   help="0 for greedy (exact-match verification), > 0 for sampling (rejection sampling)")
+    lat.add_argument(
+        "--target-tpot",
+        type=float,
+        default=30.0,
+        metavar="MS",
+        help="target's time per output token: one forward pass with the prefix cached (default 30)",
+    )
+    lat.add_argument(
+        "--target-ttft",
+        type=float,
+        default=None,
+        metavar="MS",
+        help="target's time to first token: the prefill pass (default: same as --target-tpot)",
+    )
+    lat.add_argument(
+        "-c",
+        "--drafter-latency",
+        type=float,
+        default=0.1,
+        metavar="C",
+        help="drafter latency as a fraction c of the target's, for both TTFT and TPOT (default 0.1)",
+    )
+    lat.add_argument(
+        "--drafter-tpot",
+        type=float,
+        default=None,
+        metavar="MS",
+        help="drafter's time per output token in ms (overrides -c)",
+    )
+    lat.add_argument(
+        "--drafter-ttft",
+        type=float,
+        default=None,
+        metavar="MS",
+        help="drafter's time to first token in ms (default: same as --drafter-tpot)",
+    )
+    p.add_argument(
+        "-a",
+        "--acceptance-rate",
+        type=float,
+        default=0.8,
+        metavar="A",
+        help="probability that a draft token is accepted, iid per position (default 0.8)",
+    )
+    p.add_argument(
+        "-k",
+        "--lookahead",
+        type=int,
+        default=None,
+        metavar="K",
+        help="draft tokens per verification task (vLLM num_speculative_tokens, HF num_assistant_tokens). "
+        "Default: the smallest lookahead satisfying the paper's Eq. 1 for --sp-degree",
+    )
+    p.add_argument(
+        "--sp-degree",
+        type=int,
+        default=7,
+        metavar="SP",
+        help="speculation parallelism degree: target servers DSI may use at once (default 7: "
+        "an 8-GPU node with the drafter on the eighth, as in the paper)",
+    )
+    p.add_argument(
+        "-N", "--max-new-tokens", type=int, default=100, metavar="N", help="tokens to generate (default 100)"
+    )
+    p.add_argument(
+        "--runtime",
+        choices=("virtual", "threads"),
+        default="virtual",
+        help="virtual: discrete-event clock, exact and fast (offline); threads: real wall time (online)",
+    )
+    p.add_argument(
+        "--temperature",
+        type=float,
+        default=0.0,
+        help="0 for greedy (exact-match verification), > 0 for sampling (rejection sampling)",
+    )
     p.add_argument("--seed", type=int, default=0, help="repeat r uses models, prompt and draws from seed + r")
     p.add_argument("--repeats", type=int, default=5, help="runs per algorithm, interleaved (default 5)")
     p.add_argument("--vocab-size", type=int, default=8, help="vocabulary of the simulated models (default 8)")
     p.add_argument("--prompt-length", type=int, default=8, help="prompt tokens (default 8)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
-    p.add_argument("--profile", metavar="FILE", default=None,
-                   help="take both latency profiles (TTFT, TPOT, per-token cost) and the acceptance rate from a "
-                        "JSON profile: the file `specpar profile` writes, or the plain form {\"target\": {\"ttft_ms\", "
-                        "\"tpot_ms\", \"per_token_ms\"}, \"drafter\": {...}, \"acceptance_rate\": a} (overrides the "
-                        "latency flags and -a)")
-    p.add_argument("--acceptance-estimate", choices=("geometric", "direct"), default="geometric",
-                   help="with --profile: the paper's geometric fit (default) or the direct per-token rate")
-    p.add_argument("--timeline", metavar="PNG", default=None,
-                   help="also draw the first repeat of each algorithm as a Gantt chart of its tasks per server "
-                        "(drafts, verifications, cancelled work) to this PNG file")
-    p.add_argument("--algo", choices=("compare", "hsd"), default="compare",
-                   help="compare: non-SI vs SI vs DSI (default); hsd: hierarchical speculative decoding on a "
-                        "simulated stack, the optimizer's plan vs the best single drafter vs the target alone")
+    p.add_argument(
+        "--profile",
+        metavar="FILE",
+        default=None,
+        help="take both latency profiles (TTFT, TPOT, per-token cost) and the acceptance rate from a "
+        'JSON profile: the file `specpar profile` writes, or the plain form {"target": {"ttft_ms", '
+        '"tpot_ms", "per_token_ms"}, "drafter": {...}, "acceptance_rate": a} (overrides the '
+        "latency flags and -a)",
+    )
+    p.add_argument(
+        "--acceptance-estimate",
+        choices=("geometric", "direct"),
+        default="geometric",
+        help="with --profile: the paper's geometric fit (default) or the direct per-token rate",
+    )
+    p.add_argument(
+        "--timeline",
+        metavar="PNG",
+        default=None,
+        help="also draw the first repeat of each algorithm as a Gantt chart of its tasks per server "
+        "(drafts, verifications, cancelled work) to this PNG file",
+    )
+    p.add_argument(
+        "--algo",
+        choices=("compare", "hsd"),
+        default="compare",
+        help="compare: non-SI vs SI vs DSI (default); hsd: hierarchical speculative decoding on a "
+        "simulated stack, the optimizer's plan vs the best single drafter vs the target alone",
+    )
     from specpar.commands import simulate_hsd
 
     simulate_hsd.add_arguments(p)
@@ -98,8 +171,8 @@ def run(args) -> int:
         from specpar.commands import simulate_hsd
 
         return simulate_hsd.run(args)
-    from specpar import analytic
     from specpar.comparison import compare
+    from specpar.planning import analytic
 
     target_lat, drafter_lat = _profiles(args)
     if args.profile:
@@ -118,7 +191,11 @@ def run(args) -> int:
         k = min_lookahead(target_lat.tpot_ms, drafter_lat.tpot_ms, args.sp_degree, per_token_ms=target_lat.per_token_ms)
         why = f"the smallest satisfying Eq. 1 for SP = {args.sp_degree}"
     else:
-        need = sp_degree_needed(target_lat.tpot_ms, drafter_lat.tpot_ms, k, target_lat.per_token_ms) if drafter_lat.tpot_ms > 0 else None
+        need = (
+            sp_degree_needed(target_lat.tpot_ms, drafter_lat.tpot_ms, k, target_lat.per_token_ms)
+            if drafter_lat.tpot_ms > 0
+            else None
+        )
         why = "given" + (f"; Eq. 1 needs SP >= {need}" if need and need > args.sp_degree else "")
 
     def make_models(seed):
@@ -129,14 +206,17 @@ def run(args) -> int:
         rng = random.Random(seed)
         return [rng.randrange(args.vocab_size) for _ in range(args.prompt_length)]
 
-    caught = []
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", SpecparWarning)
         summary = _run_with_progress(compare, args, make_models, make_prompt, k)
     messages = sorted({str(w.message) for w in caught if issubclass(w.category, SpecparWarning)})
 
     closed = {}
-    if target_lat.ttft_ms == target_lat.tpot_ms and drafter_lat.ttft_ms == drafter_lat.tpot_ms and target_lat.per_token_ms == 0:
+    if (
+        target_lat.ttft_ms == target_lat.tpot_ms
+        and drafter_lat.ttft_ms == drafter_lat.tpot_ms
+        and target_lat.per_token_ms == 0
+    ):
         n, t, d = args.max_new_tokens, target_lat.tpot_ms, drafter_lat.tpot_ms
         closed = {
             "nonsi_ms": analytic.nonsi_latency(t, n),
@@ -147,23 +227,43 @@ def run(args) -> int:
     if args.timeline:
         from specpar.timeline_plot import plot_timelines
 
-        plot_timelines([s.first_run for s in summary.values()], args.timeline,
-                       title=f"c = {c:.3g}, a = {a:g}, N = {args.max_new_tokens}, seed {args.seed}")
+        plot_timelines(
+            [s.first_run for s in summary.values()],
+            args.timeline,
+            title=f"c = {c:.3g}, a = {a:g}, N = {args.max_new_tokens}, seed {args.seed}",
+        )
     if args.json:
-        print(json.dumps({
-            "config": {
-                "target": {"ttft_ms": target_lat.ttft_ms, "tpot_ms": target_lat.tpot_ms,
-                           "per_token_ms": target_lat.per_token_ms},
-                "drafter": {"ttft_ms": drafter_lat.ttft_ms, "tpot_ms": drafter_lat.tpot_ms,
-                            "per_token_ms": drafter_lat.per_token_ms},
-                "drafter_latency_fraction": c, "acceptance_rate": a, "lookahead": k, "sp_degree": args.sp_degree,
-                "max_new_tokens": args.max_new_tokens, "runtime": args.runtime, "temperature": args.temperature,
-                "seed": args.seed, "repeats": args.repeats,
-            },
-            "results": {name: s.to_dict() for name, s in summary.items()},
-            "closed_forms": closed,
-            "warnings": messages,
-        }, indent=2))
+        print(
+            json.dumps(
+                {
+                    "config": {
+                        "target": {
+                            "ttft_ms": target_lat.ttft_ms,
+                            "tpot_ms": target_lat.tpot_ms,
+                            "per_token_ms": target_lat.per_token_ms,
+                        },
+                        "drafter": {
+                            "ttft_ms": drafter_lat.ttft_ms,
+                            "tpot_ms": drafter_lat.tpot_ms,
+                            "per_token_ms": drafter_lat.per_token_ms,
+                        },
+                        "drafter_latency_fraction": c,
+                        "acceptance_rate": a,
+                        "lookahead": k,
+                        "sp_degree": args.sp_degree,
+                        "max_new_tokens": args.max_new_tokens,
+                        "runtime": args.runtime,
+                        "temperature": args.temperature,
+                        "seed": args.seed,
+                        "repeats": args.repeats,
+                    },
+                    "results": {name: s.to_dict() for name, s in summary.items()},
+                    "closed_forms": closed,
+                    "warnings": messages,
+                },
+                indent=2,
+            )
+        )
         return 0
     _print_table(args, summary, target_lat, drafter_lat, c, k, why, closed, messages)
     if args.timeline:
@@ -172,8 +272,15 @@ def run(args) -> int:
 
 
 def _run_with_progress(compare, args, make_models, make_prompt, k):
-    kwargs = dict(max_new_tokens=args.max_new_tokens, lookahead=k, sp_degree=args.sp_degree, repeats=args.repeats,
-                  seed=args.seed, temperature=args.temperature, runtime=args.runtime)
+    kwargs = dict(
+        max_new_tokens=args.max_new_tokens,
+        lookahead=k,
+        sp_degree=args.sp_degree,
+        repeats=args.repeats,
+        seed=args.seed,
+        temperature=args.temperature,
+        runtime=args.runtime,
+    )
     if args.json or not sys.stderr.isatty():
         return compare(make_models, make_prompt, **kwargs)
     from rich.progress import Progress
@@ -201,17 +308,34 @@ def _print_table(args, summary, target_lat, drafter_lat, c, k, why, closed, mess
     )
     console.print(f"lookahead k = {k} ({why})")
     table = Table()
-    for col in ("algorithm", "k", "SP", "latency ms", "vs non-SI", "vs SI", "accept rate", "mean accept len",
-                "target fwd", "drafter fwd", "same tokens"):
+    for col in (
+        "algorithm",
+        "k",
+        "SP",
+        "latency ms",
+        "vs non-SI",
+        "vs SI",
+        "accept rate",
+        "mean accept len",
+        "target fwd",
+        "drafter fwd",
+        "same tokens",
+    ):
         table.add_column(col, justify="right" if col != "algorithm" else "left")
     names = {"nonsi": "non-SI", "si": "SI", "dsi": "DSI"}
     for name, s in summary.items():
         speed = _fmt(s.speedup_vs_nonsi) + "x"
         table.add_row(
-            names[name], str(s.lookahead or "-"), str(s.sp_degree), f"{s.mean_ms:.1f}±{s.std_ms:.1f}",
+            names[name],
+            str(s.lookahead or "-"),
+            str(s.sp_degree),
+            f"{s.mean_ms:.1f}±{s.std_ms:.1f}",
             f"[red]{speed}[/red]" if s.speedup_vs_nonsi < 1 - 1e-9 else speed,
-            _fmt(s.speedup_vs_si) + "x", _fmt(s.acceptance_rate), _fmt(s.mean_acceptance_length),
-            f"{s.target_forwards:.1f}", f"{s.drafter_forwards:.1f}",
+            _fmt(s.speedup_vs_si) + "x",
+            _fmt(s.acceptance_rate),
+            _fmt(s.mean_acceptance_length),
+            f"{s.target_forwards:.1f}",
+            f"{s.drafter_forwards:.1f}",
             "-" if s.same_tokens_as_nonsi is None else ("yes" if s.same_tokens_as_nonsi else "[red]NO[/red]"),
         )
     console.print(table)

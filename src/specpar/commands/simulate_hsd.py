@@ -23,13 +23,28 @@ def add_arguments(p) -> None:
 
     g = p.add_argument_group("HSD (--algo hsd)")
     add_plan_arguments(g, required=False)
-    g.add_argument("--chain", type=parse_costs, default=None, metavar="A01,A12,...",
-                   help="acceptance rates of adjacent models alpha[i][i+1] (instead of --alpha; "
-                        f"default {','.join(map(str, DEFAULT_CHAIN))} with costs {','.join(map(str, DEFAULT_COSTS))} ms)")
-    g.add_argument("--levels", type=lambda s: [int(x) for x in s.split(",")], default=None, metavar="I,J,...",
-                   help="run this hierarchy (model indices, the target last) instead of the optimizer's")
-    g.add_argument("--buffers", type=lambda s: [int(x) for x in s.split(",")], default=None, metavar="T0,T1,...",
-                   help="buffer sizes of --levels (one per level below the target)")
+    g.add_argument(
+        "--chain",
+        type=parse_costs,
+        default=None,
+        metavar="A01,A12,...",
+        help="acceptance rates of adjacent models alpha[i][i+1] (instead of --alpha; "
+        f"default {','.join(map(str, DEFAULT_CHAIN))} with costs {','.join(map(str, DEFAULT_COSTS))} ms)",
+    )
+    g.add_argument(
+        "--levels",
+        type=lambda s: [int(x) for x in s.split(",")],
+        default=None,
+        metavar="I,J,...",
+        help="run this hierarchy (model indices, the target last) instead of the optimizer's",
+    )
+    g.add_argument(
+        "--buffers",
+        type=lambda s: [int(x) for x in s.split(",")],
+        default=None,
+        metavar="T0,T1,...",
+        help="buffer sizes of --levels (one per level below the target)",
+    )
 
 
 def _stack_parameters(args):
@@ -43,8 +58,10 @@ def _stack_parameters(args):
     if args.alpha is None and args.chain is None and args.costs is not None:
         raise ConfigError("--costs needs the acceptance rates too: --alpha FILE or --chain A01,A12,...")
     if args.chain is not None and len(args.chain) != len(costs) - 1:
-        raise ConfigError(f"--chain has {len(args.chain)} rates but there are {len(costs)} models: give one rate "
-                          f"alpha[i][i+1] per adjacent pair, {len(costs) - 1} in all")
+        raise ConfigError(
+            f"--chain has {len(args.chain)} rates but there are {len(costs)} models: give one rate "
+            f"alpha[i][i+1] per adjacent pair, {len(costs) - 1} in all"
+        )
     if args.buffers is not None and args.levels is None:
         raise ConfigError("--buffers goes with --levels (the hierarchy they belong to)")
     lats = [LatencyProfile.uniform(c) for c in costs]
@@ -60,8 +77,8 @@ def _stack_parameters(args):
 
 def run(args) -> int:
     from specpar.api import generate
-    from specpar.hsd_latency import check_costs, hierarchy_latency
-    from specpar.hsd_optimizer import HsdPlan, best_single_drafter, optimize
+    from specpar.planning.hsd_latency import check_costs, hierarchy_latency
+    from specpar.planning.hsd_optimizer import HsdPlan, best_single_drafter, optimize
 
     costs, make_stack = _stack_parameters(args)
     check_costs(costs)
@@ -84,14 +101,25 @@ def run(args) -> int:
         rng = random.Random(args.seed + r)
         prompt = [rng.randrange(args.vocab_size) for _ in range(args.prompt_length)]
         for name, plan in plans.items():
-            kw = dict(max_new_tokens=args.max_new_tokens, temperature=args.temperature, seed=args.seed + r,
-                      runtime=args.runtime)
+            kw = dict(
+                max_new_tokens=args.max_new_tokens,
+                temperature=args.temperature,
+                seed=args.seed + r,
+                runtime=args.runtime,
+            )
             if len(plan.levels) == 1:
                 res = generate(prompt, stack.target, algorithm="nonsi", **kw)
             else:
                 drafters = [stack.models[m] for m in plan.levels[:-1]]
-                res = generate(prompt, stack.target, drafters, algorithm="hsd-sp" if name == "hsd-sp" else "hsd",
-                               buffers=list(plan.buffers), sp_degree=args.sp_degree, **kw)
+                res = generate(
+                    prompt,
+                    stack.target,
+                    drafters,
+                    algorithm="hsd-sp" if name == "hsd-sp" else "hsd",
+                    buffers=list(plan.buffers),
+                    sp_degree=args.sp_degree,
+                    **kw,
+                )
             runs[name].append(res)
             progress()
     progress(done=True)
@@ -101,19 +129,37 @@ def run(args) -> int:
     for name, plan in plans.items():
         times = [x.time_ms for x in runs[name]]
         rows[name] = {
-            "levels": list(plan.levels), "buffers": list(plan.buffers),
-            "predicted_ms_per_token": None if name == "hsd-sp" else plan.latency, "measured_ms_per_token": statistics.fmean(times) / n,
-            "mean_ms": statistics.fmean(times), "std_ms": statistics.stdev(times) if len(times) > 1 else 0.0,
+            "levels": list(plan.levels),
+            "buffers": list(plan.buffers),
+            "predicted_ms_per_token": None if name == "hsd-sp" else plan.latency,
+            "measured_ms_per_token": statistics.fmean(times) / n,
+            "mean_ms": statistics.fmean(times),
+            "std_ms": statistics.stdev(times) if len(times) > 1 else 0.0,
             "speedup_vs_nonsi": statistics.fmean(b.time_ms / x.time_ms for b, x in zip(runs["nonsi"], runs[name])),
             "speedup_vs_si": statistics.fmean(b.time_ms / x.time_ms for b, x in zip(runs["si"], runs[name])),
             "same_tokens_as_nonsi": all(a.tokens == b.tokens for a, b in zip(runs["nonsi"], runs[name]))
-            if args.temperature == 0 else None,
-            "acceptance_rate_per_level": runs[name][0].details["acceptance_rate_per_level"] if runs[name][0].details else None,
+            if args.temperature == 0
+            else None,
+            "acceptance_rate_per_level": runs[name][0].details["acceptance_rate_per_level"]
+            if runs[name][0].details
+            else None,
         }
     if args.json:
-        print(json.dumps({"costs_ms": costs, "alpha": alpha.tolist(), "max_new_tokens": n, "runtime": args.runtime,
-                          "temperature": args.temperature, "repeats": args.repeats, "sp_degree": args.sp_degree,
-                          "results": rows}, indent=2))
+        print(
+            json.dumps(
+                {
+                    "costs_ms": costs,
+                    "alpha": alpha.tolist(),
+                    "max_new_tokens": n,
+                    "runtime": args.runtime,
+                    "temperature": args.temperature,
+                    "repeats": args.repeats,
+                    "sp_degree": args.sp_degree,
+                    "results": rows,
+                },
+                indent=2,
+            )
+        )
         return 0
     _print_table(args, costs, rows)
     return 0
@@ -143,20 +189,44 @@ def _print_table(args, costs, rows) -> None:
     console = Console(width=None if sys.stdout.isatty() else 150)
     clock = "virtual clock (offline)" if args.runtime == "virtual" else "threads, wall time (online)"
     mode = "greedy" if args.temperature == 0 else f"sampling at temperature {args.temperature:g}"
-    console.print(f"costs {costs} ms per forward pass (M0 first, target last), N = {args.max_new_tokens}, "
-                  f"{args.repeats} repeats, {clock}, {mode}")
+    console.print(
+        f"costs {costs} ms per forward pass (M0 first, target last), N = {args.max_new_tokens}, "
+        f"{args.repeats} repeats, {clock}, {mode}"
+    )
     table = Table()
-    for col in ("plan", "hierarchy", "T", "ms/token", "predicted", "vs non-SI", "vs SI", "accept rate per level",
-                "same tokens"):
+    for col in (
+        "plan",
+        "hierarchy",
+        "T",
+        "ms/token",
+        "predicted",
+        "vs non-SI",
+        "vs SI",
+        "accept rate per level",
+        "same tokens",
+    ):
         table.add_column(col, justify="left" if col in ("plan", "hierarchy") else "right")
-    names = {"nonsi": "target alone", "si": "best single drafter", "hsd": "HSD", "hsd-sp": f"HSD-SP (SP {args.sp_degree})"}
+    names = {
+        "nonsi": "target alone",
+        "si": "best single drafter",
+        "hsd": "HSD",
+        "hsd-sp": f"HSD-SP (SP {args.sp_degree})",
+    }
     for name, r in rows.items():
         rates = r["acceptance_rate_per_level"]
-        table.add_row(names[name], describe(r["levels"], len(costs)), str(r["buffers"] or "-"),
-                      f"{r['measured_ms_per_token']:.3f}", "-" if name == "hsd-sp" else f"{r['predicted_ms_per_token']:.3f}",
-                      f"{r['speedup_vs_nonsi']:.2f}x", f"{r['speedup_vs_si']:.2f}x",
-                      ", ".join("-" if x is None else f"{x:.2f}" for x in rates[1:]) if rates else "-",
-                      "-" if r["same_tokens_as_nonsi"] is None else ("yes" if r["same_tokens_as_nonsi"] else "[red]NO[/red]"))
+        table.add_row(
+            names[name],
+            describe(r["levels"], len(costs)),
+            str(r["buffers"] or "-"),
+            f"{r['measured_ms_per_token']:.3f}",
+            "-" if name == "hsd-sp" else f"{r['predicted_ms_per_token']:.3f}",
+            f"{r['speedup_vs_nonsi']:.2f}x",
+            f"{r['speedup_vs_si']:.2f}x",
+            ", ".join("-" if x is None else f"{x:.2f}" for x in rates[1:]) if rates else "-",
+            "-" if r["same_tokens_as_nonsi"] is None else ("yes" if r["same_tokens_as_nonsi"] else "[red]NO[/red]"),
+        )
     console.print(table)
-    console.print("predicted: the latency model's steady-state ms per token, L = sum_i c_i prod_{j>=i} R_j; "
-                  "HSD-SP: the same hierarchy with DSI at the top (no closed form)")
+    console.print(
+        "predicted: the latency model's steady-state ms per token, L = sum_i c_i prod_{j>=i} R_j; "
+        "HSD-SP: the same hierarchy with DSI at the top (no closed form)"
+    )

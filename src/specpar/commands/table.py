@@ -21,12 +21,25 @@ model pair's profile measured on this machine when it exists.
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser("table", help="the online experiment (Table 2 style): threads vs virtual clock",
-                              description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--profile", action="append", default=[], metavar="JSON",
-                   help="a pair profile (target/drafter ttft_ms, tpot_ms, acceptance_rate); may be repeated")
-    p.add_argument("--acceptance-estimate", choices=("geometric", "direct"), default="geometric",
-                   help="for `specpar profile` files: App. F.2's geometric fit (default) or the per-token rate")
+    p = subparsers.add_parser(
+        "table",
+        help="the online experiment (Table 2 style): threads vs virtual clock",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "--profile",
+        action="append",
+        default=[],
+        metavar="JSON",
+        help="a pair profile (target/drafter ttft_ms, tpot_ms, acceptance_rate); may be repeated",
+    )
+    p.add_argument(
+        "--acceptance-estimate",
+        choices=("geometric", "direct"),
+        default="geometric",
+        help="for `specpar profile` files: App. F.2's geometric fit (default) or the per-token rate",
+    )
     p.add_argument("--target-tpot", type=float, default=None, metavar="MS", help="target's time per output token")
     p.add_argument("--target-ttft", type=float, default=None, metavar="MS", help="target's prefill (default: TPOT)")
     p.add_argument("--drafter-tpot", type=float, default=None, metavar="MS", help="drafter's time per output token")
@@ -36,8 +49,14 @@ def register(subparsers) -> None:
     p.add_argument("--no-default-pair", action="store_true", help="leave out the default pair's measured profile")
     p.add_argument("-N", "--max-new-tokens", type=int, default=50, metavar="N", help="tokens per run (default 50)")
     p.add_argument("--repeats", type=int, default=3, help="runs per algorithm and lookahead (default 3)")
-    p.add_argument("--lookaheads", type=int, nargs="+", default=[1, 5, 10], metavar="K",
-                   help="lookaheads to try; those Eq. 1 rules out on --sp-degree servers are skipped (default 1 5 10)")
+    p.add_argument(
+        "--lookaheads",
+        type=int,
+        nargs="+",
+        default=[1, 5, 10],
+        metavar="K",
+        help="lookaheads to try; those Eq. 1 rules out on --sp-degree servers are skipped (default 1 5 10)",
+    )
     p.add_argument("--sp-degree", type=int, default=7, metavar="SP", help="target servers DSI may use (default 7)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -55,8 +74,7 @@ def _profiles(args):
         if any(x is None for x in numbers):
             raise ConfigError("a pair given by numbers needs --target-tpot, --drafter-tpot and -a/--acceptance-rate")
         t = LatencyProfile(args.target_ttft if args.target_ttft is not None else args.target_tpot, args.target_tpot)
-        d = LatencyProfile(args.drafter_ttft if args.drafter_ttft is not None else args.drafter_tpot,
-                           args.drafter_tpot)
+        d = LatencyProfile(args.drafter_ttft if args.drafter_ttft is not None else args.drafter_tpot, args.drafter_tpot)
         pairs.append(PairProfile(args.name, "", t, d, args.acceptance_rate, {"source": "command line"}))
     note = None
     if not args.no_default_pair:
@@ -64,11 +82,15 @@ def _profiles(args):
         if default is not None:
             pairs.append(default)
         else:
-            note = (f"the default model pair's profile is not available on this machine ({default_profile_path()} "
-                    f"does not exist; `specpar profile --out {default_profile_path()}` measures it)")
+            note = (
+                f"the default model pair's profile is not available on this machine ({default_profile_path()} "
+                f"does not exist; `specpar profile --out {default_profile_path()}` measures it)"
+            )
     if not pairs:
-        raise ConfigError("no pair to measure: give --profile JSON or --target-tpot, --drafter-tpot and -a"
-                          + (f"; {note}" if note else ""))
+        raise ConfigError(
+            "no pair to measure: give --profile JSON or --target-tpot, --drafter-tpot and -a"
+            + (f"; {note}" if note else "")
+        )
     return pairs, note
 
 
@@ -84,8 +106,13 @@ def run(args) -> int:
         console.print(f"[yellow]note:[/yellow] {note}")
     tables = []
     for pair in pairs:
-        kwargs = dict(n=args.max_new_tokens, repeats=args.repeats, sp_degree=args.sp_degree,
-                      lookaheads=args.lookaheads, seed=args.seed)
+        kwargs = dict(
+            n=args.max_new_tokens,
+            repeats=args.repeats,
+            sp_degree=args.sp_degree,
+            lookaheads=args.lookaheads,
+            seed=args.seed,
+        )
         if args.json or not sys.stderr.isatty():
             tables.append(run_online(pair, **kwargs))
         else:
@@ -103,22 +130,41 @@ def run(args) -> int:
             f"[bold]{p.label}[/]: target TPOT {p.target.tpot_ms:g} ms (TTFT {p.target.ttft_ms:g}), drafter TPOT "
             f"{p.drafter.tpot_ms:g} ms (TTFT {p.drafter.ttft_ms:g}, c = {p.drafter_fraction:.3g}), a = "
             f"{p.acceptance_rate:g}; N = {t.n}, {t.repeats} repeats on threads, DSI on up to {t.sp_degree} "
-            "target servers", highlight=False)
+            "target servers",
+            highlight=False,
+        )
         table = Table()
-        for col in ("lookahead", "SP (Eq. 1)", "DSI vs SI", "predicted", "DSI vs non-SI", "predicted",
-                    "SI ms", "DSI ms", "non-SI ms"):
+        for col in (
+            "lookahead",
+            "SP (Eq. 1)",
+            "DSI vs SI",
+            "predicted",
+            "DSI vs non-SI",
+            "predicted",
+            "SI ms",
+            "DSI ms",
+            "non-SI ms",
+        ):
             table.add_column(col, justify="right")
         for row in t.rows:
             m, v = t.speedups(row), t.speedups(row, virtual=True)
             table.add_row(
-                str(row.lookahead), str(row.sp_needed),
-                f"{m['dsi_vs_si'].mean:.2f}x ± {m['dsi_vs_si'].std:.2f}", f"{v['dsi_vs_si'].mean:.2f}x",
-                f"{m['dsi_vs_nonsi'].mean:.2f}x ± {m['dsi_vs_nonsi'].std:.2f}", f"{v['dsi_vs_nonsi'].mean:.2f}x",
-                f"{_mean(row.si_ms):.1f}", f"{_mean(row.dsi_ms):.1f}", f"{_mean(t.nonsi_ms):.1f}")
+                str(row.lookahead),
+                str(row.sp_needed),
+                f"{m['dsi_vs_si'].mean:.2f}x ± {m['dsi_vs_si'].std:.2f}",
+                f"{v['dsi_vs_si'].mean:.2f}x",
+                f"{m['dsi_vs_nonsi'].mean:.2f}x ± {m['dsi_vs_nonsi'].std:.2f}",
+                f"{v['dsi_vs_nonsi'].mean:.2f}x",
+                f"{_mean(row.si_ms):.1f}",
+                f"{_mean(row.dsi_ms):.1f}",
+                f"{_mean(t.nonsi_ms):.1f}",
+            )
         console.print(table)
         if t.infeasible:
-            console.print(f"  lookahead {', '.join(map(str, t.infeasible))} left out: Eq. 1 needs more than "
-                          f"{t.sp_degree} target servers")
+            console.print(
+                f"  lookahead {', '.join(map(str, t.infeasible))} left out: Eq. 1 needs more than "
+                f"{t.sp_degree} target servers"
+            )
     return 0
 
 

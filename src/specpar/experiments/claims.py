@@ -56,8 +56,9 @@ class CellRecheck:
 # --- measurements ---------------------------------------------------------------------------------------------
 
 
-def recheck_cells(h: Heatmap, ratio: np.ndarray, dsi_k, sp_of, repeats: int = 2000,
-                  seed: int = 12345) -> list[CellRecheck]:
+def recheck_cells(
+    h: Heatmap, ratio: np.ndarray, dsi_k, sp_of, repeats: int = 2000, seed: int = 12345
+) -> list[CellRecheck]:
     """Re-run every cell with ``ratio`` = SI / DSI below 1 (worst first) with ``repeats`` fresh paired runs.
     dsi_k(i, j) and sp_of(i, j) give DSI's lookahead and servers in cell (i, j)."""
     out = []
@@ -71,8 +72,11 @@ def recheck_cells(h: Heatmap, ratio: np.ndarray, dsi_k, sp_of, repeats: int = 20
         si = si_time(drafted, rounds, c)
         dsi = dsi_latency(nz, np.full(repeats, k_dsi), np.full(repeats, c), h.n, sp)
         diff = dsi - si
-        out.append(CellRecheck(c, a, k_si, k_dsi, sp, float(si.mean()), float(dsi.mean()),
-                               float(diff.std(ddof=1) / math.sqrt(repeats))))
+        out.append(
+            CellRecheck(
+                c, a, k_si, k_dsi, sp, float(si.mean()), float(dsi.mean()), float(diff.std(ddof=1) / math.sqrt(repeats))
+            )
+        )
     return out
 
 
@@ -85,8 +89,15 @@ class GridFigures:
     fig2b_rechecks: list[CellRecheck] = field(default_factory=list)
 
 
-def measure_grid(resolution: int, n: int, repeats: int, sp_degree: int, seed: int = 0,
-                 lookaheads: tuple[int, int] = (1, 200), progress=None) -> GridFigures:
+def measure_grid(
+    resolution: int,
+    n: int,
+    repeats: int,
+    sp_degree: int,
+    seed: int = 0,
+    lookaheads: tuple[int, int] = (1, 200),
+    progress=None,
+) -> GridFigures:
     fig2 = compute_heatmap(resolution, n=n, repeats=repeats, sp_degree=sp_degree, lookaheads=lookaheads, seed=seed)
     if progress:
         progress("Fig. 2 grid")
@@ -94,17 +105,23 @@ def measure_grid(resolution: int, n: int, repeats: int, sp_degree: int, seed: in
     if progress:
         progress("Fig. 7 grid")
     ratio = fig2.si / dsi_at_si_lookahead(fig2)
-    t2 = recheck_cells(fig2, ratio, lambda i, j: int(fig2.si_lookahead[i, j]),
-                       lambda i, j: theorem2_servers(float(fig2.c[i]), int(fig2.si_lookahead[i, j])))
+    t2 = recheck_cells(
+        fig2,
+        ratio,
+        lambda i, j: int(fig2.si_lookahead[i, j]),
+        lambda i, j: theorem2_servers(float(fig2.c[i]), int(fig2.si_lookahead[i, j])),
+    )
     if progress:
         progress("Theorem 2")
-    f2b = recheck_cells(fig2, fig2.speedup("dsi_vs_si"), lambda i, j: int(fig2.dsi_lookahead[i]),
-                        lambda i, j: sp_degree)
+    f2b = recheck_cells(
+        fig2, fig2.speedup("dsi_vs_si"), lambda i, j: int(fig2.dsi_lookahead[i]), lambda i, j: sp_degree
+    )
     return GridFigures(fig2, fig7, ratio, t2, f2b)
 
 
-def measure_sp_vs_mp(c: float = 0.1, lookahead: int = 2, sp_degree: int = 5, a: float = 0.8, n: int = 2000,
-                     repeats: int = 3) -> dict:
+def measure_sp_vs_mp(
+    c: float = 0.1, lookahead: int = 2, sp_degree: int = 5, a: float = 0.8, n: int = 2000, repeats: int = 3
+) -> dict:
     """§3.1's example on the event-driven simulator: the share of DSI's verification windows that end in a
     rejection (the target forwards that add latency), and DSI's speedup over non-SI."""
     from specpar.api import generate
@@ -114,8 +131,9 @@ def measure_sp_vs_mp(c: float = 0.1, lookahead: int = 2, sp_degree: int = 5, a: 
     for seed in range(repeats):
         target = SimulatedModel(16, seed=seed, latency=LatencyProfile.uniform(1.0))
         drafter = target.drafter(a, LatencyProfile.uniform(c), seed=seed + 7919)
-        res = generate([seed, 1], target, drafter, algorithm="dsi", max_new_tokens=n, lookahead=lookahead,
-                       sp_degree=sp_degree)
+        res = generate(
+            [seed, 1], target, drafter, algorithm="dsi", max_new_tokens=n, lookahead=lookahead, sp_degree=sp_degree
+        )
         # a window is fully accepted iff each of its drafts is, given the ones before it
         p_full = 1.0
         for acc, tested in zip(res.position_accepted[:lookahead], res.position_drafted[:lookahead]):
@@ -124,13 +142,21 @@ def measure_sp_vs_mp(c: float = 0.1, lookahead: int = 2, sp_degree: int = 5, a: 
         dsi_ms.append(res.time_ms)
         nonsi_ms.append(float(n))  # n target passes of 1 unit
     fraction = 1.0 - statistics.fmean(full)
-    return {"fraction_adding_latency": fraction, "mp_speedup_needed": 1.0 / fraction,
-            "dsi_speedup_over_nonsi": statistics.fmean(nonsi_ms) / statistics.fmean(dsi_ms),
-            "c": c, "lookahead": lookahead, "sp_degree": sp_degree, "a": a, "n": n}
+    return {
+        "fraction_adding_latency": fraction,
+        "mp_speedup_needed": 1.0 / fraction,
+        "dsi_speedup_over_nonsi": statistics.fmean(nonsi_ms) / statistics.fmean(dsi_ms),
+        "c": c,
+        "lookahead": lookahead,
+        "sp_degree": sp_degree,
+        "a": a,
+        "n": n,
+    }
 
 
-def measure_amdahl(a: float = 0.8, c: float = 0.001, ns=(10, 100, 1000, 10000), repeats: int = 40,
-                   seed: int = 0) -> dict[int, float]:
+def measure_amdahl(
+    a: float = 0.8, c: float = 0.001, ns=(10, 100, 1000, 10000), repeats: int = 40, seed: int = 0
+) -> dict[int, float]:
     """DSI's speedup over non-SI (lookahead 1, every server Eq. 1 asks for) as N grows; the drafter nearly free."""
     sp = sp_degree_needed(1.0, c, 1)
     out = {}
@@ -158,8 +184,7 @@ TABLE2_KNOWN = (
 )
 
 
-def measure_table2_row(c: float, a: float, n: int = 50, sp_degree: int = 7, repeats: int = 2000,
-                       seed: int = 0) -> dict:
+def measure_table2_row(c: float, a: float, n: int = 50, sp_degree: int = 7, repeats: int = 2000, seed: int = 0) -> dict:
     """DSI / SI on the virtual clock, Table 2's way: N = 50, lookahead in {1, 5, 10}, DSI only where Eq. 1 holds
     with SP <= 7; each algorithm at its best of those lookaheads."""
     if not (0 < c <= 1 and 0 <= a <= 1):
@@ -182,9 +207,15 @@ def measure_table2_row(c: float, a: float, n: int = 50, sp_degree: int = 7, repe
 
 def check_theorem1(min_speedup: float, where: str, command: str) -> Claim:
     ok = min_speedup >= 1.0 - 1e-9
-    return Claim("theorem1", "Theorem 1", "DSI is never slower than non-SI, over the whole grid",
-                 PASS if ok else FAIL, f"min DSI speedup over non-SI {min_speedup:.4f}x ({where})", command,
-                 min_speedup)
+    return Claim(
+        "theorem1",
+        "Theorem 1",
+        "DSI is never slower than non-SI, over the whole grid",
+        PASS if ok else FAIL,
+        f"min DSI speedup over non-SI {min_speedup:.4f}x ({where})",
+        command,
+        min_speedup,
+    )
 
 
 def _recheck_words(rechecks: list[CellRecheck]) -> tuple[bool, str]:
@@ -192,35 +223,53 @@ def _recheck_words(rechecks: list[CellRecheck]) -> tuple[bool, str]:
     if not rechecks:
         return True, "no cell below 1"
     worst = max(bad or rechecks, key=lambda r: r.dsi_ms / r.si_ms)
-    words = (f"{len(rechecks)} cells below 1 re-run with paired repeats: {len(bad)} significantly slower "
-             f"({'worst' if bad else 'closest'} c={worst.c:g}, a={worst.a:g}: SI k={worst.lookahead_si} {worst.si_ms:.2f} vs DSI "
-             f"k={worst.lookahead_dsi} on {worst.sp_degree} servers {worst.dsi_ms:.2f} +- {worst.se_ms:.2f})")
+    words = (
+        f"{len(rechecks)} cells below 1 re-run with paired repeats: {len(bad)} significantly slower "
+        f"({'worst' if bad else 'closest'} c={worst.c:g}, a={worst.a:g}: SI k={worst.lookahead_si} {worst.si_ms:.2f} vs DSI "
+        f"k={worst.lookahead_dsi} on {worst.sp_degree} servers {worst.dsi_ms:.2f} +- {worst.se_ms:.2f})"
+    )
     return not bad, words
 
 
 def check_theorem2(min_ratio: float, rechecks: list[CellRecheck], command: str) -> Claim:
     """PASS unless a cell where the grid shows DSI slower stays significantly slower (3 standard errors) on re-run."""
     ok, words = _recheck_words(rechecks)
-    return Claim("theorem2", "Theorem 2",
-                 "DSI is no slower than SI in expectation, over the whole grid (same lookahead, DSI on the servers "
-                 "Eq. 1 asks for, at least 2)", PASS if ok else FAIL,
-                 f"min SI/DSI latency ratio on the grid {min_ratio:.4f}x; {words}", command, min_ratio)
+    return Claim(
+        "theorem2",
+        "Theorem 2",
+        "DSI is no slower than SI in expectation, over the whole grid (same lookahead, DSI on the servers "
+        "Eq. 1 asks for, at least 2)",
+        PASS if ok else FAIL,
+        f"min SI/DSI latency ratio on the grid {min_ratio:.4f}x; {words}",
+        command,
+        min_ratio,
+    )
 
 
 def check_fig2b(min_ratio: float, rechecks: list[CellRecheck], sp_degree: int, command: str) -> Claim:
     ok, words = _recheck_words(rechecks)
-    return Claim("fig2b", "Fig. 2(b), §4.1",
-                 f"DSI (smallest Eq. 1 lookahead for SP = {sp_degree}) is faster than SI (its best lookahead) "
-                 "in every cell", PASS if ok else FAIL,
-                 f"min DSI speedup over SI {min_ratio:.4f}x; {words}", command, min_ratio)
+    return Claim(
+        "fig2b",
+        "Fig. 2(b), §4.1",
+        f"DSI (smallest Eq. 1 lookahead for SP = {sp_degree}) is faster than SI (its best lookahead) in every cell",
+        PASS if ok else FAIL,
+        f"min DSI speedup over SI {min_ratio:.4f}x; {words}",
+        command,
+        min_ratio,
+    )
 
 
 def check_fig2d(max_speedup: float, where: str, command: str, paper: float = 1.6, tolerance: float = 0.10) -> Claim:
     ok = abs(max_speedup - paper) <= tolerance * paper
-    return Claim("fig2d", "Fig. 2(d)",
-                 f"DSI is up to about {paper}x faster than the faster of SI and non-SI "
-                 f"(PASS within +-{tolerance:.0%})", PASS if ok else FAIL,
-                 f"max {max_speedup:.3f}x ({where})", command, max_speedup)
+    return Claim(
+        "fig2d",
+        "Fig. 2(d)",
+        f"DSI is up to about {paper}x faster than the faster of SI and non-SI (PASS within +-{tolerance:.0%})",
+        PASS if ok else FAIL,
+        f"max {max_speedup:.3f}x ({where})",
+        command,
+        max_speedup,
+    )
 
 
 def check_fig2a(si_vs_nonsi: np.ndarray, c: np.ndarray, a: np.ndarray, command: str) -> Claim:
@@ -230,28 +279,45 @@ def check_fig2a(si_vs_nonsi: np.ndarray, c: np.ndarray, a: np.ndarray, command: 
     inaccurate = s[:, a == 0.0]
     slow = s[c == 1.0][:, a < 1.0]
     good = s[c <= 0.1][:, a >= 0.8]
-    ok = (inaccurate.size > 0 and slow.size > 0 and good.size > 0 and (inaccurate < 1).all() and (slow < 1).all()
-          and (good > 1).all())
+    ok = (
+        inaccurate.size > 0
+        and slow.size > 0
+        and good.size > 0
+        and (inaccurate < 1).all()
+        and (slow < 1).all()
+        and (good > 1).all()
+    )
     pct = 100.0 * float((s < 1).mean())
-    return Claim("fig2a", "Fig. 2(a)", "SI is slower than non-SI where the drafter is slow or inaccurate "
-                 "(a = 0 or c = 1), faster where it is fast and accurate (c <= 0.1, a >= 0.8)",
-                 PASS if ok else FAIL,
-                 f"SI slower in {pct:.0f}% of cells; at a = 0 max {inaccurate.max() if inaccurate.size else math.nan:.3f}x,"
-                 f" at c = 1 max {slow.max() if slow.size else math.nan:.3f}x, fast+accurate min "
-                 f"{good.min() if good.size else math.nan:.3f}x", command, float(s.min()))
+    return Claim(
+        "fig2a",
+        "Fig. 2(a)",
+        "SI is slower than non-SI where the drafter is slow or inaccurate "
+        "(a = 0 or c = 1), faster where it is fast and accurate (c <= 0.1, a >= 0.8)",
+        PASS if ok else FAIL,
+        f"SI slower in {pct:.0f}% of cells; at a = 0 max {inaccurate.max() if inaccurate.size else math.nan:.3f}x,"
+        f" at c = 1 max {slow.max() if slow.size else math.nan:.3f}x, fast+accurate min "
+        f"{good.min() if good.size else math.nan:.3f}x",
+        command,
+        float(s.min()),
+    )
 
 
-def check_sp_vs_mp(fraction: float, dsi_speedup: float, command: str, a: float = 0.8, lookahead: int = 2,
-                   tolerance: float = 0.03) -> Claim:
+def check_sp_vs_mp(
+    fraction: float, dsi_speedup: float, command: str, a: float = 0.8, lookahead: int = 2, tolerance: float = 0.03
+) -> Claim:
     expected = 1.0 - a**lookahead
     ok = abs(fraction - expected) <= tolerance
-    return Claim("sp-vs-mp", "§3.1 SP vs MP",
-                 f"drafter latency 10%, lookahead {lookahead}, 6 GPUs, a = {a}: only {expected:.0%} of target "
-                 f"forwards add latency, so MP must make them {1 / expected:.2f}x faster to match",
-                 PASS if ok else FAIL,
-                 f"{fraction:.1%} of verification windows end in a rejection -> MP needs {1 / fraction:.2f}x "
-                 f"(simulated DSI is {dsi_speedup:.2f}x faster than non-SI, drafting time included)", command,
-                 fraction)
+    return Claim(
+        "sp-vs-mp",
+        "§3.1 SP vs MP",
+        f"drafter latency 10%, lookahead {lookahead}, 6 GPUs, a = {a}: only {expected:.0%} of target "
+        f"forwards add latency, so MP must make them {1 / expected:.2f}x faster to match",
+        PASS if ok else FAIL,
+        f"{fraction:.1%} of verification windows end in a rejection -> MP needs {1 / fraction:.2f}x "
+        f"(simulated DSI is {dsi_speedup:.2f}x faster than non-SI, drafting time included)",
+        command,
+        fraction,
+    )
 
 
 def check_amdahl(speedups: dict[int, float], command: str, a: float = 0.8, tolerance: float = 0.02) -> Claim:
@@ -260,12 +326,25 @@ def check_amdahl(speedups: dict[int, float], command: str, a: float = 0.8, toler
     growing = all(speedups[x] <= speedups[y] + 1e-9 for x, y in zip(ns, ns[1:]))
     last = speedups[ns[-1]]
     ok = growing and abs(last - limit) <= tolerance * limit
-    return Claim("amdahl", "§3.1 Amdahl", f"one drafter at {a:.0%} acceptance gives {limit:g}x as N grows",
-                 PASS if ok else FAIL, ", ".join(f"N={x}: {speedups[x]:.2f}x" for x in ns), command, last)
+    return Claim(
+        "amdahl",
+        "§3.1 Amdahl",
+        f"one drafter at {a:.0%} acceptance gives {limit:g}x as N grows",
+        PASS if ok else FAIL,
+        ", ".join(f"N={x}: {speedups[x]:.2f}x" for x in ns),
+        command,
+        last,
+    )
 
 
-def check_table2(rows: list[Table2Row], results: dict[str, dict], command: str, low: float = 1.29,
-                 high: float = 1.92, slack: float = 0.05) -> Claim:
+def check_table2(
+    rows: list[Table2Row],
+    results: dict[str, dict],
+    command: str,
+    low: float = 1.29,
+    high: float = 1.92,
+    slack: float = 0.05,
+) -> Claim:
     """results[name] = measure_table2_row(...) for rows with both inputs; the others are listed as missing."""
     missing = [r for r in rows if r.c is None or r.a is None]
     parts, ok = [], True
@@ -284,9 +363,15 @@ def check_table2(rows: list[Table2Row], results: dict[str, dict], command: str, 
         status = FAIL
     else:
         status = PARTIAL if missing else PASS
-    return Claim("table2", "Table 2", f"DSI is {low}-{high}x faster than SI (N = 50, lookahead in {{1, 5, 10}}, "
-                 f"SP <= 7; PASS within +-{slack})", status, "; ".join(parts), command,
-                 min((v["speedup"] for v in results.values()), default=None))
+    return Claim(
+        "table2",
+        "Table 2",
+        f"DSI is {low}-{high}x faster than SI (N = 50, lookahead in {{1, 5, 10}}, SP <= 7; PASS within +-{slack})",
+        status,
+        "; ".join(parts),
+        command,
+        min((v["speedup"] for v in results.values()), default=None),
+    )
 
 
 # --- the report ------------------------------------------------------------------------------------------------
@@ -299,9 +384,18 @@ def _argmax_words(h: Heatmap, s: np.ndarray, fn=np.argmax) -> str:
     return f"at c={h.c[i]:g}, a={h.a[j]:g}"
 
 
-def reproduce(resolution: int = 50, n: int = 100, repeats: int = 5, sp_degree: int = 7, seed: int = 0,
-              only=None, table2_rows: list[Table2Row] | None = None, progress=None,
-              figures: dict | None = None, lookaheads: tuple[int, int] = (1, 200)) -> list[Claim]:
+def reproduce(
+    resolution: int = 50,
+    n: int = 100,
+    repeats: int = 5,
+    sp_degree: int = 7,
+    seed: int = 0,
+    only=None,
+    table2_rows: list[Table2Row] | None = None,
+    progress=None,
+    figures: dict | None = None,
+    lookaheads: tuple[int, int] = (1, 200),
+) -> list[Claim]:
     """Measure and judge every claim (or those in ``only``), in CLAIM_KEYS order.
 
     figures: if a dict, receives the measured GridFigures under "grid" (for writing the heatmaps).
@@ -310,8 +404,10 @@ def reproduce(resolution: int = 50, n: int = 100, repeats: int = 5, sp_degree: i
     unknown = set(keys) - set(CLAIM_KEYS)
     if unknown:
         raise ConfigError(f"unknown claim {sorted(unknown)}; choose from {', '.join(CLAIM_KEYS)}")
-    grid_opts = (f"--resolution {resolution} -N {n} --repeats {repeats} --sp-degree {sp_degree} --seed {seed}"
-                 f" --lookahead-range {lookaheads[0]} {lookaheads[1]}")
+    grid_opts = (
+        f"--resolution {resolution} -N {n} --repeats {repeats} --sp-degree {sp_degree} --seed {seed}"
+        f" --lookahead-range {lookaheads[0]} {lookaheads[1]}"
+    )
     fig2_cmd = f"specpar heatmap {grid_opts}"
     claims = []
     if {"theorem1", "theorem2", "fig2b", "fig2d", "fig2a"} & set(keys):
@@ -321,12 +417,20 @@ def reproduce(resolution: int = 50, n: int = 100, repeats: int = 5, sp_degree: i
         f2, f7 = g.fig2, g.fig7
         s2, s7 = f2.speedup("dsi_vs_nonsi"), f7.speedup("dsi_vs_nonsi")
         if "theorem1" in keys:
-            worst = f"Fig. 2 grid min {s2.min():.4f}x {_argmax_words(f2, s2, np.argmin)}, Fig. 7 grid min {s7.min():.4f}x"
-            claims.append(check_theorem1(float(min(s2.min(), s7.min())), worst,
-                                         f"{fig2_cmd}  and  specpar heatmap -k 5 {grid_opts}"))
+            worst = (
+                f"Fig. 2 grid min {s2.min():.4f}x {_argmax_words(f2, s2, np.argmin)}, Fig. 7 grid min {s7.min():.4f}x"
+            )
+            claims.append(
+                check_theorem1(
+                    float(min(s2.min(), s7.min())), worst, f"{fig2_cmd}  and  specpar heatmap -k 5 {grid_opts}"
+                )
+            )
         if "theorem2" in keys:
-            claims.append(check_theorem2(float(g.theorem2_ratio.min()), g.theorem2_rechecks,
-                                         f"specpar reproduce --only theorem2 {grid_opts}"))
+            claims.append(
+                check_theorem2(
+                    float(g.theorem2_ratio.min()), g.theorem2_rechecks, f"specpar reproduce --only theorem2 {grid_opts}"
+                )
+            )
         if "fig2b" in keys:
             claims.append(check_fig2b(float(f2.speedup("dsi_vs_si").min()), g.fig2b_rechecks, sp_degree, fig2_cmd))
         if "fig2d" in keys:
@@ -336,9 +440,14 @@ def reproduce(resolution: int = 50, n: int = 100, repeats: int = 5, sp_degree: i
             claims.append(check_fig2a(f2.speedup("si_vs_nonsi"), f2.c, f2.a, fig2_cmd))
     if "sp-vs-mp" in keys:
         m = measure_sp_vs_mp()
-        claims.append(check_sp_vs_mp(m["fraction_adding_latency"], m["dsi_speedup_over_nonsi"],
-                                     "specpar reproduce --only sp-vs-mp   (DSI timing alone: specpar simulate "
-                                     "-c 0.1 -a 0.8 -k 2 --sp-degree 5 -N 2000)"))
+        claims.append(
+            check_sp_vs_mp(
+                m["fraction_adding_latency"],
+                m["dsi_speedup_over_nonsi"],
+                "specpar reproduce --only sp-vs-mp   (DSI timing alone: specpar simulate "
+                "-c 0.1 -a 0.8 -k 2 --sp-degree 5 -N 2000)",
+            )
+        )
         if progress:
             progress("SP vs MP")
     if "amdahl" in keys:
@@ -349,8 +458,13 @@ def reproduce(resolution: int = 50, n: int = 100, repeats: int = 5, sp_degree: i
         rows = list(table2_rows if table2_rows is not None else TABLE2_KNOWN)
         results = {r.name: measure_table2_row(r.c, r.a) for r in rows if r.c is not None and r.a is not None}
         given = " ".join(r.option or f"--table2-row '{r.name}' {r.c:g} {r.a:g}" for r in rows if r.name in results)
-        claims.append(check_table2(rows, results, "specpar reproduce --only table2 "
-                                   + (given or "--starcoder-drafter-latency C --phi3-acceptance A")))
+        claims.append(
+            check_table2(
+                rows,
+                results,
+                "specpar reproduce --only table2 " + (given or "--starcoder-drafter-latency C --phi3-acceptance A"),
+            )
+        )
         if progress:
             progress("Table 2")
     order = {k: i for i, k in enumerate(CLAIM_KEYS)}

@@ -25,8 +25,8 @@ from __future__ import annotations
 import csv
 import math
 import statistics
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 import numpy as np
 
@@ -84,23 +84,45 @@ class Heatmap:
         if self.fixed_lookahead is not None:
             how = f"lookahead {self.fixed_lookahead} for SI and DSI (DSI on {self.sp_degree} target servers)"
         else:
-            how = (f"SI's best lookahead in {self.lookaheads[0]}..{self.lookaheads[1]}; DSI's smallest lookahead "
-                   f"satisfying Eq. 1 for SP = {self.sp_degree}")
+            how = (
+                f"SI's best lookahead in {self.lookaheads[0]}..{self.lookaheads[1]}; DSI's smallest lookahead "
+                f"satisfying Eq. 1 for SP = {self.sp_degree}"
+            )
         return f"N = {self.n}, {self.repeats} repeats per cell, {how}"
 
     def write_csv(self, path: str) -> None:
-        cols = ["drafter_latency", "acceptance_rate", "nonsi", "si", "si_lookahead", "dsi", "dsi_lookahead",
-                "sp_degree", "eq1_satisfied", *PANELS]
+        cols = [
+            "drafter_latency",
+            "acceptance_rate",
+            "nonsi",
+            "si",
+            "si_lookahead",
+            "dsi",
+            "dsi_lookahead",
+            "sp_degree",
+            "eq1_satisfied",
+            *PANELS,
+        ]
         speed = {p: self.speedup(p) for p in PANELS}
         with open(path, "w", newline="") as f:
             w = csv.writer(f)
             w.writerow(cols)
             for i, c in enumerate(self.c):
                 for j, a in enumerate(self.a):
-                    w.writerow([f"{c:g}", f"{a:g}", f"{self.nonsi[i, j]:.6g}", f"{self.si[i, j]:.6g}",
-                                int(self.si_lookahead[i, j]), f"{self.dsi[i, j]:.6g}", int(self.dsi_lookahead[i]),
-                                self.sp_degree, int(self.sp_needed[i] <= self.sp_degree),
-                                *(f"{speed[p][i, j]:.6g}" for p in PANELS)])
+                    w.writerow(
+                        [
+                            f"{c:g}",
+                            f"{a:g}",
+                            f"{self.nonsi[i, j]:.6g}",
+                            f"{self.si[i, j]:.6g}",
+                            int(self.si_lookahead[i, j]),
+                            f"{self.dsi[i, j]:.6g}",
+                            int(self.dsi_lookahead[i]),
+                            self.sp_degree,
+                            int(self.sp_needed[i] <= self.sp_degree),
+                            *(f"{speed[p][i, j]:.6g}" for p in PANELS),
+                        ]
+                    )
 
 
 def _check(n, repeats, sp_degree, lookaheads, fixed_lookahead):
@@ -170,22 +192,36 @@ def compute_heatmap(
         runs = len(c_batch) * A * repeats
         lat = dsi_latency(
             np.broadcast_to(nz[None], (len(c_batch),) + nz.shape).reshape(runs, n + 1),
-            np.repeat(dsi_k[c_batch], A * repeats), np.repeat(cs[c_batch], A * repeats), n, sp_degree,
+            np.repeat(dsi_k[c_batch], A * repeats),
+            np.repeat(cs[c_batch], A * repeats),
+            n,
+            sp_degree,
         )
         dsi[c_batch] = lat.reshape(len(c_batch), A, repeats).mean(axis=2)
         done += 1
         if progress:
             progress(done, total)
     return Heatmap(
-        c=cs, a=as_, nonsi=np.full((len(cs), A), float(n)), si=si, dsi=dsi, si_lookahead=ks[best],
-        dsi_lookahead=dsi_k, sp_needed=np.array([sp_degree_needed(1.0, float(x), int(k)) for x, k in zip(cs, dsi_k)]),
-        sp_degree=sp_degree, n=n, repeats=repeats, fixed_lookahead=fixed_lookahead, lookaheads=tuple(lookaheads),
+        c=cs,
+        a=as_,
+        nonsi=np.full((len(cs), A), float(n)),
+        si=si,
+        dsi=dsi,
+        si_lookahead=ks[best],
+        dsi_lookahead=dsi_k,
+        sp_needed=np.array([sp_degree_needed(1.0, float(x), int(k)) for x, k in zip(cs, dsi_k)]),
+        sp_degree=sp_degree,
+        n=n,
+        repeats=repeats,
+        fixed_lookahead=fixed_lookahead,
+        lookaheads=tuple(lookaheads),
         seed=seed,
     )
 
 
-def event_cell(c: float, a: float, *, n: int, repeats: int, si_lookahead: int, dsi_lookahead: int, sp_degree: int,
-               seed: int = 0) -> dict[str, float]:
+def event_cell(
+    c: float, a: float, *, n: int, repeats: int, si_lookahead: int, dsi_lookahead: int, sp_degree: int, seed: int = 0
+) -> dict[str, float]:
     """One cell by the event-driven simulator (specpar.generate on the virtual clock): mean latencies in target
     passes over ``repeats`` simulated model pairs (seeds ``seed`` .. ``seed + repeats - 1``)."""
     from specpar.api import generate
@@ -197,10 +233,14 @@ def event_cell(c: float, a: float, *, n: int, repeats: int, si_lookahead: int, d
         drafter = target.drafter(a, LatencyProfile.uniform(c), seed=r + 104729)
         prompt = [r % 16, 3]
         times["nonsi"].append(generate(prompt, target, algorithm="nonsi", max_new_tokens=n).time_ms)
-        times["si"].append(generate(prompt, target, drafter, algorithm="si", max_new_tokens=n,
-                                    lookahead=si_lookahead).time_ms)
-        times["dsi"].append(generate(prompt, target, drafter, algorithm="dsi", max_new_tokens=n,
-                                     lookahead=dsi_lookahead, sp_degree=sp_degree).time_ms)
+        times["si"].append(
+            generate(prompt, target, drafter, algorithm="si", max_new_tokens=n, lookahead=si_lookahead).time_ms
+        )
+        times["dsi"].append(
+            generate(
+                prompt, target, drafter, algorithm="dsi", max_new_tokens=n, lookahead=dsi_lookahead, sp_degree=sp_degree
+            ).time_ms
+        )
     return {k: statistics.fmean(v) for k, v in times.items()}
 
 

@@ -9,7 +9,7 @@ simulated stacks, or transformers models that share a tokenizer.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -17,8 +17,15 @@ from specpar.api import generate
 from specpar.errors import ConfigError
 
 
-def measure_alpha(models: Sequence, prompts: Sequence[Sequence[int]], max_new_tokens: int = 64, lookahead: int = 4,
-                  temperature: float = 0.0, seed: int = 0, runtime: str = "virtual") -> np.ndarray:
+def measure_alpha(
+    models: Sequence,
+    prompts: Sequence[Sequence[int]],
+    max_new_tokens: int = 64,
+    lookahead: int = 4,
+    temperature: float = 0.0,
+    seed: int = 0,
+    runtime: str = "virtual",
+) -> np.ndarray:
     """[n, n] symmetric matrix of measured acceptance rates, ones on the diagonal; models smallest first."""
     if len(models) < 2:
         raise ConfigError("measure_alpha needs at least two models (a drafter and a target)")
@@ -30,8 +37,17 @@ def measure_alpha(models: Sequence, prompts: Sequence[Sequence[int]], max_new_to
         for i in range(j):
             drafted = accepted = 0
             for r, prompt in enumerate(prompts):
-                out = generate(prompt, models[j], models[i], algorithm="si", lookahead=lookahead,
-                               max_new_tokens=max_new_tokens, temperature=temperature, seed=seed + r, runtime=runtime)
+                out = generate(
+                    prompt,
+                    models[j],
+                    models[i],
+                    algorithm="si",
+                    lookahead=lookahead,
+                    max_new_tokens=max_new_tokens,
+                    temperature=temperature,
+                    seed=seed + r,
+                    runtime=runtime,
+                )
                 drafted, accepted = drafted + out.drafted, accepted + out.accepted
             alpha[i, j] = alpha[j, i] = accepted / drafted if drafted else 0.0
     return alpha

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import random
 import statistics
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
 
 from specpar.api import generate
 from specpar.errors import ConfigError
@@ -31,8 +31,11 @@ def feasible_lookaheads(profile: PairProfile, lookaheads: Sequence[int], sp_degr
     """(lookahead, SP degree Eq. 1 needs) for each lookahead that fits on ``sp_degree`` target servers."""
     out = []
     for k in lookaheads:
-        need = sp_degree_needed(profile.target.tpot_ms, profile.drafter.tpot_ms, k, profile.target.per_token_ms) if profile.drafter.tpot_ms > 0 \
+        need = (
+            sp_degree_needed(profile.target.tpot_ms, profile.drafter.tpot_ms, k, profile.target.per_token_ms)
+            if profile.drafter.tpot_ms > 0
             else None
+        )
         if need is not None and need <= sp_degree:
             out.append((k, need))
     return out
@@ -44,7 +47,7 @@ class Spread:
     std: float
 
     @classmethod
-    def of(cls, xs: Sequence[float]) -> "Spread":
+    def of(cls, xs: Sequence[float]) -> Spread:
         return cls(statistics.fmean(xs), statistics.stdev(xs) if len(xs) > 1 else 0.0)
 
 
@@ -76,25 +79,51 @@ class OnlineTable:
         nonsi = self.nonsi_virtual_ms if virtual else self.nonsi_ms
         si = row.si_virtual_ms if virtual else row.si_ms
         dsi = row.dsi_virtual_ms if virtual else row.dsi_ms
-        return {"dsi_vs_si": Spread.of([s / d for s, d in zip(si, dsi)]),
-                "dsi_vs_nonsi": Spread.of([b / d for b, d in zip(nonsi, dsi)])}
+        return {
+            "dsi_vs_si": Spread.of([s / d for s, d in zip(si, dsi)]),
+            "dsi_vs_nonsi": Spread.of([b / d for b, d in zip(nonsi, dsi)]),
+        }
 
     def to_dict(self) -> dict:
         rows = []
         for r in self.rows:
             m, v = self.speedups(r), self.speedups(r, virtual=True)
-            rows.append({"lookahead": r.lookahead, "sp_needed": r.sp_needed, "si_ms": r.si_ms, "dsi_ms": r.dsi_ms,
-                         "si_virtual_ms": r.si_virtual_ms, "dsi_virtual_ms": r.dsi_virtual_ms,
-                         **{f"{k}_measured": vars(s) for k, s in m.items()},
-                         **{f"{k}_predicted": vars(s) for k, s in v.items()}})
-        return {"profile": self.profile.to_dict(), "n": self.n, "repeats": self.repeats,
-                "sp_degree": self.sp_degree, "nonsi_ms": self.nonsi_ms, "nonsi_virtual_ms": self.nonsi_virtual_ms,
-                "rows": rows, "infeasible_lookaheads": self.infeasible}
+            rows.append(
+                {
+                    "lookahead": r.lookahead,
+                    "sp_needed": r.sp_needed,
+                    "si_ms": r.si_ms,
+                    "dsi_ms": r.dsi_ms,
+                    "si_virtual_ms": r.si_virtual_ms,
+                    "dsi_virtual_ms": r.dsi_virtual_ms,
+                    **{f"{k}_measured": vars(s) for k, s in m.items()},
+                    **{f"{k}_predicted": vars(s) for k, s in v.items()},
+                }
+            )
+        return {
+            "profile": self.profile.to_dict(),
+            "n": self.n,
+            "repeats": self.repeats,
+            "sp_degree": self.sp_degree,
+            "nonsi_ms": self.nonsi_ms,
+            "nonsi_virtual_ms": self.nonsi_virtual_ms,
+            "rows": rows,
+            "infeasible_lookaheads": self.infeasible,
+        }
 
 
-def run_online(profile: PairProfile, *, n: int = 50, repeats: int = 3, sp_degree: int = 7,
-               lookaheads: Sequence[int] = TABLE2_LOOKAHEADS, seed: int = 0, vocab_size: int = 16,
-               runtime: str = "threads", progress: Callable[[str], None] | None = None) -> OnlineTable:
+def run_online(
+    profile: PairProfile,
+    *,
+    n: int = 50,
+    repeats: int = 3,
+    sp_degree: int = 7,
+    lookaheads: Sequence[int] = TABLE2_LOOKAHEADS,
+    seed: int = 0,
+    vocab_size: int = 16,
+    runtime: str = "threads",
+    progress: Callable[[str], None] | None = None,
+) -> OnlineTable:
     """Measure one pair profile. ``runtime`` may be "virtual" too (then measured = predicted)."""
     for name, v in (("N", n), ("repeats", repeats), ("sp_degree", sp_degree)):
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
@@ -103,9 +132,18 @@ def run_online(profile: PairProfile, *, n: int = 50, repeats: int = 3, sp_degree
     if not feasible:
         raise ConfigError(
             f"no lookahead in {tuple(lookaheads)} satisfies Eq. 1 with SP <= {sp_degree} for {profile.label} "
-            f"(drafter at {profile.drafter_fraction:.3g} of the target's latency): give larger lookaheads")
-    table = OnlineTable(profile, n, repeats, sp_degree, [], [], [OnlineRow(k, need) for k, need in feasible],
-                        [k for k in lookaheads if k not in dict(feasible)])
+            f"(drafter at {profile.drafter_fraction:.3g} of the target's latency): give larger lookaheads"
+        )
+    table = OnlineTable(
+        profile,
+        n,
+        repeats,
+        sp_degree,
+        [],
+        [],
+        [OnlineRow(k, need) for k, need in feasible],
+        [k for k in lookaheads if k not in dict(feasible)],
+    )
     for r in range(repeats):
         target = SimulatedModel(vocab_size, seed=seed + r, latency=profile.target)
         drafter = target.drafter(profile.acceptance_rate, profile.drafter, seed=seed + r + 7919)

@@ -59,7 +59,7 @@ class PairProfile:
         return self.drafter.tpot_ms / self.target.tpot_ms
 
     @classmethod
-    def from_dict(cls, d: dict, where: str = "profile") -> "PairProfile":
+    def from_dict(cls, d: dict, where: str = "profile") -> PairProfile:
         if not isinstance(d, dict):
             raise ConfigError(f"{where}: expected a JSON object with 'target', 'drafter' and 'acceptance_rate'")
 
@@ -72,12 +72,15 @@ class PairProfile:
                 tpot = float(lat["tpot_ms"])
                 ttft, per_token = float(lat.get("ttft_ms", tpot)), float(lat.get("per_token_ms", 0.0))
             except (KeyError, TypeError, ValueError):
-                raise ConfigError(f"{where}: '{key}' needs a number tpot_ms (and optionally ttft_ms, per_token_ms)") \
-                    from None
+                raise ConfigError(
+                    f"{where}: '{key}' needs a number tpot_ms (and optionally ttft_ms, per_token_ms)"
+                ) from None
             return str(m.get("name", key)), LatencyProfile(ttft, tpot, per_token)
 
-        a = d.get("acceptance_rate", (d.get("acceptance") or {}).get("rate") if isinstance(d.get("acceptance"), dict)
-                  else d.get("acceptance"))
+        a = d.get(
+            "acceptance_rate",
+            (d.get("acceptance") or {}).get("rate") if isinstance(d.get("acceptance"), dict) else d.get("acceptance"),
+        )
         if a is None:
             raise ConfigError(f"{where}: missing 'acceptance_rate'")
         (tn, t), (dn, dr) = model("target"), model("drafter")
@@ -92,17 +95,22 @@ class PairProfile:
         def model(name, lat):
             return {"name": name, "ttft_ms": lat.ttft_ms, "tpot_ms": lat.tpot_ms, "per_token_ms": lat.per_token_ms}
 
-        return {"target": model(self.target_name, self.target), "drafter": model(self.drafter_name, self.drafter),
-                "acceptance_rate": self.acceptance_rate, **self.meta}
+        return {
+            "target": model(self.target_name, self.target),
+            "drafter": model(self.drafter_name, self.drafter),
+            "acceptance_rate": self.acceptance_rate,
+            **self.meta,
+        }
 
     @classmethod
-    def load(cls, path: str | os.PathLike, estimate: str = "geometric") -> "PairProfile":
+    def load(cls, path: str | os.PathLike, estimate: str = "geometric") -> PairProfile:
         """Read either JSON form; ``estimate`` picks the acceptance estimate of a ``specpar profile`` file."""
         try:
             text = Path(path).read_text()
         except FileNotFoundError:
-            raise ConfigError(f"cannot read profile {str(path)!r}: it does not exist "
-                              "(write one with `specpar profile --out FILE`)") from None
+            raise ConfigError(
+                f"cannot read profile {str(path)!r}: it does not exist (write one with `specpar profile --out FILE`)"
+            ) from None
         except OSError as exc:
             raise ConfigError(f"cannot read profile {str(path)!r}: {exc.strerror or exc}") from None
         try:
@@ -112,8 +120,14 @@ class PairProfile:
         if isinstance(d, dict) and d.get("format") == profiling.FORMAT:
             target, drafter, a = profiling.parse(d, estimate, repr(str(path)))
             meta = {k: v for k, v in d.items() if k not in ("target", "drafter")}
-            return cls(str(d["target"].get("name", "target")), str(d["drafter"].get("name", "drafter")),
-                       target, drafter, a, meta)
+            return cls(
+                str(d["target"].get("name", "target")),
+                str(d["drafter"].get("name", "drafter")),
+                target,
+                drafter,
+                a,
+                meta,
+            )
         return cls.from_dict(d, where=f"profile {str(path)!r}")
 
     def save(self, path: str | os.PathLike) -> None:

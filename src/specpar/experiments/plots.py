@@ -26,8 +26,15 @@ def plot_heatmap(h: Heatmap, path: str, title: str | None = None) -> None:
         lo, hi = float(np.nanmin(s)), float(np.nanmax(s))
         # log scale centred on 1 (white): a 2x slowdown is as pink as a 2x speedup is green; saturates at 4x
         v = min(max(abs(np.log2(lo)), abs(np.log2(hi)), 0.1), 2.0)
-        im = ax.imshow(np.log2(s), origin="lower", aspect="auto", cmap="PiYG", norm=Normalize(-v, v), extent=extent,
-                       interpolation="nearest")
+        im = ax.imshow(
+            np.log2(s),
+            origin="lower",
+            aspect="auto",
+            cmap="PiYG",
+            norm=Normalize(-v, v),
+            extent=extent,
+            interpolation="nearest",
+        )
         slower = int((s < 1.0 - 1e-9).sum())
         ax.set_title(f"{label}\nmax {hi:.2f}x, min {lo:.2f}x, {slower} cells < 1", fontsize=10)
         ax.set_xlabel("acceptance rate a")

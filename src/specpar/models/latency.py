@@ -33,11 +33,11 @@ class LatencyProfile:
         object.__setattr__(self, "cache_matters", self.ttft_ms != self.tpot_ms or self.per_token_ms != 0)
 
     @classmethod
-    def uniform(cls, ms: float) -> "LatencyProfile":
+    def uniform(cls, ms: float) -> LatencyProfile:
         """Every forward pass takes ``ms`` (ttft = tpot), as in the paper's time-unit simulations."""
         return cls(ms, ms)
 
-    def scaled(self, factor: float) -> "LatencyProfile":
+    def scaled(self, factor: float) -> LatencyProfile:
         """This profile times ``factor`` (a drafter at latency fraction c of a target: target.scaled(c))."""
         return LatencyProfile(self.ttft_ms * factor, self.tpot_ms * factor, self.per_token_ms * factor)
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 
 def common_prefix_len(a: Sequence[int], b: Sequence[int]) -> int:

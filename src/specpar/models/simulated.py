@@ -115,7 +115,7 @@ class SimulatedLM:
         tok = min(int(np.searchsorted(cdf, u * cdf[-1], side="right")), len(row) - 1)
         return tok, row
 
-    def server(self, name: str | None = None) -> "SimulatedServer":
+    def server(self, name: str | None = None) -> SimulatedServer:
         """A new instance of this model with an empty cache."""
         return SimulatedServer(self, name)
 
@@ -172,7 +172,7 @@ class SimulatedModel(SimulatedLM):
         acceptance_rate: float,
         latency: LatencyProfile | None = None,
         seed: int = 1,
-    ) -> "SimulatedDrafter":
+    ) -> SimulatedDrafter:
         """A drafter for this target with iid acceptance rate ``a`` (see module docstring)."""
         return SimulatedDrafter(self, acceptance_rate, latency, seed)
 
@@ -180,7 +180,9 @@ class SimulatedModel(SimulatedLM):
 class SimulatedDrafter(SimulatedLM):
     """A drafter derived from a :class:`SimulatedModel` with acceptance rate ``a`` in [0, 1]."""
 
-    def __init__(self, target: SimulatedModel, acceptance_rate: float, latency: LatencyProfile | None = None, seed: int = 1):
+    def __init__(
+        self, target: SimulatedModel, acceptance_rate: float, latency: LatencyProfile | None = None, seed: int = 1
+    ):
         a = acceptance_rate
         if not isinstance(a, (int, float)) or math.isnan(a) or not 0.0 <= a <= 1.0:
             raise ConfigError(f"acceptance_rate must be in [0, 1], got {a!r}")

@@ -27,7 +27,7 @@ acceptances of adjacent levels are independent of each other:
   the next level's acceptance is independent of it.
 
 This independence is what the HSD latency model L = sum_i c_i prod_{j>=i} R_j assumes
-(see specpar.hsd_latency). It holds exactly for the matrices this construction realises:
+(see specpar.planning.hsd_latency). It holds exactly for the matrices this construction realises:
 those with ``alpha[i][k] = alpha[i][j] * alpha[j][k]`` for all i < j < k (the product of
 the superdiagonal). Other constructions realise other matrices (a shared junk token,
 ``q_i = a_i p + (1 - a_i) onehot(z)``, gives ``alpha[i][j] = 1 - |a_i - a_j|``), but then
@@ -42,15 +42,15 @@ behaviour alone has the stated acceptance rates.
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
 from specpar.decoding import mix64
 from specpar.errors import ConfigError
-from specpar.hsd_latency import check_alpha, check_rate
 from specpar.models.latency import LatencyProfile
 from specpar.models.simulated import SimulatedLM, peaked_probs
+from specpar.planning.hsd_latency import check_alpha, check_rate
 
 _MASK = (1 << 64) - 1
 _GOLD = 0x9E3779B97F4A7C15
@@ -70,8 +70,14 @@ class SimulatedStack:
     spread: logit range of the target (as in SimulatedModel).
     """
 
-    def __init__(self, chain: Sequence[float], latencies: Sequence[LatencyProfile], vocab_size: int = 16,
-                 seed: int = 0, spread: float = 3.0):
+    def __init__(
+        self,
+        chain: Sequence[float],
+        latencies: Sequence[LatencyProfile],
+        vocab_size: int = 16,
+        seed: int = 0,
+        spread: float = 3.0,
+    ):
         chain = [check_rate(b, f"chain acceptance rate alpha[{i}][{i + 1}]") for i, b in enumerate(chain)]
         k = len(chain)
         if k < 1:
@@ -79,8 +85,10 @@ class SimulatedStack:
         if len(latencies) != k + 1:
             raise ConfigError(f"a stack of {k + 1} models needs {k + 1} latency profiles, got {len(latencies)}")
         if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < k + 2:
-            raise ConfigError(f"vocab_size must be an integer >= K + 2 = {k + 2} for a stack of {k + 1} models "
-                              f"(K junk tokens plus at least 2 target tokens), got {vocab_size!r}")
+            raise ConfigError(
+                f"vocab_size must be an integer >= K + 2 = {k + 2} for a stack of {k + 1} models "
+                f"(K junk tokens plus at least 2 target tokens), got {vocab_size!r}"
+            )
         self.chain = chain
         self.vocab_size = vocab_size
         self.seed = seed
@@ -90,7 +98,7 @@ class SimulatedStack:
         self.models = [StackModel(self, i, lat) for i, lat in enumerate(latencies)]
 
     @classmethod
-    def from_matrix(cls, alpha, latencies: Sequence[LatencyProfile], **kw) -> "SimulatedStack":
+    def from_matrix(cls, alpha, latencies: Sequence[LatencyProfile], **kw) -> SimulatedStack:
         """A stack realising the acceptance matrix ``alpha`` [K+1, K+1] (entries above the diagonal are used).
 
         Raises ConfigError unless alpha[i][k] == alpha[i][j] * alpha[j][k] for all i < j < k.
@@ -98,8 +106,9 @@ class SimulatedStack:
         a = check_alpha(alpha)
         n = len(a)
         if len(latencies) != n:
-            raise ConfigError(f"alpha is {n} x {n} but {len(latencies)} models (latency profiles) are given: "
-                              "give one row per model")
+            raise ConfigError(
+                f"alpha is {n} x {n} but {len(latencies)} models (latency profiles) are given: give one row per model"
+            )
         for i in range(n):
             for j in range(i + 1, n):
                 for k in range(j + 1, n):
@@ -108,15 +117,16 @@ class SimulatedStack:
                             f"alpha is not realisable by a simulated stack: alpha[{i}][{k}] = {a[i, k]:g} but "
                             f"alpha[{i}][{j}] * alpha[{j}][{k}] = {a[i, j] * a[j, k]:g}. A stack with independent "
                             "acceptances at every level (what the HSD latency model assumes) needs "
-                            "alpha[i][k] = alpha[i][j] * alpha[j][k]; give the superdiagonal as a chain instead")
+                            "alpha[i][k] = alpha[i][j] * alpha[j][k]; give the superdiagonal as a chain instead"
+                        )
         return cls([a[i, i + 1] for i in range(n - 1)], latencies, **kw)
 
     @property
-    def target(self) -> "StackModel":
+    def target(self) -> StackModel:
         return self.models[-1]
 
     @property
-    def drafters(self) -> list["StackModel"]:
+    def drafters(self) -> list[StackModel]:
         return self.models[:-1]
 
     @property

@@ -12,7 +12,7 @@ from __future__ import annotations
 import copy
 import itertools
 import os
-from typing import Sequence
+from collections.abc import Sequence
 
 from specpar.errors import ConfigError
 from specpar.models.latency import LatencyProfile
@@ -67,8 +67,16 @@ class TransformersModel:
     latency: a measured LatencyProfile (from ``specpar profile``), used only by the virtual clock.
     """
 
-    def __init__(self, source, tokenizer=None, *, device: str = "cpu", dtype=None, name: str | None = None,
-                 latency: LatencyProfile | None = None):
+    def __init__(
+        self,
+        source,
+        tokenizer=None,
+        *,
+        device: str = "cpu",
+        dtype=None,
+        name: str | None = None,
+        latency: LatencyProfile | None = None,
+    ):
         import torch
 
         device = check_device(device)
@@ -121,8 +129,9 @@ class TransformersModel:
         """A new server (its own empty KV cache) on ``device`` (default: the model's device)."""
         return TransformersServer(self, name or f"{self.name}-{next(_names)}", device or self.device)
 
-    def servers(self, n: int, devices: Sequence[str] | None = None, prefix: str = "server",
-                max_tokens: int = 0) -> list[TransformersServer]:
+    def servers(
+        self, n: int, devices: Sequence[str] | None = None, prefix: str = "server", max_tokens: int = 0
+    ) -> list[TransformersServer]:
         """``n`` servers spread round-robin over ``devices``, after checking they fit in memory.
 
         max_tokens: the longest sequence each server will cache (prompt + new tokens), for the KV estimate.

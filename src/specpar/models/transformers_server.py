@@ -20,7 +20,7 @@ depend on which thread drafted it.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -29,12 +29,10 @@ from specpar.decoding import DRAFT, Decoding, sample
 from specpar.errors import ConfigError
 from specpar.models.prefix import common_prefix_len
 
-if TYPE_CHECKING:  # pragma: no cover
-    from specpar.models.transformers_model import TransformersModel
-
 
 class TransformersServer:
-    """One instance of a :class:`TransformersModel` on one device, with its own KV cache.
+    """One instance of a model (a :class:`~specpar.models.transformers_model.TransformersModel`, which makes
+    its servers: this module does not import it) on one device, with its own KV cache.
 
     Several servers of one model on one device share the weights (one module);
     only their caches are separate. Implements the runtime's server contract.
@@ -43,7 +41,7 @@ class TransformersServer:
         perf_counter times, for the time a generation spends outside forward passes.
     """
 
-    def __init__(self, model: "TransformersModel", name: str, device: str):
+    def __init__(self, model, name: str, device: str):
         self.model = model
         self.name = name
         self.device = device

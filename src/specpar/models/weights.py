@@ -117,7 +117,9 @@ def _progress(enabled: bool):
         return nullcontext(None)
     from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn
 
-    return Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TimeElapsedColumn(), transient=True)
+    return Progress(
+        TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TimeElapsedColumn(), transient=True
+    )
 
 
 def join_parts(model: ChunkedGGUF, dest: Path, progress: bool = True) -> Path:

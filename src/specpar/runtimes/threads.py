@@ -12,7 +12,7 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from typing import Sequence
+from collections.abc import Sequence
 
 from specpar.errors import ServerError
 from specpar.runtimes.base import Pool, Runtime, Task

@@ -15,7 +15,7 @@ from __future__ import annotations
 import gc
 import heapq
 from collections import deque
-from typing import Sequence
+from collections.abc import Sequence
 
 from specpar.errors import ConfigError, ServerError
 from specpar.runtimes.base import Pool, Runtime, Task

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -141,8 +141,10 @@ def check_costs(costs: Sequence[float]) -> list[float]:
             raise ConfigError(f"cost c_{i} must be a finite number > 0, got {x!r}")
     for i in range(len(c) - 1):
         if not c[i] < c[i + 1]:
-            raise ConfigError(f"costs must increase toward the target (M0 < M1 < ... < MK): "
-                              f"c_{i} = {c[i]:g} is not below c_{i + 1} = {c[i + 1]:g}")
+            raise ConfigError(
+                f"costs must increase toward the target (M0 < M1 < ... < MK): "
+                f"c_{i} = {c[i]:g} is not below c_{i + 1} = {c[i + 1]:g}"
+            )
     return [float(x) for x in c]
 
 
@@ -177,6 +179,8 @@ def hierarchy_latency(costs: Sequence[float], alpha, levels: Sequence[int], buff
     if len(a) != len(c):
         raise ConfigError(f"alpha is {len(a)} x {len(a)} but there are {len(c)} costs: give one row per model")
     if list(levels) != sorted(set(levels)) or levels[-1] != len(c) - 1 or levels[0] < 0:
-        raise ConfigError(f"levels must be increasing model indices ending with the target {len(c) - 1}, got {list(levels)}")
+        raise ConfigError(
+            f"levels must be increasing model indices ending with the target {len(c) - 1}, got {list(levels)}"
+        )
     F = forwards_per_token(a, levels, buffers)
     return float(sum(c[s] * f for s, f in zip(levels, F)))

@@ -52,8 +52,9 @@ def sp_degree_needed(target_ms: float, drafter_ms: float, lookahead: int, per_to
     return max(eq1, 2) if lookahead * drafter_ms > target_ms * (1 + _EPS) else eq1
 
 
-def min_lookahead(target_ms: float, drafter_ms: float, sp_degree: int, max_lookahead: int | None = None,
-                  per_token_ms: float = 0.0) -> int:
+def min_lookahead(
+    target_ms: float, drafter_ms: float, sp_degree: int, max_lookahead: int | None = None, per_token_ms: float = 0.0
+) -> int:
     """The smallest lookahead k with sp_degree >= (target_ms + per_token_ms * k) / (k * drafter_ms) (Eq. 1).
 
     target_ms, drafter_ms: forward latencies per token (tpot), ms; per_token_ms: the target's extra cost

@@ -1,7 +1,7 @@
 """HSD's optimizer (planning layer): the subset of models and buffer sizes that minimize the latency L.
 
 The exact optimizer is a dynamic program over (model, buffer) pairs. With the
-latency model of specpar.hsd_latency, one call to model m holding buffer t (m is
+latency model of specpar.planning.hsd_latency, one call to model m holding buffer t (m is
 not the target) costs, in expectation,
 
     H(m, t) = c_m * t                                       (m drafts alone, the bottom level)
@@ -24,13 +24,20 @@ reference for small K.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Sequence
 
 import numpy as np
 
 from specpar.errors import ConfigError
-from specpar.hsd_latency import check_alpha, check_buffer, check_costs, gamma_table, hierarchy_latency, top_rate
+from specpar.planning.hsd_latency import (
+    check_alpha,
+    check_buffer,
+    check_costs,
+    gamma_table,
+    hierarchy_latency,
+    top_rate,
+)
 
 
 @dataclass(frozen=True)
@@ -119,4 +126,3 @@ def best_single_drafter(costs: Sequence[float], alpha, t_max: int = 15) -> HsdPl
     if not L[m, tt] < c[K]:
         return HsdPlan((K,), (), c[K])
     return HsdPlan((int(m), K), (int(tt) + 1,), float(L[m, tt]))
-
