@@ -4,6 +4,7 @@ Latencies are in the paper's time units: every forward pass costs the same
 (TTFT = TPOT), the target 1 unit, the drafter c units; servers are preemptible.
 """
 
+import itertools
 import statistics
 
 import pytest
@@ -100,12 +101,12 @@ def test_amdahl_one_drafter_at_80_percent_tends_to_5x():
     assert n / statistics.fmean(times) == pytest.approx(amdahl, rel=0.05)
 
 
-@pytest.mark.parametrize("ttft", [3.0, 10.0])
-def test_theorem1_holds_with_a_costly_prefill_when_replicas_prefill_together(ttft):
+def test_theorem1_holds_with_a_costly_prefill_when_replicas_prefill_together():
     """TTFT > TPOT: each cold target replica pays a prefill. Prefilling all of them at the start (the default
-    then) keeps DSI never slower than non-SI; without it, DSI loses on its first tokens."""
+    then) keeps DSI never slower than non-SI; without it, DSI loses on its first tokens (the pool's choice of the
+    warmest replica avoids most, not all, of it: benchmarks/theorem_grid.py counts them)."""
     lost_without = 0
-    for c in (0.02, 0.1, 0.4):
+    for ttft, c in itertools.product((3.0, 10.0), (0.02, 0.1, 0.4)):
         for a in (0.0, 0.5, 0.9):
             k = min_lookahead(1.0, c, 7)
             for seed in range(3):

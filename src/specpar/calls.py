@@ -1,8 +1,9 @@
 """The server contract: the two calls an algorithm sends to a model server, and their results.
 
 A server is a model instance with its own KV cache (or, for simulated models, its
-own hash cache). Calls carry the whole context; the server reuses the longest
-common prefix with what it saw last and processes only the rest.
+own hash cache). Calls carry the whole context as a :class:`Context`, a view that
+shares the verified tokens with the generation instead of copying them; the server
+reuses the longest common prefix with what it saw last and processes only the rest.
 
 Positions are absolute indices into the token sequence (prompt included).
 Calls are treated as immutable once submitted (plain slotted classes rather
@@ -13,17 +14,86 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import islice
 
 import numpy as np
 
 from specpar.decoding import Decoding
 
 
+class Context(Sequence):
+    """A call's token sequence: the first ``n`` tokens of ``base``, a shared list that only ever grows (a
+    generation's verified tokens), followed by the tuple ``tail`` (unverified drafts).
+
+    Building one costs O(len(tail)), not O(n): every task of a generation refers to the same ``base``, so the
+    memory of a run grows linearly with its length (a tuple per call grew with its square). Indexing, slicing
+    (slices are tuples), iteration, ``len`` and ``==`` behave as for the tuple ``tuple(self)``;
+    ``context + tokens`` is a Context with the same base and a longer tail.
+    """
+
+    __slots__ = ("base", "n", "tail", "_len")
+
+    def __init__(self, base: list[int], n: int, tail: tuple[int, ...] = ()):
+        self.base = base
+        self.n = n
+        self.tail = tail
+        self._len = n + len(tail)
+
+    def __len__(self) -> int:
+        return self._len
+
+    def __getitem__(self, i):
+        n = self.n
+        if isinstance(i, slice):
+            start, stop, step = i.indices(self._len)
+            if step != 1:
+                return tuple(self)[i]
+            if stop <= n:
+                return tuple(self.base[start:stop])
+            if start >= n:
+                return self.tail[start - n : stop - n]
+            return tuple(self.base[start:n]) + self.tail[: stop - n]
+        if i < 0:
+            i += self._len
+        if not 0 <= i < self._len:
+            raise IndexError("context index out of range")
+        return self.base[i] if i < n else self.tail[i - n]
+
+    def __iter__(self):
+        yield from islice(self.base, self.n)
+        yield from self.tail
+
+    def __add__(self, tokens) -> Context:
+        return Context(self.base, self.n, self.tail + tuple(tokens))
+
+    def __eq__(self, other) -> bool:
+        if not isinstance(other, (Context, tuple, list)) or len(other) != self._len:
+            return NotImplemented if not isinstance(other, (Context, tuple, list)) else False
+        if isinstance(other, Context) and other.base is self.base:
+            m = min(self.n, other.n)  # both hold base[:m]: compare only what follows
+            return self[m:] == other[m:]
+        return tuple(self) == tuple(other)
+
+    __hash__ = None
+
+    def tokens(self) -> tuple[int, ...]:
+        """The whole sequence as a tuple (an O(len) copy)."""
+        return tuple(self.base[: self.n]) + self.tail
+
+    def __repr__(self) -> str:
+        return f"Context(<{self.n} verified + {len(self.tail)} draft tokens>)"
+
+
+def as_context(tokens) -> Context:
+    """``tokens`` as a Context (a Context is returned as is; any other sequence is copied once)."""
+    return tokens if isinstance(tokens, Context) else Context(list(tokens), len(tokens))
+
+
 @dataclass(slots=True)
 class Draft:
     """Ask a drafter for ``k`` tokens continuing ``context`` (positions len(context) .. len(context)+k-1)."""
 
-    context: tuple[int, ...]
+    context: Context | tuple[int, ...]
     k: int
     decoding: Decoding
     kind = "draft"
@@ -40,7 +110,7 @@ class Score:
     __slots__ = ("context", "n_drafts", "decoding", "start", "end")
     kind = "verify"
 
-    def __init__(self, context: tuple[int, ...], n_drafts: int, decoding: Decoding):
+    def __init__(self, context: Context | tuple[int, ...], n_drafts: int, decoding: Decoding):
         self.context = context
         self.n_drafts = n_drafts
         self.decoding = decoding

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from specpar.calls import Proposal, Scores
+from specpar.calls import Context, Proposal, Scores
 from specpar.decoding import Decoding
 from specpar.errors import ConfigError
 from specpar.results import GenerationResult
@@ -49,26 +49,22 @@ class Generation:
         self.position_drafted: list[int] = []
         self.position_accepted: list[int] = []
         self._run = 0  # accepted drafts since the last target token
-        self._verified: tuple[int, ...] | None = None  # tuple(out), cached for context()
-        self._last: tuple[tuple[int, ...], tuple[int, ...]] = ((), ())  # (drafts, context) context() made last
+        self._last: Context | None = None  # the Context context() made last
         self.stream = stream  # called with each run of newly verified output tokens, in order
         self._streamed = len(prompt)
 
-    def context(self, drafts: Sequence[int] = ()) -> tuple[int, ...]:
-        """The verified sequence followed by ``drafts``, as an immutable tuple for a call.
+    def context(self, drafts: Sequence[int] = ()) -> Context:
+        """The verified sequence followed by ``drafts``, for a call: a :class:`Context` that shares ``out``.
 
-        The last one is reused when asked again (DSI asks twice per event about half the time: the
-        drafter's next chunk and the verification of the same drafts), saving an O(N) copy.
+        Costs O(len(drafts)) whatever the length of the output (``out`` only grows, so the first len(out) tokens
+        a Context refers to never change). The last one is reused when asked again for the same drafts (DSI asks
+        twice per event about half the time: the drafter's next chunk and the verification of the same drafts).
         """
-        if self._verified is None or len(self._verified) != len(self.out):
-            self._verified = tuple(self.out)  # out only grows: its length identifies it
-            self._last = ((), self._verified)
-        if not drafts:
-            return self._verified
-        tail = tuple(drafts)
-        if self._last[0] != tail:
-            self._last = (tail, self._verified + tail)
-        return self._last[1]
+        n, tail = len(self.out), tuple(drafts)
+        last = self._last
+        if last is None or last.n != n or last.tail != tail:
+            self._last = last = Context(self.out, n, tail)
+        return last
 
     def lookahead_at(self, position: int, lookahead: int) -> int:
         """Drafts worth proposing from ``position``: never the last output token (the target makes it)."""

@@ -83,6 +83,9 @@ class LevelsServer:
         return result
 
     # The runtime's server contract.
+    def cached_len(self, context) -> int:
+        return self.servers[-1].cached_len(context)
+
     def duration_ms(self, call) -> float:
         self._elapsed, self.levels.run = 0.0, self._run_now
         self._computed = (call, self._draft(call))

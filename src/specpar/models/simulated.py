@@ -250,6 +250,9 @@ class SimulatedServer:
             self._lcp_of = (ctx, lcp)
         return lcp
 
+    def cached_len(self, context) -> int:
+        return self._lcp(context)
+
     def duration_ms(self, call) -> float:
         lat = self.latency
         return lat.call_ms(call, self._lcp(call.context) if lat.cache_matters else 0)

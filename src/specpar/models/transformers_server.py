@@ -149,6 +149,9 @@ class TransformersServer:
                 logits = self._forward([token])[-1]
         return Proposal(tokens, None if dec.greedy else np.stack(q))
 
+    def cached_len(self, context) -> int:
+        return common_prefix_len(self.tokens, context)
+
     def duration_ms(self, call) -> float:
         """Predicted time of ``call`` from the model's measured latency profile (virtual clock)."""
         lat = self.latency

@@ -12,12 +12,16 @@ from typing import Any, Protocol
 class Server(Protocol):
     """What a runtime needs of a server (a model instance with its own cache).
 
+    cached_len(context): how many leading tokens of ``context`` the server's cache holds (what a call on it
+        would not have to compute again); pools use it to choose a replica.
     duration_ms(call): how long ``call`` takes from the server's current state (virtual clock).
     compute(call): the result, at once (virtual clock).
     run(call, cancelled): the result in real time; returns early (None) once ``cancelled`` is set.
     """
 
     name: str
+
+    def cached_len(self, context) -> int: ...
 
     def duration_ms(self, call) -> float: ...
 
@@ -27,7 +31,8 @@ class Server(Protocol):
 
 
 class Pool:
-    """Interchangeable servers (e.g. sp_degree replicas of the target); a task runs on any idle one."""
+    """Interchangeable servers (e.g. sp_degree replicas of the target); a task runs on an idle one, chosen by
+    :meth:`pick` (the same rule on every runtime)."""
 
     def __init__(self, servers: Sequence[Server], name: str):
         if not servers:
@@ -37,6 +42,24 @@ class Pool:
 
     def __len__(self) -> int:
         return len(self.servers)
+
+    @staticmethod
+    def pick(idle: Sequence[Server], call) -> int:
+        """Which idle server runs ``call``: its index in ``idle`` (servers in the order they became idle).
+
+        The one whose cache covers most of the call's context, so that no replica pays to catch up on tokens
+        another has already seen (a pass costs more per token it has not cached: TTFT for a cold cache,
+        per_token_ms for each unseen token); ties go to the server idle longest (first in ``idle``).
+        """
+        if len(idle) == 1:
+            return 0
+        context = call.context
+        best, most = 0, -1
+        for i, server in enumerate(idle):
+            n = server.cached_len(context)
+            if n > most:
+                best, most = i, n
+        return best
 
     def __repr__(self) -> str:
         return f"Pool({self.name}, {len(self.servers)} servers)"

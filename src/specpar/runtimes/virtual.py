@@ -41,7 +41,7 @@ class VirtualRuntime(Runtime):
         self._now = 0.0
         self._heap: list = []  # (end in integer ns, pool rank, task id, task) of started tasks
         self._rank = {p: i for i, p in enumerate(self.pools)}
-        self._idle = {p: deque(p.servers) for p in self.pools}
+        self._idle = {p: list(p.servers) for p in self.pools}  # in the order they became idle
         self._queued = {p: deque() for p in self.pools}
         self._gc_was_enabled: bool | None = None
 
@@ -73,7 +73,7 @@ class VirtualRuntime(Runtime):
         self.tasks.append(task)
         idle = self._idle[pool]
         if idle:
-            self._start(task, idle.popleft())
+            self._start(task, idle.pop(pool.pick(idle, call)) if len(idle) > 1 else idle.pop())
         else:
             self._queued[pool].append(task)
         return task
