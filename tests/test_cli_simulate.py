@@ -8,7 +8,10 @@ from specpar.cli import build_parser, main
 def test_json_output_has_all_three_algorithms_and_the_closed_forms(capsys):
     assert main(["simulate", "--json", "-N", "30", "--repeats", "3", "-a", "0.8", "-c", "0.1", "--sp-degree", "5"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["config"]["lookahead"] == 2  # Eq. 1 for c = 0.1, SP = 5
+    # -k auto: DSI's lookahead satisfies Eq. 1 on 4 verification servers (SP = 5, one kept for the cursor): k >= 3
+    ks = out["config"]["lookahead"]
+    assert ks["dsi"] >= 3 and ks["si"] >= 1 and "auto" in out["config"]["lookahead_choice"]
+    assert res_lookahead(out, "dsi") == ks["dsi"] and res_lookahead(out, "si") == ks["si"]
     res = out["results"]
     assert set(res) >= {"nonsi", "si", "dsi"}
     assert res["nonsi"]["mean_ms"] == 30 * 30.0
@@ -17,10 +20,21 @@ def test_json_output_has_all_three_algorithms_and_the_closed_forms(capsys):
     assert out["closed_forms"]["si_expected_ms"] > 0
 
 
+def res_lookahead(out, algo):
+    return out["results"][algo]["lookahead"]
+
+
+def test_a_given_lookahead_is_used_by_both(capsys):
+    assert main(["simulate", "--json", "-N", "20", "--repeats", "1", "-k", "4", "--sp-degree", "3"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert res_lookahead(out, "si") == res_lookahead(out, "dsi") == 4
+    assert out["config"]["lookahead_choice"] == "given; Eq. 1 needs SP >= 4"  # c = 0.1: 3 verifying + 1
+
+
 def test_table_output_and_threads_runtime(capsys):
     assert main(["simulate", "-N", "15", "--repeats", "1", "--target-tpot", "2", "--runtime", "threads"]) == 0
     text = capsys.readouterr().out
-    assert "lookahead k =" in text and "threads" in text
+    assert "lookahead " in text and "auto: DSI the fastest" in text and "threads" in text
     first_cells = [line.split("│")[1].strip() for line in text.splitlines() if line.startswith("│")]
     assert first_cells == ["non-SI", "SI", "DSI"]
 

@@ -94,10 +94,11 @@ def test_default_profile_lives_in_the_cache(tmp_path, monkeypatch):
 
 
 def test_lookaheads_follow_eq1_with_at_most_sp_servers():
-    # c = 0.05: lookahead 1 needs 20 servers, 5 needs 4, 10 needs 2
-    assert feasible_lookaheads(pair(t=2.0, d=0.1), (1, 5, 10), 7) == [(5, 4), (10, 2)]
-    # c = 0.5: chunks of 5 and 10 take longer to draft than a target pass, so DSI wants a second server
-    assert feasible_lookaheads(pair(t=2.0, d=1.0), (1, 5, 10), 7) == [(1, 2), (5, 2), (10, 2)]
+    # c = 0.05: lookahead 1 needs 20 verification servers, 5 needs 4, 10 needs 2; each + 1 for the cursor
+    assert feasible_lookaheads(pair(t=2.0, d=0.1), (1, 5, 10), 7) == [(5, 5), (10, 3)]
+    # c = 0.5: two verifications of single drafts overlap; chunks of 5 and 10 take longer to draft than a
+    # target pass, so one verifies at a time; each + 1 for the cursor
+    assert feasible_lookaheads(pair(t=2.0, d=1.0), (1, 5, 10), 7) == [(1, 3), (5, 2), (10, 2)]
     with pytest.raises(ConfigError, match="no lookahead in"):
         run_online(pair(t=2.0, d=0.01), lookaheads=(1, 5), repeats=1)
 

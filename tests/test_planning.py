@@ -1,30 +1,41 @@
-"""Eq. 1: the smallest lookahead for an SP degree, with the paper's own examples."""
+"""Eq. 1: the paper's own examples, the server count with the pass on the cursor and catch-up, the smallest
+lookahead that keeps up."""
 
 import pytest
 
 from specpar import ConfigError, min_lookahead, sp_degree_needed
+from specpar.planning.lookahead import eq1_servers, satisfies_eq1, verification_servers
 
 
-def test_the_papers_examples():
-    assert min_lookahead(1.0, 0.05, 4) == 5  # §3.1: drafter at 5%, SP = 4 -> lookahead 5
-    assert min_lookahead(1.0, 0.10, 5) == 2  # SP vs MP: drafter at 10%, 6 GPUs (5 targets) -> lookahead 2
-    assert sp_degree_needed(1.0, 0.10, 2) == 5
+def test_the_papers_examples_of_eq1_as_written():
+    assert eq1_servers(1.0, 0.05, 5) == 4  # §3.1: drafter at 5%, SP = 4 -> lookahead 5
+    assert eq1_servers(1.0, 0.05, 4) == 5
+    assert eq1_servers(1.0, 0.10, 2) == 5  # SP vs MP: drafter at 10%, 5 target servers -> lookahead 2
+
+
+def test_the_server_count_adds_the_pass_on_the_cursor():
+    assert sp_degree_needed(1.0, 0.05, 5) == 5  # Eq. 1's 4 verification servers + 1
+    assert min_lookahead(1.0, 0.05, 5) == 5
+    assert min_lookahead(1.0, 0.05, 4) == 7  # 3 verification servers: 3 x 7 x 0.05 >= 1
+    assert sp_degree_needed(1.0, 0.01, 15) == 8  # the repro: Eq. 1 says 7
 
 
 @pytest.mark.parametrize("c", [0.01, 0.03, 0.1, 0.33, 0.5, 1.0])
 @pytest.mark.parametrize("sp", [1, 2, 3, 7, 16])
-def test_min_lookahead_is_the_smallest_satisfying_eq1(c, sp):
+def test_min_lookahead_is_the_smallest_that_keeps_up(c, sp):
     t, d = 30.0, 30.0 * c
+    v = max(1, sp - 1)  # servers verifying; one is kept for the cursor when there are two or more
     k = min_lookahead(t, d, sp)
-    assert sp * k * d >= t * (1 - 1e-9)  # Eq. 1
+    assert v * k * d >= t * (1 - 1e-9)  # Eq. 1 for the verification servers
     if k > 1:
-        assert sp * (k - 1) * d < t
+        assert v * (k - 1) * d < t
+    assert satisfies_eq1(t, d, k, sp) and (k == 1 or not satisfies_eq1(t, d, k - 1, sp))
     if sp >= 2:
         assert sp_degree_needed(t, d, k) <= sp
 
 
 def test_no_lookahead_can_satisfy_it():
-    with pytest.raises(ConfigError, match="no lookahead <= 4 satisfies Eq. 1.*sp_degree >= 3"):
+    with pytest.raises(ConfigError, match="no lookahead <= 4 lets 2 target server.*sp_degree >= 4"):
         min_lookahead(1.0, 0.1, 2, max_lookahead=4)
     with pytest.raises(ConfigError, match="zero latency"):
         min_lookahead(1.0, 0.0, 7)
@@ -35,9 +46,9 @@ def test_no_lookahead_can_satisfy_it():
 
 
 def test_a_chunk_slower_than_a_target_pass_needs_a_second_server():
-    assert sp_degree_needed(1.0, 0.05, 22) == 2  # 22 x 0.05 = 1.1 > 1
-    assert sp_degree_needed(1.0, 0.05, 20) == 1  # exactly one pass per chunk: no overlap
-    assert sp_degree_needed(1.0, 1.0, 1) == 1
+    assert sp_degree_needed(1.0, 0.05, 22) == 2  # 22 x 0.05 = 1.1 > 1: one verification at a time, + the cursor
+    assert sp_degree_needed(1.0, 0.05, 20) == 2
+    assert sp_degree_needed(1.0, 1.0, 1) == 2
 
 
 def test_dsi_on_the_servers_it_needs_beats_si_where_one_server_did_not():
@@ -60,10 +71,23 @@ def test_dsi_on_the_servers_it_needs_beats_si_where_one_server_did_not():
     assert mean("dsi", sp_degree_needed(1.0, 0.05, 22)) < si
 
 
-def test_a_per_token_verification_cost_counts_in_eq1():
-    # CPU-like: each extra verified token costs half a decode step
-    assert sp_degree_needed(1.0, 0.1, 5, per_token_ms=0.5) == 7  # (1 + 2.5) / 0.5
-    k = min_lookahead(1.0, 0.1, 7, per_token_ms=0.5)  # 7 * 0.1 * k >= 1 + 0.5 k  ->  k >= 5
-    assert k == 5 and sp_degree_needed(1.0, 0.1, k, per_token_ms=0.5) <= 7
-    with pytest.raises(ConfigError, match="verifications pile up.*raise sp_degree above 5.00"):
+def test_catch_up_counts_in_eq1():
+    # CPU-like: each extra token in a pass costs 0.05 of a decode step; V servers in turn each read V k tokens
+    t, d, pt = 1.0, 0.1, 0.05
+    for k in (1, 3, 5, 10):
+        v = verification_servers(t, d, k, pt)
+        assert v * k * d >= t + pt * (v * k - 1) - 1e-9  # v servers keep up, catch-up included
+        assert v == 1 or (v - 1) * k * d < t + pt * ((v - 1) * k - 1)  # and v - 1 do not
+        assert sp_degree_needed(t, d, k, pt) == v + 1
+    assert verification_servers(1.0, 0.1, 5) == 2  # no per-token cost: Eq. 1
+    k = min_lookahead(t, d, 7, per_token_ms=pt)
+    assert satisfies_eq1(t, d, k, 7, pt) and not satisfies_eq1(t, d, k - 1, 7, pt)
+
+
+def test_no_server_count_keeps_up_when_reading_a_token_costs_more_than_drafting_it():
+    assert verification_servers(1.0, 0.1, 5, per_token_ms=0.5) is None
+    with pytest.raises(ConfigError, match="no number of target servers keeps up"):
+        sp_degree_needed(1.0, 0.1, 5, per_token_ms=0.5)
+    with pytest.raises(ConfigError, match="0.5 ms to read, no less than the 0.1 ms"):
         min_lookahead(1.0, 0.1, 4, per_token_ms=0.5)
+    assert not satisfies_eq1(1.0, 0.1, 50, 64, per_token_ms=0.5)

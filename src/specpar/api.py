@@ -72,6 +72,13 @@ def prefill_pays_off(target) -> bool:
     return lat is None or lat.ttft_ms > lat.tpot_ms
 
 
+def verification_costs_grow(target) -> bool:
+    """DSI's default for keeping a target server for passes on the cursor: when verifying k drafts costs more
+    than a pass on the verified prefix (per_token_ms > 0, as on CPUs), or when the cost is unknown."""
+    lat = _latency(target)
+    return lat is None or lat.per_token_ms > 0
+
+
 def default_lookahead(target, drafter, sp_degree: int) -> int:
     """The smallest lookahead satisfying Eq. 1 when both latencies are known, else 5."""
     t, d = _latency(target), _latency(drafter)
@@ -96,6 +103,7 @@ def generate(
     buffers: Sequence[int] | None = None,
     stream=None,
     prefill_replicas: bool | None = None,
+    dedicated_cursor: bool | None = None,
 ) -> GenerationResult:
     """Generate ``max_new_tokens`` tokens after ``prompt`` exactly as ``target`` would.
 
@@ -117,6 +125,9 @@ def generate(
     stream: called with each run of newly verified tokens as they are accepted (non-SI, SI, DSI).
     prefill_replicas: DSI only: every target server prefills the prompt at the start, in parallel.
         Default: when the target's TTFT exceeds its TPOT, or its latency is unknown (see prefill_pays_off).
+    dedicated_cursor: DSI only: one target server is kept for passes on the verified prefix, and verifications
+        covering it do not stand in for them. Default: when verification costs grow with the drafts fed, or are
+        unknown (see verification_costs_grow; :mod:`specpar.algorithms.dsi` says why).
     """
     if algorithm not in ALGORITHMS:
         raise ConfigError(f"algorithm must be one of {ALGORITHMS}, got {algorithm!r}")
@@ -164,6 +175,8 @@ def generate(
             return si(rt, target_pool, drafter_pool, prompt, max_new_tokens, lookahead, decoding, stream)
         if prefill_replicas is None:
             prefill_replicas = prefill_pays_off(target)
+        if dedicated_cursor is None:
+            dedicated_cursor = verification_costs_grow(target)
         return dsi(
             rt,
             target_pool,
@@ -174,6 +187,7 @@ def generate(
             decoding,
             stream,
             prefill_all=prefill_replicas,
+            dedicated_cursor=dedicated_cursor,
         )
 
 

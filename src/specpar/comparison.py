@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from specpar.api import generate
@@ -51,7 +51,7 @@ def compare(
     make_prompt: Callable[[int], Sequence[int]],
     *,
     max_new_tokens: int,
-    lookahead: int,
+    lookahead: int | Mapping[str, int],
     sp_degree: int,
     repeats: int = 1,
     seed: int = 0,
@@ -63,6 +63,7 @@ def compare(
     """Run each algorithm ``repeats`` times, interleaved, repeat r on models and prompt built from ``seed + r``.
 
     make_models(seed) -> (target, drafter); make_prompt(seed) -> token ids.
+    lookahead: one for every algorithm, or one per algorithm ({"si": 6, "dsi": 2}).
     Interleaving (nonsi, si, dsi, nonsi, ...) keeps slow drifts of a shared machine out of the ratios.
     """
     algorithms = list(algorithms)
@@ -77,7 +78,7 @@ def compare(
                 drafter,
                 algorithm=algo,
                 max_new_tokens=max_new_tokens,
-                lookahead=lookahead,
+                lookahead=lookahead.get(algo) if isinstance(lookahead, Mapping) else lookahead,
                 sp_degree=sp_degree,
                 temperature=temperature,
                 seed=seed + r,

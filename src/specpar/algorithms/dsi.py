@@ -16,6 +16,13 @@ time.
   draft as soon as it exists, with no further target pass.
 * A rejection cancels every task that depends on the rejected draft (later
   verifications and the running draft) and restarts from the corrected prefix.
+
+When verifying costs more than a pass on the verified prefix (a per-token cost, as on
+CPUs; ``dedicated_cursor``), a verification that covers the cursor no longer stands in
+for that pass: a pass with no drafts always runs on the cursor, and verifications use
+at most sp_degree - 1 servers, so that one is always free for it. Chunks drafted while
+those servers are busy wait, and are verified together when one frees. With one target
+server there is none to keep: it then verifies too, and Theorem 1 needs sp_degree >= 2.
 """
 
 from __future__ import annotations
@@ -39,9 +46,12 @@ def dsi(
     decoding: Decoding = GREEDY,
     stream=None,
     prefill_all: bool = False,
+    dedicated_cursor: bool = False,
 ) -> GenerationResult:
     """prefill_all: at the start, every target server prefills the prompt at once (in parallel), so that
-    no verification later pays a prefill (TTFT) on a cold replica; worth it when TTFT > TPOT."""
+    no verification later pays a prefill (TTFT) on a cold replica; worth it when TTFT > TPOT.
+    dedicated_cursor: a pass with no drafts always works on the cursor, on a server kept for it (see the
+    module docstring); for targets whose verification costs grow with the drafts fed."""
     check_positive_int("lookahead (k)", lookahead)
     g = Generation(prompt, max_new_tokens, decoding, runtime, stream)
     drafts: list[int] = []  # unverified drafts, at positions len(g.out), len(g.out) + 1, ...
@@ -51,10 +61,14 @@ def dsi(
     verifying: list[Task] = []  # verification tasks in flight, ordered by the position of their first row
     drafting: Task | None = None  # the drafter's task in flight
     warming: set[Task] = set()  # prefills of the prompt on the other target servers (never cancelled)
+    unsent = 0  # the last `unsent` drafts wait for a verification server (dedicated_cursor only)
+    keep_one = dedicated_cursor and len(target) > 1  # one target server kept for passes on the cursor
+    max_verifying = len(target) - 1 if keep_one else len(target) + max_new_tokens  # else: the runtime queues
 
     def reject_dependents() -> None:
         """A draft was rejected: cancel every task that depends on it and forget later drafts."""
-        nonlocal drafting
+        nonlocal drafting, unsent
+        unsent = 0
         for t in verifying:
             runtime.cancel(t)
         if drafting is not None:
@@ -76,7 +90,7 @@ def dsi(
         return True
 
     def on_draft(task: Task) -> None:
-        nonlocal drafting
+        nonlocal drafting, unsent
         drafting = None
         start, tokens, q = len(task.call.context), task.result.tokens, task.result.q
         taken = len(g.out) + len(drafts) - start  # positions the target filled while we drafted
@@ -89,11 +103,19 @@ def dsi(
         if len(g.out) not in known:  # nothing can judge the new drafts yet: hand the drafter its next chunk first
             keep_drafting()
         # the previous chunk's extra row may judge the first new draft at once
-        n = min(len(new), len(drafts)) if settle() else 0
-        if n:
-            verifying.append(runtime.submit(target, Score(g.context(drafts), n, decoding)))
+        if settle():
+            unsent = min(unsent + len(new), len(drafts))
+            send_drafts()
+
+    def send_drafts() -> None:
+        """Verify the drafts that wait, in one pass, if a server is free for it."""
+        nonlocal unsent
+        if unsent and sum(1 for t in verifying if t.call.n_drafts) < max_verifying:
+            verifying.append(runtime.submit(target, Score(g.context(drafts), unsent, decoding)))
+            unsent = 0
 
     def on_scores(task: Task) -> None:
+        nonlocal unsent
         if task in warming:
             warming.discard(task)
         else:
@@ -101,15 +123,25 @@ def dsi(
         start, rows = task.result.start, task.result.rows
         for i in range(max(0, len(g.out) - start), len(rows)):  # rows at the cursor and beyond
             known[start + i] = rows[i]
-        settle()
+        if settle():
+            unsent = min(unsent, len(drafts))  # the cursor's pass may have judged drafts that waited
 
     def cover_cursor() -> None:
         """A target works on (or already knows) the cursor; tasks wholly behind it are dropped."""
         cursor = len(g.out)
         while verifying and verifying[0].call.end < cursor:
             runtime.cancel(verifying.pop(0))  # every row it would give is already behind the cursor
-        if cursor not in known and not (verifying and verifying[0].call.start <= cursor):
-            verifying.append(runtime.submit(target, Score(g.context(), 0, decoding)))
+        if cursor in known:
+            return
+        behind = 0  # tasks from before the cursor, first in `verifying`
+        while behind < len(verifying) and verifying[behind].call.start < cursor:
+            behind += 1
+        if keep_one:  # only a pass with no drafts counts: a verification may take longer
+            if any(t.call.start == cursor and not t.call.n_drafts for t in verifying[behind:]):
+                return
+        elif verifying and verifying[0].call.start <= cursor:
+            return
+        verifying.insert(behind, runtime.submit(target, Score(g.context(), 0, decoding)))
 
     def keep_drafting() -> None:
         """The drafter drafts the next chunk after the last draft."""
@@ -123,6 +155,7 @@ def dsi(
         """After every event: the invariants that make DSI never slower than non-SI, and drafting ahead."""
         cover_cursor()
         keep_drafting()
+        send_drafts()
 
     keep_busy()
     if prefill_all:

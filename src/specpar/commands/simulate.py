@@ -10,7 +10,7 @@ import warnings
 
 from specpar.errors import ConfigError, SpecparWarning
 from specpar.models import LatencyProfile, SimulatedModel
-from specpar.planning import min_lookahead, sp_degree_needed
+from specpar.planning.lookahead import verification_servers
 
 DESCRIPTION = """\
 Simulate lossless speculative inference with a simulated target and drafter.
@@ -77,11 +77,11 @@ def register(sub) -> None:
     p.add_argument(
         "-k",
         "--lookahead",
-        type=int,
-        default=None,
+        default="auto",
         metavar="K",
         help="draft tokens per verification task (vLLM num_speculative_tokens, HF num_assistant_tokens). "
-        "Default: the smallest lookahead satisfying the paper's Eq. 1 for --sp-degree",
+        "'auto' (default): each algorithm's fastest, predicted by simulation; DSI's among the lookaheads "
+        "satisfying the paper's Eq. 1 for --sp-degree (`specpar plan` shows the candidates)",
     )
     p.add_argument(
         "--sp-degree",
@@ -163,6 +163,44 @@ def _profiles(args) -> tuple[LatencyProfile, LatencyProfile]:
     return target, drafter
 
 
+def parse_lookahead(text) -> int | str:
+    """-k/--lookahead: "auto" or an integer >= 1 (a ConfigError otherwise)."""
+    if text == "auto":
+        return text
+    try:
+        k = int(text)
+    except (TypeError, ValueError):
+        k = 0
+    if k < 1:
+        raise ConfigError(f"--lookahead must be 'auto' or an integer >= 1, got {text!r}")
+    return k
+
+
+def _lookaheads(args, target_lat, drafter_lat, a) -> tuple[dict[str, int], str]:
+    """Each algorithm's lookahead ({"si": k, "dsi": k}) and a line saying how it was chosen."""
+    k = parse_lookahead(args.lookahead)
+    if k != "auto":
+        v = (
+            verification_servers(target_lat.tpot_ms, drafter_lat.tpot_ms, k, target_lat.per_token_ms)
+            if drafter_lat.tpot_ms > 0
+            else 0
+        )
+        if v is None:
+            why = "given; no SP degree satisfies Eq. 1 with this per-token cost"
+        else:
+            why = "given" + (f"; Eq. 1 needs SP >= {v + 1}" if v and v + 1 > args.sp_degree else "")
+        return {"si": k, "dsi": k}, why
+    from specpar.experiments.lookahead_choice import choose_lookahead
+
+    if drafter_lat.tpot_ms <= 0:
+        raise ConfigError("a drafter with zero latency drafts infinitely fast: -k auto has nothing to weigh; give -k K")
+    n = args.max_new_tokens
+    dsi = choose_lookahead(target_lat, drafter_lat, a, args.sp_degree, n, seed=args.seed)
+    si = choose_lookahead(target_lat, drafter_lat, a, 1, n, seed=args.seed, algorithm="si")
+    si_why = si.why.removeprefix("SI's ")
+    return {"si": si.lookahead, "dsi": dsi.lookahead}, f"auto: DSI {dsi.why}; SI {si_why}"
+
+
 def run(args) -> int:
     for name in ("max_new_tokens", "repeats", "sp_degree", "prompt_length"):
         if getattr(args, name) < 1:
@@ -183,20 +221,8 @@ def run(args) -> int:
     a = args.acceptance_rate
     if not 0.0 <= a <= 1.0:
         raise ConfigError(f"acceptance rate a must be in [0, 1], got {a!r}")
-    if args.lookahead is not None and args.lookahead < 1:
-        raise ConfigError(f"--lookahead must be >= 1, got {args.lookahead}")
     c = drafter_lat.tpot_ms / target_lat.tpot_ms if target_lat.tpot_ms > 0 else float("nan")
-    k = args.lookahead
-    if k is None:
-        k = min_lookahead(target_lat.tpot_ms, drafter_lat.tpot_ms, args.sp_degree, per_token_ms=target_lat.per_token_ms)
-        why = f"the smallest satisfying Eq. 1 for SP = {args.sp_degree}"
-    else:
-        need = (
-            sp_degree_needed(target_lat.tpot_ms, drafter_lat.tpot_ms, k, target_lat.per_token_ms)
-            if drafter_lat.tpot_ms > 0
-            else None
-        )
-        why = "given" + (f"; Eq. 1 needs SP >= {need}" if need and need > args.sp_degree else "")
+    k, why = _lookaheads(args, target_lat, drafter_lat, a)
 
     def make_models(seed):
         target = SimulatedModel(args.vocab_size, seed=seed, latency=target_lat)
@@ -220,7 +246,7 @@ def run(args) -> int:
         n, t, d = args.max_new_tokens, target_lat.tpot_ms, drafter_lat.tpot_ms
         closed = {
             "nonsi_ms": analytic.nonsi_latency(t, n),
-            "si_expected_ms": analytic.si_expected_latency(t, d, a, k, n),
+            "si_expected_ms": analytic.si_expected_latency(t, d, a, k["si"], n),
             "dsi_prop1_bound_ms_lookahead1": analytic.dsi_latency_bound(t, d, a, n),
         }
 
@@ -250,6 +276,7 @@ def run(args) -> int:
                         "drafter_latency_fraction": c,
                         "acceptance_rate": a,
                         "lookahead": k,
+                        "lookahead_choice": why,
                         "sp_degree": args.sp_degree,
                         "max_new_tokens": args.max_new_tokens,
                         "runtime": args.runtime,
@@ -306,7 +333,8 @@ def _print_table(args, summary, target_lat, drafter_lat, c, k, why, closed, mess
         f"drafter {drafter_lat.tpot_ms:g} ms/token (c = {c:.3g}), a = {args.acceptance_rate:g}, "
         f"N = {args.max_new_tokens}, {args.repeats} repeats, {clock}, {mode}"
     )
-    console.print(f"lookahead k = {k} ({why})")
+    ks = f"k = {k['dsi']}" if k["si"] == k["dsi"] else f"SI k = {k['si']}, DSI k = {k['dsi']}"
+    console.print(f"lookahead {ks} ({why})")
     table = Table()
     for col in (
         "algorithm",

@@ -245,8 +245,9 @@ def event_cell(
 
 
 def theorem2_servers(c: float, lookahead: int) -> int:
-    """Target servers for Theorem 2's comparison at drafter latency c: Eq. 1's count, and at least 2."""
-    return max(2, sp_degree_needed(1.0, c, lookahead))
+    """Target servers for Theorem 2's comparison at drafter latency c: the count DSI needs (Eq. 1's verification
+    servers and one for the pass on the cursor, :func:`~specpar.planning.sp_degree_needed`)."""
+    return sp_degree_needed(1.0, c, lookahead)
 
 
 def dsi_at_si_lookahead(h: Heatmap) -> np.ndarray:

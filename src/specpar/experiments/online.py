@@ -22,22 +22,20 @@ from specpar.api import generate
 from specpar.errors import ConfigError
 from specpar.experiments.pair_profile import PairProfile
 from specpar.models import SimulatedModel
-from specpar.planning import sp_degree_needed
+from specpar.planning.lookahead import verification_servers
 
 TABLE2_LOOKAHEADS = (1, 5, 10)
 
 
 def feasible_lookaheads(profile: PairProfile, lookaheads: Sequence[int], sp_degree: int) -> list[tuple[int, int]]:
-    """(lookahead, SP degree Eq. 1 needs) for each lookahead that fits on ``sp_degree`` target servers."""
+    """(lookahead, SP degree it needs) for each lookahead that fits on ``sp_degree`` target servers (Eq. 1's
+    verification servers with catch-up, and one for the pass on the cursor: :func:`~specpar.planning.sp_degree_needed`)."""
     out = []
+    t, d = profile.target, profile.drafter
     for k in lookaheads:
-        need = (
-            sp_degree_needed(profile.target.tpot_ms, profile.drafter.tpot_ms, k, profile.target.per_token_ms)
-            if profile.drafter.tpot_ms > 0
-            else None
-        )
-        if need is not None and need <= sp_degree:
-            out.append((k, need))
+        v = verification_servers(t.tpot_ms, d.tpot_ms, k, t.per_token_ms) if d.tpot_ms > 0 else None
+        if v is not None and v + 1 <= sp_degree:
+            out.append((k, v + 1))
     return out
 
 

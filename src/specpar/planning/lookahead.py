@@ -1,26 +1,34 @@
-"""Planning: the lookahead / SP-degree trade-off of DSI (the paper's Eq. 1, App. D).
+"""Planning: the lookahead / SP-degree trade-off of DSI (the paper's Eq. 1, App. D), with the costs it leaves out.
 
-A chunk of k drafts is ready every ``k * drafter_ms``; each verification occupies
-a target server for ``target_ms``. So at most ``ceil(target_ms / (k * drafter_ms))``
-verifications overlap, and no verification waits for a server iff
+The paper's Eq. 1: a chunk of k drafts is ready every ``k * drafter_ms``, each
+verification occupies a target server for ``target_ms``, so no verification waits
+for a server iff
 
-    sp_degree >= target_ms / (lookahead * drafter_ms)          (Eq. 1)
+    sp_degree >= target_ms / (lookahead * drafter_ms)          (Eq. 1, :func:`eq1_servers`)
 
-The smallest lookahead that satisfies it is best: it sends drafts to verification
-soonest, so rejections are detected earliest. Example (§3.1): a drafter at 5% of
-the target's latency with SP = 4 needs lookahead 5.
+Example (§3.1): a drafter at 5% of the target's latency with SP = 4 needs lookahead 5.
 
-Where verifying costs more per draft (``per_token_ms``, e.g. on a CPU), a
-verification of k drafts takes ``target_ms + per_token_ms * k``; that duration
-stands for the target's latency in Eq. 1 (the paper's GPUs batch for free:
-per_token_ms = 0).
+specpar counts two costs Eq. 1 leaves out (:func:`sp_degree_needed`):
 
-One server more than Eq. 1 counts is needed when a chunk takes longer to draft
-than a target pass (k * drafter_ms > target_ms): DSI's pass on the verified
-prefix then finishes before the chunk exists, DSI takes the target's token (as
-non-SI would) and starts the next such pass, and that pass must not make the
-chunk's verification queue. So :func:`sp_degree_needed` is at least 2 there
-(with one server, DSI was 18% slower than SI at c = 0.05, a = 0.94, k = 22).
+* **the pass on the cursor.** At the start and after every rejection one target pass
+  runs on the verified prefix while the next chunks are drafted and verified beside
+  it (this is what makes DSI never slower than non-SI), so DSI keeps one server more
+  than its verifications need. (Without it, c = 0.01, a = 1, k = 15 on Eq. 1's 7
+  servers made the short last chunk queue behind that pass: 2.00 target passes of
+  time where 8 servers give 1.99.)
+* **catch-up.** Where each extra token in a pass costs ``per_token_ms`` (CPUs), V
+  servers verifying chunks in turn each read the V * k tokens drafted since their
+  last turn, so a verification costs ``target_ms + per_token_ms * (V k - 1)``. V keep
+  up with the drafter iff ``V k drafter_ms >= target_ms + per_token_ms (V k - 1)``,
+  i.e. ``V >= (target_ms - per_token_ms) / (k (drafter_ms - per_token_ms))``.
+  With ``per_token_ms = 0`` this is Eq. 1. Where ``per_token_ms >= drafter_ms`` no
+  number of servers keeps up (every server must read every token, more slowly than
+  the drafter writes them): verifications queue whatever the lookahead
+  (:func:`verification_servers` returns None). DSI stays lossless and, keeping a
+  server for the cursor, never slower than non-SI; only its speedup suffers.
+
+With one target server there is no server to keep: it verifies and takes the passes
+on the cursor in turn, and the lookahead satisfying Eq. 1 for it alone is used.
 """
 
 from __future__ import annotations
@@ -32,60 +40,98 @@ from specpar.errors import ConfigError
 _EPS = 1e-9
 
 
-def _check(target_ms: float, drafter_ms: float) -> None:
+def _check(target_ms: float, drafter_ms: float, per_token_ms: float = 0.0) -> None:
     if not target_ms > 0 or math.isinf(target_ms):
         raise ConfigError(f"target latency must be a finite number > 0 ms, got {target_ms!r}")
     if not drafter_ms >= 0 or math.isinf(drafter_ms):
         raise ConfigError(f"drafter latency must be a finite number >= 0 ms, got {drafter_ms!r}")
+    if not per_token_ms >= 0 or math.isinf(per_token_ms):
+        raise ConfigError(f"per_token_ms must be a finite number >= 0 ms, got {per_token_ms!r}")
+    if drafter_ms == 0:
+        raise ConfigError(
+            "a drafter with zero latency drafts infinitely fast: no finite SP degree or lookahead satisfies Eq. 1 "
+            "(give the drafter a latency > 0)"
+        )
+
+
+def _check_lookahead(lookahead) -> None:
+    if isinstance(lookahead, bool) or not isinstance(lookahead, int) or lookahead < 1:
+        raise ConfigError(f"lookahead must be an integer >= 1, got {lookahead!r}")
+
+
+def eq1_servers(target_ms: float, drafter_ms: float, lookahead: int) -> int:
+    """The paper's Eq. 1 as written: ceil(target_ms / (lookahead * drafter_ms)), at least 1."""
+    _check(target_ms, drafter_ms)
+    _check_lookahead(lookahead)
+    return max(1, math.ceil(target_ms / (lookahead * drafter_ms) - _EPS))
+
+
+def verification_servers(target_ms: float, drafter_ms: float, lookahead: int, per_token_ms: float = 0.0) -> int | None:
+    """Servers verifying in turn that keep up with the drafter (Eq. 1 with catch-up), at least 1; None where none
+    do (per_token_ms >= drafter_ms and a pass costs more than its first token)."""
+    _check(target_ms, drafter_ms, per_token_ms)
+    _check_lookahead(lookahead)
+    need = target_ms - per_token_ms  # a pass's fixed cost beyond its tokens
+    if need <= 0:
+        return 1
+    room = lookahead * (drafter_ms - per_token_ms)  # drafting time per chunk left after reading it
+    if room <= 0:
+        return None
+    return max(1, math.ceil(need / room - _EPS))
 
 
 def sp_degree_needed(target_ms: float, drafter_ms: float, lookahead: int, per_token_ms: float = 0.0) -> int:
-    """Target servers DSI keeps busy at once with this lookahead: ceil(verify / (k * drafter)) (Eq. 1) with
-    verify = target + per_token * k, and at least 2 when a chunk takes longer to draft than a target pass."""
-    _check(target_ms, drafter_ms)
-    if lookahead < 1:
-        raise ConfigError(f"lookahead must be >= 1, got {lookahead!r}")
-    if drafter_ms == 0:
-        raise ConfigError("a drafter with zero latency drafts infinitely fast: no finite SP degree suffices")
-    verify_ms = target_ms + per_token_ms * lookahead
-    eq1 = max(1, math.ceil(verify_ms / (lookahead * drafter_ms) - _EPS))
-    return max(eq1, 2) if lookahead * drafter_ms > target_ms * (1 + _EPS) else eq1
+    """Target servers DSI keeps busy at once with this lookahead: the verification servers of Eq. 1 with catch-up
+    (:func:`verification_servers`) plus one for the pass on the cursor. ConfigError where no count suffices."""
+    v = verification_servers(target_ms, drafter_ms, lookahead, per_token_ms)
+    if v is None:
+        raise ConfigError(_no_servers_message(drafter_ms, per_token_ms))
+    return v + 1
+
+
+def satisfies_eq1(
+    target_ms: float, drafter_ms: float, lookahead: int, sp_degree: int, per_token_ms: float = 0.0
+) -> bool:
+    """Whether ``sp_degree`` target servers keep up at this lookahead: sp_degree >= sp_degree_needed, or, with one
+    server (no server kept for the cursor), one verification server suffices."""
+    v = verification_servers(target_ms, drafter_ms, lookahead, per_token_ms)
+    return v is not None and v <= max(1, sp_degree - 1)
 
 
 def min_lookahead(
     target_ms: float, drafter_ms: float, sp_degree: int, max_lookahead: int | None = None, per_token_ms: float = 0.0
 ) -> int:
-    """The smallest lookahead k with sp_degree >= (target_ms + per_token_ms * k) / (k * drafter_ms) (Eq. 1).
+    """The smallest lookahead k that ``sp_degree`` target servers keep up with (:func:`satisfies_eq1`).
 
-    target_ms, drafter_ms: forward latencies per token (tpot), ms; per_token_ms: the target's extra cost
-    per additional token verified in one pass.
-    With sp_degree = 1 the k found usually drafts a chunk slower than a target pass, where DSI
-    wants a second server (see sp_degree_needed).
-    Raises ConfigError where no lookahead (<= max_lookahead, if given) satisfies Eq. 1.
+    target_ms, drafter_ms: forward latencies per token (tpot), ms; per_token_ms: the target's extra cost per
+    additional token in one pass. Sends drafts to verification soonest, so rejections are found earliest; the
+    fastest lookahead may be larger (``specpar plan`` predicts it).
+    Raises ConfigError where no lookahead (<= max_lookahead, if given) satisfies it.
     """
-    _check(target_ms, drafter_ms)
+    _check(target_ms, drafter_ms, per_token_ms)
     if isinstance(sp_degree, bool) or not isinstance(sp_degree, int) or sp_degree < 1:
         raise ConfigError(f"sp_degree must be an integer >= 1, got {sp_degree!r}")
-    if drafter_ms == 0:
-        raise ConfigError(
-            "a drafter with zero latency drafts infinitely fast: no lookahead satisfies Eq. 1 "
-            "(give the drafter a latency > 0)"
-        )
-    if not per_token_ms >= 0:
-        raise ConfigError(f"per_token_ms must be >= 0, got {per_token_ms!r}")
-    headroom = sp_degree * drafter_ms - per_token_ms  # ms of drafting per draft left after its verification cost
-    if headroom <= 0:
-        raise ConfigError(
-            f"no lookahead satisfies Eq. 1: each extra verified token costs {per_token_ms:g} ms, no less than "
-            f"sp_degree x drafter = {sp_degree * drafter_ms:g} ms, so verifications pile up whatever the lookahead; "
-            f"raise sp_degree above {per_token_ms / drafter_ms:.2f}"
-        )
-    k = max(1, math.ceil(target_ms / headroom - _EPS))
+    if target_ms - per_token_ms <= 0:
+        k = 1
+    elif drafter_ms <= per_token_ms:
+        raise ConfigError(_no_servers_message(drafter_ms, per_token_ms))
+    else:
+        v = max(1, sp_degree - 1)
+        k = max(1, math.ceil((target_ms - per_token_ms) / (v * (drafter_ms - per_token_ms)) - _EPS))
     if max_lookahead is not None and k > max_lookahead:
+        need = sp_degree_needed(target_ms, drafter_ms, max_lookahead, per_token_ms)
         raise ConfigError(
-            f"no lookahead <= {max_lookahead} satisfies Eq. 1 (sp_degree >= target / (lookahead * drafter)) "
-            f"with target {target_ms:g} ms, drafter {drafter_ms:g} ms and sp_degree {sp_degree}: "
-            f"it needs lookahead {k}, or sp_degree >= "
-            f"{sp_degree_needed(target_ms, drafter_ms, max_lookahead, per_token_ms)}"
+            f"no lookahead <= {max_lookahead} lets {sp_degree} target server(s) keep up with a drafter of "
+            f"{drafter_ms:g} ms per token (target {target_ms:g} ms per pass, {per_token_ms:g} ms per extra token): "
+            f"it needs lookahead {k}, or sp_degree >= {need}"
         )
     return k
+
+
+def _no_servers_message(drafter_ms: float, per_token_ms: float) -> str:
+    return (
+        f"no number of target servers keeps up with the drafter: each token costs every server that verifies "
+        f"{per_token_ms:g} ms to read, no less than the {drafter_ms:g} ms the drafter takes to write it, so "
+        "verifications queue whatever the lookahead (DSI stays lossless and never slower than non-SI; "
+        "`specpar plan` finds its fastest lookahead by simulation)"
+    )
