@@ -54,7 +54,7 @@ def main() -> None:
                 drafter,
                 algorithm="dsi",
                 max_new_tokens=100,
-                lookahead=int(fig2.dsi_lookahead[i]),
+                lookahead=int(fig2.dsi_lookahead[i, j]),
                 sp_degree=7,
             )
             for k in range(1, 201):

@@ -112,3 +112,17 @@ def test_reproduce_command_prints_json_and_exit_status(capsys):
 def test_reproduce_rejects_bad_table2_input(capsys):
     assert main(["reproduce", "--only", "table2", "--table2-row", "x", "2.0", "0.5"]) == 2
     assert "0 < c <= 1" in capsys.readouterr().err
+
+
+def test_fig2b_at_resolution_20_fails_only_where_eq1_forces_a_long_lookahead_and_explains_it():
+    g = measure_grid(resolution=20, n=100, repeats=5, sp_degree=7)
+    s = g.fig2.speedup("dsi_vs_si")
+    c_min = g.fig2.c[0]
+    assert (s[1:] >= 1 - 1e-9).all()  # every drafter latency but the fastest: DSI no slower than SI
+    bad = [r for r in g.fig2b_rechecks if r.significantly_slower]
+    assert bad, "the c = 0.01 row, where Eq. 1 forces k = 17 on 7 servers, stays slower than SI"
+    for r in bad:
+        assert r.c == c_min and r.lookahead_dsi == 17 and r.lookahead_si < 17
+        assert r.relaxed_lookahead < 17 and r.relaxed_ms < r.si_ms  # a shorter lookahead on 7 servers wins
+    claim = check_fig2b(float(s.min()), g.fig2b_rechecks, 7, "cmd")
+    assert claim.status == FAIL and "forces DSI's lookahead to 17" in claim.measured

@@ -26,7 +26,10 @@ def test_acceptance_rate_and_per_position_rates_estimate_a(algo, a):
     out = generate([2], target, drafter, algorithm=algo, max_new_tokens=3000, lookahead=4, sp_degree=3)
     assert out.acceptance_rate == pytest.approx(a, abs=0.03)
     assert out.accepted + out.rounds == 3000
-    assert out.mean_acceptance_length == pytest.approx(3000 / out.rounds)
+    assert out.mean_run_length == pytest.approx(3000 / out.rounds)
+    assert out.mean_acceptance_length == pytest.approx(3000 / out.verifications)
+    if algo == "si":  # a round is one verification: the two lengths are one quantity, at most k + 1
+        assert out.verifications == out.rounds and out.mean_acceptance_length == out.mean_run_length <= 5
     for rate, n in zip(out.per_position_acceptance_rate, out.position_drafted):
         if n > 300:
             assert rate == pytest.approx(a, abs=0.06)
@@ -56,3 +59,20 @@ def test_dsi_timeline_shows_parallel_target_servers_and_cancelled_work():
     d = out.to_dict(timeline=True)
     assert d["timeline"][0].keys() == {"server", "kind", "start_ms", "end_ms", "cancelled"}
     assert d["tokens"] == out.tokens and d["acceptance_rate"] == out.acceptance_rate
+
+
+@pytest.mark.parametrize("ttft", [1.0, 3.0])
+def test_dsi_mean_acceptance_length_counts_completed_verification_tasks_in_the_timeline(ttft):
+    """Tokens per completed verification task, counted here from the timeline: every target task that was not
+    cancelled, minus the prefills of idle replicas at the start (TTFT > TPOT: one per replica but the first)."""
+    from specpar import LatencyProfile, SimulatedModel
+
+    target = SimulatedModel(8, seed=4, latency=LatencyProfile(ttft, 1.0))
+    drafter = target.drafter(1.0, LatencyProfile(0.1 * ttft, 0.1), seed=9)
+    out = generate([1], target, drafter, algorithm="dsi", max_new_tokens=40, lookahead=3, sp_degree=5)
+    done = [r for r in out.timeline if r.server.startswith("target") and not r.cancelled]
+    warm_ups = 4 if ttft > 1 else 0
+    assert out.verifications == len(done) - warm_ups == out.target_forwards - warm_ups
+    assert out.mean_acceptance_length == 40 / out.verifications <= 3 + 1
+    # a = 1: one run, chained across every window (the target never corrects a draft)
+    assert out.rounds == 1 and out.mean_run_length == 40 > out.lookahead + 1

@@ -21,6 +21,7 @@ class AlgorithmSummary:
     time_ms: list[float] = field(default_factory=list)
     acceptance_rate: float = math.nan
     mean_acceptance_length: float = math.nan
+    mean_run_length: float = math.nan
     target_forwards: float = 0.0
     drafter_forwards: float = 0.0
     speedup_vs_nonsi: float = math.nan
@@ -95,10 +96,13 @@ def compare(
         drafted = sum(x.drafted for x in results)
         accepted = sum(x.accepted for x in results)
         rounds = sum(x.rounds for x in results)
+        verifications = sum(x.verifications for x in results)
         if drafted:
             s.acceptance_rate = accepted / drafted
         if rounds:
-            s.mean_acceptance_length = 1 + accepted / rounds
+            s.mean_run_length = 1 + accepted / rounds
+        if verifications:
+            s.mean_acceptance_length = sum(len(x.tokens) for x in results) / verifications
         s.target_forwards = statistics.fmean(x.target_forwards for x in results)
         s.drafter_forwards = statistics.fmean(x.drafter_forwards for x in results)
         if "nonsi" in runs:

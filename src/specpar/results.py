@@ -5,9 +5,18 @@ Metric definitions (DESIGN.md):
 * drafted: draft tokens the verifier tested (each is tested at most once; drafts
   discarded unseen after an earlier rejection are not counted).
 * acceptance_rate = accepted / drafted; under iid acceptance it estimates ``a``.
-* a round ends with a token the target produced itself (a correction or a bonus);
-  accepted_per_round lists the accepted drafts in each round, so
-  mean_acceptance_length = 1 + accepted / rounds = tokens / rounds.
+* verifications: target tasks that completed and could deliver output (every target
+  pass but DSI's prefill of idle replicas at the start): SI's rounds, DSI's
+  verification tasks and its passes on the cursor, non-SI's passes.
+* mean_acceptance_length = tokens / verifications: tokens gained per completed
+  verification task (vLLM's definition, 1 + accepted / verification steps for SI).
+  It means the same for every algorithm: SI at most k + 1, DSI too on average.
+* a run ends with a token the target produced itself (a correction or a bonus);
+  accepted_per_round lists the accepted drafts of each run, and
+  mean_run_length = 1 + accepted / rounds = tokens / rounds. For SI a run is a round
+  (so mean_run_length = mean_acceptance_length); DSI's runs chain accepted drafts
+  across lookahead windows and verification tasks, so its runs can be far longer
+  than k + 1: a different quantity, named apart.
 * per_position_acceptance_rate[j] = accepted / tested among drafts at index j of
   their lookahead window (the j-th token of a drafter call).
 * target_forwards: target forward passes that ran to completion; drafter_forwards:
@@ -21,6 +30,12 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
 from specpar.runtimes.base import TaskRecord
+
+METRICS_FOOTNOTE = (
+    "accept rate = accepted / drafts tested; mean accept len = tokens per completed verification task "
+    "(vLLM's, the same for SI and DSI); run len = tokens per token the target made itself (DSI's runs "
+    "chain accepted drafts across windows)"
+)
 
 
 @dataclass
@@ -37,6 +52,7 @@ class GenerationResult:
     accepted_per_round: list[int]
     position_drafted: list[int]
     position_accepted: list[int]
+    verifications: int = 0
     lookahead: int | None = None
     sp_degree: int = 1
     timeline_source: Callable[[], list[TaskRecord]] | None = field(default=None, repr=False, compare=False)
@@ -62,6 +78,12 @@ class GenerationResult:
 
     @property
     def mean_acceptance_length(self) -> float:
+        """Tokens gained per completed verification task (vLLM's mean acceptance length)."""
+        return len(self.tokens) / self.verifications if self.verifications else math.nan
+
+    @property
+    def mean_run_length(self) -> float:
+        """Tokens per token the target produced itself: 1 + accepted / rounds (DSI's runs span windows)."""
         return 1.0 + self.accepted / self.rounds if self.rounds else math.nan
 
     @property

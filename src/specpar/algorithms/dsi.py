@@ -61,6 +61,7 @@ def dsi(
     verifying: list[Task] = []  # verification tasks in flight, ordered by the position of their first row
     drafting: Task | None = None  # the drafter's task in flight
     warming: set[Task] = set()  # prefills of the prompt on the other target servers (never cancelled)
+    warmed = 0  # of those, the ones that completed
     unsent = 0  # the last `unsent` drafts wait for a verification server (dedicated_cursor only)
     keep_one = dedicated_cursor and len(target) > 1  # one target server kept for passes on the cursor
     max_verifying = len(target) - 1 if keep_one else len(target) + max_new_tokens  # else: the runtime queues
@@ -115,9 +116,10 @@ def dsi(
             unsent = 0
 
     def on_scores(task: Task) -> None:
-        nonlocal unsent
+        nonlocal unsent, warmed
         if task in warming:
             warming.discard(task)
+            warmed += 1
         else:
             verifying.remove(task)
         start, rows = task.result.start, task.result.rows
@@ -168,4 +170,4 @@ def dsi(
             on_scores(task)
         if not g.done:
             keep_busy()
-    return g.result("dsi", lookahead=lookahead, sp_degree=len(target))
+    return g.result("dsi", lookahead=lookahead, sp_degree=len(target), warm_ups=warmed)

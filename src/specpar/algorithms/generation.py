@@ -127,7 +127,10 @@ class Generation:
         self.accepted_per_round.append(self._run)
         self._run = 0
 
-    def result(self, algorithm: str, lookahead: int | None = None, sp_degree: int = 1) -> GenerationResult:
+    def result(
+        self, algorithm: str, lookahead: int | None = None, sp_degree: int = 1, warm_ups: int = 0
+    ) -> GenerationResult:
+        """warm_ups: completed target tasks that only prefilled a replica (not verifications)."""
         rt = self.runtime
         end = rt.now()
         rt.cancel_all()
@@ -152,6 +155,7 @@ class Generation:
             drafter_forwards=drafter_forwards,
             drafted=drafted,
             accepted=accepted,
+            verifications=target_forwards - warm_ups,
             accepted_per_round=self.accepted_per_round,
             position_drafted=self.position_drafted,
             position_accepted=self.position_accepted,

@@ -152,7 +152,7 @@ def hsd(
         rounds += 1
         g.verify(proposal, scores)
     result = g.result("hsd", lookahead=T[K - 1], sp_degree=1)
-    result.target_forwards = rounds
+    result.target_forwards = result.verifications = rounds
     result.drafter_forwards = sum(below.forwards)  # every model below the target
     result.details = below.details(rounds, result.drafted, result.accepted)
     return result

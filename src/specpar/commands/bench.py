@@ -9,6 +9,7 @@ import sys
 from specpar.commands import real_models
 from specpar.commands.generate import NAMES
 from specpar.errors import ConfigError
+from specpar.results import METRICS_FOOTNOTE
 
 DESCRIPTION = """\
 Benchmark non-SI, SI and DSI on real models: for each prompt, each algorithm runs
@@ -120,13 +121,15 @@ def summarize(by_algo: dict, greedy: bool) -> dict:
         tokens = sum(len(r.tokens) for r in results)
         drafted, accepted = sum(r.drafted for r in results), sum(r.accepted for r in results)
         rounds = sum(r.rounds for r in results)
+        verifications = sum(r.verifications for r in results)
         s = {
             "prompts": len(results),
             "tokens": tokens,
             "wall_time_s": time_ms / 1000,
             "tokens_per_second": tokens / (time_ms / 1000) if time_ms else None,
             "acceptance_rate": accepted / drafted if drafted else None,
-            "mean_acceptance_length": 1 + accepted / rounds if drafted and rounds else None,
+            "mean_acceptance_length": tokens / verifications if drafted and verifications else None,
+            "mean_run_length": 1 + accepted / rounds if drafted and rounds else None,
             "speedup_vs_nonsi": sum(r.time_ms for r in base) / time_ms if base else None,
             "speedup_vs_si": sum(r.time_ms for r in si) / time_ms if si else None,
             "same_tokens_as_nonsi": (
@@ -221,6 +224,7 @@ def _print(args, summary, why, target, drafter, servers) -> None:
             f(100 * s["outside_forward_fraction"], ".2f", "%"),
         )
     console.print(table)
+    console.print(METRICS_FOOTNOTE, style="dim")
     if why:
         console.print(why)
     if args.out:

@@ -120,7 +120,7 @@ def run(args) -> int:
         s = h.speedup(name)
         console.print(f"  {label}: min {s.min():.3f}x, max {s.max():.3f}x, {(s < 1 - 1e-9).sum()} cells below 1")
     if args.lookahead is not None:
-        bad = h.c[h.sp_needed > h.sp_degree]
+        bad = h.c[(h.sp_needed > h.sp_degree).any(axis=1)]
         if bad.size:
             console.print(
                 f"  Eq. 1 fails for c <= {bad.max():g} with lookahead {args.lookahead} on {h.sp_degree} "
@@ -151,7 +151,7 @@ def _check_cells(console, h, args) -> None:
             n=h.n,
             repeats=h.repeats,
             si_lookahead=int(h.si_lookahead[i, j]),
-            dsi_lookahead=int(h.dsi_lookahead[i]),
+            dsi_lookahead=int(h.dsi_lookahead[i, j]),
             sp_degree=h.sp_degree,
             seed=args.seed,
         )
@@ -159,7 +159,7 @@ def _check_cells(console, h, args) -> None:
             f"{h.c[i]:g}",
             f"{h.a[j]:g}",
             str(h.si_lookahead[i, j]),
-            str(h.dsi_lookahead[i]),
+            str(h.dsi_lookahead[i, j]),
             f"{h.si[i, j]:.2f}",
             f"{ev['si']:.2f}",
             f"{h.dsi[i, j]:.2f}",

@@ -11,6 +11,7 @@ import warnings
 from specpar.errors import ConfigError, SpecparWarning
 from specpar.models import LatencyProfile, SimulatedModel
 from specpar.planning.lookahead import verification_servers
+from specpar.results import METRICS_FOOTNOTE
 
 DESCRIPTION = """\
 Simulate lossless speculative inference with a simulated target and drafter.
@@ -345,6 +346,7 @@ def _print_table(args, summary, target_lat, drafter_lat, c, k, why, closed, mess
         "vs SI",
         "accept rate",
         "mean accept len",
+        "run len",
         "target fwd",
         "drafter fwd",
         "same tokens",
@@ -362,11 +364,13 @@ def _print_table(args, summary, target_lat, drafter_lat, c, k, why, closed, mess
             _fmt(s.speedup_vs_si) + "x",
             _fmt(s.acceptance_rate),
             _fmt(s.mean_acceptance_length),
+            _fmt(s.mean_run_length),
             f"{s.target_forwards:.1f}",
             f"{s.drafter_forwards:.1f}",
             "-" if s.same_tokens_as_nonsi is None else ("yes" if s.same_tokens_as_nonsi else "[red]NO[/red]"),
         )
     console.print(table)
+    console.print(METRICS_FOOTNOTE, style="dim")
     if closed:
         console.print(
             f"closed forms (iid acceptance): non-SI {closed['nonsi_ms']:.1f} ms; "

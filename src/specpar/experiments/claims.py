@@ -47,6 +47,10 @@ class CellRecheck:
     si_ms: float
     dsi_ms: float
     se_ms: float  # standard error of mean(dsi - si)
+    # DSI's fastest lookahead below lookahead_dsi on the same servers, where Eq. 1 does not hold (verifications
+    # may queue), on the same draws: what a cell loses to Eq. 1's bound (None: not measured)
+    relaxed_lookahead: int | None = None
+    relaxed_ms: float | None = None
 
     @property
     def significantly_slower(self) -> bool:
@@ -57,10 +61,11 @@ class CellRecheck:
 
 
 def recheck_cells(
-    h: Heatmap, ratio: np.ndarray, dsi_k, sp_of, repeats: int = 2000, seed: int = 12345
+    h: Heatmap, ratio: np.ndarray, dsi_k, sp_of, repeats: int = 2000, seed: int = 12345, relax: bool = False
 ) -> list[CellRecheck]:
     """Re-run every cell with ``ratio`` = SI / DSI below 1 (worst first) with ``repeats`` fresh paired runs.
-    dsi_k(i, j) and sp_of(i, j) give DSI's lookahead and servers in cell (i, j)."""
+    dsi_k(i, j) and sp_of(i, j) give DSI's lookahead and servers in cell (i, j); ``relax``: also DSI's fastest
+    smaller lookahead on the same servers (Eq. 1 then fails)."""
     out = []
     cells = np.argwhere(ratio < 1.0 - 1e-9)
     order = np.argsort(ratio[tuple(cells.T)]) if len(cells) else []
@@ -72,11 +77,15 @@ def recheck_cells(
         si = si_time(drafted, rounds, c)
         dsi = dsi_latency(nz, np.full(repeats, k_dsi), np.full(repeats, c), h.n, sp)
         diff = dsi - si
-        out.append(
-            CellRecheck(
-                c, a, k_si, k_dsi, sp, float(si.mean()), float(dsi.mean()), float(diff.std(ddof=1) / math.sqrt(repeats))
-            )
+        cell = CellRecheck(
+            c, a, k_si, k_dsi, sp, float(si.mean()), float(dsi.mean()), float(diff.std(ddof=1) / math.sqrt(repeats))
         )
+        if relax and k_dsi > 1:
+            ks = np.arange(1, k_dsi)
+            lat = dsi_latency(np.tile(nz, (len(ks), 1)), np.repeat(ks, repeats), np.full(len(ks) * repeats, c), h.n, sp)
+            means = lat.reshape(len(ks), repeats).mean(axis=1)
+            cell.relaxed_lookahead, cell.relaxed_ms = int(ks[np.argmin(means)]), float(means.min())
+        out.append(cell)
     return out
 
 
@@ -114,7 +123,7 @@ def measure_grid(
     if progress:
         progress("Theorem 2")
     f2b = recheck_cells(
-        fig2, fig2.speedup("dsi_vs_si"), lambda i, j: int(fig2.dsi_lookahead[i]), lambda i, j: sp_degree
+        fig2, fig2.speedup("dsi_vs_si"), lambda i, j: int(fig2.dsi_lookahead[i, j]), lambda i, j: sp_degree, relax=True
     )
     return GridFigures(fig2, fig7, ratio, t2, f2b)
 
@@ -246,14 +255,34 @@ def check_theorem2(min_ratio: float, rechecks: list[CellRecheck], command: str) 
     )
 
 
+def _relaxed_words(rechecks: list[CellRecheck]) -> str:
+    """Where the significantly slower cells are, and what DSI gives there without Eq. 1's bound on its lookahead."""
+    bad = [r for r in rechecks if r.significantly_slower and r.relaxed_ms is not None]
+    if not bad:
+        return ""
+    cs = sorted({r.c for r in bad})
+    ks = sorted({r.lookahead_dsi for r in bad})
+    faster = [r for r in bad if r.relaxed_ms < r.si_ms]
+    gains = [r.si_ms / r.relaxed_ms for r in faster]
+    return (
+        f". They lie at c in {{{', '.join(f'{c:g}' for c in cs)}}}, where Eq. 1 with the pass on the cursor forces "
+        f"DSI's lookahead to {'/'.join(map(str, ks))} on {bad[0].sp_degree} servers while SI's best is "
+        f"{min(r.lookahead_si for r in bad)}-{max(r.lookahead_si for r in bad)}; with a smaller lookahead on the "
+        f"same servers (Eq. 1 then fails and verifications may queue: DSI's guarantee over non-SI is no longer "
+        f"assured) DSI beats SI in {len(faster)} of them"
+        + (f" by {min(gains):.3f}-{max(gains):.3f}x" if faster else "")
+    )
+
+
 def check_fig2b(min_ratio: float, rechecks: list[CellRecheck], sp_degree: int, command: str) -> Claim:
     ok, words = _recheck_words(rechecks)
     return Claim(
         "fig2b",
         "Fig. 2(b), §4.1",
-        f"DSI (smallest Eq. 1 lookahead for SP = {sp_degree}) is faster than SI (its best lookahead) in every cell",
+        f"DSI (its best lookahead satisfying Eq. 1 for SP = {sp_degree}) is faster than SI (its best lookahead) in "
+        "every cell",
         PASS if ok else FAIL,
-        f"min DSI speedup over SI {min_ratio:.4f}x; {words}",
+        f"min DSI speedup over SI {min_ratio:.4f}x; {words}{_relaxed_words(rechecks)}",
         command,
         min_ratio,
     )

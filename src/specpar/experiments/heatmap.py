@@ -8,9 +8,13 @@ rate a and reports mean latencies; speedup of X over Y = mean(Y) / mean(X).
 * non-SI: n target passes.
 * SI: its best lookahead in ``lookaheads`` for each cell (the mean over repeats
   minimized over k), or the fixed lookahead.
-* DSI: the smallest lookahead satisfying Eq. 1 for ``sp_degree`` target servers
-  (the drafter on one more device), or the fixed lookahead on ``sp_degree``
-  servers, where Eq. 1 may fail and verifications then queue (simulated).
+* DSI: its best lookahead for each cell among those satisfying Eq. 1 on ``sp_degree``
+  target servers (the drafter on one more device; one of the servers takes the pass
+  on the cursor, :func:`~specpar.planning.sp_degree_needed`), as the paper ran DSI
+  over every configuration satisfying it; or the fixed lookahead on ``sp_degree``
+  servers, where Eq. 1 may fail and verifications then queue (simulated). The
+  candidates per drafter latency: the smallest valid lookahead and the three after
+  it, twice to four times it, and every valid lookahead SI found best at that c.
 
 Runs use common random numbers: repeat r draws one row of uniforms, and a
 draft at position i is right iff u[r, i] < a, for every algorithm, lookahead
@@ -61,8 +65,8 @@ class Heatmap:
     si: np.ndarray
     dsi: np.ndarray
     si_lookahead: np.ndarray  # [C, A] SI's (best) lookahead per cell
-    dsi_lookahead: np.ndarray  # [C] DSI's lookahead per drafter latency
-    sp_needed: np.ndarray  # [C] target servers Eq. 1 needs at DSI's lookahead
+    dsi_lookahead: np.ndarray  # [C, A] DSI's (best valid) lookahead per cell
+    sp_needed: np.ndarray  # [C, A] target servers DSI needs at its lookahead (sp_degree_needed)
     sp_degree: int
     n: int
     repeats: int
@@ -85,7 +89,7 @@ class Heatmap:
             how = f"lookahead {self.fixed_lookahead} for SI and DSI (DSI on {self.sp_degree} target servers)"
         else:
             how = (
-                f"SI's best lookahead in {self.lookaheads[0]}..{self.lookaheads[1]}; DSI's smallest lookahead "
+                f"SI's best lookahead in {self.lookaheads[0]}..{self.lookaheads[1]}; DSI's best lookahead "
                 f"satisfying Eq. 1 for SP = {self.sp_degree}"
             )
         return f"N = {self.n}, {self.repeats} repeats per cell, {how}"
@@ -117,9 +121,9 @@ class Heatmap:
                             f"{self.si[i, j]:.6g}",
                             int(self.si_lookahead[i, j]),
                             f"{self.dsi[i, j]:.6g}",
-                            int(self.dsi_lookahead[i]),
+                            int(self.dsi_lookahead[i, j]),
                             self.sp_degree,
-                            int(self.sp_needed[i] <= self.sp_degree),
+                            int(self.sp_needed[i, j] <= self.sp_degree),
                             *(f"{speed[p][i, j]:.6g}" for p in PANELS),
                         ]
                     )
@@ -161,12 +165,9 @@ def compute_heatmap(
     if cs.size == 0 or as_.size == 0 or not ((cs > 0) & (cs <= 1)).all() or not ((as_ >= 0) & (as_ <= 1)).all():
         raise ConfigError("drafter latencies c must lie in (0, 1] and acceptance rates a in [0, 1]")
     ks = np.array([fixed_lookahead] if fixed_lookahead is not None else range(lookaheads[0], lookaheads[1] + 1))
-    dsi_k = np.array([fixed_lookahead or min_lookahead(1.0, float(x), sp_degree) for x in cs])
     nz = next_rejection(acceptance_uniforms(repeats, n, seed), as_)  # [A, repeats, n+1]
-    A = len(as_)
+    C, A = len(cs), len(as_)
     si_batches = max(1, math.ceil(len(ks) / 25))
-    dsi_batches = max(1, math.ceil(len(cs) * A * repeats / 20000))
-    total, done = si_batches + dsi_batches, 0
 
     # SI: drafted tokens and rounds per (lookahead, a, repeat); latency (si_time) for every c at once.
     drafted = np.empty((len(ks), A))
@@ -177,39 +178,50 @@ def compute_heatmap(
         d, r = si_counts(np.tile(flat, (len(ks_batch), 1)), kk, n)
         drafted[ks_batch] = d.reshape(len(ks_batch), A, repeats).mean(axis=2)
         rounds[ks_batch] = r.reshape(len(ks_batch), A, repeats).mean(axis=2)
-        done += 1
-        if progress:
-            progress(done, total)
     si_all = si_time(drafted[:, None, :], rounds[:, None, :], cs[None, :, None])  # [K, C, A]
     best = np.argmin(si_all, axis=0)
     si = np.take_along_axis(si_all, best[None], axis=0)[0]
+    si_lookahead = ks[best]
 
-    # DSI: one run per (c, a, repeat), vectorized in batches of drafter latencies.
-    dsi = np.empty((len(cs), A))
-    for c_batch in np.array_split(np.arange(len(cs)), dsi_batches):
-        if len(c_batch) == 0:
-            continue
-        runs = len(c_batch) * A * repeats
+    # DSI: every candidate lookahead of each c, one run per (c, k, a, repeat), in batches; the best per cell.
+    pairs = [
+        (i, k)
+        for i in range(C)
+        for k in dsi_candidates(float(cs[i]), si_lookahead[i], sp_degree, fixed_lookahead, lookaheads)
+    ]
+    batches = np.array_split(np.arange(len(pairs)), max(1, math.ceil(len(pairs) * A * repeats / 20000)))
+    total = si_batches + len(batches)
+    if progress:
+        progress(si_batches, total)
+    dsi = np.full((C, A), np.inf)
+    dsi_k = np.zeros((C, A), dtype=np.int64)
+    for done, batch in enumerate(batches, si_batches + 1):
+        cis = np.array([pairs[b][0] for b in batch])
+        kks = np.array([pairs[b][1] for b in batch])
+        runs = len(batch) * A * repeats
         lat = dsi_latency(
-            np.broadcast_to(nz[None], (len(c_batch),) + nz.shape).reshape(runs, n + 1),
-            np.repeat(dsi_k[c_batch], A * repeats),
-            np.repeat(cs[c_batch], A * repeats),
+            np.broadcast_to(nz[None], (len(batch),) + nz.shape).reshape(runs, n + 1),
+            np.repeat(kks, A * repeats),
+            np.repeat(cs[cis], A * repeats),
             n,
             sp_degree,
         )
-        dsi[c_batch] = lat.reshape(len(c_batch), A, repeats).mean(axis=2)
-        done += 1
+        means = lat.reshape(len(batch), A, repeats).mean(axis=2)
+        for row, i, k in zip(means, cis, kks):
+            better = row < dsi[i] - 1e-12  # ties keep the smaller lookahead (candidates come in increasing order)
+            dsi[i, better], dsi_k[i, better] = row[better], k
         if progress:
             progress(done, total)
+    sp_needed = np.array([[sp_degree_needed(1.0, float(cs[i]), int(k)) for k in dsi_k[i]] for i in range(C)])
     return Heatmap(
         c=cs,
         a=as_,
         nonsi=np.full((len(cs), A), float(n)),
         si=si,
         dsi=dsi,
-        si_lookahead=ks[best],
+        si_lookahead=si_lookahead,
         dsi_lookahead=dsi_k,
-        sp_needed=np.array([sp_degree_needed(1.0, float(x), int(k)) for x, k in zip(cs, dsi_k)]),
+        sp_needed=sp_needed,
         sp_degree=sp_degree,
         n=n,
         repeats=repeats,
@@ -217,6 +229,20 @@ def compute_heatmap(
         lookaheads=tuple(lookaheads),
         seed=seed,
     )
+
+
+def dsi_candidates(
+    c: float, si_best: np.ndarray, sp_degree: int, fixed: int | None, lookaheads: tuple[int, int]
+) -> list[int]:
+    """DSI's candidate lookaheads at drafter latency c (increasing): the fixed one, or the smallest satisfying Eq. 1
+    on sp_degree servers (k0), k0 + 1 .. k0 + 3, 2 k0, 3 k0, 4 k0, and SI's best lookaheads ``si_best`` [A] at
+    this c that are valid, all within the lookahead range (k0 itself even beyond it: it is the only choice)."""
+    if fixed is not None:
+        return [fixed]
+    k0 = min_lookahead(1.0, c, sp_degree)
+    hi = max(k0, lookaheads[1])
+    ks = {k0, k0 + 1, k0 + 2, k0 + 3, 2 * k0, 3 * k0, 4 * k0} | {int(k) for k in si_best if k >= k0}
+    return sorted(k for k in ks if k <= hi)
 
 
 def event_cell(
