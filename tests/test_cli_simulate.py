@@ -57,3 +57,16 @@ def test_timeline_png_is_drawn_for_each_algorithm(tmp_path, capsys):
     json.loads(capsys.readouterr().out)
     data = png.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 20_000  # three panels of bars, not an empty canvas
+
+
+def test_plan_prints_the_candidates_and_picks_the_fastest_valid(capsys):
+    assert main(["plan", "-c", "0.05", "-a", "0.9", "--sp-degree", "7", "-N", "60", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    dsi, si = out["dsi"], out["si"]
+    assert dsi["valid"][0] == 4  # 6 verification servers x 4 x 0.05 >= 1
+    assert dsi["lookahead"] in dsi["valid"] and dsi["method"] == "fast path"
+    assert dsi["predicted_ms"][str(dsi["lookahead"])] == min(dsi["predicted_ms"].values())
+    assert si["lookahead"] >= 1
+    assert main(["plan", "--target-per-token", "3", "-a", "0.8", "--sp-degree", "4", "-N", "40"]) == 0
+    text = capsys.readouterr().out
+    assert "virtual clock" in text and "chosen" in text and "DSI / SI" in text

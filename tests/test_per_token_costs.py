@@ -140,3 +140,23 @@ def test_lookahead_auto_without_a_valid_lookahead_tries_them_all():
     choice = choose_lookahead(LatencyProfile(30.0, 30.0, 6.0), LatencyProfile(3.0, 3.0), 0.8, 4, 40)
     assert choice.valid == [] and sorted(choice.predicted_ms) == list(range(1, 33))
     assert "no lookahead satisfies Eq. 1" in choice.why
+
+
+def test_generate_takes_lookahead_auto_for_simulated_models_and_refuses_it_without_an_acceptance_rate():
+    from specpar import ConfigError
+    from specpar.models import SimulatedModel as Model
+
+    target = Model(8, seed=2, latency=LatencyProfile(20.0, 20.0, 2.0))
+    drafter = target.drafter(0.9, LatencyProfile.uniform(2.0), seed=3)
+    out = generate([1, 2], target, drafter, algorithm="dsi", max_new_tokens=50, lookahead="auto", sp_degree=4)
+    expected = choose_lookahead(target.latency, drafter.latency, 0.9, 4, 50).lookahead
+    assert out.lookahead == expected and out.tokens == target.greedy_tokens([1, 2], 50)
+
+    class Unknown:  # a drafter with a latency but no known acceptance rate
+        latency = drafter.latency
+
+        def server(self, name):
+            return drafter.server(name)
+
+    with pytest.raises(ConfigError, match='lookahead="auto" needs'):
+        generate([1], target, Unknown(), algorithm="si", max_new_tokens=5, lookahead="auto")

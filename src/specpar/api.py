@@ -80,11 +80,30 @@ def verification_costs_grow(target) -> bool:
 
 
 def default_lookahead(target, drafter, sp_degree: int) -> int:
-    """The smallest lookahead satisfying Eq. 1 when both latencies are known, else 5."""
+    """The smallest lookahead satisfying Eq. 1 when both latencies are known and one does, else 5."""
     t, d = _latency(target), _latency(drafter)
     if t is None or d is None or d.tpot_ms <= 0 or t.tpot_ms <= 0:
         return DEFAULT_LOOKAHEAD
-    return min_lookahead(t.tpot_ms, d.tpot_ms, sp_degree, per_token_ms=t.per_token_ms)
+    try:
+        return min_lookahead(t.tpot_ms, d.tpot_ms, sp_degree, per_token_ms=t.per_token_ms)
+    except ConfigError:  # reading a token costs the target more than drafting it: no lookahead keeps up
+        return DEFAULT_LOOKAHEAD
+
+
+def auto_lookahead(target, drafter, algorithm: str, sp_degree: int, max_new_tokens: int) -> int:
+    """lookahead="auto": the fastest by simulation (specpar.experiments.lookahead_choice), for models whose
+    latencies and acceptance rate are known (simulated drafters, or models given a measured latency)."""
+    from specpar.experiments.lookahead_choice import choose_lookahead
+
+    t, d = _latency(target), _latency(drafter)
+    a = getattr(drafter, "acceptance_rate", None)
+    if t is None or d is None or a is None:
+        raise ConfigError(
+            'lookahead="auto" needs both latency profiles and the drafter\'s acceptance rate (a simulated drafter); '
+            "for real models run `specpar plan` on a measured profile (`specpar profile`) and pass its lookahead"
+        )
+    sp = sp_degree if algorithm == "dsi" else 1
+    return choose_lookahead(t, d, a, sp, max_new_tokens, algorithm="dsi" if algorithm == "dsi" else "si").lookahead
 
 
 def generate(
@@ -94,7 +113,7 @@ def generate(
     *,
     algorithm: str = "dsi",
     max_new_tokens: int = 64,
-    lookahead: int | None = None,
+    lookahead: int | str | None = None,
     sp_degree: int = 4,
     temperature: float = 0.0,
     seed: int = 0,
@@ -114,7 +133,9 @@ def generate(
     algorithm: "nonsi" (target alone), "si" (speculative inference), "dsi", "hsd" (hierarchical:
         ``drafter`` is then a list of drafters M0 < ... < MK-1, the smallest first) or "hsd-sp"
         (HSD whose target verifies on sp_degree servers while the levels below draft on, as in DSI).
-    lookahead: draft tokens per verification (k). Default: Eq. 1's smallest for sp_degree.
+    lookahead: draft tokens per verification (k). Default: Eq. 1's smallest for sp_degree (see
+        specpar.planning.min_lookahead). "auto": the algorithm's fastest, predicted by simulation from the models'
+        latencies and acceptance rate (specpar.experiments.lookahead_choice; `specpar plan` shows the candidates).
     sp_degree: target servers DSI may use at once (SI and non-SI use one).
     temperature: 0 for greedy; > 0 samples, verified losslessly by rejection sampling.
     seed: keys every random draw (sampling only).
@@ -160,6 +181,8 @@ def generate(
         check_drafter_faster(target, drafter)
         if lookahead is None:
             lookahead = default_lookahead(target, drafter, sp_degree)
+        elif lookahead == "auto":
+            lookahead = auto_lookahead(target, drafter, algorithm, sp_degree, max_new_tokens)
     decoding = Decoding(float(temperature), seed)
     n_targets = sp_degree if algorithm == "dsi" else 1
     target_pool = _pool(target, n_targets, "target")

@@ -15,6 +15,7 @@ from specpar.errors import SpecparError
 
 COMMANDS = [
     "specpar.commands.simulate",
+    "specpar.commands.plan",
     "specpar.commands.hsd_plan",
     "specpar.commands.heatmap",
     "specpar.commands.reproduce",

@@ -30,51 +30,7 @@ def register(sub) -> None:
         description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    lat = p.add_argument_group("latencies (ms per forward pass)")
-    lat.add_argument(
-        "--target-tpot",
-        type=float,
-        default=30.0,
-        metavar="MS",
-        help="target's time per output token: one forward pass with the prefix cached (default 30)",
-    )
-    lat.add_argument(
-        "--target-ttft",
-        type=float,
-        default=None,
-        metavar="MS",
-        help="target's time to first token: the prefill pass (default: same as --target-tpot)",
-    )
-    lat.add_argument(
-        "-c",
-        "--drafter-latency",
-        type=float,
-        default=0.1,
-        metavar="C",
-        help="drafter latency as a fraction c of the target's, for both TTFT and TPOT (default 0.1)",
-    )
-    lat.add_argument(
-        "--drafter-tpot",
-        type=float,
-        default=None,
-        metavar="MS",
-        help="drafter's time per output token in ms (overrides -c)",
-    )
-    lat.add_argument(
-        "--drafter-ttft",
-        type=float,
-        default=None,
-        metavar="MS",
-        help="drafter's time to first token in ms (default: same as --drafter-tpot)",
-    )
-    p.add_argument(
-        "-a",
-        "--acceptance-rate",
-        type=float,
-        default=0.8,
-        metavar="A",
-        help="probability that a draft token is accepted, iid per position (default 0.8)",
-    )
+    add_pair_arguments(p)
     p.add_argument(
         "-k",
         "--lookahead",
@@ -113,21 +69,6 @@ def register(sub) -> None:
     p.add_argument("--prompt-length", type=int, default=8, help="prompt tokens (default 8)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     p.add_argument(
-        "--profile",
-        metavar="FILE",
-        default=None,
-        help="take both latency profiles (TTFT, TPOT, per-token cost) and the acceptance rate from a "
-        'JSON profile: the file `specpar profile` writes, or the plain form {"target": {"ttft_ms", '
-        '"tpot_ms", "per_token_ms"}, "drafter": {...}, "acceptance_rate": a} (overrides the '
-        "latency flags and -a)",
-    )
-    p.add_argument(
-        "--acceptance-estimate",
-        choices=("geometric", "direct"),
-        default="geometric",
-        help="with --profile: the paper's geometric fit (default) or the direct per-token rate",
-    )
-    p.add_argument(
         "--timeline",
         metavar="PNG",
         default=None,
@@ -147,12 +88,86 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
+def add_pair_arguments(p) -> None:
+    """The simulated pair's latencies and acceptance rate (simulate, plan)."""
+    lat = p.add_argument_group("latencies (ms per forward pass)")
+    lat.add_argument(
+        "--target-tpot",
+        type=float,
+        default=30.0,
+        metavar="MS",
+        help="target's time per output token: one forward pass with the prefix cached (default 30)",
+    )
+    lat.add_argument(
+        "--target-ttft",
+        type=float,
+        default=None,
+        metavar="MS",
+        help="target's time to first token: the prefill pass (default: same as --target-tpot)",
+    )
+    lat.add_argument(
+        "--target-per-token",
+        type=float,
+        default=0.0,
+        metavar="MS",
+        help="target's extra time per additional token in one pass (verifying k drafts, or catching up on unseen "
+        "tokens): 0 models a memory-bound GPU (default), CPUs cost a good fraction of a TPOT",
+    )
+    lat.add_argument(
+        "-c",
+        "--drafter-latency",
+        type=float,
+        default=0.1,
+        metavar="C",
+        help="drafter latency as a fraction c of the target's, for both TTFT and TPOT (default 0.1)",
+    )
+    lat.add_argument(
+        "--drafter-tpot",
+        type=float,
+        default=None,
+        metavar="MS",
+        help="drafter's time per output token in ms (overrides -c)",
+    )
+    lat.add_argument(
+        "--drafter-ttft",
+        type=float,
+        default=None,
+        metavar="MS",
+        help="drafter's time to first token in ms (default: same as --drafter-tpot)",
+    )
+    p.add_argument(
+        "-a",
+        "--acceptance-rate",
+        type=float,
+        default=0.8,
+        metavar="A",
+        help="probability that a draft token is accepted, iid per position (default 0.8)",
+    )
+    p.add_argument(
+        "--profile",
+        metavar="FILE",
+        default=None,
+        help="take both latency profiles (TTFT, TPOT, per-token cost) and the acceptance rate from a "
+        'JSON profile: the file `specpar profile` writes, or the plain form {"target": {"ttft_ms", '
+        '"tpot_ms", "per_token_ms"}, "drafter": {...}, "acceptance_rate": a} (overrides the '
+        "latency flags and -a)",
+    )
+    p.add_argument(
+        "--acceptance-estimate",
+        choices=("geometric", "direct"),
+        default="geometric",
+        help="with --profile: the paper's geometric fit (default) or the direct per-token rate",
+    )
+
+
 def _profiles(args) -> tuple[LatencyProfile, LatencyProfile]:
-    for flag in ("target_tpot", "target_ttft", "drafter_tpot", "drafter_ttft"):
+    for flag in ("target_tpot", "target_ttft", "target_per_token", "drafter_tpot", "drafter_ttft"):
         value = getattr(args, flag)
         if value is not None and not value >= 0:
             raise ConfigError(f"--{flag.replace('_', '-')} must be a latency >= 0 ms, got {value}")
-    target = LatencyProfile(args.target_ttft if args.target_ttft is not None else args.target_tpot, args.target_tpot)
+    target = LatencyProfile(
+        args.target_ttft if args.target_ttft is not None else args.target_tpot, args.target_tpot, args.target_per_token
+    )
     if args.drafter_tpot is not None:
         ttft = args.drafter_ttft if args.drafter_ttft is not None else args.drafter_tpot
         drafter = LatencyProfile(ttft, args.drafter_tpot)
@@ -162,6 +177,20 @@ def _profiles(args) -> tuple[LatencyProfile, LatencyProfile]:
             raise ConfigError(f"drafter latency fraction c must be >= 0, got {c!r}")
         drafter = target.scaled(c)
     return target, drafter
+
+
+def pair_from_args(args) -> tuple[LatencyProfile, LatencyProfile, float]:
+    """(target latency, drafter latency, acceptance rate) from the flags of add_pair_arguments, or --profile."""
+    target_lat, drafter_lat = _profiles(args)
+    if args.profile:
+        from specpar.experiments.pair_profile import PairProfile
+
+        pair = PairProfile.load(args.profile, args.acceptance_estimate)  # either form: `specpar profile`'s or save()'s
+        target_lat, drafter_lat, args.acceptance_rate = pair.target, pair.drafter, pair.acceptance_rate
+    a = args.acceptance_rate
+    if not 0.0 <= a <= 1.0:
+        raise ConfigError(f"acceptance rate a must be in [0, 1], got {a!r}")
+    return target_lat, drafter_lat, a
 
 
 def parse_lookahead(text) -> int | str:
@@ -213,15 +242,7 @@ def run(args) -> int:
     from specpar.comparison import compare
     from specpar.planning import analytic
 
-    target_lat, drafter_lat = _profiles(args)
-    if args.profile:
-        from specpar.experiments.pair_profile import PairProfile
-
-        pair = PairProfile.load(args.profile, args.acceptance_estimate)  # either form: `specpar profile`'s or save()'s
-        target_lat, drafter_lat, args.acceptance_rate = pair.target, pair.drafter, pair.acceptance_rate
-    a = args.acceptance_rate
-    if not 0.0 <= a <= 1.0:
-        raise ConfigError(f"acceptance rate a must be in [0, 1], got {a!r}")
+    target_lat, drafter_lat, a = pair_from_args(args)
     c = drafter_lat.tpot_ms / target_lat.tpot_ms if target_lat.tpot_ms > 0 else float("nan")
     k, why = _lookaheads(args, target_lat, drafter_lat, a)
 

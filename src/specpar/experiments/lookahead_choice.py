@@ -28,7 +28,7 @@ from specpar.models.latency import LatencyProfile
 from specpar.planning.lookahead import satisfies_eq1
 
 FAST_PATH_REPEATS = 200
-EVENT_REPEATS = 4
+EVENT_TOKENS = 2000  # event predictions average over about this many tokens (4 to 16 runs)
 EVENT_MAX_N = 200  # event predictions run on at most this many tokens
 EVENT_MAX_LOOKAHEAD = 32
 
@@ -165,7 +165,7 @@ def _event(
 
     n = min(n, EVENT_MAX_N)
     pairs = []
-    for r in range(seed, seed + EVENT_REPEATS):
+    for r in range(seed, seed + min(16, max(4, EVENT_TOKENS // n))):
         model = SimulatedModel(16, seed=r, latency=target)
         pairs.append((model, model.drafter(a, drafter, seed=r + 7919), [r % 16, 3]))
     out = {}
