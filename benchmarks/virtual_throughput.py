@@ -51,6 +51,9 @@ class IdleServer:
     def __init__(self, name: str, ms: float):
         self.name, self.ms = name, ms
 
+    def cached_len(self, context) -> int:
+        return 0  # no cache: every replica is as good as another
+
     def duration_ms(self, call) -> float:
         return self.ms * (call.k if type(call) is Draft else 1)
 

@@ -64,7 +64,6 @@ def dsi(
     warmed = 0  # of those, the ones that completed
     unsent = 0  # the last `unsent` drafts wait for a verification server (dedicated_cursor only)
     keep_one = dedicated_cursor and len(target) > 1  # one target server kept for passes on the cursor
-    max_verifying = len(target) - 1 if keep_one else len(target) + max_new_tokens  # else: the runtime queues
 
     def reject_dependents() -> None:
         """A draft was rejected: cancel every task that depends on it and forget later drafts."""
@@ -109,9 +108,10 @@ def dsi(
             send_drafts()
 
     def send_drafts() -> None:
-        """Verify the drafts that wait, in one pass, if a server is free for it."""
+        """Verify the drafts that wait, in one pass, if a server is free for it (the runtime queues otherwise,
+        unless one server is kept for the cursor)."""
         nonlocal unsent
-        if unsent and sum(1 for t in verifying if t.call.n_drafts) < max_verifying:
+        if unsent and (not keep_one or sum(1 for t in verifying if t.call.n_drafts) < len(target) - 1):
             verifying.append(runtime.submit(target, Score(g.context(drafts), unsent, decoding)))
             unsent = 0
 
@@ -135,15 +135,16 @@ def dsi(
             runtime.cancel(verifying.pop(0))  # every row it would give is already behind the cursor
         if cursor in known:
             return
+        if not keep_one:  # a verification that covers the cursor stands in for a pass on it
+            if verifying and verifying[0].call.start <= cursor:
+                return
+            verifying.insert(0, runtime.submit(target, Score(g.context(), 0, decoding)))
+            return
         behind = 0  # tasks from before the cursor, first in `verifying`
         while behind < len(verifying) and verifying[behind].call.start < cursor:
             behind += 1
-        if keep_one:  # only a pass with no drafts counts: a verification may take longer
-            if any(t.call.start == cursor and not t.call.n_drafts for t in verifying[behind:]):
-                return
-        elif verifying and verifying[0].call.start <= cursor:
-            return
-        verifying.insert(behind, runtime.submit(target, Score(g.context(), 0, decoding)))
+        if not any(t.call.start == cursor and not t.call.n_drafts for t in verifying[behind:]):
+            verifying.insert(behind, runtime.submit(target, Score(g.context(), 0, decoding)))
 
     def keep_drafting() -> None:
         """The drafter drafts the next chunk after the last draft."""
@@ -157,7 +158,8 @@ def dsi(
         """After every event: the invariants that make DSI never slower than non-SI, and drafting ahead."""
         cover_cursor()
         keep_drafting()
-        send_drafts()
+        if unsent:
+            send_drafts()
 
     keep_busy()
     if prefill_all:

@@ -16,9 +16,7 @@ def common_prefix_len(a: Sequence[int], b: Sequence[int]) -> int:
     stretch where it lies: O(log d) comparisons for a divergence d tokens from the end.
     """
     if type(a) is Context and type(b) is Context and a.base is b.base:
-        # both hold base[:m] (the verified tokens only grow): only what follows can differ, a few drafts
-        m = a.n if a.n < b.n else b.n
-        return m + common_prefix_len(a[m:], b[m:])
+        return shared_base_lcp(a, b)
     n = len(a) if len(a) < len(b) else len(b)
     if n == 0 or (a[n - 1] == b[n - 1] and a[:n] == b[:n]):
         return n
@@ -35,3 +33,28 @@ def common_prefix_len(a: Sequence[int], b: Sequence[int]) -> int:
         else:
             hi = mid
     return lo
+
+
+def shared_base_lcp(a: Context, b: Context) -> int:
+    """common_prefix_len of two Contexts of one generation: both hold base[:min(n)] (the verified tokens only
+    grow), so only a few drafts are compared. The simulator's replica choice calls this on every submit."""
+    if a.n > b.n:
+        a, b = b, a
+    n, tail = a.n, a.tail
+    if not tail:
+        return n
+    k = len(tail)
+    gap = b.n - n  # verified tokens b holds beyond a's
+    if gap == 0:
+        other = b.tail
+    elif k <= gap:
+        other = tuple(b.base[n : n + k])
+    else:
+        other = tuple(b.base[n : b.n]) + b.tail
+    m = k if k < len(other) else len(other)
+    if tail[:m] == other[:m]:
+        return n + m
+    i = 0
+    while tail[i] == other[i]:
+        i += 1
+    return n + i

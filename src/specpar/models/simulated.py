@@ -33,11 +33,11 @@ import threading
 
 import numpy as np
 
-from specpar.calls import Draft, Proposal, Score, Scores
+from specpar.calls import Context, Draft, Proposal, Score, Scores
 from specpar.decoding import DRAFT, Decoding, mix64
 from specpar.errors import ConfigError
 from specpar.models.latency import LatencyProfile
-from specpar.models.prefix import common_prefix_len
+from specpar.models.prefix import common_prefix_len, shared_base_lcp
 
 _MASK = (1 << 64) - 1
 _GOLD = 0x9E3779B97F4A7C15
@@ -243,26 +243,32 @@ class SimulatedServer:
         self._hashes: list[int] = [model.h0]  # _hashes[i] = hash of _tokens[:i]
         self._lcp_of = (None, 0)  # (context, its common prefix with _tokens), reused by compute
 
-    def _lcp(self, ctx: tuple[int, ...]) -> int:
+    def _lcp(self, ctx: Context) -> int:
         seen, lcp = self._lcp_of
         if seen is not ctx:
-            lcp = common_prefix_len(self._tokens, ctx)
+            held = self._tokens
+            # two Contexts of one generation (the usual case): only their drafts differ
+            if type(held) is Context and type(ctx) is Context and held.base is ctx.base:
+                lcp = shared_base_lcp(held, ctx)
+            else:
+                lcp = common_prefix_len(held, ctx)
             self._lcp_of = (ctx, lcp)
         return lcp
 
-    def cached_len(self, context) -> int:
-        return self._lcp(context)
+    cached_len = _lcp
 
     def duration_ms(self, call) -> float:
         lat = self.latency
         return lat.call_ms(call, self._lcp(call.context) if lat.cache_matters else 0)
 
-    def _sync(self, ctx: tuple[int, ...]) -> list[int]:
+    def _sync(self, ctx: Context) -> list[int]:
         lcp = self._lcp(ctx)
         hashes = self._hashes
         del hashes[lcp + 1 :]
         h = hashes[-1]
-        for t in ctx[lcp:]:
+        # the unseen tokens; usually only drafts, read straight from the Context's tail
+        new = ctx.tail[lcp - ctx.n :] if type(ctx) is Context and lcp >= ctx.n else ctx[lcp:]
+        for t in new:
             h = hash((h, t))  # extend(h, t), inlined: the simulator's innermost loop
             hashes.append(h)
         self._tokens = ctx
