@@ -92,15 +92,19 @@ def dsi(
     def on_draft(task: Task) -> None:
         nonlocal drafting, unsent
         drafting = None
-        start, tokens, q = len(task.call.context), task.result.tokens, task.result.q
-        taken = len(g.out) + len(drafts) - start  # positions the target filled while we drafted
-        if tokens[:taken] != g.out[start : start + taken]:
-            return  # drafted from a prefix the target has since contradicted
-        new = tokens[taken:]
+        result, out = task.result, g.out
+        tokens, start = result.tokens, len(task.call.context)
+        taken = len(out) + len(drafts) - start  # positions the target filled while we drafted
+        if taken:
+            if tokens[:taken] != out[start : start + taken]:
+                return  # drafted from a prefix the target has since contradicted
+            new = tokens[taken:]
+        else:
+            new = tokens
         drafts.extend(new)
-        q_rows.extend(q[taken:] if q is not None else [None] * len(new))
+        q_rows.extend(result.q[taken:] if result.q is not None else [None] * len(new))
         windows.extend(range(taken, len(tokens)))
-        if len(g.out) not in known:  # nothing can judge the new drafts yet: hand the drafter its next chunk first
+        if len(out) not in known:  # nothing can judge the new drafts yet: hand the drafter its next chunk first
             keep_drafting()
         # the previous chunk's extra row may judge the first new draft at once
         if settle():
@@ -157,7 +161,8 @@ def dsi(
     def keep_busy() -> None:
         """After every event: the invariants that make DSI never slower than non-SI, and drafting ahead."""
         cover_cursor()
-        keep_drafting()
+        if drafting is None:
+            keep_drafting()
         if unsent:
             send_drafts()
 

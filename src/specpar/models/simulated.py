@@ -30,6 +30,7 @@ from __future__ import annotations
 import itertools
 import math
 import threading
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -95,6 +96,10 @@ class SimulatedLM:
     def probs(self, h: int, temperature: float) -> np.ndarray:  # pragma: no cover - abstract
         raise NotImplementedError
 
+    def argmaxes(self, hashes: Sequence[int]) -> list[int]:
+        """argmax at each of the prefixes ``hashes`` (a greedy verification's rows)."""
+        return [self.argmax(h) for h in hashes]
+
     def greedy_run(self, h: int, k: int, hashes: list[int]) -> list[int]:
         """The k greedy tokens after the prefix with hash h; appends each longer prefix's hash to ``hashes``."""
         tokens = []
@@ -158,6 +163,10 @@ class SimulatedModel(SimulatedLM):
 
     def argmax(self, h: int) -> int:
         return (h >> 8) % self.vocab_size
+
+    def argmaxes(self, hashes: Sequence[int]) -> list[int]:
+        v = self.vocab_size  # argmax inlined: every greedy verification on the virtual clock comes here
+        return [(h >> 8) % v for h in hashes]
 
     def excluded(self, h: int) -> int:
         """The token z(h) with p = 0 at this position (never the mode)."""
@@ -282,8 +291,7 @@ class SimulatedServer:
         if type(call) is Score:
             start = call.start
             if dec.greedy:
-                argmax = model.argmax
-                return Scores(start, [argmax(h) for h in hashes[start:]])
+                return Scores(start, model.argmaxes(hashes[start:]))
             return Scores(start, np.stack([model.probs(h, dec.temperature) for h in hashes[start:]]))
         assert type(call) is Draft
         if dec.greedy:  # no rows
