@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from conftest import make_pair
+from conftest import make_pair, specpar_threads
 from specpar import LatencyProfile, ServerError, SimulatedModel, generate
 from specpar.calls import Score
 from specpar.decoding import Decoding
@@ -169,3 +169,55 @@ def test_threads_many_cancellations_leave_nothing_running(no_thread_leak):
     )
     assert out.tokens == target.greedy_tokens([3], 60)
     assert sum(r.cancelled for r in out.timeline) > 5
+
+
+class StallingServer(FailingServer):
+    """A server stuck ``stall_s`` seconds in its first call, whatever cancellation says (a kernel that ignores
+    it): the issue's stuck server."""
+
+    def __init__(self, inner, stall_s: float):
+        super().__init__(inner, fail_at=0)
+        self.stall_s = stall_s
+
+    def run(self, call, cancelled):
+        self.calls += 1
+        if self.calls == 1:
+            time.sleep(self.stall_s)
+        return self.inner.run(call, cancelled)
+
+
+def test_a_stalled_server_never_holds_generate_past_its_last_token(no_thread_leak):
+    """Issue 15: two of three target replicas stall in their first call (DSI's prefill of idle replicas, never
+    needed for the output): generate returns within one target latency of the last token, reports the two
+    threads still in those calls, and they end on their own once their calls return (nothing left); a later run
+    on the same servers waits for them and gives the same tokens."""
+    target_ms, stall_s = 100.0, 3.0
+    target, drafter = make_pair(seed=3, a=0.5, c=0.1, target_ms=target_ms)
+    servers = [target.server("target0")] + [StallingServer(target.server(f"target{i}"), stall_s) for i in (1, 2)]
+    pool = Pool(servers, "target")
+    streamed = []
+    t0 = time.perf_counter()
+    out = generate(
+        [1, 2],
+        pool,
+        drafter,
+        algorithm="dsi",
+        max_new_tokens=12,
+        runtime="threads",
+        sp_degree=3,
+        lookahead=2,
+        prefill_replicas=True,
+        stream=lambda tokens: streamed.append(time.perf_counter()),
+    )
+    returned = time.perf_counter()
+    assert out.tokens == target.greedy_tokens([1, 2], 12)
+    assert returned - t0 < stall_s, "the output waited on a stalled replica"
+    assert returned - streamed[-1] < target_ms / 1000.0, "generate waited on work no longer needed"
+    assert sorted(out.left_running) == ["specpar-target1", "specpar-target2"]
+    again = generate([1, 2], pool, drafter, algorithm="dsi", max_new_tokens=12, runtime="threads", sp_degree=3)
+    assert again.tokens == out.tokens
+    assert time.perf_counter() - t0 < stall_s + 2.0
+    deadline = time.perf_counter() + 2.0
+    while specpar_threads() and time.perf_counter() < deadline:
+        time.sleep(0.05)
+    assert specpar_threads() == [], "a stalled worker never ended"

@@ -191,16 +191,17 @@ def generate(
         drafter_pool = _pool(drafter, 1, "drafter")
         pools.insert(0, drafter_pool)  # at a tie on the virtual clock, drafts are seen first
     rt = _runtime(runtime, pools, cancel_frees)
-    with rt:
-        if algorithm == "nonsi":
-            return non_si(rt, target_pool, prompt, max_new_tokens, decoding, stream)
-        if algorithm == "si":
-            return si(rt, target_pool, drafter_pool, prompt, max_new_tokens, lookahead, decoding, stream)
-        if prefill_replicas is None:
-            prefill_replicas = prefill_pays_off(target)
-        if dedicated_cursor is None:
-            dedicated_cursor = verification_costs_grow(target)
-        return dsi(
+    if algorithm == "nonsi":
+        return _run(rt, lambda: non_si(rt, target_pool, prompt, max_new_tokens, decoding, stream))
+    if algorithm == "si":
+        return _run(rt, lambda: si(rt, target_pool, drafter_pool, prompt, max_new_tokens, lookahead, decoding, stream))
+    if prefill_replicas is None:
+        prefill_replicas = prefill_pays_off(target)
+    if dedicated_cursor is None:
+        dedicated_cursor = verification_costs_grow(target)
+    return _run(
+        rt,
+        lambda: dsi(
             rt,
             target_pool,
             drafter_pool,
@@ -211,7 +212,17 @@ def generate(
             stream,
             prefill_all=prefill_replicas,
             dedicated_cursor=dedicated_cursor,
-        )
+        ),
+    )
+
+
+def _run(rt, algorithm) -> GenerationResult:
+    """Run ``algorithm()`` on ``rt`` and close it as soon as the output is complete: tasks no longer needed are
+    abandoned at once, and worker threads still in a cancelled call (a stalled server) are reported, not awaited."""
+    with rt:
+        result = algorithm()
+    result.left_running = list(getattr(rt, "left_running", ()))
+    return result
 
 
 def _pool(source, n: int, name: str) -> Pool:
@@ -256,7 +267,6 @@ def _generate_hsd(
     else:
         pools = [_pool(m, 1, f"level{i}") for i, m in enumerate(list(drafters) + [target])]
     rt = _runtime(runtime, pools, cancel_frees)
-    with rt:
-        if algorithm == "hsd-sp":
-            return hsd_sp(rt, pools[1], pools[0], prompt, max_new_tokens, buffers[-1], decoding, stream)
-        return hsd(rt, pools, prompt, max_new_tokens, list(buffers), decoding, stream)
+    if algorithm == "hsd-sp":
+        return _run(rt, lambda: hsd_sp(rt, pools[1], pools[0], prompt, max_new_tokens, buffers[-1], decoding, stream))
+    return _run(rt, lambda: hsd(rt, pools, prompt, max_new_tokens, list(buffers), decoding, stream))

@@ -8,10 +8,13 @@ Nothing hangs:
 
 * a call that runs longer than ``call_timeout_s`` is a :class:`ServerError` naming its server (a stuck
   server is treated as lost; the algorithms never wait on it again);
-* ``close()`` gives running work ``join_timeout_s`` to stop, then leaves the threads that did not (a server
-  stuck in a call that ignores cancellation) behind as daemons, listed in ``left_running`` and logged. Their
+* ``close()`` abandons every task no longer needed at once and gives running work ``join_timeout_s`` (50 ms by
+  default: idle workers and cancelled sleeps end in microseconds) to stop, then leaves the threads that did not
+  (a model server finishing the forward pass it was in, or a server stuck in a call that ignores cancellation)
+  behind as daemons, listed in ``left_running`` and logged; each ends on its own once its call returns. Their
   servers stay reserved: a later runtime on the same server waits for the old thread first (up to
-  ``call_timeout_s``), so two threads never share a KV cache.
+  ``call_timeout_s``), so two threads never share a KV cache. So a generation returns as soon as its last
+  token is known, whatever a stalled server is doing.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ log = logging.getLogger(__name__)
 
 _STOP = object()
 DEFAULT_CALL_TIMEOUT_S = 600.0  # generous: a cold prefill of a long prompt on a CPU takes tens of seconds
-DEFAULT_JOIN_TIMEOUT_S = 1.0
+DEFAULT_JOIN_TIMEOUT_S = 0.05
 
 # server -> the worker thread that last ran it, while that thread may still be running a call
 _owners: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -185,9 +188,9 @@ class ThreadRuntime(Runtime):
             t.join(max(0.0, deadline - time.perf_counter()))
         self.left_running = [t.name for t in self._threads if t.is_alive()]
         if self.left_running:
-            log.warning(
-                "left %d worker thread(s) running after close: %s (a server busy in a call that ignores "
-                "cancellation; a later run on the same server waits for it)",
+            log.info(
+                "left %d worker thread(s) finishing a cancelled call after close: %s (each ends when its call "
+                "returns; a later run on the same server waits for it)",
                 len(self.left_running),
                 ", ".join(self.left_running),
             )
