@@ -117,6 +117,7 @@ def generate(
     sp_degree: int = 4,
     temperature: float = 0.0,
     seed: int = 0,
+    coupling: str = "rejection",
     runtime: str = "virtual",
     cancel_frees: str = "now",
     buffers: Sequence[int] | None = None,
@@ -139,6 +140,10 @@ def generate(
     sp_degree: target servers DSI may use at once (SI and non-SI use one).
     temperature: 0 for greedy; > 0 samples, verified losslessly by rejection sampling.
     seed: keys every random draw (sampling only).
+    coupling: sampling only: "rejection" (rejection sampling, the papers'; the same seed gives the same tokens on
+        every runtime for non-SI, SI and HSD, and on the virtual clock for all) or "gumbel" (drafter-invariant: the
+        same tokens for a seed on every runtime and for every algorithm, non-SI's; a lower acceptance rate). See
+        :mod:`specpar.decoding`.
     runtime: "virtual" (discrete-event clock, nothing sleeps) or "threads" (real time).
     cancel_frees: virtual clock only: "now" (preemptible servers) or "end".
     buffers: HSD only: T_0 .. T_{K-1}, one per drafter (default: ``lookahead`` or 5 for each);
@@ -168,7 +173,7 @@ def generate(
             buffers,
             lookahead,
             max_new_tokens,
-            Decoding(float(temperature), seed),
+            Decoding(float(temperature), seed, coupling),
             runtime,
             cancel_frees,
             algorithm,
@@ -183,7 +188,7 @@ def generate(
             lookahead = default_lookahead(target, drafter, sp_degree)
         elif lookahead == "auto":
             lookahead = auto_lookahead(target, drafter, algorithm, sp_degree, max_new_tokens)
-    decoding = Decoding(float(temperature), seed)
+    decoding = Decoding(float(temperature), seed, coupling)
     n_targets = sp_degree if algorithm == "dsi" else 1
     target_pool = _pool(target, n_targets, "target")
     pools = [target_pool]

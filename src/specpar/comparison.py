@@ -57,6 +57,7 @@ def compare(
     repeats: int = 1,
     seed: int = 0,
     temperature: float = 0.0,
+    coupling: str = "rejection",
     runtime: str = "virtual",
     algorithms: Iterable[str] = ("nonsi", "si", "dsi"),
     progress: Callable[[str], None] | None = None,
@@ -82,6 +83,7 @@ def compare(
                 lookahead=lookahead.get(algo) if isinstance(lookahead, Mapping) else lookahead,
                 sp_degree=sp_degree,
                 temperature=temperature,
+                coupling=coupling,
                 seed=seed + r,
                 runtime=runtime,
             )
@@ -107,7 +109,7 @@ def compare(
         s.drafter_forwards = statistics.fmean(x.drafter_forwards for x in results)
         if "nonsi" in runs:
             s.speedup_vs_nonsi = _ratio([x.time_ms for x in runs["nonsi"]], s.time_ms)
-            if temperature == 0:
+            if temperature == 0 or coupling == "gumbel":  # then the tokens must be non-SI's, not only in law
                 s.same_tokens_as_nonsi = all(a.tokens == b.tokens for a, b in zip(runs["nonsi"], results))
         if "si" in runs:
             s.speedup_vs_si = _ratio([x.time_ms for x in runs["si"]], s.time_ms)

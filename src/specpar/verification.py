@@ -9,6 +9,10 @@ from ``norm(max(0, p - q))``; when every draft passes, a bonus token is drawn
 from ``p`` at the next position. The token at every position is then
 distributed exactly as ``p``.
 
+With ``Decoding.coupling == "gumbel"`` a draft is accepted iff it equals the target's
+Gumbel-max sample at its position (:func:`specpar.decoding.gumbel_sample`), which is the
+token kept either way: lossless, and independent of the drafts.
+
 Rows follow :class:`specpar.calls.Scores`: an argmax id when greedy, a [V]
 probability vector when sampling. Every random draw is keyed by position
 (:mod:`specpar.decoding`).
@@ -20,7 +24,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from specpar.decoding import ACCEPT, BONUS, RESIDUAL, Decoding, sample
+from specpar.decoding import ACCEPT, BONUS, RESIDUAL, Decoding, gumbel_sample, sample
 
 
 def residual(p: np.ndarray, q: np.ndarray) -> np.ndarray:
@@ -39,6 +43,9 @@ def judge(draft: int, q_row, row, decoding: Decoding, position: int) -> tuple[bo
     """
     if decoding.greedy:
         return draft == row, row
+    if decoding.coupling == "gumbel":  # the target's own token, the same whatever was drafted
+        token = gumbel_sample(row, decoding.seed, position)
+        return draft == token, token
     p_x, q_x = row[draft], q_row[draft]
     if decoding.uniform(ACCEPT, position) * q_x < p_x:  # u < p(x) / q(x)
         return True, draft
@@ -47,7 +54,11 @@ def judge(draft: int, q_row, row, decoding: Decoding, position: int) -> tuple[bo
 
 def bonus(row, decoding: Decoding, position: int) -> int:
     """The target's own token at ``position`` when no draft is tested there."""
-    return row if decoding.greedy else sample(row, decoding.uniform(BONUS, position))
+    if decoding.greedy:
+        return row
+    if decoding.coupling == "gumbel":
+        return gumbel_sample(row, decoding.seed, position)
+    return sample(row, decoding.uniform(BONUS, position))
 
 
 def verify_chain(drafts: Sequence[int], q, rows: Sequence, decoding: Decoding, start: int) -> tuple[int, int]:

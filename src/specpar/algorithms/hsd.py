@@ -43,8 +43,12 @@ _LEVEL_SALT = 0x2545F4914F6CDD1D
 
 
 def level_decoding(decoding: Decoding, level: int) -> Decoding:
-    """The decoding an intermediate level verifies with: same temperature, independent uniforms."""
-    return Decoding(decoding.temperature, mix64(decoding.seed ^ ((level + 1) * _LEVEL_SALT)))
+    """The decoding an intermediate level verifies with: same temperature, independent uniforms. With the Gumbel
+    coupling every level keeps the seed: each level's token is its own Gumbel-max sample, whatever it tests, so
+    sharing the noise only couples the levels more tightly (the output is the target's sample either way)."""
+    if decoding.coupling == "gumbel":
+        return decoding
+    return Decoding(decoding.temperature, mix64(decoding.seed ^ ((level + 1) * _LEVEL_SALT)), decoding.coupling)
 
 
 def check_buffers(buffers: Sequence[int], n_drafters: int) -> list[int]:

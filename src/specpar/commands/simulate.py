@@ -63,6 +63,13 @@ def register(sub) -> None:
         default=0.0,
         help="0 for greedy (exact-match verification), > 0 for sampling (rejection sampling)",
     )
+    p.add_argument(
+        "--coupling",
+        choices=("rejection", "gumbel"),
+        default="rejection",
+        help="sampling: rejection (the papers' rejection sampling) or gumbel (drafter-invariant: every algorithm "
+        "gives non-SI's tokens for a seed, on every runtime; lower acceptance)",
+    )
     p.add_argument("--seed", type=int, default=0, help="repeat r uses models, prompt and draws from seed + r")
     p.add_argument("--repeats", type=int, default=5, help="runs per algorithm, interleaved (default 5)")
     p.add_argument("--vocab-size", type=int, default=8, help="vocabulary of the simulated models (default 8)")
@@ -328,6 +335,7 @@ def _run_with_progress(compare, args, make_models, make_prompt, k):
         repeats=args.repeats,
         seed=args.seed,
         temperature=args.temperature,
+        coupling=args.coupling,
         runtime=args.runtime,
     )
     if args.json or not sys.stderr.isatty():

@@ -35,7 +35,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from specpar.calls import Context, Draft, Proposal, Score, Scores
-from specpar.decoding import DRAFT, Decoding, mix64
+from specpar.decoding import Decoding, mix64
 from specpar.errors import ConfigError
 from specpar.models.latency import LatencyProfile
 from specpar.models.prefix import common_prefix_len, shared_base_lcp
@@ -115,10 +115,7 @@ class SimulatedLM:
         if decoding.greedy:
             return self.argmax(h), None
         row = self.probs(h, decoding.temperature)
-        u = decoding.uniform(DRAFT, position)
-        cdf = np.cumsum(row)
-        tok = min(int(np.searchsorted(cdf, u * cdf[-1], side="right")), len(row) - 1)
-        return tok, row
+        return decoding.draft(row, position), row
 
     def server(self, name: str | None = None) -> SimulatedServer:
         """A new instance of this model with an empty cache."""

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from specpar.calls import Draft, Proposal, Score, Scores
-from specpar.decoding import DRAFT, Decoding, sample
+from specpar.decoding import Decoding
 from specpar.errors import ConfigError
 from specpar.models.prefix import common_prefix_len
 
@@ -140,7 +140,7 @@ class TransformersServer:
                 token = int(logits.argmax())
             else:
                 row = self._probs(logits, dec.temperature)
-                token = sample(row, dec.uniform(DRAFT, len(ctx) + i))
+                token = dec.draft(row, len(ctx) + i)
                 q.append(row)
             tokens.append(token)
             if i + 1 < call.k:
