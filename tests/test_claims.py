@@ -3,6 +3,7 @@
 import json
 
 import numpy as np
+import pytest
 
 from specpar.cli import main
 from specpar.experiments.claims import (
@@ -126,3 +127,13 @@ def test_fig2b_at_resolution_20_fails_only_where_eq1_forces_a_long_lookahead_and
         assert r.relaxed_lookahead < 17 and r.relaxed_ms < r.si_ms  # a shorter lookahead on 7 servers wins
     claim = check_fig2b(float(s.min()), g.fig2b_rechecks, 7, "cmd")
     assert claim.status == FAIL and "forces DSI's lookahead to 17" in claim.measured
+
+
+@pytest.mark.parametrize("command,default", [("reproduce", 50), ("heatmap", 100)])
+def test_help_states_the_default_resolution_the_command_uses(command, default):
+    from specpar.cli import build_parser
+
+    parser = build_parser()
+    sub = parser._subparsers._group_actions[0].choices[command]
+    assert sub.get_default("resolution") == default
+    assert f"(default {default}:" in " ".join(sub.format_help().split())

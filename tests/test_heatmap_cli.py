@@ -79,3 +79,17 @@ def test_check_cells_prints_event_simulator_beside_fast_path(tmp_path, capsys):
         assert 0 < dsi_fast <= n + 1e-9 and 0 < dsi_events <= n + 1e-9  # Theorem 1: never slower than non-SI
     exact = [r for r in rows if r[1] in (0.0, 1.0)]  # acceptance certain: both simulators must agree exactly
     assert exact and all(r[4] == r[5] and r[6] == r[7] for r in exact)
+
+
+def test_every_panel_of_a_figure_shares_one_colour_scale(tmp_path, monkeypatch):
+    """The same colour means the same speedup in every panel (issue 14): one norm, sized by the widest panel."""
+    import matplotlib.pyplot as plt
+
+    figures = []
+    monkeypatch.setattr(plt, "close", figures.append)
+    assert main(["heatmap", "--resolution", "4", "-N", "20", "--repeats", "1", "-o", str(tmp_path / "f")]) == 0
+    images = [ax.images[0] for ax in figures[0].axes if ax.images]
+    assert len(images) == 4
+    assert len({(im.norm.vmin, im.norm.vmax) for im in images}) == 1
+    widest = max(float(abs(im.get_array()).max()) for im in images)
+    assert images[0].norm.vmax == pytest.approx(min(max(widest, 0.1), 2.0))

@@ -51,15 +51,20 @@ def register(subparsers) -> None:
     p.set_defaults(func=run)
 
 
-def add_grid_arguments(p) -> None:
-    """Options shared with ``specpar reproduce``."""
+def add_grid_arguments(p, resolution: int = 100) -> None:
+    """Options shared with ``specpar reproduce`` (whose default resolution is smaller)."""
+    note = (
+        "the paper's 100 x 101 cells"
+        if resolution == 100
+        else f"{resolution} x {resolution + 1} cells; 100 is the paper's"
+    )
     p.add_argument(
         "--resolution",
         type=int,
-        default=100,
+        default=resolution,
         metavar="R",
         help="R drafter latencies c from 0.01 to 1 and R+1 acceptance rates a from 0 to 1, evenly spaced "
-        "(default 100: the paper's 100 x 101 cells)",
+        f"(default {resolution}: {note})",
     )
     p.add_argument("-N", "--max-new-tokens", type=int, default=100, metavar="N", help="tokens per run (default 100)")
     p.add_argument("--repeats", type=int, default=5, help="runs per cell and algorithm (default 5)")

@@ -27,8 +27,7 @@ def register(subparsers) -> None:
         description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    add_grid_arguments(p)
-    p.set_defaults(resolution=50)
+    add_grid_arguments(p, resolution=50)
     p.add_argument(
         "--only",
         nargs="+",
