@@ -1,4 +1,4 @@
-"""Verification (DESIGN layer 3): pure functions deciding which draft tokens the target keeps.
+"""Verification (docs/design.md, layer 3): pure functions deciding which draft tokens the target keeps.
 
 Greedy: a draft is accepted iff it equals the target's argmax; otherwise the
 argmax replaces it (exact match).

@@ -1,4 +1,4 @@
-"""Algorithms (DESIGN layer 2): each a scheduler of tasks on servers, run unchanged on every runtime."""
+"""Algorithms (docs/design.md, layer 2): each a scheduler of tasks on servers, run unchanged on every runtime."""
 
 from specpar.algorithms.dsi import dsi
 from specpar.algorithms.hsd import hsd

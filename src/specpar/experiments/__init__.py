@@ -1,1 +1,1 @@
-"""The DSI paper's experiments (DESIGN layer 1 helpers): offline heatmaps, the online table, the claims report."""
+"""The DSI paper's experiments (docs/design.md, layer 1): offline heatmaps, the online table, the claims report."""

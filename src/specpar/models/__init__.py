@@ -1,4 +1,4 @@
-"""Servers (DESIGN layer 5): things that return next-token distributions for a token sequence."""
+"""Servers (docs/design.md, layer 5): things that return next-token distributions for a token sequence."""
 
 from specpar.models.latency import LatencyProfile
 from specpar.models.simulated import SimulatedDrafter, SimulatedModel, SimulatedServer

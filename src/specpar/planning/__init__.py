@@ -1,4 +1,4 @@
-"""Planning (DESIGN layer 6): choosing lookahead, SP degree and hierarchies from latencies, and closed forms.
+"""Planning (docs/design.md, layer 6): choosing lookahead, SP degree and hierarchies from latencies, and closed forms.
 
 * :mod:`~specpar.planning.lookahead`: the DSI paper's Eq. 1 (lookahead vs SP degree) and the target servers
   DSI needs;

@@ -1,4 +1,4 @@
-"""Runtimes (DESIGN layer 4): run tasks on servers. They know nothing of tokens.
+"""Runtimes (docs/design.md, layer 4): run tasks on servers. They know nothing of tokens.
 
 The contract (:class:`Runtime`): ``submit(pool, call)`` queues a task for any idle
 server of a pool, ``wait()`` returns the next finished task, ``cancel(task)``
