@@ -1,6 +1,6 @@
 """What a generation returns: the tokens, the time, and the metrics the field reports.
 
-Metric definitions (docs/design.md lists where each is tested):
+Metric definitions (the field's, as vLLM uses them; tested in tests/test_metrics.py):
 
 * drafted: draft tokens the verifier tested (each is tested at most once; drafts
   discarded unseen after an earlier rejection are not counted).
