@@ -226,7 +226,7 @@ def _run(rt, algorithm) -> GenerationResult:
     abandoned at once, and worker threads still in a cancelled call (a stalled server) are reported, not awaited."""
     with rt:
         result = algorithm()
-    result.left_running = list(getattr(rt, "left_running", ()))
+    result.left_running = tuple(getattr(rt, "left_running", ()))
     return result
 
 

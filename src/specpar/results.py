@@ -58,7 +58,7 @@ class GenerationResult:
     timeline_source: Callable[[], list[TaskRecord]] | None = field(default=None, repr=False, compare=False)
     details: dict | None = None  # algorithm-specific extras (HSD: per-level calls and acceptance)
     # worker threads still in a cancelled call when the run returned (threads runtime: a stalled server)
-    left_running: list[str] = field(default_factory=list)
+    left_running: tuple[str, ...] = ()
 
     @property
     def timeline(self) -> list[TaskRecord]:
