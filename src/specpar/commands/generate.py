@@ -8,6 +8,7 @@ import sys
 
 from specpar.commands import real_models
 from specpar.errors import ConfigError
+from specpar.results import METRICS_FOOTNOTE
 
 DESCRIPTION = """\
 Generate text with non-SI, SI or DSI on real transformers models (thread runtime).
@@ -202,6 +203,7 @@ def _report(args, results, target) -> None:
             "-" if algo == "nonsi" or args.temperature else ("yes" if r.tokens == base.tokens else "[red]NO[/red]"),
         )
     console.print(table)
+    console.print(METRICS_FOOTNOTE, style="dim")
     why = real_models.why_line({a: [r] for a, r in results.items()}, args.lookahead)
     if why:
         console.print(why)
