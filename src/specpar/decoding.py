@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from specpar.logits_processors import LogitsProcessors
+
 _MASK = (1 << 64) - 1
 
 # Streams: independent uniforms for the different random choices at one position.
@@ -51,14 +53,22 @@ class Decoding:
     temperature: 0 means greedy (argmax, exact-match verification); > 0 means
         sampling from softmax(logits / temperature) with lossless rejection sampling.
     seed: keys every random draw (see module docstring).
+    processors: the request's logits processors (top-k, top-p, min-p, repetition penalty), applied by every
+        server, target and drafter alike, before rows leave it (:mod:`specpar.logits_processors`); None: none.
     """
 
     temperature: float = 0.0
     seed: int = 0
+    processors: LogitsProcessors | None = None
     greedy: bool = field(init=False, repr=False, compare=False)  # temperature == 0, read once per token
+    # servers must process rows: processors that change this decoding's rows (greedy: only a penalty does)
+    reshapes: bool = field(init=False, repr=False, compare=False)
 
     def __post_init__(self):
-        object.__setattr__(self, "greedy", self.temperature == 0.0)
+        greedy = self.temperature == 0.0
+        object.__setattr__(self, "greedy", greedy)
+        p = self.processors
+        object.__setattr__(self, "reshapes", p is not None and (p.changes_argmax if greedy else p.active))
 
     def uniform(self, stream: int, position: int) -> float:
         return uniform(self.seed, stream, position)

@@ -28,6 +28,7 @@ No level drafts past the last output token (the target makes that one itself).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 import numpy as np
 
@@ -44,7 +45,7 @@ _LEVEL_SALT = 0x2545F4914F6CDD1D
 
 def level_decoding(decoding: Decoding, level: int) -> Decoding:
     """The decoding an intermediate level verifies with: same temperature, independent uniforms."""
-    return Decoding(decoding.temperature, mix64(decoding.seed ^ ((level + 1) * _LEVEL_SALT)))
+    return replace(decoding, seed=mix64(decoding.seed ^ ((level + 1) * _LEVEL_SALT)))
 
 
 def check_buffers(buffers: Sequence[int], n_drafters: int) -> list[int]:
@@ -132,6 +133,7 @@ def hsd(
     buffers: Sequence[int],
     decoding: Decoding = GREEDY,
     stream=None,
+    stopping=None,
 ) -> GenerationResult:
     """levels: [K+1] pools, M0 (the only autoregressive drafter) first, the target MK last.
     buffers: [K] T_0 .. T_{K-1}: tokens M0 drafts per call, tokens Mi hands up per call.
@@ -141,7 +143,7 @@ def hsd(
         raise ConfigError("HSD needs at least one drafter level below the target")
     K = len(levels) - 1
     T = check_buffers(buffers, K)
-    g = Generation(prompt, max_new_tokens, decoding, runtime, stream)
+    g = Generation(prompt, max_new_tokens, decoding, runtime, stream, stopping)
     below = DrafterLevels(lambda m, call: runtime.run(levels[m], call), T)
     rounds = 0
     while not g.done:

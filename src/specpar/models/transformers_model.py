@@ -101,6 +101,11 @@ class TransformersModel:
         return self.module_on(self.device).get_output_embeddings().weight.shape[0]
 
     @property
+    def generation_config(self):
+        """The module's generation config (its eos ids end the text: specpar.stopping.end_of_text_ids)."""
+        return getattr(self.module_on(self.device), "generation_config", None)
+
+    @property
     def context_window(self) -> int:
         return int(getattr(self.config, "max_position_embeddings", None) or 1 << 30)
 
