@@ -2,6 +2,7 @@
 
 from specpar.api import generate
 from specpar.decoding import Decoding
+from specpar.engine import Engine
 from specpar.errors import ConfigError, ServerError, SpecparError, SpecparWarning
 from specpar.models import LatencyProfile, SimulatedDrafter, SimulatedModel
 from specpar.params import SamplingParams
@@ -12,6 +13,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "generate",
+    "Engine",
     "Decoding",
     "SamplingParams",
     "LatencyProfile",
