@@ -28,7 +28,7 @@ from specpar.errors import ConfigError
 from specpar.params import SamplingParams
 from specpar.results import GenerationResult
 from specpar.runtimes import Pool
-from specpar.stopping import Detokenizer, Stopping, detokenize, end_of_text_ids
+from specpar.stopping import Stopping, TextStream, detokenize, end_of_text_ids
 
 log = logging.getLogger(__name__)
 
@@ -172,7 +172,7 @@ class Engine:
             try:
                 result = self._request(ids, params, algorithm, lookahead, on_tokens)
                 if text is not None:
-                    rest = text.finish(result.text)
+                    rest = text.finish()
                     if rest:
                         pieces.put(rest)
                 pieces.put(_END)
@@ -290,29 +290,6 @@ class Engine:
 
     def __repr__(self) -> str:
         return f"Engine({self.target_model!r}, {len(self.targets)} target server(s), {self.runtime})"
-
-
-class TextStream:
-    """Text pieces of a streamed output that never show a stop string: the last (longest stop - 1)
-    characters wait until the next piece shows that no stop string begins in them."""
-
-    def __init__(self, tokenizer, prompt: Sequence[int], stop: Sequence[str] = ()):
-        self._detok = Detokenizer(tokenizer, prompt)
-        self._hold = max((len(s) for s in stop), default=1) - 1
-        self.text = ""  # decoded so far
-        self.shown = 0  # characters handed out
-
-    def push(self, tokens) -> str:
-        self.text += "".join(self._detok.push(t) for t in tokens)
-        safe = len(self.text) - self._hold
-        if safe <= self.shown:
-            return ""
-        piece, self.shown = self.text[self.shown : safe], safe
-        return piece
-
-    def finish(self, final: str) -> str:
-        """What is left to show of the output's ``final`` text (cut at its stop string, if any)."""
-        return final[self.shown :]
 
 
 _END = object()

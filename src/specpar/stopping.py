@@ -80,13 +80,52 @@ class Detokenizer:
         return ""
 
 
+def find_stop(text: str, stop: Sequence[str], since: int = 0) -> int | None:
+    """Where the first stop string in ``text[since:]`` begins, or None."""
+    found = [i for i in (text.find(s, since) for s in stop) if i >= 0]
+    return min(found) if found else None
+
+
 def detokenize(tokenizer, prompt: Sequence[int], tokens: Iterable[int], stop: Sequence[str] = ()) -> str:
     """The text of ``tokens`` after ``prompt``, as the pieces of a Detokenizer join, cut before the first stop
     string."""
     d = Detokenizer(tokenizer, prompt)
     text = "".join(d.push(t) for t in tokens)
-    cut = [i for i in (text.find(s) for s in stop) if i >= 0]
-    return text[: min(cut)] if cut else text
+    cut = find_stop(text, stop)
+    return text if cut is None else text[:cut]
+
+
+class TextStream:
+    """Text pieces of a streamed output that never show any of a stop string: the last (longest stop - 1)
+    characters wait until the next piece shows that no stop string begins in them."""
+
+    def __init__(self, tokenizer, prompt: Sequence[int], stop: Sequence[str] = ()):
+        self._detok = Detokenizer(tokenizer, prompt)
+        self.stop = tuple(stop)
+        self._hold = max((len(s) for s in self.stop), default=1) - 1
+        self.text = ""  # decoded so far, cut before a stop string once one shows
+        self.shown = 0  # characters handed out
+        self.stopped = False
+
+    def push(self, tokens) -> str:
+        """The text that ``tokens`` (the next output tokens) make safe to show."""
+        if self.stopped:
+            return ""
+        since = max(0, len(self.text) - self._hold)
+        self.text += "".join(self._detok.push(t) for t in tokens)
+        cut = find_stop(self.text, self.stop, since)
+        if cut is not None:
+            self.text, self.stopped = self.text[:cut], True
+        safe = len(self.text) if self.stopped else len(self.text) - self._hold
+        if safe <= self.shown:
+            return ""
+        piece, self.shown = self.text[self.shown : safe], safe
+        return piece
+
+    def finish(self) -> str:
+        """What is left to show once the output is complete."""
+        piece, self.shown = self.text[self.shown :], len(self.text)
+        return piece
 
 
 class Stopping:
@@ -117,8 +156,8 @@ class Stopping:
             return False
         since = max(0, len(self.text) - self._longest + 1)  # a stop string may begin in earlier text
         self.text += piece
-        found = [i for i in (self.text.find(s, since) for s in self.stop) if i >= 0]
-        if found:
-            self.text = self.text[: min(found)]
+        cut = find_stop(self.text, self.stop, since)
+        if cut is not None:
+            self.text = self.text[:cut]
             return True
         return False
