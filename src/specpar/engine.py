@@ -109,11 +109,7 @@ class Engine:
         from specpar.models.transformers_model import available_devices
 
         devices = list(devices) if devices else available_devices()
-        log.info("loading %s and %s", target or "the default target", drafter or "the default drafter")
-        t0 = time.perf_counter()
-        t, d = load_pair(target, drafter, devices[0], dtype, target_device=devices[1] if len(devices) > 1 else None)
-        log.info("loaded %s and %s in %.1f s", t.name, d.name, time.perf_counter() - t0)
-        return t, d
+        return load_pair(target, drafter, devices[0], dtype, target_device=devices[1] if len(devices) > 1 else None)
 
     def _servers(self, source, n: int, name: str, devices, max_tokens: int) -> Pool:
         if isinstance(source, Pool):
@@ -170,7 +166,7 @@ class Engine:
 
         def work():
             try:
-                result = self._request(ids, params, algorithm, lookahead, on_tokens)
+                self._request(ids, params, algorithm, lookahead, on_tokens)
                 if text is not None:
                     rest = text.finish()
                     if rest:
@@ -336,15 +332,20 @@ def load_pair(
     from specpar.models.transformers_model import TransformersModel, check_same_tokenizer
     from specpar.models.weights import load_default_pair
 
+    t0 = time.perf_counter()
+    log.info("loading %s and %s", target or "the default target", drafter or "the default drafter")
     if target is None and drafter is None:
         if dtype not in (None, "float32"):
             raise ConfigError("the default pair is converted to float32; give --target/--drafter for another dtype")
-        return load_default_pair(device, progress, target_device)
-    if target is None or drafter is None:
-        raise ConfigError("give both --target and --drafter (or neither, for the default pair)")
-    t = TransformersModel(target, device=target_device or device, dtype=dtype)
-    d = TransformersModel(drafter, device=device, dtype=dtype)
-    check_same_tokenizer(t, d)
+        t, d = load_default_pair(device, progress, target_device)
+    else:
+        if target is None or drafter is None:
+            raise ConfigError("give both --target and --drafter (or neither, for the default pair)")
+        t = TransformersModel(target, device=target_device or device, dtype=dtype)
+        d = TransformersModel(drafter, device=device, dtype=dtype)
+        check_same_tokenizer(t, d)
+    log.info("loaded %s (target, %s) and %s (drafter, %s) in %.1f s", t.name, t.device, d.name, d.device,
+             time.perf_counter() - t0)  # fmt: skip
     return t, d
 
 
