@@ -197,9 +197,7 @@ def available_memory(device: str) -> int:
                         return int(line.split()[1]) * 1024
         except OSError:
             pass
-        import psutil
-
-        return psutil.virtual_memory().available
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")  # free pages: a lower bound
     import torch
 
     return torch.cuda.mem_get_info(torch.device(device))[0]
