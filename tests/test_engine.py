@@ -10,28 +10,28 @@ from tiny_transformers import tiny_pair
 PROMPTS = [[1, 2], [3], [4, 5, 6], [2, 2], [7]]
 
 
-def requests():
+def requests(n: int = 12):
     """(prompt, params, algorithm) for 5 requests (and a sixth): greedy and sampled, every algorithm."""
     return [
-        (PROMPTS[0], SamplingParams(max_tokens=12), "dsi"),
-        (PROMPTS[1], SamplingParams(max_tokens=10, temperature=0.8, seed=5, top_k=3), "si"),
-        (PROMPTS[2], SamplingParams(max_tokens=9, repetition_penalty=1.3), "nonsi"),
+        (PROMPTS[0], SamplingParams(max_tokens=n), "dsi"),
+        (PROMPTS[1], SamplingParams(max_tokens=n - 2, temperature=0.8, seed=5, top_k=3), "si"),
+        (PROMPTS[2], SamplingParams(max_tokens=n - 3, repetition_penalty=1.3), "nonsi"),
         # DSI sampled on threads is exact in distribution but not reproducible per seed (whether a position is
         # decided by a draft's test or by the target alone depends on timing): sampled requests use SI here
-        (PROMPTS[3], SamplingParams(max_tokens=11, temperature=1.0, seed=2, top_p=0.8), "si"),
-        (PROMPTS[3], SamplingParams(max_tokens=11, repetition_penalty=0.9), "dsi"),
-        (PROMPTS[4], SamplingParams(max_tokens=8, stop_token_ids=[3]), "si"),
+        (PROMPTS[3], SamplingParams(max_tokens=n - 1, temperature=1.0, seed=2, top_p=0.8), "si"),
+        (PROMPTS[3], SamplingParams(max_tokens=n - 1, repetition_penalty=0.9), "dsi"),
+        (PROMPTS[4], SamplingParams(max_tokens=n - 4, stop_token_ids=[3]), "si"),
     ]
 
 
-def hammer(engine, n_threads=8):
+def hammer(engine, n_threads=8, n=12):
     """8 threads x 5 requests at once on one engine; every output must equal its single-call output."""
-    single = [engine.generate(p, params, algorithm=a, lookahead=3).tokens for p, params, a in requests()]
+    single = [engine.generate(p, params, algorithm=a, lookahead=3).tokens for p, params, a in requests(n)]
     outputs, errors = {}, []
 
     def client(t):
         try:
-            for i, (p, params, a) in enumerate(requests()):
+            for i, (p, params, a) in enumerate(requests(n)):
                 outputs[t, i] = engine.generate(p, params, algorithm=a, lookahead=3).tokens
         except Exception as exc:  # reported below
             errors.append(exc)
@@ -56,7 +56,7 @@ def test_many_threads_on_one_engine_of_tiny_transformers_models():
     target, drafter = tiny_pair(vocab=32, seed=2)
     with Engine(target, drafter, sp_degree=2) as engine:
         assert engine.runtime == "threads"  # real models default to real time
-        hammer(engine)
+        hammer(engine, n=7)
 
 
 def test_a_list_of_prompts_gives_the_outputs_of_single_calls():

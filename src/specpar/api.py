@@ -99,7 +99,8 @@ def auto_lookahead(target, drafter, algorithm: str, sp_degree: int, max_new_toke
     from specpar.experiments.lookahead_choice import choose_lookahead
 
     t, d = _latency(target), _latency(drafter)
-    a = getattr(drafter.servers[0].model if isinstance(drafter, Pool) else drafter, "acceptance_rate", None)
+    model = getattr(drafter, "model", None) or drafter.servers[0].model if isinstance(drafter, Pool) else drafter
+    a = getattr(model, "acceptance_rate", None)
     if t is None or d is None or a is None:
         raise ConfigError(
             'lookahead="auto" needs both latency profiles and the drafter\'s acceptance rate (a simulated drafter); '

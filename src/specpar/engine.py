@@ -115,8 +115,11 @@ class Engine:
         if isinstance(source, Pool):
             return source
         if hasattr(source, "servers") and self.real:  # transformers: placed on devices, checked to fit
-            return Pool(source.servers(n, devices, name, max_tokens), name)
-        return Pool([source.server(f"{name}{i}") for i in range(n)], name)
+            pool = Pool(source.servers(n, devices, name, max_tokens), name)
+        else:
+            pool = Pool([source.server(f"{name}{i}") for i in range(n)], name)
+        pool.model = source  # what the servers were made from (lookahead="auto" reads its acceptance rate)
+        return pool
 
     @property
     def all(self) -> list:
