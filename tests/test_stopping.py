@@ -94,6 +94,11 @@ def test_every_end_of_text_id_the_tokenizer_and_generation_config_name():
     module.generation_config = GenerationConfig(eos_token_id=im_end)
     assert end_of_text_ids(TransformersModel(module, tok)) == {endoftext, im_end}
     assert end_of_text_ids(TransformersModel(tiny_module(16, seed=1), tiny_tokenizer(8))) == set()
+    plain = tiny_tokenizer(8)
+    plain.add_tokens(["<|endoftext|>"])  # added, not flagged special (as a GGUF conversion may leave it)
+    assert end_of_text_ids(TransformersModel(tiny_module(16, seed=1), plain)) == {
+        plain.convert_tokens_to_ids("<|endoftext|>")
+    }
 
 
 def test_stop_strings_need_a_tokenizer():

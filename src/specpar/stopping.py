@@ -15,7 +15,7 @@ from collections.abc import Iterable, Sequence
 from specpar.errors import ConfigError
 
 # Tokens that end generation in the chat and base formats of common model families, as llama.cpp lists them
-# (llama-vocab.cpp's end-of-generation tokens): matched against a tokenizer's special tokens only.
+# (llama-vocab.cpp's end-of-generation tokens): matched against a tokenizer's special and added tokens only.
 END_OF_TEXT_TOKENS = (
     "<|endoftext|>",
     "<|im_end|>",
@@ -42,9 +42,9 @@ def end_of_text_ids(model) -> frozenset[int]:
     if tok is not None:
         if getattr(tok, "eos_token_id", None) is not None:
             ids.add(tok.eos_token_id)
-        special = set(getattr(tok, "all_special_tokens", ())) | {
-            str(t) for t in getattr(tok, "added_tokens_decoder", {}).values() if getattr(t, "special", False)
-        }
+        # special and added tokens (a GGUF conversion may not flag added tokens as special)
+        added = tok.get_added_vocab() if hasattr(tok, "get_added_vocab") else {}
+        special = set(getattr(tok, "all_special_tokens", ())) | set(added)
         for name in special & set(END_OF_TEXT_TOKENS):
             ids.add(tok.convert_tokens_to_ids(name))
     return frozenset(int(i) for i in ids if i is not None and i >= 0)
