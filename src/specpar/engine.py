@@ -73,7 +73,7 @@ class Engine:
         prefill_replicas: bool | None = None,
         dedicated_cursor: bool | None = None,
     ):
-        if target is None or isinstance(target, (str, os.PathLike)):
+        if target is None or isinstance(target, str) or hasattr(target, "__fspath__"):
             target, drafter = self._load(target, drafter, devices, dtype)
         if target is None:
             raise ConfigError("give a target model")
@@ -100,8 +100,9 @@ class Engine:
             self.drafters = None if drafter is None else self._servers(drafter, 1, "drafter", devices[:1], max_tokens)
         self._lock = threading.Lock()
         self.closed = False
-        for s in self.all:
-            log.info("server %s on %s", s.name, getattr(s, "device", self.runtime))
+        if log.isEnabledFor(logging.INFO):
+            for s in self.all:
+                log.info("server %s on %s", s.name, getattr(s, "device", self.runtime))
 
     # -- loading -------------------------------------------------------------------------------
     @staticmethod
@@ -218,7 +219,7 @@ class Engine:
         if algorithm != "nonsi" and self.drafters is None:
             raise ConfigError(f"algorithm {algorithm!r} needs a drafter: give the engine one")
         with self._lock:  # one request at a time on these servers (their caches)
-            marks = [len(getattr(s, "forward_log", ())) for s in self.all]
+            marks = [len(s.forward_log) for s in self.all] if self.real else None
             with torch_threads(self.threads_for(algorithm)) if self.real else nullcontext():
                 t0 = time.perf_counter()
                 result = generate_on(

@@ -43,23 +43,10 @@ class SamplingParams:
     seed: int = 0
 
     def __post_init__(self):
-        def number(name, lo=None, hi=None, lo_open=False, hi_open=False):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-                raise ConfigError(f"{name} must be a finite number, got {v!r}")
-            if (lo is not None and (v <= lo if lo_open else v < lo)) or (
-                hi is not None and (v >= hi if hi_open else v > hi)
-            ):
-                lo_s = "-inf" if lo is None else f"{lo:g}"
-                hi_s = "inf" if hi is None else f"{hi:g}"
-                brackets = ("(" if lo_open else "[") + lo_s + ", " + hi_s + (")" if hi_open or hi is None else "]")
-                raise ConfigError(f"{name} must be in {brackets}, got {v!r}")
-            object.__setattr__(self, name, float(v))
-
-        number("temperature", 0.0)
-        number("top_p", 0.0, 1.0, lo_open=True)
-        number("min_p", 0.0, 1.0)
-        number("repetition_penalty", 0.0, lo_open=True)
+        _number(self, "temperature", 0.0, math.inf, "[0, inf)")
+        _number(self, "top_p", 0.0, 1.0, "(0, 1]", lo_open=True)
+        _number(self, "min_p", 0.0, 1.0, "[0, 1]")
+        _number(self, "repetition_penalty", 0.0, math.inf, "(0, inf)", lo_open=True)
         top_k = 0 if self.top_k is None else self.top_k
         if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 0:
             raise ConfigError(f"top_k must be an integer >= 0 (0: no limit), got {self.top_k!r}")
@@ -85,10 +72,9 @@ class SamplingParams:
     @classmethod
     def from_kwargs(cls, **kwargs) -> SamplingParams:
         """SamplingParams(**kwargs), with an unknown keyword a ConfigError naming the known ones."""
-        known = [f.name for f in fields(cls)]
         for name in kwargs:
-            if name not in known:
-                raise ConfigError(f"unknown sampling parameter {name!r}: known ones are {', '.join(known)}")
+            if name not in _FIELDS:
+                raise ConfigError(f"unknown sampling parameter {name!r}: known ones are {', '.join(_FIELDS)}")
         return cls(**kwargs)
 
     @property
@@ -99,3 +85,16 @@ class SamplingParams:
     def decoding(self) -> Decoding:
         """The :class:`Decoding` every server call of this request carries."""
         return Decoding(self.temperature, self.seed, self.processors)
+
+
+_FIELDS = tuple(f.name for f in fields(SamplingParams))
+
+
+def _number(params: SamplingParams, name: str, lo: float, hi: float, bounds: str, lo_open: bool = False) -> None:
+    """Check a real-valued field is in its interval (``bounds`` says it in words) and store it as a float."""
+    v = getattr(params, name)
+    if type(v) not in (int, float) or not (lo < v if lo_open else lo <= v) or not v <= hi or v == math.inf:
+        if type(v) not in (int, float) or not math.isfinite(v):
+            raise ConfigError(f"{name} must be a finite number, got {v!r}")
+        raise ConfigError(f"{name} must be in {bounds}, got {v!r}")
+    object.__setattr__(params, name, float(v))
