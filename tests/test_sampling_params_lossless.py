@@ -103,6 +103,20 @@ def test_a_biased_processing_fails_the_distribution_test(monkeypatch, algorithm,
     assert p_value < 1e-6, f"the test could not detect the {bias} bias (p = {p_value:.2g})"
 
 
+def test_a_drafter_left_unprocessed_costs_acceptance_not_exactness(monkeypatch):
+    """Speculative sampling is lossless for any q it is told: a drafter whose rows skip the processors (and
+    that reports those rows) still gives the processed target's law; what processing the drafter buys is
+    acceptance. (A biased variant has to break the target's rows or the q reported, as the test above does.)"""
+    target = target_model()
+    params = SamplingParams(temperature=0.9, max_tokens=N, top_k=2)
+    engine = engine_for(target, "other-model")
+    drafter = engine.drafters.servers[0].model
+    raw = drafter.processed_rows
+    monkeypatch.setattr(drafter, "processed_rows", lambda h, c, s, d: raw(h, c, s, replace(d, processors=None)))
+    p_value = chi_square_p_value(sample_outputs(engine, "si", params), exact_joint(target, params))
+    assert p_value > 1e-3
+
+
 def processed_greedy(target, prompt, n, params):
     out = list(prompt)
     for _ in range(n):

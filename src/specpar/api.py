@@ -239,6 +239,8 @@ def generate_on(
         elif lookahead == "auto":
             lookahead = auto_lookahead(target, drafter, algorithm, sp_degree, max_new_tokens)
             log.info("lookahead %d: the fastest %s's simulation predicts (lookahead='auto')", lookahead, algorithm)
+        else:
+            log.info("lookahead %s (given)", lookahead)
     n_targets = sp_degree if algorithm == "dsi" else 1
     target_pool = _pool(target, n_targets, "target")
     pools = [target_pool]
