@@ -165,10 +165,7 @@ def generate(
         if "max_tokens" in sampling:
             raise ConfigError("give max_new_tokens= to generate() (max_tokens is its name in SamplingParams)")
         params = SamplingParams.from_kwargs(max_tokens=max_new_tokens, temperature=temperature, seed=seed, **sampling)
-    elif sampling:
-        raise ConfigError(
-            f"give the sampling parameters either as params= or as keywords, not both: {sorted(sampling)}"
-        )
+        sampling = {}
     engine = Engine(
         target,
         drafter,
@@ -180,7 +177,7 @@ def generate(
         dedicated_cursor=dedicated_cursor,
     )
     with engine:
-        return engine.generate(prompt, params, algorithm=algorithm, lookahead=lookahead, stream=stream)
+        return engine.generate(prompt, params, algorithm=algorithm, lookahead=lookahead, stream=stream, **sampling)
 
 
 def generate_on(
