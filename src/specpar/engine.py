@@ -91,7 +91,9 @@ class Engine:
         self.drafter_model = _model(drafter[-1] if isinstance(drafter, (list, tuple)) and drafter else drafter)
         self.tokenizer = getattr(self.target_model, "tokenizer", None)
         self.end_of_text = end_of_text_ids(self.target_model)
-        devices = list(devices) if devices else [getattr(self.target_model, "device", "cpu")]
+        if not devices:  # where the models are: the drafter's device first, then the target's
+            first = self.drafter_model if self.drafter_model is not None else self.target_model
+            devices = list(dict.fromkeys(getattr(m, "device", "cpu") for m in (first, self.target_model)))
         target_devices = devices[1:] if len(devices) > 1 else devices
         self.targets = self._servers(target, sp_degree, "target", target_devices, max_tokens)
         if isinstance(drafter, (list, tuple)):  # HSD's levels, the smallest first
