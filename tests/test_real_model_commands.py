@@ -40,7 +40,9 @@ def test_generate_compare_runs_all_three_on_the_same_servers_and_they_equal_the_
     target = TransformersModel(pair_dirs[0], dtype="float64")
     expected = reference_greedy(target, target.encode(PROMPT), 12)
     assert {a: r["tokens"] for a, r in out["results"].items()} == {"dsi": expected, "nonsi": expected, "si": expected}
-    assert out["text"] == target.decode(expected)
+    assert out["text"] == " " + target.decode(
+        expected
+    )  # the text as it follows the prompt (vLLM's), the joint's space included
     overhead = out["results"]["dsi"]["overhead"]
     assert 0 < overhead["outside_forward_ms"] < overhead["wall_ms"]  # some forward passes ran, not only overhead
     assert overhead["outside_forward_fraction"] == pytest.approx(overhead["outside_forward_ms"] / overhead["wall_ms"])
@@ -127,19 +129,26 @@ def test_bad_input_is_named(pair_dirs, tmp_path, capsys):
     assert "does not exist" in capsys.readouterr().err
 
 
-def test_the_stream_stops_showing_at_the_end_of_text_token():
-    import io
-    from types import SimpleNamespace
+def test_generate_stops_at_a_stop_token_or_string_and_compute_stops_too(pair_dirs, capsys):
+    import json
 
-    from specpar.commands.generate import Streamer
-
-    model = SimpleNamespace(
-        tokenizer=SimpleNamespace(eos_token_id=9),
-        device="cpu",
-        module_on=lambda d: SimpleNamespace(generation_config=SimpleNamespace(eos_token_id=[8])),
-        decode=lambda ids: " ".join(f"w{i}" for i in ids),
-    )
-    out = io.StringIO()
-    stream = Streamer(model, [7], out)
-    stream([1, 2]), stream([3, 8, 4]), stream([5])
-    assert out.getvalue() == "w7 w1 w2 w3" and stream.ended_at == 3  # prompt, then output up to the end token
+    shown = ["generate", PROMPT, "-N", "12", "--algo", "si", "-k", "3"] + _models(pair_dirs)
+    args = shown + ["--json"]
+    assert cli.main(args) == 0
+    full = json.loads(capsys.readouterr().out)
+    tokens = full["results"]["si"]["tokens"]
+    assert full["finish_reason"] == "length" and len(tokens) == 12
+    assert cli.main(args + ["--stop-token-id", str(tokens[4])]) == 0
+    out = json.loads(capsys.readouterr().out)
+    cut = tokens.index(tokens[4])
+    assert out["finish_reason"] == "stop" and out["results"]["si"]["tokens"] == tokens[: cut + 1]
+    words = full["text"].split()
+    assert cli.main(args + ["--stop", words[3]]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["finish_reason"] == "stop" and out["text"] == full["text"][: full["text"].index(words[3])]
+    assert cli.main(shown + ["--stop", words[3]]) == 0
+    assert capsys.readouterr().out == PROMPT + out["text"] + "\n"  # the stream shows nothing of the stop string
+    assert cli.main(args + ["--top-k", "2", "--temperature", "0.7", "--repetition-penalty", "1.2"]) == 0
+    assert json.loads(capsys.readouterr().out)["finish_reason"] == "length"
+    assert cli.main(args + ["--top-p", "0"]) == 2
+    assert "top_p must be in (0, 1]" in capsys.readouterr().err

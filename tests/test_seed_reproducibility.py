@@ -94,7 +94,7 @@ def test_rejection_sampling_reproduces_run_after_run_on_the_virtual_clock(algori
 
 def test_an_unknown_coupling_is_named():
     with pytest.raises(ConfigError, match="coupling must be one of"):
-        Decoding(1.0, 0, "maximal")
+        Decoding(1.0, 0, coupling="maximal")
 
 
 # The Gumbel coupling is lossless: the joint law of the first three tokens is the target's.

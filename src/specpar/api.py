@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import math
+import logging
 import warnings
 from collections.abc import Sequence
 
@@ -10,9 +10,12 @@ from specpar.algorithms import ALGORITHMS, dsi, hsd, hsd_sp, non_si, si
 from specpar.algorithms.hsd_sp import LevelsServer
 from specpar.decoding import Decoding
 from specpar.errors import ConfigError, SpecparWarning
+from specpar.params import SamplingParams
 from specpar.planning import min_lookahead
 from specpar.results import GenerationResult
 from specpar.runtimes import RUNTIMES, Pool, VirtualRuntime
+
+log = logging.getLogger(__name__)
 
 DEFAULT_LOOKAHEAD = 5
 
@@ -96,7 +99,8 @@ def auto_lookahead(target, drafter, algorithm: str, sp_degree: int, max_new_toke
     from specpar.experiments.lookahead_choice import choose_lookahead
 
     t, d = _latency(target), _latency(drafter)
-    a = getattr(drafter, "acceptance_rate", None)
+    model = getattr(drafter, "model", None) or drafter.servers[0].model if isinstance(drafter, Pool) else drafter
+    a = getattr(model, "acceptance_rate", None)
     if t is None or d is None or a is None:
         raise ConfigError(
             'lookahead="auto" needs both latency profiles and the drafter\'s acceptance rate (a simulated drafter); '
@@ -107,7 +111,7 @@ def auto_lookahead(target, drafter, algorithm: str, sp_degree: int, max_new_toke
 
 
 def generate(
-    prompt: Sequence[int],
+    prompt: Sequence[int] | str,
     target,
     drafter=None,
     *,
@@ -117,17 +121,19 @@ def generate(
     sp_degree: int = 4,
     temperature: float = 0.0,
     seed: int = 0,
-    coupling: str = "rejection",
-    runtime: str = "virtual",
+    runtime: str | None = None,
     cancel_frees: str = "now",
     buffers: Sequence[int] | None = None,
     stream=None,
     prefill_replicas: bool | None = None,
     dedicated_cursor: bool | None = None,
+    params: SamplingParams | None = None,
+    **sampling,
 ) -> GenerationResult:
-    """Generate ``max_new_tokens`` tokens after ``prompt`` exactly as ``target`` would.
+    """Generate up to ``max_new_tokens`` tokens after ``prompt`` exactly as ``target`` would: one request on a
+    one-off :class:`specpar.engine.Engine` (an Engine loads once and serves many).
 
-    prompt: token ids (non-empty).
+    prompt: token ids (non-empty), or text when the target has a tokenizer.
     target, drafter: models with ``.server(name)`` (e.g. SimulatedModel and its drafter), or ready-made
         servers as a ``Pool`` (e.g. loaded transformers servers whose caches and weights are reused across
         generations); a target pool must hold at least sp_degree servers for DSI.
@@ -138,31 +144,73 @@ def generate(
         specpar.planning.min_lookahead). "auto": the algorithm's fastest, predicted by simulation from the models'
         latencies and acceptance rate (specpar.experiments.lookahead_choice; `specpar plan` shows the candidates).
     sp_degree: target servers DSI may use at once (SI and non-SI use one).
-    temperature: 0 for greedy; > 0 samples, verified losslessly by rejection sampling.
-    seed: keys every random draw (sampling only).
-    coupling: sampling only: "rejection" (rejection sampling, the papers'; the same seed gives the same tokens on
-        every runtime for non-SI, SI and HSD, and on the virtual clock for all) or "gumbel" (drafter-invariant: the
-        same tokens for a seed on every runtime and for every algorithm, non-SI's; a lower acceptance rate). See
-        :mod:`specpar.decoding`.
-    runtime: "virtual" (discrete-event clock, nothing sleeps) or "threads" (real time).
+    temperature, seed, and the keywords of :class:`SamplingParams` (top_k, top_p, min_p, repetition_penalty,
+        stop, stop_token_ids, ignore_eos): the request's sampling and stopping (``max_new_tokens`` is its
+        max_tokens), and ``coupling``: "rejection" (rejection sampling, the papers'; a seed gives the same tokens
+        on every runtime for non-SI, SI and HSD, and on the virtual clock for all) or "gumbel" (drafter-invariant:
+        the same tokens for a seed on every runtime and for every algorithm, non-SI's; a lower acceptance rate;
+        see :mod:`specpar.decoding`); or all of them at once as ``params``.
+    runtime: "virtual" (discrete-event clock, nothing sleeps) or "threads" (real time). Default: virtual for
+        simulated models, threads for real ones.
     cancel_frees: virtual clock only: "now" (preemptible servers) or "end".
     buffers: HSD only: T_0 .. T_{K-1}, one per drafter (default: ``lookahead`` or 5 for each);
         for "hsd-sp", T_{K-1} is DSI's lookahead.
-    stream: called with each run of newly verified tokens as they are accepted (non-SI, SI, DSI).
+    stream: called with each run of newly verified tokens as they are accepted.
     prefill_replicas: DSI only: every target server prefills the prompt at the start, in parallel.
         Default: when the target's TTFT exceeds its TPOT, or its latency is unknown (see prefill_pays_off).
     dedicated_cursor: DSI only: one target server is kept for passes on the verified prefix, and verifications
         covering it do not stand in for them. Default: when verification costs grow with the drafts fed, or are
         unknown (see verification_costs_grow; :mod:`specpar.algorithms.dsi` says why).
     """
+    from specpar.engine import Engine  # the engine builds on this module's helpers
+
+    if params is None:
+        if "max_tokens" in sampling:
+            raise ConfigError("give max_new_tokens= to generate() (max_tokens is its name in SamplingParams)")
+        params = SamplingParams.from_kwargs(max_tokens=max_new_tokens, temperature=temperature, seed=seed, **sampling)
+        sampling = {}
+    engine = Engine(
+        target,
+        drafter,
+        sp_degree=sp_degree,
+        runtime=runtime,
+        cancel_frees=cancel_frees,
+        buffers=buffers,
+        prefill_replicas=prefill_replicas,
+        dedicated_cursor=dedicated_cursor,
+    )
+    with engine:
+        return engine.generate(prompt, params, algorithm=algorithm, lookahead=lookahead, stream=stream, **sampling)
+
+
+def generate_on(
+    prompt: Sequence[int],
+    target,
+    drafter,
+    *,
+    algorithm: str,
+    decoding: Decoding,
+    max_new_tokens: int,
+    lookahead: int | str | None,
+    sp_degree: int,
+    runtime: str,
+    cancel_frees: str = "now",
+    buffers: Sequence[int] | None = None,
+    stream=None,
+    stopping=None,
+    prefill_replicas: bool | None = None,
+    dedicated_cursor: bool | None = None,
+) -> GenerationResult:
+    """One generation on ``target`` and ``drafter`` (models, whose servers are made for it, or Pools, whose
+    servers are reused): the algorithm on a runtime of its own. Arguments as :func:`generate`'s; stopping: a
+    :class:`specpar.stopping.Stopping`. Not safe to call at once from several threads on the same Pools
+    (:class:`specpar.engine.Engine` queues its requests)."""
     if algorithm not in ALGORITHMS:
         raise ConfigError(f"algorithm must be one of {ALGORITHMS}, got {algorithm!r}")
     if runtime not in RUNTIMES:
         raise ConfigError(f"runtime must be one of {tuple(RUNTIMES)}, got {runtime!r}")
     if isinstance(sp_degree, bool) or not isinstance(sp_degree, int) or sp_degree < 1:
         raise ConfigError(f"sp_degree must be an integer >= 1, got {sp_degree!r}")
-    if not isinstance(temperature, (int, float)) or math.isnan(temperature) or temperature < 0:
-        raise ConfigError(f"temperature must be >= 0 (0 means greedy), got {temperature!r}")
     drafters = drafter if isinstance(drafter, (list, tuple)) else [drafter]
     check_context_window(len(prompt), max_new_tokens, target, *[d for d in drafters if d is not None])
     if algorithm in ("hsd", "hsd-sp"):
@@ -173,12 +221,13 @@ def generate(
             buffers,
             lookahead,
             max_new_tokens,
-            Decoding(float(temperature), seed, coupling),
+            decoding,
             runtime,
             cancel_frees,
             algorithm,
             sp_degree,
             stream,
+            stopping,
         )
     if algorithm != "nonsi":
         if drafter is None:
@@ -186,9 +235,12 @@ def generate(
         check_drafter_faster(target, drafter)
         if lookahead is None:
             lookahead = default_lookahead(target, drafter, sp_degree)
+            log.info("lookahead %d: the smallest that keeps %d target server(s) busy (Eq. 1)", lookahead, sp_degree)
         elif lookahead == "auto":
             lookahead = auto_lookahead(target, drafter, algorithm, sp_degree, max_new_tokens)
-    decoding = Decoding(float(temperature), seed, coupling)
+            log.info("lookahead %d: the fastest %s's simulation predicts (lookahead='auto')", lookahead, algorithm)
+        else:
+            log.info("lookahead %s (given)", lookahead)
     n_targets = sp_degree if algorithm == "dsi" else 1
     target_pool = _pool(target, n_targets, "target")
     pools = [target_pool]
@@ -197,9 +249,11 @@ def generate(
         pools.insert(0, drafter_pool)  # at a tie on the virtual clock, drafts are seen first
     rt = _runtime(runtime, pools, cancel_frees)
     if algorithm == "nonsi":
-        return _run(rt, lambda: non_si(rt, target_pool, prompt, max_new_tokens, decoding, stream))
+        return _run(rt, lambda: non_si(rt, target_pool, prompt, max_new_tokens, decoding, stream, stopping))
     if algorithm == "si":
-        return _run(rt, lambda: si(rt, target_pool, drafter_pool, prompt, max_new_tokens, lookahead, decoding, stream))
+        return _run(
+            rt, lambda: si(rt, target_pool, drafter_pool, prompt, max_new_tokens, lookahead, decoding, stream, stopping)
+        )
     if prefill_replicas is None:
         prefill_replicas = prefill_pays_off(target)
     if dedicated_cursor is None:
@@ -215,6 +269,7 @@ def generate(
             lookahead,
             decoding,
             stream,
+            stopping,
             prefill_all=prefill_replicas,
             dedicated_cursor=dedicated_cursor,
         ),
@@ -252,6 +307,7 @@ def _generate_hsd(
     algorithm="hsd",
     sp_degree=1,
     stream=None,
+    stopping=None,
 ):
     """HSD over the stack drafters[0] < ... < drafters[-1] < target, one server each (one drafter: SI);
     "hsd-sp": the drafters as one LevelsServer, DSI on top with sp_degree target servers."""
@@ -273,5 +329,7 @@ def _generate_hsd(
         pools = [_pool(m, 1, f"level{i}") for i, m in enumerate(list(drafters) + [target])]
     rt = _runtime(runtime, pools, cancel_frees)
     if algorithm == "hsd-sp":
-        return _run(rt, lambda: hsd_sp(rt, pools[1], pools[0], prompt, max_new_tokens, buffers[-1], decoding, stream))
-    return _run(rt, lambda: hsd(rt, pools, prompt, max_new_tokens, list(buffers), decoding, stream))
+        return _run(
+            rt, lambda: hsd_sp(rt, pools[1], pools[0], prompt, max_new_tokens, buffers[-1], decoding, stream, stopping)
+        )
+    return _run(rt, lambda: hsd(rt, pools, prompt, max_new_tokens, list(buffers), decoding, stream, stopping))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import logging
 import sys
 
 from specpar.errors import SpecparError
@@ -34,11 +35,24 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in COMMANDS:
         importlib.import_module(name).register(sub)
+    for command in sub.choices.values():
+        command.add_argument(
+            "-v",
+            "--verbose",
+            action="store_true",
+            help="log to stderr: loading, server placement, lookahead choice, each request's metrics",
+        )
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.verbose:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("[%(name)s] %(message)s"))
+        logger = logging.getLogger("specpar")
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
     try:
         return args.func(args) or 0
     except SpecparError as exc:

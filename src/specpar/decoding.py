@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from specpar.errors import ConfigError
+from specpar.logits_processors import LogitsProcessors
 
 _MASK = (1 << 64) - 1
 
@@ -91,19 +92,27 @@ class Decoding:
     temperature: 0 means greedy (argmax, exact-match verification); > 0 means
         sampling from softmax(logits / temperature) with lossless rejection sampling.
     seed: keys every random draw (see module docstring).
+    processors: the request's logits processors (top-k, top-p, min-p, repetition penalty), applied by every
+        server, target and drafter alike, before rows leave it (:mod:`specpar.logits_processors`); None: none.
     coupling: "rejection" (rejection sampling, the papers') or "gumbel" (drafter-invariant: the same tokens for a
         seed on every runtime and algorithm); see the module docstring.
     """
 
     temperature: float = 0.0
     seed: int = 0
+    processors: LogitsProcessors | None = None
     coupling: str = "rejection"
     greedy: bool = field(init=False, repr=False, compare=False)  # temperature == 0, read once per token
+    # servers must process rows: processors that change this decoding's rows (greedy: only a penalty does)
+    reshapes: bool = field(init=False, repr=False, compare=False)
 
     def __post_init__(self):
         if self.coupling not in COUPLINGS:
             raise ConfigError(f"coupling must be one of {COUPLINGS}, got {self.coupling!r}")
-        object.__setattr__(self, "greedy", self.temperature == 0.0)
+        greedy = self.temperature == 0.0
+        object.__setattr__(self, "greedy", greedy)
+        p = self.processors
+        object.__setattr__(self, "reshapes", p is not None and (p.changes_argmax if greedy else p.active))
 
     def uniform(self, stream: int, position: int) -> float:
         return uniform(self.seed, stream, position)

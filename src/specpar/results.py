@@ -55,6 +55,8 @@ class GenerationResult:
     verifications: int = 0
     lookahead: int | None = None
     sp_degree: int = 1
+    finish_reason: str = "length"  # "length" (max tokens reached) or "stop" (end of text, a stop id or string)
+    text: str | None = None  # the output's text, where the target has a tokenizer (Engine)
     timeline_source: Callable[[], list[TaskRecord]] | None = field(default=None, repr=False, compare=False)
     details: dict | None = None  # algorithm-specific extras (HSD: per-level calls and acceptance)
     # worker threads still in a cancelled call when the run returned (threads runtime: a stalled server)

@@ -45,6 +45,7 @@ def dsi(
     lookahead: int,
     decoding: Decoding = GREEDY,
     stream=None,
+    stopping=None,
     prefill_all: bool = False,
     dedicated_cursor: bool = False,
 ) -> GenerationResult:
@@ -53,7 +54,7 @@ def dsi(
     dedicated_cursor: a pass with no drafts always works on the cursor, on a server kept for it (see the
     module docstring); for targets whose verification costs grow with the drafts fed."""
     check_positive_int("lookahead (k)", lookahead)
-    g = Generation(prompt, max_new_tokens, decoding, runtime, stream)
+    g = Generation(prompt, max_new_tokens, decoding, runtime, stream, stopping)
     drafts: list[int] = []  # unverified drafts, at positions len(g.out), len(g.out) + 1, ...
     q_rows: list = []  # the drafter's row each draft was sampled from (None when greedy)
     windows: list[int] = []  # each draft's index within its lookahead window

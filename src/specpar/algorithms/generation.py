@@ -9,6 +9,7 @@ from specpar.decoding import Decoding
 from specpar.errors import ConfigError
 from specpar.results import GenerationResult
 from specpar.runtimes.base import Runtime
+from specpar.stopping import Stopping
 from specpar.verification import bonus, judge, verify_chain
 
 
@@ -33,14 +34,19 @@ class Generation:
         decoding: Decoding,
         runtime: Runtime,
         stream: Callable[[list[int]], None] | None = None,
+        stopping: Stopping | None = None,
     ):
+        """stopping: ends the generation early at a stop token or string (specpar.stopping); None: at the
+        length only."""
         if len(prompt) == 0:
             raise ConfigError("prompt is empty: give at least one token (the target needs a prefix to continue)")
         check_positive_int("max_new_tokens (N)", max_new_tokens)
         self.out: list[int] = list(prompt)
         self.prompt_len = len(prompt)
-        self.stop = len(prompt) + max_new_tokens
+        self.stop = len(prompt) + max_new_tokens  # where the output ends: moved back by a stop token or string
         self.done = False  # len(out) >= stop: every output token is verified
+        self.stopping = stopping
+        self.finish_reason = "length"
         self.decoding = decoding
         self.runtime = runtime
         self.t0 = runtime.now()
@@ -94,8 +100,15 @@ class Generation:
         n, token = verify_chain(proposal.tokens, proposal.q, scores.rows, self.decoding, len(self.out))
         for j in range(min(n + 1, len(proposal.tokens))):
             self._tested(j, j < n)
-        self.out.extend(proposal.tokens[:n])
-        self._append(token)  # also updates done
+        if self.stopping is None:
+            self.out.extend(proposal.tokens[:n])
+        else:  # each accepted draft may end the output
+            for x in proposal.tokens[:n]:
+                self._append(x)
+                if self.done:
+                    break
+        if not self.done:
+            self._append(token)  # also updates done
         self._end_round()
         self._emit()
         return n
@@ -112,6 +125,9 @@ class Generation:
         if self.first_token_ms is None:
             self.first_token_ms = self.runtime.now() - self.t0
         self.out.append(token)
+        if self.stopping is not None and self.stopping.stops_at(token):
+            self.stop = len(self.out)  # the output ends here: no later token is kept, no more work is scheduled
+            self.finish_reason = "stop"
         self.done = len(self.out) >= self.stop
 
     def _tested(self, index: int, accepted: bool) -> None:
@@ -161,5 +177,6 @@ class Generation:
             position_accepted=self.position_accepted,
             lookahead=lookahead,
             sp_degree=sp_degree,
+            finish_reason=self.finish_reason,
             timeline_source=lambda: rt.timeline(since=self.t0),
         )

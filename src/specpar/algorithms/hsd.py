@@ -28,6 +28,7 @@ No level drafts past the last output token (the target makes that one itself).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 import numpy as np
 
@@ -48,7 +49,7 @@ def level_decoding(decoding: Decoding, level: int) -> Decoding:
     sharing the noise only couples the levels more tightly (the output is the target's sample either way)."""
     if decoding.coupling == "gumbel":
         return decoding
-    return Decoding(decoding.temperature, mix64(decoding.seed ^ ((level + 1) * _LEVEL_SALT)), decoding.coupling)
+    return replace(decoding, seed=mix64(decoding.seed ^ ((level + 1) * _LEVEL_SALT)))
 
 
 def check_buffers(buffers: Sequence[int], n_drafters: int) -> list[int]:
@@ -136,6 +137,7 @@ def hsd(
     buffers: Sequence[int],
     decoding: Decoding = GREEDY,
     stream=None,
+    stopping=None,
 ) -> GenerationResult:
     """levels: [K+1] pools, M0 (the only autoregressive drafter) first, the target MK last.
     buffers: [K] T_0 .. T_{K-1}: tokens M0 drafts per call, tokens Mi hands up per call.
@@ -145,7 +147,7 @@ def hsd(
         raise ConfigError("HSD needs at least one drafter level below the target")
     K = len(levels) - 1
     T = check_buffers(buffers, K)
-    g = Generation(prompt, max_new_tokens, decoding, runtime, stream)
+    g = Generation(prompt, max_new_tokens, decoding, runtime, stream, stopping)
     below = DrafterLevels(lambda m, call: runtime.run(levels[m], call), T)
     rounds = 0
     while not g.done:

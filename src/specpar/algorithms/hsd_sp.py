@@ -119,11 +119,12 @@ def hsd_sp(
     lookahead: int,
     decoding: Decoding = GREEDY,
     stream=None,
+    stopping=None,
 ) -> GenerationResult:
     """DSI with ``levels`` (a pool of one :class:`LevelsServer`) as its drafter; lookahead = T_{K-1}."""
     if len(levels) != 1 or not isinstance(levels.servers[0], LevelsServer):
         raise ConfigError("hsd_sp needs a pool holding one LevelsServer (the drafter levels of the hierarchy)")
-    result = dsi(runtime, target, levels, prompt, max_new_tokens, lookahead, decoding, stream)
+    result = dsi(runtime, target, levels, prompt, max_new_tokens, lookahead, decoding, stream, stopping=stopping)
     below = levels.servers[0].levels
     # the levels' work in completed draft calls only, as drafter_forwards counts it for DSI: a cancelled call
     # was computed whole at its start on the virtual clock, and partly on threads

@@ -12,9 +12,15 @@ from specpar.runtimes.base import Pool, Runtime
 
 
 def non_si(
-    runtime: Runtime, target: Pool, prompt: Sequence[int], max_new_tokens: int, decoding: Decoding = GREEDY, stream=None
+    runtime: Runtime,
+    target: Pool,
+    prompt: Sequence[int],
+    max_new_tokens: int,
+    decoding: Decoding = GREEDY,
+    stream=None,
+    stopping=None,
 ) -> GenerationResult:
-    g = Generation(prompt, max_new_tokens, decoding, runtime, stream)
+    g = Generation(prompt, max_new_tokens, decoding, runtime, stream, stopping)
     while not g.done:
         scores = runtime.run(target, Score(g.context(), 0, decoding))
         g.take(scores.rows[0])

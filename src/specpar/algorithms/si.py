@@ -25,9 +25,10 @@ def si(
     lookahead: int,
     decoding: Decoding = GREEDY,
     stream=None,
+    stopping=None,
 ) -> GenerationResult:
     check_positive_int("lookahead (k)", lookahead)
-    g = Generation(prompt, max_new_tokens, decoding, runtime, stream)
+    g = Generation(prompt, max_new_tokens, decoding, runtime, stream, stopping)
     while not g.done:
         k = g.lookahead_at(len(g.out), lookahead)
         proposal = runtime.run(drafter, Draft(g.context(), k, decoding)) if k else Proposal([])

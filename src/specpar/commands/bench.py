@@ -9,6 +9,7 @@ import sys
 from specpar.commands import real_models
 from specpar.commands.generate import NAMES
 from specpar.errors import ConfigError
+from specpar.params import SamplingParams
 from specpar.results import METRICS_FOOTNOTE
 
 DESCRIPTION = """\
@@ -66,9 +67,14 @@ def run(args) -> int:
                 for algo in algorithms:
                     for s in servers.all:
                         s.reset()
-                    res = servers.generate(
-                        ids, algo, args.max_new_tokens, args.lookahead, args.temperature, args.seed + i
+                    # every arm generates N tokens, past the end of text (vLLM's benchmarks do the same)
+                    params = SamplingParams(
+                        temperature=args.temperature,
+                        seed=args.seed + i,
+                        max_tokens=args.max_new_tokens,
+                        ignore_eos=True,
                     )
+                    res = servers.generate(ids, algo, lookahead=args.lookahead, params=params)
                     by_algo[algo].append(res)
                     if out:
                         out.write(json.dumps(_row(pid, ids, res, by_algo, args, target)) + "\n")

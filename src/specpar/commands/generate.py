@@ -44,6 +44,7 @@ def register(sub) -> None:
     p.add_argument("-N", "--max-new-tokens", type=int, default=64, help="tokens to generate (default 64)")
     p.add_argument("--temperature", type=float, default=0.0, help="0 (default) greedy; > 0 sampling")
     p.add_argument("--seed", type=int, default=0, help="keys every random draw when sampling")
+    add_sampling_args(p)
     p.add_argument("--compare", action="store_true", help="also run the other algorithms and print all side by side")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text and tables")
     real_models.add_model_args(p)
@@ -65,53 +66,64 @@ def prompt_ids(args, target) -> tuple[str, list[int]]:
     return "prompt", ids
 
 
+def add_sampling_args(p) -> None:
+    g = p.add_argument_group("sampling and stopping (vLLM's SamplingParams)")
+    g.add_argument("--top-k", type=int, default=0, help="keep the k most likely tokens (default 0: all)")
+    g.add_argument("--top-p", type=float, default=1.0, help="keep the most likely tokens up to this probability")
+    g.add_argument("--min-p", type=float, default=0.0, help="drop tokens below min-p x the top token's probability")
+    g.add_argument(
+        "--repetition-penalty", type=float, default=1.0, help="> 1 makes tokens already seen less likely (default 1)"
+    )
+    g.add_argument("--stop", action="append", default=None, metavar="TEXT", help="stop at this text (repeatable)")
+    g.add_argument(
+        "--stop-token-id", action="append", type=int, default=None, metavar="ID", help="stop at this token (repeatable)"
+    )
+    g.add_argument("--ignore-eos", action="store_true", help="go on past the model's end-of-text tokens")
+
+
+def sampling_params(args):
+    """The request's SamplingParams from the command's flags (a ConfigError names a bad one)."""
+    from specpar.params import SamplingParams
+
+    return SamplingParams(
+        temperature=args.temperature,
+        seed=args.seed,
+        max_tokens=args.max_new_tokens,
+        top_k=args.top_k,
+        top_p=args.top_p,
+        min_p=args.min_p,
+        repetition_penalty=args.repetition_penalty,
+        stop=args.stop,
+        stop_token_ids=args.stop_token_id,
+        ignore_eos=args.ignore_eos,
+    )
+
+
 class Streamer:
-    """Prints the decoded text of tokens as they arrive (decoding the whole output keeps multi-byte characters whole).
+    """Prints the prompt's text, then the output's text as it is verified (never any of a stop string)."""
 
-    Stops showing at the model's end-of-text token: generation itself runs on to max_new_tokens,
-    as every algorithm is measured on the same number of tokens.
-    """
+    def __init__(self, model, prompt_ids, stop=(), out=None):
+        from specpar.stopping import TextStream
 
-    def __init__(self, model, prompt_ids, out=None):
-        # the prompt is decoded with the output so that the text at the joint (a space, say) is not lost
-        self.model, self.out, self.tokens = model, out or sys.stdout, list(prompt_ids)
-        self.shown = model.decode(self.tokens)
-        self.out.write(self.shown)
-        self.eos = end_of_text_ids(model)
-        self.ended_at: int | None = None  # output tokens before the end-of-text token
-        self.seen = 0
+        self.out = out or sys.stdout
+        self.out.write(model.decode(prompt_ids))
+        self.text = TextStream(model.tokenizer, prompt_ids, stop)
 
     def __call__(self, tokens) -> None:
-        if self.ended_at is not None:
-            return
-        for i, t in enumerate(tokens):
-            if t in self.eos:
-                self.ended_at = self.seen + i
-                tokens = tokens[:i]
-                break
-        self.seen += len(tokens)
-        self.tokens.extend(tokens)
-        text = self.model.decode(self.tokens)
-        if text.startswith(self.shown) and not text.endswith("\ufffd"):
-            self.out.write(text[len(self.shown) :])
+        self._write(self.text.push(tokens))
+
+    def finish(self) -> None:
+        self._write(self.text.finish())
+
+    def _write(self, piece: str) -> None:
+        if piece:
+            self.out.write(piece)
             self.out.flush()
-            self.shown = text
-
-
-def end_of_text_ids(model) -> set[int]:
-    """The token ids that end a model's text (tokenizer and generation config), if it says."""
-    ids = set()
-    tok = getattr(model, "tokenizer", None)
-    if tok is not None and getattr(tok, "eos_token_id", None) is not None:
-        ids.add(tok.eos_token_id)
-    gen = getattr(model.module_on(model.device), "generation_config", None)
-    eos = getattr(gen, "eos_token_id", None)
-    ids.update(eos if isinstance(eos, (list, tuple)) else [] if eos is None else [eos])
-    return ids
 
 
 def run(args) -> int:
     real_models.check_common(args)
+    params = sampling_params(args)
     algorithms = [args.algo] + ([a for a in ("nonsi", "si", "dsi") if a != args.algo] if args.compare else [])
     sp = args.sp_degree if "dsi" in algorithms else 1
     target, drafter, servers = real_models.load(args, sp, max_tokens=4096)
@@ -126,27 +138,23 @@ def run(args) -> int:
                 f"{'greedy' if args.temperature == 0 else f'temperature {args.temperature:g}'}]",
                 file=sys.stderr,
             )
-            stream = Streamer(target, ids)
+            stream = Streamer(target, ids, params.stop)
         for s in servers.all:
             s.reset()  # every algorithm starts from a cold cache (its TTFT includes the prefill)
-        results[algo] = servers.generate(
-            ids, algo, args.max_new_tokens, args.lookahead, args.temperature, args.seed, stream
-        )
+        results[algo] = servers.generate(ids, algo, lookahead=args.lookahead, stream=stream, params=params)
         if stream is not None:
+            stream.finish()
             print()
-            if stream.ended_at is not None:
-                print(
-                    f"[end of text after {stream.ended_at} tokens; generation ran on to {args.max_new_tokens} tokens, "
-                    "not shown]",
-                    file=sys.stderr,
-                )
+            if results[algo].finish_reason == "stop":
+                print(f"[stopped after {len(results[algo].tokens)} tokens: end of text or a stop]", file=sys.stderr)
     if args.json:
         print(
             json.dumps(
                 {
                     "prompt": what,
                     "prompt_tokens": len(ids),
-                    "text": target.decode(results[args.algo].tokens),
+                    "text": results[args.algo].text,
+                    "finish_reason": results[args.algo].finish_reason,
                     "results": {a: dict(r.to_dict(), overhead=r.overhead) for a, r in results.items()},
                 },
                 indent=2,

@@ -34,9 +34,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from specpar.calls import Context, Draft, Proposal, Score, Scores
+from specpar.calls import Context, Draft, Proposal, Score, Scores, as_context
 from specpar.decoding import Decoding, mix64
 from specpar.errors import ConfigError
+from specpar.logits_processors import rows
 from specpar.models.latency import LatencyProfile
 from specpar.models.prefix import common_prefix_len, shared_base_lcp
 
@@ -64,13 +65,18 @@ def unit(h: int, salt: int) -> int:
     return hash((h, salt)) & _MASK
 
 
-def peaked_probs(h: int, vocab_size: int, spread: float, mode: int, zeros, temperature: float) -> np.ndarray:
-    """[V] softmax(logits / T) at prefix hash h: ``mode`` gets logit ``spread``, the others uniform in [0, spread)
-    from h, and the tokens ``zeros`` (an id or a list of ids) probability 0."""
+def peaked_logits(h: int, vocab_size: int, spread: float, mode: int, zeros) -> np.ndarray:
+    """[V] logits at prefix hash h: ``mode`` gets ``spread``, the others uniform in [0, spread) from h, and the
+    tokens ``zeros`` (an id or a list of ids) -inf (probability 0)."""
     logits = np.array([mix64((h ^ ((j + 1) * _LOGIT_SALT)) & _MASK) / _TWO64 for j in range(vocab_size)]) * spread
     logits[mode] = spread
     logits[zeros] = -math.inf
-    z = logits / temperature
+    return logits
+
+
+def peaked_probs(h: int, vocab_size: int, spread: float, mode: int, zeros, temperature: float) -> np.ndarray:
+    """[V] softmax(peaked_logits / T) at prefix hash h."""
+    z = peaked_logits(h, vocab_size, spread, mode, zeros) / temperature
     e = np.exp(z - z.max())
     return e / e.sum()
 
@@ -109,6 +115,17 @@ class SimulatedLM:
             h = extend(h, tok)
             hashes.append(h)
         return tokens
+
+    def processed_rows(self, hashes, context, start: int, decoding: Decoding):
+        """Rows for the prefixes with hashes ``hashes`` (positions start, start + 1, ...; prefixes
+        context[:start + i]) through the request's logits processors (:func:`specpar.logits_processors.rows`)."""
+        logits = getattr(self, "logits", None)
+        if logits is None:
+            raise ConfigError(
+                f"{type(self).__name__} has no logits, so top_k, top_p, min_p and repetition_penalty cannot "
+                "reshape its rows: use SimulatedModel targets (and their drafters) or transformers models"
+            )
+        return rows(np.stack([logits(h) for h in hashes]), context, start, decoding)
 
     def draft_token(self, h: int, position: int, decoding: Decoding):
         """One drafted token at ``position`` and the row it was drawn from (None when greedy)."""
@@ -173,6 +190,10 @@ class SimulatedModel(SimulatedLM):
     def probs(self, h: int, temperature: float = 1.0) -> np.ndarray:
         return peaked_probs(h, self.vocab_size, self.spread, self.argmax(h), self.excluded(h), temperature)
 
+    def logits(self, h: int) -> np.ndarray:
+        """[V] raw logits at the prefix with hash h (probs is their softmax at a temperature)."""
+        return peaked_logits(h, self.vocab_size, self.spread, self.argmax(h), self.excluded(h))
+
     def drafter(
         self,
         acceptance_rate: float,
@@ -203,11 +224,7 @@ class SimulatedDrafter(SimulatedLM):
         self._agree_below = math.ceil(self.acceptance_rate * _TWO64)  # agree iff unit(h, agree salt) < this
 
     def argmax(self, h: int) -> int:
-        m = self.target.argmax(h)
-        if unit(h, self._agree_salt) < self._agree_below:
-            return m
-        v = self.vocab_size
-        return (m + 1 + unit(h, self._wrong_salt) % (v - 1)) % v
+        return self.disagree(h, self.target.argmax(h))
 
     def greedy_run(self, h: int, k: int, hashes: list[int]) -> list[int]:
         """SimulatedLM.greedy_run with argmax, the target's mode and extend written out: a drafter spends most
@@ -226,6 +243,24 @@ class SimulatedDrafter(SimulatedLM):
     def probs(self, h: int, temperature: float = 1.0) -> np.ndarray:
         q = self.acceptance_rate * self.target.probs(h, temperature)
         q[self.target.excluded(h)] += 1.0 - self.acceptance_rate
+        return q
+
+    def disagree(self, h: int, mode: int) -> int:
+        """The greedy drafter's token at h given the target's greedy token ``mode`` there."""
+        if unit(h, self._agree_salt) < self._agree_below:
+            return mode
+        return (mode + 1 + unit(h, self._wrong_salt) % (self.vocab_size - 1)) % self.vocab_size
+
+    def processed_rows(self, hashes, context, start: int, decoding: Decoding):
+        """The module docstring's definition over the target's *processed* rows: greedy, the processed target's
+        argmax kept with probability a; sampling, q = a p + (1 - a) onehot(z) with p the processed target row
+        (processing keeps p(z) = 0, so the acceptance rate stays exactly a)."""
+        p = self.target.processed_rows(hashes, context, start, decoding)
+        if decoding.greedy:
+            return [self.disagree(h, m) for h, m in zip(hashes, p)]
+        q = self.acceptance_rate * p
+        for i, h in enumerate(hashes):
+            q[i, self.target.excluded(h)] += 1.0 - self.acceptance_rate
         return q
 
 
@@ -285,6 +320,8 @@ class SimulatedServer:
         ctx = call.context
         hashes = self._sync(ctx)
         model, dec = self.model, call.decoding
+        if dec.reshapes:
+            return self._processed(call, hashes)
         if type(call) is Score:
             start = call.start
             if dec.greedy:
@@ -304,6 +341,22 @@ class SimulatedServer:
             rows = np.stack(rows)
         self._tokens = ctx + tuple(tokens)
         return Proposal(tokens, rows)
+
+    def _processed(self, call, hashes: list[int]):
+        """compute() for a decoding with logits processors: every row from its own prefix (the drafts included)."""
+        ctx, dec, model = as_context(call.context), call.decoding, self.model
+        if type(call) is Score:
+            return Scores(call.start, model.processed_rows(hashes[call.start :], ctx, call.start, dec))
+        h, tokens, q, pos = hashes[-1], [], [], len(ctx)
+        for i in range(call.k):
+            row = model.processed_rows([h], ctx + tokens, pos + i, dec)[0]
+            tok = row if dec.greedy else dec.draft(row, pos + i)
+            tokens.append(tok)
+            q.append(row)
+            h = extend(h, tok)
+            hashes.append(h)
+        self._tokens = ctx + tokens
+        return Proposal(tokens, None if dec.greedy else np.stack(q))
 
     def run(self, call, cancelled: threading.Event):
         seconds = self.duration_ms(call) / 1000.0

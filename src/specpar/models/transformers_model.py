@@ -101,6 +101,11 @@ class TransformersModel:
         return self.module_on(self.device).get_output_embeddings().weight.shape[0]
 
     @property
+    def generation_config(self):
+        """The module's generation config (its eos ids end the text: specpar.stopping.end_of_text_ids)."""
+        return getattr(self.module_on(self.device), "generation_config", None)
+
+    @property
     def context_window(self) -> int:
         return int(getattr(self.config, "max_position_embeddings", None) or 1 << 30)
 
@@ -192,9 +197,7 @@ def available_memory(device: str) -> int:
                         return int(line.split()[1]) * 1024
         except OSError:
             pass
-        import psutil
-
-        return psutil.virtual_memory().available
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")  # free pages: a lower bound
     import torch
 
     return torch.cuda.mem_get_info(torch.device(device))[0]

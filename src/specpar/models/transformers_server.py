@@ -24,9 +24,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from specpar.calls import Draft, Proposal, Score, Scores
+from specpar.calls import Draft, Proposal, Score, Scores, as_context
 from specpar.decoding import Decoding
 from specpar.errors import ConfigError
+from specpar.logits_processors import rows
 from specpar.models.prefix import common_prefix_len
 
 
@@ -105,7 +106,11 @@ class TransformersServer:
 
         return torch.softmax(logits.double() / temperature, dim=-1).cpu().numpy()
 
-    def _rows(self, logits, decoding: Decoding):
+    def _rows(self, logits, decoding: Decoding, context, start: int):
+        """Rows for positions start .. (prefixes context[:start + i]) from logits [n, V]; a request's logits
+        processors go through the one implementation every server shares (specpar.logits_processors)."""
+        if decoding.reshapes:
+            return rows(logits.double().cpu().numpy(), context, start, decoding)
         if decoding.greedy:
             return logits.argmax(dim=-1).tolist()
         return self._probs(logits, decoding.temperature)
@@ -129,17 +134,20 @@ class TransformersServer:
     def _score(self, call: Score) -> Scores:
         ctx = call.context
         logits = self._sync(ctx, len(ctx) - call.n_drafts - 1)
-        return Scores(call.start, self._rows(logits, call.decoding))
+        return Scores(call.start, self._rows(logits, call.decoding, ctx, call.start))
 
     def _draft(self, call: Draft, cancelled) -> Proposal | None:
         ctx, dec = call.context, call.decoding
         logits = self._sync(ctx, len(ctx) - 1)[-1]
         tokens, q = [], []
         for i in range(call.k):
-            if dec.greedy:
-                token = int(logits.argmax())
-            else:
+            if dec.reshapes:
+                row = self._rows(logits[None], dec, as_context(ctx) + tokens, len(ctx) + i)[0]
+            elif not dec.greedy:
                 row = self._probs(logits, dec.temperature)
+            if dec.greedy:
+                token = row if dec.reshapes else int(logits.argmax())
+            else:
                 token = dec.draft(row, len(ctx) + i)
                 q.append(row)
             tokens.append(token)
