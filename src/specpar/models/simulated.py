@@ -27,6 +27,7 @@ under threads it sleeps for them.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import threading
@@ -299,6 +300,10 @@ class SimulatedServer:
             rows = np.stack(rows)
         self._tokens = ctx + tuple(tokens)
         return Proposal(tokens, rows)
+
+    def remote_spec(self):
+        """How a Ray actor builds this server: the model's few parameters travel, the cache starts empty."""
+        return functools.partial(SimulatedServer, self.model, self.name)
 
     def run(self, call, cancelled: threading.Event):
         seconds = self.duration_ms(call) / 1000.0
