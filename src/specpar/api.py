@@ -42,8 +42,22 @@ def check_context_window(prompt_len: int, max_new_tokens: int, *sources) -> None
             )
 
 
-def _runtime(name: str, pools: list, cancel_frees: str):
-    return VirtualRuntime(pools, cancel_frees) if name == "virtual" else RUNTIMES[name](pools)
+def _runtime(name: str, pools: list, cancel_frees: str, options: dict | None = None, ready_made: bool = False):
+    """The runtime ``name`` over ``pools``; options: its keyword arguments (e.g. Ray's cpus_per_server).
+    ready_made: some servers came as a ready-made Pool, whose Ray actors are then kept for later runs."""
+    if name == "virtual":
+        return VirtualRuntime(pools, cancel_frees, **(options or {}))
+    if name == "ray":
+        options = {"reuse_actors": ready_made, **(options or {})}
+    return RUNTIMES[name](pools, **(options or {}))
+
+
+def _with_faults(result: GenerationResult, rt) -> GenerationResult:
+    """Report the replicas a runtime lost during the generation (Ray) on its result."""
+    lost = getattr(rt, "lost", ())
+    result.replicas_lost = [x.server for x in lost]
+    result.time_lost_ms = sum(x.lost_ms for x in lost)
+    return result
 
 
 def check_drafter_faster(target, drafter) -> None:
@@ -123,6 +137,7 @@ def generate(
     stream=None,
     prefill_replicas: bool | None = None,
     dedicated_cursor: bool | None = None,
+    runtime_options: dict | None = None,
 ) -> GenerationResult:
     """Generate ``max_new_tokens`` tokens after ``prompt`` exactly as ``target`` would.
 
@@ -139,7 +154,9 @@ def generate(
     sp_degree: target servers DSI may use at once (SI and non-SI use one).
     temperature: 0 for greedy; > 0 samples, verified losslessly by rejection sampling.
     seed: keys every random draw (sampling only).
-    runtime: "virtual" (discrete-event clock, nothing sleeps) or "threads" (real time).
+    runtime: "virtual" (discrete-event clock, nothing sleeps), "threads" (real time, one thread per server) or
+        "ray" (real time, each server a Ray actor in its own process: ``pip install 'specpar[ray]'``; a local Ray
+        starts on first use unless this process already joined one, see specpar.runtimes.ray_cluster).
     cancel_frees: virtual clock only: "now" (preemptible servers) or "end".
     buffers: HSD only: T_0 .. T_{K-1}, one per drafter (default: ``lookahead`` or 5 for each);
         for "hsd-sp", T_{K-1} is DSI's lookahead.
@@ -149,6 +166,9 @@ def generate(
     dedicated_cursor: DSI only: one target server is kept for passes on the verified prefix, and verifications
         covering it do not stand in for them. Default: when verification costs grow with the drafts fed, or are
         unknown (see verification_costs_grow; :mod:`specpar.algorithms.dsi` says why).
+    runtime_options: keyword arguments of the runtime, e.g. ``{"cpus_per_server": 2, "placement": "SPREAD"}``
+        for Ray (see specpar.runtimes.ray_runtime.RayRuntime) or ``{"call_timeout_s": 60}`` for threads.
+        On Ray, the actors of servers given as a ready-made Pool are kept for later generations.
     """
     if algorithm not in ALGORITHMS:
         raise ConfigError(f"algorithm must be one of {ALGORITHMS}, got {algorithm!r}")
@@ -174,6 +194,7 @@ def generate(
             algorithm,
             sp_degree,
             stream,
+            runtime_options,
         )
     if algorithm != "nonsi":
         if drafter is None:
@@ -190,17 +211,19 @@ def generate(
     if algorithm != "nonsi":
         drafter_pool = _pool(drafter, 1, "drafter")
         pools.insert(0, drafter_pool)  # at a tie on the virtual clock, drafts are seen first
-    rt = _runtime(runtime, pools, cancel_frees)
+    rt = _runtime(runtime, pools, cancel_frees, runtime_options, isinstance(target, Pool) or isinstance(drafter, Pool))
     with rt:
         if algorithm == "nonsi":
-            return non_si(rt, target_pool, prompt, max_new_tokens, decoding, stream)
+            return _with_faults(non_si(rt, target_pool, prompt, max_new_tokens, decoding, stream), rt)
         if algorithm == "si":
-            return si(rt, target_pool, drafter_pool, prompt, max_new_tokens, lookahead, decoding, stream)
+            return _with_faults(
+                si(rt, target_pool, drafter_pool, prompt, max_new_tokens, lookahead, decoding, stream), rt
+            )
         if prefill_replicas is None:
             prefill_replicas = prefill_pays_off(target)
         if dedicated_cursor is None:
             dedicated_cursor = verification_costs_grow(target)
-        return dsi(
+        result = dsi(
             rt,
             target_pool,
             drafter_pool,
@@ -212,6 +235,7 @@ def generate(
             prefill_all=prefill_replicas,
             dedicated_cursor=dedicated_cursor,
         )
+        return _with_faults(result, rt)
 
 
 def _pool(source, n: int, name: str) -> Pool:
@@ -236,6 +260,7 @@ def _generate_hsd(
     algorithm="hsd",
     sp_degree=1,
     stream=None,
+    runtime_options=None,
 ):
     """HSD over the stack drafters[0] < ... < drafters[-1] < target, one server each (one drafter: SI);
     "hsd-sp": the drafters as one LevelsServer, DSI on top with sp_degree target servers."""
@@ -255,8 +280,11 @@ def _generate_hsd(
         pools = [Pool([levels], "levels"), _pool(target, sp_degree, "target")]
     else:
         pools = [_pool(m, 1, f"level{i}") for i, m in enumerate(list(drafters) + [target])]
-    rt = _runtime(runtime, pools, cancel_frees)
+    ready_made = isinstance(target, Pool) or any(isinstance(d, Pool) for d in drafters)
+    rt = _runtime(runtime, pools, cancel_frees, runtime_options, ready_made)
     with rt:
         if algorithm == "hsd-sp":
-            return hsd_sp(rt, pools[1], pools[0], prompt, max_new_tokens, buffers[-1], decoding, stream)
-        return hsd(rt, pools, prompt, max_new_tokens, list(buffers), decoding, stream)
+            return _with_faults(
+                hsd_sp(rt, pools[1], pools[0], prompt, max_new_tokens, buffers[-1], decoding, stream), rt
+            )
+        return _with_faults(hsd(rt, pools, prompt, max_new_tokens, list(buffers), decoding, stream), rt)

@@ -58,6 +58,7 @@ def compare(
     seed: int = 0,
     temperature: float = 0.0,
     runtime: str = "virtual",
+    runtime_options: dict | None = None,
     algorithms: Iterable[str] = ("nonsi", "si", "dsi"),
     progress: Callable[[str], None] | None = None,
 ) -> dict[str, AlgorithmSummary]:
@@ -84,6 +85,7 @@ def compare(
                 temperature=temperature,
                 seed=seed + r,
                 runtime=runtime,
+                runtime_options=runtime_options,
             )
             runs[algo].append(res)
             if progress:

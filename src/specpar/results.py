@@ -57,6 +57,8 @@ class GenerationResult:
     sp_degree: int = 1
     timeline_source: Callable[[], list[TaskRecord]] | None = field(default=None, repr=False, compare=False)
     details: dict | None = None  # algorithm-specific extras (HSD: per-level calls and acceptance)
+    replicas_lost: list[str] = field(default_factory=list)  # servers that died or stalled (Ray), in order
+    time_lost_ms: float = 0.0  # time their unfinished calls had run before being redone elsewhere
 
     @property
     def timeline(self) -> list[TaskRecord]:

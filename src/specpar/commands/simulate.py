@@ -8,6 +8,7 @@ import random
 import sys
 import warnings
 
+from specpar.commands.runtime_args import CLOCKS, add_runtime_arguments, runtime_options
 from specpar.errors import ConfigError, SpecparWarning
 from specpar.models import LatencyProfile, SimulatedModel
 from specpar.planning.lookahead import verification_servers
@@ -51,12 +52,7 @@ def register(sub) -> None:
     p.add_argument(
         "-N", "--max-new-tokens", type=int, default=100, metavar="N", help="tokens to generate (default 100)"
     )
-    p.add_argument(
-        "--runtime",
-        choices=("virtual", "threads"),
-        default="virtual",
-        help="virtual: discrete-event clock, exact and fast (offline); threads: real wall time (online)",
-    )
+    add_runtime_arguments(p)
     p.add_argument(
         "--temperature",
         type=float,
@@ -329,6 +325,7 @@ def _run_with_progress(compare, args, make_models, make_prompt, k):
         seed=args.seed,
         temperature=args.temperature,
         runtime=args.runtime,
+        runtime_options=runtime_options(args),
     )
     if args.json or not sys.stderr.isatty():
         return compare(make_models, make_prompt, **kwargs)
@@ -348,7 +345,7 @@ def _print_table(args, summary, target_lat, drafter_lat, c, k, why, closed, mess
     from rich.table import Table
 
     console = Console(width=None if sys.stdout.isatty() else 130)
-    clock = "virtual clock (offline)" if args.runtime == "virtual" else "threads, wall time (online)"
+    clock = CLOCKS[args.runtime]
     mode = "greedy" if args.temperature == 0 else f"sampling at temperature {args.temperature:g}"
     console.print(
         f"target {target_lat.tpot_ms:g} ms/token (TTFT {target_lat.ttft_ms:g} ms), "

@@ -53,13 +53,16 @@ class ServerHost:
     def ready(self) -> str:
         return self.server.name
 
-    def run(self, seq: int, call, new_base: bool, tokens: tuple[int, ...], n: int, tail, keep: int):
-        """Call number ``seq``: rebuild its context from the tokens sent, then run it (None if cancelled).
+    def run(self, message: tuple):
+        """Run one call, sent as ``message`` = (seq, call, new_base, tokens, n, tail, keep) (one argument: Ray
+        serializes each argument apart): rebuild call number ``seq``'s context from the tokens sent, then run it
+        (None if cancelled).
 
         new_base, tokens, n, tail: a Context of n verified tokens (``tokens`` follow the ones held, or start a
             new generation) and the drafts ``tail``; tail None: a plain sequence, ``tokens`` following the
             first ``keep`` of the last one.
         """
+        seq, call, new_base, tokens, n, tail, keep = message
         if tail is None:
             self.tokens = context = self.tokens[:keep] + tokens
         else:
@@ -134,7 +137,7 @@ class RemoteServer:
         wire = copy.copy(call)
         wire.context = None  # rebuilt in the actor from the tokens sent
         self._seq += 1
-        return self._seq, self.actor.run.remote(self._seq, wire, *args)
+        return self._seq, self.actor.run.remote((self._seq, wire, *args))
 
     def cancel(self, seq: int) -> None:
         self.actor.cancel.options(concurrency_group=CONTROL).remote(seq)
