@@ -57,9 +57,20 @@ class Servers:
         others (over all of them when there is one device). Servers of one model on one device
         share its weights; each has its own KV cache.
     max_tokens: the longest sequence (prompt + new tokens) a server will hold, for the memory check.
+    runtime: "threads" (servers in this process) or "ray" (each server an actor that builds its own copy of
+        its model, kept for every generation; runtime_options: RayRuntime's, e.g. cpus_per_server).
     """
 
-    def __init__(self, target, drafter, sp_degree: int = 1, devices: Sequence[str] = ("cpu",), max_tokens: int = 2048):
+    def __init__(
+        self,
+        target,
+        drafter,
+        sp_degree: int = 1,
+        devices: Sequence[str] = ("cpu",),
+        max_tokens: int = 2048,
+        runtime: str = "threads",
+        runtime_options: dict | None = None,
+    ):
         if sp_degree < 1:
             raise ConfigError(f"sp_degree must be >= 1, got {sp_degree}")
         devices = list(devices)
@@ -67,6 +78,8 @@ class Servers:
         self.target, self.drafter = target, drafter
         self.targets = Pool(target.servers(sp_degree, target_devices, "target", max_tokens), "target")
         self.drafters = Pool(drafter.servers(1, devices[:1], "drafter", max_tokens), "drafter")
+        self.runtime = runtime
+        self.runtime_options = runtime_options
 
     @property
     def all(self):
@@ -77,6 +90,15 @@ class Servers:
         cpu = [s for s in self.all if s.device == "cpu"]
         busy = len(cpu) if algorithm == "dsi" else 1  # non-SI and SI run one server at a time
         return max(1, cpu_cores() // max(1, busy))
+
+    def reset(self) -> None:
+        """Empty every server's cache (the next generation starts with a prefill), the Ray actors' too."""
+        for s in self.all:
+            s.reset()
+        if self.runtime == "ray":
+            from specpar.runtimes.ray_actors import reset_kept
+
+            reset_kept(self.all)
 
     def check_length(self, prompt_len: int, max_new_tokens: int) -> None:
         check_context_window(prompt_len, max_new_tokens, self.target, self.drafter)
@@ -91,25 +113,29 @@ class Servers:
         seed: int = 0,
         stream=None,
     ) -> GenerationResult:
-        """One generation on these servers (thread runtime); ``result.overhead`` says how much time no forward pass ran."""
+        """One generation on these servers; ``result.overhead`` says how much time no forward pass ran (None on
+        Ray, whose forward passes run in the actors)."""
 
         self.check_length(len(prompt), max_new_tokens)
+        kw = dict(
+            algorithm=algorithm,
+            max_new_tokens=max_new_tokens,
+            lookahead=lookahead,
+            sp_degree=len(self.targets),
+            temperature=temperature,
+            seed=seed,
+            runtime=self.runtime,
+            runtime_options=self.runtime_options,
+            stream=stream,
+        )
+        if self.runtime == "ray":  # each actor has its own torch threads (its CPU bundle)
+            result = generate(list(prompt), self.targets, self.drafters, **kw)
+            result.overhead = None
+            return result
         marks = [len(s.forward_log) for s in self.all]
         with torch_threads(self.threads_for(algorithm)):
             t0 = time.perf_counter()
-            result = generate(
-                list(prompt),
-                self.targets,
-                self.drafters,
-                algorithm=algorithm,
-                max_new_tokens=max_new_tokens,
-                lookahead=lookahead,
-                sp_degree=len(self.targets),
-                temperature=temperature,
-                seed=seed,
-                runtime="threads",
-                stream=stream,
-            )
+            result = generate(list(prompt), self.targets, self.drafters, **kw)
             t1 = time.perf_counter()
         intervals = [iv for s, m in zip(self.all, marks) for iv in s.forward_log[m:]]
         result.overhead = overhead(intervals, t0, t1)

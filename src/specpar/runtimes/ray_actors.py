@@ -95,6 +95,13 @@ class ServerHost:
             else:
                 self._cancelled.add(seq)
 
+    def reset(self) -> None:
+        """Empty the server's cache (a prefill comes next) and forget the tokens sent."""
+        reset = getattr(self.server, "reset", None)
+        if reset is not None:
+            reset()
+        self.base, self.tokens = [], ()
+
     def stats(self) -> dict:
         return {"calls": self.calls, "skipped": self.skipped, "pid": __import__("os").getpid()}
 
@@ -138,6 +145,13 @@ class RemoteServer:
         wire.context = None  # rebuilt in the actor from the tokens sent
         self._seq += 1
         return self._seq, self.actor.run.remote((self._seq, wire, *args))
+
+    def reset(self) -> None:
+        """Empty the actor's cache (after any call it runs) and the mirror of what it was sent."""
+        import ray
+
+        ray.get(self.actor.reset.remote())
+        self._base, self._sent, self._last = None, 0, ()
 
     def cancel(self, seq: int) -> None:
         self.actor.cancel.options(concurrency_group=CONTROL).remote(seq)
@@ -215,6 +229,14 @@ def keep(server, remote: RemoteServer, session: str) -> None:
     if entry is None or entry[0] is not remote:
         weakref.finalize(server, remote.kill)
     _kept[server] = (remote, session)
+
+
+def reset_kept(servers) -> None:
+    """Empty the caches of the actors kept for ``servers`` (those that have one)."""
+    for server in servers:
+        entry = _kept.get(server)
+        if entry is not None and entry[0].alive:
+            entry[0].reset()
 
 
 def forget(server) -> None:
