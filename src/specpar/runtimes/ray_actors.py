@@ -239,5 +239,13 @@ def reset_kept(servers) -> None:
             entry[0].reset()
 
 
+def release_kept(servers) -> None:
+    """Kill the actors kept for ``servers`` now (instead of when the servers are garbage-collected)."""
+    for server in servers:
+        entry = _kept.pop(server, None)
+        if entry is not None:
+            entry[0].kill()
+
+
 def forget(server) -> None:
     _kept.pop(server, None)

@@ -245,6 +245,10 @@ class RayRuntime(Runtime):
             _, replica, seq = self._running[ref]
             replica.cancel(seq)
 
+    def running(self) -> list[tuple[Task, ray_actors.RemoteServer]]:
+        """The tasks running on an actor now (not cancelled), with their replicas."""
+        return [(t, r) for t, r, _ in self._running.values() if not t.cancelled]
+
     # -- faults ------------------------------------------------------------------------------------
     def _time_left(self) -> float | None:
         """Seconds until the oldest running call passes call_timeout_s (None: no limit)."""
