@@ -18,7 +18,7 @@ from specpar.calls import Score, as_context
 from specpar.decoding import GREEDY
 from specpar.models.simulated import SimulatedServer
 from specpar.runtimes import Pool
-from specpar.runtimes.ray_actors import ServerHost
+from specpar.runtimes.ray_actors import ServerHost, release_kept
 from specpar.runtimes.ray_runtime import RayRuntime
 
 pytestmark = [pytest.mark.usefixtures("ray_local"), pytest.mark.timeout(60)]
@@ -129,20 +129,20 @@ def test_a_stalled_replica_is_lost_after_the_call_timeout_and_its_task_redone():
     import ray.cloudpickle
 
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the actors can build StalledServer
-    fast = model(2.0)
-    targets = [StalledServer(fast, "target0"), fast.server("target1"), fast.server("target2")]
-    rt = RayRuntime([Pool(targets, "target")], call_timeout_s=0.5, **RAY_OPTIONS)
+    slow = model(25.0)
+    targets = Pool([StalledServer(slow, "target0"), slow.server("target1")], "target")
+    rt = RayRuntime([targets], call_timeout_s=0.5, reuse_actors=True, **RAY_OPTIONS)
     with rt:
-        task = rt.submit(rt.pools[0], Score(as_context([2, 7]), 0, GREEDY))
+        task = rt.submit(targets, Score(as_context([2, 7]), 0, GREEDY))
         assert rt.wait() is task
-    assert task.result.rows == [fast.greedy_tokens([2, 7], 1)[0]]
+    assert task.result.rows == [slow.greedy_tokens([2, 7], 1)[0]]
     assert [x.server for x in rt.lost] == ["target0"] and "stalled" in rt.lost[0].reason
     assert 450 <= rt.lost[0].lost_ms < 5000
 
-    slow = model(25.0)  # a generation of about a second: the replica is lost while it runs, and reported
+    # through generate(): a generation of about a second, during which the (new) target0 stalls again
     out = generate(
         [2, 7],
-        Pool([StalledServer(slow, "target0"), slow.server("target1")], "target"),
+        targets,
         slow.drafter(0.5, LatencyProfile.uniform(2.0), seed=2),
         algorithm="dsi",
         max_new_tokens=40,
@@ -153,6 +153,7 @@ def test_a_stalled_replica_is_lost_after_the_call_timeout_and_its_task_redone():
     )
     assert out.tokens == slow.greedy_tokens([2, 7], 40)
     assert out.replicas_lost == ["target0"]
+    release_kept(targets.servers)  # target1's actor, kept by the first runtime
     assert alive_hosts() == 0
 
 
@@ -162,9 +163,8 @@ def test_a_generation_leaves_no_actor_behind():
         [1, 2],
         target,
         target.drafter(0.5, seed=1),
-        algorithm="dsi",
+        algorithm="si",
         max_new_tokens=8,
-        sp_degree=2,
         runtime="ray",
         runtime_options=RAY_OPTIONS,
     )

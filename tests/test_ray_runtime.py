@@ -15,7 +15,7 @@ import pytest
 
 from conftest import RAY_OPTIONS
 from specpar import LatencyProfile, SimulatedModel, generate
-from specpar.runtimes import Pool
+from specpar.runtimes import Pool, RayRuntime
 from stats import chi_square_p_value
 
 pytestmark = [pytest.mark.usefixtures("ray_local"), pytest.mark.timeout(120)]
@@ -106,3 +106,42 @@ def test_sampling_on_ray_follows_the_targets_distribution():
     drafter_joint = {seq: drafter.sequence_probability(PROMPT, seq) for seq in itertools.product(range(V), repeat=N)}
     assert chi_square_p_value(Counter(samples), joint) > 1e-3
     assert chi_square_p_value(Counter(samples), drafter_joint) < 1e-6
+
+
+@pytest.fixture(scope="module")
+def tiny_pools():
+    """Tiny random transformers models: a target server and a drafter server, each an actor that builds its own
+    copy of its model from the seeds (tests/tiny_transformers.py, pickled by value: workers cannot import the
+    tests). Two actors, not more: each imports torch and transformers, seconds on a busy 2-core machine."""
+    pytest.importorskip("torch")
+    import ray.cloudpickle
+
+    import tiny_transformers
+    from specpar.runtimes.ray_actors import release_kept
+
+    ray.cloudpickle.register_pickle_by_value(tiny_transformers)
+    target, drafter = tiny_transformers.tiny_model("target"), tiny_transformers.tiny_model("drafter")
+    targets, drafters = Pool([target.server("target0")], "target"), Pool([drafter.server("drafter")], "drafter")
+    RayRuntime([targets, drafters], reuse_actors=True, **RAY_OPTIONS).close()  # both actors built in parallel
+    yield target, targets, drafters
+    release_kept(targets.servers + drafters.servers)
+
+
+@pytest.mark.parametrize("algorithm,lookahead", [("dsi", 2), ("si", 3), ("nonsi", None)])
+def test_transformers_servers_on_ray_give_the_targets_own_tokens(tiny_pools, algorithm, lookahead):
+    from tiny_transformers import reference_greedy
+
+    target, targets, drafters = tiny_pools
+    prompt = [5, 9, 2, 33, 17]
+    out = generate(
+        prompt,
+        targets,
+        drafters,
+        algorithm=algorithm,
+        lookahead=lookahead,
+        sp_degree=1,  # DSI still overlaps drafting with verification
+        max_new_tokens=16,
+        runtime="ray",
+        runtime_options=RAY_OPTIONS,
+    )
+    assert out.tokens == reference_greedy(target, prompt, 16)
