@@ -103,7 +103,13 @@ class ServerHost:
         self.base, self.tokens = [], ()
 
     def stats(self) -> dict:
-        return {"calls": self.calls, "skipped": self.skipped, "pid": __import__("os").getpid()}
+        """Calls run and skipped, and where this actor runs (its process id and Ray node id)."""
+        import os
+
+        import ray
+
+        node = ray.get_runtime_context().get_node_id()
+        return {"calls": self.calls, "skipped": self.skipped, "pid": os.getpid(), "node": node}
 
 
 class RemoteServer:
