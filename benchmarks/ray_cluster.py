@@ -12,11 +12,34 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import time
 
 from specpar import LatencyProfile, SimulatedModel, generate
 from specpar.runtimes import Pool, RayRuntime
 from specpar.runtimes.ray_actors import release_kept
+
+
+@contextlib.contextmanager
+def three_raylets():
+    """A head and two worker nodes of 2 CPUs each on this machine, joined by this process; shut down by handle."""
+    import ray
+    from ray.cluster_utils import Cluster
+
+    t0 = time.perf_counter()
+    node = {"num_cpus": 2, "object_store_memory": 80 * 1024**2}
+    cluster = Cluster(initialize_head=True, head_node_args={**node, "include_dashboard": False})
+    try:
+        for _ in range(2):
+            cluster.add_node(**node)
+        cluster.wait_for_nodes()
+        ray.init(address=cluster.address, configure_logging=False, log_to_driver=False)
+        cpus = ray.cluster_resources()["CPU"]
+        print(f"3 raylets up in {time.perf_counter() - t0:.1f} s: {len(ray.nodes())} nodes, {cpus:g} CPUs")
+        yield cluster
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
 
 
 def main() -> None:
@@ -25,19 +48,8 @@ def main() -> None:
     ap.add_argument("--placement", choices=("PACK", "SPREAD"), default="SPREAD")
     args = ap.parse_args()
     import ray
-    from ray.cluster_utils import Cluster
 
-    t0 = time.perf_counter()
-    node = {"num_cpus": 2, "object_store_memory": 80 * 1024**2}
-    cluster = Cluster(initialize_head=True, head_node_args={**node, "include_dashboard": False})
-    for _ in range(2):
-        cluster.add_node(**node)
-    cluster.wait_for_nodes()
-    ray.init(address=cluster.address, configure_logging=False, log_to_driver=False)
-    print(
-        f"3 raylets up in {time.perf_counter() - t0:.1f} s: {len(ray.nodes())} nodes, {ray.cluster_resources()['CPU']:g} CPUs"
-    )
-    try:
+    with three_raylets():
         target = SimulatedModel(32, seed=3, latency=LatencyProfile.uniform(20.0))
         drafter = target.drafter(0.8, LatencyProfile.uniform(2.0), seed=4)
         targets = Pool([target.server(f"target{i}") for i in range(4)], "target")
@@ -60,9 +72,6 @@ def main() -> None:
             )
             assert same
         release_kept(targets.servers + drafters.servers)
-    finally:
-        ray.shutdown()
-        cluster.shutdown()
 
 
 if __name__ == "__main__":

@@ -15,14 +15,25 @@ CLOCKS = {  # how a table names the clock its times were read on
 }
 
 
-def add_runtime_arguments(p, choices=("virtual", "threads", "ray"), default: str = "virtual") -> None:
-    """--runtime among ``choices``, and the Ray flags (used with --runtime ray only)."""
+def add_runtime_arguments(
+    p, choices=("virtual", "threads", "ray"), default: str = "virtual", link: bool = False
+) -> None:
+    """--runtime among ``choices``, the Ray flags (used with --runtime ray only), and --link-ms if ``link``."""
     p.add_argument(
         "--runtime",
         choices=choices,
         default=default,
         help="; ".join(RUNTIME_HELP[c] for c in choices) + f" (default {default})",
     )
+    if link:
+        p.add_argument(
+            "--link-ms",
+            type=float,
+            default=0.0,
+            metavar="MS",
+            help="one-way latency between the driver and every server, as across nodes (default 0): the virtual "
+            "clock adds 2 x MS to every call; on Ray each actor injects the delay (to check the prediction)",
+        )
     g = p.add_argument_group("Ray (with --runtime ray)")
     g.add_argument(
         "--ray-address",
@@ -50,6 +61,13 @@ def add_runtime_arguments(p, choices=("virtual", "threads", "ray"), default: str
 
 def runtime_options(args) -> dict | None:
     """The keyword arguments of the chosen runtime (generate's runtime_options), from the flags."""
-    if getattr(args, "runtime", None) != "ray":
-        return None
-    return {"cpus_per_server": args.cpus_per_server, "placement": args.placement}
+    from specpar.errors import ConfigError
+
+    runtime, link = getattr(args, "runtime", None), getattr(args, "link_ms", 0.0)
+    if not link >= 0 or link == float("inf"):
+        raise ConfigError(f"--link-ms must be a finite number of ms >= 0, got {link:g}")
+    if runtime == "ray":
+        return {"cpus_per_server": args.cpus_per_server, "placement": args.placement, "inject_link_ms": link}
+    if link and runtime != "virtual":
+        raise ConfigError("--link-ms is modelled on the virtual clock and injected on Ray, not on threads")
+    return {"link_ms": link} if link else None

@@ -52,7 +52,7 @@ def register(sub) -> None:
     p.add_argument(
         "-N", "--max-new-tokens", type=int, default=100, metavar="N", help="tokens to generate (default 100)"
     )
-    add_runtime_arguments(p)
+    add_runtime_arguments(p, link=True)
     p.add_argument(
         "--temperature",
         type=float,
@@ -298,6 +298,7 @@ def run(args) -> int:
                         "sp_degree": args.sp_degree,
                         "max_new_tokens": args.max_new_tokens,
                         "runtime": args.runtime,
+                        "link_ms": args.link_ms,
                         "temperature": args.temperature,
                         "seed": args.seed,
                         "repeats": args.repeats,
@@ -345,7 +346,7 @@ def _print_table(args, summary, target_lat, drafter_lat, c, k, why, closed, mess
     from rich.table import Table
 
     console = Console(width=None if sys.stdout.isatty() else 130)
-    clock = CLOCKS[args.runtime]
+    clock = CLOCKS[args.runtime] + (f", {args.link_ms:g} ms links" if args.link_ms else "")
     mode = "greedy" if args.temperature == 0 else f"sampling at temperature {args.temperature:g}"
     console.print(
         f"target {target_lat.tpot_ms:g} ms/token (TTFT {target_lat.ttft_ms:g} ms), "

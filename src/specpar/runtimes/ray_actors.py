@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import copy
 import threading
+import time
 import weakref
 
 from specpar.calls import Context
@@ -34,10 +35,12 @@ class ServerHost:
 
     spec: a picklable zero-argument function that builds the server (``server.remote_spec()``).
     threads: torch threads for the server when it uses torch (its CPU bundle).
+    link_ms: a delay injected before each call and after it, as if the actor were that far away (0: none).
     """
 
-    def __init__(self, spec, threads: int = 1):
+    def __init__(self, spec, threads: int = 1, link_ms: float = 0.0):
         self.server = spec()
+        self.link_s = link_ms / 1000.0  # an injected one-way delay per call (validates the virtual clock's link_ms)
         if "torch" in __import__("sys").modules:
             import torch
 
@@ -81,10 +84,15 @@ class ServerHost:
             self._current = (seq, event)
         try:
             self.calls += 1
-            result = self.server.run(call, event)
+            if self.link_s and event.wait(self.link_s):  # the request crossing the link
+                result = None
+            else:
+                result = self.server.run(call, event)
         finally:
             with self._lock:
                 self._current = None
+        if self.link_s:
+            time.sleep(self.link_s)  # the result crossing back
         return None if event.is_set() else result
 
     def cancel(self, seq: int) -> None:

@@ -63,6 +63,8 @@ class RayRuntime(Runtime):
     call_timeout_s: a call running longer than this loses its replica (None: no limit).
     reuse_actors: keep the actors with their servers for later runs instead of killing them at close().
     gpu_pools: pools whose servers get one GPU each when the cluster has GPUs.
+    inject_link_ms: a delay each new actor adds before and after every call, as if it were that far away (to
+        validate the virtual clock's link_ms; 0 for real runs).
     """
 
     name = "ray"
@@ -76,6 +78,7 @@ class RayRuntime(Runtime):
         join_timeout_s: float = DEFAULT_JOIN_TIMEOUT_S,
         reuse_actors: bool = False,
         gpu_pools: Sequence[str] = ("target",),
+        inject_link_ms: float = 0.0,
     ):
         if not (isinstance(cpus_per_server, (int, float)) and cpus_per_server > 0 and math.isfinite(cpus_per_server)):
             raise ConfigError(f"cpus_per_server must be > 0, got {cpus_per_server!r}")
@@ -90,6 +93,7 @@ class RayRuntime(Runtime):
         self.join_timeout_s = join_timeout_s
         self.reuse_actors = reuse_actors
         self.gpu_pools = tuple(gpu_pools)
+        self.inject_link_ms = float(inject_link_ms)
         self.lost: list[LostReplica] = []
         self._ray = import_ray()
         servers = [(p, s) for p in self.pools for s in p.servers]
@@ -150,7 +154,7 @@ class RayRuntime(Runtime):
                 num_cpus=b["CPU"],
                 num_gpus=b.get("GPU", 0),
                 scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=i),
-            ).remote(spec, threads)
+            ).remote(spec, threads, self.inject_link_ms)
             for i, (b, spec) in enumerate(zip(bundles, specs))
         ]
         made = [ray_actors.RemoteServer(s.name, a, group) for (_, s), a in zip(servers, actors)]

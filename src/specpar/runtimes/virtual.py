@@ -29,15 +29,23 @@ class VirtualRuntime(Runtime):
     cancel_frees: "now" frees a cancelled task's server at the cancel time (a
         preemptible server, the paper's assumption); "end" keeps it busy until the
         task would have finished (a GPU kernel that cannot be stopped).
+    link_ms: one-way latency between the driver and every server, in ms (servers on
+        other nodes): each call's request and result cross the link, so a task takes
+        its server's duration plus 2 x link_ms, and its server takes the next task only
+        once the result is back (as on Ray). Cancellation is taken as immediate.
     """
 
     name = "virtual"
 
-    def __init__(self, pools: Sequence[Pool], cancel_frees: str = "now"):
+    def __init__(self, pools: Sequence[Pool], cancel_frees: str = "now", link_ms: float = 0.0):
         if cancel_frees not in CANCEL_MODES:
             raise ConfigError(f"cancel_frees must be one of {CANCEL_MODES}, got {cancel_frees!r}")
+        if not isinstance(link_ms, (int, float)) or not 0 <= link_ms < float("inf"):
+            raise ConfigError(f"link_ms must be a finite number of ms >= 0, got {link_ms!r}")
         super().__init__(pools)
         self.cancel_frees = cancel_frees
+        self.link_ms = float(link_ms)
+        self._round_trip = 2.0 * self.link_ms
         self._now = 0.0
         self._heap: list = []  # (end in integer ns, pool rank, task id, task) of started tasks
         self._rank = {p: i for i, p in enumerate(self.pools)}
@@ -91,7 +99,7 @@ class VirtualRuntime(Runtime):
     def _start(self, task: Task, server) -> None:
         task.server = server
         task.start = now = self._now
-        task.end = end = now + server.duration_ms(task.call)
+        task.end = end = now + server.duration_ms(task.call) + self._round_trip
         # ends are compared on a 1e-9 ms grid, so that float sums such as 5 x 0.2 do not decide ties
         heapq.heappush(self._heap, (int(end * 1e9 + 0.5), self._rank[task.pool], task.id, task))
 
