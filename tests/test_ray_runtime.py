@@ -56,6 +56,7 @@ def test_greedy_output_is_the_targets_own_on_ray(sim_pools, i):
     target, targets, drafters = sim_pools
     prompt = [random.Random(i).randrange(16) for _ in range(4 + i % 5)]
     kw = {"max_new_tokens": 20, **extra}
+    placement = {"local_pools": ()} if i % 2 else {}  # the drafter in an actor, or in the driver (the default)
     out = generate(
         prompt,
         targets,
@@ -64,7 +65,7 @@ def test_greedy_output_is_the_targets_own_on_ray(sim_pools, i):
         lookahead=k,
         sp_degree=sp,
         runtime="ray",
-        runtime_options=RAY_OPTIONS,
+        runtime_options={**RAY_OPTIONS, **placement},
         **kw,
     )
     assert out.runtime == "ray"
@@ -110,9 +111,10 @@ def test_sampling_on_ray_follows_the_targets_distribution():
 
 @pytest.fixture(scope="module")
 def tiny_pools():
-    """Tiny random transformers models: a target server and a drafter server, each an actor that builds its own
-    copy of its model from the seeds (tests/tiny_transformers.py, pickled by value: workers cannot import the
-    tests). Two actors, not more: each imports torch and transformers, seconds on a busy 2-core machine."""
+    """Tiny random transformers models: a target server in an actor that builds its own copy of the model from the
+    seeds (tests/tiny_transformers.py, pickled by value: workers cannot import the tests), and a drafter server
+    in the driver (the default). One actor: each imports torch and transformers, seconds on a busy 2-core
+    machine."""
     pytest.importorskip("torch")
     import ray.cloudpickle
 
@@ -122,7 +124,7 @@ def tiny_pools():
     ray.cloudpickle.register_pickle_by_value(tiny_transformers)
     target, drafter = tiny_transformers.tiny_model("target"), tiny_transformers.tiny_model("drafter")
     targets, drafters = Pool([target.server("target0")], "target"), Pool([drafter.server("drafter")], "drafter")
-    RayRuntime([targets, drafters], reuse_actors=True, **RAY_OPTIONS).close()  # both actors built in parallel
+    RayRuntime([targets], reuse_actors=True, **RAY_OPTIONS).close()
     yield target, targets, drafters
     release_kept(targets.servers + drafters.servers)
 

@@ -51,6 +51,13 @@ def add_runtime_arguments(
         "get one GPU each when the cluster has GPUs",
     )
     g.add_argument(
+        "--drafter-placement",
+        choices=("driver", "actor"),
+        default="driver",
+        help="driver (default): the drafter runs on a thread of this process, no round trip per draft call; "
+        "actor: in its own actor like the targets (the README's Ray section measures both)",
+    )
+    g.add_argument(
         "--placement",
         choices=("PACK", "SPREAD"),
         default="PACK",
@@ -67,7 +74,12 @@ def runtime_options(args) -> dict | None:
     if not link >= 0 or link == float("inf"):
         raise ConfigError(f"--link-ms must be a finite number of ms >= 0, got {link:g}")
     if runtime == "ray":
-        return {"cpus_per_server": args.cpus_per_server, "placement": args.placement, "inject_link_ms": link}
+        return {
+            "cpus_per_server": args.cpus_per_server,
+            "placement": args.placement,
+            "inject_link_ms": link,
+            "local_pools": ("drafter",) if args.drafter_placement == "driver" else (),
+        }
     if link and runtime != "virtual":
         raise ConfigError("--link-ms is modelled on the virtual clock and injected on Ray, not on threads")
     return {"link_ms": link} if link else None

@@ -12,6 +12,9 @@ sent only the tokens they have not seen) and what can go wrong with them:
 * ``close()`` never hangs: calls cancelled at the end get ``join_timeout_s`` to return, actors that do not
   are killed, so no stale cache is reused.
 
+The pools named in ``local_pools`` (the drafter, say) run on threads of the driver instead (a
+:class:`ThreadRuntime` sharing this runtime's queue of finished work): no round trip per call.
+
 Resources: each server gets a bundle of ``cpus_per_server`` CPUs (its torch thread count), and one GPU for
 the servers of ``gpu_pools`` when the cluster has GPUs; a run's new actors share one placement group, PACKed
 on one node by default or SPREAD across nodes. Actors are made (and ready) before the clock starts.
@@ -25,6 +28,7 @@ from __future__ import annotations
 
 import logging
 import math
+import queue
 import time
 from collections import deque
 from collections.abc import Sequence
@@ -34,6 +38,7 @@ from specpar.errors import ConfigError, ServerError
 from specpar.runtimes import ray_actors
 from specpar.runtimes.base import Pool, Runtime, Task
 from specpar.runtimes.ray_cluster import connect, import_ray
+from specpar.runtimes.threads import ThreadRuntime
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +70,8 @@ class RayRuntime(Runtime):
     gpu_pools: pools whose servers get one GPU each when the cluster has GPUs.
     inject_link_ms: a delay each new actor adds before and after every call, as if it were that far away (to
         validate the virtual clock's link_ms; 0 for real runs).
+    local_pools: pools (by name) whose servers run on threads in this process instead, e.g. ("drafter",): no
+        round trip per call, at the price of sharing the driver's process (see the README's figures).
     """
 
     name = "ray"
@@ -79,6 +86,7 @@ class RayRuntime(Runtime):
         reuse_actors: bool = False,
         gpu_pools: Sequence[str] = ("target",),
         inject_link_ms: float = 0.0,
+        local_pools: Sequence[str] = (),
     ):
         if not (isinstance(cpus_per_server, (int, float)) and cpus_per_server > 0 and math.isfinite(cpus_per_server)):
             raise ConfigError(f"cpus_per_server must be > 0, got {cpus_per_server!r}")
@@ -96,17 +104,22 @@ class RayRuntime(Runtime):
         self.inject_link_ms = float(inject_link_ms)
         self.lost: list[LostReplica] = []
         self._ray = import_ray()
-        servers = [(p, s) for p in self.pools for s in p.servers]
+        remote_pools = [p for p in self.pools if p.name not in local_pools]
+        servers = [(p, s) for p in remote_pools for s in p.servers]
         connect(cpus=len(servers) * self.cpus_per_server)
         self._session = self._ray.get_runtime_context().get_worker_id()
         self._remote = self._actors(servers)  # local server -> RemoteServer
-        self._replicas = {p: [self._remote[s] for s in p.servers] for p in self.pools}
-        self._idle = {p: list(self._replicas[p]) for p in self.pools}  # live idle replicas, longest idle first
-        self._queued = {p: deque() for p in self.pools}
+        self._replicas = {p: [self._remote[s] for s in p.servers] for p in remote_pools}
+        self._idle = {p: list(self._replicas[p]) for p in remote_pools}  # live idle replicas, longest idle first
+        self._queued = {p: deque() for p in remote_pools}
         self._running: dict = {}  # ObjectRef -> (task, replica, seq), cancelled calls included until they return
         self._ref: dict[Task, object] = {}  # running task -> its ObjectRef
         self._in_flight = 0
-        self._t0 = time.perf_counter()
+        # what finished: an ObjectRef (put by Ray's callback) or a Task of a local pool (put by its thread)
+        self._finished: queue.SimpleQueue = queue.SimpleQueue()
+        local = [p for p in self.pools if p.name in local_pools]
+        self._local = ThreadRuntime(local, call_timeout_s=None, finished=self._finished) if local else None
+        self._t0 = self._local._t0 if self._local else time.perf_counter()  # one clock for both
 
     # -- actors ------------------------------------------------------------------------------------
     def _actors(self, servers) -> dict:
@@ -172,9 +185,13 @@ class RayRuntime(Runtime):
         return (time.perf_counter() - self._t0) * 1000.0
 
     def submit(self, pool: Pool, call) -> Task:
+        self._in_flight += 1
+        if pool not in self._idle:  # a local pool
+            task = self._local.submit(pool, call)
+            self.tasks.append(task)
+            return task
         task = Task(pool, call)
         self.tasks.append(task)
-        self._in_flight += 1
         idle = self._idle[pool]
         if idle:
             self._start(task, idle.pop(pool.pick(idle, call)))
@@ -188,6 +205,7 @@ class RayRuntime(Runtime):
         seq, ref = replica.submit(task.call)
         self._running[ref] = (task, replica, seq)
         self._ref[task] = ref
+        ref.future().add_done_callback(lambda _, ref=ref: self._finished.put(ref))
 
     def _free(self, pool: Pool, replica) -> None:
         """``replica`` finished a call: it takes the next queued task, or waits idle."""
@@ -205,11 +223,17 @@ class RayRuntime(Runtime):
             if self._in_flight == 0:
                 raise RuntimeError("wait() called with no task in flight (an algorithm bug)")
             self._check_pools()
-            ready, _ = ray.wait(list(self._running), num_returns=1, timeout=self._time_left())
-            if not ready:
+            try:
+                ref = self._finished.get(timeout=self._time_left())
+            except queue.Empty:
                 self._lose_stuck()
                 continue
-            ref = ready[0]
+            if type(ref) is Task:  # a local pool's
+                if self._local_finished(ref):
+                    return ref
+                continue
+            if ref not in self._running:  # its replica was lost meanwhile
+                continue
             task, replica, _ = self._running.pop(ref)
             self._ref.pop(task, None)
             try:
@@ -232,6 +256,16 @@ class RayRuntime(Runtime):
             self._finish(task)
             return task
 
+    def _local_finished(self, task: Task) -> Task | None:
+        """A task of a local pool finished on its thread (None if it was cancelled)."""
+        if task.cancelled:
+            return None
+        task.done = True  # its thread set its start and end
+        self._in_flight -= 1
+        if task.error is not None:
+            raise ServerError(task.server.name, task.call.kind, task.error) from task.error
+        return task
+
     def _finish(self, task: Task) -> None:
         task.end = self.now()
         task.done = True
@@ -240,10 +274,13 @@ class RayRuntime(Runtime):
     def cancel(self, task: Task) -> None:
         if task.done or task.cancelled:
             return
+        self._in_flight -= 1
+        if task.pool not in self._idle:  # a local pool
+            self._local.cancel(task)
+            return
         task.cancelled = True
         task.done = True
         task.end = self.now() if task.start is not None else None
-        self._in_flight -= 1
         ref = self._ref.get(task)
         if ref is not None:  # running: the actor stops it; a queued task is dropped when its turn comes
             _, replica, seq = self._running[ref]
@@ -317,3 +354,5 @@ class RayRuntime(Runtime):
         if not self.reuse_actors:
             for replica in self._remote.values():
                 replica.kill()
+        if self._local is not None:
+            self._local.close()
