@@ -54,7 +54,7 @@ def main() -> None:
         drafter = target.drafter(0.8, LatencyProfile.uniform(2.0), seed=4)
         targets = Pool([target.server(f"target{i}") for i in range(4)], "target")
         drafters = Pool([drafter.server("drafter")], "drafter")
-        options = {"cpus_per_server": 1, "placement": args.placement}
+        options = {"cpus_per_server": 1, "placement": args.placement, "local_pools": ()}  # the drafter an actor too
         rt = RayRuntime([targets, drafters], reuse_actors=True, **options)
         where = {r.name: ray.get(r.actor.stats.remote())["node"][:8] for r in rt._remote.values()}
         rt.close()
