@@ -76,7 +76,7 @@ def dsi_vs_virtual(repeats: int, n: int, options: dict) -> None:
     drafter = target.drafter(0.8, LatencyProfile.uniform(5.0), seed=4)
     targets = Pool([target.server(f"target{i}") for i in range(4)], "target")
     drafters = Pool([drafter.server("drafter")], "drafter")
-    local = {**options, "local_pools": ("drafter",)}
+    local, actor = {**options, "local_pools": ("drafter",)}, {**options, "local_pools": ()}
     kw = dict(algorithm="dsi", max_new_tokens=n, lookahead=5, sp_degree=4)
     print(f"3. DSI, target 50 ms, drafter 5 ms, a = 0.8, k = 5, SP = 4, N = {n}: wall / virtual-clock prediction")
     print(f"   {'seed':>4} {'virtual ms':>11} {'threads/v':>10} {'ray/v':>7} {'ray, drafter in driver/v':>25}")
@@ -86,7 +86,7 @@ def dsi_vs_virtual(repeats: int, n: int, options: dict) -> None:
         virtual = generate(prompt, target, drafter, runtime="virtual", **kw)
         runs = {
             "threads": generate(prompt, target, drafter, runtime="threads", **kw),
-            "ray": generate(prompt, targets, drafters, runtime="ray", runtime_options=options, **kw),
+            "ray": generate(prompt, targets, drafters, runtime="ray", runtime_options=actor, **kw),
             "ray-local": generate(prompt, targets, drafters, runtime="ray", runtime_options=local, **kw),
         }
         for name, out in runs.items():
