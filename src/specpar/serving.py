@@ -128,8 +128,12 @@ class Servers:
             runtime_options=self.runtime_options,
             stream=stream,
         )
-        if self.runtime == "ray":  # each actor has its own torch threads (its CPU bundle)
-            result = generate(list(prompt), self.targets, self.drafters, **kw)
+        if (
+            self.runtime == "ray"
+        ):  # each actor has its own torch threads (its CPU bundle), the drafter in the driver too
+            cpus = (self.runtime_options or {}).get("cpus_per_server", 1)
+            with torch_threads(max(1, int(cpus))):
+                result = generate(list(prompt), self.targets, self.drafters, **kw)
             result.overhead = None
             return result
         marks = [len(s.forward_log) for s in self.all]
