@@ -35,6 +35,7 @@ def sim_pools():
         a: Pool([target.drafter(a, LatencyProfile.uniform(0.1), seed=3).server("drafter")], "drafter")
         for a in ACCEPTANCE
     }
+    RayRuntime([targets, *drafters.values()], reuse_actors=True, **RAY_OPTIONS).close()  # all 7 actors at once
     yield target, targets, drafters
     release_kept(targets.servers + [p.servers[0] for p in drafters.values()])
 
@@ -71,6 +72,29 @@ def test_greedy_output_is_the_targets_own_on_ray(sim_pools, i):
     assert out.runtime == "ray"
     assert out.tokens == target.greedy_tokens(prompt, kw["max_new_tokens"])
     assert out.replicas_lost == [] and out.time_lost_ms == 0.0
+
+
+def test_a_second_generation_on_the_same_servers_reuses_their_actors(sim_pools):
+    import ray
+
+    from specpar.runtimes.ray_actors import kept
+
+    target, targets, drafters = sim_pools
+    session = ray.get_runtime_context().get_node_id()
+    before = [kept(s, session).actor._actor_id for s in targets.servers]
+    for prompt in ([1, 2, 3], [4, 5]):
+        out = generate(
+            prompt,
+            targets,
+            drafters[0.6],
+            algorithm="dsi",
+            sp_degree=4,
+            max_new_tokens=8,
+            runtime="ray",
+            runtime_options=RAY_OPTIONS,
+        )
+        assert out.tokens == target.greedy_tokens(prompt, 8)
+    assert [kept(s, session).actor._actor_id for s in targets.servers] == before
 
 
 V, N, PROMPT, SAMPLES = 4, 2, [0, 1], 200

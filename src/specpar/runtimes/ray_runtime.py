@@ -107,7 +107,7 @@ class RayRuntime(Runtime):
         remote_pools = [p for p in self.pools if p.name not in local_pools]
         servers = [(p, s) for p in remote_pools for s in p.servers]
         connect(cpus=len(servers) * self.cpus_per_server)
-        self._session = self._ray.get_runtime_context().get_worker_id()
+        self._session = self._ray.get_runtime_context().get_node_id()  # new with every Ray this process joins
         self._remote = self._actors(servers)  # local server -> RemoteServer
         self._replicas = {p: [self._remote[s] for s in p.servers] for p in remote_pools}
         self._idle = {p: list(self._replicas[p]) for p in remote_pools}  # live idle replicas, longest idle first
