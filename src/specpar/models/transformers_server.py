@@ -180,5 +180,10 @@ class TransformersServer:
 
 
 def build_server(factory, name: str, device: str) -> TransformersServer:
-    """A server named ``name`` on ``device`` of the model ``factory()`` returns (in a Ray actor)."""
+    """A server named ``name`` of the model ``factory()`` returns (in a Ray actor), on ``device``; a CUDA device
+    becomes the actor's own GPU (Ray shows it the one it was given, as cuda:0), or the CPU if it has none."""
+    if device.startswith("cuda"):
+        import torch
+
+        device = "cuda:0" if torch.cuda.is_available() else "cpu"
     return factory().server(name, device)
