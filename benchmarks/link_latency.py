@@ -1,9 +1,10 @@
 """DSI across nodes, by simulation: speedups against the one-way link latency between the driver and the servers.
 
-1. The virtual clock with ``link_ms`` (every call pays 2 x link_ms: the request and the result cross the link):
-   DSI / SI and DSI / non-SI speedups for links of 0-50 ms, at target 50 ms, drafter 5 ms, a = 0.8, k = 5,
+1. The virtual clock with ``link_ms`` between the driver and the target servers (every target call pays
+   2 x link_ms: the request and the result cross the link; the drafter stays beside the driver, as on Ray by
+   default): DSI / SI and DSI / non-SI speedups for links of 0-50 ms, at target 50 ms, drafter 5 ms, a = 0.8, k = 5,
    SP = 4, N = 200 (means over seeds), and a plot of both.
-2. Validation (``--validate``): the same DSI on Ray with each actor injecting the delay (``inject_link_ms``),
+2. Validation (``--validate``): the same DSI on Ray with each target actor injecting the delay (``inject_link_ms``),
    on a 3-raylet ``ray.cluster_utils.Cluster`` (``--cluster``) or a local Ray; wall time over the virtual
    clock's prediction for the same seed and link. Goal: within 10%.
 
@@ -49,7 +50,7 @@ def sweep(seeds: int, n: int) -> list[tuple[float, float, float]]:
                     max_new_tokens=n,
                     lookahead=5,
                     sp_degree=4,
-                    runtime_options={"link_ms": link},
+                    runtime_options={"link_ms": {"target": link}},
                 )
                 times[algo].append(out.time_ms)
         m = {a: statistics.mean(t) for a, t in times.items()}
@@ -73,7 +74,7 @@ def plot(rows, path: str, n: int) -> None:
     ax.axhline(1.0, color="grey", lw=0.8)
     ax.set_xscale("symlog", linthresh=1.0)
     ax.set_xlim(0, links[-1] * 1.1)
-    ax.set_xlabel("one-way link latency driver <-> server (ms)")
+    ax.set_xlabel("one-way link latency driver <-> target servers (ms)")
     ax.set_ylabel("speedup")
     ax.set_title(f"target 50 ms, drafter 5 ms, a = 0.8, k = 5, SP = 4, N = {n} (virtual clock)", fontsize=9)
     ax.legend()
@@ -92,13 +93,8 @@ def validate(link: float, seeds: int, n: int, cluster: bool) -> None:
     else:
         where = contextlib.nullcontext()
         connect(cpus=5)
-    # every server an actor that injects the delay, the drafter too: the virtual clock puts every server that far
-    options = {
-        "cpus_per_server": 1 if cluster else 0.5,
-        "inject_link_ms": link,
-        "placement": "SPREAD",
-        "local_pools": (),
-    }
+    # the target actors inject the delay; the drafter runs in the driver (the default)
+    options = {"cpus_per_server": 1 if cluster else 0.5, "inject_link_ms": link, "placement": "SPREAD"}
     ratios = []
     try:
         with where:
@@ -108,7 +104,7 @@ def validate(link: float, seeds: int, n: int, cluster: bool) -> None:
                 drafters = Pool([drafter.server("drafter")], "drafter")
                 kw = dict(algorithm="dsi", max_new_tokens=n, lookahead=5, sp_degree=4)
                 ray = generate(prompt, targets, drafters, runtime="ray", runtime_options=options, **kw)
-                virtual = generate(prompt, target, drafter, runtime_options={"link_ms": link}, **kw)
+                virtual = generate(prompt, target, drafter, runtime_options={"link_ms": {"target": link}}, **kw)
                 assert ray.tokens == virtual.tokens
                 release_kept(targets.servers + drafters.servers)
                 ratios.append(ray.time_ms / virtual.time_ms)

@@ -13,6 +13,10 @@ def test_every_call_pays_a_round_trip_and_the_tokens_stay_the_targets():
     linked = generate([1, 2], target, algorithm="nonsi", max_new_tokens=20, runtime_options={"link_ms": 3.0})
     assert linked.tokens == plain.tokens
     assert linked.time_ms == pytest.approx(plain.time_ms + 20 * 2 * 3.0)
+    by_pool = {"target": 3.0, "drafter": 1.0}  # non-SI has no drafter: the same time
+    assert generate(
+        [1, 2], target, algorithm="nonsi", max_new_tokens=20, runtime_options={"link_ms": by_pool}
+    ).time_ms == (pytest.approx(linked.time_ms))
     kw = dict(algorithm="dsi", max_new_tokens=60, lookahead=3, sp_degree=4)
     fast, slow = (generate([1, 2], target, drafter, runtime_options={"link_ms": x}, **kw) for x in (0.0, 5.0))
     assert slow.tokens == fast.tokens == target.greedy_tokens([1, 2], 60)

@@ -31,8 +31,9 @@ def add_runtime_arguments(
             type=float,
             default=0.0,
             metavar="MS",
-            help="one-way latency between the driver and every server, as across nodes (default 0): the virtual "
-            "clock adds 2 x MS to every call; on Ray each actor injects the delay (to check the prediction)",
+            help="one-way latency between the driver and the target servers, as on other nodes (default 0; the "
+            "drafter stays beside the driver, as on Ray by default): the virtual clock adds 2 x MS to every target "
+            "call; on Ray each actor injects the delay (to check the prediction)",
         )
     g = p.add_argument_group("Ray (with --runtime ray)")
     g.add_argument(
@@ -82,4 +83,4 @@ def runtime_options(args) -> dict | None:
         }
     if link and runtime != "virtual":
         raise ConfigError("--link-ms is modelled on the virtual clock and injected on Ray, not on threads")
-    return {"link_ms": link} if link else None
+    return {"link_ms": {"target": link}} if link else None
