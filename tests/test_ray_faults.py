@@ -236,3 +236,20 @@ def test_ctrl_c_exits_promptly_and_leaves_no_ray_process():
         time.sleep(0.2)
     assert not [p for p in started if _alive(p)], "processes left running after Ctrl-C"
     assert exit_s < 15
+
+
+def test_more_cpus_than_the_cluster_has_is_a_clear_config_error():
+    from specpar import ConfigError
+
+    target = model(1.0)
+    with pytest.raises(ConfigError, match="need 20 CPUs, but the Ray cluster has 4"):
+        generate(
+            [1],
+            target,
+            target.drafter(0.5),
+            max_new_tokens=2,
+            sp_degree=5,
+            runtime="ray",
+            runtime_options={"cpus_per_server": 4},
+        )
+    assert alive_hosts() == 0

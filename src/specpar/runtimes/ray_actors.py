@@ -19,6 +19,8 @@ cancelled before it started never runs.
 from __future__ import annotations
 
 import copy
+import os
+import sys
 import threading
 import time
 import weakref
@@ -41,7 +43,7 @@ class ServerHost:
     def __init__(self, spec, threads: int = 1, link_ms: float = 0.0):
         self.server = spec()
         self.link_s = link_ms / 1000.0  # an injected one-way delay per call (validates the virtual clock's link_ms)
-        if "torch" in __import__("sys").modules:
+        if "torch" in sys.modules:
             import torch
 
             torch.set_num_threads(max(1, threads))
@@ -112,8 +114,6 @@ class ServerHost:
 
     def stats(self) -> dict:
         """Calls run and skipped, and where this actor runs (its process id and Ray node id)."""
-        import os
-
         import ray
 
         node = ray.get_runtime_context().get_node_id()

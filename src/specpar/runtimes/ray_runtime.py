@@ -151,6 +151,12 @@ class RayRuntime(Runtime):
             {"CPU": self.cpus_per_server, **({"GPU": 1} if gpus and p.name in self.gpu_pools else {})}
             for p, _ in servers
         ]
+        have, need = ray.cluster_resources().get("CPU", 0), sum(b["CPU"] for b in bundles)
+        if need > have:
+            raise ConfigError(
+                f"{len(bundles)} servers with {self.cpus_per_server:g} CPU(s) each need {need:g} CPUs, but the Ray "
+                f"cluster has {have:g}: lower cpus_per_server (--cpus-per-server) or sp_degree, or add nodes"
+            )
         pg = placement_group(bundles, strategy=self.placement)
         if not pg.wait(timeout_seconds=PLACEMENT_TIMEOUT_S):
             remove_placement_group(pg)
