@@ -19,3 +19,11 @@ def test_without_ray_the_ray_runtime_is_a_one_line_config_error(monkeypatch):
     target, drafter = make_pair()
     with pytest.raises(ConfigError, match=r"pip install 'specpar\[ray\]'"):
         generate([1], target, drafter, max_new_tokens=2, runtime="ray")
+
+
+@pytest.mark.parametrize("address,match", [("127.0.0.1:1", "nothing answers at 127.0.0.1:1"), ("head", "HOST:PORT")])
+def test_a_ray_address_where_nothing_answers_is_refused_at_once(address, match):
+    from specpar.runtimes.ray_cluster import check_reachable
+
+    with pytest.raises(ConfigError, match=match):
+        check_reachable(address, timeout_s=2.0)

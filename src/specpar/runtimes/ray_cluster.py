@@ -20,6 +20,7 @@ import atexit
 import contextlib
 import logging
 import os
+import socket
 
 from specpar.errors import ConfigError
 
@@ -47,6 +48,8 @@ def connect(address: str | None = None, cpus: float = 0) -> None:
     if ray.is_initialized():
         return
     if address:
+        if address != "auto":
+            check_reachable(address)
         try:
             ray.init(address=address, configure_logging=False, log_to_driver=False)
         except (ConnectionError, ValueError, RuntimeError) as exc:
@@ -68,6 +71,20 @@ def connect(address: str | None = None, cpus: float = 0) -> None:
     if not _state["atexit"]:
         atexit.register(shutdown)
         _state["atexit"] = True
+
+
+def check_reachable(address: str, timeout_s: float = 3.0) -> None:
+    """A ConfigError at once when nothing listens at HOST:PORT (Ray itself would retry for minutes)."""
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        raise ConfigError(f"--ray-address must be 'auto' or HOST:PORT, got {address!r}")
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout_s).close()
+    except OSError as exc:
+        raise ConfigError(
+            f"nothing answers at {address} ({exc}): start the head node there with `ray start --head --port "
+            f"{port}`, or leave out --ray-address to run a local Ray"
+        ) from exc
 
 
 def started_here() -> bool:
