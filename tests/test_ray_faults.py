@@ -98,7 +98,7 @@ def test_a_replica_killed_mid_verification_costs_time_never_tokens():
     assert out.tokens == target.greedy_tokens(prompt, 30)
     assert killed, "no verification was running when tokens streamed"
     assert [x.server for x in rt.lost] == killed
-    assert rt.lost[0].lost_ms > 0 and "died" in rt.lost[0].reason
+    assert "died" in rt.lost[0].reason  # its time lost is 0 if DSI had cancelled the call before the loss showed
     assert alive_hosts() == 0
 
 
