@@ -25,3 +25,18 @@ def no_thread_leak():
     assert specpar_threads() == [], "threads left over from an earlier test"
     yield
     assert specpar_threads() == [], f"worker threads left running: {specpar_threads()}"
+
+
+@pytest.fixture(scope="session")
+def ray_local():
+    """One local Ray for the whole test session (4 logical CPUs: tests give each server 0.25), stopped at the end
+    by handle. Skips when Ray is not installed (CI installs it with the test extra)."""
+    pytest.importorskip("ray")
+    from specpar.runtimes import ray_cluster
+
+    ray_cluster.connect(cpus=4)
+    yield
+    ray_cluster.shutdown()
+
+
+RAY_OPTIONS = {"cpus_per_server": 0.25}  # up to 16 servers in the session's 4 logical CPUs

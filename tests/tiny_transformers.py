@@ -100,3 +100,15 @@ def save_tiny_pair(directory, vocab: int = 48, seed: int = 5, noise: float = 0.1
         tiny_tokenizer(vocab).save_pretrained(path)
         paths.append(path)
     return paths[0], paths[1]
+
+
+def tiny_model(role: str = "target", vocab: int = 64, seed: int = 0, noise: float = 0.3, **kw) -> TransformersModel:
+    """tiny_pair's target or drafter alone, with a ``factory`` that builds it again (in a Ray actor: the same
+    weights from the same seeds, none sent)."""
+    import functools
+
+    module = tiny_module(vocab, seed, **kw)
+    if role == "drafter":
+        module = perturbed(module, noise, seed + 1)
+    factory = functools.partial(tiny_model, role, vocab, seed, noise, **kw)
+    return TransformersModel(module, name=f"tiny-{role}", factory=factory)

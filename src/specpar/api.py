@@ -45,8 +45,15 @@ def check_context_window(prompt_len: int, max_new_tokens: int, *sources) -> None
             )
 
 
-def _runtime(name: str, pools: list, cancel_frees: str):
-    return VirtualRuntime(pools, cancel_frees) if name == "virtual" else RUNTIMES[name](pools)
+def _runtime(name: str, pools: list, cancel_frees: str, options: dict | None = None, ready_made: bool = False):
+    """The runtime ``name`` over ``pools``; options: its keyword arguments (e.g. Ray's cpus_per_server).
+    ready_made: the servers outlive this generation (a ready-made Pool, an Engine's), so their Ray actors are kept
+    for later runs."""
+    if name == "virtual":
+        return VirtualRuntime(pools, cancel_frees, **(options or {}))
+    if name == "ray":  # the drafter in the driver: no round trip per draft call (measured in the README)
+        options = {"reuse_actors": ready_made, "local_pools": ("drafter",), **(options or {})}
+    return RUNTIMES[name](pools, **(options or {}))
 
 
 def check_drafter_faster(target, drafter) -> None:
@@ -127,6 +134,7 @@ def generate(
     stream=None,
     prefill_replicas: bool | None = None,
     dedicated_cursor: bool | None = None,
+    runtime_options: dict | None = None,
     params: SamplingParams | None = None,
     **sampling,
 ) -> GenerationResult:
@@ -150,8 +158,10 @@ def generate(
         on every runtime for non-SI, SI and HSD, and on the virtual clock for all) or "gumbel" (drafter-invariant:
         the same tokens for a seed on every runtime and for every algorithm, non-SI's; a lower acceptance rate;
         see :mod:`specpar.decoding`); or all of them at once as ``params``.
-    runtime: "virtual" (discrete-event clock, nothing sleeps) or "threads" (real time). Default: virtual for
-        simulated models, threads for real ones.
+    runtime: "virtual" (discrete-event clock, nothing sleeps), "threads" (real time, one thread per server) or
+        "ray" (real time, each server a Ray actor in its own process: ``pip install 'specpar[ray]'``; a local Ray
+        starts on first use unless this process already joined one, see specpar.runtimes.ray_cluster). Default:
+        virtual for simulated models, threads for real ones.
     cancel_frees: virtual clock only: "now" (preemptible servers) or "end".
     buffers: HSD only: T_0 .. T_{K-1}, one per drafter (default: ``lookahead`` or 5 for each);
         for "hsd-sp", T_{K-1} is DSI's lookahead.
@@ -161,6 +171,10 @@ def generate(
     dedicated_cursor: DSI only: one target server is kept for passes on the verified prefix, and verifications
         covering it do not stand in for them. Default: when verification costs grow with the drafts fed, or are
         unknown (see verification_costs_grow; :mod:`specpar.algorithms.dsi` says why).
+    runtime_options: keyword arguments of the runtime, e.g. ``{"cpus_per_server": 2, "placement": "SPREAD"}``
+        for Ray (see specpar.runtimes.ray_runtime.RayRuntime) or ``{"call_timeout_s": 60}`` for threads.
+        On Ray, the actors of servers given as a ready-made Pool are kept for later generations, and the drafter
+        runs on a thread of this process unless ``{"local_pools": ()}`` puts it in an actor too.
     """
     from specpar.engine import Engine  # the engine builds on this module's helpers
 
@@ -178,6 +192,8 @@ def generate(
         buffers=buffers,
         prefill_replicas=prefill_replicas,
         dedicated_cursor=dedicated_cursor,
+        runtime_options=runtime_options,
+        keep_actors=isinstance(target, Pool) or isinstance(drafter, Pool),
     )
     with engine:
         return engine.generate(prompt, params, algorithm=algorithm, lookahead=lookahead, stream=stream, **sampling)
@@ -200,11 +216,14 @@ def generate_on(
     stopping=None,
     prefill_replicas: bool | None = None,
     dedicated_cursor: bool | None = None,
+    runtime_options: dict | None = None,
+    ready_made: bool | None = None,
 ) -> GenerationResult:
     """One generation on ``target`` and ``drafter`` (models, whose servers are made for it, or Pools, whose
     servers are reused): the algorithm on a runtime of its own. Arguments as :func:`generate`'s; stopping: a
     :class:`specpar.stopping.Stopping`. Not safe to call at once from several threads on the same Pools
-    (:class:`specpar.engine.Engine` queues its requests)."""
+    (:class:`specpar.engine.Engine` queues its requests). ready_made: the servers outlive this generation (default:
+    when Pools are given), see :func:`_runtime`."""
     if algorithm not in ALGORITHMS:
         raise ConfigError(f"algorithm must be one of {ALGORITHMS}, got {algorithm!r}")
     if runtime not in RUNTIMES:
@@ -212,6 +231,8 @@ def generate_on(
     if isinstance(sp_degree, bool) or not isinstance(sp_degree, int) or sp_degree < 1:
         raise ConfigError(f"sp_degree must be an integer >= 1, got {sp_degree!r}")
     drafters = drafter if isinstance(drafter, (list, tuple)) else [drafter]
+    if ready_made is None:
+        ready_made = isinstance(target, Pool) or any(isinstance(d, Pool) for d in drafters)
     check_context_window(len(prompt), max_new_tokens, target, *[d for d in drafters if d is not None])
     if algorithm in ("hsd", "hsd-sp"):
         return _generate_hsd(
@@ -228,6 +249,8 @@ def generate_on(
             sp_degree,
             stream,
             stopping,
+            runtime_options,
+            ready_made,
         )
     if algorithm != "nonsi":
         if drafter is None:
@@ -247,7 +270,7 @@ def generate_on(
     if algorithm != "nonsi":
         drafter_pool = _pool(drafter, 1, "drafter")
         pools.insert(0, drafter_pool)  # at a tie on the virtual clock, drafts are seen first
-    rt = _runtime(runtime, pools, cancel_frees)
+    rt = _runtime(runtime, pools, cancel_frees, runtime_options, ready_made)
     if algorithm == "nonsi":
         return _run(rt, lambda: non_si(rt, target_pool, prompt, max_new_tokens, decoding, stream, stopping))
     if algorithm == "si":
@@ -278,10 +301,15 @@ def generate_on(
 
 def _run(rt, algorithm) -> GenerationResult:
     """Run ``algorithm()`` on ``rt`` and close it as soon as the output is complete: tasks no longer needed are
-    abandoned at once, and worker threads still in a cancelled call (a stalled server) are reported, not awaited."""
+    abandoned at once, and worker threads still in a cancelled call (a stalled server) are reported, not awaited;
+    so are the replicas the runtime lost (Ray: killed or stalled actors, whose calls were redone elsewhere)."""
     with rt:
         result = algorithm()
     result.left_running = tuple(getattr(rt, "left_running", ()))
+    lost = getattr(rt, "lost", ())  # replicas a runtime lost during the generation (Ray)
+    if lost:
+        result.replicas_lost = tuple(x.server for x in lost)
+        result.time_lost_ms = sum(x.lost_ms for x in lost)
     return result
 
 
@@ -308,6 +336,8 @@ def _generate_hsd(
     sp_degree=1,
     stream=None,
     stopping=None,
+    runtime_options=None,
+    ready_made=False,
 ):
     """HSD over the stack drafters[0] < ... < drafters[-1] < target, one server each (one drafter: SI);
     "hsd-sp": the drafters as one LevelsServer, DSI on top with sp_degree target servers."""
@@ -327,7 +357,7 @@ def _generate_hsd(
         pools = [Pool([levels], "levels"), _pool(target, sp_degree, "target")]
     else:
         pools = [_pool(m, 1, f"level{i}") for i, m in enumerate(list(drafters) + [target])]
-    rt = _runtime(runtime, pools, cancel_frees)
+    rt = _runtime(runtime, pools, cancel_frees, runtime_options, ready_made)
     if algorithm == "hsd-sp":
         return _run(
             rt, lambda: hsd_sp(rt, pools[1], pools[0], prompt, max_new_tokens, buffers[-1], decoding, stream, stopping)

@@ -54,10 +54,18 @@ def main(argv: list[str] | None = None) -> int:
         logger.addHandler(handler)
         logger.setLevel(logging.INFO)
     try:
+        if getattr(args, "runtime", None) == "ray":
+            from specpar.runtimes.ray_cluster import ray_session
+
+            with ray_session(args.ray_address):  # a local Ray this run starts is stopped, Ctrl-C included
+                return args.func(args) or 0
         return args.func(args) or 0
     except SpecparError as exc:
         print(f"specpar {args.command}: error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print(f"specpar {args.command}: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -59,6 +59,7 @@ def compare(
     temperature: float = 0.0,
     coupling: str = "rejection",
     runtime: str = "virtual",
+    runtime_options: dict | None = None,
     algorithms: Iterable[str] = ("nonsi", "si", "dsi"),
     progress: Callable[[str], None] | None = None,
 ) -> dict[str, AlgorithmSummary]:
@@ -86,6 +87,7 @@ def compare(
                 coupling=coupling,
                 seed=seed + r,
                 runtime=runtime,
+                runtime_options=runtime_options,
             )
             runs[algo].append(res)
             if progress:

@@ -53,7 +53,9 @@ class Engine:
     algorithm, lookahead: each request's defaults (see :func:`specpar.generate`).
     devices: real models: the drafter on the first, target servers round-robin over the others.
     max_tokens: real models: the longest sequence a server holds (prompt + output), for the memory check.
-    cancel_frees, buffers, prefill_replicas, dedicated_cursor: as :func:`specpar.generate`'s.
+    cancel_frees, buffers, prefill_replicas, dedicated_cursor, runtime_options: as :func:`specpar.generate`'s.
+    keep_actors: Ray: keep each server's actor for the engine's next request (killed at close() when the engine
+        made the servers; servers given as Pools keep theirs for whoever owns them).
     """
 
     def __init__(
@@ -72,7 +74,10 @@ class Engine:
         buffers: Sequence[int] | None = None,
         prefill_replicas: bool | None = None,
         dedicated_cursor: bool | None = None,
+        runtime_options: dict | None = None,
+        keep_actors: bool = True,
     ):
+        self._owns_servers = not isinstance(target, Pool)
         if target is None or isinstance(target, str) or hasattr(target, "__fspath__"):
             target, drafter = self._load(target, drafter, devices, dtype)
         if target is None:
@@ -87,6 +92,7 @@ class Engine:
         self.algorithm, self.lookahead = algorithm, lookahead
         self.cancel_frees, self.buffers = cancel_frees, buffers
         self.prefill_replicas, self.dedicated_cursor = prefill_replicas, dedicated_cursor
+        self.runtime_options, self.keep_actors = runtime_options, keep_actors
         self.target_model = _model(target)
         self.drafter_model = _model(drafter[-1] if isinstance(drafter, (list, tuple)) and drafter else drafter)
         self.tokenizer = getattr(self.target_model, "tokenizer", None)
@@ -221,7 +227,8 @@ class Engine:
         if algorithm != "nonsi" and self.drafters is None:
             raise ConfigError(f"algorithm {algorithm!r} needs a drafter: give the engine one")
         with self._lock:  # one request at a time on these servers (their caches)
-            marks = [len(s.forward_log) for s in self.all] if self.real else None
+            local = self.real and self.runtime != "ray"  # on Ray the forward passes run in the actors
+            marks = [len(s.forward_log) for s in self.all] if local else None
             with torch_threads(self.threads_for(algorithm)) if self.real else nullcontext():
                 t0 = time.perf_counter()
                 result = generate_on(
@@ -240,9 +247,11 @@ class Engine:
                     stopping=self.stopping(ids, params),
                     prefill_replicas=self.prefill_replicas,
                     dedicated_cursor=self.dedicated_cursor,
+                    runtime_options=self.runtime_options,
+                    ready_made=self.keep_actors,
                 )
                 t1 = time.perf_counter()
-            if self.real:
+            if local:
                 intervals = [iv for s, m in zip(self.all, marks) for iv in s.forward_log[m:]]
                 result.overhead = overhead(intervals, t0, t1)
         if self.tokenizer is not None:
@@ -265,7 +274,10 @@ class Engine:
 
     # -- real models: threads and memory ---------------------------------------------------------
     def threads_for(self, algorithm: str) -> int:
-        """torch threads so that the CPU servers running at once share the cores without oversubscribing them."""
+        """torch threads so that the CPU servers running at once share the cores without oversubscribing them
+        (on Ray, the drafter in this process gets a server's CPU bundle, as each actor does)."""
+        if self.runtime == "ray":
+            return max(1, int((self.runtime_options or {}).get("cpus_per_server", 1)))
         cpu = [s for s in self.all if getattr(s, "device", None) == "cpu"]
         busy = len(cpu) if algorithm in ("dsi", "hsd-sp") else 1  # non-SI and SI run one server at a time
         return max(1, cpu_cores() // max(1, busy))
@@ -283,6 +295,10 @@ class Engine:
             for s in self.all:
                 if hasattr(s, "reset"):
                     s.reset()
+            if self.runtime == "ray" and self._owns_servers:
+                from specpar.runtimes.ray_actors import release_kept
+
+                release_kept(self.all)
 
     def __enter__(self) -> Engine:
         return self

@@ -61,6 +61,8 @@ class GenerationResult:
     details: dict | None = None  # algorithm-specific extras (HSD: per-level calls and acceptance)
     # worker threads still in a cancelled call when the run returned (threads runtime: a stalled server)
     left_running: tuple[str, ...] = ()
+    replicas_lost: tuple[str, ...] = ()  # servers that died or stalled (Ray), in order
+    time_lost_ms: float = 0.0  # time their unfinished calls had run before being redone elsewhere
 
     @property
     def timeline(self) -> list[TaskRecord]:

@@ -8,6 +8,7 @@ import sys
 
 from specpar.commands import real_models
 from specpar.commands.generate import NAMES
+from specpar.commands.runtime_args import add_runtime_arguments
 from specpar.errors import ConfigError
 from specpar.params import SamplingParams
 from specpar.results import METRICS_FOOTNOTE
@@ -43,6 +44,7 @@ def register(sub) -> None:
     p.add_argument("--out", metavar="FILE.jsonl", help="write one JSON line per prompt and algorithm")
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     real_models.add_model_args(p)
+    add_runtime_arguments(p, choices=("threads", "ray"), default="threads")
     p.set_defaults(func=run)
 
 
@@ -65,8 +67,7 @@ def run(args) -> int:
         with _bar(len(encoded) * len(algorithms), not args.json) as advance:
             for i, (pid, ids) in enumerate(encoded):
                 for algo in algorithms:
-                    for s in servers.all:
-                        s.reset()
+                    servers.reset()
                     # every arm generates N tokens, past the end of text (vLLM's benchmarks do the same)
                     params = SamplingParams(
                         temperature=args.temperature,
@@ -112,7 +113,7 @@ def _row(pid, ids, res, by_algo, args, target) -> dict:
         "target_forwards": res.target_forwards,
         "drafter_forwards": res.drafter_forwards,
         "same_tokens_as_nonsi": same,
-        "outside_forward_fraction": res.overhead["outside_forward_fraction"],
+        "outside_forward_fraction": res.overhead["outside_forward_fraction"] if res.overhead else None,
         "tokens": res.tokens,
         "text": target.decode(res.tokens),
     }
@@ -145,6 +146,8 @@ def summarize(by_algo: dict, greedy: bool) -> dict:
             ),
             "outside_forward_fraction": (
                 sum(r.overhead["outside_forward_ms"] for r in results) / sum(r.overhead["wall_ms"] for r in results)
+                if all(r.overhead for r in results)
+                else None  # Ray: the forward passes run in the actors
             ),
         }
         out[algo] = s
@@ -227,7 +230,7 @@ def _print(args, summary, why, target, drafter, servers) -> None:
             f(s["acceptance_rate"]),
             f(s["mean_acceptance_length"]),
             "-" if s["same_tokens_as_nonsi"] is None else ("yes" if s["same_tokens_as_nonsi"] else "[red]NO[/red]"),
-            f(100 * s["outside_forward_fraction"], ".2f", "%"),
+            f(None if s["outside_forward_fraction"] is None else 100 * s["outside_forward_fraction"], ".2f", "%"),
         )
     console.print(table)
     console.print(METRICS_FOOTNOTE, style="dim")

@@ -7,6 +7,7 @@ import json
 import sys
 
 from specpar.commands import real_models
+from specpar.commands.runtime_args import add_runtime_arguments
 from specpar.errors import ConfigError
 from specpar.results import METRICS_FOOTNOTE
 
@@ -48,6 +49,7 @@ def register(sub) -> None:
     p.add_argument("--compare", action="store_true", help="also run the other algorithms and print all side by side")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text and tables")
     real_models.add_model_args(p)
+    add_runtime_arguments(p, choices=("threads", "ray"), default="threads")
     p.set_defaults(func=run)
 
 
@@ -139,8 +141,7 @@ def run(args) -> int:
                 file=sys.stderr,
             )
             stream = Streamer(target, ids, params.stop)
-        for s in servers.all:
-            s.reset()  # every algorithm starts from a cold cache (its TTFT includes the prefill)
+        servers.reset()  # every algorithm starts from a cold cache (its TTFT includes the prefill)
         results[algo] = servers.generate(ids, algo, lookahead=args.lookahead, stream=stream, params=params)
         if stream is not None:
             stream.finish()
@@ -180,7 +181,11 @@ def _report(args, results, target) -> None:
             else f"acceptance rate {main.acceptance_rate:.2f}, mean acceptance length "
             f"{main.mean_acceptance_length:.2f}, lookahead {main.lookahead}, "
         )
-        + f"time outside forward passes {100 * main.overhead['outside_forward_fraction']:.2f}%"
+        + (
+            f"time outside forward passes {100 * main.overhead['outside_forward_fraction']:.2f}%"
+            if main.overhead
+            else f"on {args.runtime}"
+        )
     )
     if len(results) == 1:
         return

@@ -64,7 +64,10 @@ def load(args, sp_degree: int, max_tokens: int):
         progress=sys.stderr.isatty(),
         target_device=devs[1] if len(devs) > 1 else devs[0],
     )
-    return target, drafter, Servers(target, drafter, sp_degree, devs, max_tokens)
+    from specpar.commands.runtime_args import runtime_options
+
+    runtime = getattr(args, "runtime", "threads")
+    return target, drafter, Servers(target, drafter, sp_degree, devs, max_tokens, runtime, runtime_options(args))
 
 
 def check_common(args) -> None:

@@ -8,6 +8,7 @@ import random
 import sys
 import warnings
 
+from specpar.commands.runtime_args import CLOCKS, add_runtime_arguments, runtime_options
 from specpar.errors import ConfigError, SpecparWarning
 from specpar.models import LatencyProfile, SimulatedModel
 from specpar.planning.lookahead import verification_servers
@@ -51,12 +52,7 @@ def register(sub) -> None:
     p.add_argument(
         "-N", "--max-new-tokens", type=int, default=100, metavar="N", help="tokens to generate (default 100)"
     )
-    p.add_argument(
-        "--runtime",
-        choices=("virtual", "threads"),
-        default="virtual",
-        help="virtual: discrete-event clock, exact and fast (offline); threads: real wall time (online)",
-    )
+    add_runtime_arguments(p, link=True)
     p.add_argument(
         "--temperature",
         type=float,
@@ -309,6 +305,7 @@ def run(args) -> int:
                         "sp_degree": args.sp_degree,
                         "max_new_tokens": args.max_new_tokens,
                         "runtime": args.runtime,
+                        "link_ms": args.link_ms,
                         "temperature": args.temperature,
                         "seed": args.seed,
                         "repeats": args.repeats,
@@ -337,6 +334,7 @@ def _run_with_progress(compare, args, make_models, make_prompt, k):
         temperature=args.temperature,
         coupling=args.coupling,
         runtime=args.runtime,
+        runtime_options=runtime_options(args),
     )
     if args.json or not sys.stderr.isatty():
         return compare(make_models, make_prompt, **kwargs)
@@ -356,7 +354,7 @@ def _print_table(args, summary, target_lat, drafter_lat, c, k, why, closed, mess
     from rich.table import Table
 
     console = Console(width=None if sys.stdout.isatty() else 130)
-    clock = "virtual clock (offline)" if args.runtime == "virtual" else "threads, wall time (online)"
+    clock = CLOCKS[args.runtime] + (f", {args.link_ms:g} ms links" if args.link_ms else "")
     mode = "greedy" if args.temperature == 0 else f"sampling at temperature {args.temperature:g}"
     console.print(
         f"target {target_lat.tpot_ms:g} ms/token (TTFT {target_lat.ttft_ms:g} ms), "

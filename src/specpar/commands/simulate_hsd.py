@@ -12,6 +12,7 @@ import random
 import statistics
 import sys
 
+from specpar.commands.runtime_args import CLOCKS, runtime_options
 from specpar.errors import ConfigError
 
 DEFAULT_COSTS = [0.2, 1.5, 6.0, 30.0]
@@ -106,6 +107,7 @@ def run(args) -> int:
                 temperature=args.temperature,
                 seed=args.seed + r,
                 runtime=args.runtime,
+                runtime_options=runtime_options(args),
             )
             if len(plan.levels) == 1:
                 res = generate(prompt, stack.target, algorithm="nonsi", **kw)
@@ -187,7 +189,7 @@ def _print_table(args, costs, rows) -> None:
     from specpar.commands.hsd_plan import describe
 
     console = Console(width=None if sys.stdout.isatty() else 150)
-    clock = "virtual clock (offline)" if args.runtime == "virtual" else "threads, wall time (online)"
+    clock = CLOCKS[args.runtime]
     mode = "greedy" if args.temperature == 0 else f"sampling at temperature {args.temperature:g}"
     console.print(
         f"costs {costs} ms per forward pass (M0 first, target last), N = {args.max_new_tokens}, "

@@ -6,6 +6,8 @@ import argparse
 import json
 import sys
 
+from specpar.commands.runtime_args import add_runtime_arguments, runtime_options
+
 DESCRIPTION = """\
 Non-SI, SI and DSI on real threads in wall time, with servers that sleep for a
 pair's measured latencies (TTFT, then TPOT) and a drafter right at its
@@ -60,6 +62,7 @@ def register(subparsers) -> None:
     p.add_argument("--sp-degree", type=int, default=7, metavar="SP", help="target servers DSI may use (default 7)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    add_runtime_arguments(p, choices=("threads", "ray"), default="threads")
     p.set_defaults(func=run)
 
 
@@ -112,6 +115,8 @@ def run(args) -> int:
             sp_degree=args.sp_degree,
             lookaheads=args.lookaheads,
             seed=args.seed,
+            runtime=args.runtime,
+            runtime_options=runtime_options(args),
         )
         if args.json or not sys.stderr.isatty():
             tables.append(run_online(pair, **kwargs))
@@ -119,7 +124,7 @@ def run(args) -> int:
             from rich.progress import Progress
 
             with Progress(transient=True) as bar:
-                task = bar.add_task(f"{pair.label}: threads", total=args.repeats)
+                task = bar.add_task(f"{pair.label}: {args.runtime}", total=args.repeats)
                 tables.append(run_online(pair, progress=lambda _: bar.advance(task), **kwargs))
     if args.json:
         print(json.dumps({"tables": [t.to_dict() for t in tables], "note": note}, indent=2))
@@ -129,7 +134,7 @@ def run(args) -> int:
         console.print(
             f"[bold]{p.label}[/]: target TPOT {p.target.tpot_ms:g} ms (TTFT {p.target.ttft_ms:g}), drafter TPOT "
             f"{p.drafter.tpot_ms:g} ms (TTFT {p.drafter.ttft_ms:g}, c = {p.drafter_fraction:.3g}), a = "
-            f"{p.acceptance_rate:g}; N = {t.n}, {t.repeats} repeats on threads, DSI on up to {t.sp_degree} "
+            f"{p.acceptance_rate:g}; N = {t.n}, {t.repeats} repeats on {args.runtime}, DSI on up to {t.sp_degree} "
             "target servers",
             highlight=False,
         )

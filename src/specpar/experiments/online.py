@@ -121,8 +121,10 @@ def run_online(
     vocab_size: int = 16,
     runtime: str = "threads",
     progress: Callable[[str], None] | None = None,
+    runtime_options: dict | None = None,
 ) -> OnlineTable:
-    """Measure one pair profile. ``runtime`` may be "virtual" too (then measured = predicted)."""
+    """Measure one pair profile. ``runtime`` may be "ray" (runtime_options: RayRuntime's), or "virtual" too
+    (then measured = predicted)."""
     for name, v in (("N", n), ("repeats", repeats), ("sp_degree", sp_degree)):
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise ConfigError(f"{name} must be a positive integer, got {v!r}")
@@ -149,7 +151,16 @@ def run_online(
 
         def both(algo, **kw):
             """Wall time on ``runtime`` and the virtual clock's time for the same run."""
-            measured = generate(prompt, target, drafter, algorithm=algo, max_new_tokens=n, runtime=runtime, **kw)
+            measured = generate(
+                prompt,
+                target,
+                drafter,
+                algorithm=algo,
+                max_new_tokens=n,
+                runtime=runtime,
+                runtime_options=runtime_options,
+                **kw,
+            )
             if runtime == "virtual":  # the measurement is the prediction
                 return measured.time_ms, measured.time_ms
             predicted = generate(prompt, target, drafter, algorithm=algo, max_new_tokens=n, runtime="virtual", **kw)

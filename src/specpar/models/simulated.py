@@ -27,6 +27,7 @@ under threads it sleeps for them.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import threading
@@ -357,6 +358,10 @@ class SimulatedServer:
             hashes.append(h)
         self._tokens = ctx + tokens
         return Proposal(tokens, None if dec.greedy else np.stack(q))
+
+    def remote_spec(self):
+        """How a Ray actor builds this server: the model's few parameters travel, the cache starts empty."""
+        return functools.partial(SimulatedServer, self.model, self.name)
 
     def run(self, call, cancelled: threading.Event):
         seconds = self.duration_ms(call) / 1000.0

@@ -10,6 +10,7 @@ target servers on a CPU or GPU do not multiply memory (only their KV caches do).
 from __future__ import annotations
 
 import copy
+import functools
 import itertools
 import os
 from collections.abc import Sequence
@@ -65,6 +66,8 @@ class TransformersModel:
     device: where the weights live first ("cpu", "cuda:N"); servers on other devices get a copy there.
     dtype: "float32" (default for loading), "float64", "bfloat16", "float16".
     latency: a measured LatencyProfile (from ``specpar profile``), used only by the virtual clock.
+    factory: a picklable function returning this model, for the Ray runtime's actors to build their own copy
+        (weights never travel); set for a model loaded from a directory, None for a module in memory unless given.
     """
 
     def __init__(
@@ -76,6 +79,7 @@ class TransformersModel:
         dtype=None,
         name: str | None = None,
         latency: LatencyProfile | None = None,
+        factory=None,
     ):
         import torch
 
@@ -83,6 +87,8 @@ class TransformersModel:
         if isinstance(source, (str, os.PathLike)):
             module, tokenizer = _load(str(source), tokenizer, torch_dtype(dtype) or torch.float32)
             name = name or os.path.basename(os.path.normpath(str(source)))
+            if factory is None:
+                factory = functools.partial(TransformersModel, str(source), dtype=dtype, name=name, latency=latency)
         else:
             module = source
             if dtype is not None:
@@ -94,6 +100,7 @@ class TransformersModel:
         self.config = module.config
         self.name = name or getattr(self.config, "_name_or_path", None) or f"model{next(_names)}"
         self.latency = latency
+        self.factory = factory
 
     # -- facts ---------------------------------------------------------------------------------
     @property

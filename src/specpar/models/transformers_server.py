@@ -19,6 +19,7 @@ depend on which thread drafted it.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Sequence
 
@@ -160,6 +161,18 @@ class TransformersServer:
     def cached_len(self, context) -> int:
         return common_prefix_len(self.tokens, context)
 
+    def remote_spec(self):
+        """How a Ray actor builds this server: it calls the model's ``factory`` (which loads or builds the model in
+        the actor's process: weights never travel), then makes a server of the same name there."""
+        factory = getattr(self.model, "factory", None)
+        if factory is None:
+            raise ConfigError(
+                f"{self.model.name} was built from a module in memory, so a Ray actor cannot build its own copy: "
+                "load it from a directory, or give TransformersModel(..., factory=f) a picklable function f that "
+                "returns the model"
+            )
+        return functools.partial(build_server, factory, self.name, self.device)
+
     def duration_ms(self, call) -> float:
         """Predicted time of ``call`` from the model's measured latency profile (virtual clock)."""
         lat = self.latency
@@ -172,3 +185,13 @@ class TransformersServer:
 
     def __repr__(self) -> str:
         return f"TransformersServer({self.name} on {self.device})"
+
+
+def build_server(factory, name: str, device: str) -> TransformersServer:
+    """A server named ``name`` of the model ``factory()`` returns (in a Ray actor), on ``device``; a CUDA device
+    becomes the actor's own GPU (Ray shows it the one it was given, as cuda:0), or the CPU if it has none."""
+    if device.startswith("cuda"):
+        import torch
+
+        device = "cuda:0" if torch.cuda.is_available() else "cpu"
+    return factory().server(name, device)

@@ -46,6 +46,8 @@ class ThreadRuntime(Runtime):
 
     call_timeout_s: a call running longer than this raises ServerError from ``wait()`` (None: no limit).
     join_timeout_s: how long ``close()`` waits for running work to stop before leaving it behind.
+    finished: the queue finished tasks are put on (default: its own); a runtime that runs some pools on these
+        threads and others elsewhere (Ray) shares one, and waits on it instead of calling ``wait()``.
     """
 
     name = "threads"
@@ -55,6 +57,7 @@ class ThreadRuntime(Runtime):
         pools: Sequence[Pool],
         call_timeout_s: float | None = DEFAULT_CALL_TIMEOUT_S,
         join_timeout_s: float = DEFAULT_JOIN_TIMEOUT_S,
+        finished: queue.SimpleQueue | None = None,
     ):
         if call_timeout_s is not None and not call_timeout_s > 0:
             raise ConfigError(f"call_timeout_s must be > 0 seconds (or None for no limit), got {call_timeout_s!r}")
@@ -63,7 +66,7 @@ class ThreadRuntime(Runtime):
         self.join_timeout_s = join_timeout_s
         self.left_running: list[str] = []  # threads close() left behind (stuck servers)
         self._lock = threading.Lock()
-        self._finished: queue.SimpleQueue = queue.SimpleQueue()
+        self._finished: queue.SimpleQueue = queue.SimpleQueue() if finished is None else finished
         self._idle = {p: list(p.servers) for p in self.pools}  # in the order they became idle
         self._queued = {p: deque() for p in self.pools}
         self._running: set[Task] = set()

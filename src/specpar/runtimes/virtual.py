@@ -15,7 +15,7 @@ from __future__ import annotations
 import gc
 import heapq
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from specpar.errors import ConfigError, ServerError
 from specpar.runtimes.base import Pool, Runtime, Task
@@ -29,15 +29,27 @@ class VirtualRuntime(Runtime):
     cancel_frees: "now" frees a cancelled task's server at the cancel time (a
         preemptible server, the paper's assumption); "end" keeps it busy until the
         task would have finished (a GPU kernel that cannot be stopped).
+    link_ms: one-way latency between the driver and the servers, in ms (servers on
+        other nodes): a number for every pool, or {pool name: ms} (e.g. {"target": 5}:
+        the drafter beside the driver, as on Ray by default). Each call's request and
+        result cross the link, so a task takes its server's duration plus 2 x link_ms,
+        and its server takes the next task only once the result is back (as on Ray).
+        Cancellation is taken as immediate.
     """
 
     name = "virtual"
 
-    def __init__(self, pools: Sequence[Pool], cancel_frees: str = "now"):
+    def __init__(self, pools: Sequence[Pool], cancel_frees: str = "now", link_ms: float | Mapping[str, float] = 0.0):
         if cancel_frees not in CANCEL_MODES:
             raise ConfigError(f"cancel_frees must be one of {CANCEL_MODES}, got {cancel_frees!r}")
+        links = link_ms if isinstance(link_ms, Mapping) else {p.name: link_ms for p in pools}
+        for ms in links.values():
+            if not isinstance(ms, (int, float)) or not 0 <= ms < float("inf"):
+                raise ConfigError(f"link_ms must be a finite number of ms >= 0, got {ms!r}")
         super().__init__(pools)
         self.cancel_frees = cancel_frees
+        self.link_ms = link_ms
+        self._round_trip = {p: 2.0 * links.get(p.name, 0.0) for p in self.pools}
         self._now = 0.0
         self._heap: list = []  # (end in integer ns, pool rank, task id, task) of started tasks
         self._rank = {p: i for i, p in enumerate(self.pools)}
@@ -91,7 +103,7 @@ class VirtualRuntime(Runtime):
     def _start(self, task: Task, server) -> None:
         task.server = server
         task.start = now = self._now
-        task.end = end = now + server.duration_ms(task.call)
+        task.end = end = now + server.duration_ms(task.call) + self._round_trip[task.pool]
         # ends are compared on a 1e-9 ms grid, so that float sums such as 5 x 0.2 do not decide ties
         heapq.heappush(self._heap, (int(end * 1e9 + 0.5), self._rank[task.pool], task.id, task))
 

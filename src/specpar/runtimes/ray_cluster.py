@@ -1,0 +1,117 @@
+"""Joining or starting the Ray cluster the Ray runtime runs on, and giving back what this process started.
+
+Ray is an optional dependency (``pip install 'specpar[ray]'``): nothing here imports it before it is needed,
+so ``import specpar`` never does.
+
+* :func:`connect` joins a running cluster (``address="auto"`` or ``"HOST:PORT"``, as started by
+  ``ray start --head``) or starts a local one: no dashboard, a small object store (calls carry token ids,
+  never weights), loopback only. A local Ray counts ``max(cores, cpus)`` logical CPUs, so that every server
+  of a run gets its CPU bundle even on a small machine (the bundles then share cores).
+* :func:`shutdown` disconnects; a local Ray this process started stops with it (its raylet, its GCS and
+  every actor of this process). It never touches a cluster it only joined (``ray stop`` is the cluster
+  owner's command).
+* :func:`ray_session` does both around a command; the API starts a local Ray on first use and stops it
+  at exit.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import logging
+import os
+import socket
+
+from specpar.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+OBJECT_STORE_BYTES = 80 * 1024**2  # Ray's minimum is 75 MiB; calls and results are a few KB each
+_state = {"started": False, "atexit": False}
+
+
+def import_ray():
+    """The ray module, or a ConfigError saying how to install it."""
+    try:
+        import ray
+    except ImportError as exc:
+        raise ConfigError(
+            "the Ray runtime needs Ray: pip install 'specpar[ray]' (or pip install ray), then run again"
+        ) from exc
+    return ray
+
+
+def connect(address: str | None = None, cpus: float = 0) -> None:
+    """Join the cluster at ``address`` ("auto" or "HOST:PORT"), or start a local Ray with at least ``cpus``
+    logical CPUs; a no-op when this process is already connected."""
+    ray = import_ray()
+    if ray.is_initialized():
+        return
+    if address:
+        if address != "auto":
+            check_reachable(address)
+        try:
+            ray.init(address=address, configure_logging=False, log_to_driver=False)
+        except (ConnectionError, ValueError, RuntimeError) as exc:
+            raise ConfigError(
+                f"cannot join the Ray cluster at {address!r} ({exc}): start one with `ray start --head` "
+                "or leave out --ray-address to run a local Ray"
+            ) from exc
+        log.info("joined the Ray cluster at %s", address)
+        return
+    ray.init(
+        num_cpus=max(os.cpu_count() or 1, int(-(-cpus // 1))),
+        include_dashboard=False,
+        object_store_memory=OBJECT_STORE_BYTES,
+        _node_ip_address="127.0.0.1",
+        configure_logging=False,
+        log_to_driver=False,
+    )
+    _state["started"] = True
+    if not _state["atexit"]:
+        atexit.register(shutdown)
+        _state["atexit"] = True
+
+
+def check_reachable(address: str, timeout_s: float = 3.0) -> None:
+    """A ConfigError at once when nothing listens at HOST:PORT (Ray itself would retry for minutes)."""
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        raise ConfigError(f"--ray-address must be 'auto' or HOST:PORT, got {address!r}")
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout_s).close()
+    except OSError as exc:
+        raise ConfigError(
+            f"nothing answers at {address} ({exc}): start the head node there with `ray start --head --port "
+            f"{port}`, or leave out --ray-address to run a local Ray"
+        ) from exc
+
+
+def started_here() -> bool:
+    """Whether the Ray this process is connected to was started by :func:`connect` (local)."""
+    return _state["started"]
+
+
+def shutdown() -> None:
+    """Disconnect from Ray; a local Ray this process started stops (its raylet and every actor)."""
+    import sys
+
+    ray = sys.modules.get("ray")
+    if ray is not None and ray.is_initialized():
+        ray.shutdown()
+    _state["started"] = False
+
+
+@contextlib.contextmanager
+def ray_session(address: str | None = None):
+    """Ray for the duration of a command: joined or started on entry, disconnected on exit (Ctrl-C included);
+    a Ray that was already connected before is left as it was."""
+    ray = import_ray()
+    was_connected = ray.is_initialized()
+    if address and not was_connected:
+        connect(address)
+    try:
+        yield
+    finally:
+        if not was_connected:
+            shutdown()

@@ -1,0 +1,364 @@
+"""Ray: every server an actor in its own process, on its own cores or GPU, on one machine or many.
+
+The same contract and the same dispatch as the threads runtime: the driver keeps each pool's queue and
+hands a task to the idle replica :meth:`Pool.pick` chooses, one call per actor at a time. What differs is
+where the servers run (:mod:`specpar.runtimes.ray_actors`: actors built from the servers' ``remote_spec()``,
+sent only the tokens they have not seen) and what can go wrong with them:
+
+* a replica whose actor dies (``ray.kill``, a crash, a lost node) or stalls past ``call_timeout_s`` is
+  *lost*: it is killed, its task goes to a live replica of the same pool, and ``lost`` records the replica
+  and the time its unfinished call cost. Lost replicas cost time, never tokens.
+* a pool with every replica lost and work queued: ``wait()`` raises a ServerError naming them, no hang.
+* ``close()`` never hangs: calls cancelled at the end get ``join_timeout_s`` to return, actors that do not
+  are killed, so no stale cache is reused.
+
+The pools named in ``local_pools`` (the drafter, say) run on threads of the driver instead (a
+:class:`ThreadRuntime` sharing this runtime's queue of finished work): no round trip per call.
+
+Resources: each server gets a bundle of ``cpus_per_server`` CPUs (its torch thread count), and one GPU for
+the servers of ``gpu_pools`` when the cluster has GPUs; a run's new actors share one placement group, PACKed
+on one node by default or SPREAD across nodes. Actors are made (and ready) before the clock starts.
+
+Actors are killed at ``close()``, unless ``reuse_actors``: then they stay with their local server objects
+(ready-made pools, as an engine keeps) and a later runtime on the same servers reuses them; each dies with
+its server object, or with the Ray session.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import queue
+import time
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from specpar.errors import ConfigError, ServerError
+from specpar.runtimes import ray_actors
+from specpar.runtimes.base import Pool, Runtime, Task
+from specpar.runtimes.ray_cluster import connect, import_ray
+from specpar.runtimes.threads import ThreadRuntime
+
+log = logging.getLogger(__name__)
+
+DEFAULT_CALL_TIMEOUT_S = 600.0  # as on threads: a cold prefill of a long prompt on a CPU takes tens of seconds
+DEFAULT_JOIN_TIMEOUT_S = 2.0
+PLACEMENT_TIMEOUT_S = 60.0
+STRATEGIES = ("PACK", "SPREAD")
+
+
+@dataclass(frozen=True)
+class LostReplica:
+    """A replica that died or stalled: its name, its pool, when (ms on the runtime's clock), why, and the
+    time its unfinished call had run (``lost_ms``, work redone elsewhere; 0 for a cancelled call)."""
+
+    server: str
+    pool: str
+    at_ms: float
+    lost_ms: float
+    reason: str
+
+
+class RayRuntime(Runtime):
+    """Runtime on Ray actors; times are the driver's wall-clock ms since the actors were ready.
+
+    cpus_per_server: CPUs in each server's bundle (and its torch threads, at least 1).
+    placement: "PACK" (one node if it fits) or "SPREAD" (across nodes).
+    call_timeout_s: a call running longer than this loses its replica (None: no limit).
+    reuse_actors: keep the actors with their servers for later runs instead of killing them at close().
+    gpu_pools: pools whose servers get one GPU each when the cluster has GPUs.
+    inject_link_ms: a delay each new actor adds before and after every call, as if it were that far away (to
+        validate the virtual clock's link_ms; 0 for real runs).
+    local_pools: pools (by name) whose servers run on threads in this process instead, e.g. ("drafter",): no
+        round trip per call, at the price of sharing the driver's process (see the README's figures).
+    """
+
+    name = "ray"
+
+    def __init__(
+        self,
+        pools: Sequence[Pool],
+        cpus_per_server: float = 1.0,
+        placement: str = "PACK",
+        call_timeout_s: float | None = DEFAULT_CALL_TIMEOUT_S,
+        join_timeout_s: float = DEFAULT_JOIN_TIMEOUT_S,
+        reuse_actors: bool = False,
+        gpu_pools: Sequence[str] = ("target",),
+        inject_link_ms: float = 0.0,
+        local_pools: Sequence[str] = (),
+    ):
+        if not (isinstance(cpus_per_server, (int, float)) and cpus_per_server > 0 and math.isfinite(cpus_per_server)):
+            raise ConfigError(f"cpus_per_server must be > 0, got {cpus_per_server!r}")
+        if placement not in STRATEGIES:
+            raise ConfigError(f"placement must be one of {STRATEGIES}, got {placement!r}")
+        if call_timeout_s is not None and not call_timeout_s > 0:
+            raise ConfigError(f"call_timeout_s must be > 0 seconds (or None for no limit), got {call_timeout_s!r}")
+        super().__init__(pools)
+        self.cpus_per_server = float(cpus_per_server)
+        self.placement = placement
+        self.call_timeout_s = call_timeout_s
+        self.join_timeout_s = join_timeout_s
+        self.reuse_actors = reuse_actors
+        self.gpu_pools = tuple(gpu_pools)
+        self.inject_link_ms = float(inject_link_ms)
+        self.lost: list[LostReplica] = []
+        self._ray = import_ray()
+        remote_pools = [p for p in self.pools if p.name not in local_pools]
+        servers = [(p, s) for p in remote_pools for s in p.servers]
+        connect(cpus=len(servers) * self.cpus_per_server)
+        self._session = self._ray.get_runtime_context().get_node_id()  # new with every Ray this process joins
+        self._remote = self._actors(servers)  # local server -> RemoteServer
+        self._replicas = {p: [self._remote[s] for s in p.servers] for p in remote_pools}
+        self._idle = {p: list(self._replicas[p]) for p in remote_pools}  # live idle replicas, longest idle first
+        self._queued = {p: deque() for p in remote_pools}
+        self._running: dict = {}  # ObjectRef -> (task, replica, seq), cancelled calls included until they return
+        self._ref: dict[Task, object] = {}  # running task -> its ObjectRef
+        self._in_flight = 0
+        # what finished: an ObjectRef (put by Ray's callback) or a Task of a local pool (put by its thread)
+        self._finished: queue.SimpleQueue = queue.SimpleQueue()
+        local = [p for p in self.pools if p.name in local_pools]
+        self._local = ThreadRuntime(local, call_timeout_s=None, finished=self._finished) if local else None
+        self._t0 = self._local._t0 if self._local else time.perf_counter()  # one clock for both
+
+    # -- actors ------------------------------------------------------------------------------------
+    def _actors(self, servers) -> dict:
+        """A RemoteServer per local server: a kept one when reusing, new actors (one placement group) else."""
+        remote, new = {}, []
+        for pool, server in servers:
+            kept = ray_actors.kept(server, self._session) if self.reuse_actors else None
+            if kept is not None and server not in remote:
+                remote[server] = kept
+            elif server not in remote:
+                remote[server] = None
+                new.append((pool, server))
+        if new:
+            for server, made in zip([s for _, s in new], self._make([(p, s) for p, s in new])):
+                remote[server] = made
+        if self.reuse_actors:
+            for server, r in remote.items():
+                ray_actors.keep(server, r, self._session)
+        return remote
+
+    def _make(self, servers) -> list[ray_actors.RemoteServer]:
+        ray = self._ray
+        from ray.util.placement_group import placement_group, remove_placement_group
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        specs = [ray_actors.remote_spec(s) for _, s in servers]
+        gpus = ray.cluster_resources().get("GPU", 0) > 0
+        bundles = [
+            {"CPU": self.cpus_per_server, **({"GPU": 1} if gpus and p.name in self.gpu_pools else {})}
+            for p, _ in servers
+        ]
+        have, need = ray.cluster_resources().get("CPU", 0), sum(b["CPU"] for b in bundles)
+        if need > have:
+            raise ConfigError(
+                f"{len(bundles)} servers with {self.cpus_per_server:g} CPU(s) each need {need:g} CPUs, but the Ray "
+                f"cluster has {have:g}: lower cpus_per_server (--cpus-per-server) or sp_degree, or add nodes"
+            )
+        pg = placement_group(bundles, strategy=self.placement)
+        if not pg.wait(timeout_seconds=PLACEMENT_TIMEOUT_S):
+            remove_placement_group(pg)
+            raise ConfigError(
+                f"Ray cannot place {len(bundles)} servers with {self.cpus_per_server:g} CPU(s) each "
+                f"(placement {self.placement}; free: {ray.available_resources()}): lower cpus_per_server "
+                "(--cpus-per-server) or sp_degree, or add nodes"
+            )
+        group = ray_actors.Group(pg, len(bundles))
+        host = ray.remote(concurrency_groups={ray_actors.CONTROL: 1})(ray_actors.ServerHost)
+        threads = max(1, int(self.cpus_per_server))
+        actors = [
+            host.options(
+                num_cpus=b["CPU"],
+                num_gpus=b.get("GPU", 0),
+                scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=i),
+            ).remote(spec, threads, self.inject_link_ms)
+            for i, (b, spec) in enumerate(zip(bundles, specs))
+        ]
+        made = [ray_actors.RemoteServer(s.name, a, group) for (_, s), a in zip(servers, actors)]
+        for (_, server), r in zip(servers, made):
+            try:
+                ray.get(r.actor.ready.remote())
+            except Exception as exc:
+                for m in made:
+                    m.kill()
+                raise ServerError(server.name, "build", exc) from exc
+        return made
+
+    # -- the contract ------------------------------------------------------------------------------
+    def now(self) -> float:
+        return (time.perf_counter() - self._t0) * 1000.0
+
+    def submit(self, pool: Pool, call) -> Task:
+        self._in_flight += 1
+        if pool not in self._idle:  # a local pool
+            task = self._local.submit(pool, call)
+            self.tasks.append(task)
+            return task
+        task = Task(pool, call)
+        self.tasks.append(task)
+        idle = self._idle[pool]
+        if idle:
+            self._start(task, idle.pop(pool.pick(idle, call)))
+        else:
+            self._queued[pool].append(task)
+        return task
+
+    def _start(self, task: Task, replica) -> None:
+        task.server = replica
+        task.start = self.now()
+        seq, ref = replica.submit(task.call)
+        self._running[ref] = (task, replica, seq)
+        self._ref[task] = ref
+        ref.future().add_done_callback(lambda _, ref=ref: self._finished.put(ref))
+
+    def _free(self, pool: Pool, replica) -> None:
+        """``replica`` finished a call: it takes the next queued task, or waits idle."""
+        queued = self._queued[pool]
+        while queued:
+            task = queued.popleft()
+            if not task.cancelled:
+                self._start(task, replica)
+                return
+        self._idle[pool].append(replica)
+
+    def wait(self) -> Task:
+        ray = self._ray
+        while True:
+            if self._in_flight == 0:
+                raise RuntimeError("wait() called with no task in flight (an algorithm bug)")
+            self._check_pools()
+            try:
+                ref = self._finished.get(timeout=self._time_left())
+            except queue.Empty:
+                self._lose_stuck()
+                continue
+            if type(ref) is Task:  # a local pool's
+                if self._local_finished(ref):
+                    return ref
+                continue
+            if ref not in self._running:  # its replica was lost meanwhile
+                continue
+            task, replica, _ = self._running.pop(ref)
+            self._ref.pop(task, None)
+            try:
+                result = ray.get(ref)
+            except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError) as exc:
+                self._lose(task, replica, f"{type(exc).__name__}: the actor died")
+                continue
+            except ray.exceptions.RayTaskError as exc:  # the server raised: surfaced as on threads
+                self._free(task.pool, replica)
+                if task.cancelled:
+                    continue
+                cause = exc.cause if isinstance(getattr(exc, "cause", None), BaseException) else exc
+                self._finish(task)
+                task.error = cause
+                raise ServerError(replica.name, task.call.kind, cause) from cause
+            self._free(task.pool, replica)
+            if task.cancelled:
+                continue
+            task.result = result
+            self._finish(task)
+            return task
+
+    def _local_finished(self, task: Task) -> Task | None:
+        """A task of a local pool finished on its thread (None if it was cancelled)."""
+        if task.cancelled:
+            return None
+        task.done = True  # its thread set its start and end
+        self._in_flight -= 1
+        if task.error is not None:
+            raise ServerError(task.server.name, task.call.kind, task.error) from task.error
+        return task
+
+    def _finish(self, task: Task) -> None:
+        task.end = self.now()
+        task.done = True
+        self._in_flight -= 1
+
+    def cancel(self, task: Task) -> None:
+        if task.done or task.cancelled:
+            return
+        self._in_flight -= 1
+        if task.pool not in self._idle:  # a local pool
+            self._local.cancel(task)
+            return
+        task.cancelled = True
+        task.done = True
+        task.end = self.now() if task.start is not None else None
+        ref = self._ref.get(task)
+        if ref is not None:  # running: the actor stops it; a queued task is dropped when its turn comes
+            _, replica, seq = self._running[ref]
+            replica.cancel(seq)
+
+    def running(self) -> list[tuple[Task, ray_actors.RemoteServer]]:
+        """The tasks running on an actor now (not cancelled), with their replicas."""
+        return [(t, r) for t, r, _ in self._running.values() if not t.cancelled]
+
+    # -- faults ------------------------------------------------------------------------------------
+    def _time_left(self) -> float | None:
+        """Seconds until the oldest running call passes call_timeout_s (None: no limit)."""
+        if self.call_timeout_s is None:
+            return None
+        starts = [t.start for t, _, _ in self._running.values()]
+        if not starts:
+            return self.call_timeout_s
+        return max(0.0, self.call_timeout_s - (self.now() - min(starts)) / 1000.0) + 1e-3
+
+    def _lose_stuck(self) -> None:
+        limit_ms = self.call_timeout_s * 1000.0
+        for ref, (task, replica, _) in list(self._running.items()):
+            if self.now() - task.start >= limit_ms:
+                del self._running[ref]
+                self._ref.pop(task, None)
+                self._lose(task, replica, f"no answer after {self.call_timeout_s:g} s (call_timeout_s): stalled")
+
+    def _lose(self, task: Task, replica, reason: str) -> None:
+        """``replica`` is gone: kill it, record the loss, and resend its task (unless cancelled) to a live one."""
+        lost_ms = 0.0 if task.cancelled else self.now() - task.start
+        self.lost.append(LostReplica(replica.name, task.pool.name, self.now(), lost_ms, reason))
+        log.warning("lost replica %s of %s (%s); %.1f ms of work redone", replica.name, task.pool.name, reason, lost_ms)
+        replica.kill()
+        for server, r in self._remote.items():
+            if r is replica:
+                ray_actors.forget(server)
+        if task.cancelled:
+            return
+        task.server = task.start = None
+        idle = self._idle[task.pool]
+        if idle:
+            self._start(task, idle.pop(task.pool.pick(idle, task.call)))
+        else:
+            self._queued[task.pool].appendleft(task)
+
+    def _check_pools(self) -> None:
+        """A ServerError when work waits on a pool whose replicas are all lost."""
+        for pool, queued in self._queued.items():
+            if any(not t.cancelled for t in queued) and not any(r.alive for r in self._replicas[pool]):
+                task = next(t for t in queued if not t.cancelled)
+                reasons = "; ".join(f"{x.server}: {x.reason}" for x in self.lost if x.pool == pool.name)
+                cause = RuntimeError(
+                    f"all {len(self._replicas[pool])} replica(s) of {pool.name!r} are lost ({reasons})"
+                )
+                raise ServerError(pool.name, task.call.kind, cause) from cause
+
+    # -- the end -----------------------------------------------------------------------------------
+    def close(self) -> None:
+        """Cancel what is left, give cancelled calls join_timeout_s to return, kill the actors that did not
+        (and every actor, unless reuse_actors)."""
+        self.cancel_all()
+        if self._running and self._ray.is_initialized():
+            refs = list(self._running)
+            done, _ = self._ray.wait(refs, num_returns=len(refs), timeout=self.join_timeout_s)
+            for ref in refs:
+                if ref not in done:
+                    task, replica, _ = self._running[ref]
+                    self._lose(task, replica, f"still busy {self.join_timeout_s:g} s after close()")
+            self._running.clear()
+            self._ref.clear()
+        if not self.reuse_actors:
+            for replica in self._remote.values():
+                replica.kill()
+        if self._local is not None:
+            self._local.close()
