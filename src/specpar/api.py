@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-import math
 import warnings
 from collections.abc import Sequence
+
+import numpy as np
 
 from specpar.algorithms import ALGORITHMS, dsi, hsd, hsd_sp, non_si, si
 from specpar.algorithms.hsd_sp import LevelsServer
@@ -39,6 +40,34 @@ def check_context_window(prompt_len: int, max_new_tokens: int, *sources) -> None
             raise ConfigError(
                 f"the prompt has {prompt_len} tokens and {max_new_tokens} new ones are asked for, but {name}'s "
                 f"context window is {window} tokens: shorten the prompt or lower max_new_tokens"
+            )
+
+
+def _model(source):
+    """The model behind a model or a ready-made Pool (its first server's model, or the server itself)."""
+    if isinstance(source, Pool):
+        return getattr(source.servers[0], "model", source.servers[0])
+    return source
+
+
+def check_tokens(prompt, decoding: Decoding, target, *drafters) -> None:
+    """Refuse up front a prompt that is not token ids of the target's vocabulary, and a drafter whose vocabulary
+    size differs from the target's when sampling (rejection sampling compares distributions over one vocabulary)."""
+    if isinstance(prompt, (str, bytes)) or not hasattr(prompt, "__len__"):
+        raise ConfigError(f"the prompt must be a list of token ids, got {type(prompt).__name__}")
+    vocab = getattr(_model(target), "vocab_size", None)
+    for i, t in enumerate(prompt):
+        if isinstance(t, bool) or not isinstance(t, (int, np.integer)) or t < 0 or (vocab is not None and t >= vocab):
+            where = f"integers in [0, {vocab})" if vocab is not None else "integers >= 0"
+            raise ConfigError(f"the prompt's token ids must be {where}; position {i} holds {t!r}")
+    if decoding.greedy or vocab is None:
+        return
+    for d in drafters:
+        size = getattr(_model(d), "vocab_size", None)
+        if size is not None and size != vocab:
+            raise ConfigError(
+                f"the drafter's vocabulary has {size} tokens but the target's has {vocab}: sampling needs one "
+                "vocabulary (greedy decoding does not)"
             )
 
 
@@ -156,10 +185,10 @@ def generate(
         raise ConfigError(f"runtime must be one of {tuple(RUNTIMES)}, got {runtime!r}")
     if isinstance(sp_degree, bool) or not isinstance(sp_degree, int) or sp_degree < 1:
         raise ConfigError(f"sp_degree must be an integer >= 1, got {sp_degree!r}")
-    if not isinstance(temperature, (int, float)) or math.isnan(temperature) or temperature < 0:
-        raise ConfigError(f"temperature must be >= 0 (0 means greedy), got {temperature!r}")
-    drafters = drafter if isinstance(drafter, (list, tuple)) else [drafter]
-    check_context_window(len(prompt), max_new_tokens, target, *[d for d in drafters if d is not None])
+    decoding = Decoding(temperature, seed)  # refuses a temperature that is not finite and >= 0, a seed not an int
+    drafters = [d for d in (drafter if isinstance(drafter, (list, tuple)) else [drafter]) if d is not None]
+    check_tokens(prompt, decoding, target, *drafters)
+    check_context_window(len(prompt), max_new_tokens, target, *drafters)
     if algorithm in ("hsd", "hsd-sp"):
         return _generate_hsd(
             prompt,
@@ -168,7 +197,7 @@ def generate(
             buffers,
             lookahead,
             max_new_tokens,
-            Decoding(float(temperature), seed),
+            decoding,
             runtime,
             cancel_frees,
             algorithm,
@@ -183,7 +212,6 @@ def generate(
             lookahead = default_lookahead(target, drafter, sp_degree)
         elif lookahead == "auto":
             lookahead = auto_lookahead(target, drafter, algorithm, sp_degree, max_new_tokens)
-    decoding = Decoding(float(temperature), seed)
     n_targets = sp_degree if algorithm == "dsi" else 1
     target_pool = _pool(target, n_targets, "target")
     pools = [target_pool]

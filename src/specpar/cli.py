@@ -3,12 +3,16 @@
 Each command module has ``register(subparsers)`` that adds its parser and sets
 ``func``; heavy imports (torch, matplotlib) stay inside the command functions so
 that ``specpar --help`` and ``specpar simulate`` start fast.
+
+:func:`main` is the one place where a user's mistake becomes one line on stderr and exit status 2 (a bad flag, a
+:class:`~specpar.errors.SpecparError`, a file the system refuses), and Ctrl-C becomes "interrupted" and 130.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 from specpar.errors import SpecparError
@@ -25,25 +29,56 @@ COMMANDS = [
     "specpar.commands.profile",
 ]
 
+USAGE_ERROR = 2
+INTERRUPTED = 130  # 128 + SIGINT, as shells report a process stopped by Ctrl-C
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse's parser whose errors are one line (the usage is a ``--help`` away), exit status 2."""
+
+    def error(self, message: str):
+        self.exit(USAGE_ERROR, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="specpar",
         description="Lossless speculative inference: non-SI, SI and DSI, on a virtual clock, threads or real models.",
     )
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")  # subparsers share the class
     for name in COMMANDS:
         importlib.import_module(name).register(sub)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    prog = "specpar"
     try:
+        args = build_parser().parse_args(argv)
+        prog = f"specpar {args.command}"
         return args.func(args) or 0
+    except KeyboardInterrupt:
+        _say(f"{prog}: interrupted")
+        return INTERRUPTED
     except SpecparError as exc:
-        print(f"specpar {args.command}: error: {exc}", file=sys.stderr)
-        return 2
+        _say(f"{prog}: error: {exc}")
+        return USAGE_ERROR
+    except BrokenPipeError:  # the reader of our output went away (`specpar ... | head`): nothing left to say
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so that the flush at exit does not fail
+        return 1
+    except OSError as exc:  # the system refused a file or a device: say which, in one line
+        where = f" {str(exc.filename)!r}:" if exc.filename else ""
+        _say(f"{prog}: error:{where} {exc.strerror or exc}")
+        return USAGE_ERROR
+
+
+def _say(line: str) -> None:
+    """One line on stderr, after what the output had written so far (on a new line if it stopped mid-line)."""
+    try:
+        sys.stdout.flush()
+    except (OSError, ValueError):
+        pass
+    print(line, file=sys.stderr, flush=True)
 
 
 if __name__ == "__main__":  # pragma: no cover

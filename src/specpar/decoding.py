@@ -14,9 +14,12 @@ sample, bonus sample), so
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
+
+from specpar.errors import ConfigError
 
 _MASK = (1 << 64) - 1
 
@@ -44,6 +47,14 @@ def sample(dist: np.ndarray, u: float) -> int:
     return min(i, len(dist) - 1)
 
 
+def check_temperature(temperature) -> float:
+    """``temperature`` as a float if it is a finite number >= 0, else a ConfigError (inf and nan are refused)."""
+    ok = not isinstance(temperature, bool) and isinstance(temperature, (int, float, np.floating, np.integer))
+    if not ok or not 0 <= temperature < math.inf:
+        raise ConfigError(f"temperature must be a finite number >= 0 (0 means greedy), got {temperature!r}")
+    return float(temperature)
+
+
 @dataclass(frozen=True, slots=True)
 class Decoding:
     """How tokens are chosen.
@@ -58,6 +69,9 @@ class Decoding:
     greedy: bool = field(init=False, repr=False, compare=False)  # temperature == 0, read once per token
 
     def __post_init__(self):
+        object.__setattr__(self, "temperature", check_temperature(self.temperature))
+        if isinstance(self.seed, bool) or not isinstance(self.seed, (int, np.integer)):
+            raise ConfigError(f"seed must be an integer, got {self.seed!r}")
         object.__setattr__(self, "greedy", self.temperature == 0.0)
 
     def uniform(self, stream: int, position: int) -> float:

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specpar.errors import ConfigError
+from specpar.paths import read_text
 
 BUILTIN = ("humaneval", "mtbench")
 ONLINE = ("mbpp", "cnn_dm", "alpaca")
@@ -73,10 +74,8 @@ def mtbench() -> list[Prompt]:
 
 def from_jsonl(path: str | Path) -> list[Prompt]:
     path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"prompt file {str(path)!r} does not exist")
     prompts = []
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+    for n, line in enumerate(read_text(path, "prompt file").splitlines(), 1):
         if not line.strip():
             continue
         try:

@@ -8,6 +8,7 @@ import sys
 
 from specpar.commands import real_models
 from specpar.commands.generate import NAMES
+from specpar.commands.options import number, seed
 from specpar.errors import ConfigError
 from specpar.results import METRICS_FOOTNOTE
 
@@ -37,8 +38,8 @@ def register(sub) -> None:
     p.add_argument("-k", "--lookahead", type=int, default=5, help="draft tokens per verification (default 5)")
     p.add_argument("--sp-degree", type=int, default=2, help="target servers DSI may use at once (default 2)")
     p.add_argument("--algos", default="nonsi,si,dsi", help="comma-separated algorithms (default nonsi,si,dsi)")
-    p.add_argument("--temperature", type=float, default=0.0, help="0 (default) greedy; > 0 sampling")
-    p.add_argument("--seed", type=int, default=0, help="prompt i samples with seed + i")
+    p.add_argument("--temperature", type=number, default=0.0, help="0 (default) greedy; > 0 sampling")
+    p.add_argument("--seed", type=seed, default=0, help="prompt i samples with seed + i")
     p.add_argument("--out", metavar="FILE.jsonl", help="write one JSON line per prompt and algorithm")
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     real_models.add_model_args(p)
@@ -47,8 +48,11 @@ def register(sub) -> None:
 
 def run(args) -> int:
     from specpar import prompts
+    from specpar.paths import check_output_file
 
     real_models.check_common(args)
+    if args.out:
+        args.out = check_output_file(args.out, "--out")
     algorithms = [a.strip() for a in args.algos.split(",") if a.strip()]
     bad = [a for a in algorithms if a not in NAMES]
     if bad or not algorithms:

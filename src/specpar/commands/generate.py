@@ -7,6 +7,7 @@ import json
 import sys
 
 from specpar.commands import real_models
+from specpar.commands.options import number, seed
 from specpar.errors import ConfigError
 
 DESCRIPTION = """\
@@ -41,8 +42,8 @@ def register(sub) -> None:
         help="target servers DSI may use at once; they share one copy of the weights per device (default 2)",
     )
     p.add_argument("-N", "--max-new-tokens", type=int, default=64, help="tokens to generate (default 64)")
-    p.add_argument("--temperature", type=float, default=0.0, help="0 (default) greedy; > 0 sampling")
-    p.add_argument("--seed", type=int, default=0, help="keys every random draw when sampling")
+    p.add_argument("--temperature", type=number, default=0.0, help="0 (default) greedy; > 0 sampling")
+    p.add_argument("--seed", type=seed, default=0, help="keys every random draw when sampling")
     p.add_argument("--compare", action="store_true", help="also run the other algorithms and print all side by side")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text and tables")
     real_models.add_model_args(p)

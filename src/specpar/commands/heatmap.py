@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
+
+from specpar.commands.options import seed
 
 DESCRIPTION = """\
 Offline simulation on the virtual clock, as in the DSI paper's Fig. 2: speedups
@@ -78,7 +81,19 @@ def add_grid_arguments(p) -> None:
         metavar=("FIRST", "LAST"),
         help="lookaheads SI may choose from in each cell (default 1 200)",
     )
-    p.add_argument("--seed", type=int, default=0, help="seed of the acceptance draws (default 0)")
+    p.add_argument("--seed", type=seed, default=0, help="seed of the acceptance draws (default 0)")
+
+
+def output_prefix(given: str | None, default: str) -> str:
+    """Where PREFIX.png and PREFIX.csv go: ``given`` (a directory: ``default`` in it), checked before any work."""
+    from specpar.paths import check_output_file
+
+    prefix = given or default
+    if prefix.endswith(os.sep) or os.path.isdir(prefix):
+        prefix = os.path.join(prefix, default)
+    for suffix in (".png", ".csv"):
+        check_output_file(prefix + suffix, "-o")
+    return prefix
 
 
 def compute_with_progress(args, fixed_lookahead, label: str):
@@ -109,7 +124,7 @@ def run(args) -> int:
     from specpar.experiments.plots import plot_heatmap
 
     console = Console(width=None if sys.stdout.isatty() else 120, highlight=False)
-    prefix = args.output or ("dsi-fig2" if args.lookahead is None else f"dsi-fig7-k{args.lookahead}")
+    prefix = output_prefix(args.output, "dsi-fig2" if args.lookahead is None else f"dsi-fig7-k{args.lookahead}")
     t0 = time.perf_counter()
     h = compute_with_progress(args, args.lookahead, f"{args.resolution} x {args.resolution + 1} cells")
     seconds = time.perf_counter() - t0

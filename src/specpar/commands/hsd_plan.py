@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from specpar.errors import ConfigError
+from specpar.paths import read_text
 
 DESCRIPTION = """\
 Choose the hierarchical speculative decoding (HSD) stack with the least expected
@@ -64,10 +65,7 @@ def parse_costs(text: str) -> list[float]:
 
 def read_alpha(path: Path) -> list[list[float]]:
     """A matrix from a JSON file (list of rows) or a text file (one row per line)."""
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise ConfigError(f"cannot read the alpha file {str(path)!r}: {exc.strerror or exc}") from None
+    text = read_text(path, "alpha file")
     try:
         data = json.loads(text)
         if isinstance(data, dict) and "alpha" in data:

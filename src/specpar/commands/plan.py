@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 
+from specpar.commands.options import seed
 from specpar.commands.simulate import add_pair_arguments, pair_from_args
 from specpar.errors import ConfigError
 
@@ -33,7 +34,7 @@ def register(sub) -> None:
     p.add_argument(
         "-N", "--max-new-tokens", type=int, default=100, metavar="N", help="tokens to plan for (default 100)"
     )
-    p.add_argument("--seed", type=int, default=0, help="seed of the simulated runs")
+    p.add_argument("--seed", type=seed, default=0, help="seed of the simulated runs")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     p.set_defaults(func=run)
 

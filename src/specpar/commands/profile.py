@@ -50,8 +50,10 @@ def register(sub) -> None:
 
 def run(args) -> int:
     from specpar import prompts
+    from specpar.paths import check_output_file
     from specpar.serving import cpu_cores, torch_threads
 
+    args.out = check_output_file(args.out, "--out")  # before an hour of profiling, not after
     chosen = prompts.load(args.dataset, args.prompts)
     target, drafter, servers = real_models.load(args, 1, max_tokens=4096)
     ids = [p.token_ids(target) for p in chosen]

@@ -8,6 +8,8 @@ import os
 import sys
 import time
 
+from specpar.commands.options import number
+
 DESCRIPTION = """\
 Check the DSI paper's claims by simulation and print each with the measured
 figure, PASS / FAIL (or MISSING where an input is not in our copy of the
@@ -39,14 +41,14 @@ def register(subparsers) -> None:
     )
     p.add_argument(
         "--starcoder-drafter-latency",
-        type=float,
+        type=number,
         default=None,
         metavar="C",
         help="Table 2: StarCoder-168M's latency as a fraction of StarCoder-15B's (not in our copy)",
     )
     p.add_argument(
         "--phi3-acceptance",
-        type=float,
+        type=number,
         default=None,
         metavar="A",
         help="Table 2: Phi3-4B's acceptance rate against Phi3-14B (not in our copy)",
@@ -92,6 +94,10 @@ def run(args) -> int:
 
     from specpar.experiments.claims import FAIL, reproduce
 
+    if args.output_dir:
+        from specpar.paths import check_output_dir
+
+        check_output_dir(args.output_dir, "--output-dir")
     console = Console(width=None if sys.stdout.isatty() else 120, highlight=False)
     figures: dict = {}
     t0 = time.perf_counter()

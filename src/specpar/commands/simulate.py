@@ -8,6 +8,7 @@ import random
 import sys
 import warnings
 
+from specpar.commands.options import number, seed
 from specpar.errors import ConfigError, SpecparWarning
 from specpar.models import LatencyProfile, SimulatedModel
 from specpar.planning.lookahead import verification_servers
@@ -59,11 +60,11 @@ def register(sub) -> None:
     )
     p.add_argument(
         "--temperature",
-        type=float,
+        type=number,
         default=0.0,
         help="0 for greedy (exact-match verification), > 0 for sampling (rejection sampling)",
     )
-    p.add_argument("--seed", type=int, default=0, help="repeat r uses models, prompt and draws from seed + r")
+    p.add_argument("--seed", type=seed, default=0, help="repeat r uses models, prompt and draws from seed + r")
     p.add_argument("--repeats", type=int, default=5, help="runs per algorithm, interleaved (default 5)")
     p.add_argument("--vocab-size", type=int, default=8, help="vocabulary of the simulated models (default 8)")
     p.add_argument("--prompt-length", type=int, default=8, help="prompt tokens (default 8)")
@@ -93,21 +94,21 @@ def add_pair_arguments(p) -> None:
     lat = p.add_argument_group("latencies (ms per forward pass)")
     lat.add_argument(
         "--target-tpot",
-        type=float,
+        type=number,
         default=30.0,
         metavar="MS",
         help="target's time per output token: one forward pass with the prefix cached (default 30)",
     )
     lat.add_argument(
         "--target-ttft",
-        type=float,
+        type=number,
         default=None,
         metavar="MS",
         help="target's time to first token: the prefill pass (default: same as --target-tpot)",
     )
     lat.add_argument(
         "--target-per-token",
-        type=float,
+        type=number,
         default=0.0,
         metavar="MS",
         help="target's extra time per additional token in one pass (verifying k drafts, or catching up on unseen "
@@ -116,21 +117,21 @@ def add_pair_arguments(p) -> None:
     lat.add_argument(
         "-c",
         "--drafter-latency",
-        type=float,
+        type=number,
         default=0.1,
         metavar="C",
         help="drafter latency as a fraction c of the target's, for both TTFT and TPOT (default 0.1)",
     )
     lat.add_argument(
         "--drafter-tpot",
-        type=float,
+        type=number,
         default=None,
         metavar="MS",
         help="drafter's time per output token in ms (overrides -c)",
     )
     lat.add_argument(
         "--drafter-ttft",
-        type=float,
+        type=number,
         default=None,
         metavar="MS",
         help="drafter's time to first token in ms (default: same as --drafter-tpot)",
@@ -138,7 +139,7 @@ def add_pair_arguments(p) -> None:
     p.add_argument(
         "-a",
         "--acceptance-rate",
-        type=float,
+        type=number,
         default=0.8,
         metavar="A",
         help="probability that a draft token is accepted, iid per position (default 0.8)",
@@ -242,6 +243,10 @@ def run(args) -> int:
     from specpar.comparison import compare
     from specpar.planning import analytic
 
+    if args.timeline:
+        from specpar.paths import check_output_file, image_suffixes
+
+        args.timeline = check_output_file(args.timeline, "--timeline", image_suffixes())
     target_lat, drafter_lat, a = pair_from_args(args)
     c = drafter_lat.tpot_ms / target_lat.tpot_ms if target_lat.tpot_ms > 0 else float("nan")
     k, why = _lookaheads(args, target_lat, drafter_lat, a)

@@ -1,0 +1,7 @@
+"""``python -m specpar``: the command line (see specpar.cli)."""
+
+import sys
+
+from specpar.cli import main
+
+sys.exit(main())
