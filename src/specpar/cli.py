@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
         _say(f"{prog}: interrupted")
         return INTERRUPTED
     except SpecparError as exc:
-        _say(f"{prog}: error: {exc}")
+        _say(f"{prog}: error: {one_line(str(exc))}")
         return USAGE_ERROR
     except BrokenPipeError:  # the reader of our output went away (`specpar ... | head`): nothing left to say
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so that the flush at exit does not fail
@@ -70,6 +70,11 @@ def main(argv: list[str] | None = None) -> int:
         where = f" {str(exc.filename)!r}:" if exc.filename else ""
         _say(f"{prog}: error:{where} {exc.strerror or exc}")
         return USAGE_ERROR
+
+
+def one_line(message: str) -> str:
+    """A message on one line (what a library wrapped in a ConfigError may have written on several)."""
+    return "; ".join(part.strip() for part in message.splitlines() if part.strip())
 
 
 def _say(line: str) -> None:

@@ -41,9 +41,10 @@ class Prompt:
 
     def token_ids(self, model) -> list[int]:
         """Token ids for ``model`` (a TransformersModel): encoded text, or the first turn in its chat template."""
-        if self.turns:
-            return model.chat_prompt(self.turns[:1])
-        return model.encode(self.text)
+        ids = model.chat_prompt(self.turns[:1]) if self.turns else model.encode(self.text)
+        if not ids:
+            raise ConfigError(f"prompt {self.id} encodes to no tokens for {model.name}: give it some text")
+        return ids
 
 
 def _package_file(package: str, relative: str, install: str) -> Path:
@@ -90,11 +91,15 @@ def from_jsonl(path: str | Path) -> list[Prompt]:
 
 def _from_row(row, where: str) -> Prompt:
     if isinstance(row, str):
+        if not row:
+            raise ConfigError(f"{where}: the prompt is empty")
         return Prompt(where, text=row)
     if isinstance(row, dict):
         pid = str(row.get("id", row.get("task_id", where)))
         for key in ("prompt", "text"):
             if isinstance(row.get(key), str):
+                if not row[key]:
+                    raise ConfigError(f"{where}: the prompt is empty")
                 return Prompt(pid, text=row[key])
         if isinstance(row.get("turns"), list) and row["turns"]:
             return Prompt(pid, turns=tuple(str(t) for t in row["turns"]))

@@ -10,7 +10,7 @@ from specpar.commands import real_models
 from specpar.commands.generate import NAMES
 from specpar.commands.options import number, seed
 from specpar.errors import ConfigError
-from specpar.results import METRICS_FOOTNOTE
+from specpar.results import METRICS_FOOTNOTE, fmt
 
 DESCRIPTION = """\
 Benchmark non-SI, SI and DSI on real models: for each prompt, each algorithm runs
@@ -211,21 +211,18 @@ def _print(args, summary, why, target, drafter, servers) -> None:
     ):
         table.add_column(col, justify="left" if col == "algorithm" else "right")
 
-    def f(x, spec=".2f", suffix=""):
-        return "-" if x is None else format(x, spec) + suffix
-
     for algo, s in summary.items():
         vs = s["speedup_vs_nonsi"]
         table.add_row(
             NAMES[algo],
-            f(s["wall_time_s"], ".1f"),
-            f(s["tokens_per_second"]),
-            f"[red]{vs:.2f}x[/red]" if vs is not None and vs < 1 else f(vs, ".2f", "x"),
-            f(s["speedup_vs_si"], ".2f", "x"),
-            f(s["acceptance_rate"]),
-            f(s["mean_acceptance_length"]),
+            fmt(s["wall_time_s"], ".1f"),
+            fmt(s["tokens_per_second"]),
+            f"[red]{vs:.2f}x[/red]" if vs is not None and vs < 1 else fmt(vs, ".2f", "x"),
+            fmt(s["speedup_vs_si"], ".2f", "x"),
+            fmt(s["acceptance_rate"]),
+            fmt(s["mean_acceptance_length"]),
             "-" if s["same_tokens_as_nonsi"] is None else ("yes" if s["same_tokens_as_nonsi"] else "[red]NO[/red]"),
-            f(100 * s["outside_forward_fraction"], ".2f", "%"),
+            fmt(100 * s["outside_forward_fraction"], ".2f", "%"),
         )
     console.print(table)
     console.print(METRICS_FOOTNOTE, style="dim")

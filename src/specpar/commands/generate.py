@@ -50,15 +50,21 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
-def prompt_ids(args, target) -> tuple[str, list[int]]:
-    """(what the prompt is, its token ids) from the positional prompt and --dataset / --chat."""
+def chosen_prompt(args):
+    """The --dataset prompt the arguments name (None for a prompt text), checked before any model loads."""
     from specpar import prompts
 
     if args.dataset:
-        chosen = prompts.pick(prompts.load(args.dataset), args.prompt or "0")
-        return chosen.id, chosen.token_ids(target)
+        return prompts.pick(prompts.load(args.dataset), args.prompt or "0")
     if not args.prompt:
         raise ConfigError("give a prompt text, or --dataset SOURCE with an index")
+    return None
+
+
+def prompt_ids(args, target, chosen=None) -> tuple[str, list[int]]:
+    """(what the prompt is, its token ids) from the positional prompt, or the ``chosen`` --dataset prompt."""
+    if chosen is not None:
+        return chosen.id, chosen.token_ids(target)
     ids = target.chat_prompt([args.prompt]) if args.chat else target.encode(args.prompt)
     if not ids:
         raise ConfigError("the prompt encodes to no tokens")
@@ -112,10 +118,11 @@ def end_of_text_ids(model) -> set[int]:
 
 def run(args) -> int:
     real_models.check_common(args)
+    chosen = chosen_prompt(args)
     algorithms = [args.algo] + ([a for a in ("nonsi", "si", "dsi") if a != args.algo] if args.compare else [])
     sp = args.sp_degree if "dsi" in algorithms else 1
     target, drafter, servers = real_models.load(args, sp, max_tokens=4096)
-    what, ids = prompt_ids(args, target)
+    what, ids = prompt_ids(args, target, chosen)
     servers.check_length(len(ids), args.max_new_tokens)
     results = {}
     for i, algo in enumerate(algorithms):
@@ -161,16 +168,19 @@ def _report(args, results, target) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    from specpar.results import fmt
+
     console = Console(stderr=True, width=None if sys.stderr.isatty() else 120)
     main = results[args.algo]
     console.print(
-        f"{NAMES[args.algo]}: {len(main.tokens)} tokens in {main.time_ms / 1000:.2f} s = {main.tokens_per_second:.2f} tokens/s"
+        f"{NAMES[args.algo]}: {len(main.tokens)} tokens in {main.time_ms / 1000:.2f} s = "
+        f"{fmt(main.tokens_per_second)} tokens/s"
         f" (first token {main.ttft_ms / 1000:.2f} s); "
         + (
             ""
             if args.algo == "nonsi"
-            else f"acceptance rate {main.acceptance_rate:.2f}, mean acceptance length "
-            f"{main.mean_acceptance_length:.2f}, lookahead {main.lookahead}, "
+            else f"acceptance rate {fmt(main.acceptance_rate)}, mean acceptance length "
+            f"{fmt(main.mean_acceptance_length)}, lookahead {main.lookahead}, "
         )
         + f"time outside forward passes {100 * main.overhead['outside_forward_fraction']:.2f}%"
     )
@@ -195,11 +205,11 @@ def _report(args, results, target) -> None:
         table.add_row(
             NAMES[algo],
             f"{r.time_ms / 1000:.2f}",
-            f"{r.tokens_per_second:.2f}",
+            fmt(r.tokens_per_second),
             f"[red]{vs:.2f}x[/red]" if vs < 1 else f"{vs:.2f}x",
             f"{si.time_ms / r.time_ms:.2f}x",
-            "-" if algo == "nonsi" else f"{r.acceptance_rate:.2f}",
-            "-" if algo == "nonsi" else f"{r.mean_acceptance_length:.2f}",
+            "-" if algo == "nonsi" else fmt(r.acceptance_rate),
+            "-" if algo == "nonsi" else fmt(r.mean_acceptance_length),
             "-" if algo == "nonsi" or args.temperature else ("yes" if r.tokens == base.tokens else "[red]NO[/red]"),
         )
     console.print(table)

@@ -53,6 +53,7 @@ def run(args) -> int:
     from specpar.paths import check_output_file
     from specpar.serving import cpu_cores, torch_threads
 
+    real_models.check_common(args)
     args.out = check_output_file(args.out, "--out")  # before an hour of profiling, not after
     chosen = prompts.load(args.dataset, args.prompts)
     target, drafter, servers = real_models.load(args, 1, max_tokens=4096)
@@ -88,6 +89,7 @@ def _measure(args, t, d, ids) -> dict:
 
 def _report(args, prof, ids) -> int:
     from specpar import profiling
+    from specpar.results import fmt
 
     profiling.write(prof, args.out)
     if args.json:
@@ -102,8 +104,9 @@ def _report(args, prof, ids) -> int:
         )
     print(f"drafter latency c = {dl['tpot_ms'] / tl['tpot_ms']:.3f} (TPOT ratio)")
     print(
-        f"acceptance rate: {acc['geometric']:.3f} (App. F.2: mean exact-match prefix {acc['mean_exact_prefix']:.1f} "
-        f"tokens, a = 1 - 1/(1 + mean)); direct per-token rate {acc['direct']:.3f}"
+        f"acceptance rate: {fmt(acc['geometric'], '.3f')} (App. F.2: mean exact-match prefix "
+        f"{fmt(acc['mean_exact_prefix'], '.1f')} tokens, a = 1 - 1/(1 + mean)); direct per-token rate "
+        f"{fmt(acc['direct'], '.3f')}"
     )
     print(f"wrote {args.out}; predict speedups with: specpar simulate --profile {args.out} --sp-degree 2")
     return 0

@@ -42,12 +42,21 @@ def add_prompt_args(p, default: str | None = None) -> None:
     )
 
 
+def device_names(args) -> list[str] | None:
+    """The devices --devices lists (None when not given), refused when it lists none."""
+    if args.devices is None:
+        return None
+    names = [d.strip() for d in args.devices.split(",") if d.strip()]
+    if not names:
+        raise ConfigError(f"--devices must name at least one device (cpu, cuda:0, ...), got {args.devices!r}")
+    return names
+
+
 def devices(args) -> list[str]:
     from specpar.models.transformers_model import available_devices, check_device
 
-    if args.devices:
-        return [check_device(d.strip()) for d in args.devices.split(",") if d.strip()]
-    return available_devices()
+    names = device_names(args)
+    return available_devices() if names is None else [check_device(d) for d in names]
 
 
 def load(args, sp_degree: int, max_tokens: int):
@@ -75,6 +84,7 @@ def check_common(args) -> None:
         raise ConfigError(f"--lookahead must be >= 1, got {args.lookahead}")
     if getattr(args, "temperature", 0.0) < 0:
         raise ConfigError(f"--temperature must be >= 0 (0 means greedy), got {args.temperature}")
+    device_names(args)
 
 
 def task_ms(results, kind: str, server_prefix: str) -> list[float]:

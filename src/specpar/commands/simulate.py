@@ -12,7 +12,7 @@ from specpar.commands.options import number, seed
 from specpar.errors import ConfigError, SpecparWarning
 from specpar.models import LatencyProfile, SimulatedModel
 from specpar.planning.lookahead import verification_servers
-from specpar.results import METRICS_FOOTNOTE
+from specpar.results import METRICS_FOOTNOTE, fmt
 
 DESCRIPTION = """\
 Simulate lossless speculative inference with a simulated target and drafter.
@@ -344,10 +344,6 @@ def _run_with_progress(compare, args, make_models, make_prompt, k):
         return compare(make_models, make_prompt, progress=lambda _: bar.advance(task), **kwargs)
 
 
-def _fmt(x, spec=".2f"):
-    return "-" if x is None or x != x else format(x, spec)
-
-
 def _print_table(args, summary, target_lat, drafter_lat, c, k, why, closed, messages) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -380,17 +376,17 @@ def _print_table(args, summary, target_lat, drafter_lat, c, k, why, closed, mess
         table.add_column(col, justify="right" if col != "algorithm" else "left")
     names = {"nonsi": "non-SI", "si": "SI", "dsi": "DSI"}
     for name, s in summary.items():
-        speed = _fmt(s.speedup_vs_nonsi) + "x"
+        speed = fmt(s.speedup_vs_nonsi, ".2f", "x")
         table.add_row(
             names[name],
             str(s.lookahead or "-"),
             str(s.sp_degree),
             f"{s.mean_ms:.1f}±{s.std_ms:.1f}",
             f"[red]{speed}[/red]" if s.speedup_vs_nonsi < 1 - 1e-9 else speed,
-            _fmt(s.speedup_vs_si) + "x",
-            _fmt(s.acceptance_rate),
-            _fmt(s.mean_acceptance_length),
-            _fmt(s.mean_run_length),
+            fmt(s.speedup_vs_si, ".2f", "x"),
+            fmt(s.acceptance_rate),
+            fmt(s.mean_acceptance_length),
+            fmt(s.mean_run_length),
             f"{s.target_forwards:.1f}",
             f"{s.drafter_forwards:.1f}",
             "-" if s.same_tokens_as_nonsi is None else ("yes" if s.same_tokens_as_nonsi else "[red]NO[/red]"),

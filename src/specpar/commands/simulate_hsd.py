@@ -185,6 +185,7 @@ def _print_table(args, costs, rows) -> None:
     from rich.table import Table
 
     from specpar.commands.hsd_plan import describe
+    from specpar.results import fmt
 
     console = Console(width=None if sys.stdout.isatty() else 150)
     clock = "virtual clock (offline)" if args.runtime == "virtual" else "threads, wall time (online)"
@@ -222,7 +223,7 @@ def _print_table(args, costs, rows) -> None:
             "-" if name == "hsd-sp" else f"{r['predicted_ms_per_token']:.3f}",
             f"{r['speedup_vs_nonsi']:.2f}x",
             f"{r['speedup_vs_si']:.2f}x",
-            ", ".join("-" if x is None else f"{x:.2f}" for x in rates[1:]) if rates else "-",
+            ", ".join(fmt(x) for x in rates[1:]) if rates else "-",
             "-" if r["same_tokens_as_nonsi"] is None else ("yes" if r["same_tokens_as_nonsi"] else "[red]NO[/red]"),
         )
     console.print(table)

@@ -179,6 +179,8 @@ def _load(source: str, tokenizer, dtype):
             f"cannot load a model from {source!r}: give a local directory with config.json and weights, "
             f"or a hub id while online ({exc})"
         ) from exc
+    except Exception as exc:  # a truncated or corrupt file: safetensors, JSON and transformers raise their own kinds
+        raise ConfigError(f"cannot load a model from {source!r}: {type(exc).__name__}: {exc}") from exc
     return module, tokenizer
 
 
