@@ -60,12 +60,14 @@ def compare(
     runtime: str = "virtual",
     algorithms: Iterable[str] = ("nonsi", "si", "dsi"),
     progress: Callable[[str], None] | None = None,
+    stream: Callable[[list[int]], None] | None = None,
 ) -> dict[str, AlgorithmSummary]:
     """Run each algorithm ``repeats`` times, interleaved, repeat r on models and prompt built from ``seed + r``.
 
     make_models(seed) -> (target, drafter); make_prompt(seed) -> token ids.
     lookahead: one for every algorithm, or one per algorithm ({"si": 6, "dsi": 2}).
     Interleaving (nonsi, si, dsi, nonsi, ...) keeps slow drifts of a shared machine out of the ratios.
+    progress: called with each algorithm's name when a run ends; stream: every run's verified tokens as they come.
     """
     algorithms = list(algorithms)
     runs: dict[str, list[GenerationResult]] = {a: [] for a in algorithms}
@@ -84,6 +86,7 @@ def compare(
                 temperature=temperature,
                 seed=seed + r,
                 runtime=runtime,
+                stream=stream,
             )
             runs[algo].append(res)
             if progress:

@@ -249,7 +249,10 @@ def run(args) -> int:
         args.timeline = check_output_file(args.timeline, "--timeline", image_suffixes())
     target_lat, drafter_lat, a = pair_from_args(args)
     c = drafter_lat.tpot_ms / target_lat.tpot_ms if target_lat.tpot_ms > 0 else float("nan")
-    k, why = _lookaheads(args, target_lat, drafter_lat, a)
+    from specpar.commands.progress import status
+
+    with status("choosing each algorithm's lookahead (-k auto)", args.lookahead == "auto" and not args.json):
+        k, why = _lookaheads(args, target_lat, drafter_lat, a)
 
     def make_models(seed):
         target = SimulatedModel(args.vocab_size, seed=seed, latency=target_lat)
@@ -335,13 +338,13 @@ def _run_with_progress(compare, args, make_models, make_prompt, k):
         temperature=args.temperature,
         runtime=args.runtime,
     )
-    if args.json or not sys.stderr.isatty():
-        return compare(make_models, make_prompt, **kwargs)
-    from rich.progress import Progress
+    from specpar.commands.progress import TokenProgress
 
-    with Progress(transient=True) as bar:
-        task = bar.add_task("simulating", total=3 * args.repeats)
-        return compare(make_models, make_prompt, progress=lambda _: bar.advance(task), **kwargs)
+    runs = 3 * args.repeats
+    with TokenProgress(runs * args.max_new_tokens, f"simulating {runs} runs", not args.json) as bar:
+        done = iter(range(1, runs + 1))
+        progress = lambda algo: bar.describe(f"simulated {next(done)} of {runs} runs")  # noqa: E731
+        return compare(make_models, make_prompt, progress=progress, stream=bar.stream, **kwargs)
 
 
 def _print_table(args, summary, target_lat, drafter_lat, c, k, why, closed, messages) -> None:

@@ -12,6 +12,7 @@ import random
 import statistics
 import sys
 
+from specpar.commands.progress import TokenProgress
 from specpar.errors import ConfigError
 
 DEFAULT_COSTS = [0.2, 1.5, 6.0, 30.0]
@@ -76,7 +77,6 @@ def _stack_parameters(args):
 
 
 def run(args) -> int:
-    from specpar.api import generate
     from specpar.planning.hsd_latency import check_costs, hierarchy_latency
     from specpar.planning.hsd_optimizer import HsdPlan, best_single_drafter, optimize
 
@@ -95,34 +95,9 @@ def run(args) -> int:
         plans["hsd-sp"] = hsd_plan  # the same hierarchy, its target verifying on --sp-degree servers (no model)
 
     runs = {name: [] for name in plans}
-    progress = _progress(args, len(plans) * args.repeats)
-    for r in range(args.repeats):
-        stack = make_stack(args.seed + r)
-        rng = random.Random(args.seed + r)
-        prompt = [rng.randrange(args.vocab_size) for _ in range(args.prompt_length)]
-        for name, plan in plans.items():
-            kw = dict(
-                max_new_tokens=args.max_new_tokens,
-                temperature=args.temperature,
-                seed=args.seed + r,
-                runtime=args.runtime,
-            )
-            if len(plan.levels) == 1:
-                res = generate(prompt, stack.target, algorithm="nonsi", **kw)
-            else:
-                drafters = [stack.models[m] for m in plan.levels[:-1]]
-                res = generate(
-                    prompt,
-                    stack.target,
-                    drafters,
-                    algorithm="hsd-sp" if name == "hsd-sp" else "hsd",
-                    buffers=list(plan.buffers),
-                    sp_degree=args.sp_degree,
-                    **kw,
-                )
-            runs[name].append(res)
-            progress()
-    progress(done=True)
+    total = len(plans) * args.repeats
+    with TokenProgress(total * args.max_new_tokens, f"simulating {total} runs", not args.json) as bar:
+        _run_plans(args, plans, make_stack, runs, bar)
 
     n = args.max_new_tokens
     rows = {}
@@ -165,19 +140,39 @@ def run(args) -> int:
     return 0
 
 
-def _progress(args, total: int):
-    if args.json or not sys.stderr.isatty():
-        return lambda done=False: None
-    from rich.progress import Progress
+def _run_plans(args, plans, make_stack, runs, bar) -> None:
+    """Each plan ``args.repeats`` times, interleaved, repeat r on the stack and prompt of seed + r, into ``runs``."""
+    from specpar.api import generate
 
-    bar = Progress(transient=True)
-    bar.start()
-    task = bar.add_task("simulating", total=total)
-
-    def step(done=False):
-        bar.stop() if done else bar.advance(task)
-
-    return step
+    done, total = 0, len(plans) * args.repeats
+    for r in range(args.repeats):
+        stack = make_stack(args.seed + r)
+        rng = random.Random(args.seed + r)
+        prompt = [rng.randrange(args.vocab_size) for _ in range(args.prompt_length)]
+        for name, plan in plans.items():
+            kw = dict(
+                max_new_tokens=args.max_new_tokens,
+                temperature=args.temperature,
+                seed=args.seed + r,
+                runtime=args.runtime,
+                stream=bar.stream,
+            )
+            if len(plan.levels) == 1:
+                res = generate(prompt, stack.target, algorithm="nonsi", **kw)
+            else:
+                drafters = [stack.models[m] for m in plan.levels[:-1]]
+                res = generate(
+                    prompt,
+                    stack.target,
+                    drafters,
+                    algorithm="hsd-sp" if name == "hsd-sp" else "hsd",
+                    buffers=list(plan.buffers),
+                    sp_degree=args.sp_degree,
+                    **kw,
+                )
+            runs[name].append(res)
+            done += 1
+            bar.describe(f"simulated {done} of {total} runs")
 
 
 def _print_table(args, costs, rows) -> None:
