@@ -72,6 +72,7 @@ class Decoding:
         object.__setattr__(self, "temperature", check_temperature(self.temperature))
         if isinstance(self.seed, bool) or not isinstance(self.seed, (int, np.integer)):
             raise ConfigError(f"seed must be an integer, got {self.seed!r}")
+        object.__setattr__(self, "seed", int(self.seed))  # a NumPy integer would overflow in uniform()'s hash
         object.__setattr__(self, "greedy", self.temperature == 0.0)
 
     def uniform(self, stream: int, position: int) -> float:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import statistics
 import sys
 
+from specpar.decoding import check_temperature
 from specpar.errors import ConfigError
 
 PAIR_HELP = (
@@ -82,8 +83,7 @@ def check_common(args) -> None:
             raise ConfigError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     if getattr(args, "lookahead", None) is not None and args.lookahead < 1:
         raise ConfigError(f"--lookahead must be >= 1, got {args.lookahead}")
-    if getattr(args, "temperature", 0.0) < 0:
-        raise ConfigError(f"--temperature must be >= 0 (0 means greedy), got {args.temperature}")
+    check_temperature(getattr(args, "temperature", 0.0))
     device_names(args)
 
 

@@ -9,6 +9,7 @@ import sys
 import warnings
 
 from specpar.commands.options import number, seed
+from specpar.decoding import check_temperature
 from specpar.errors import ConfigError, SpecparWarning
 from specpar.models import LatencyProfile, SimulatedModel
 from specpar.planning.lookahead import verification_servers
@@ -233,6 +234,7 @@ def _lookaheads(args, target_lat, drafter_lat, a) -> tuple[dict[str, int], str]:
 
 
 def run(args) -> int:
+    check_temperature(args.temperature)
     for name in ("max_new_tokens", "repeats", "sp_degree", "prompt_length"):
         if getattr(args, name) < 1:
             raise ConfigError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
