@@ -66,6 +66,10 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # the reader of our output went away (`specpar ... | head`): nothing left to say
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so that the flush at exit does not fail
         return 1
+    except MemoryError as exc:  # a request too large for this machine (a 10^5-cell heatmap): say so, not where
+        detail = f" ({one_line(str(exc))})" if str(exc) else ""
+        _say(f"{prog}: error: not enough memory for this request{detail}: ask for less")
+        return USAGE_ERROR
     except OSError as exc:  # the system refused a file or a device: say which, in one line
         where = f" {str(exc.filename)!r}:" if exc.filename else ""
         _say(f"{prog}: error:{where} {exc.strerror or exc}")

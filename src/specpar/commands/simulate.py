@@ -12,8 +12,11 @@ from specpar.commands.options import number, seed
 from specpar.decoding import check_temperature
 from specpar.errors import ConfigError, SpecparWarning
 from specpar.models import LatencyProfile, SimulatedModel
+from specpar.models.latency import MAX_LATENCY_MS
 from specpar.planning.lookahead import verification_servers
 from specpar.results import METRICS_FOOTNOTE, fmt
+
+MAX_SIMULATED = 1_000_000  # the largest simulated vocabulary and prompt: larger ones take hours before a token
 
 DESCRIPTION = """\
 Simulate lossless speculative inference with a simulated target and drafter.
@@ -165,8 +168,10 @@ def add_pair_arguments(p) -> None:
 def _profiles(args) -> tuple[LatencyProfile, LatencyProfile]:
     for flag in ("target_tpot", "target_ttft", "target_per_token", "drafter_tpot", "drafter_ttft"):
         value = getattr(args, flag)
-        if value is not None and not value >= 0:
-            raise ConfigError(f"--{flag.replace('_', '-')} must be a latency >= 0 ms, got {value}")
+        if value is not None and not 0 <= value <= MAX_LATENCY_MS:
+            raise ConfigError(
+                f"--{flag.replace('_', '-')} must be a latency in [0, {MAX_LATENCY_MS:g}] ms, got {value}"
+            )
     target = LatencyProfile(
         args.target_ttft if args.target_ttft is not None else args.target_tpot, args.target_tpot, args.target_per_token
     )
@@ -175,8 +180,10 @@ def _profiles(args) -> tuple[LatencyProfile, LatencyProfile]:
         drafter = LatencyProfile(ttft, args.drafter_tpot)
     else:
         c = args.drafter_latency
-        if not c >= 0:
-            raise ConfigError(f"drafter latency fraction c must be >= 0, got {c!r}")
+        if not 0 <= c * max(target.ttft_ms, target.tpot_ms) <= MAX_LATENCY_MS:
+            raise ConfigError(
+                f"drafter latency fraction c must be >= 0 and give a drafter latency <= {MAX_LATENCY_MS:g} ms, got {c!r}"
+            )
         drafter = target.scaled(c)
     return target, drafter
 
@@ -238,6 +245,11 @@ def run(args) -> int:
     for name in ("max_new_tokens", "repeats", "sp_degree", "prompt_length"):
         if getattr(args, name) < 1:
             raise ConfigError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    for name in ("prompt_length", "vocab_size"):  # simulated models score every token of the vocabulary in Python
+        if getattr(args, name) > MAX_SIMULATED:
+            raise ConfigError(
+                f"--{name.replace('_', '-')} must be at most {MAX_SIMULATED:,}, got {getattr(args, name)}"
+            )
     if args.algo == "hsd":
         from specpar.commands import simulate_hsd
 
