@@ -143,3 +143,18 @@ def test_the_stream_stops_showing_at_the_end_of_text_token():
     stream = Streamer(model, [7], out)
     stream([1, 2]), stream([3, 8, 4]), stream([5])
     assert out.getvalue() == "w7 w1 w2 w3" and stream.ended_at == 3  # prompt, then output up to the end token
+
+
+def test_nothing_drafted_prints_a_dash_not_nan(pair_dirs, capsys):
+    """N = 1: the target makes the only token, nothing is drafted: the undefined acceptance rate shows as "-"."""
+    assert cli.main(["generate", PROMPT, "-N", "1", "--compare"] + _models(pair_dirs)) == 0
+    err = capsys.readouterr().err
+    assert "acceptance rate -," in err and "nan" not in err.lower()
+
+
+def test_a_prompt_that_encodes_to_no_tokens_is_named_before_profiling(pair_dirs, tmp_path, capsys):
+    blank = tmp_path / "blank.jsonl"
+    blank.write_text('{"id": "blank", "prompt": "   "}\n')
+    assert cli.main(["profile", "--dataset", str(blank), "--out", str(tmp_path / "p.json")] + _models(pair_dirs)) == 2
+    assert "prompt blank encodes to no tokens for target" in capsys.readouterr().err
+    assert not (tmp_path / "p.json").exists()

@@ -54,7 +54,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     prog = "specpar"
     try:
-        args = build_parser().parse_args(argv)
+        try:
+            args = build_parser().parse_args(argv)
+        except SystemExit as exc:  # --help, or a bad flag (the parser has printed its one line)
+            return exc.code
         prog = f"specpar {args.command}"
         return args.func(args) or 0
     except KeyboardInterrupt:

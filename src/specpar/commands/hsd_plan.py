@@ -8,6 +8,7 @@ import math
 import sys
 from pathlib import Path
 
+from specpar.commands.options import number
 from specpar.errors import ConfigError
 from specpar.paths import read_text
 
@@ -57,10 +58,11 @@ def add_plan_arguments(p, required: bool) -> None:
 
 
 def parse_costs(text: str) -> list[float]:
+    """Finite numbers separated by commas (--costs, --chain)."""
     try:
-        return [float(x) for x in text.replace(" ", "").split(",") if x]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"costs must be numbers separated by commas, got {text!r}") from None
+        return [number(x) for x in text.replace(" ", "").split(",") if x]
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"must be finite numbers separated by commas, got {text!r}") from None
 
 
 def read_alpha(path: Path) -> list[list[float]]:

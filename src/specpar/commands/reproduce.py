@@ -73,7 +73,7 @@ def register(subparsers) -> None:
 
 def _table2_rows(args):
     from specpar.errors import ConfigError
-    from specpar.experiments.claims import TABLE2_KNOWN, Table2Row
+    from specpar.experiments.claims import TABLE2_KNOWN, Table2Row, check_table2_inputs
 
     star, phi = TABLE2_KNOWN
     c, a = args.starcoder_drafter_latency, args.phi3_acceptance
@@ -86,6 +86,9 @@ def _table2_rows(args):
             rows.append(Table2Row(name, float(c), float(a), "given on the command line"))
         except ValueError:
             raise ConfigError(f"--table2-row {name} {c} {a}: C and A must be numbers") from None
+    for row in rows:  # checked now, not after the grid claims have run
+        if row.c is not None and row.a is not None:
+            check_table2_inputs(row.c, row.a)
     return rows
 
 

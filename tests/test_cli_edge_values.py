@@ -1,0 +1,113 @@
+"""Edge values: numbers and prompts that used to crash deep inside are refused up front, in one line, exit 2.
+
+The command-line cases run ``specpar.cli.main`` in this process (a real process for a few, at the end); the
+library cases call ``generate`` as a user of the API does.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from cli_check import assert_one_line_error, run_cli
+from conftest import make_pair
+from specpar import ConfigError, LatencyProfile, SimulatedModel, generate
+from specpar.cli import main
+from specpar.prompts import Prompt
+
+QUICK = ["-N", "5", "--repeats", "1", "-k", "2"]
+
+CLI_CASES = [
+    (["simulate", *QUICK, "--target-tpot", "1e308"], "--target-tpot must be a latency in [0, 1e+09] ms"),
+    (["simulate", *QUICK, "--drafter-tpot", "1e308"], "--drafter-tpot must be a latency in [0, 1e+09] ms"),
+    (["simulate", *QUICK, "--target-per-token", "1e999"], "argument --target-per-token: must be a finite number"),
+    (["simulate", *QUICK, "-c", "1e308"], "drafter latency fraction c must be >= 0 and give a drafter latency"),
+    (["simulate", *QUICK, "--temperature", "inf"], "argument --temperature: must be a finite number"),
+    (["simulate", *QUICK, "--temperature", "nan"], "argument --temperature: must be a finite number"),
+    (["simulate", *QUICK, "--temperature", "-1"], "temperature must be a finite number >= 0"),
+    (["simulate", *QUICK, "--seed", "1.5"], "argument --seed: a seed must be an integer >= 0, got '1.5'"),
+    (["simulate", *QUICK, "--prompt-length", "100000000"], "--prompt-length must be at most 1,000,000"),
+    (["heatmap", "--seed", "-1"], "argument --seed: a seed must be an integer >= 0, got '-1'"),
+    (["heatmap", "--resolution", "100000"], "resolution must be an integer in [2, 1000]"),
+    (["reproduce", "--resolution", "100000"], "resolution must be an integer in [2, 1000]"),
+    (["plan", "--target-tpot", "1e300"], "--target-tpot must be a latency in [0, 1e+09] ms"),
+    (["table", "--no-default-pair", "--target-tpot", "1e300", "--drafter-tpot", "1", "-a", "0.5"], "1e+09"),
+    (["hsd-plan", "--costs", "inf,1", "--alpha", "x"], "argument --costs"),
+    (["reproduce", "--table2-row", "x", "inf", "0.5"], "Table 2 row needs 0 < c <= 1"),
+    # real-model commands: refused before any model loads (the model packages are not installed here, so
+    # loading first would end in another message)
+    (["generate", ""], "give a prompt text, or --dataset SOURCE"),
+    (["generate", "--devices", ",", "hi"], "--devices must name at least one device"),
+    (["generate", "--temperature", "inf", "hi"], "argument --temperature: must be a finite number"),
+    (["bench", "--devices", " , ", "-n", "1"], "--devices must name at least one device"),
+    (["profile", "--seed", "1"], "unrecognized arguments: --seed 1"),
+]
+
+
+@pytest.mark.parametrize("argv,needle", CLI_CASES, ids=[" ".join(a[:1] + a[-2:]) for a, _ in CLI_CASES])
+def test_an_edge_value_on_the_command_line_is_one_line(argv, needle, capsys):
+    assert_one_line_error(main(argv), capsys.readouterr().err, needle)
+
+
+def test_the_installed_command_says_it_in_one_line():
+    for argv, needle in (CLI_CASES[0], CLI_CASES[9], CLI_CASES[16]):
+        p = run_cli(*argv)
+        assert_one_line_error(p.returncode, p.stderr, needle)
+
+
+def test_undefined_metrics_print_as_a_dash(capsys):
+    """N = 1: SI and DSI draft nothing, so acceptance rates are undefined: "-" in the table, null in JSON."""
+    assert main(["simulate", "-N", "1", "--repeats", "1", "-k", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "nan" not in out.lower() and "│ -" in out
+    assert main(["simulate", "-N", "1", "--repeats", "1", "-k", "2", "--json"]) == 0
+    assert "NaN" not in capsys.readouterr().out
+
+
+@pytest.fixture(scope="module")
+def pair():
+    return make_pair()
+
+
+API_CASES = [
+    (dict(prompt=["a", "b"]), "token ids must be integers in [0, 8); position 0 holds 'a'"),
+    (dict(prompt=[1, 2.5]), "position 1 holds 2.5"),
+    (dict(prompt=[3, -1]), "position 1 holds -1"),
+    (dict(prompt=[8]), "position 0 holds 8"),
+    (dict(prompt="hello"), "the prompt must be a list of token ids, got str"),
+    (dict(seed=1.5), "seed must be an integer, got 1.5"),
+    (dict(seed="7"), "seed must be an integer, got '7'"),
+    (dict(temperature=math.inf), "temperature must be a finite number >= 0"),
+    (dict(temperature=math.nan), "temperature must be a finite number >= 0"),
+    (dict(temperature="1"), "temperature must be a finite number >= 0"),
+]
+
+
+@pytest.mark.parametrize("algorithm", ["dsi", "hsd"])
+@pytest.mark.parametrize("kw,needle", API_CASES, ids=[str(kw) for kw, _ in API_CASES])
+def test_an_edge_value_in_the_api_is_a_config_error(pair, algorithm, kw, needle):
+    target, drafter = pair
+    kw = {"prompt": [1, 2], **kw}
+    with pytest.raises(ConfigError) as info:
+        generate(kw.pop("prompt"), target, [drafter] if algorithm == "hsd" else drafter, algorithm=algorithm, **kw)
+    assert needle in str(info.value)
+
+
+def test_a_drafter_with_another_vocabulary_is_refused_when_sampling(pair):
+    target, _ = pair
+    other = SimulatedModel(16, latency=LatencyProfile.uniform(1.0)).drafter(0.8, LatencyProfile.uniform(0.1))
+    with pytest.raises(ConfigError, match="the drafter's vocabulary has 16 tokens but the target's has 8"):
+        generate([1, 2], target, other, temperature=1.0, max_new_tokens=4)
+    assert len(generate([1, 2], target, other, max_new_tokens=4).tokens) == 4  # greedy compares token ids only
+
+
+def test_a_prompt_that_encodes_to_nothing_is_named():
+    class Blank:  # a tokenizer with nothing to say about whitespace
+        name = "blank-model"
+
+        def encode(self, text):
+            return []
+
+    with pytest.raises(ConfigError, match="prompt p1 encodes to no tokens for blank-model"):
+        Prompt("p1", text="   ").token_ids(Blank())
