@@ -25,7 +25,7 @@ CASES = {
     "hsd": ["simulate", "--algo", "hsd", *HUGE],
     "heatmap": ["heatmap", "--resolution", "200", "-o", os.devnull + "/never"],
 }
-STARTED = "import sys; from specpar.cli import main; print('ready', flush=True); sys.exit(main(sys.argv[1:]))"
+STARTED = "from specpar.cli import entry; print('ready', flush=True); entry()"  # the executable, once imported
 
 
 @pytest.mark.parametrize("argv", list(CASES.values()), ids=list(CASES))

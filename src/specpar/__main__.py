@@ -1,7 +1,5 @@
 """``python -m specpar``: the command line (see specpar.cli)."""
 
-import sys
+from specpar.cli import entry
 
-from specpar.cli import main
-
-sys.exit(main())
+entry()
