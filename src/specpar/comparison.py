@@ -44,7 +44,9 @@ class AlgorithmSummary:
 
 
 def _ratio(base: list[float], other: list[float]) -> float:
-    return statistics.fmean(b / o for b, o in zip(base, other) if o > 0)
+    """Mean of per-repeat ratios base / other; nan when no run took any time (zero latencies)."""
+    ratios = [b / o for b, o in zip(base, other) if o > 0]
+    return statistics.fmean(ratios) if ratios else math.nan
 
 
 def compare(

@@ -7,7 +7,7 @@ import json
 import sys
 
 from specpar.commands import real_models
-from specpar.commands.options import number, seed
+from specpar.commands.options import integer, number, seed, servers
 from specpar.errors import ConfigError
 
 DESCRIPTION = """\
@@ -34,14 +34,14 @@ def register(sub) -> None:
     real_models.add_prompt_args(p)
     p.add_argument("--chat", action="store_true", help="put the prompt text in the target's chat template")
     p.add_argument("--algo", choices=("nonsi", "si", "dsi"), default="dsi", help="algorithm (default dsi)")
-    p.add_argument("-k", "--lookahead", type=int, default=5, help="draft tokens per verification (default 5)")
+    p.add_argument("-k", "--lookahead", type=integer, default=5, help="draft tokens per verification (default 5)")
     p.add_argument(
         "--sp-degree",
-        type=int,
+        type=servers,
         default=2,
         help="target servers DSI may use at once; they share one copy of the weights per device (default 2)",
     )
-    p.add_argument("-N", "--max-new-tokens", type=int, default=64, help="tokens to generate (default 64)")
+    p.add_argument("-N", "--max-new-tokens", type=integer, default=64, help="tokens to generate (default 64)")
     p.add_argument("--temperature", type=number, default=0.0, help="0 (default) greedy; > 0 sampling")
     p.add_argument("--seed", type=seed, default=0, help="keys every random draw when sampling")
     p.add_argument("--compare", action="store_true", help="also run the other algorithms and print all side by side")

@@ -7,7 +7,7 @@ import os
 import sys
 import time
 
-from specpar.commands.options import seed
+from specpar.commands.options import integer, seed, servers
 
 DESCRIPTION = """\
 Offline simulation on the virtual clock, as in the DSI paper's Fig. 2: speedups
@@ -32,7 +32,7 @@ def register(subparsers) -> None:
     p.add_argument(
         "-k",
         "--lookahead",
-        type=int,
+        type=integer,
         default=None,
         metavar="K",
         help="fixed lookahead for SI and DSI (Fig. 7: 5). Default: SI's best, DSI's Eq. 1 smallest",
@@ -46,7 +46,7 @@ def register(subparsers) -> None:
     )
     p.add_argument(
         "--check-cells",
-        type=int,
+        type=integer,
         default=0,
         metavar="M",
         help="also run M random cells through the event-driven simulator and print both (slow)",
@@ -58,24 +58,26 @@ def add_grid_arguments(p) -> None:
     """Options shared with ``specpar reproduce``."""
     p.add_argument(
         "--resolution",
-        type=int,
+        type=integer,
         default=100,
         metavar="R",
         help="R drafter latencies c from 0.01 to 1 and R+1 acceptance rates a from 0 to 1, evenly spaced "
         "(default 100: the paper's 100 x 101 cells)",
     )
-    p.add_argument("-N", "--max-new-tokens", type=int, default=100, metavar="N", help="tokens per run (default 100)")
-    p.add_argument("--repeats", type=int, default=5, help="runs per cell and algorithm (default 5)")
+    p.add_argument(
+        "-N", "--max-new-tokens", type=integer, default=100, metavar="N", help="tokens per run (default 100)"
+    )
+    p.add_argument("--repeats", type=integer, default=5, help="runs per cell and algorithm (default 5)")
     p.add_argument(
         "--sp-degree",
-        type=int,
+        type=servers,
         default=7,
         metavar="SP",
         help="target servers DSI may use (default 7: an 8-GPU node, the drafter on the eighth)",
     )
     p.add_argument(
         "--lookahead-range",
-        type=int,
+        type=integer,
         nargs=2,
         default=(1, 200),
         metavar=("FIRST", "LAST"),

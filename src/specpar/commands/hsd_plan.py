@@ -8,7 +8,7 @@ import math
 import sys
 from pathlib import Path
 
-from specpar.commands.options import number
+from specpar.commands.options import integer, number
 from specpar.errors import ConfigError
 from specpar.paths import read_text
 
@@ -53,7 +53,11 @@ def add_plan_arguments(p, required: bool) -> None:
         help="pairwise acceptance-rate matrix, JSON or text (see above)",
     )
     p.add_argument(
-        "--t-max", type=int, default=15, metavar="T", help="largest buffer size considered for every level (default 15)"
+        "--t-max",
+        type=integer,
+        default=15,
+        metavar="T",
+        help="largest buffer size considered for every level (default 15)",
     )
 
 

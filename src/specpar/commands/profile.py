@@ -7,6 +7,7 @@ import json
 import sys
 
 from specpar.commands import real_models
+from specpar.commands.options import integer
 
 DESCRIPTION = """\
 Profile a target/drafter pair as the DSI paper does. TTFT and TPOT (App. F.1):
@@ -31,15 +32,19 @@ def register(sub) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     real_models.add_prompt_args(p, default="humaneval")
-    p.add_argument("-n", "--prompts", type=int, default=5, help="prompts, the dataset's first n (paper: 50; default 5)")
-    p.add_argument("--tokens", type=int, default=20, help="tokens timed per prompt (paper: 20; default 20)")
+    p.add_argument(
+        "-n", "--prompts", type=integer, default=5, help="prompts, the dataset's first n (paper: 50; default 5)"
+    )
+    p.add_argument("--tokens", type=integer, default=20, help="tokens timed per prompt (paper: 20; default 20)")
     p.add_argument(
         "--accept-tokens",
-        type=int,
+        type=integer,
         default=64,
         help="tokens per prompt for the acceptance rate (paper: 256; default 64)",
     )
-    p.add_argument("-k", "--lookahead", type=int, default=5, help="drafts in the timed verification pass (default 5)")
+    p.add_argument(
+        "-k", "--lookahead", type=integer, default=5, help="drafts in the timed verification pass (default 5)"
+    )
     p.add_argument(
         "--out", metavar="FILE.json", default="profile.json", help="where to write the profile (default profile.json)"
     )

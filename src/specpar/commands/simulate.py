@@ -8,7 +8,7 @@ import random
 import sys
 import warnings
 
-from specpar.commands.options import number, seed
+from specpar.commands.options import integer, number, seed, servers
 from specpar.decoding import check_temperature
 from specpar.errors import ConfigError, SpecparWarning
 from specpar.models import LatencyProfile, SimulatedModel
@@ -47,14 +47,14 @@ def register(sub) -> None:
     )
     p.add_argument(
         "--sp-degree",
-        type=int,
+        type=servers,
         default=7,
         metavar="SP",
         help="speculation parallelism degree: target servers DSI may use at once (default 7: "
         "an 8-GPU node with the drafter on the eighth, as in the paper)",
     )
     p.add_argument(
-        "-N", "--max-new-tokens", type=int, default=100, metavar="N", help="tokens to generate (default 100)"
+        "-N", "--max-new-tokens", type=integer, default=100, metavar="N", help="tokens to generate (default 100)"
     )
     p.add_argument(
         "--runtime",
@@ -69,9 +69,9 @@ def register(sub) -> None:
         help="0 for greedy (exact-match verification), > 0 for sampling (rejection sampling)",
     )
     p.add_argument("--seed", type=seed, default=0, help="repeat r uses models, prompt and draws from seed + r")
-    p.add_argument("--repeats", type=int, default=5, help="runs per algorithm, interleaved (default 5)")
-    p.add_argument("--vocab-size", type=int, default=8, help="vocabulary of the simulated models (default 8)")
-    p.add_argument("--prompt-length", type=int, default=8, help="prompt tokens (default 8)")
+    p.add_argument("--repeats", type=integer, default=5, help="runs per algorithm, interleaved (default 5)")
+    p.add_argument("--vocab-size", type=integer, default=8, help="vocabulary of the simulated models (default 8)")
+    p.add_argument("--prompt-length", type=integer, default=8, help="prompt tokens (default 8)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     p.add_argument(
         "--timeline",
@@ -262,7 +262,7 @@ def run(args) -> int:
 
         args.timeline = check_output_file(args.timeline, "--timeline", image_suffixes())
     target_lat, drafter_lat, a = pair_from_args(args)
-    c = drafter_lat.tpot_ms / target_lat.tpot_ms if target_lat.tpot_ms > 0 else float("nan")
+    c = drafter_lat.tpot_ms / target_lat.tpot_ms if target_lat.tpot_ms > 0 else None  # undefined: printed "-"
     from specpar.commands.progress import status
 
     with status("choosing each algorithm's lookahead (-k auto)", args.lookahead == "auto" and not args.json):
@@ -300,7 +300,7 @@ def run(args) -> int:
         plot_timelines(
             [s.first_run for s in summary.values()],
             args.timeline,
-            title=f"c = {c:.3g}, a = {a:g}, N = {args.max_new_tokens}, seed {args.seed}",
+            title=f"c = {fmt(c, '.3g')}, a = {a:g}, N = {args.max_new_tokens}, seed {args.seed}",
         )
     if args.json:
         print(
@@ -370,7 +370,7 @@ def _print_table(args, summary, target_lat, drafter_lat, c, k, why, closed, mess
     mode = "greedy" if args.temperature == 0 else f"sampling at temperature {args.temperature:g}"
     console.print(
         f"target {target_lat.tpot_ms:g} ms/token (TTFT {target_lat.ttft_ms:g} ms), "
-        f"drafter {drafter_lat.tpot_ms:g} ms/token (c = {c:.3g}), a = {args.acceptance_rate:g}, "
+        f"drafter {drafter_lat.tpot_ms:g} ms/token (c = {fmt(c, '.3g')}), a = {args.acceptance_rate:g}, "
         f"N = {args.max_new_tokens}, {args.repeats} repeats, {clock}, {mode}"
     )
     ks = f"k = {k['dsi']}" if k["si"] == k["dsi"] else f"SI k = {k['si']}, DSI k = {k['dsi']}"

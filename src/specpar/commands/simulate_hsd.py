@@ -12,6 +12,7 @@ import random
 import statistics
 import sys
 
+from specpar.commands.options import integers
 from specpar.commands.progress import TokenProgress
 from specpar.errors import ConfigError
 
@@ -34,14 +35,14 @@ def add_arguments(p) -> None:
     )
     g.add_argument(
         "--levels",
-        type=lambda s: [int(x) for x in s.split(",")],
+        type=integers,
         default=None,
         metavar="I,J,...",
         help="run this hierarchy (model indices, the target last) instead of the optimizer's",
     )
     g.add_argument(
         "--buffers",
-        type=lambda s: [int(x) for x in s.split(",")],
+        type=integers,
         default=None,
         metavar="T0,T1,...",
         help="buffer sizes of --levels (one per level below the target)",

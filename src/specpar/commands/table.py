@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from specpar.commands.options import number, seed
+from specpar.commands.options import integer, number, seed, servers
 
 DESCRIPTION = """\
 Non-SI, SI and DSI on real threads in wall time, with servers that sleep for a
@@ -49,17 +49,17 @@ def register(subparsers) -> None:
     p.add_argument("-a", "--acceptance-rate", type=number, default=None, metavar="A", help="drafter's acceptance rate")
     p.add_argument("--name", default="command line", help="label for the pair given by numbers")
     p.add_argument("--no-default-pair", action="store_true", help="leave out the default pair's measured profile")
-    p.add_argument("-N", "--max-new-tokens", type=int, default=50, metavar="N", help="tokens per run (default 50)")
-    p.add_argument("--repeats", type=int, default=3, help="runs per algorithm and lookahead (default 3)")
+    p.add_argument("-N", "--max-new-tokens", type=integer, default=50, metavar="N", help="tokens per run (default 50)")
+    p.add_argument("--repeats", type=integer, default=3, help="runs per algorithm and lookahead (default 3)")
     p.add_argument(
         "--lookaheads",
-        type=int,
+        type=integer,
         nargs="+",
         default=[1, 5, 10],
         metavar="K",
         help="lookaheads to try; those Eq. 1 rules out on --sp-degree servers are skipped (default 1 5 10)",
     )
-    p.add_argument("--sp-degree", type=int, default=7, metavar="SP", help="target servers DSI may use (default 7)")
+    p.add_argument("--sp-degree", type=servers, default=7, metavar="SP", help="target servers DSI may use (default 7)")
     p.add_argument("--seed", type=seed, default=0)
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run)
