@@ -8,7 +8,7 @@ import sys
 
 from specpar.commands import real_models
 from specpar.commands.generate import NAMES
-from specpar.commands.options import integer, number, seed, servers
+from specpar.commands.options import integer, number, seed, server_count
 from specpar.errors import ConfigError
 from specpar.results import METRICS_FOOTNOTE, fmt
 
@@ -38,7 +38,7 @@ def register(sub) -> None:
     )
     p.add_argument("-N", "--max-new-tokens", type=integer, default=64, help="tokens per prompt (default 64)")
     p.add_argument("-k", "--lookahead", type=integer, default=5, help="draft tokens per verification (default 5)")
-    p.add_argument("--sp-degree", type=servers, default=2, help="target servers DSI may use at once (default 2)")
+    p.add_argument("--sp-degree", type=server_count, default=2, help="target servers DSI may use at once (default 2)")
     p.add_argument("--algos", default="nonsi,si,dsi", help="comma-separated algorithms (default nonsi,si,dsi)")
     p.add_argument("--temperature", type=number, default=0.0, help="0 (default) greedy; > 0 sampling")
     p.add_argument("--seed", type=seed, default=0, help="prompt i samples with seed + i")

@@ -7,7 +7,8 @@ import json
 import sys
 
 from specpar.commands import real_models
-from specpar.commands.options import integer, number, seed, servers
+from specpar.commands.options import integer, number, seed, server_count
+from specpar.commands.progress import TokenProgress
 from specpar.errors import ConfigError
 
 DESCRIPTION = """\
@@ -37,7 +38,7 @@ def register(sub) -> None:
     p.add_argument("-k", "--lookahead", type=integer, default=5, help="draft tokens per verification (default 5)")
     p.add_argument(
         "--sp-degree",
-        type=servers,
+        type=server_count,
         default=2,
         help="target servers DSI may use at once; they share one copy of the weights per device (default 2)",
     )
@@ -136,9 +137,10 @@ def run(args) -> int:
             stream = Streamer(target, ids)
         for s in servers.all:
             s.reset()  # every algorithm starts from a cold cache (its TTFT includes the prefill)
-        results[algo] = servers.generate(
-            ids, algo, args.max_new_tokens, args.lookahead, args.temperature, args.seed, stream
-        )
+        with TokenProgress(args.max_new_tokens, NAMES[algo], enabled=stream is None) as bar:  # runs not shown
+            results[algo] = servers.generate(
+                ids, algo, args.max_new_tokens, args.lookahead, args.temperature, args.seed, stream or bar.callback
+            )
         if stream is not None:
             print()
             if stream.ended_at is not None:

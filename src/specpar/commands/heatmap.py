@@ -7,7 +7,7 @@ import os
 import sys
 import time
 
-from specpar.commands.options import integer, seed, servers
+from specpar.commands.options import integer, seed, server_count
 
 DESCRIPTION = """\
 Offline simulation on the virtual clock, as in the DSI paper's Fig. 2: speedups
@@ -70,7 +70,7 @@ def add_grid_arguments(p) -> None:
     p.add_argument("--repeats", type=integer, default=5, help="runs per cell and algorithm (default 5)")
     p.add_argument(
         "--sp-degree",
-        type=servers,
+        type=server_count,
         default=7,
         metavar="SP",
         help="target servers DSI may use (default 7: an 8-GPU node, the drafter on the eighth)",

@@ -43,7 +43,7 @@ def integer(text: str) -> int:
     return x
 
 
-def servers(text: str) -> int:
+def server_count(text: str) -> int:
     """A number of servers (--sp-degree): an integer of at most MAX_SERVERS."""
     x = integer(text)
     if x > MAX_SERVERS:

@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from specpar.commands.options import integer, seed, servers
+from specpar.commands.options import integer, seed, server_count
 from specpar.commands.simulate import add_pair_arguments, pair_from_args
 from specpar.errors import ConfigError
 
@@ -30,7 +30,9 @@ def register(sub) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_pair_arguments(p)
-    p.add_argument("--sp-degree", type=servers, default=7, metavar="SP", help="target servers DSI may use (default 7)")
+    p.add_argument(
+        "--sp-degree", type=server_count, default=7, metavar="SP", help="target servers DSI may use (default 7)"
+    )
     p.add_argument(
         "-N", "--max-new-tokens", type=integer, default=100, metavar="N", help="tokens to plan for (default 100)"
     )

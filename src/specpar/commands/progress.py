@@ -15,7 +15,7 @@ REFRESH_S = 0.1  # the bar is updated at most this often: a run of 10^7 tokens c
 
 
 class TokenProgress:
-    """``with TokenProgress(total, label, enabled) as bar``: pass ``bar.stream`` to ``generate(stream=...)``.
+    """``with TokenProgress(total, label, enabled) as bar``: pass ``bar.callback`` to ``generate(stream=...)``.
 
     total: tokens expected over all runs (runs x max_new_tokens); enabled: False for JSON output.
     """
@@ -41,6 +41,11 @@ class TokenProgress:
             self._bar.__enter__()
             self._task = self._bar.add_task(self.label, total=self.total)
         return self
+
+    @property
+    def callback(self):
+        """:meth:`stream` where a bar is drawn, else None (a run with nothing to call costs nothing)."""
+        return self.stream if self.enabled else None
 
     def stream(self, tokens: Sequence[int]) -> None:
         """The ``stream`` callback: count ``tokens``, redraw at most every REFRESH_S seconds."""

@@ -8,7 +8,7 @@ import random
 import sys
 import warnings
 
-from specpar.commands.options import integer, number, seed, servers
+from specpar.commands.options import integer, number, seed, server_count
 from specpar.decoding import check_temperature
 from specpar.errors import ConfigError, SpecparWarning
 from specpar.models import LatencyProfile, SimulatedModel
@@ -47,7 +47,7 @@ def register(sub) -> None:
     )
     p.add_argument(
         "--sp-degree",
-        type=servers,
+        type=server_count,
         default=7,
         metavar="SP",
         help="speculation parallelism degree: target servers DSI may use at once (default 7: "
@@ -358,7 +358,7 @@ def _run_with_progress(compare, args, make_models, make_prompt, k):
     with TokenProgress(runs * args.max_new_tokens, f"simulating {runs} runs", not args.json) as bar:
         done = iter(range(1, runs + 1))
         progress = lambda algo: bar.describe(f"simulated {next(done)} of {runs} runs")  # noqa: E731
-        return compare(make_models, make_prompt, progress=progress, stream=bar.stream, **kwargs)
+        return compare(make_models, make_prompt, progress=progress, stream=bar.callback, **kwargs)
 
 
 def _print_table(args, summary, target_lat, drafter_lat, c, k, why, closed, messages) -> None:

@@ -156,7 +156,7 @@ def _run_plans(args, plans, make_stack, runs, bar) -> None:
                 temperature=args.temperature,
                 seed=args.seed + r,
                 runtime=args.runtime,
-                stream=bar.stream,
+                stream=bar.callback,
             )
             if len(plan.levels) == 1:
                 res = generate(prompt, stack.target, algorithm="nonsi", **kw)

@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from specpar.commands.options import integer, number, seed, servers
+from specpar.commands.options import integer, number, seed, server_count
 
 DESCRIPTION = """\
 Non-SI, SI and DSI on real threads in wall time, with servers that sleep for a
@@ -59,7 +59,9 @@ def register(subparsers) -> None:
         metavar="K",
         help="lookaheads to try; those Eq. 1 rules out on --sp-degree servers are skipped (default 1 5 10)",
     )
-    p.add_argument("--sp-degree", type=servers, default=7, metavar="SP", help="target servers DSI may use (default 7)")
+    p.add_argument(
+        "--sp-degree", type=server_count, default=7, metavar="SP", help="target servers DSI may use (default 7)"
+    )
     p.add_argument("--seed", type=seed, default=0)
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run)
