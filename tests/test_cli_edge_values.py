@@ -34,6 +34,16 @@ CLI_CASES = [
     (["plan", "--target-tpot", "1e300"], "--target-tpot must be a latency in [0, 1e+09] ms"),
     (["table", "--no-default-pair", "--target-tpot", "1e300", "--drafter-tpot", "1", "-a", "0.5"], "1e+09"),
     (["hsd-plan", "--costs", "inf,1", "--alpha", "x"], "argument --costs"),
+    (
+        ["hsd-plan", "--costs", "1,2", "--alpha", "x", "--t-max", "99999999999999999999"],
+        "must be an integer of at most",
+    ),
+    (
+        ["simulate", "--algo", "hsd", "--costs", "1,2", "--chain", "0.5", "--t-max", "2147483647"],
+        "T_max must be at most",
+    ),
+    (["simulate", "--sp-degree", "99999"], "argument --sp-degree: at most 1024 servers"),
+    (["simulate", "--algo", "hsd", "--levels", "x"], "argument --levels: must be integers separated by commas"),
     (["reproduce", "--table2-row", "x", "inf", "0.5"], "Table 2 row needs 0 < c <= 1"),
     # real-model commands: refused before any model loads (the model packages are not installed here, so
     # loading first would end in another message)
@@ -51,9 +61,21 @@ def test_an_edge_value_on_the_command_line_is_one_line(argv, needle, capsys):
 
 
 def test_the_installed_command_says_it_in_one_line():
-    for argv, needle in (CLI_CASES[0], CLI_CASES[9], CLI_CASES[16]):
+    for argv, needle in [
+        (["simulate", *QUICK, "--target-tpot", "1e308"], "--target-tpot must be a latency in [0, 1e+09] ms"),
+        (["heatmap", "--seed", "-1"], "a seed must be an integer >= 0"),
+        (["generate", ""], "give a prompt text, or --dataset SOURCE"),
+    ]:
         p = run_cli(*argv)
         assert_one_line_error(p.returncode, p.stderr, needle)
+
+
+def test_a_heatmap_with_more_repeats_than_its_batches_hold():
+    """More runs per cell than a batch takes (20,000) once left batches empty, and an empty batch crashed."""
+    from specpar.experiments.heatmap import compute_heatmap
+
+    h = compute_heatmap(2, n=3, repeats=7000, sp_degree=2, lookaheads=(1, 2))  # 3 acceptance rates x 7000 runs
+    assert h.dsi.shape == (2, 3) and (h.dsi <= h.nonsi).all()
 
 
 def test_undefined_metrics_print_as_a_dash(capsys):

@@ -194,7 +194,8 @@ def compute_heatmap(
         for i in range(C)
         for k in dsi_candidates(float(cs[i]), si_lookahead[i], sp_degree, fixed_lookahead, lookaheads)
     ]
-    batches = np.array_split(np.arange(len(pairs)), max(1, math.ceil(len(pairs) * A * repeats / 20000)))
+    n_batches = min(len(pairs), math.ceil(len(pairs) * A * repeats / 20000))  # never an empty batch
+    batches = np.array_split(np.arange(len(pairs)), max(1, n_batches))
     total = si_batches + len(batches)
     if progress:
         progress(si_batches, total)
