@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from cli_check import assert_one_line_error
 from specpar import cli
 from specpar.models.transformers_model import TransformersModel
 from tiny_transformers import reference_greedy, save_tiny_pair
@@ -155,6 +156,6 @@ def test_nothing_drafted_prints_a_dash_not_nan(pair_dirs, capsys):
 def test_a_prompt_that_encodes_to_no_tokens_is_named_before_profiling(pair_dirs, tmp_path, capsys):
     blank = tmp_path / "blank.jsonl"
     blank.write_text('{"id": "blank", "prompt": "   "}\n')
-    assert cli.main(["profile", "--dataset", str(blank), "--out", str(tmp_path / "p.json")] + _models(pair_dirs)) == 2
-    assert "prompt blank encodes to no tokens for target" in capsys.readouterr().err
+    code = cli.main(["profile", "--dataset", str(blank), "--out", str(tmp_path / "p.json")] + _models(pair_dirs))
+    assert_one_line_error(code, capsys.readouterr().err, "prompt blank encodes to no tokens for target")
     assert not (tmp_path / "p.json").exists()
