@@ -51,15 +51,17 @@ def _model(source):
 
 
 def check_tokens(prompt, decoding: Decoding, target, *drafters) -> None:
-    """Refuse up front a prompt that is not token ids of the target's vocabulary, and a drafter whose vocabulary
-    size differs from the target's when sampling (rejection sampling compares distributions over one vocabulary)."""
+    """Refuse up front a prompt that is not token ids (integers >= 0, at most the target's ``max_token_id`` where it
+    has one), and a drafter whose vocabulary size differs from the target's when sampling (rejection sampling
+    compares distributions over one vocabulary)."""
     if isinstance(prompt, (str, bytes)) or not hasattr(prompt, "__len__"):
         raise ConfigError(f"the prompt must be a list of token ids, got {type(prompt).__name__}")
-    vocab = getattr(_model(target), "vocab_size", None)
+    limit = getattr(_model(target), "max_token_id", None)
     for i, t in enumerate(prompt):
-        if isinstance(t, bool) or not isinstance(t, (int, np.integer)) or t < 0 or (vocab is not None and t >= vocab):
-            where = f"integers in [0, {vocab})" if vocab is not None else "integers >= 0"
+        if isinstance(t, bool) or not isinstance(t, (int, np.integer)) or t < 0 or (limit is not None and t > limit):
+            where = f"integers in [0, {limit}]" if limit is not None else "integers >= 0"
             raise ConfigError(f"the prompt's token ids must be {where}; position {i} holds {t!r}")
+    vocab = getattr(_model(target), "vocab_size", None)
     if decoding.greedy or vocab is None:
         return
     for d in drafters:

@@ -101,6 +101,11 @@ class TransformersModel:
         return self.module_on(self.device).get_output_embeddings().weight.shape[0]
 
     @property
+    def max_token_id(self) -> int:
+        """The largest id a prompt may hold (the embedding has vocab_size rows); simulated models take any id."""
+        return self.vocab_size - 1
+
+    @property
     def context_window(self) -> int:
         return int(getattr(self.config, "max_position_embeddings", None) or 1 << 30)
 
