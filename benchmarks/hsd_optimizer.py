@@ -20,6 +20,7 @@ import time
 
 import numpy as np
 
+from specpar.errors import ConfigError
 from specpar.planning.hsd_optimizer import exhaustive, optimize
 
 
@@ -52,6 +53,13 @@ def main() -> None:
     )
     p.add_argument("--plot", default=None, metavar="FILE.png", help="also draw seconds vs K (log-log) into FILE.png")
     args = p.parse_args()
+    if args.plot:  # before the timings, not after
+        from specpar.paths import check_output_file, image_suffixes
+
+        try:
+            args.plot = check_output_file(args.plot, "--plot", image_suffixes())
+        except ConfigError as exc:
+            p.error(str(exc))
 
     print(f"HSD optimizer, T_max = {args.t_max}, median of {args.repeats} runs")
     print(f"{'K':>4} {'DP seconds':>11} {'exhaustive s':>13} {'hierarchy':>22} {'T':>16} {'L':>8}")

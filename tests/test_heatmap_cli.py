@@ -34,7 +34,7 @@ def test_fixed_lookahead_reports_where_eq1_fails(tmp_path, capsys):
 @pytest.mark.parametrize(
     "args,words",
     [
-        (["--resolution", "1"], "resolution must be an integer >= 2"),
+        (["--resolution", "1"], "resolution must be an integer in [2, 1000]"),
         (["--repeats", "0"], "repeats must be a positive integer"),
         (["--lookahead-range", "5", "2"], "1 <= first <= last"),
         (["-k", "0"], "lookahead must be a positive integer"),

@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from cli_check import assert_one_line_error
 from specpar import cli
 from specpar.models.transformers_model import TransformersModel
 from tiny_transformers import reference_greedy, save_tiny_pair
@@ -152,3 +153,18 @@ def test_generate_stops_at_a_stop_token_or_string_and_compute_stops_too(pair_dir
     assert json.loads(capsys.readouterr().out)["finish_reason"] == "length"
     assert cli.main(args + ["--top-p", "0"]) == 2
     assert "top_p must be in (0, 1]" in capsys.readouterr().err
+
+
+def test_nothing_drafted_prints_a_dash_not_nan(pair_dirs, capsys):
+    """N = 1: the target makes the only token, nothing is drafted: the undefined acceptance rate shows as "-"."""
+    assert cli.main(["generate", PROMPT, "-N", "1", "--compare"] + _models(pair_dirs)) == 0
+    err = capsys.readouterr().err
+    assert "acceptance rate -," in err and "nan" not in err.lower()
+
+
+def test_a_prompt_that_encodes_to_no_tokens_is_named_before_profiling(pair_dirs, tmp_path, capsys):
+    blank = tmp_path / "blank.jsonl"
+    blank.write_text('{"id": "blank", "prompt": "   "}\n')
+    code = cli.main(["profile", "--dataset", str(blank), "--out", str(tmp_path / "p.json")] + _models(pair_dirs))
+    assert_one_line_error(code, capsys.readouterr().err, "prompt blank encodes to no tokens for target")
+    assert not (tmp_path / "p.json").exists()

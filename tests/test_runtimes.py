@@ -117,7 +117,7 @@ def test_threads_no_thread_alive_after_generations(no_thread_leak):
 
 
 class FailingServer:
-    """A server that raises on its n-th call."""
+    """A server that breaks at its n-th call and stays broken (so a cancelled failing call cannot hide it)."""
 
     def __init__(self, inner, fail_at: int):
         self.inner, self.name, self.calls, self.fail_at = inner, inner.name, 0, fail_at
@@ -127,7 +127,7 @@ class FailingServer:
 
     def _maybe_fail(self):
         self.calls += 1
-        if self.calls == self.fail_at:
+        if self.fail_at and self.calls >= self.fail_at:
             raise MemoryError("simulated CUDA out of memory")
 
     def run(self, call, cancelled):

@@ -37,8 +37,9 @@ def pair():
 def test_every_algorithm_returns_the_targets_own_greedy_generate(pair, runtime, no_thread_leak):
     target, drafter = pair
     n, acceptance = 24, []
-    for seed in range(8):
-        prompt = [int(x) for x in np.random.default_rng(seed).integers(0, 64, size=5 + seed)]
+    prompts = [[int(x) for x in np.random.default_rng(seed).integers(0, 64, size=5 + seed)] for seed in range(8)]
+    prompts.append([0, 17, 0, 0, 5])  # token 0 is an ordinary token (a pad id would mask it out)
+    for seed, prompt in enumerate(prompts):
         expected = reference_greedy(target, prompt, n)
         for algorithm, k, sp in [
             ("nonsi", None, 1),
@@ -63,6 +64,18 @@ def test_every_algorithm_returns_the_targets_own_greedy_generate(pair, runtime, 
                 acceptance.append(res.acceptance_rate)
     # the drafter neither always agrees nor never: accept and reject paths both ran
     assert 0.3 < np.nanmean(acceptance) < 0.95, acceptance
+
+
+def test_the_reference_attends_to_token_0(pair):
+    """reference_greedy is the target's own argmax, step by step, for a prompt full of 0s (once taken for padding)."""
+    import torch
+
+    target, _ = pair
+    module, ids = target.module_on("cpu"), [0, 3, 0, 0]
+    with torch.no_grad():
+        for _ in range(6):
+            ids.append(int(module(torch.tensor([ids])).logits[0, -1].argmax()))
+    assert reference_greedy(target, [0, 3, 0, 0], 6) == ids[4:]
 
 
 def test_a_wrong_server_is_caught(pair):

@@ -77,7 +77,7 @@ def test_unknown_algorithm_runtime_and_missing_drafter(pair):
         (["-k", "0"], "--lookahead must be 'auto' or an integer >= 1"),
         (["-k", "many"], "--lookahead must be 'auto' or an integer >= 1"),
         (["--sp-degree", "0"], "--sp-degree must be >= 1"),
-        (["--target-tpot", "-5"], "--target-tpot must be a latency >= 0 ms"),
+        (["--target-tpot", "-5"], "--target-tpot must be a latency in [0, 1e+09] ms"),
         (["-c", "0"], "zero latency"),
         (["--algo", "hsd", "--repeats", "0"], "--repeats must be >= 1"),
     ],

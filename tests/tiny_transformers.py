@@ -61,11 +61,17 @@ def tiny_pair(vocab: int = 64, seed: int = 0, noise: float = 0.3, latencies=(Non
 
 
 def reference_greedy(model: TransformersModel, prompt: list[int], n: int) -> list[int]:
-    """The target's own greedy decoding with transformers' ``generate``."""
+    """The target's own greedy decoding with transformers' ``generate``.
+
+    Every prompt token is attended to, token 0 included: without an explicit attention mask ``generate`` would
+    infer one from the pad id and mask the prompt's 0s out.
+    """
     module = model.module_on("cpu")
+    ids = torch.tensor([prompt])
     with torch.no_grad():
         out = module.generate(
-            torch.tensor([prompt]),
+            ids,
+            attention_mask=torch.ones_like(ids),
             max_new_tokens=n,
             min_new_tokens=n,
             do_sample=False,

@@ -6,6 +6,8 @@ import logging
 import warnings
 from collections.abc import Sequence
 
+import numpy as np
+
 from specpar.algorithms import ALGORITHMS, dsi, hsd, hsd_sp, non_si, si
 from specpar.algorithms.hsd_sp import LevelsServer
 from specpar.decoding import Decoding
@@ -42,6 +44,36 @@ def check_context_window(prompt_len: int, max_new_tokens: int, *sources) -> None
             raise ConfigError(
                 f"the prompt has {prompt_len} tokens and {max_new_tokens} new ones are asked for, but {name}'s "
                 f"context window is {window} tokens: shorten the prompt or lower max_new_tokens"
+            )
+
+
+def _model(source):
+    """The model behind a model or a ready-made Pool (its first server's model, or the server itself)."""
+    if isinstance(source, Pool):
+        return getattr(source.servers[0], "model", source.servers[0])
+    return source
+
+
+def check_tokens(prompt, decoding: Decoding, target, *drafters) -> None:
+    """Refuse up front a prompt that is not token ids (integers >= 0, at most the target's ``max_token_id`` where it
+    has one), and a drafter whose vocabulary size differs from the target's when sampling (rejection sampling
+    compares distributions over one vocabulary)."""
+    if isinstance(prompt, (str, bytes)) or not hasattr(prompt, "__len__"):
+        raise ConfigError(f"the prompt must be a list of token ids, got {type(prompt).__name__}")
+    limit = getattr(_model(target), "max_token_id", None)
+    for i, t in enumerate(prompt):
+        if isinstance(t, bool) or not isinstance(t, (int, np.integer)) or t < 0 or (limit is not None and t > limit):
+            where = f"integers in [0, {limit}]" if limit is not None else "integers >= 0"
+            raise ConfigError(f"the prompt's token ids must be {where}; position {i} holds {t!r}")
+    vocab = getattr(_model(target), "vocab_size", None)
+    if decoding.greedy or vocab is None:
+        return
+    for d in drafters:
+        size = getattr(_model(d), "vocab_size", None)
+        if size is not None and size != vocab:
+            raise ConfigError(
+                f"the drafter's vocabulary has {size} tokens but the target's has {vocab}: sampling needs one "
+                "vocabulary (greedy decoding does not)"
             )
 
 
@@ -233,6 +265,7 @@ def generate_on(
     drafters = drafter if isinstance(drafter, (list, tuple)) else [drafter]
     if ready_made is None:
         ready_made = isinstance(target, Pool) or any(isinstance(d, Pool) for d in drafters)
+    check_tokens(prompt, decoding, target, *[d for d in drafters if d is not None])
     check_context_window(len(prompt), max_new_tokens, target, *[d for d in drafters if d is not None])
     if algorithm in ("hsd", "hsd-sp"):
         return _generate_hsd(

@@ -44,7 +44,9 @@ class AlgorithmSummary:
 
 
 def _ratio(base: list[float], other: list[float]) -> float:
-    return statistics.fmean(b / o for b, o in zip(base, other) if o > 0)
+    """Mean of per-repeat ratios base / other; nan when no run took any time (zero latencies)."""
+    ratios = [b / o for b, o in zip(base, other) if o > 0]
+    return statistics.fmean(ratios) if ratios else math.nan
 
 
 def compare(
@@ -62,12 +64,14 @@ def compare(
     runtime_options: dict | None = None,
     algorithms: Iterable[str] = ("nonsi", "si", "dsi"),
     progress: Callable[[str], None] | None = None,
+    stream: Callable[[list[int]], None] | None = None,
 ) -> dict[str, AlgorithmSummary]:
     """Run each algorithm ``repeats`` times, interleaved, repeat r on models and prompt built from ``seed + r``.
 
     make_models(seed) -> (target, drafter); make_prompt(seed) -> token ids.
     lookahead: one for every algorithm, or one per algorithm ({"si": 6, "dsi": 2}).
     Interleaving (nonsi, si, dsi, nonsi, ...) keeps slow drifts of a shared machine out of the ratios.
+    progress: called with each algorithm's name when a run ends; stream: every run's verified tokens as they come.
     """
     algorithms = list(algorithms)
     runs: dict[str, list[GenerationResult]] = {a: [] for a in algorithms}
@@ -88,6 +92,7 @@ def compare(
                 seed=seed + r,
                 runtime=runtime,
                 runtime_options=runtime_options,
+                stream=stream,
             )
             runs[algo].append(res)
             if progress:

@@ -29,6 +29,7 @@ What a seed reproduces depends on the coupling of draft and target (``Decoding.c
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -85,6 +86,14 @@ def sample(dist: np.ndarray, u: float) -> int:
     return min(i, len(dist) - 1)
 
 
+def check_temperature(temperature) -> float:
+    """``temperature`` as a float if it is a finite number >= 0, else a ConfigError (inf and nan are refused)."""
+    ok = not isinstance(temperature, bool) and isinstance(temperature, (int, float, np.floating, np.integer))
+    if not ok or not 0 <= temperature < math.inf:
+        raise ConfigError(f"temperature must be a finite number >= 0 (0 means greedy), got {temperature!r}")
+    return float(temperature)
+
+
 @dataclass(frozen=True, slots=True)
 class Decoding:
     """How tokens are chosen.
@@ -109,6 +118,10 @@ class Decoding:
     def __post_init__(self):
         if self.coupling not in COUPLINGS:
             raise ConfigError(f"coupling must be one of {COUPLINGS}, got {self.coupling!r}")
+        object.__setattr__(self, "temperature", check_temperature(self.temperature))
+        if isinstance(self.seed, bool) or not isinstance(self.seed, (int, np.integer)):
+            raise ConfigError(f"seed must be an integer, got {self.seed!r}")
+        object.__setattr__(self, "seed", int(self.seed))  # a NumPy integer would overflow in uniform()'s hash
         greedy = self.temperature == 0.0
         object.__setattr__(self, "greedy", greedy)
         p = self.processors

@@ -6,7 +6,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
 
-from specpar.decoding import COUPLINGS, Decoding
+from specpar.decoding import COUPLINGS, Decoding, check_temperature
 from specpar.errors import ConfigError
 from specpar.logits_processors import LogitsProcessors
 
@@ -46,7 +46,7 @@ class SamplingParams:
     coupling: str = "rejection"
 
     def __post_init__(self):
-        _number(self, "temperature", 0.0, math.inf, "[0, inf)")
+        object.__setattr__(self, "temperature", check_temperature(self.temperature))
         _number(self, "top_p", 0.0, 1.0, "(0, 1]", lo_open=True)
         _number(self, "min_p", 0.0, 1.0, "[0, 1]")
         _number(self, "repetition_penalty", 0.0, math.inf, "(0, inf)", lo_open=True)

@@ -128,8 +128,24 @@ def parse(
     if estimate not in ("geometric", "direct"):
         raise ConfigError(f"acceptance estimate must be 'geometric' or 'direct', got {estimate!r}")
 
-    def lat(role: str) -> LatencyProfile:
-        r = data[role]
-        return LatencyProfile(r["ttft_ms"], r["tpot_ms"], r.get("per_token_ms", 0.0))
+    def number(value, name: str) -> float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{where}: {name} must be a number, got {value!r} (re-run `specpar profile`)")
+        return float(value)
 
-    return lat("target"), lat("drafter"), float(data["acceptance_rate"][estimate])
+    def field(obj, key: str, name: str):
+        if not isinstance(obj, dict) or key not in obj:
+            raise ConfigError(f"{where} has no {name}: it is incomplete (re-run `specpar profile` to write it)")
+        return obj[key]
+
+    def lat(role: str) -> LatencyProfile:
+        r = field(data, role, f"'{role}' section")
+        per_token = r.get("per_token_ms", 0.0) if isinstance(r, dict) else None
+        return LatencyProfile(
+            number(field(r, "ttft_ms", f"{role}.ttft_ms"), f"{role}.ttft_ms"),
+            number(field(r, "tpot_ms", f"{role}.tpot_ms"), f"{role}.tpot_ms"),
+            number(per_token, f"{role}.per_token_ms"),
+        )
+
+    rates = field(data, "acceptance_rate", "'acceptance_rate' section")
+    return lat("target"), lat("drafter"), number(field(rates, estimate, f"acceptance_rate.{estimate}"), estimate)

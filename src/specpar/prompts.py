@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specpar.errors import ConfigError
+from specpar.paths import read_text
 
 BUILTIN = ("humaneval", "mtbench")
 ONLINE = ("mbpp", "cnn_dm", "alpaca")
@@ -40,9 +41,10 @@ class Prompt:
 
     def token_ids(self, model) -> list[int]:
         """Token ids for ``model`` (a TransformersModel): encoded text, or the first turn in its chat template."""
-        if self.turns:
-            return model.chat_prompt(self.turns[:1])
-        return model.encode(self.text)
+        ids = model.chat_prompt(self.turns[:1]) if self.turns else model.encode(self.text)
+        if not ids:
+            raise ConfigError(f"prompt {self.id} encodes to no tokens for {model.name}: give it some text")
+        return ids
 
 
 def _package_file(package: str, relative: str, install: str) -> Path:
@@ -73,10 +75,8 @@ def mtbench() -> list[Prompt]:
 
 def from_jsonl(path: str | Path) -> list[Prompt]:
     path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"prompt file {str(path)!r} does not exist")
     prompts = []
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+    for n, line in enumerate(read_text(path, "prompt file").splitlines(), 1):
         if not line.strip():
             continue
         try:
@@ -91,11 +91,15 @@ def from_jsonl(path: str | Path) -> list[Prompt]:
 
 def _from_row(row, where: str) -> Prompt:
     if isinstance(row, str):
+        if not row:
+            raise ConfigError(f"{where}: the prompt is empty")
         return Prompt(where, text=row)
     if isinstance(row, dict):
         pid = str(row.get("id", row.get("task_id", where)))
         for key in ("prompt", "text"):
             if isinstance(row.get(key), str):
+                if not row[key]:
+                    raise ConfigError(f"{where}: the prompt is empty")
                 return Prompt(pid, text=row[key])
         if isinstance(row.get("turns"), list) and row["turns"]:
             return Prompt(pid, turns=tuple(str(t) for t in row["turns"]))

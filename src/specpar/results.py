@@ -38,6 +38,13 @@ METRICS_FOOTNOTE = (
 )
 
 
+def fmt(x, spec: str = ".2f", suffix: str = "") -> str:
+    """A metric as printed: "-" where it is undefined (None, nan or infinite: nothing drafted, no time elapsed)."""
+    if x is None or not math.isfinite(x):
+        return "-"
+    return format(x, spec) + suffix
+
+
 @dataclass
 class GenerationResult:
     algorithm: str

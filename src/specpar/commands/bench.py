@@ -8,10 +8,11 @@ import sys
 
 from specpar.commands import real_models
 from specpar.commands.generate import NAMES
+from specpar.commands.options import integer, number, seed, server_count
 from specpar.commands.runtime_args import add_runtime_arguments
 from specpar.errors import ConfigError
 from specpar.params import SamplingParams
-from specpar.results import METRICS_FOOTNOTE
+from specpar.results import METRICS_FOOTNOTE, fmt
 
 DESCRIPTION = """\
 Benchmark non-SI, SI and DSI on real models: for each prompt, each algorithm runs
@@ -34,13 +35,15 @@ def register(sub) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     real_models.add_prompt_args(p, default="humaneval")
-    p.add_argument("-n", "--prompts", type=int, default=10, help="prompts to run, the dataset's first n (default 10)")
-    p.add_argument("-N", "--max-new-tokens", type=int, default=64, help="tokens per prompt (default 64)")
-    p.add_argument("-k", "--lookahead", type=int, default=5, help="draft tokens per verification (default 5)")
-    p.add_argument("--sp-degree", type=int, default=2, help="target servers DSI may use at once (default 2)")
+    p.add_argument(
+        "-n", "--prompts", type=integer, default=10, help="prompts to run, the dataset's first n (default 10)"
+    )
+    p.add_argument("-N", "--max-new-tokens", type=integer, default=64, help="tokens per prompt (default 64)")
+    p.add_argument("-k", "--lookahead", type=integer, default=5, help="draft tokens per verification (default 5)")
+    p.add_argument("--sp-degree", type=server_count, default=2, help="target servers DSI may use at once (default 2)")
     p.add_argument("--algos", default="nonsi,si,dsi", help="comma-separated algorithms (default nonsi,si,dsi)")
-    p.add_argument("--temperature", type=float, default=0.0, help="0 (default) greedy; > 0 sampling")
-    p.add_argument("--seed", type=int, default=0, help="prompt i samples with seed + i")
+    p.add_argument("--temperature", type=number, default=0.0, help="0 (default) greedy; > 0 sampling")
+    p.add_argument("--seed", type=seed, default=0, help="prompt i samples with seed + i")
     p.add_argument("--out", metavar="FILE.jsonl", help="write one JSON line per prompt and algorithm")
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     real_models.add_model_args(p)
@@ -50,8 +53,11 @@ def register(sub) -> None:
 
 def run(args) -> int:
     from specpar import prompts
+    from specpar.paths import check_output_file
 
     real_models.check_common(args)
+    if args.out:
+        args.out = check_output_file(args.out, "--out")
     algorithms = [a.strip() for a in args.algos.split(",") if a.strip()]
     bad = [a for a in algorithms if a not in NAMES]
     if bad or not algorithms:
@@ -216,21 +222,18 @@ def _print(args, summary, why, target, drafter, servers) -> None:
     ):
         table.add_column(col, justify="left" if col == "algorithm" else "right")
 
-    def f(x, spec=".2f", suffix=""):
-        return "-" if x is None else format(x, spec) + suffix
-
     for algo, s in summary.items():
         vs = s["speedup_vs_nonsi"]
         table.add_row(
             NAMES[algo],
-            f(s["wall_time_s"], ".1f"),
-            f(s["tokens_per_second"]),
-            f"[red]{vs:.2f}x[/red]" if vs is not None and vs < 1 else f(vs, ".2f", "x"),
-            f(s["speedup_vs_si"], ".2f", "x"),
-            f(s["acceptance_rate"]),
-            f(s["mean_acceptance_length"]),
+            fmt(s["wall_time_s"], ".1f"),
+            fmt(s["tokens_per_second"]),
+            f"[red]{vs:.2f}x[/red]" if vs is not None and vs < 1 else fmt(vs, ".2f", "x"),
+            fmt(s["speedup_vs_si"], ".2f", "x"),
+            fmt(s["acceptance_rate"]),
+            fmt(s["mean_acceptance_length"]),
             "-" if s["same_tokens_as_nonsi"] is None else ("yes" if s["same_tokens_as_nonsi"] else "[red]NO[/red]"),
-            f(None if s["outside_forward_fraction"] is None else 100 * s["outside_forward_fraction"], ".2f", "%"),
+            fmt(None if s["outside_forward_fraction"] is None else 100 * s["outside_forward_fraction"], ".2f", "%"),
         )
     console.print(table)
     console.print(METRICS_FOOTNOTE, style="dim")

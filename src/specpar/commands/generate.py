@@ -7,6 +7,8 @@ import json
 import sys
 
 from specpar.commands import real_models
+from specpar.commands.options import integer, number, seed, server_count
+from specpar.commands.progress import TokenProgress
 from specpar.commands.runtime_args import add_runtime_arguments
 from specpar.errors import ConfigError
 from specpar.results import METRICS_FOOTNOTE
@@ -35,16 +37,16 @@ def register(sub) -> None:
     real_models.add_prompt_args(p)
     p.add_argument("--chat", action="store_true", help="put the prompt text in the target's chat template")
     p.add_argument("--algo", choices=("nonsi", "si", "dsi"), default="dsi", help="algorithm (default dsi)")
-    p.add_argument("-k", "--lookahead", type=int, default=5, help="draft tokens per verification (default 5)")
+    p.add_argument("-k", "--lookahead", type=integer, default=5, help="draft tokens per verification (default 5)")
     p.add_argument(
         "--sp-degree",
-        type=int,
+        type=server_count,
         default=2,
         help="target servers DSI may use at once; they share one copy of the weights per device (default 2)",
     )
-    p.add_argument("-N", "--max-new-tokens", type=int, default=64, help="tokens to generate (default 64)")
-    p.add_argument("--temperature", type=float, default=0.0, help="0 (default) greedy; > 0 sampling")
-    p.add_argument("--seed", type=int, default=0, help="keys every random draw when sampling")
+    p.add_argument("-N", "--max-new-tokens", type=integer, default=64, help="tokens to generate (default 64)")
+    p.add_argument("--temperature", type=number, default=0.0, help="0 (default) greedy; > 0 sampling")
+    p.add_argument("--seed", type=seed, default=0, help="keys every random draw when sampling")
     add_sampling_args(p)
     p.add_argument("--compare", action="store_true", help="also run the other algorithms and print all side by side")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text and tables")
@@ -53,15 +55,21 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
-def prompt_ids(args, target) -> tuple[str, list[int]]:
-    """(what the prompt is, its token ids) from the positional prompt and --dataset / --chat."""
+def chosen_prompt(args):
+    """The --dataset prompt the arguments name (None for a prompt text), checked before any model loads."""
     from specpar import prompts
 
     if args.dataset:
-        chosen = prompts.pick(prompts.load(args.dataset), args.prompt or "0")
-        return chosen.id, chosen.token_ids(target)
+        return prompts.pick(prompts.load(args.dataset), args.prompt or "0")
     if not args.prompt:
         raise ConfigError("give a prompt text, or --dataset SOURCE with an index")
+    return None
+
+
+def prompt_ids(args, target, chosen=None) -> tuple[str, list[int]]:
+    """(what the prompt is, its token ids) from the positional prompt, or the ``chosen`` --dataset prompt."""
+    if chosen is not None:
+        return chosen.id, chosen.token_ids(target)
     ids = target.chat_prompt([args.prompt]) if args.chat else target.encode(args.prompt)
     if not ids:
         raise ConfigError("the prompt encodes to no tokens")
@@ -70,15 +78,20 @@ def prompt_ids(args, target) -> tuple[str, list[int]]:
 
 def add_sampling_args(p) -> None:
     g = p.add_argument_group("sampling and stopping (vLLM's SamplingParams)")
-    g.add_argument("--top-k", type=int, default=0, help="keep the k most likely tokens (default 0: all)")
-    g.add_argument("--top-p", type=float, default=1.0, help="keep the most likely tokens up to this probability")
-    g.add_argument("--min-p", type=float, default=0.0, help="drop tokens below min-p x the top token's probability")
+    g.add_argument("--top-k", type=integer, default=0, help="keep the k most likely tokens (default 0: all)")
+    g.add_argument("--top-p", type=number, default=1.0, help="keep the most likely tokens up to this probability")
+    g.add_argument("--min-p", type=number, default=0.0, help="drop tokens below min-p x the top token's probability")
     g.add_argument(
-        "--repetition-penalty", type=float, default=1.0, help="> 1 makes tokens already seen less likely (default 1)"
+        "--repetition-penalty", type=number, default=1.0, help="> 1 makes tokens already seen less likely (default 1)"
     )
     g.add_argument("--stop", action="append", default=None, metavar="TEXT", help="stop at this text (repeatable)")
     g.add_argument(
-        "--stop-token-id", action="append", type=int, default=None, metavar="ID", help="stop at this token (repeatable)"
+        "--stop-token-id",
+        action="append",
+        type=integer,
+        default=None,
+        metavar="ID",
+        help="stop at this token (repeatable)",
     )
     g.add_argument("--ignore-eos", action="store_true", help="go on past the model's end-of-text tokens")
 
@@ -126,10 +139,11 @@ class Streamer:
 def run(args) -> int:
     real_models.check_common(args)
     params = sampling_params(args)
+    chosen = chosen_prompt(args)
     algorithms = [args.algo] + ([a for a in ("nonsi", "si", "dsi") if a != args.algo] if args.compare else [])
     sp = args.sp_degree if "dsi" in algorithms else 1
     target, drafter, servers = real_models.load(args, sp, max_tokens=4096)
-    what, ids = prompt_ids(args, target)
+    what, ids = prompt_ids(args, target, chosen)
     servers.check_length(len(ids), args.max_new_tokens)
     results = {}
     for i, algo in enumerate(algorithms):
@@ -142,7 +156,10 @@ def run(args) -> int:
             )
             stream = Streamer(target, ids, params.stop)
         servers.reset()  # every algorithm starts from a cold cache (its TTFT includes the prefill)
-        results[algo] = servers.generate(ids, algo, lookahead=args.lookahead, stream=stream, params=params)
+        with TokenProgress(args.max_new_tokens, NAMES[algo], enabled=stream is None) as bar:  # runs not shown
+            results[algo] = servers.generate(
+                ids, algo, lookahead=args.lookahead, stream=stream or bar.callback, params=params
+            )
         if stream is not None:
             stream.finish()
             print()
@@ -170,16 +187,19 @@ def _report(args, results, target) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    from specpar.results import fmt
+
     console = Console(stderr=True, width=None if sys.stderr.isatty() else 120)
     main = results[args.algo]
     console.print(
-        f"{NAMES[args.algo]}: {len(main.tokens)} tokens in {main.time_ms / 1000:.2f} s = {main.tokens_per_second:.2f} tokens/s"
+        f"{NAMES[args.algo]}: {len(main.tokens)} tokens in {main.time_ms / 1000:.2f} s = "
+        f"{fmt(main.tokens_per_second)} tokens/s"
         f" (first token {main.ttft_ms / 1000:.2f} s); "
         + (
             ""
             if args.algo == "nonsi"
-            else f"acceptance rate {main.acceptance_rate:.2f}, mean acceptance length "
-            f"{main.mean_acceptance_length:.2f}, lookahead {main.lookahead}, "
+            else f"acceptance rate {fmt(main.acceptance_rate)}, mean acceptance length "
+            f"{fmt(main.mean_acceptance_length)}, lookahead {main.lookahead}, "
         )
         + (
             f"time outside forward passes {100 * main.overhead['outside_forward_fraction']:.2f}%"
@@ -208,11 +228,11 @@ def _report(args, results, target) -> None:
         table.add_row(
             NAMES[algo],
             f"{r.time_ms / 1000:.2f}",
-            f"{r.tokens_per_second:.2f}",
+            fmt(r.tokens_per_second),
             f"[red]{vs:.2f}x[/red]" if vs < 1 else f"{vs:.2f}x",
             f"{si.time_ms / r.time_ms:.2f}x",
-            "-" if algo == "nonsi" else f"{r.acceptance_rate:.2f}",
-            "-" if algo == "nonsi" else f"{r.mean_acceptance_length:.2f}",
+            "-" if algo == "nonsi" else fmt(r.acceptance_rate),
+            "-" if algo == "nonsi" else fmt(r.mean_acceptance_length),
             "-" if algo == "nonsi" or args.temperature else ("yes" if r.tokens == base.tokens else "[red]NO[/red]"),
         )
     console.print(table)

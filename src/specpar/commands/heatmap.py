@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
+
+from specpar.commands.options import integer, seed, server_count
 
 DESCRIPTION = """\
 Offline simulation on the virtual clock, as in the DSI paper's Fig. 2: speedups
@@ -29,7 +32,7 @@ def register(subparsers) -> None:
     p.add_argument(
         "-k",
         "--lookahead",
-        type=int,
+        type=integer,
         default=None,
         metavar="K",
         help="fixed lookahead for SI and DSI (Fig. 7: 5). Default: SI's best, DSI's Eq. 1 smallest",
@@ -43,7 +46,7 @@ def register(subparsers) -> None:
     )
     p.add_argument(
         "--check-cells",
-        type=int,
+        type=integer,
         default=0,
         metavar="M",
         help="also run M random cells through the event-driven simulator and print both (slow)",
@@ -60,30 +63,44 @@ def add_grid_arguments(p, resolution: int = 100) -> None:
     )
     p.add_argument(
         "--resolution",
-        type=int,
+        type=integer,
         default=resolution,
         metavar="R",
         help="R drafter latencies c from 0.01 to 1 and R+1 acceptance rates a from 0 to 1, evenly spaced "
         f"(default {resolution}: {note})",
     )
-    p.add_argument("-N", "--max-new-tokens", type=int, default=100, metavar="N", help="tokens per run (default 100)")
-    p.add_argument("--repeats", type=int, default=5, help="runs per cell and algorithm (default 5)")
+    p.add_argument(
+        "-N", "--max-new-tokens", type=integer, default=100, metavar="N", help="tokens per run (default 100)"
+    )
+    p.add_argument("--repeats", type=integer, default=5, help="runs per cell and algorithm (default 5)")
     p.add_argument(
         "--sp-degree",
-        type=int,
+        type=server_count,
         default=7,
         metavar="SP",
         help="target servers DSI may use (default 7: an 8-GPU node, the drafter on the eighth)",
     )
     p.add_argument(
         "--lookahead-range",
-        type=int,
+        type=integer,
         nargs=2,
         default=(1, 200),
         metavar=("FIRST", "LAST"),
         help="lookaheads SI may choose from in each cell (default 1 200)",
     )
-    p.add_argument("--seed", type=int, default=0, help="seed of the acceptance draws (default 0)")
+    p.add_argument("--seed", type=seed, default=0, help="seed of the acceptance draws (default 0)")
+
+
+def output_prefix(given: str | None, default: str) -> str:
+    """Where PREFIX.png and PREFIX.csv go: ``given`` (a directory: ``default`` in it), checked before any work."""
+    from specpar.paths import check_output_file
+
+    prefix = given or default
+    if prefix.endswith(os.sep) or os.path.isdir(prefix):
+        prefix = os.path.join(prefix, default)
+    for suffix in (".png", ".csv"):
+        check_output_file(prefix + suffix, "-o")
+    return prefix
 
 
 def compute_with_progress(args, fixed_lookahead, label: str):
@@ -114,7 +131,7 @@ def run(args) -> int:
     from specpar.experiments.plots import plot_heatmap
 
     console = Console(width=None if sys.stdout.isatty() else 120, highlight=False)
-    prefix = args.output or ("dsi-fig2" if args.lookahead is None else f"dsi-fig7-k{args.lookahead}")
+    prefix = output_prefix(args.output, "dsi-fig2" if args.lookahead is None else f"dsi-fig7-k{args.lookahead}")
     t0 = time.perf_counter()
     h = compute_with_progress(args, args.lookahead, f"{args.resolution} x {args.resolution + 1} cells")
     seconds = time.perf_counter() - t0

@@ -8,7 +8,9 @@ import math
 import sys
 from pathlib import Path
 
+from specpar.commands.options import integer, number
 from specpar.errors import ConfigError
+from specpar.paths import read_text
 
 DESCRIPTION = """\
 Choose the hierarchical speculative decoding (HSD) stack with the least expected
@@ -51,23 +53,25 @@ def add_plan_arguments(p, required: bool) -> None:
         help="pairwise acceptance-rate matrix, JSON or text (see above)",
     )
     p.add_argument(
-        "--t-max", type=int, default=15, metavar="T", help="largest buffer size considered for every level (default 15)"
+        "--t-max",
+        type=integer,
+        default=15,
+        metavar="T",
+        help="largest buffer size considered for every level (default 15)",
     )
 
 
 def parse_costs(text: str) -> list[float]:
+    """Finite numbers separated by commas (--costs, --chain)."""
     try:
-        return [float(x) for x in text.replace(" ", "").split(",") if x]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"costs must be numbers separated by commas, got {text!r}") from None
+        return [number(x) for x in text.replace(" ", "").split(",") if x]
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"must be finite numbers separated by commas, got {text!r}") from None
 
 
 def read_alpha(path: Path) -> list[list[float]]:
     """A matrix from a JSON file (list of rows) or a text file (one row per line)."""
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise ConfigError(f"cannot read the alpha file {str(path)!r}: {exc.strerror or exc}") from None
+    text = read_text(path, "alpha file")
     try:
         data = json.loads(text)
         if isinstance(data, dict) and "alpha" in data:

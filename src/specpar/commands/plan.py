@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 
+from specpar.commands.options import integer, seed, server_count
 from specpar.commands.simulate import add_pair_arguments, pair_from_args
 from specpar.errors import ConfigError
 
@@ -29,11 +30,13 @@ def register(sub) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_pair_arguments(p)
-    p.add_argument("--sp-degree", type=int, default=7, metavar="SP", help="target servers DSI may use (default 7)")
     p.add_argument(
-        "-N", "--max-new-tokens", type=int, default=100, metavar="N", help="tokens to plan for (default 100)"
+        "--sp-degree", type=server_count, default=7, metavar="SP", help="target servers DSI may use (default 7)"
     )
-    p.add_argument("--seed", type=int, default=0, help="seed of the simulated runs")
+    p.add_argument(
+        "-N", "--max-new-tokens", type=integer, default=100, metavar="N", help="tokens to plan for (default 100)"
+    )
+    p.add_argument("--seed", type=seed, default=0, help="seed of the simulated runs")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     p.set_defaults(func=run)
 

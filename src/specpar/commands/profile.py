@@ -7,6 +7,7 @@ import json
 import sys
 
 from specpar.commands import real_models
+from specpar.commands.options import integer
 
 DESCRIPTION = """\
 Profile a target/drafter pair as the DSI paper does. TTFT and TPOT (App. F.1):
@@ -31,15 +32,19 @@ def register(sub) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     real_models.add_prompt_args(p, default="humaneval")
-    p.add_argument("-n", "--prompts", type=int, default=5, help="prompts, the dataset's first n (paper: 50; default 5)")
-    p.add_argument("--tokens", type=int, default=20, help="tokens timed per prompt (paper: 20; default 20)")
+    p.add_argument(
+        "-n", "--prompts", type=integer, default=5, help="prompts, the dataset's first n (paper: 50; default 5)"
+    )
+    p.add_argument("--tokens", type=integer, default=20, help="tokens timed per prompt (paper: 20; default 20)")
     p.add_argument(
         "--accept-tokens",
-        type=int,
+        type=integer,
         default=64,
         help="tokens per prompt for the acceptance rate (paper: 256; default 64)",
     )
-    p.add_argument("-k", "--lookahead", type=int, default=5, help="drafts in the timed verification pass (default 5)")
+    p.add_argument(
+        "-k", "--lookahead", type=integer, default=5, help="drafts in the timed verification pass (default 5)"
+    )
     p.add_argument(
         "--out", metavar="FILE.json", default="profile.json", help="where to write the profile (default profile.json)"
     )
@@ -50,8 +55,11 @@ def register(sub) -> None:
 
 def run(args) -> int:
     from specpar import prompts
+    from specpar.paths import check_output_file
     from specpar.serving import cpu_cores, torch_threads
 
+    real_models.check_common(args)
+    args.out = check_output_file(args.out, "--out")  # before an hour of profiling, not after
     chosen = prompts.load(args.dataset, args.prompts)
     target, drafter, servers = real_models.load(args, 1, max_tokens=4096)
     ids = [p.token_ids(target) for p in chosen]
@@ -86,6 +94,7 @@ def _measure(args, t, d, ids) -> dict:
 
 def _report(args, prof, ids) -> int:
     from specpar import profiling
+    from specpar.results import fmt
 
     profiling.write(prof, args.out)
     if args.json:
@@ -100,8 +109,9 @@ def _report(args, prof, ids) -> int:
         )
     print(f"drafter latency c = {dl['tpot_ms'] / tl['tpot_ms']:.3f} (TPOT ratio)")
     print(
-        f"acceptance rate: {acc['geometric']:.3f} (App. F.2: mean exact-match prefix {acc['mean_exact_prefix']:.1f} "
-        f"tokens, a = 1 - 1/(1 + mean)); direct per-token rate {acc['direct']:.3f}"
+        f"acceptance rate: {fmt(acc['geometric'], '.3f')} (App. F.2: mean exact-match prefix "
+        f"{fmt(acc['mean_exact_prefix'], '.1f')} tokens, a = 1 - 1/(1 + mean)); direct per-token rate "
+        f"{fmt(acc['direct'], '.3f')}"
     )
     print(f"wrote {args.out}; predict speedups with: specpar simulate --profile {args.out} --sp-degree 2")
     return 0

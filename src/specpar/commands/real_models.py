@@ -5,6 +5,7 @@ from __future__ import annotations
 import statistics
 import sys
 
+from specpar.decoding import check_temperature
 from specpar.errors import ConfigError
 
 PAIR_HELP = (
@@ -42,12 +43,21 @@ def add_prompt_args(p, default: str | None = None) -> None:
     )
 
 
+def device_names(args) -> list[str] | None:
+    """The devices --devices lists (None when not given), refused when it lists none."""
+    if args.devices is None:
+        return None
+    names = [d.strip() for d in args.devices.split(",") if d.strip()]
+    if not names:
+        raise ConfigError(f"--devices must name at least one device (cpu, cuda:0, ...), got {args.devices!r}")
+    return names
+
+
 def devices(args) -> list[str]:
     from specpar.models.transformers_model import available_devices, check_device
 
-    if args.devices:
-        return [check_device(d.strip()) for d in args.devices.split(",") if d.strip()]
-    return available_devices()
+    names = device_names(args)
+    return available_devices() if names is None else [check_device(d) for d in names]
 
 
 def load(args, sp_degree: int, max_tokens: int):
@@ -55,6 +65,10 @@ def load(args, sp_degree: int, max_tokens: int):
     from specpar.serving import Servers, load_pair
 
     devs = devices(args)
+    if not sys.stderr.isatty():  # transformers' loading bars would be lines of noise in a log, around any error
+        from transformers.utils import logging as transformers_logging
+
+        transformers_logging.disable_progress_bar()
     # the drafter on the first device, the target where Servers puts its replicas (the others, if any)
     target, drafter = load_pair(
         args.target,
@@ -76,8 +90,8 @@ def check_common(args) -> None:
             raise ConfigError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     if getattr(args, "lookahead", None) is not None and args.lookahead < 1:
         raise ConfigError(f"--lookahead must be >= 1, got {args.lookahead}")
-    if getattr(args, "temperature", 0.0) < 0:
-        raise ConfigError(f"--temperature must be >= 0 (0 means greedy), got {args.temperature}")
+    check_temperature(getattr(args, "temperature", 0.0))
+    device_names(args)
 
 
 def task_ms(results, kind: str, server_prefix: str) -> list[float]:

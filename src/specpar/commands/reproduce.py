@@ -8,6 +8,8 @@ import os
 import sys
 import time
 
+from specpar.commands.options import number
+
 DESCRIPTION = """\
 Check the DSI paper's claims by simulation and print each with the measured
 figure, PASS / FAIL (or MISSING where an input is not in our copy of the
@@ -38,14 +40,14 @@ def register(subparsers) -> None:
     )
     p.add_argument(
         "--starcoder-drafter-latency",
-        type=float,
+        type=number,
         default=None,
         metavar="C",
         help="Table 2: StarCoder-168M's latency as a fraction of StarCoder-15B's (not in our copy)",
     )
     p.add_argument(
         "--phi3-acceptance",
-        type=float,
+        type=number,
         default=None,
         metavar="A",
         help="Table 2: Phi3-4B's acceptance rate against Phi3-14B (not in our copy)",
@@ -70,7 +72,7 @@ def register(subparsers) -> None:
 
 def _table2_rows(args):
     from specpar.errors import ConfigError
-    from specpar.experiments.claims import TABLE2_KNOWN, Table2Row
+    from specpar.experiments.claims import TABLE2_KNOWN, Table2Row, check_table2_inputs
 
     star, phi = TABLE2_KNOWN
     c, a = args.starcoder_drafter_latency, args.phi3_acceptance
@@ -83,6 +85,9 @@ def _table2_rows(args):
             rows.append(Table2Row(name, float(c), float(a), "given on the command line"))
         except ValueError:
             raise ConfigError(f"--table2-row {name} {c} {a}: C and A must be numbers") from None
+    for row in rows:  # checked now, not after the grid claims have run
+        if row.c is not None and row.a is not None:
+            check_table2_inputs(row.c, row.a)
     return rows
 
 
@@ -91,6 +96,10 @@ def run(args) -> int:
 
     from specpar.experiments.claims import FAIL, reproduce
 
+    if args.output_dir:
+        from specpar.paths import check_output_dir
+
+        check_output_dir(args.output_dir, "--output-dir")
     console = Console(width=None if sys.stdout.isatty() else 120, highlight=False)
     figures: dict = {}
     t0 = time.perf_counter()

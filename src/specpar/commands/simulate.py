@@ -8,11 +8,16 @@ import random
 import sys
 import warnings
 
+from specpar.commands.options import integer, number, seed, server_count
 from specpar.commands.runtime_args import CLOCKS, add_runtime_arguments, runtime_options
+from specpar.decoding import check_temperature
 from specpar.errors import ConfigError, SpecparWarning
 from specpar.models import LatencyProfile, SimulatedModel
+from specpar.models.latency import MAX_LATENCY_MS
 from specpar.planning.lookahead import verification_servers
-from specpar.results import METRICS_FOOTNOTE
+from specpar.results import METRICS_FOOTNOTE, fmt
+
+MAX_SIMULATED = 1_000_000  # the largest simulated vocabulary and prompt: larger ones take hours before a token
 
 DESCRIPTION = """\
 Simulate lossless speculative inference with a simulated target and drafter.
@@ -43,19 +48,19 @@ def register(sub) -> None:
     )
     p.add_argument(
         "--sp-degree",
-        type=int,
+        type=server_count,
         default=7,
         metavar="SP",
         help="speculation parallelism degree: target servers DSI may use at once (default 7: "
         "an 8-GPU node with the drafter on the eighth, as in the paper)",
     )
     p.add_argument(
-        "-N", "--max-new-tokens", type=int, default=100, metavar="N", help="tokens to generate (default 100)"
+        "-N", "--max-new-tokens", type=integer, default=100, metavar="N", help="tokens to generate (default 100)"
     )
     add_runtime_arguments(p, link=True)
     p.add_argument(
         "--temperature",
-        type=float,
+        type=number,
         default=0.0,
         help="0 for greedy (exact-match verification), > 0 for sampling (rejection sampling)",
     )
@@ -66,10 +71,10 @@ def register(sub) -> None:
         help="sampling: rejection (the papers' rejection sampling) or gumbel (drafter-invariant: every algorithm "
         "gives non-SI's tokens for a seed, on every runtime; lower acceptance)",
     )
-    p.add_argument("--seed", type=int, default=0, help="repeat r uses models, prompt and draws from seed + r")
-    p.add_argument("--repeats", type=int, default=5, help="runs per algorithm, interleaved (default 5)")
-    p.add_argument("--vocab-size", type=int, default=8, help="vocabulary of the simulated models (default 8)")
-    p.add_argument("--prompt-length", type=int, default=8, help="prompt tokens (default 8)")
+    p.add_argument("--seed", type=seed, default=0, help="repeat r uses models, prompt and draws from seed + r")
+    p.add_argument("--repeats", type=integer, default=5, help="runs per algorithm, interleaved (default 5)")
+    p.add_argument("--vocab-size", type=integer, default=8, help="vocabulary of the simulated models (default 8)")
+    p.add_argument("--prompt-length", type=integer, default=8, help="prompt tokens (default 8)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     p.add_argument(
         "--timeline",
@@ -96,21 +101,21 @@ def add_pair_arguments(p) -> None:
     lat = p.add_argument_group("latencies (ms per forward pass)")
     lat.add_argument(
         "--target-tpot",
-        type=float,
+        type=number,
         default=30.0,
         metavar="MS",
         help="target's time per output token: one forward pass with the prefix cached (default 30)",
     )
     lat.add_argument(
         "--target-ttft",
-        type=float,
+        type=number,
         default=None,
         metavar="MS",
         help="target's time to first token: the prefill pass (default: same as --target-tpot)",
     )
     lat.add_argument(
         "--target-per-token",
-        type=float,
+        type=number,
         default=0.0,
         metavar="MS",
         help="target's extra time per additional token in one pass (verifying k drafts, or catching up on unseen "
@@ -119,21 +124,21 @@ def add_pair_arguments(p) -> None:
     lat.add_argument(
         "-c",
         "--drafter-latency",
-        type=float,
+        type=number,
         default=0.1,
         metavar="C",
         help="drafter latency as a fraction c of the target's, for both TTFT and TPOT (default 0.1)",
     )
     lat.add_argument(
         "--drafter-tpot",
-        type=float,
+        type=number,
         default=None,
         metavar="MS",
         help="drafter's time per output token in ms (overrides -c)",
     )
     lat.add_argument(
         "--drafter-ttft",
-        type=float,
+        type=number,
         default=None,
         metavar="MS",
         help="drafter's time to first token in ms (default: same as --drafter-tpot)",
@@ -141,7 +146,7 @@ def add_pair_arguments(p) -> None:
     p.add_argument(
         "-a",
         "--acceptance-rate",
-        type=float,
+        type=number,
         default=0.8,
         metavar="A",
         help="probability that a draft token is accepted, iid per position (default 0.8)",
@@ -166,8 +171,10 @@ def add_pair_arguments(p) -> None:
 def _profiles(args) -> tuple[LatencyProfile, LatencyProfile]:
     for flag in ("target_tpot", "target_ttft", "target_per_token", "drafter_tpot", "drafter_ttft"):
         value = getattr(args, flag)
-        if value is not None and not value >= 0:
-            raise ConfigError(f"--{flag.replace('_', '-')} must be a latency >= 0 ms, got {value}")
+        if value is not None and not 0 <= value <= MAX_LATENCY_MS:
+            raise ConfigError(
+                f"--{flag.replace('_', '-')} must be a latency in [0, {MAX_LATENCY_MS:g}] ms, got {value}"
+            )
     target = LatencyProfile(
         args.target_ttft if args.target_ttft is not None else args.target_tpot, args.target_tpot, args.target_per_token
     )
@@ -176,8 +183,10 @@ def _profiles(args) -> tuple[LatencyProfile, LatencyProfile]:
         drafter = LatencyProfile(ttft, args.drafter_tpot)
     else:
         c = args.drafter_latency
-        if not c >= 0:
-            raise ConfigError(f"drafter latency fraction c must be >= 0, got {c!r}")
+        if not 0 <= c * max(target.ttft_ms, target.tpot_ms) <= MAX_LATENCY_MS:
+            raise ConfigError(
+                f"drafter latency fraction c must be >= 0 and give a drafter latency <= {MAX_LATENCY_MS:g} ms, got {c!r}"
+            )
         drafter = target.scaled(c)
     return target, drafter
 
@@ -235,9 +244,15 @@ def _lookaheads(args, target_lat, drafter_lat, a) -> tuple[dict[str, int], str]:
 
 
 def run(args) -> int:
+    check_temperature(args.temperature)
     for name in ("max_new_tokens", "repeats", "sp_degree", "prompt_length"):
         if getattr(args, name) < 1:
             raise ConfigError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    for name in ("prompt_length", "vocab_size"):  # simulated models score every token of the vocabulary in Python
+        if getattr(args, name) > MAX_SIMULATED:
+            raise ConfigError(
+                f"--{name.replace('_', '-')} must be at most {MAX_SIMULATED:,}, got {getattr(args, name)}"
+            )
     if args.algo == "hsd":
         from specpar.commands import simulate_hsd
 
@@ -245,9 +260,16 @@ def run(args) -> int:
     from specpar.comparison import compare
     from specpar.planning import analytic
 
+    if args.timeline:
+        from specpar.paths import check_output_file, image_suffixes
+
+        args.timeline = check_output_file(args.timeline, "--timeline", image_suffixes())
     target_lat, drafter_lat, a = pair_from_args(args)
-    c = drafter_lat.tpot_ms / target_lat.tpot_ms if target_lat.tpot_ms > 0 else float("nan")
-    k, why = _lookaheads(args, target_lat, drafter_lat, a)
+    c = drafter_lat.tpot_ms / target_lat.tpot_ms if target_lat.tpot_ms > 0 else None  # undefined: printed "-"
+    from specpar.commands.progress import status
+
+    with status("choosing each algorithm's lookahead (-k auto)", args.lookahead == "auto" and not args.json):
+        k, why = _lookaheads(args, target_lat, drafter_lat, a)
 
     def make_models(seed):
         target = SimulatedModel(args.vocab_size, seed=seed, latency=target_lat)
@@ -281,7 +303,7 @@ def run(args) -> int:
         plot_timelines(
             [s.first_run for s in summary.values()],
             args.timeline,
-            title=f"c = {c:.3g}, a = {a:g}, N = {args.max_new_tokens}, seed {args.seed}",
+            title=f"c = {fmt(c, '.3g')}, a = {a:g}, N = {args.max_new_tokens}, seed {args.seed}",
         )
     if args.json:
         print(
@@ -336,17 +358,13 @@ def _run_with_progress(compare, args, make_models, make_prompt, k):
         runtime=args.runtime,
         runtime_options=runtime_options(args),
     )
-    if args.json or not sys.stderr.isatty():
-        return compare(make_models, make_prompt, **kwargs)
-    from rich.progress import Progress
+    from specpar.commands.progress import TokenProgress
 
-    with Progress(transient=True) as bar:
-        task = bar.add_task("simulating", total=3 * args.repeats)
-        return compare(make_models, make_prompt, progress=lambda _: bar.advance(task), **kwargs)
-
-
-def _fmt(x, spec=".2f"):
-    return "-" if x is None or x != x else format(x, spec)
+    runs = 3 * args.repeats
+    with TokenProgress(runs * args.max_new_tokens, f"simulating {runs} runs", not args.json) as bar:
+        done = iter(range(1, runs + 1))
+        progress = lambda algo: bar.describe(f"simulated {next(done)} of {runs} runs")  # noqa: E731
+        return compare(make_models, make_prompt, progress=progress, stream=bar.callback, **kwargs)
 
 
 def _print_table(args, summary, target_lat, drafter_lat, c, k, why, closed, messages) -> None:
@@ -358,7 +376,7 @@ def _print_table(args, summary, target_lat, drafter_lat, c, k, why, closed, mess
     mode = "greedy" if args.temperature == 0 else f"sampling at temperature {args.temperature:g}"
     console.print(
         f"target {target_lat.tpot_ms:g} ms/token (TTFT {target_lat.ttft_ms:g} ms), "
-        f"drafter {drafter_lat.tpot_ms:g} ms/token (c = {c:.3g}), a = {args.acceptance_rate:g}, "
+        f"drafter {drafter_lat.tpot_ms:g} ms/token (c = {fmt(c, '.3g')}), a = {args.acceptance_rate:g}, "
         f"N = {args.max_new_tokens}, {args.repeats} repeats, {clock}, {mode}"
     )
     ks = f"k = {k['dsi']}" if k["si"] == k["dsi"] else f"SI k = {k['si']}, DSI k = {k['dsi']}"
@@ -381,17 +399,17 @@ def _print_table(args, summary, target_lat, drafter_lat, c, k, why, closed, mess
         table.add_column(col, justify="right" if col != "algorithm" else "left")
     names = {"nonsi": "non-SI", "si": "SI", "dsi": "DSI"}
     for name, s in summary.items():
-        speed = _fmt(s.speedup_vs_nonsi) + "x"
+        speed = fmt(s.speedup_vs_nonsi, ".2f", "x")
         table.add_row(
             names[name],
             str(s.lookahead or "-"),
             str(s.sp_degree),
             f"{s.mean_ms:.1f}±{s.std_ms:.1f}",
             f"[red]{speed}[/red]" if s.speedup_vs_nonsi < 1 - 1e-9 else speed,
-            _fmt(s.speedup_vs_si) + "x",
-            _fmt(s.acceptance_rate),
-            _fmt(s.mean_acceptance_length),
-            _fmt(s.mean_run_length),
+            fmt(s.speedup_vs_si, ".2f", "x"),
+            fmt(s.acceptance_rate),
+            fmt(s.mean_acceptance_length),
+            fmt(s.mean_run_length),
             f"{s.target_forwards:.1f}",
             f"{s.drafter_forwards:.1f}",
             "-" if s.same_tokens_as_nonsi is None else ("yes" if s.same_tokens_as_nonsi else "[red]NO[/red]"),

@@ -12,6 +12,8 @@ import random
 import statistics
 import sys
 
+from specpar.commands.options import integers
+from specpar.commands.progress import TokenProgress
 from specpar.commands.runtime_args import CLOCKS, runtime_options
 from specpar.errors import ConfigError
 
@@ -34,14 +36,14 @@ def add_arguments(p) -> None:
     )
     g.add_argument(
         "--levels",
-        type=lambda s: [int(x) for x in s.split(",")],
+        type=integers,
         default=None,
         metavar="I,J,...",
         help="run this hierarchy (model indices, the target last) instead of the optimizer's",
     )
     g.add_argument(
         "--buffers",
-        type=lambda s: [int(x) for x in s.split(",")],
+        type=integers,
         default=None,
         metavar="T0,T1,...",
         help="buffer sizes of --levels (one per level below the target)",
@@ -77,7 +79,6 @@ def _stack_parameters(args):
 
 
 def run(args) -> int:
-    from specpar.api import generate
     from specpar.planning.hsd_latency import check_costs, hierarchy_latency
     from specpar.planning.hsd_optimizer import HsdPlan, best_single_drafter, optimize
 
@@ -96,35 +97,9 @@ def run(args) -> int:
         plans["hsd-sp"] = hsd_plan  # the same hierarchy, its target verifying on --sp-degree servers (no model)
 
     runs = {name: [] for name in plans}
-    progress = _progress(args, len(plans) * args.repeats)
-    for r in range(args.repeats):
-        stack = make_stack(args.seed + r)
-        rng = random.Random(args.seed + r)
-        prompt = [rng.randrange(args.vocab_size) for _ in range(args.prompt_length)]
-        for name, plan in plans.items():
-            kw = dict(
-                max_new_tokens=args.max_new_tokens,
-                temperature=args.temperature,
-                seed=args.seed + r,
-                runtime=args.runtime,
-                runtime_options=runtime_options(args),
-            )
-            if len(plan.levels) == 1:
-                res = generate(prompt, stack.target, algorithm="nonsi", **kw)
-            else:
-                drafters = [stack.models[m] for m in plan.levels[:-1]]
-                res = generate(
-                    prompt,
-                    stack.target,
-                    drafters,
-                    algorithm="hsd-sp" if name == "hsd-sp" else "hsd",
-                    buffers=list(plan.buffers),
-                    sp_degree=args.sp_degree,
-                    **kw,
-                )
-            runs[name].append(res)
-            progress()
-    progress(done=True)
+    total = len(plans) * args.repeats
+    with TokenProgress(total * args.max_new_tokens, f"simulating {total} runs", not args.json) as bar:
+        _run_plans(args, plans, make_stack, runs, bar)
 
     n = args.max_new_tokens
     rows = {}
@@ -167,19 +142,40 @@ def run(args) -> int:
     return 0
 
 
-def _progress(args, total: int):
-    if args.json or not sys.stderr.isatty():
-        return lambda done=False: None
-    from rich.progress import Progress
+def _run_plans(args, plans, make_stack, runs, bar) -> None:
+    """Each plan ``args.repeats`` times, interleaved, repeat r on the stack and prompt of seed + r, into ``runs``."""
+    from specpar.api import generate
 
-    bar = Progress(transient=True)
-    bar.start()
-    task = bar.add_task("simulating", total=total)
-
-    def step(done=False):
-        bar.stop() if done else bar.advance(task)
-
-    return step
+    done, total = 0, len(plans) * args.repeats
+    for r in range(args.repeats):
+        stack = make_stack(args.seed + r)
+        rng = random.Random(args.seed + r)
+        prompt = [rng.randrange(args.vocab_size) for _ in range(args.prompt_length)]
+        for name, plan in plans.items():
+            kw = dict(
+                max_new_tokens=args.max_new_tokens,
+                temperature=args.temperature,
+                seed=args.seed + r,
+                runtime=args.runtime,
+                runtime_options=runtime_options(args),
+                stream=bar.callback,
+            )
+            if len(plan.levels) == 1:
+                res = generate(prompt, stack.target, algorithm="nonsi", **kw)
+            else:
+                drafters = [stack.models[m] for m in plan.levels[:-1]]
+                res = generate(
+                    prompt,
+                    stack.target,
+                    drafters,
+                    algorithm="hsd-sp" if name == "hsd-sp" else "hsd",
+                    buffers=list(plan.buffers),
+                    sp_degree=args.sp_degree,
+                    **kw,
+                )
+            runs[name].append(res)
+            done += 1
+            bar.describe(f"simulated {done} of {total} runs")
 
 
 def _print_table(args, costs, rows) -> None:
@@ -187,6 +183,7 @@ def _print_table(args, costs, rows) -> None:
     from rich.table import Table
 
     from specpar.commands.hsd_plan import describe
+    from specpar.results import fmt
 
     console = Console(width=None if sys.stdout.isatty() else 150)
     clock = CLOCKS[args.runtime]
@@ -224,7 +221,7 @@ def _print_table(args, costs, rows) -> None:
             "-" if name == "hsd-sp" else f"{r['predicted_ms_per_token']:.3f}",
             f"{r['speedup_vs_nonsi']:.2f}x",
             f"{r['speedup_vs_si']:.2f}x",
-            ", ".join("-" if x is None else f"{x:.2f}" for x in rates[1:]) if rates else "-",
+            ", ".join(fmt(x) for x in rates[1:]) if rates else "-",
             "-" if r["same_tokens_as_nonsi"] is None else ("yes" if r["same_tokens_as_nonsi"] else "[red]NO[/red]"),
         )
     console.print(table)

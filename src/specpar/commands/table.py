@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 
+from specpar.commands.options import integer, number, seed, server_count
 from specpar.commands.runtime_args import add_runtime_arguments, runtime_options
 
 DESCRIPTION = """\
@@ -42,25 +43,27 @@ def register(subparsers) -> None:
         default="geometric",
         help="for `specpar profile` files: App. F.2's geometric fit (default) or the per-token rate",
     )
-    p.add_argument("--target-tpot", type=float, default=None, metavar="MS", help="target's time per output token")
-    p.add_argument("--target-ttft", type=float, default=None, metavar="MS", help="target's prefill (default: TPOT)")
-    p.add_argument("--drafter-tpot", type=float, default=None, metavar="MS", help="drafter's time per output token")
-    p.add_argument("--drafter-ttft", type=float, default=None, metavar="MS", help="drafter's prefill (default: TPOT)")
-    p.add_argument("-a", "--acceptance-rate", type=float, default=None, metavar="A", help="drafter's acceptance rate")
+    p.add_argument("--target-tpot", type=number, default=None, metavar="MS", help="target's time per output token")
+    p.add_argument("--target-ttft", type=number, default=None, metavar="MS", help="target's prefill (default: TPOT)")
+    p.add_argument("--drafter-tpot", type=number, default=None, metavar="MS", help="drafter's time per output token")
+    p.add_argument("--drafter-ttft", type=number, default=None, metavar="MS", help="drafter's prefill (default: TPOT)")
+    p.add_argument("-a", "--acceptance-rate", type=number, default=None, metavar="A", help="drafter's acceptance rate")
     p.add_argument("--name", default="command line", help="label for the pair given by numbers")
     p.add_argument("--no-default-pair", action="store_true", help="leave out the default pair's measured profile")
-    p.add_argument("-N", "--max-new-tokens", type=int, default=50, metavar="N", help="tokens per run (default 50)")
-    p.add_argument("--repeats", type=int, default=3, help="runs per algorithm and lookahead (default 3)")
+    p.add_argument("-N", "--max-new-tokens", type=integer, default=50, metavar="N", help="tokens per run (default 50)")
+    p.add_argument("--repeats", type=integer, default=3, help="runs per algorithm and lookahead (default 3)")
     p.add_argument(
         "--lookaheads",
-        type=int,
+        type=integer,
         nargs="+",
         default=[1, 5, 10],
         metavar="K",
         help="lookaheads to try; those Eq. 1 rules out on --sp-degree servers are skipped (default 1 5 10)",
     )
-    p.add_argument("--sp-degree", type=int, default=7, metavar="SP", help="target servers DSI may use (default 7)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--sp-degree", type=server_count, default=7, metavar="SP", help="target servers DSI may use (default 7)"
+    )
+    p.add_argument("--seed", type=seed, default=0)
     p.add_argument("--json", action="store_true", help="print one JSON object")
     add_runtime_arguments(p, choices=("threads", "ray"), default="threads")
     p.set_defaults(func=run)

@@ -193,11 +193,16 @@ TABLE2_KNOWN = (
 )
 
 
+def check_table2_inputs(c: float, a: float) -> None:
+    """A Table 2 configuration is a drafter latency fraction 0 < c <= 1 and an acceptance rate 0 <= a <= 1."""
+    if not (0 < c <= 1 and 0 <= a <= 1):
+        raise ConfigError(f"Table 2 row needs 0 < c <= 1 and 0 <= a <= 1, got c={c!r}, a={a!r}")
+
+
 def measure_table2_row(c: float, a: float, n: int = 50, sp_degree: int = 7, repeats: int = 2000, seed: int = 0) -> dict:
     """DSI / SI on the virtual clock, Table 2's way: N = 50, lookahead in {1, 5, 10}, DSI only where Eq. 1 holds
     with SP <= 7; each algorithm at its best of those lookaheads."""
-    if not (0 < c <= 1 and 0 <= a <= 1):
-        raise ConfigError(f"Table 2 row needs 0 < c <= 1 and 0 <= a <= 1, got c={c!r}, a={a!r}")
+    check_table2_inputs(c, a)
     nz = next_rejection(acceptance_uniforms(repeats, n, seed), [a])[0]
     si, dsi = {}, {}
     for k in TABLE2_LOOKAHEADS:

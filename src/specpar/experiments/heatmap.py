@@ -46,12 +46,17 @@ PANELS = {  # name: (title, numerator, denominator) of speedup = numerator laten
 }
 
 
+MAX_RESOLUTION = 1000  # 10^6 cells; the per-lookahead arrays of a finer grid need tens of GB
+
+
 def grid(resolution: int) -> tuple[np.ndarray, np.ndarray]:
     """The paper's axes with ``resolution`` drafter latencies: c from 0.01 to 1 [res] and a from 0 to 1 [res+1],
     evenly spaced; 100 gives the paper's c in {0.01, ..., 1} x a in {0, 0.01, ..., 1}, and every resolution
     keeps the corners (the fastest drafter, a useless one, a perfect one)."""
-    if isinstance(resolution, bool) or not isinstance(resolution, int) or resolution < 2:
-        raise ConfigError(f"resolution must be an integer >= 2, got {resolution!r}")
+    if isinstance(resolution, bool) or not isinstance(resolution, int) or not 2 <= resolution <= MAX_RESOLUTION:
+        raise ConfigError(
+            f"resolution must be an integer in [2, {MAX_RESOLUTION}] (the paper's is 100), got {resolution!r}"
+        )
     return np.round(np.linspace(0.01, 1.0, resolution), 6), np.round(np.linspace(0.0, 1.0, resolution + 1), 6)
 
 
@@ -189,7 +194,8 @@ def compute_heatmap(
         for i in range(C)
         for k in dsi_candidates(float(cs[i]), si_lookahead[i], sp_degree, fixed_lookahead, lookaheads)
     ]
-    batches = np.array_split(np.arange(len(pairs)), max(1, math.ceil(len(pairs) * A * repeats / 20000)))
+    n_batches = min(len(pairs), math.ceil(len(pairs) * A * repeats / 20000))  # never an empty batch
+    batches = np.array_split(np.arange(len(pairs)), max(1, n_batches))
     total = si_batches + len(batches)
     if progress:
         progress(si_batches, total)

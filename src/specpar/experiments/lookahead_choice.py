@@ -31,13 +31,15 @@ FAST_PATH_REPEATS = 200
 EVENT_TOKENS = 2000  # event predictions average over about this many tokens (4 to 16 runs)
 EVENT_MAX_N = 200  # event predictions run on at most this many tokens
 EVENT_MAX_LOOKAHEAD = 32
+FAST_MAX_N = 1000  # fast-path predictions run on at most this many tokens: the ranking has settled by then
 
 
 @dataclass
 class LookaheadChoice:
     """The lookahead chosen and what decided it.
 
-    predicted_ms: candidate lookahead -> DSI's predicted mean latency (ms) for ``n`` tokens.
+    predicted_ms: candidate lookahead -> DSI's predicted mean latency (ms) for ``n`` tokens (at most FAST_MAX_N on
+        the fast path, EVENT_MAX_N on the virtual clock).
     valid: the candidates that satisfy Eq. 1 with ``sp_degree`` servers (empty: none does, all were tried).
     method: "fast path" or "virtual clock".
     """
@@ -146,6 +148,7 @@ def choose_lookahead(
 def _fast_path(
     algorithm: str, target_ms: float, c: float, a: float, sp: int, n: int, ks: list[int], seed: int
 ) -> dict[int, float]:
+    n = min(n, FAST_MAX_N)  # memory and time grow with n x lookaheads; -N 10^7 would not fit
     nz = next_rejection(acceptance_uniforms(FAST_PATH_REPEATS, n, seed), [a])[0]  # [R, n+1]
     R = len(nz)
     runs = np.tile(nz, (len(ks), 1))

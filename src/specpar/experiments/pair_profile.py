@@ -31,6 +31,7 @@ from pathlib import Path
 from specpar import profiling
 from specpar.errors import ConfigError
 from specpar.models.latency import LatencyProfile
+from specpar.paths import read_text
 
 
 @dataclass(frozen=True)
@@ -105,20 +106,17 @@ class PairProfile:
     @classmethod
     def load(cls, path: str | os.PathLike, estimate: str = "geometric") -> PairProfile:
         """Read either JSON form; ``estimate`` picks the acceptance estimate of a ``specpar profile`` file."""
-        try:
-            text = Path(path).read_text()
-        except FileNotFoundError:
+        if not Path(path).exists():
             raise ConfigError(
                 f"cannot read profile {str(path)!r}: it does not exist (write one with `specpar profile --out FILE`)"
-            ) from None
-        except OSError as exc:
-            raise ConfigError(f"cannot read profile {str(path)!r}: {exc.strerror or exc}") from None
+            )
+        text = read_text(path, "profile")
         try:
             d = json.loads(text)
         except json.JSONDecodeError as exc:
             raise ConfigError(f"profile {str(path)!r} is not valid JSON: {exc}") from None
         if isinstance(d, dict) and d.get("format") == profiling.FORMAT:
-            target, drafter, a = profiling.parse(d, estimate, repr(str(path)))
+            target, drafter, a = profiling.parse(d, estimate, f"profile {str(path)!r}")
             meta = {k: v for k, v in d.items() if k not in ("target", "drafter")}
             return cls(
                 str(d["target"].get("name", "target")),

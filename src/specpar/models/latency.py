@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 from specpar.errors import ConfigError
+
+MAX_LATENCY_MS = 1e9
+"""The longest forward pass a profile may describe (about 12 days): beyond it, clock arithmetic overflows."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,8 +30,8 @@ class LatencyProfile:
     def __post_init__(self):
         for name in ("ttft_ms", "tpot_ms", "per_token_ms"):
             v = getattr(self, name)
-            if not isinstance(v, (int, float)) or math.isnan(v) or v < 0 or math.isinf(v):
-                raise ConfigError(f"latency {name} must be a finite number >= 0 ms, got {v!r}")
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= MAX_LATENCY_MS:
+                raise ConfigError(f"latency {name} must be a number of ms in [0, {MAX_LATENCY_MS:g}], got {v!r}")
         object.__setattr__(self, "cache_matters", self.ttft_ms != self.tpot_ms or self.per_token_ms != 0)
 
     @classmethod

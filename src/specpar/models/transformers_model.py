@@ -113,6 +113,11 @@ class TransformersModel:
         return getattr(self.module_on(self.device), "generation_config", None)
 
     @property
+    def max_token_id(self) -> int:
+        """The largest id a prompt may hold (the embedding has vocab_size rows); simulated models take any id."""
+        return self.vocab_size - 1
+
+    @property
     def context_window(self) -> int:
         return int(getattr(self.config, "max_position_embeddings", None) or 1 << 30)
 
@@ -191,6 +196,8 @@ def _load(source: str, tokenizer, dtype):
             f"cannot load a model from {source!r}: give a local directory with config.json and weights, "
             f"or a hub id while online ({exc})"
         ) from exc
+    except Exception as exc:  # a truncated or corrupt file: safetensors, JSON and transformers raise their own kinds
+        raise ConfigError(f"cannot load a model from {source!r}: {type(exc).__name__}: {exc}") from exc
     return module, tokenizer
 
 

@@ -57,12 +57,18 @@ class HsdPlan:
         return asdict(self)
 
 
+MAX_T_MAX = 1000  # 14 s at T_max = 200 with two models; beyond 10^3 the arrays outgrow memory
+
+
 def check_problem(costs: Sequence[float], alpha, t_max: int) -> tuple[list[float], np.ndarray, int]:
     c = check_costs(costs)
     a = check_alpha(alpha)
     if len(a) != len(c):
         raise ConfigError(f"alpha is {len(a)} x {len(a)} but there are {len(c)} costs: give one row per model")
-    return c, a, check_buffer("T_max", t_max)
+    T = check_buffer("T_max", t_max)
+    if T > MAX_T_MAX:
+        raise ConfigError(f"T_max must be at most {MAX_T_MAX} (the program's time grows as T_max^3), got {T}")
+    return c, a, T
 
 
 def optimize(costs: Sequence[float], alpha, t_max: int = 15) -> HsdPlan:

@@ -1,0 +1,5 @@
+"""``python -m specpar``: the command line (see specpar.cli)."""
+
+from specpar.cli import entry
+
+entry()

@@ -1,0 +1,31 @@
+"""Running the ``specpar`` command line as a user does, and checking that a mistake ends in one clear line."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+
+def run_cli(*argv: str, timeout: float = 60, cwd=None) -> subprocess.CompletedProcess:
+    """``python -m specpar ARGV`` in a subprocess (stdout and stderr captured as text)."""
+    env = dict(os.environ, COLUMNS="120")
+    return subprocess.run(
+        [sys.executable, "-m", "specpar", *argv], capture_output=True, text=True, timeout=timeout, cwd=cwd, env=env
+    )
+
+
+def error_line(stderr: str) -> str:
+    """The one line a failed command printed (progress bars of loaders may precede it), with no traceback."""
+    assert "Traceback" not in stderr, stderr
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert lines, "nothing on stderr"
+    return lines[-1]
+
+
+def assert_one_line_error(code: int, stderr: str, needle: str, status: int = 2) -> None:
+    """Exit status ``status``, exactly one line on stderr, and it contains ``needle``."""
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert code == status, f"exit {code}, stderr: {stderr}"
+    assert len(lines) == 1 and "Traceback" not in stderr, stderr
+    assert needle in lines[0], f"{needle!r} not in {lines[0]!r}"

@@ -1,0 +1,144 @@
+"""Edge values: numbers and prompts that used to crash deep inside are refused up front, in one line, exit 2.
+
+The command-line cases run ``specpar.cli.main`` in this process (a real process for a few, at the end); the
+library cases call ``generate`` as a user of the API does.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from cli_check import assert_one_line_error, run_cli
+from conftest import make_pair
+from specpar import ConfigError, LatencyProfile, SimulatedModel, generate
+from specpar.cli import main
+from specpar.prompts import Prompt
+
+QUICK = ["-N", "5", "--repeats", "1", "-k", "2"]
+
+CLI_CASES = [
+    (["simulate", *QUICK, "--target-tpot", "1e308"], "--target-tpot must be a latency in [0, 1e+09] ms"),
+    (["simulate", *QUICK, "--drafter-tpot", "1e308"], "--drafter-tpot must be a latency in [0, 1e+09] ms"),
+    (["simulate", *QUICK, "--target-per-token", "1e999"], "argument --target-per-token: must be a finite number"),
+    (["simulate", *QUICK, "-c", "1e308"], "drafter latency fraction c must be >= 0 and give a drafter latency"),
+    (["simulate", *QUICK, "--temperature", "inf"], "argument --temperature: must be a finite number"),
+    (["simulate", *QUICK, "--temperature", "nan"], "argument --temperature: must be a finite number"),
+    (["simulate", *QUICK, "--temperature", "-1"], "temperature must be a finite number >= 0"),
+    (["simulate", *QUICK, "--seed", "1.5"], "argument --seed: a seed must be an integer >= 0, got '1.5'"),
+    (["simulate", *QUICK, "--prompt-length", "100000000"], "--prompt-length must be at most 1,000,000"),
+    (["heatmap", "--seed", "-1"], "argument --seed: a seed must be an integer >= 0, got '-1'"),
+    (["heatmap", "--resolution", "100000"], "resolution must be an integer in [2, 1000]"),
+    (["reproduce", "--resolution", "100000"], "resolution must be an integer in [2, 1000]"),
+    (["plan", "--target-tpot", "1e300"], "--target-tpot must be a latency in [0, 1e+09] ms"),
+    (["table", "--no-default-pair", "--target-tpot", "1e300", "--drafter-tpot", "1", "-a", "0.5"], "1e+09"),
+    (["hsd-plan", "--costs", "inf,1", "--alpha", "x"], "argument --costs"),
+    (
+        ["hsd-plan", "--costs", "1,2", "--alpha", "x", "--t-max", "99999999999999999999"],
+        "must be an integer of at most",
+    ),
+    (
+        ["simulate", "--algo", "hsd", "--costs", "1,2", "--chain", "0.5", "--t-max", "2147483647"],
+        "T_max must be at most",
+    ),
+    (["simulate", "--sp-degree", "99999"], "argument --sp-degree: at most 1024 servers"),
+    (["simulate", "--algo", "hsd", "--levels", "x"], "argument --levels: must be integers separated by commas"),
+    (["reproduce", "--table2-row", "x", "inf", "0.5"], "Table 2 row needs 0 < c <= 1"),
+    # real-model commands: refused before any model loads (the model packages are not installed here, so
+    # loading first would end in another message)
+    (["generate", ""], "give a prompt text, or --dataset SOURCE"),
+    (["generate", "--devices", ",", "hi"], "--devices must name at least one device"),
+    (["generate", "--temperature", "inf", "hi"], "argument --temperature: must be a finite number"),
+    (["bench", "--devices", " , ", "-n", "1"], "--devices must name at least one device"),
+    (["profile", "--seed", "1"], "unrecognized arguments: --seed 1"),
+]
+
+
+@pytest.mark.parametrize("argv,needle", CLI_CASES, ids=[" ".join(a[:1] + a[-2:]) for a, _ in CLI_CASES])
+def test_an_edge_value_on_the_command_line_is_one_line(argv, needle, capsys):
+    assert_one_line_error(main(argv), capsys.readouterr().err, needle)
+
+
+def test_the_installed_command_says_it_in_one_line():
+    for argv, needle in [
+        (["simulate", *QUICK, "--target-tpot", "1e308"], "--target-tpot must be a latency in [0, 1e+09] ms"),
+        (["heatmap", "--seed", "-1"], "a seed must be an integer >= 0"),
+        (["generate", ""], "give a prompt text, or --dataset SOURCE"),
+    ]:
+        p = run_cli(*argv)
+        assert_one_line_error(p.returncode, p.stderr, needle)
+
+
+def test_a_heatmap_with_more_repeats_than_its_batches_hold():
+    """More runs per cell than a batch takes (20,000) once left batches empty, and an empty batch crashed."""
+    from specpar.experiments.heatmap import compute_heatmap
+
+    h = compute_heatmap(2, n=3, repeats=7000, sp_degree=2, lookaheads=(1, 2))  # 3 acceptance rates x 7000 runs
+    assert h.dsi.shape == (2, 3) and (h.dsi <= h.nonsi).all()
+
+
+def test_undefined_metrics_print_as_a_dash(capsys):
+    """N = 1: SI and DSI draft nothing, so acceptance rates are undefined: "-" in the table, null in JSON."""
+    assert main(["simulate", "-N", "1", "--repeats", "1", "-k", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "nan" not in out.lower() and "│ -" in out
+    assert main(["simulate", "-N", "1", "--repeats", "1", "-k", "2", "--json"]) == 0
+    assert "NaN" not in capsys.readouterr().out
+
+
+@pytest.fixture(scope="module")
+def pair():
+    return make_pair()
+
+
+API_CASES = [
+    (dict(prompt=["a", "b"]), "a text prompt needs a target with a tokenizer"),  # a list of prompts, as text
+    (dict(prompt=[1, 2.5]), "position 1 holds 2.5"),
+    (dict(prompt=[3, -1]), "position 1 holds -1"),
+    (dict(prompt="hello"), "a text prompt needs a target with a tokenizer"),
+    (dict(seed=1.5), "seed must be an integer, got 1.5"),
+    (dict(seed="7"), "seed must be an integer, got '7'"),
+    (dict(temperature=math.inf), "temperature must be a finite number >= 0"),
+    (dict(temperature=math.nan), "temperature must be a finite number >= 0"),
+    (dict(temperature="1"), "temperature must be a finite number >= 0"),
+]
+
+
+@pytest.mark.parametrize("algorithm", ["dsi", "hsd"])
+@pytest.mark.parametrize("kw,needle", API_CASES, ids=[str(kw) for kw, _ in API_CASES])
+def test_an_edge_value_in_the_api_is_a_config_error(pair, algorithm, kw, needle):
+    target, drafter = pair
+    kw = {"prompt": [1, 2], **kw}
+    with pytest.raises(ConfigError) as info:
+        generate(kw.pop("prompt"), target, [drafter] if algorithm == "hsd" else drafter, algorithm=algorithm, **kw)
+    assert needle in str(info.value)
+
+
+def test_a_token_id_beyond_a_transformers_vocabulary_is_refused():
+    """A transformers model's embedding has vocab_size rows: a larger id would fail inside its forward pass."""
+    from tiny_transformers import tiny_pair
+
+    target, drafter = tiny_pair(vocab=16)
+    with pytest.raises(ConfigError, match=r"integers in \[0, 15\]; position 1 holds 16"):
+        generate([3, 16], target, drafter, max_new_tokens=2, runtime="threads")
+    assert len(generate([3, 15], target, drafter, max_new_tokens=2, runtime="threads").tokens) == 2
+
+
+def test_a_drafter_with_another_vocabulary_is_refused_when_sampling(pair):
+    target, _ = pair
+    other = SimulatedModel(16, latency=LatencyProfile.uniform(1.0)).drafter(0.8, LatencyProfile.uniform(0.1))
+    with pytest.raises(ConfigError, match="the drafter's vocabulary has 16 tokens but the target's has 8"):
+        generate([1, 2], target, other, temperature=1.0, max_new_tokens=4)
+    assert len(generate([1, 2], target, other, max_new_tokens=4).tokens) == 4  # greedy compares token ids only
+
+
+def test_a_prompt_that_encodes_to_nothing_is_named():
+    class Blank:  # a tokenizer with nothing to say about whitespace
+        name = "blank-model"
+
+        def encode(self, text):
+            return []
+
+    with pytest.raises(ConfigError, match="prompt p1 encodes to no tokens for blank-model"):
+        Prompt("p1", text="   ").token_ids(Blank())
