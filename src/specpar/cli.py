@@ -24,6 +24,7 @@ COMMANDS = [
     "specpar.commands.generate",
     "specpar.commands.bench",
     "specpar.commands.profile",
+    "specpar.commands.serve",
 ]
 
 
