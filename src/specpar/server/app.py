@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 import uuid
 from contextlib import asynccontextmanager
@@ -25,6 +26,8 @@ from specpar.engine import Engine
 from specpar.errors import ConfigError, SpecparError
 from specpar.server.metrics import Metrics
 from specpar.server.schemas import RequestError, error_body, id_text, parse_id_text, read_request
+
+log = logging.getLogger(__name__)
 
 
 class Served:
@@ -100,6 +103,7 @@ def create_app(
     async def lifespan(app):
         yield
         await anyio.to_thread.run_sync(engine.close)  # after the running request, if any
+        log.info("stopped: requests finished, engine closed")
 
     app = FastAPI(title="specpar", lifespan=lifespan, openapi_url=None, docs_url=None, redoc_url=None)
     app.state.engine, app.state.metrics = engine, metrics
