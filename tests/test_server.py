@@ -355,3 +355,38 @@ def test_sigterm_finishes_the_stream_in_flight_then_exits():
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_requests_are_served_first_come_first_served(sim):
+    url, _ = sim
+    f, sock = stream_socket(url, {"prompt": [2], "max_tokens": 200, "temperature": 0, "stream": True})
+    next_event(f)  # the engine is busy: the requests below queue
+    done = []
+
+    def send(i):
+        post(url, "/v1/completions", {"prompt": [i + 1], "max_tokens": 3, "temperature": 0})
+        done.append(i)
+
+    threads = []
+    for i in range(4):
+        threads.append(threading.Thread(target=send, args=(i,)))
+        threads[-1].start()
+        deadline = time.monotonic() + 5
+        while f"specpar:num_requests_waiting {i + 1}\n" not in metrics_text(url):
+            assert time.monotonic() < deadline
+            time.sleep(0.002)
+    f.close(), sock.close()
+    for t in threads:
+        t.join(10)
+    assert done == [0, 1, 2, 3]
+
+
+def test_unknown_route_and_cli_errors_are_one_line(capsys):
+    from specpar.cli import main
+
+    with simulated_engine() as engine, running(create_app(engine, "sim")) as url:
+        got, data = post(url, "/v1/embeddings", {"input": "x"})
+        assert got == 404 and data["error"]["message"]
+    assert main(["serve", "--simulated", "--target", "x"]) == 2
+    assert capsys.readouterr().err.strip().count("\n") == 0
+    assert main(["serve", "--simulated", "--max-queue", "-1"]) == 2

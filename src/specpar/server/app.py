@@ -21,11 +21,12 @@ from contextlib import asynccontextmanager
 import anyio
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
+from starlette.exceptions import HTTPException
 
 from specpar.engine import Engine
 from specpar.errors import ConfigError, SpecparError
 from specpar.server.metrics import Metrics
-from specpar.server.schemas import RequestError, error_body, id_text, parse_id_text, read_request
+from specpar.server.schemas import ERROR_TYPES, RequestError, error_body, id_text, parse_id_text, read_request
 
 log = logging.getLogger(__name__)
 
@@ -113,6 +114,16 @@ def create_app(
         metrics.count(request.url.path, str(exc.status))
         return JSONResponse(exc.body(), status_code=exc.status)
 
+    @app.exception_handler(HTTPException)
+    async def http_error(request: Request, exc: HTTPException):  # unknown routes (404), wrong methods (405)
+        return JSONResponse(error_body(str(exc.detail), ERROR_TYPES.get(exc.status_code, "invalid_request_error")),
+                            status_code=exc.status_code)  # fmt: skip
+
+    @app.exception_handler(Exception)
+    async def failed(request: Request, exc: Exception):  # a bug or a failed server: still OpenAI's body
+        metrics.count(request.url.path, "500")
+        return JSONResponse(error_body(f"{type(exc).__name__}: {exc}", "server_error"), status_code=500)
+
     def check_key(request: Request) -> None:
         if api_key is not None and request.headers.get("authorization") != f"Bearer {api_key}":
             raise RequestError("Incorrect or missing API key (Authorization: Bearer <key>).", status=401,
@@ -148,6 +159,21 @@ def create_app(
     async def chat_completions(request: Request):
         return await answer(request, chat=True)
 
+    @asynccontextmanager
+    async def taking_turn():
+        """The engine, first come first served: counted waiting, then running, whatever ends the request."""
+        metrics.waiting += 1
+        try:
+            await turn.acquire()
+        finally:
+            metrics.waiting -= 1
+        metrics.running += 1
+        try:
+            yield
+        finally:
+            metrics.running -= 1
+            turn.release()
+
     async def answer(request: Request, chat: bool):
         arrival = time.perf_counter()
         req = read_request(await body_of(request), served, model_name, chat)
@@ -157,20 +183,19 @@ def create_app(
             raise RequestError(f"the server's queue is full ({max_queue} waiting): retry later", status=429,
                                code="queue_full")  # fmt: skip
         rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
-        metrics.waiting += 1
         shape = Shape(rid, model_name, chat, created=int(time.time()))
         if req.stream:
             return StreamingResponse(stream(request, req, shape, arrival), media_type="text/event-stream")
+        first: list[float] = []
+
+        def work():
+            r = engine.generate(req.prompt_ids, req.params, stream=lambda _: first or first.append(time.perf_counter()))
+            _ = r.timeline  # built here, not on the event loop (the metrics read it)
+            return r
+
         try:
-            async with turn:
-                metrics.waiting -= 1
-                metrics.running += 1
-                try:
-                    first: list[float] = []
-                    result = await anyio.to_thread.run_sync(lambda: engine.generate(
-                        req.prompt_ids, req.params, stream=lambda _: first or first.append(time.perf_counter())))  # fmt: skip
-                finally:
-                    metrics.running -= 1
+            async with taking_turn():
+                result = await anyio.to_thread.run_sync(work)
         except SpecparError as exc:
             raise RequestError(str(exc), status=400 if isinstance(exc, ConfigError) else 500) from None
         ttft = first[0] - arrival if first else None
@@ -180,45 +205,40 @@ def create_app(
 
     async def stream(request: Request, req, shape: Shape, arrival: float):
         """Server-sent events: a chunk per verified piece, the finish reason, usage if asked, [DONE]."""
-        started = False
-        try:
-            async with turn:
-                metrics.waiting -= 1
-                started = True
-                metrics.running += 1
-                pieces = engine.stream(req.prompt_ids, req.params)
-                result, ttft = None, None
-                try:
-                    if shape.chat:
-                        yield shape.event(shape.chunk({"role": "assistant", "content": ""}))
-                    while True:
-                        done, value = await anyio.to_thread.run_sync(_next, pieces)
-                        if done:
-                            result = value
-                            break
-                        if ttft is None:
-                            ttft = time.perf_counter() - arrival
-                        yield shape.event(shape.chunk(served.text(value)))
-                        if await request.is_disconnected():
-                            break
-                except SpecparError as exc:
-                    kind = "invalid_request_error" if isinstance(exc, ConfigError) else "server_error"
-                    yield shape.event(error_body(str(exc), kind))
-                finally:
-                    with anyio.CancelScope(shield=True):  # a client gone cancels us: still end the generation
-                        await anyio.to_thread.run_sync(pieces.close)
-                    metrics.running -= 1
-                if result is None:  # the client left or the generation failed
-                    metrics.count(request.url.path, "abort")
-                    return
-                metrics.observe(request.url.path, len(req.prompt_ids), result, time.perf_counter() - arrival, ttft)
-                yield shape.event(shape.chunk(None if shape.chat else "", result.finish_reason))
-                if req.include_usage:
-                    yield shape.event(shape.usage_chunk(result, len(req.prompt_ids)))
+        async with taking_turn():
+            pieces = engine.stream(req.prompt_ids, req.params)
+            result, ttft, errored = None, None, False
+            try:
+                if shape.chat:
+                    yield shape.event(shape.chunk({"role": "assistant", "content": ""}))
+                while True:
+                    done, value = await anyio.to_thread.run_sync(_next, pieces)
+                    if done:
+                        result = value
+                        break
+                    if ttft is None:
+                        ttft = time.perf_counter() - arrival
+                    yield shape.event(shape.chunk(served.text(value)))
+                    if await request.is_disconnected():
+                        break
+            except Exception as exc:  # after the 200 went out: an error event, then the end
+                errored = True
+                kind = "invalid_request_error" if isinstance(exc, ConfigError) else "server_error"
+                metrics.count(request.url.path, "error")
+                yield shape.event(error_body(str(exc), kind))
                 yield "data: [DONE]\n\n"
-        finally:
-            if not started:
-                metrics.waiting -= 1
+            finally:
+                with anyio.CancelScope(shield=True):  # a client gone cancels us: still end the generation
+                    await anyio.to_thread.run_sync(pieces.close)
+            if result is None:  # the client left (or the generation failed: counted above)
+                if not errored:
+                    metrics.count(request.url.path, "abort")
+                return
+            metrics.observe(request.url.path, len(req.prompt_ids), result, time.perf_counter() - arrival, ttft)
+            yield shape.event(shape.chunk(None if shape.chat else "", result.finish_reason))
+            if req.include_usage:
+                yield shape.event(shape.usage_chunk(result, len(req.prompt_ids)))
+            yield "data: [DONE]\n\n"
 
     return app
 
@@ -228,6 +248,8 @@ def _next(iterator):
     try:
         return False, next(iterator)
     except StopIteration as stop:
+        if stop.value is not None:
+            _ = stop.value.timeline  # built on this worker thread, not on the event loop (the metrics read it)
         return True, stop.value
 
 
