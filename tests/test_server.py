@@ -99,6 +99,11 @@ def test_completions_streamed_or_not_equal_engine_generate(sim):
     chunks = list(c.completions.create(model="sim", prompt="1 2 3", max_tokens=12, temperature=0, stream=True))
     assert [int(t) for t in "".join(ch.choices[0].text for ch in chunks).split()] == want
     assert chunks[-1].choices[0].finish_reason == "length"
+    assert [m.id for m in c.models.list()] == ["sim"]
+    host, port = url.removeprefix("http://").split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=10)
+    conn.request("GET", "/health")
+    assert conn.getresponse().status == 200
 
 
 def test_chat_streamed_or_not_equal_engine_generate(sim):
