@@ -30,6 +30,7 @@ COMMANDS = [
     "specpar.commands.generate",
     "specpar.commands.bench",
     "specpar.commands.profile",
+    "specpar.commands.serve",
 ]
 
 USAGE_ERROR = 2

@@ -168,6 +168,7 @@ class Engine:
         pieces: queue.Queue = queue.Queue()
         abandoned = threading.Event()
         text = TextStream(self.tokenizer, ids, params.stop) if self.tokenizer is not None else None
+        done: list[GenerationResult] = []
 
         def on_tokens(tokens):
             if abandoned.is_set():
@@ -178,7 +179,7 @@ class Engine:
 
         def work():
             try:
-                self._request(ids, params, algorithm, lookahead, on_tokens)
+                done.append(self._request(ids, params, algorithm, lookahead, on_tokens))
                 if text is not None:
                     rest = text.finish()
                     if rest:
@@ -199,6 +200,7 @@ class Engine:
         finally:
             abandoned.set()
             worker.join()
+        return done[0] if done else None
 
     def prompt_ids(self, prompt) -> list[int]:
         if isinstance(prompt, str):

@@ -1,0 +1,406 @@
+"""specpar serve: a live server on 127.0.0.1 (simulated models on the threads runtime, and tiny transformers
+models with a tokenizer), driven by the official OpenAI client and by raw HTTP."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from contextlib import contextmanager
+
+import pytest
+
+pytest.importorskip("fastapi")
+uvicorn = pytest.importorskip("uvicorn")
+openai = pytest.importorskip("openai")
+
+from specpar import Engine, LatencyProfile, SamplingParams, SimulatedModel  # noqa: E402
+from specpar.server.app import create_app  # noqa: E402
+
+KEY = "sk-test"
+TASK_MS = 2.0  # the simulated target's forward pass
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextmanager
+def running(app):
+    """``app`` served by uvicorn on a free loopback port in a thread: yields its base URL; stops it after."""
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=free_port(), log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started:
+        assert time.monotonic() < deadline and thread.is_alive(), "the server did not start"
+        time.sleep(0.01)
+    try:
+        yield f"http://127.0.0.1:{server.config.port}"
+    finally:
+        server.should_exit = True
+        thread.join(10)
+        assert not thread.is_alive()
+
+
+def simulated_engine(runtime: str = "threads") -> Engine:
+    target = SimulatedModel(32, seed=0, latency=LatencyProfile.uniform(TASK_MS))
+    drafter = target.drafter(0.8, LatencyProfile.uniform(TASK_MS / 10))
+    return Engine(target, drafter, sp_degree=2, runtime=runtime, lookahead=3)
+
+
+@pytest.fixture(scope="module")
+def sim():
+    """(base URL, engine) of a server of simulated models that asks for the API key."""
+    engine = simulated_engine()
+    with running(create_app(engine, "sim", api_key=KEY, max_model_len=2048)) as url:
+        yield url, engine
+    assert engine.closed  # the app's shutdown closed the engine
+    assert not [t for t in threading.enumerate() if t.name == "specpar-stream"]
+
+
+def client(url: str, key: str = KEY):
+    return openai.OpenAI(base_url=url + "/v1", api_key=key, max_retries=0, timeout=20)
+
+
+def post(url: str, path: str, body, key: str | None = KEY) -> tuple[int, dict]:
+    """(status, JSON body) of a raw POST; ``body`` is sent as is when it is bytes."""
+    host, port = url.removeprefix("http://").split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=20)
+    headers = {"Content-Type": "application/json"} | ({"Authorization": f"Bearer {key}"} if key else {})
+    conn.request("POST", path, body if isinstance(body, bytes) else json.dumps(body).encode(), headers)
+    response = conn.getresponse()
+    status, data = response.status, json.loads(response.read())
+    conn.close()
+    return status, data
+
+
+def greedy(engine, prompt, n):
+    return engine.generate(prompt, SamplingParams(max_tokens=n)).tokens
+
+
+def test_completions_streamed_or_not_equal_engine_generate(sim):
+    url, engine = sim
+    c = client(url)
+    prompt = [1, 2, 3]
+    want = greedy(engine, prompt, 12)
+    r = c.completions.create(model="sim", prompt=prompt, max_tokens=12, temperature=0)
+    assert r.choices[0].text == "".join(f" {t}" for t in want)  # id text: no tokenizer
+    assert r.choices[0].finish_reason == "length"
+    assert (r.usage.prompt_tokens, r.usage.completion_tokens, r.usage.total_tokens) == (3, 12, 15)
+    chunks = list(c.completions.create(model="sim", prompt="1 2 3", max_tokens=12, temperature=0, stream=True))
+    assert [int(t) for t in "".join(ch.choices[0].text for ch in chunks).split()] == want
+    assert chunks[-1].choices[0].finish_reason == "length"
+    assert [m.id for m in c.models.list()] == ["sim"]
+    host, port = url.removeprefix("http://").split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=10)
+    conn.request("GET", "/health")
+    assert conn.getresponse().status == 200
+
+
+def test_chat_streamed_or_not_equal_engine_generate(sim):
+    url, engine = sim
+    c = client(url)
+    messages = [{"role": "system", "content": "4 5"}, {"role": "user", "content": "6"}]
+    want = greedy(engine, [4, 5, 6], 10)
+    r = c.chat.completions.create(model="sim", messages=messages, max_tokens=10, temperature=0)
+    assert [int(t) for t in r.choices[0].message.content.split()] == want
+    stream = c.chat.completions.create(model="sim", messages=messages, max_tokens=10, temperature=0, stream=True,
+                                       stream_options={"include_usage": True})  # fmt: skip
+    chunks = list(stream)
+    assert [int(t) for t in "".join(ch.choices[0].delta.content or "" for ch in chunks if ch.choices).split()] == want
+    assert chunks[-1].usage.completion_tokens == 10 and chunks[-2].choices[0].finish_reason == "length"
+
+
+def test_text_and_chat_template_of_a_tokenizer():
+    """A target with a tokenizer: text in, text out (the engine's result text), chat through its template."""
+    pytest.importorskip("torch")
+    from specpar.models.transformers_model import TransformersModel
+    from tiny_transformers import perturbed, tiny_module, tiny_tokenizer
+
+    tok = tiny_tokenizer(48)
+    tok.chat_template = "{% for m in messages %}{{ m['role'] }} {{ m['content'] }} {% endfor %}w1"
+    module = tiny_module(48, seed=5, context=128, arch="llama")
+    target = TransformersModel(module, name="tiny", tokenizer=tok)
+    drafter = TransformersModel(perturbed(module, 0.1, 6), name="tiny-drafter", tokenizer=tok)
+    with Engine(target, drafter, sp_degree=2, lookahead=3) as engine:
+        with running(create_app(engine, "tiny")) as url:
+            c = client(url, "unused")
+            want = engine.generate("w3 w4 w5", SamplingParams(max_tokens=8))
+            r = c.completions.create(model="tiny", prompt="w3 w4 w5", max_tokens=8, temperature=0)
+            assert r.choices[0].text == want.text and want.text
+            chunks = c.completions.create(model="tiny", prompt="w3 w4 w5", max_tokens=8, temperature=0, stream=True)
+            assert "".join(ch.choices[0].text for ch in chunks) == want.text
+            ids = target.encode("user w7 w8 w1")
+            chat = engine.generate(ids, SamplingParams(max_tokens=6))
+            messages = [{"role": "user", "content": "w7 w8"}]
+            r = c.chat.completions.create(model="tiny", messages=messages, max_tokens=6, temperature=0)
+            assert r.choices[0].message.content == chat.text and r.usage.prompt_tokens == len(ids)
+            status, body = post(url, "/v1/completions", {"prompt": "w1", "max_tokens": 200})
+            assert status == 400 and body["error"]["param"] == "max_tokens"  # past the 128-token context window
+
+
+def test_eight_concurrent_clients_get_their_single_call_outputs(sim):
+    url, engine = sim
+    prompts = [[1], [2, 3], [4, 5, 6], [7, 7], [9]]
+    single = [greedy(engine, p, 6 + i) for i, p in enumerate(prompts)]
+    outputs, errors = {}, []
+
+    def one(t):
+        try:
+            c = client(url)
+            for i, p in enumerate(prompts):
+                kw = dict(model="sim", prompt=p, max_tokens=6 + i, temperature=0)
+                if (t + i) % 2:  # half of them streamed
+                    text = "".join(ch.choices[0].text for ch in c.completions.create(stream=True, **kw))
+                else:
+                    text = c.completions.create(**kw).choices[0].text
+                outputs[t, i] = [int(x) for x in text.split()]
+        except Exception as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=one, args=(t,)) for t in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors, errors
+    assert len(outputs) == 40 and all(outputs[t, i] == single[i] for t, i in outputs)
+
+
+def stream_socket(url: str, body: dict):
+    """A raw streaming request: (socket file, socket) after the response headers."""
+    host, port = url.removeprefix("http://").split(":")
+    sock = socket.create_connection((host, int(port)), timeout=20)
+    data = json.dumps(body).encode()
+    sock.sendall(
+        b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        + f"Connection: close\r\nAuthorization: Bearer {KEY}\r\nContent-Length: {len(data)}\r\n\r\n".encode()
+        + data
+    )
+    f = sock.makefile("rb")
+    while f.readline() not in (b"\r\n", b""):
+        pass
+    return f, sock
+
+
+def next_event(f) -> bytes:
+    """The next server-sent event's line of a raw chunked response (chunk sizes and blank lines skipped)."""
+    while line := f.readline():
+        if line.startswith(b"data: "):
+            return line
+    raise AssertionError("the stream ended")
+
+
+def test_a_client_leaving_mid_stream_frees_the_servers(sim):
+    url, engine = sim
+    t0 = time.perf_counter()
+    greedy(engine, [2], 400)
+    whole_ms = (time.perf_counter() - t0) * 1e3
+    f, sock = stream_socket(url, {"prompt": [2], "max_tokens": 1900, "temperature": 0, "stream": True})
+    next_event(f)
+    f.close(), sock.close()  # gone mid-stream (the socket closes with its last file): 1900 tokens cancelled
+    t0 = time.perf_counter()
+    r = client(url).completions.create(model="sim", prompt=[3], max_tokens=2, temperature=0)
+    waited_ms = (time.perf_counter() - t0) * 1e3
+    assert r.choices[0].finish_reason == "length"
+    # the next request started within a task or so, not after the ~4.75 x whole_ms the cancelled one had left
+    assert waited_ms < whole_ms, (waited_ms, whole_ms)
+
+
+BAD = [
+    (b'{"prompt": [1, 2', 400, None),  # malformed JSON
+    ({"prompt": [1], "max_tokens": "8"}, 400, "max_tokens"),  # wrong type
+    ({"prompt": [1], "temperature": -1}, 400, "temperature"),
+    ({"prompt": [1], "max_tokens": 5000}, 400, "max_tokens"),  # past the context window (2048)
+    ({"prompt": [1], "model": "gpt-4"}, 404, "model"),
+    ({"prompt": []}, 400, "prompt"),
+    ({"prompt": ""}, 400, "prompt"),
+    ({"prompt": {"a": 1}}, 400, "prompt"),
+    ({"prompt": [1.5, 2]}, 400, "prompt"),
+    ({"prompt": "hello"}, 400, "prompt"),  # not id text, and no tokenizer
+    ({"prompt": [99]}, 400, "prompt"),  # outside the vocabulary
+    ({"prompt": [1], "n": 2}, 400, "n"),
+    ({"prompt": [1], "logit_bias": {"1": 5}}, 400, "logit_bias"),
+    ({"prompt": [1], "frobnicate": True}, 400, "frobnicate"),
+    ({"prompt": [1], "stop": ["x"]}, 400, "stop"),  # stop strings need a tokenizer
+    ([1, 2], 400, None),
+]
+
+
+def test_bad_input_gets_an_openai_error_and_the_server_keeps_serving(sim):
+    url, _ = sim
+    for body, status, param in BAD:
+        got, data = post(url, "/v1/completions", body)
+        assert (got, data["error"]["param"]) == (status, param), (body, data)
+        assert set(data["error"]) == {"message", "type", "param", "code"} and data["error"]["message"]
+    got, data = post(url, "/v1/chat/completions", {"messages": "hi"})
+    assert (got, data["error"]["param"]) == (400, "messages")
+    got, data = post(url, "/v1/completions", {"prompt": [1], "max_tokens": 1, "temperature": 0})
+    assert got == 200 and data["choices"][0]["finish_reason"] == "length"
+
+
+def test_a_request_without_the_key_gets_401(sim):
+    url, _ = sim
+    for key in (None, "wrong"):
+        got, data = post(url, "/v1/completions", {"prompt": [1]}, key=key)
+        assert got == 401 and data["error"]["type"] == "authentication_error"
+    with pytest.raises(openai.AuthenticationError):
+        client(url, "wrong").completions.create(model="sim", prompt=[1], max_tokens=2)
+
+
+def test_past_the_queue_bound_429():
+    with simulated_engine() as engine, running(create_app(engine, "sim", max_queue=1)) as url:
+        f, sock = stream_socket(url, {"prompt": [2], "max_tokens": 300, "temperature": 0, "stream": True})
+        next_event(f)  # running
+        waiting = threading.Thread(target=post, args=(url, "/v1/completions", {"prompt": [1], "max_tokens": 2}))
+        waiting.start()
+        deadline = time.monotonic() + 5
+        while "specpar:num_requests_waiting 1" not in metrics_text(url):
+            assert time.monotonic() < deadline
+            time.sleep(0.005)
+        got, data = post(url, "/v1/completions", {"prompt": [1], "max_tokens": 2})
+        assert got == 429 and data["error"]["code"] == "queue_full"
+        f.close(), sock.close()
+        waiting.join(10)
+
+
+def metrics_text(url: str) -> str:
+    host, port = url.removeprefix("http://").split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=10)
+    conn.request("GET", "/metrics")
+    return conn.getresponse().read().decode()
+
+
+def parse_prometheus(text: str) -> dict:
+    """{(name, frozenset of label pairs): value} of a Prometheus text exposition; asserts its grammar."""
+    import re
+
+    sample = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{([a-zA-Z_]\w*="[^"]*"(,[a-zA-Z_]\w*="[^"]*")*)?\})? (\S+)$')
+    types, out = {}, {}
+    for line in text.splitlines():
+        if line.startswith("# TYPE "):
+            _, _, name, kind = line.split(" ")
+            assert kind in ("counter", "gauge", "histogram"), line
+            types[name] = kind
+        elif line.startswith("# HELP ") or not line:
+            continue
+        else:
+            m = sample.match(line)
+            assert m, line
+            name, labels = m.group(1), frozenset(re.findall(r'(\w+)="([^"]*)"', m.group(3) or ""))
+            assert name in types or name.rsplit("_", 1)[0] in types, f"{name} has no TYPE"
+            out[name, labels] = float(m.group(5))
+    return out
+
+
+def test_metrics_parse_and_count_the_requests_sent():
+    # the virtual clock: each request's drafts, acceptances and timeline are those of its direct call
+    with simulated_engine("virtual") as engine, running(create_app(engine, "sim")) as url:
+        c = client(url)
+        results = [engine.generate([i + 1], SamplingParams(max_tokens=5 + 4 * i)) for i in range(3)]
+        for i in range(3):
+            c.completions.create(model="sim", prompt=[i + 1], max_tokens=5 + 4 * i, temperature=0, stream=i == 1)
+        post(url, "/v1/completions", {"prompt": []})
+        m = parse_prometheus(metrics_text(url))
+
+    def one(name, **labels):
+        return m[f"specpar:{name}", frozenset(labels.items())]
+
+    assert one("request_success_total", endpoint="/v1/completions", finished_reason="length") == 3
+    assert one("request_success_total", endpoint="/v1/completions", finished_reason="400") == 1
+    assert one("generation_tokens_total") == 5 + 9 + 13
+    assert one("prompt_tokens_total") == 3
+    assert one("e2e_request_latency_seconds_count") == 3 and one("time_to_first_token_seconds_count") == 3
+    assert one("e2e_request_latency_seconds_bucket", le="+Inf") == 3
+    assert one("spec_decode_num_drafts_total") == sum(r.verifications for r in results)
+    assert one("spec_decode_num_draft_tokens_total") == sum(r.drafted for r in results) > 0
+    assert one("spec_decode_num_accepted_tokens_total") == sum(r.accepted for r in results) > 0
+    for j in range(3):
+        want = sum(r.position_accepted[j] for r in results if j < len(r.position_accepted))
+        assert one("spec_decode_num_accepted_tokens_per_pos_total", position=str(j)) == want
+    timeline = [t for r in results for t in r.timeline]
+    target = [t for t in timeline if t.server.startswith("target")]
+    assert one("target_busy_seconds_total") == pytest.approx(sum(t.end_ms - t.start_ms for t in target) / 1e3)
+    assert one("cancelled_tasks_total", pool="target") == sum(t.cancelled for t in target)
+    assert one("cancelled_tasks_total", pool="drafter") == sum(t.cancelled for t in timeline) - sum(
+        t.cancelled for t in target
+    )
+    wasted = sum(t.end_ms - t.start_ms for t in target if t.cancelled) / 1e3
+    assert one("target_time_wasted_seconds_total") == pytest.approx(wasted)
+    assert one("target_servers") == 2
+
+
+def test_sigterm_finishes_the_stream_in_flight_then_exits():
+    port = free_port()
+    env = dict(os.environ, SPECPAR_API_KEY=KEY)
+    cmd = [sys.executable, "-m", "specpar.cli", "serve", "--simulated", "--port", str(port), "--target-ms", "2", "-v"]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert "specpar serve" in proc.stdout.readline()
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+        f, sock = stream_socket(url, {"prompt": [2], "max_tokens": 300, "temperature": 0, "stream": True})
+        next_event(f)
+        proc.send_signal(signal.SIGTERM)
+        rest = f.read().decode()  # the stream goes on to its end
+        f.close(), sock.close()
+        assert "data: [DONE]" in rest and '"finish_reason": "length"' in rest
+        assert proc.wait(20) in (0, -signal.SIGTERM)  # uvicorn re-raises the signal once it has shut down
+        assert "engine closed" in proc.stderr.read()
+        with pytest.raises(OSError):
+            socket.create_connection(("127.0.0.1", port), timeout=1)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_requests_are_served_first_come_first_served(sim):
+    url, _ = sim
+    f, sock = stream_socket(url, {"prompt": [2], "max_tokens": 200, "temperature": 0, "stream": True})
+    next_event(f)  # the engine is busy: the requests below queue
+    done = []
+
+    def send(i):
+        post(url, "/v1/completions", {"prompt": [i + 1], "max_tokens": 3, "temperature": 0})
+        done.append(i)
+
+    threads = []
+    for i in range(4):
+        threads.append(threading.Thread(target=send, args=(i,)))
+        threads[-1].start()
+        deadline = time.monotonic() + 5
+        while f"specpar:num_requests_waiting {i + 1}\n" not in metrics_text(url):
+            assert time.monotonic() < deadline
+            time.sleep(0.002)
+    f.close(), sock.close()
+    for t in threads:
+        t.join(10)
+    assert done == [0, 1, 2, 3]
+
+
+def test_unknown_route_and_cli_errors_are_one_line(capsys):
+    from specpar.cli import main
+
+    with simulated_engine() as engine, running(create_app(engine, "sim")) as url:
+        got, data = post(url, "/v1/embeddings", {"input": "x"})
+        assert got == 404 and data["error"]["message"]
+    assert main(["serve", "--simulated", "--target", "x"]) == 2
+    assert capsys.readouterr().err.strip().count("\n") == 0
+    assert main(["serve", "--simulated", "--max-queue", "-1"]) == 2
