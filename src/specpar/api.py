@@ -123,6 +123,7 @@ def generate(
     stream=None,
     prefill_replicas: bool | None = None,
     dedicated_cursor: bool | None = None,
+    tree: Sequence[int] | None = None,
 ) -> GenerationResult:
     """Generate ``max_new_tokens`` tokens after ``prompt`` exactly as ``target`` would.
 
@@ -149,6 +150,9 @@ def generate(
     dedicated_cursor: DSI only: one target server is kept for passes on the verified prefix, and verifications
         covering it do not stand in for them. Default: when verification costs grow with the drafts fed, or are
         unknown (see verification_costs_grow; :mod:`specpar.algorithms.dsi` says why).
+    tree: SI and DSI only: a token tree configuration <k1, ..., km> (SpecInfer): each round the drafter expands
+        k_i candidates at depth i and the target verifies every node in one pass; ``lookahead`` is then m.
+        ``drafter`` may then be a list of drafters whose trees are merged (specpar.models.merged).
     """
     if algorithm not in ALGORITHMS:
         raise ConfigError(f"algorithm must be one of {ALGORITHMS}, got {algorithm!r}")
@@ -160,6 +164,8 @@ def generate(
         raise ConfigError(f"temperature must be >= 0 (0 means greedy), got {temperature!r}")
     drafters = drafter if isinstance(drafter, (list, tuple)) else [drafter]
     check_context_window(len(prompt), max_new_tokens, target, *[d for d in drafters if d is not None])
+    if tree is not None:
+        tree, drafter = tree_arguments(tree, algorithm, drafter, target, len(prompt))
     if algorithm in ("hsd", "hsd-sp"):
         return _generate_hsd(
             prompt,
@@ -179,7 +185,9 @@ def generate(
         if drafter is None:
             raise ConfigError(f"algorithm {algorithm!r} needs a drafter")
         check_drafter_faster(target, drafter)
-        if lookahead is None:
+        if tree is not None:
+            lookahead = len(tree)
+        elif lookahead is None:
             lookahead = default_lookahead(target, drafter, sp_degree)
         elif lookahead == "auto":
             lookahead = auto_lookahead(target, drafter, algorithm, sp_degree, max_new_tokens)
@@ -195,7 +203,7 @@ def generate(
         if algorithm == "nonsi":
             return non_si(rt, target_pool, prompt, max_new_tokens, decoding, stream)
         if algorithm == "si":
-            return si(rt, target_pool, drafter_pool, prompt, max_new_tokens, lookahead, decoding, stream)
+            return si(rt, target_pool, drafter_pool, prompt, max_new_tokens, lookahead, decoding, stream, tree=tree)
         if prefill_replicas is None:
             prefill_replicas = prefill_pays_off(target)
         if dedicated_cursor is None:
@@ -211,7 +219,26 @@ def generate(
             stream,
             prefill_all=prefill_replicas,
             dedicated_cursor=dedicated_cursor,
+            tree=tree,
         )
+
+
+def tree_arguments(tree, algorithm: str, drafter, target, prompt_len: int):
+    """Check a token tree request: (widths, the drafter: one model, or a MergedDrafters server over a list)."""
+    from specpar.models.merged import MergedDrafters
+    from specpar.trees import check_tree
+
+    if algorithm not in ("si", "dsi"):
+        raise ConfigError(f"token trees (tree=) work with algorithm 'si' or 'dsi', not {algorithm!r}")
+    source = getattr(target.servers[0], "model", None) if isinstance(target, Pool) else target
+    window = getattr(source, "context_window", None)
+    widths = check_tree(tree, room=None if window is None else window - prompt_len)
+    if isinstance(drafter, (list, tuple)):
+        if not drafter:
+            raise ConfigError("drafter is an empty list: give at least one drafter to merge")
+        servers = [_pool(d, 1, f"drafter{i}").servers[0] for i, d in enumerate(drafter)]
+        drafter = Pool([MergedDrafters(servers)], "drafter")
+    return widths, drafter
 
 
 def _pool(source, n: int, name: str) -> Pool:

@@ -226,11 +226,16 @@ def merge(trees: Sequence[TokenTree]) -> TokenTree:
     their own order, after the earlier trees' draws under the same node."""
     out = TokenTree()
     for tree in trees:
-        index = {-1: -1}
-        for parent, draws in sorted(tree.draws.items()):  # parents first: a node is drawn before its children
-            for child, q_row in draws:
-                index[child] = out.add(index[parent], tree.tokens[child], tree.sources[child], q_row)
+        attach(out, tree)
     return out
+
+
+def attach(out: TokenTree, tree: TokenTree, at: int = -1) -> None:
+    """Add ``tree``'s nodes and draws to ``out`` below node ``at`` (-1: the root), merging shared prefixes."""
+    index = {-1: at}
+    for parent, draws in sorted(tree.draws.items()):  # parents first: a node is drawn before its children
+        for child, q_row in draws:
+            index[child] = out.add(index[parent], tree.tokens[child], tree.sources[child], q_row)
 
 
 # One expansion level: for each frontier node (-1: the root), what the drafter says there. Greedy: its candidates,
