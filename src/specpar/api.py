@@ -166,6 +166,8 @@ def generate(
     check_context_window(len(prompt), max_new_tokens, target, *[d for d in drafters if d is not None])
     if tree is not None:
         tree, drafter = tree_arguments(tree, algorithm, drafter, target, len(prompt))
+    elif algorithm in ("si", "dsi") and isinstance(drafter, (list, tuple)):
+        raise ConfigError("several drafters draft only token trees (merge-based): give tree=<k1,...,km>")
     if algorithm in ("hsd", "hsd-sp"):
         return _generate_hsd(
             prompt,

@@ -270,9 +270,9 @@ def draw_without_replacement(row: np.ndarray, k: int, decoding: Decoding, positi
     """k distinct tokens from ``row`` ([V]), each from ``row`` with the earlier ones removed: [(token, that row)]."""
     out, q = [], np.asarray(row, dtype=np.float64)
     for j in range(min(k, int(np.count_nonzero(q)))):
-        token = sample(q, decoding.uniform(sibling_stream(DRAFT, j), position))
-        out.append((token, q))
-        q = q.copy()
-        q[token] = 0.0
-        q /= q.sum()
+        if j:
+            q = q.copy()
+            q[out[-1][0]] = 0.0
+            q /= q.sum()
+        out.append((sample(q, decoding.uniform(sibling_stream(DRAFT, j), position)), q))
     return out
