@@ -60,14 +60,18 @@ def compare(
     runtime: str = "virtual",
     algorithms: Iterable[str] = ("nonsi", "si", "dsi"),
     progress: Callable[[str], None] | None = None,
+    tree: Sequence[int] | None = None,
 ) -> dict[str, AlgorithmSummary]:
     """Run each algorithm ``repeats`` times, interleaved, repeat r on models and prompt built from ``seed + r``.
 
     make_models(seed) -> (target, drafter); make_prompt(seed) -> token ids.
     lookahead: one for every algorithm, or one per algorithm ({"si": 6, "dsi": 2}).
     Interleaving (nonsi, si, dsi, nonsi, ...) keeps slow drifts of a shared machine out of the ratios.
+    tree: a token tree <k1, ..., km>: SI and DSI also run over it, as "si-tree" and "dsi-tree" (beside the chains).
     """
     algorithms = list(algorithms)
+    if tree is not None:
+        algorithms += [f"{a}-tree" for a in ("si", "dsi") if a in algorithms]
     runs: dict[str, list[GenerationResult]] = {a: [] for a in algorithms}
     for r in range(repeats):
         target, drafter = make_models(seed + r)
@@ -77,9 +81,10 @@ def compare(
                 prompt,
                 target,
                 drafter,
-                algorithm=algo,
+                algorithm=algo.removesuffix("-tree"),
                 max_new_tokens=max_new_tokens,
                 lookahead=lookahead.get(algo) if isinstance(lookahead, Mapping) else lookahead,
+                tree=tree if algo.endswith("-tree") else None,
                 sp_degree=sp_degree,
                 temperature=temperature,
                 seed=seed + r,

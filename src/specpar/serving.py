@@ -90,8 +90,11 @@ class Servers:
         temperature: float = 0.0,
         seed: int = 0,
         stream=None,
+        tree=None,
     ) -> GenerationResult:
-        """One generation on these servers (thread runtime); ``result.overhead`` says how much time no forward pass ran."""
+        """One generation on these servers (thread runtime); ``result.overhead`` says how much time no forward pass ran.
+
+        tree: a token tree configuration <k1, ..., km> for SI and DSI (see specpar.api.generate)."""
 
         self.check_length(len(prompt), max_new_tokens)
         marks = [len(s.forward_log) for s in self.all]
@@ -109,6 +112,7 @@ class Servers:
                 seed=seed,
                 runtime="threads",
                 stream=stream,
+                tree=tree,
             )
             t1 = time.perf_counter()
         intervals = [iv for s, m in zip(self.all, marks) for iv in s.forward_log[m:]]

@@ -67,6 +67,13 @@ def register(sub) -> None:
     p.add_argument("--repeats", type=int, default=5, help="runs per algorithm, interleaved (default 5)")
     p.add_argument("--vocab-size", type=int, default=8, help="vocabulary of the simulated models (default 8)")
     p.add_argument("--prompt-length", type=int, default=8, help="prompt tokens (default 8)")
+    p.add_argument(
+        "--tree",
+        metavar="K1,...,KM",
+        default=None,
+        help="also run SI and DSI over SpecInfer token trees <k1,...,km> (k_i candidates at depth i, one target "
+        "pass per tree), beside the chains: e.g. --tree 2,2,1",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     p.add_argument(
         "--timeline",
@@ -245,6 +252,10 @@ def run(args) -> int:
     target_lat, drafter_lat, a = pair_from_args(args)
     c = drafter_lat.tpot_ms / target_lat.tpot_ms if target_lat.tpot_ms > 0 else float("nan")
     k, why = _lookaheads(args, target_lat, drafter_lat, a)
+    if args.tree is not None:
+        from specpar.trees import parse_tree
+
+        args.tree = parse_tree(args.tree)
 
     def make_models(seed):
         target = SimulatedModel(args.vocab_size, seed=seed, latency=target_lat)
@@ -305,6 +316,7 @@ def run(args) -> int:
                         "temperature": args.temperature,
                         "seed": args.seed,
                         "repeats": args.repeats,
+                        "tree": args.tree,
                     },
                     "results": {name: s.to_dict() for name, s in summary.items()},
                     "closed_forms": closed,
@@ -329,13 +341,14 @@ def _run_with_progress(compare, args, make_models, make_prompt, k):
         seed=args.seed,
         temperature=args.temperature,
         runtime=args.runtime,
+        tree=args.tree,
     )
     if args.json or not sys.stderr.isatty():
         return compare(make_models, make_prompt, **kwargs)
     from rich.progress import Progress
 
     with Progress(transient=True) as bar:
-        task = bar.add_task("simulating", total=3 * args.repeats)
+        task = bar.add_task("simulating", total=(3 if args.tree is None else 5) * args.repeats)
         return compare(make_models, make_prompt, progress=lambda _: bar.advance(task), **kwargs)
 
 
@@ -373,7 +386,8 @@ def _print_table(args, summary, target_lat, drafter_lat, c, k, why, closed, mess
         "same tokens",
     ):
         table.add_column(col, justify="right" if col != "algorithm" else "left")
-    names = {"nonsi": "non-SI", "si": "SI", "dsi": "DSI"}
+    tree = "<" + ",".join(map(str, args.tree)) + ">" if args.tree else ""
+    names = {"nonsi": "non-SI", "si": "SI", "dsi": "DSI", "si-tree": f"SI {tree}", "dsi-tree": f"DSI {tree}"}
     for name, s in summary.items():
         speed = _fmt(s.speedup_vs_nonsi) + "x"
         table.add_row(
