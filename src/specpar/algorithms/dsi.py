@@ -79,17 +79,23 @@ def dsi(
     unsent = 0  # the last `unsent` drafts wait for a verification server (dedicated_cursor only)
     keep_one = dedicated_cursor and len(target) > 1  # one target server kept for passes on the cursor
 
-    def reject_dependents() -> None:
-        """A draft was rejected: cancel every task that depends on it and forget later drafts."""
+    def reject_dependents(keep: Task | None = None) -> None:
+        """A draft was rejected: cancel every task that depends on it (but ``keep``) and forget later drafts."""
         nonlocal drafting, unsent
         unsent = 0
         for t in verifying:
-            runtime.cancel(t)
+            if t is not keep:
+                runtime.cancel(t)
         if drafting is not None:
             runtime.cancel(drafting)
             drafting = None
-        verifying.clear(), drafts.clear(), q_rows.clear(), windows.clear(), known.clear()
-        nodes.clear(), scored.clear()
+        verifying[:] = [keep] if keep is not None else []
+        drafts.clear(), q_rows.clear(), windows.clear(), known.clear(), nodes.clear(), scored.clear()
+
+    def below_cursor(t: TokenTree, start: int) -> int | None:
+        """The node of ``t`` (hanging at ``start``) the verified output ends on, if it runs through ``t``."""
+        below = t.follow(g.out[start:]) if start < len(g.out) else []
+        return below[-1] if below and len(below) == len(g.out) - start else None
 
     def judge_in_tree(row) -> bool:
         """Test the draft at the cursor with its siblings; True when it (the chosen path) is accepted."""
@@ -98,13 +104,25 @@ def dsi(
         if child == node:
             drafts.pop(0), q_rows.pop(0), windows.pop(0), nodes.pop(0)
             return True
+        keep = None
         if child is not None:  # a sibling off the path: its branch goes on with the rows of a tree that holds it
             for t, start, rows in scored:
-                below = t.follow(g.out[start:])
-                if start < len(g.out) and len(below) == len(g.out) - start:
-                    g.verify_tree(t, rows, below[-1])
+                if (below := below_cursor(t, start)) is not None:
+                    g.verify_tree(t, rows, below)
                     break
-        reject_dependents()
+            else:  # or with those of a verification still running: kept, its branch becomes the drafts
+                trees = (task for task in verifying if type(task.call) is ScoreTree)
+                keep = next((task for task in trees if below_cursor(task.call.tree, task.call.start) is not None), None)
+        reject_dependents(keep)
+        if keep is not None:
+            t = keep.call.tree
+            below = below_cursor(t, keep.call.start)
+            branch = t.subtree(below)
+            path = branch.path(branch.most_likely_leaf())
+            drafts.extend(branch.tokens_of(path))
+            nodes.extend((branch, n) for n in path)
+            q_rows.extend([None] * len(path))
+            windows.extend(range(t.depths[below], t.depths[below] + len(path)))
         return False
 
     def settle() -> bool:
