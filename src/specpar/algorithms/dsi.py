@@ -144,30 +144,41 @@ def dsi(
     def on_draft(task: Task) -> None:
         nonlocal drafting, unsent
         drafting = None
-        start = len(task.call.context)
+        start, tokens, q = len(task.call.context), task.result.tokens, task.result.q
         taken = len(g.out) + len(drafts) - start  # positions the target filled while we drafted
-        if tree is not None:
-            t = task.result
-            filled = t.follow(g.out[start : start + taken])
-            if len(filled) < taken:
-                return  # drafted from a prefix the target has since contradicted
-            if taken:
-                t = t.subtree(filled[-1])
-            path = t.path(t.most_likely_leaf())
-            new = t.tokens_of(path)
-            nodes.extend((t, n) for n in path)
-            q_rows.extend([None] * len(new))
-        else:
-            tokens, q = task.result.tokens, task.result.q
-            if tokens[:taken] != g.out[start : start + taken]:
-                return  # drafted from a prefix the target has since contradicted
-            new = tokens[taken:]
-            q_rows.extend(q[taken:] if q is not None else [None] * len(new))
+        if tokens[:taken] != g.out[start : start + taken]:
+            return  # drafted from a prefix the target has since contradicted
+        new = tokens[taken:]
         drafts.extend(new)
-        windows.extend(range(taken, taken + len(new)))
+        q_rows.extend(q[taken:] if q is not None else [None] * len(new))
+        windows.extend(range(taken, len(tokens)))
         if len(g.out) not in known:  # nothing can judge the new drafts yet: hand the drafter its next chunk first
             keep_drafting()
         # the previous chunk's extra row may judge the first new draft at once
+        if settle():
+            unsent = min(unsent + len(new), len(drafts))
+            send_drafts()
+
+    def on_tree_draft(task: Task) -> None:
+        """on_draft for a token tree: its drafts are the path to its most likely leaf (below what the target
+        filled meanwhile); each remembers its tree and node, for its siblings."""
+        nonlocal drafting, unsent
+        drafting = None
+        start, t = len(task.call.context), task.result
+        taken = len(g.out) + len(drafts) - start  # positions the target filled while we drafted
+        filled = t.follow(g.out[start : start + taken])
+        if len(filled) < taken:
+            return  # drafted from a prefix the target has since contradicted
+        if taken:
+            t = t.subtree(filled[-1])
+        path = t.path(t.most_likely_leaf())
+        new = t.tokens_of(path)
+        drafts.extend(new)
+        nodes.extend((t, n) for n in path)
+        q_rows.extend([None] * len(new))
+        windows.extend(range(taken, taken + len(new)))
+        if len(g.out) not in known:  # as on_draft: the drafter's next chunk first, then what the known rows judge
+            keep_drafting()
         if settle():
             unsent = min(unsent + len(new), len(drafts))
             send_drafts()
@@ -258,7 +269,7 @@ def dsi(
     while not g.done:
         task = runtime.wait()
         if task is drafting:
-            on_draft(task)
+            (on_draft if tree is None else on_tree_draft)(task)
         else:
             on_scores(task)
         if not g.done:
