@@ -221,6 +221,16 @@ def test_theorem1_dsi_over_trees_is_never_slower_than_nonsi(c):
         assert dsi <= nonsi + 1e-9, f"DSI with tree {tree} took {dsi} > non-SI {nonsi} at c={c}, a={a}, SP={sp}"
 
 
+# sampled DSI tokens depend on timing (which positions the target fills before a draft exists), as for chains
+@pytest.mark.parametrize("algorithm,temperature", [("si", 1.0), ("dsi", 0.0)])
+def test_merged_trees_give_the_same_tokens_on_threads_as_on_the_virtual_clock(algorithm, temperature):
+    target = SimulatedModel(6, seed=2, latency=LatencyProfile.uniform(0.3))
+    drafters = [target.drafter(0.6, LatencyProfile.uniform(0.05), seed=s) for s in (1, 2)]
+    kw = dict(algorithm=algorithm, max_new_tokens=20, tree=(2, 1), sp_degree=2, temperature=temperature, seed=4)
+    virtual = generate([1], target, drafters, **kw)
+    assert generate([1], target, drafters, runtime="threads", **kw).tokens == virtual.tokens
+
+
 def test_trees_are_refused_where_they_do_not_apply():
     target = SimulatedModel(8, seed=0)
     with pytest.raises(ConfigError, match="'si' or 'dsi'"):
