@@ -211,11 +211,15 @@ C_GRID = [0.02, 0.1, 0.4, 1.0]
 A_GRID = [0.0, 0.3, 0.7, 1.0]
 
 
+@pytest.mark.parametrize(
+    "latency", [LatencyProfile.uniform(1.0), LatencyProfile(3.0, 1.0, 0.2)], ids=["paper", "per-node"]
+)
 @pytest.mark.parametrize("c", C_GRID)
-def test_theorem1_dsi_over_trees_is_never_slower_than_nonsi(c):
+def test_theorem1_dsi_over_trees_is_never_slower_than_nonsi(c, latency):
+    """The paper's time units, and a target with TTFT 3 TPOT that pays 0.2 TPOT per scored node (trees cost more)."""
     for a, tree, sp in itertools.product(A_GRID, [(2,), (2, 2, 1), (3, 1, 1, 1)], [2, 4]):
-        target = SimulatedModel(8, seed=7, latency=LatencyProfile.uniform(1.0))
-        drafter = target.drafter(a, LatencyProfile.uniform(c), seed=8)
+        target = SimulatedModel(8, seed=7, latency=latency)
+        drafter = target.drafter(a, latency.scaled(c), seed=8)
         nonsi = generate([3, 1], target, None, algorithm="nonsi", max_new_tokens=40).time_ms
         dsi = generate([3, 1], target, drafter, algorithm="dsi", max_new_tokens=40, tree=tree, sp_degree=sp).time_ms
         assert dsi <= nonsi + 1e-9, f"DSI with tree {tree} took {dsi} > non-SI {nonsi} at c={c}, a={a}, SP={sp}"
