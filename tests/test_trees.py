@@ -96,6 +96,24 @@ def test_sampled_expansion_draws_without_replacement_and_stores_the_row_each_dra
     assert q2[tokens[2]] == pytest.approx(q0[tokens[2]] / (1 - q0[tokens[0]] - q0[tokens[1]]))
 
 
+def test_a_tree_is_priced_as_a_chain_of_the_same_node_count():
+    from specpar.calls import Draft, DraftTree, Score, ScoreTree
+
+    target = SimulatedModel(8, seed=1, latency=LatencyProfile(5.0, 1.0, 0.25))
+    tree = merge([TokenTree.chain([1, 2, 3]), TokenTree.chain([4, 5]), TokenTree.chain([1, 6])])  # 6 nodes
+    for cached in (0, 3):  # a cold server pays TTFT, a warm one the unseen context tokens and the nodes
+        server = target.server()
+        if cached:
+            server.compute(Score((7, 7, 7), 0, GREEDY))
+        ctx = (7, 7, 7, 7)
+        assert server.duration_ms(ScoreTree(ctx, tree, GREEDY)) == server.duration_ms(Score(ctx + (0,) * 6, 6, GREEDY))
+    drafter = target.drafter(0.5, LatencyProfile(1.0, 0.1, 0.02)).server()
+    drafter.compute(Draft((7, 7), 1, GREEDY))
+    # expansion <3, 2, 2>: three passes (as a chain of 3); the second feeds level 1's 3 nodes, the third level 2's 6
+    chain = drafter.duration_ms(Draft((7, 7), 3, GREEDY))
+    assert drafter.duration_ms(DraftTree((7, 7), (3, 2, 2), GREEDY)) == pytest.approx(chain + (2 + 5) * 0.02)
+
+
 # -- verification ------------------------------------------------------------------------------------------
 
 

@@ -19,6 +19,7 @@ from itertools import islice
 import numpy as np
 
 from specpar.decoding import Decoding
+from specpar.trees import tree_size
 
 
 class Context(Sequence):
@@ -97,7 +98,7 @@ class Draft:
     k: int
     decoding: Decoding
     kind = "draft"
-    extra_tokens = 0  # tokens a pass computes beyond the context and the k drafted ones (a tree's other nodes)
+    extra_tokens = 0  # tokens the passes feed beyond the context and one per pass (an expanded tree's other nodes)
 
 
 class Score:
@@ -169,14 +170,13 @@ class DraftTree:
     kind = "draft"
 
     def __init__(self, context: Context | tuple[int, ...], widths: tuple[int, ...], decoding: Decoding, source=0):
-        from specpar.trees import tree_size
-
         self.context = context
         self.widths = widths
         self.decoding = decoding
         self.source = source
         self.k = len(widths)  # forward passes, as for a chain of k drafts
-        self.extra_tokens = tree_size(widths) - len(widths)  # nodes beyond one per level
+        # the passes after the first feed levels 1 .. m-1: their nodes beyond the one token a chain's pass feeds
+        self.extra_tokens = sum(tree_size(widths[:i]) - tree_size(widths[: i - 1]) - 1 for i in range(1, len(widths)))
 
     def __repr__(self) -> str:
         return f"DraftTree(context=<{len(self.context)} tokens>, widths={self.widths}, source={self.source})"
