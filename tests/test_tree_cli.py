@@ -57,3 +57,16 @@ def test_generate_refuses_a_tree_past_the_context_window(pair_dirs, capsys):
     long_prompt = " ".join(["w3"] * 120)  # the window is 128 tokens
     assert cli.main(["generate", long_prompt, "-N", "4", "--tree", "1,1,1,1,1,1,1,1,1,1"] + _models(pair_dirs)) == 2
     assert "reaches past the context" in capsys.readouterr().err
+
+
+def test_bench_over_a_tree_records_tokens_per_target_pass(pair_dirs, tmp_path, capsys):
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text('"w1 w7 w3 w9 w2"\n"w4 w4 w5"\n')
+    out = tmp_path / "rows.jsonl"
+    args = ["bench", "--dataset", str(prompts), "-n", "2", "-N", "8", "--algos", "nonsi,si", "--tree", "2,1"]
+    assert cli.main(args + ["--out", str(out), "--json"] + _models(pair_dirs)) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["config"]["tree"] == [2, 1]
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["algorithm"] for r in rows] == ["nonsi", "si"] * 2
+    assert all(r["same_tokens_as_nonsi"] for r in rows if r["algorithm"] == "si")

@@ -36,6 +36,12 @@ def register(sub) -> None:
     p.add_argument("-N", "--max-new-tokens", type=int, default=64, help="tokens per prompt (default 64)")
     p.add_argument("-k", "--lookahead", type=int, default=5, help="draft tokens per verification (default 5)")
     p.add_argument("--sp-degree", type=int, default=2, help="target servers DSI may use at once (default 2)")
+    p.add_argument(
+        "--tree",
+        metavar="K1,...,KM",
+        default=None,
+        help="SI and DSI draft SpecInfer token trees <k1,...,km> instead of k-token chains (e.g. 2,2,1)",
+    )
     p.add_argument("--algos", default="nonsi,si,dsi", help="comma-separated algorithms (default nonsi,si,dsi)")
     p.add_argument("--temperature", type=float, default=0.0, help="0 (default) greedy; > 0 sampling")
     p.add_argument("--seed", type=int, default=0, help="prompt i samples with seed + i")
@@ -49,6 +55,10 @@ def run(args) -> int:
     from specpar import prompts
 
     real_models.check_common(args)
+    if args.tree is not None:
+        from specpar.trees import parse_tree
+
+        args.tree = parse_tree(args.tree)
     algorithms = [a.strip() for a in args.algos.split(",") if a.strip()]
     bad = [a for a in algorithms if a not in NAMES]
     if bad or not algorithms:
@@ -67,7 +77,13 @@ def run(args) -> int:
                     for s in servers.all:
                         s.reset()
                     res = servers.generate(
-                        ids, algo, args.max_new_tokens, args.lookahead, args.temperature, args.seed + i
+                        ids,
+                        algo,
+                        args.max_new_tokens,
+                        args.lookahead,
+                        args.temperature,
+                        args.seed + i,
+                        tree=args.tree if algo != "nonsi" else None,
                     )
                     by_algo[algo].append(res)
                     if out:
@@ -152,6 +168,7 @@ def _config(args, target, drafter, servers) -> dict:
         "max_new_tokens": args.max_new_tokens,
         "lookahead": args.lookahead,
         "sp_degree": args.sp_degree,
+        "tree": args.tree,
         "temperature": args.temperature,
         "target": target.name,
         "drafter": drafter.name,
