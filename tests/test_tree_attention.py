@@ -113,3 +113,12 @@ def test_a_tree_past_the_context_window_is_refused(pair):
     short_prompt = list(range(250))  # the tiny models' window is 256
     with pytest.raises(ConfigError, match="reaches past the context"):
         generate(short_prompt, target, drafter, algorithm="si", max_new_tokens=4, tree=(1,) * 7)
+
+
+def test_top_k_candidates_rescue_rejected_drafts_on_real_models():
+    """A noisier drafter: its second to fourth candidates hold the target's token where its first does not."""
+    target, drafter = tiny_pair(vocab=64, seed=3, noise=0.3, latencies=(LatencyProfile.uniform(1.0), None))
+    chain = generate([1, 2, 3, 4], target, drafter, algorithm="si", max_new_tokens=40, lookahead=1, runtime="threads")
+    tree = generate([1, 2, 3, 4], target, drafter, algorithm="si", max_new_tokens=40, tree=(4,), runtime="threads")
+    assert tree.tokens == chain.tokens
+    assert tree.mean_acceptance_length > chain.mean_acceptance_length + 0.1
