@@ -143,3 +143,26 @@ def test_gumbel_sample_follows_its_distribution():
     assert counts[3] == 0
     p_value = chi_square_p_value(counts, dict(enumerate(dist)))
     assert p_value > 1e-3, p_value
+
+
+@pytest.mark.parametrize("algorithm", ["si", "dsi"])
+def test_gumbel_coupling_over_token_trees_gives_non_si_tokens(algorithm, no_thread_leak):
+    """A tree's siblings are judged against the target's Gumbel-max sample too: the tokens stay non-SI's."""
+    target, drafters = models()
+    for seed in SEEDS:
+        expected = run("nonsi", seed, "virtual", "gumbel")
+        for runtime in ("virtual", "threads"):
+            out = generate(
+                [1, 2],
+                target,
+                drafters[-1],
+                algorithm=algorithm,
+                max_new_tokens=24,
+                tree=(2, 2, 1),
+                sp_degree=3,
+                temperature=1.0,
+                seed=seed,
+                coupling="gumbel",
+                runtime=runtime,
+            )
+            assert out.tokens == expected, (algorithm, runtime, seed)

@@ -167,6 +167,7 @@ def generate(
     prefill_replicas: bool | None = None,
     dedicated_cursor: bool | None = None,
     runtime_options: dict | None = None,
+    tree: Sequence[int] | None = None,
     params: SamplingParams | None = None,
     **sampling,
 ) -> GenerationResult:
@@ -207,6 +208,9 @@ def generate(
         for Ray (see specpar.runtimes.ray_runtime.RayRuntime) or ``{"call_timeout_s": 60}`` for threads.
         On Ray, the actors of servers given as a ready-made Pool are kept for later generations, and the drafter
         runs on a thread of this process unless ``{"local_pools": ()}`` puts it in an actor too.
+    tree: SI and DSI only: a token tree configuration <k1, ..., km> (SpecInfer): each round the drafter expands
+        k_i candidates at depth i and the target verifies every node in one pass; ``lookahead`` is then m.
+        ``drafter`` may then be a list of drafters whose trees are merged (specpar.models.merged).
     """
     from specpar.engine import Engine  # the engine builds on this module's helpers
 
@@ -228,7 +232,9 @@ def generate(
         keep_actors=isinstance(target, Pool) or isinstance(drafter, Pool),
     )
     with engine:
-        return engine.generate(prompt, params, algorithm=algorithm, lookahead=lookahead, stream=stream, **sampling)
+        return engine.generate(
+            prompt, params, algorithm=algorithm, lookahead=lookahead, stream=stream, tree=tree, **sampling
+        )
 
 
 def generate_on(
@@ -250,6 +256,7 @@ def generate_on(
     dedicated_cursor: bool | None = None,
     runtime_options: dict | None = None,
     ready_made: bool | None = None,
+    tree: Sequence[int] | None = None,
 ) -> GenerationResult:
     """One generation on ``target`` and ``drafter`` (models, whose servers are made for it, or Pools, whose
     servers are reused): the algorithm on a runtime of its own. Arguments as :func:`generate`'s; stopping: a
@@ -267,6 +274,24 @@ def generate_on(
         ready_made = isinstance(target, Pool) or any(isinstance(d, Pool) for d in drafters)
     check_tokens(prompt, decoding, target, *[d for d in drafters if d is not None])
     check_context_window(len(prompt), max_new_tokens, target, *[d for d in drafters if d is not None])
+    if tree is not None:
+        if decoding.processors is not None:
+            raise ConfigError(
+                "token trees (tree=) do not take logits processors yet (top_k, top_p, min_p, "
+                "repetition_penalty): drop them or the tree"
+            )
+        tree, drafter = tree_arguments(tree, algorithm, drafter, target, len(prompt))
+    elif algorithm in ("si", "dsi") and isinstance(drafter, (list, tuple)):
+        raise ConfigError("several drafters draft only token trees (merge-based): give tree=<k1,...,km>")
+    if tree is not None:
+        if decoding.processors is not None:
+            raise ConfigError(
+                "token trees (tree=) do not take logits processors yet (top_k, top_p, min_p, "
+                "repetition_penalty): drop them or the tree"
+            )
+        tree, drafter = tree_arguments(tree, algorithm, drafter, target, len(prompt))
+    elif algorithm in ("si", "dsi") and isinstance(drafter, (list, tuple)):
+        raise ConfigError("several drafters draft only token trees (merge-based): give tree=<k1,...,km>")
     if algorithm in ("hsd", "hsd-sp"):
         return _generate_hsd(
             prompt,
@@ -289,7 +314,9 @@ def generate_on(
         if drafter is None:
             raise ConfigError(f"algorithm {algorithm!r} needs a drafter")
         check_drafter_faster(target, drafter)
-        if lookahead is None:
+        if tree is not None:
+            lookahead = len(tree)
+        elif lookahead is None:
             lookahead = default_lookahead(target, drafter, sp_degree)
             log.info("lookahead %d: the smallest that keeps %d target server(s) busy (Eq. 1)", lookahead, sp_degree)
         elif lookahead == "auto":
@@ -308,7 +335,10 @@ def generate_on(
         return _run(rt, lambda: non_si(rt, target_pool, prompt, max_new_tokens, decoding, stream, stopping))
     if algorithm == "si":
         return _run(
-            rt, lambda: si(rt, target_pool, drafter_pool, prompt, max_new_tokens, lookahead, decoding, stream, stopping)
+            rt,
+            lambda: si(
+                rt, target_pool, drafter_pool, prompt, max_new_tokens, lookahead, decoding, stream, stopping, tree=tree
+            ),
         )
     if prefill_replicas is None:
         prefill_replicas = prefill_pays_off(target)
@@ -328,6 +358,7 @@ def generate_on(
             stopping,
             prefill_all=prefill_replicas,
             dedicated_cursor=dedicated_cursor,
+            tree=tree,
         ),
     )
 
@@ -344,6 +375,24 @@ def _run(rt, algorithm) -> GenerationResult:
         result.replicas_lost = tuple(x.server for x in lost)
         result.time_lost_ms = sum(x.lost_ms for x in lost)
     return result
+
+
+def tree_arguments(tree, algorithm: str, drafter, target, prompt_len: int):
+    """Check a token tree request: (widths, the drafter: one model, or a MergedDrafters server over a list)."""
+    from specpar.models.merged import MergedDrafters
+    from specpar.trees import check_tree
+
+    if algorithm not in ("si", "dsi"):
+        raise ConfigError(f"token trees (tree=) work with algorithm 'si' or 'dsi', not {algorithm!r}")
+    source = getattr(target.servers[0], "model", None) if isinstance(target, Pool) else target
+    window = getattr(source, "context_window", None)
+    widths = check_tree(tree, room=None if window is None else window - prompt_len)
+    if isinstance(drafter, (list, tuple)):
+        if not drafter:
+            raise ConfigError("drafter is an empty list: give at least one drafter to merge")
+        servers = [_pool(d, 1, f"drafter{i}").servers[0] for i, d in enumerate(drafter)]
+        drafter = Pool([MergedDrafters(servers)], "drafter")
+    return widths, drafter
 
 
 def _pool(source, n: int, name: str) -> Pool:

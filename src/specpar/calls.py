@@ -19,6 +19,7 @@ from itertools import islice
 import numpy as np
 
 from specpar.decoding import Decoding
+from specpar.trees import tree_size
 
 
 class Context(Sequence):
@@ -97,6 +98,7 @@ class Draft:
     k: int
     decoding: Decoding
     kind = "draft"
+    extra_tokens = 0  # tokens the passes feed beyond the context and one per pass (an expanded tree's other nodes)
 
 
 class Score:
@@ -109,6 +111,7 @@ class Score:
 
     __slots__ = ("context", "n_drafts", "decoding", "start", "end")
     kind = "verify"
+    extra_tokens = 0  # tokens scored beyond the context (a tree's nodes: ScoreTree)
 
     def __init__(self, context: Context | tuple[int, ...], n_drafts: int, decoding: Decoding):
         self.context = context
@@ -156,3 +159,48 @@ class Scores:
     def end(self) -> int:
         """Position of the last row."""
         return self.start + len(self.rows) - 1
+
+
+class DraftTree:
+    """Ask a drafter to expand a token tree <k1, ..., km> after ``context`` (SpecInfer's expansion; one forward
+    pass per level). Its answer is a :class:`specpar.trees.TokenTree` whose nodes are drawn from ``source``
+    (the drafter's index in a merge; it drafts with ``decoding``, already made its own by the caller)."""
+
+    __slots__ = ("context", "widths", "decoding", "source", "k", "extra_tokens")
+    kind = "draft"
+
+    def __init__(self, context: Context | tuple[int, ...], widths: tuple[int, ...], decoding: Decoding, source=0):
+        self.context = context
+        self.widths = widths
+        self.decoding = decoding
+        self.source = source
+        self.k = len(widths)  # forward passes, as for a chain of k drafts
+        # the passes after the first feed levels 1 .. m-1: their nodes beyond the one token a chain's pass feeds
+        self.extra_tokens = sum(tree_size(widths[:i]) - tree_size(widths[: i - 1]) - 1 for i in range(1, len(widths)))
+
+    def __repr__(self) -> str:
+        return f"DraftTree(context=<{len(self.context)} tokens>, widths={self.widths}, source={self.source})"
+
+
+class ScoreTree:
+    """Ask a target for its rows at every node of a token tree hanging off ``context``, in one forward pass.
+
+    Rows (a :class:`Scores` from ``start = len(context)``): rows[0] at the root (position start), rows[1 + i] after
+    node i (position start + depth(i)). Along one path they are laid out as a chain's, and a server prices the call
+    as a chain of the same node count (``n_drafts`` = nodes). ``end``: the position of the last row of the deepest
+    path (DSI drops a task once the verified output has passed it).
+    """
+
+    __slots__ = ("context", "tree", "decoding", "n_drafts", "extra_tokens", "start", "end")
+    kind = "verify"
+
+    def __init__(self, context: Context | tuple[int, ...], tree, decoding: Decoding):
+        self.context = context
+        self.tree = tree
+        self.decoding = decoding
+        self.n_drafts = self.extra_tokens = len(tree)
+        self.start = len(context)
+        self.end = self.start + tree.depth
+
+    def __repr__(self) -> str:
+        return f"ScoreTree(context=<{len(self.context)} tokens>, {self.tree!r})"

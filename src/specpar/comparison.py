@@ -65,6 +65,7 @@ def compare(
     algorithms: Iterable[str] = ("nonsi", "si", "dsi"),
     progress: Callable[[str], None] | None = None,
     stream: Callable[[list[int]], None] | None = None,
+    tree: Sequence[int] | None = None,
 ) -> dict[str, AlgorithmSummary]:
     """Run each algorithm ``repeats`` times, interleaved, repeat r on models and prompt built from ``seed + r``.
 
@@ -72,8 +73,11 @@ def compare(
     lookahead: one for every algorithm, or one per algorithm ({"si": 6, "dsi": 2}).
     Interleaving (nonsi, si, dsi, nonsi, ...) keeps slow drifts of a shared machine out of the ratios.
     progress: called with each algorithm's name when a run ends; stream: every run's verified tokens as they come.
+    tree: a token tree <k1, ..., km>: SI and DSI also run over it, as "si-tree" and "dsi-tree" (beside the chains).
     """
     algorithms = list(algorithms)
+    if tree is not None:
+        algorithms += [f"{a}-tree" for a in ("si", "dsi") if a in algorithms]
     runs: dict[str, list[GenerationResult]] = {a: [] for a in algorithms}
     for r in range(repeats):
         target, drafter = make_models(seed + r)
@@ -83,9 +87,10 @@ def compare(
                 prompt,
                 target,
                 drafter,
-                algorithm=algo,
+                algorithm=algo.removesuffix("-tree"),
                 max_new_tokens=max_new_tokens,
                 lookahead=lookahead.get(algo) if isinstance(lookahead, Mapping) else lookahead,
+                tree=tree if algo.endswith("-tree") else None,
                 sp_degree=sp_degree,
                 temperature=temperature,
                 coupling=coupling,

@@ -145,17 +145,19 @@ class Engine:
         algorithm: str | None = None,
         lookahead: int | str | None = None,
         stream=None,
+        tree=None,
         **sampling,
     ) -> GenerationResult | list[GenerationResult]:
         """One result for one prompt (text, or token ids), a list of results for a list of prompts, in order.
 
         params: the request's SamplingParams (or give its fields as keywords); algorithm, lookahead: override
-        the engine's defaults; stream: called with each run of newly verified token ids.
+        the engine's defaults; stream: called with each run of newly verified token ids; tree: SI and DSI over
+        token trees <k1, ..., km> (see :func:`specpar.generate`).
         """
         params = _params(params, sampling)
         if _one_prompt(prompts):
-            return self._request(prompts, params, algorithm, lookahead, stream)
-        return [self._request(p, params, algorithm, lookahead, stream) for p in prompts]
+            return self._request(prompts, params, algorithm, lookahead, stream, tree)
+        return [self._request(p, params, algorithm, lookahead, stream, tree) for p in prompts]
 
     def stream(
         self, prompt, params: SamplingParams | None = None, *, algorithm: str | None = None, lookahead=None, **sampling
@@ -220,7 +222,7 @@ class Engine:
             return None
         return Stopping(ids, params.stop, self.tokenizer, prompt_ids)
 
-    def _request(self, prompt, params: SamplingParams, algorithm, lookahead, stream) -> GenerationResult:
+    def _request(self, prompt, params: SamplingParams, algorithm, lookahead, stream, tree=None) -> GenerationResult:
         if self.closed:
             raise ConfigError("this engine is closed")
         ids = self.prompt_ids(prompt)
@@ -251,6 +253,7 @@ class Engine:
                     dedicated_cursor=self.dedicated_cursor,
                     runtime_options=self.runtime_options,
                     ready_made=self.keep_actors,
+                    tree=tree,
                 )
                 t1 = time.perf_counter()
             if local:

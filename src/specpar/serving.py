@@ -70,7 +70,11 @@ class Servers(Engine):
         seed: int = 0,
         stream=None,
         params: SamplingParams | None = None,
+        tree=None,
     ) -> GenerationResult:
-        """One generation; ``params`` when given replaces max_new_tokens, temperature and seed."""
+        """One generation; ``params`` when given replaces max_new_tokens, temperature and seed; tree: a token tree
+        configuration <k1, ..., km> for SI and DSI (see specpar.api.generate)."""
         params = params or SamplingParams(temperature=temperature, seed=seed, max_tokens=max_new_tokens)
-        return super().generate(list(prompt), params, algorithm=algorithm, lookahead=lookahead, stream=stream)
+        return super().generate(
+            list(prompt), params, algorithm=algorithm, lookahead=lookahead, stream=stream, tree=tree
+        )

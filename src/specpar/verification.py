@@ -25,6 +25,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from specpar.decoding import ACCEPT, BONUS, RESIDUAL, Decoding, gumbel_sample, sample
+from specpar.trees import sibling_stream
 
 
 def residual(p: np.ndarray, q: np.ndarray) -> np.ndarray:
@@ -74,3 +75,48 @@ def verify_chain(drafts: Sequence[int], q, rows: Sequence, decoding: Decoding, s
             return i, token
     n = len(drafts)
     return n, bonus(rows[n], decoding, start + n)
+
+
+def judge_siblings(draws, tokens: Sequence[int], row, decoding: Decoding, position: int) -> tuple[int | None, int]:
+    """SpecInfer's multi-step speculative sampling at one node of a token tree: (accepted child or None, token).
+
+    draws: the samples drawn under the node, in order, as (child node, [V] q row it was drawn from; None when
+    greedy); tokens: every node's token. Sampling: draw j is accepted with probability min(1, p(x_j) / q_j(x_j));
+    after each rejection the target row becomes p <- norm(max(0, p - q_j)) for the next draw; when every draw is
+    rejected the token comes from the last residual (from p itself when there are no draws: a leaf's bonus).
+    Greedy: the child whose token is the target's argmax, if any; the Gumbel coupling: the child whose token is
+    the target's Gumbel-max sample, if any (the token is that sample either way). One draw reduces to :func:`judge`.
+    """
+    if decoding.greedy or decoding.coupling == "gumbel":
+        token = row if decoding.greedy else gumbel_sample(row, decoding.seed, position)
+        for child, _ in draws:
+            if tokens[child] == token:
+                return child, token
+        return None, token
+    if not draws:
+        return None, bonus(row, decoding, position)
+    p = row
+    for j, (child, q_row) in enumerate(draws):
+        x = tokens[child]
+        if decoding.uniform(sibling_stream(ACCEPT, j), position) * q_row[x] < p[x]:
+            return child, x
+        p = residual(p, q_row)
+    return None, sample(p, decoding.uniform(RESIDUAL, position))
+
+
+def verify_tree(tree, rows: Sequence, decoding: Decoding, start: int, node: int = -1) -> tuple[list[int], int]:
+    """Verify a token tree against the target's rows from one pass: the accepted path and the token after it.
+
+    rows: rows[0] is the target's row at the root (position ``start``), rows[1 + i] the row after node i
+    (position start + depth(i)). Walks down from ``node`` (-1: the root; DSI resumes below an accepted node),
+    testing each node's draws with :func:`judge_siblings`. Returns (accepted nodes in order, token that follows
+    them: the correction at the first node whose draws all fail, or the bonus after a leaf).
+    """
+    path = []
+    while True:
+        depth = tree.depths[node] if node >= 0 else 0
+        child, token = judge_siblings(tree.draws.get(node, ()), tree.tokens, rows[node + 1], decoding, start + depth)
+        if child is None:
+            return path, token
+        path.append(child)
+        node = child

@@ -23,6 +23,12 @@ for that pass: a pass with no drafts always runs on the cursor, and verification
 at most sp_degree - 1 servers, so that one is always free for it. Chunks drafted while
 those servers are busy wait, and are verified together when one frees. With one target
 server there is none to keep: it then verifies too, and Theorem 1 needs sp_degree >= 2.
+
+With ``tree=<k1, ..., km>`` (SpecInfer's token trees) each chunk is a tree: the drafter expands it from the last
+draft, each verification task scores one tree in one pass, and the drafts DSI goes on from are the path to the
+tree's most likely leaf (the next chunk is drafted from there). At the cursor, a draft is tested together with its
+siblings (multi-step speculative sampling); when a sibling off that path is accepted, the tree's own rows (when
+its task has finished) verify the rest of that branch, and everything drafted after the path is rejected.
 """
 
 from __future__ import annotations
@@ -30,10 +36,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from specpar.algorithms.generation import Generation, check_positive_int
-from specpar.calls import Draft, Score
+from specpar.calls import Draft, DraftTree, Score, ScoreTree
 from specpar.decoding import GREEDY, Decoding
 from specpar.results import GenerationResult
 from specpar.runtimes.base import Pool, Runtime, Task
+from specpar.trees import TokenTree, attach, check_tree
 
 
 def dsi(
@@ -48,16 +55,23 @@ def dsi(
     stopping=None,
     prefill_all: bool = False,
     dedicated_cursor: bool = False,
+    tree: Sequence[int] | None = None,
 ) -> GenerationResult:
     """prefill_all: at the start, every target server prefills the prompt at once (in parallel), so that
     no verification later pays a prefill (TTFT) on a cold replica; worth it when TTFT > TPOT.
     dedicated_cursor: a pass with no drafts always works on the cursor, on a server kept for it (see the
-    module docstring); for targets whose verification costs grow with the drafts fed."""
+    module docstring); for targets whose verification costs grow with the drafts fed.
+    tree: a token tree configuration <k1, ..., km>; each chunk is such a tree (module docstring)."""
+    if tree is not None:
+        widths = check_tree(tree)
+        lookahead = len(widths)
     check_positive_int("lookahead (k)", lookahead)
     g = Generation(prompt, max_new_tokens, decoding, runtime, stream, stopping)
     drafts: list[int] = []  # unverified drafts, at positions len(g.out), len(g.out) + 1, ...
     q_rows: list = []  # the drafter's row each draft was sampled from (None when greedy)
     windows: list[int] = []  # each draft's index within its lookahead window
+    nodes: list[tuple[TokenTree, int]] = []  # trees only: each draft's tree and node (on that tree's chosen path)
+    scored: list[tuple[TokenTree, int, list]] = []  # trees only: finished verifications (tree, start, rows)
     known: dict = {}  # target rows at positions >= the cursor, from finished verifications
     verifying: list[Task] = []  # verification tasks in flight, ordered by the position of their first row
     drafting: Task | None = None  # the drafter's task in flight
@@ -66,16 +80,51 @@ def dsi(
     unsent = 0  # the last `unsent` drafts wait for a verification server (dedicated_cursor only)
     keep_one = dedicated_cursor and len(target) > 1  # one target server kept for passes on the cursor
 
-    def reject_dependents() -> None:
-        """A draft was rejected: cancel every task that depends on it and forget later drafts."""
+    def reject_dependents(keep: Task | None = None) -> None:
+        """A draft was rejected: cancel every task that depends on it (but ``keep``) and forget later drafts."""
         nonlocal drafting, unsent
         unsent = 0
         for t in verifying:
-            runtime.cancel(t)
+            if t is not keep:
+                runtime.cancel(t)
         if drafting is not None:
             runtime.cancel(drafting)
             drafting = None
-        verifying.clear(), drafts.clear(), q_rows.clear(), windows.clear(), known.clear()
+        verifying[:] = [keep] if keep is not None else []
+        drafts.clear(), q_rows.clear(), windows.clear(), known.clear(), nodes.clear(), scored.clear()
+
+    def below_cursor(t: TokenTree, start: int) -> int | None:
+        """The node of ``t`` (hanging at ``start``) the verified output ends on, if it runs through ``t``."""
+        below = t.follow(g.out[start:]) if start < len(g.out) else []
+        return below[-1] if below and len(below) == len(g.out) - start else None
+
+    def judge_in_tree(row) -> bool:
+        """Test the draft at the cursor with its siblings; True when it (the chosen path) is accepted."""
+        t, node = nodes[0]
+        child = g.judge_node(t, t.parents[node], row, windows[0])
+        if child == node:
+            drafts.pop(0), q_rows.pop(0), windows.pop(0), nodes.pop(0)
+            return True
+        keep = None
+        if child is not None:  # a sibling off the path: its branch goes on with the rows of a tree that holds it
+            for t, start, rows in scored:
+                if (below := below_cursor(t, start)) is not None:
+                    g.verify_tree(t, rows, below)
+                    break
+            else:  # or with those of a verification still running: kept, its branch becomes the drafts
+                trees = (task for task in verifying if type(task.call) is ScoreTree)
+                keep = next((task for task in trees if below_cursor(task.call.tree, task.call.start) is not None), None)
+        reject_dependents(keep)
+        if keep is not None:
+            t = keep.call.tree
+            below = below_cursor(t, keep.call.start)
+            branch = t.subtree(below)
+            path = branch.path(branch.most_likely_leaf())
+            drafts.extend(branch.tokens_of(path))
+            nodes.extend((branch, n) for n in path)
+            q_rows.extend([None] * len(path))
+            windows.extend(range(t.depths[below], t.depths[below] + len(path)))
+        return False
 
     def settle() -> bool:
         """Resolve the cursor with the target rows known for it, in position order; False on a rejection."""
@@ -85,6 +134,9 @@ def dsi(
                 break
             if not drafts:  # no draft here yet: take the target's token now, as non-SI would
                 g.take(row)
+            elif nodes:
+                if not judge_in_tree(row):
+                    return False
             elif not g.judge(drafts.pop(0), q_rows.pop(0), row, windows.pop(0)):
                 reject_dependents()
                 return False
@@ -112,13 +164,53 @@ def dsi(
             unsent = min(unsent + len(new), len(drafts))
             send_drafts()
 
+    def on_tree_draft(task: Task) -> None:
+        """on_draft for a token tree: its drafts are the path to its most likely leaf (below what the target
+        filled meanwhile); each remembers its tree and node, for its siblings."""
+        nonlocal drafting, unsent
+        drafting = None
+        start, t = len(task.call.context), task.result
+        taken = len(g.out) + len(drafts) - start  # positions the target filled while we drafted
+        filled = t.follow(g.out[start : start + taken])
+        if len(filled) < taken:
+            return  # drafted from a prefix the target has since contradicted
+        if taken:
+            t = t.subtree(filled[-1])
+        path = t.path(t.most_likely_leaf())
+        new = t.tokens_of(path)
+        drafts.extend(new)
+        nodes.extend((t, n) for n in path)
+        q_rows.extend([None] * len(new))
+        windows.extend(range(taken, taken + len(new)))
+        if len(g.out) not in known:  # as on_draft: the drafter's next chunk first, then what the known rows judge
+            keep_drafting()
+        if settle():
+            unsent = min(unsent + len(new), len(drafts))
+            send_drafts()
+
     def send_drafts() -> None:
         """Verify the drafts that wait, in one pass, if a server is free for it (the runtime queues otherwise,
         unless one server is kept for the cursor)."""
         nonlocal unsent
-        if unsent and (not keep_one or sum(1 for t in verifying if t.call.n_drafts) < len(target) - 1):
-            verifying.append(runtime.submit(target, Score(g.context(drafts), unsent, decoding)))
-            unsent = 0
+        while unsent and (not keep_one or sum(1 for t in verifying if t.call.n_drafts) < len(target) - 1):
+            if tree is None:
+                verifying.append(runtime.submit(target, Score(g.context(drafts), unsent, decoding)))
+                unsent = 0
+            else:  # the trees that wait, each hung below the previous one's path, below the drafts verified
+                i = len(drafts) - unsent
+                verifying.append(runtime.submit(target, ScoreTree(g.context(drafts[:i]), waiting_tree(i), decoding)))
+                unsent = 0
+
+    def waiting_tree(i: int) -> TokenTree:
+        """One tree for the drafts from index i on: their trees, each attached at the end of the path before it."""
+        out, j = TokenTree(), i
+        while j < len(drafts):
+            t, node = nodes[j]
+            parent = t.parents[node]
+            at = out.follow(drafts[i:j])[-1] if j > i else -1
+            attach(out, t if parent < 0 else t.subtree(parent), at)
+            j += sum(1 for t_j, _ in nodes[j:] if t_j is t)
+        return out
 
     def on_scores(task: Task) -> None:
         nonlocal unsent, warmed
@@ -128,6 +220,11 @@ def dsi(
         else:
             verifying.remove(task)
         start, rows = task.result.start, task.result.rows
+        if type(task.call) is ScoreTree:  # rows along the drafts' path; the others wait for an off-path sibling
+            t = task.call.tree
+            scored.append((t, start, rows))
+            path = t.follow(g.out[start:] + drafts)
+            rows = [rows[0], *(rows[1 + n] for n in path)]
         for i in range(max(0, len(g.out) - start), len(rows)):  # rows at the cursor and beyond
             known[start + i] = rows[i]
         if settle():
@@ -157,7 +254,12 @@ def dsi(
         if drafting is None:
             k = g.lookahead_at(len(g.out) + len(drafts), lookahead)
             if k:
-                drafting = runtime.submit(drafter, Draft(g.context(drafts), k, decoding))
+                call = (
+                    Draft(g.context(drafts), k, decoding)
+                    if tree is None
+                    else DraftTree(g.context(drafts), widths[:k], decoding)
+                )
+                drafting = runtime.submit(drafter, call)
 
     def keep_busy() -> None:
         """After every event: the invariants that make DSI never slower than non-SI, and drafting ahead."""
@@ -173,7 +275,7 @@ def dsi(
     while not g.done:
         task = runtime.wait()
         if task is drafting:
-            on_draft(task)
+            (on_draft if tree is None else on_tree_draft)(task)
         else:
             on_scores(task)
         if not g.done:

@@ -10,7 +10,7 @@ from specpar.errors import ConfigError
 from specpar.results import GenerationResult
 from specpar.runtimes.base import Runtime
 from specpar.stopping import Stopping
-from specpar.verification import bonus, judge, verify_chain
+from specpar.verification import bonus, judge, judge_siblings, verify_chain, verify_tree
 
 
 def check_positive_int(name: str, value) -> int:
@@ -112,6 +112,39 @@ class Generation:
         self._end_round()
         self._emit()
         return n
+
+    def verify_tree(self, tree, rows, node: int = -1) -> int:
+        """Test a token tree hanging off the cursor (SI over trees; DSI below an accepted ``node``) with the
+        target's rows from one pass (rows[0] at the root, rows[1 + i] after node i); appends the accepted path and
+        the token after it. Returns how many nodes were accepted."""
+        base = tree.depths[node] if node >= 0 else 0
+        path, token = verify_tree(tree, rows, self.decoding, len(self.out) - base, node)
+        for j in range(len(path) + 1):
+            if tree.draws.get(path[j - 1] if j else node):  # a level was tested
+                self._tested(base + j, j < len(path))
+        if self.stopping is None:
+            self.out.extend(tree.tokens[n] for n in path)
+        else:  # each accepted node may end the output
+            for n in path:
+                self._append(tree.tokens[n])
+                if self.done:
+                    break
+        if not self.done:
+            self._append(token)
+        self._end_round()
+        self._emit()
+        return len(path)
+
+    def judge_node(self, tree, parent: int, row, index: int) -> int | None:
+        """Test the draws under ``parent`` of a token tree at the cursor (DSI, one position at a time); appends
+        the kept token and returns the accepted child (None when every draw failed)."""
+        child, token = judge_siblings(tree.draws.get(parent, ()), tree.tokens, row, self.decoding, len(self.out))
+        self._tested(index, child is not None)
+        self._append(token)
+        if child is None:
+            self._end_round()
+        self._emit()
+        return child
 
     def _emit(self) -> None:
         """Hand the newly verified tokens (never past max_new_tokens) to ``stream``."""

@@ -3,6 +3,10 @@
 Repeat: the drafter proposes k tokens, the target scores all of them in one
 forward pass, the verifier keeps the accepted prefix plus one target token.
 Drafting waits for verification and verification waits for drafting.
+
+With ``tree=<k1, ..., km>`` (SpecInfer): the drafter expands a token tree instead of a chain (several drafters
+behind a :class:`~specpar.models.merged.MergedDrafters` merge theirs), the target scores every node in one pass
+(tree attention), and the verifier keeps the longest accepted path plus one target token.
 """
 
 from __future__ import annotations
@@ -10,10 +14,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from specpar.algorithms.generation import Generation, check_positive_int
-from specpar.calls import Draft, Proposal, Score
+from specpar.calls import Draft, DraftTree, Proposal, Score, ScoreTree
 from specpar.decoding import GREEDY, Decoding
 from specpar.results import GenerationResult
 from specpar.runtimes.base import Pool, Runtime
+from specpar.trees import TokenTree, check_tree
 
 
 def si(
@@ -26,12 +31,22 @@ def si(
     decoding: Decoding = GREEDY,
     stream=None,
     stopping=None,
+    tree: Sequence[int] | None = None,
 ) -> GenerationResult:
+    """tree: a token tree configuration <k1, ..., km> drafted and verified each round instead of k drafts."""
+    if tree is not None:
+        widths = check_tree(tree)
+        lookahead = len(widths)
     check_positive_int("lookahead (k)", lookahead)
     g = Generation(prompt, max_new_tokens, decoding, runtime, stream, stopping)
     while not g.done:
         k = g.lookahead_at(len(g.out), lookahead)
-        proposal = runtime.run(drafter, Draft(g.context(), k, decoding)) if k else Proposal([])
-        scores = runtime.run(target, Score(g.context(proposal.tokens), k, decoding))
-        g.verify(proposal, scores)
+        if tree is None:
+            proposal = runtime.run(drafter, Draft(g.context(), k, decoding)) if k else Proposal([])
+            scores = runtime.run(target, Score(g.context(proposal.tokens), k, decoding))
+            g.verify(proposal, scores)
+        else:
+            drafts = runtime.run(drafter, DraftTree(g.context(), widths[:k], decoding)) if k else TokenTree()
+            scores = runtime.run(target, ScoreTree(g.context(), drafts, decoding))
+            g.verify_tree(drafts, scores.rows)
     return g.result("si", lookahead=lookahead, sp_degree=1)

@@ -41,6 +41,12 @@ def register(sub) -> None:
     p.add_argument("-N", "--max-new-tokens", type=integer, default=64, help="tokens per prompt (default 64)")
     p.add_argument("-k", "--lookahead", type=integer, default=5, help="draft tokens per verification (default 5)")
     p.add_argument("--sp-degree", type=server_count, default=2, help="target servers DSI may use at once (default 2)")
+    p.add_argument(
+        "--tree",
+        metavar="K1,...,KM",
+        default=None,
+        help="SI and DSI draft SpecInfer token trees <k1,...,km> instead of k-token chains (e.g. 2,2,1)",
+    )
     p.add_argument("--algos", default="nonsi,si,dsi", help="comma-separated algorithms (default nonsi,si,dsi)")
     p.add_argument("--temperature", type=number, default=0.0, help="0 (default) greedy; > 0 sampling")
     p.add_argument("--seed", type=seed, default=0, help="prompt i samples with seed + i")
@@ -58,6 +64,10 @@ def run(args) -> int:
     real_models.check_common(args)
     if args.out:
         args.out = check_output_file(args.out, "--out")
+    if args.tree is not None:
+        from specpar.trees import parse_tree
+
+        args.tree = parse_tree(args.tree)
     algorithms = [a.strip() for a in args.algos.split(",") if a.strip()]
     bad = [a for a in algorithms if a not in NAMES]
     if bad or not algorithms:
@@ -81,7 +91,8 @@ def run(args) -> int:
                         max_tokens=args.max_new_tokens,
                         ignore_eos=True,
                     )
-                    res = servers.generate(ids, algo, lookahead=args.lookahead, params=params)
+                    tree = args.tree if algo != "nonsi" else None
+                    res = servers.generate(ids, algo, lookahead=args.lookahead, params=params, tree=tree)
                     by_algo[algo].append(res)
                     if out:
                         out.write(json.dumps(_row(pid, ids, res, by_algo, args, target)) + "\n")
@@ -167,6 +178,7 @@ def _config(args, target, drafter, servers) -> dict:
         "max_new_tokens": args.max_new_tokens,
         "lookahead": args.lookahead,
         "sp_degree": args.sp_degree,
+        "tree": args.tree,
         "temperature": args.temperature,
         "target": target.name,
         "drafter": drafter.name,

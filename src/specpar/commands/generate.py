@@ -39,6 +39,13 @@ def register(sub) -> None:
     p.add_argument("--algo", choices=("nonsi", "si", "dsi"), default="dsi", help="algorithm (default dsi)")
     p.add_argument("-k", "--lookahead", type=integer, default=5, help="draft tokens per verification (default 5)")
     p.add_argument(
+        "--tree",
+        metavar="K1,...,KM",
+        default=None,
+        help="SI and DSI draft SpecInfer token trees <k1,...,km> (k_i candidates at depth i) instead of k-token "
+        "chains, verified in one target pass with a tree attention mask: e.g. --tree 2,2,1",
+    )
+    p.add_argument(
         "--sp-degree",
         type=server_count,
         default=2,
@@ -140,6 +147,10 @@ def run(args) -> int:
     real_models.check_common(args)
     params = sampling_params(args)
     chosen = chosen_prompt(args)
+    if args.tree is not None:
+        from specpar.trees import parse_tree
+
+        args.tree = parse_tree(args.tree)
     algorithms = [args.algo] + ([a for a in ("nonsi", "si", "dsi") if a != args.algo] if args.compare else [])
     sp = args.sp_degree if "dsi" in algorithms else 1
     target, drafter, servers = real_models.load(args, sp, max_tokens=4096)
@@ -158,7 +169,12 @@ def run(args) -> int:
         servers.reset()  # every algorithm starts from a cold cache (its TTFT includes the prefill)
         with TokenProgress(args.max_new_tokens, NAMES[algo], enabled=stream is None) as bar:  # runs not shown
             results[algo] = servers.generate(
-                ids, algo, lookahead=args.lookahead, stream=stream or bar.callback, params=params
+                ids,
+                algo,
+                lookahead=args.lookahead,
+                stream=stream or bar.callback,
+                params=params,
+                tree=args.tree if algo != "nonsi" else None,
             )
         if stream is not None:
             stream.finish()

@@ -75,6 +75,13 @@ def register(sub) -> None:
     p.add_argument("--repeats", type=integer, default=5, help="runs per algorithm, interleaved (default 5)")
     p.add_argument("--vocab-size", type=integer, default=8, help="vocabulary of the simulated models (default 8)")
     p.add_argument("--prompt-length", type=integer, default=8, help="prompt tokens (default 8)")
+    p.add_argument(
+        "--tree",
+        metavar="K1,...,KM",
+        default=None,
+        help="also run SI and DSI over SpecInfer token trees <k1,...,km> (k_i candidates at depth i, one target "
+        "pass per tree), beside the chains: e.g. --tree 2,2,1",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     p.add_argument(
         "--timeline",
@@ -270,6 +277,10 @@ def run(args) -> int:
 
     with status("choosing each algorithm's lookahead (-k auto)", args.lookahead == "auto" and not args.json):
         k, why = _lookaheads(args, target_lat, drafter_lat, a)
+    if args.tree is not None:
+        from specpar.trees import parse_tree
+
+        args.tree = parse_tree(args.tree)
 
     def make_models(seed):
         target = SimulatedModel(args.vocab_size, seed=seed, latency=target_lat)
@@ -331,6 +342,7 @@ def run(args) -> int:
                         "temperature": args.temperature,
                         "seed": args.seed,
                         "repeats": args.repeats,
+                        "tree": args.tree,
                     },
                     "results": {name: s.to_dict() for name, s in summary.items()},
                     "closed_forms": closed,
@@ -357,10 +369,11 @@ def _run_with_progress(compare, args, make_models, make_prompt, k):
         coupling=args.coupling,
         runtime=args.runtime,
         runtime_options=runtime_options(args),
+        tree=args.tree,
     )
     from specpar.commands.progress import TokenProgress
 
-    runs = 3 * args.repeats
+    runs = (3 if args.tree is None else 5) * args.repeats
     with TokenProgress(runs * args.max_new_tokens, f"simulating {runs} runs", not args.json) as bar:
         done = iter(range(1, runs + 1))
         progress = lambda algo: bar.describe(f"simulated {next(done)} of {runs} runs")  # noqa: E731
@@ -397,7 +410,8 @@ def _print_table(args, summary, target_lat, drafter_lat, c, k, why, closed, mess
         "same tokens",
     ):
         table.add_column(col, justify="right" if col != "algorithm" else "left")
-    names = {"nonsi": "non-SI", "si": "SI", "dsi": "DSI"}
+    tree = "<" + ",".join(map(str, args.tree)) + ">" if args.tree else ""
+    names = {"nonsi": "non-SI", "si": "SI", "dsi": "DSI", "si-tree": f"SI {tree}", "dsi-tree": f"DSI {tree}"}
     for name, s in summary.items():
         speed = fmt(s.speedup_vs_nonsi, ".2f", "x")
         table.add_row(

@@ -56,11 +56,18 @@ class LatencyProfile:
 
         When not ``cache_matters`` every value of ``cached`` gives the same time (servers pass 0, uncompared).
         Nothing cached: a prefill (TTFT). Otherwise one pass over the new tokens (a fully cached context still
-        re-runs its last token); a draft of k tokens adds k - 1 single-token passes.
+        re-runs its last token); a draft of k tokens adds k - 1 single-token passes. Token trees cost per_token_ms
+        per node (``extra_tokens``): a scored tree as a chain of the same node count; an expanded tree one pass per
+        level, each over that level's nodes.
         """
+        if call.kind == "verify":
+            if cached == 0:
+                return self.ttft_ms + self.per_token_ms * call.n_drafts
+            n_new = len(call.context) + call.extra_tokens - cached  # a ScoreTree's nodes are not in its context
+            return self.tpot_ms + self.per_token_ms * (n_new - 1) if n_new > 1 else self.tpot_ms
         if cached == 0:
-            ms = self.ttft_ms + (self.per_token_ms * call.n_drafts if call.kind == "verify" else 0.0)
+            ms = self.ttft_ms
         else:  # forward_ms(n_new - 1, cold=False), written out: this runs once per task on the virtual clock
             n_new = len(call.context) - cached
             ms = self.tpot_ms + self.per_token_ms * (n_new - 1) if n_new > 1 else self.tpot_ms
-        return ms if call.kind == "verify" else ms + (call.k - 1) * self.tpot_ms
+        return ms + (call.k - 1) * self.tpot_ms + self.per_token_ms * call.extra_tokens

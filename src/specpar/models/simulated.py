@@ -35,12 +35,13 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from specpar.calls import Context, Draft, Proposal, Score, Scores, as_context
+from specpar.calls import Context, Draft, DraftTree, Proposal, Score, Scores, ScoreTree, as_context
 from specpar.decoding import Decoding, mix64
 from specpar.errors import ConfigError
 from specpar.logits_processors import rows
 from specpar.models.latency import LatencyProfile
 from specpar.models.prefix import common_prefix_len, shared_base_lcp
+from specpar.trees import TokenTree, expand
 
 _MASK = (1 << 64) - 1
 _GOLD = 0x9E3779B97F4A7C15
@@ -134,6 +135,13 @@ class SimulatedLM:
             return self.argmax(h), None
         row = self.probs(h, decoding.temperature)
         return decoding.draft(row, position), row
+
+    def ranked(self, h: int, k: int) -> list[int]:
+        """The drafter's k best candidates at prefix hash h, best first (greedy token trees): the argmax, then
+        the other tokens by decreasing probability."""
+        first = self.argmax(h)
+        rest = [int(t) for t in np.argsort(-self.probs(h, 1.0), kind="stable") if t != first]
+        return [first, *rest][:k]
 
     def server(self, name: str | None = None) -> SimulatedServer:
         """A new instance of this model with an empty cache."""
@@ -241,6 +249,19 @@ class SimulatedDrafter(SimulatedLM):
             hashes.append(h)
         return tokens
 
+    def ranked(self, h: int, k: int) -> list[int]:
+        """Greedy token trees: candidate 0 is :meth:`argmax`; each later candidate is the target's mode with
+        probability a (a fresh hash per rank) unless already listed, else a wrong token not yet listed. So every
+        candidate hits with rate a, independently, and k candidates hold the mode with probability 1 - (1 - a)^k."""
+        out, m, v = [self.argmax(h)], self.target.argmax(h), self.vocab_size
+        for r in range(1, min(k, v)):
+            if m not in out and unit(h, self._agree_salt ^ (r * _GOLD)) < self._agree_below:
+                out.append(m)
+                continue
+            wrong = [t for t in range(v) if t not in out and t != m] or [m]
+            out.append(wrong[unit(h, self._wrong_salt ^ (r * _GOLD)) % len(wrong)])
+        return out
+
     def probs(self, h: int, temperature: float = 1.0) -> np.ndarray:
         q = self.acceptance_rate * self.target.probs(h, temperature)
         q[self.target.excluded(h)] += 1.0 - self.acceptance_rate
@@ -284,6 +305,8 @@ class SimulatedServer:
         self._tokens: tuple[int, ...] = ()
         self._hashes: list[int] = [model.h0]  # _hashes[i] = hash of _tokens[:i]
         self._lcp_of = (None, 0)  # (context, its common prefix with _tokens), reused by compute
+        # a token tree held after _tokens (the last call scored or expanded one): (tree, hash of each node)
+        self._tree: tuple[TokenTree, list[int]] | None = None
 
     def _lcp(self, ctx: Context) -> int:
         seen, lcp = self._lcp_of
@@ -294,6 +317,8 @@ class SimulatedServer:
                 lcp = shared_base_lcp(held, ctx)
             else:
                 lcp = common_prefix_len(held, ctx)
+            if self._tree is not None and lcp == len(held):  # the cache also holds the tree's path ctx follows
+                lcp += len(self._tree[0].follow(ctx[lcp:]))
             self._lcp_of = (ctx, lcp)
         return lcp
 
@@ -306,6 +331,12 @@ class SimulatedServer:
     def _sync(self, ctx: Context) -> list[int]:
         lcp = self._lcp(ctx)
         hashes = self._hashes
+        if self._tree is not None:  # keep the hashes of the tree path ctx follows, drop the other branches
+            tree, node_hashes = self._tree
+            held = len(self._tokens)
+            del hashes[held + 1 :]
+            hashes.extend(node_hashes[n] for n in tree.follow(ctx[held:lcp]))
+            self._tree = None
         del hashes[lcp + 1 :]
         h = hashes[-1]
         # the unseen tokens; usually only drafts, read straight from the Context's tail
@@ -328,6 +359,10 @@ class SimulatedServer:
             if dec.greedy:
                 return Scores(start, model.argmaxes(hashes[start:]))
             return Scores(start, np.stack([model.probs(h, dec.temperature) for h in hashes[start:]]))
+        if type(call) is ScoreTree:
+            return self._score_tree(call, hashes)
+        if type(call) is DraftTree:
+            return self._draft_tree(call, hashes)
         assert type(call) is Draft
         if dec.greedy:  # no rows
             tokens, rows = model.greedy_run(hashes[-1], call.k, hashes), None
@@ -362,6 +397,42 @@ class SimulatedServer:
     def remote_spec(self):
         """How a Ray actor builds this server: the model's few parameters travel, the cache starts empty."""
         return functools.partial(SimulatedServer, self.model, self.name)
+
+    def _hold_tree(self, ctx, tree: TokenTree, root_hash: int) -> list[int]:
+        """Remember ``tree`` after ``ctx`` (as a KV cache holds its nodes); returns each node's hash."""
+        node_hashes: list[int] = []
+        for token, parent in zip(tree.tokens, tree.parents):
+            node_hashes.append(hash((node_hashes[parent] if parent >= 0 else root_hash, token)))
+        self._tokens, self._tree = ctx, (tree, node_hashes)
+        return node_hashes
+
+    def _score_tree(self, call: ScoreTree, hashes: list[int]) -> Scores:
+        """Rows at the root and after every node, from one (priced) pass."""
+        node_hashes = self._hold_tree(call.context, call.tree, hashes[-1])
+        model, dec, at = self.model, call.decoding, [hashes[-1], *node_hashes]
+        if dec.greedy:
+            return Scores(call.start, [model.argmax(h) for h in at])
+        return Scores(call.start, np.stack([model.probs(h, dec.temperature) for h in at]))
+
+    def _draft_tree(self, call: DraftTree, hashes: list[int]) -> TokenTree:
+        """SpecInfer's expansion (specpar.trees.expand) on the prefix hashes."""
+        model, dec, root = self.model, call.decoding, hashes[-1]
+        node_hashes: list[int] = []
+
+        def level_rows(tree: TokenTree, frontier: list[int]) -> list:
+            while len(node_hashes) < len(tree):  # hashes of the nodes the last level added
+                n = len(node_hashes)
+                parent = tree.parents[n]
+                node_hashes.append(hash((node_hashes[parent] if parent >= 0 else root, tree.tokens[n])))
+            at = [node_hashes[n] if n >= 0 else root for n in frontier]
+            k = call.widths[tree.depths[frontier[0]] if frontier[0] >= 0 else 0]
+            if dec.greedy:
+                return [model.ranked(h, k) for h in at]
+            return [model.probs(h, dec.temperature) for h in at]
+
+        tree = expand(call.widths, level_rows, dec, len(call.context), call.source)
+        self._hold_tree(call.context, tree, root)
+        return tree
 
     def run(self, call, cancelled: threading.Event):
         seconds = self.duration_ms(call) / 1000.0

@@ -10,6 +10,12 @@ the cache to it, and runs one forward pass over only the tokens it has not seen:
 * ``Draft(context, k)``: one pass over the unseen tail of the context, then one
   pass per drafted token; ``cancelled`` is checked between passes, and the
   cache stays consistent whenever it stops (``tokens`` records what it holds).
+* ``ScoreTree(context, tree)``: one pass over the unseen tail of the context and every node of the token tree,
+  with a 4D attention mask (a node attends to the context and its own ancestors) and position ids
+  len(context) + depth - 1. ``DraftTree``: one such pass per level of the expansion.
+  The cache then holds the tree's nodes after ``tokens``; the next call keeps the keys and values of the path
+  its context follows and drops every other branch (an index gather on each layer), so it continues exactly as
+  if that path had been fed alone.
 
 Rows follow :class:`specpar.calls.Scores`: argmax ids when greedy, float64
 probability rows softmax(logits / T) when sampling. Drafts are sampled with the
@@ -25,11 +31,12 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from specpar.calls import Draft, Proposal, Score, Scores, as_context
+from specpar.calls import Draft, DraftTree, Proposal, Score, Scores, ScoreTree, as_context
 from specpar.decoding import Decoding
 from specpar.errors import ConfigError
 from specpar.logits_processors import rows
 from specpar.models.prefix import common_prefix_len
+from specpar.trees import TokenTree, expand
 
 
 class TransformersServer:
@@ -54,11 +61,28 @@ class TransformersServer:
         self.forwards = 0
         self.tokens: tuple[int, ...] = ()  # the tokens whose keys and values the cache holds
         self._cache = None
+        self._tree: tuple[TokenTree, int] | None = None  # a token tree whose first n nodes the cache holds after tokens
 
     # -- the cache ---------------------------------------------------------------------------
     def reset(self) -> None:
         """Forget everything cached (the next call is a prefill)."""
-        self._cache, self.tokens = None, ()
+        self._cache, self.tokens, self._tree = None, (), None
+
+    def _settle_tree(self, context) -> None:
+        """Keep the cached tree nodes on the path ``context`` follows (after ``tokens``), drop the other branches."""
+        tree, n = self._tree
+        self._tree = None
+        held = len(self.tokens)
+        path = []
+        if len(context) > held and tuple(context[:held]) == self.tokens:
+            path = [x for x in tree.follow(context[held:]) if x < n]
+        import torch
+
+        keep = torch.tensor([*range(held), *(held + x for x in path)], dtype=torch.long, device=self.device)
+        for layer in self._cache.layers:
+            layer.keys = layer.keys.index_select(-2, keep)
+            layer.values = layer.values.index_select(-2, keep)
+        self.tokens += tuple(tree.tokens[x] for x in path)
 
     def _crop(self, keep: int) -> None:
         """Keep the first ``keep`` cached tokens, drop the rest."""
@@ -70,23 +94,49 @@ class TransformersServer:
         self._cache.crop(keep - len(self.tokens))  # transformers 5: a negative count of tokens to remove
         self.tokens = self.tokens[:keep]
 
-    def _forward(self, new: Sequence[int]):
-        """Run ``new`` tokens after the cached ones; returns their logits [len(new), V] (a torch tensor)."""
+    def _forward(self, new: Sequence[int], tree: TokenTree | None = None, lo: int = 0, hi: int = 0):
+        """Run ``new`` tokens after the cached ones, then (tree attention) nodes lo .. hi-1 of ``tree``, whose
+        nodes 0 .. lo-1 the cache already holds after ``tokens``; returns the logits [len(new) + hi - lo, V]."""
         import torch
         from transformers import DynamicCache
 
         if self._cache is None:
             self._cache = DynamicCache(config=self.module.config)
-        ids = torch.tensor([list(new)], dtype=torch.long, device=self.device)
+        ids = torch.tensor([[*new, *tree.tokens[lo:hi]] if tree is not None else list(new)], device=self.device)
+        kw = {} if tree is None else self._tree_inputs(len(new), tree, lo, hi)
         t0 = time.perf_counter()
-        out = self.module(input_ids=ids, past_key_values=self._cache, use_cache=True)
+        out = self.module(input_ids=ids, past_key_values=self._cache, use_cache=True, **kw)
         logits = out.logits[0]
         t1 = time.perf_counter()
         self.forward_s += t1 - t0
         self.forward_log.append((t0, t1))
         self.forwards += 1
         self.tokens += tuple(new)
+        if tree is not None:
+            self._tree = (tree, hi)
         return logits
+
+    def _tree_inputs(self, a: int, tree: TokenTree, lo: int, hi: int) -> dict:
+        """The 4D additive attention mask [1, 1, a + hi - lo, len(tokens) + a + hi] and position ids for ``a``
+        linear tokens followed by tree nodes lo .. hi-1: linear tokens are causal; a node sees the linear part
+        and its ancestors (itself included), at position (linear length) + depth - 1."""
+        import torch
+
+        held = len(self.tokens)
+        linear = held + a
+        allowed = np.zeros((a + hi - lo, linear + hi), dtype=bool)
+        allowed[:a, :held] = True
+        allowed[:a, held:linear] = np.tril(np.ones((a, a), dtype=bool))
+        allowed[a:, :linear] = True
+        allowed[a:, linear:] = tree.ancestors()[lo:hi, :hi] if hi else allowed[a:, linear:]
+        dtype = self.module.dtype
+        mask = torch.zeros(allowed.shape, dtype=dtype)
+        mask[~torch.from_numpy(allowed)] = torch.finfo(dtype).min
+        positions = [*range(held, linear), *(linear + d - 1 for d in tree.depths[lo:hi])]
+        return {
+            "attention_mask": mask[None, None].to(self.device),
+            "position_ids": torch.tensor([positions], device=self.device),
+        }
 
     def _sync(self, context: tuple[int, ...], need_from: int):
         """Bring the cache to ``context`` and return logits for input indices need_from .. len(context)-1."""
@@ -95,6 +145,8 @@ class TransformersServer:
                 f"context of {len(context)} tokens exceeds {self.model.name}'s context window of "
                 f"{self.model.context_window} tokens: shorten the prompt or lower max_new_tokens"
             )
+        if self._tree is not None:
+            self._settle_tree(context)
         keep = min(common_prefix_len(self.tokens, context), need_from)
         self._crop(keep)
         return self._forward(context[keep:])[need_from - keep :]
@@ -126,6 +178,10 @@ class TransformersServer:
                 return self._score(call)
             if type(call) is Draft:
                 return self._draft(call, cancelled)
+            if type(call) is ScoreTree:
+                return self._score_tree(call)
+            if type(call) is DraftTree:
+                return self._draft_tree(call, cancelled)
         raise TypeError(f"unknown call {call!r}")
 
     def compute(self, call):
@@ -158,8 +214,58 @@ class TransformersServer:
                 logits = self._forward([token])[-1]
         return Proposal(tokens, None if dec.greedy else np.stack(q))
 
+    def _score_tree(self, call: ScoreTree) -> Scores:
+        """Rows at the root and after every node of the tree, from one forward pass with tree attention."""
+        ctx, tree = call.context, call.tree
+        self._check_window(len(ctx) + tree.depth)
+        if self._tree is not None:
+            self._settle_tree(ctx)
+        keep = min(common_prefix_len(self.tokens, ctx), len(ctx) - 1)
+        self._crop(keep)
+        logits = self._forward(ctx[keep:], tree, 0, len(tree))
+        # trees take no logits processors (refused in generate), so rows need no context
+        return Scores(call.start, self._rows(logits[len(ctx) - keep - 1 :], call.decoding, None, call.start))
+
+    def _draft_tree(self, call: DraftTree, cancelled) -> TokenTree | None:
+        """SpecInfer's expansion (specpar.trees.expand): one forward pass per level over that level's new nodes."""
+        import torch
+
+        ctx, dec = call.context, call.decoding
+        self._check_window(len(ctx) + len(call.widths))
+        logits = self._sync(ctx, len(ctx) - 1)[-1:]
+
+        class Cancelled(Exception):
+            pass
+
+        def level_rows(tree: TokenTree, frontier: list[int]) -> list:
+            nonlocal logits
+            if frontier[0] >= 0:  # the frontier is the nodes the last level added, in order
+                if cancelled is not None and cancelled.is_set():
+                    raise Cancelled
+                logits = self._forward((), tree, frontier[0], len(tree))
+            if dec.greedy:
+                k = call.widths[tree.depths[frontier[0]] if frontier[0] >= 0 else 0]
+                return torch.topk(logits, min(k, logits.shape[-1]), dim=-1).indices.tolist()
+            return list(self._probs(logits, dec.temperature))
+
+        try:
+            return expand(call.widths, level_rows, dec, len(ctx), call.source)
+        except Cancelled:
+            return None
+
+    def _check_window(self, length: int) -> None:
+        if length > self.model.context_window:
+            raise ConfigError(
+                f"a token tree reaching position {length} exceeds {self.model.name}'s context window of "
+                f"{self.model.context_window} tokens: use a shallower tree or a shorter prompt"
+            )
+
     def cached_len(self, context) -> int:
-        return common_prefix_len(self.tokens, context)
+        n = common_prefix_len(self.tokens, context)
+        if self._tree is not None and n == len(self.tokens):
+            tree, held = self._tree
+            n += sum(1 for x in tree.follow(context[n:]) if x < held)
+        return n
 
     def remote_spec(self):
         """How a Ray actor builds this server: it calls the model's ``factory`` (which loads or builds the model in
@@ -181,7 +287,7 @@ class TransformersServer:
                 f"{self.model.name} has no latency profile, so the virtual clock cannot time it: run real models on "
                 "the threads runtime, or measure a profile with `specpar profile` and give it as latency="
             )
-        return lat.call_ms(call, common_prefix_len(self.tokens, call.context) if lat.cache_matters else 0)
+        return lat.call_ms(call, self.cached_len(call.context) if lat.cache_matters else 0)
 
     def __repr__(self) -> str:
         return f"TransformersServer({self.name} on {self.device})"
