@@ -283,15 +283,6 @@ def generate_on(
         tree, drafter = tree_arguments(tree, algorithm, drafter, target, len(prompt))
     elif algorithm in ("si", "dsi") and isinstance(drafter, (list, tuple)):
         raise ConfigError("several drafters draft only token trees (merge-based): give tree=<k1,...,km>")
-    if tree is not None:
-        if decoding.processors is not None:
-            raise ConfigError(
-                "token trees (tree=) do not take logits processors yet (top_k, top_p, min_p, "
-                "repetition_penalty): drop them or the tree"
-            )
-        tree, drafter = tree_arguments(tree, algorithm, drafter, target, len(prompt))
-    elif algorithm in ("si", "dsi") and isinstance(drafter, (list, tuple)):
-        raise ConfigError("several drafters draft only token trees (merge-based): give tree=<k1,...,km>")
     if algorithm in ("hsd", "hsd-sp"):
         return _generate_hsd(
             prompt,
