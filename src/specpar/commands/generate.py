@@ -21,7 +21,7 @@ statistics and tokens/s. With --compare, the other two algorithms run on the sam
 loaded servers and a table shows all three side by side.
 """
 
-NAMES = {"nonsi": "non-SI", "si": "SI", "dsi": "DSI"}
+NAMES = real_models.NAMES
 
 
 def register(sub) -> None:

@@ -99,13 +99,13 @@ def speedup(baseline_ms: Sequence[float], arm_ms: Sequence[float]) -> Speedup:
     return Speedup(value, tuple(b / a if a > 0 else math.nan for b, a in zip(baseline_ms, arm_ms)))
 
 
-def inconclusive_line(name: str, baseline: str, s: Speedup) -> str | None:
-    """The on-screen sentence for an inconclusive ratio, else None."""
-    if not s.inconclusive:
+def inconclusive_line(name: str, baseline: str, spread: dict) -> str | None:
+    """The on-screen sentence for an inconclusive ratio (``spread``: :meth:`Speedup.to_dict`), else None."""
+    if not spread.get("inconclusive"):
         return None
     return (
-        f"{name} vs {baseline}: {s.text()} is inconclusive: the {len(s.ratios)} paired repeats range from "
-        f"{min(s.ratios):.2f}x to {max(s.ratios):.2f}x, on both sides of 1"
+        f"{name} vs {baseline}: {spread['value']:.2f}x is inconclusive: its {spread['repeats']} paired repeats "
+        f"range from {spread['ratio_min']:.2f}x to {spread['ratio_max']:.2f}x, on both sides of 1"
     )
 
 
