@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 from specpar.commands import real_models
 from specpar.commands.options import integer
+from specpar.json_output import print_json
 
 DESCRIPTION = """\
 Profile a target/drafter pair as the DSI paper does. TTFT and TPOT (App. F.1):
@@ -98,7 +98,7 @@ def _report(args, prof, ids) -> int:
 
     profiling.write(prof, args.out)
     if args.json:
-        print(json.dumps(prof, indent=2))
+        print_json(prof)
         return 0
     tl, dl, acc = prof["target"], prof["drafter"], prof["acceptance_rate"]
     print(f"{len(ids)} {args.dataset} prompts, {args.tokens} tokens timed, {args.accept_tokens} for acceptance")

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
 
 from specpar.commands.options import number
+from specpar.json_output import print_json
 
 DESCRIPTION = """\
 Check the DSI paper's claims by simulation and print each with the measured
@@ -131,7 +131,7 @@ def run(args) -> int:
             h.write_csv(os.path.join(args.output_dir, name + ".csv"))
             plot_heatmap(h, os.path.join(args.output_dir, name + ".png"))
     if args.json:
-        print(json.dumps({"seconds": seconds, "claims": [c.__dict__ for c in claims]}, indent=2))
+        print_json({"seconds": seconds, "claims": [c.__dict__ for c in claims]})
     else:
         colours = {"PASS": "green", "FAIL": "red", "MISSING": "yellow", "PARTIAL": "yellow"}
         console.print(
