@@ -66,10 +66,6 @@ def load(args, sp_degree: int, max_tokens: int):
     from specpar.serving import Servers, load_pair
 
     devs = devices(args)
-    if not sys.stderr.isatty():  # transformers' loading bars would be lines of noise in a log, around any error
-        from transformers.utils import logging as transformers_logging
-
-        transformers_logging.disable_progress_bar()
     # the drafter on the first device, the target where Servers puts its replicas (the others, if any)
     target, drafter = load_pair(
         args.target,
