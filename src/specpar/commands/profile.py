@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
 from specpar.commands import real_models
 from specpar.commands.options import integer
@@ -74,22 +73,18 @@ def run(args) -> int:
 
 def _measure(args, t, d, ids) -> dict:
     from specpar import profiling
+    from specpar.commands.progress import TokenProgress
 
-    if sys.stderr.isatty() and not args.json:
-        from rich.progress import Progress
-
-        with Progress(transient=True) as bar:
-            task = bar.add_task("profiling", total=2 * len(ids))
-            return profiling.profile_pair(
-                t,
-                d,
-                ids,
-                args.tokens,
-                args.accept_tokens,
-                args.lookahead,
-                progress=lambda role: bar.update(task, advance=1, description=f"profiling {role}"),
-            )
-    return profiling.profile_pair(t, d, ids, args.tokens, args.accept_tokens, args.lookahead)
+    with TokenProgress(2 * len(ids), "profiling", not args.json, unit="steps") as bar:
+        return profiling.profile_pair(
+            t,
+            d,
+            ids,
+            args.tokens,
+            args.accept_tokens,
+            args.lookahead,
+            progress=lambda role: bar.advance(f"profiling {role}"),
+        )
 
 
 def _report(args, prof, ids) -> int:

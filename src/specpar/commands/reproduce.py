@@ -114,14 +114,10 @@ def run(args) -> int:
         figures=figures,
         lookaheads=tuple(args.lookahead_range),
     )
-    if args.json or not sys.stderr.isatty():
-        claims = reproduce(**kwargs)
-    else:
-        from rich.progress import Progress
+    from specpar.commands.progress import TokenProgress
 
-        with Progress(transient=True) as bar:
-            task = bar.add_task("measuring", total=None)
-            claims = reproduce(progress=lambda what: bar.update(task, description=f"measured {what}"), **kwargs)
+    with TokenProgress(None, "measuring", not args.json, unit="steps") as bar:
+        claims = reproduce(progress=lambda what: bar.advance(f"measured {what}"), **kwargs)
     seconds = time.perf_counter() - t0
     if args.output_dir and "grid" in figures:
         from specpar.experiments.plots import plot_heatmap
