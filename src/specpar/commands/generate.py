@@ -153,6 +153,8 @@ class Streamer:
 
 def run(args) -> int:
     real_models.check_common(args)
+    if args.repeats > 1 and not args.compare:
+        raise ConfigError("--repeats is for --compare (it repeats the comparison)")
     params = sampling_params(args)
     chosen = chosen_prompt(args)
     if args.tree is not None:
@@ -166,7 +168,7 @@ def run(args) -> int:
     servers.check_length(len(ids), args.max_new_tokens)
     if args.compare:
         real_models.warn_load()
-    repeats = args.repeats if args.compare else 1
+    repeats = args.repeats
     left = len(algorithms) * repeats - 1  # runs after the first, shown by a progress bar (the first by its text)
     bar = None
 
