@@ -51,6 +51,7 @@ CLI_CASES = [
     (["generate", "--devices", ",", "hi"], "--devices must name at least one device"),
     (["generate", "--temperature", "inf", "hi"], "argument --temperature: must be a finite number"),
     (["bench", "--devices", " , ", "-n", "1"], "--devices must name at least one device"),
+    (["generate", "--repeats", "3", "hi"], "--repeats is for --compare"),
     (["profile", "--seed", "1"], "unrecognized arguments: --seed 1"),
 ]
 

@@ -8,12 +8,14 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from specpar.api import generate
+from specpar.experiments.loop import Speedup, run_arms, speedup
 from specpar.results import GenerationResult
 
 
 @dataclass
 class AlgorithmSummary:
-    """One algorithm over all repeats. Times in ms; speedup = baseline time / this time (per repeat, then averaged)."""
+    """One algorithm over all repeats. Times in ms; speedups as :func:`specpar.experiments.loop.speedup` defines them
+    (mean baseline time / mean time over the same repeats, with the per-repeat spread)."""
 
     algorithm: str
     lookahead: int | None
@@ -24,8 +26,8 @@ class AlgorithmSummary:
     mean_run_length: float = math.nan
     target_forwards: float = 0.0
     drafter_forwards: float = 0.0
-    speedup_vs_nonsi: float = math.nan
-    speedup_vs_si: float = math.nan
+    vs_nonsi: Speedup | None = None
+    vs_si: Speedup | None = None
     same_tokens_as_nonsi: bool | None = None
     first_run: GenerationResult | None = field(default=None, repr=False)  # repeat 0, e.g. for a timeline plot
 
@@ -37,16 +39,25 @@ class AlgorithmSummary:
     def std_ms(self) -> float:
         return statistics.stdev(self.time_ms) if len(self.time_ms) > 1 else 0.0
 
+    @property
+    def speedup_vs_nonsi(self) -> float:
+        return self.vs_nonsi.value if self.vs_nonsi else math.nan
+
+    @property
+    def speedup_vs_si(self) -> float:
+        return self.vs_si.value if self.vs_si else math.nan
+
     def to_dict(self) -> dict:
-        d = {k: getattr(self, k) for k in self.__dataclass_fields__ if k != "first_run"}
-        d.update(mean_ms=self.mean_ms, std_ms=self.std_ms)
+        d = {k: getattr(self, k) for k in self.__dataclass_fields__ if k not in ("first_run", "vs_nonsi", "vs_si")}
+        d.update(
+            mean_ms=self.mean_ms,
+            std_ms=self.std_ms,
+            speedup_vs_nonsi=self.speedup_vs_nonsi,
+            speedup_vs_si=self.speedup_vs_si,
+            speedup_vs_nonsi_spread=self.vs_nonsi.to_dict() if self.vs_nonsi else None,
+            speedup_vs_si_spread=self.vs_si.to_dict() if self.vs_si else None,
+        )
         return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in d.items()}
-
-
-def _ratio(base: list[float], other: list[float]) -> float:
-    """Mean of per-repeat ratios base / other; nan when no run took any time (zero latencies)."""
-    ratios = [b / o for b, o in zip(base, other) if o > 0]
-    return statistics.fmean(ratios) if ratios else math.nan
 
 
 def compare(
@@ -71,37 +82,40 @@ def compare(
 
     make_models(seed) -> (target, drafter); make_prompt(seed) -> token ids.
     lookahead: one for every algorithm, or one per algorithm ({"si": 6, "dsi": 2}).
-    Interleaving (nonsi, si, dsi, nonsi, ...) keeps slow drifts of a shared machine out of the ratios.
+    Through :func:`~specpar.experiments.loop.run_arms`: interleaved (nonsi, si, dsi, nonsi, ...).
     progress: called with each algorithm's name when a run ends; stream: every run's verified tokens as they come.
     tree: a token tree <k1, ..., km>: SI and DSI also run over it, as "si-tree" and "dsi-tree" (beside the chains).
     """
     algorithms = list(algorithms)
     if tree is not None:
         algorithms += [f"{a}-tree" for a in ("si", "dsi") if a in algorithms]
-    runs: dict[str, list[GenerationResult]] = {a: [] for a in algorithms}
-    for r in range(repeats):
+
+    def setup(r):
         target, drafter = make_models(seed + r)
-        prompt = make_prompt(seed + r)
-        for algo in algorithms:
-            res = generate(
-                prompt,
-                target,
-                drafter,
-                algorithm=algo.removesuffix("-tree"),
-                max_new_tokens=max_new_tokens,
-                lookahead=lookahead.get(algo) if isinstance(lookahead, Mapping) else lookahead,
-                tree=tree if algo.endswith("-tree") else None,
-                sp_degree=sp_degree,
-                temperature=temperature,
-                coupling=coupling,
-                seed=seed + r,
-                runtime=runtime,
-                runtime_options=runtime_options,
-                stream=stream,
-            )
-            runs[algo].append(res)
-            if progress:
-                progress(algo)
+        return r, target, drafter, make_prompt(seed + r)
+
+    def run(algo, repeat):
+        r, target, drafter, prompt = repeat
+        return generate(
+            prompt,
+            target,
+            drafter,
+            algorithm=algo.removesuffix("-tree"),
+            max_new_tokens=max_new_tokens,
+            lookahead=lookahead.get(algo) if isinstance(lookahead, Mapping) else lookahead,
+            tree=tree if algo.endswith("-tree") else None,
+            sp_degree=sp_degree,
+            temperature=temperature,
+            coupling=coupling,
+            seed=seed + r,
+            runtime=runtime,
+            runtime_options=runtime_options,
+            stream=stream,
+        )
+
+    runs = run_arms(
+        algorithms, repeats, run, setup=setup, on_result=(lambda a, r, res: progress(a)) if progress else None
+    )
     out = {}
     for algo, results in runs.items():
         s = AlgorithmSummary(
@@ -120,10 +134,10 @@ def compare(
         s.target_forwards = statistics.fmean(x.target_forwards for x in results)
         s.drafter_forwards = statistics.fmean(x.drafter_forwards for x in results)
         if "nonsi" in runs:
-            s.speedup_vs_nonsi = _ratio([x.time_ms for x in runs["nonsi"]], s.time_ms)
+            s.vs_nonsi = speedup([x.time_ms for x in runs["nonsi"]], s.time_ms)
             if temperature == 0 or coupling == "gumbel":  # then the tokens must be non-SI's, not only in law
                 s.same_tokens_as_nonsi = all(a.tokens == b.tokens for a, b in zip(runs["nonsi"], results))
         if "si" in runs:
-            s.speedup_vs_si = _ratio([x.time_ms for x in runs["si"]], s.time_ms)
+            s.vs_si = speedup([x.time_ms for x in runs["si"]], s.time_ms)
         out[algo] = s
     return out

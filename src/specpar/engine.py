@@ -356,9 +356,14 @@ def load_pair(
 ):
     """(target, drafter) TransformersModels: the default pair when neither is given, else the two given;
     the drafter is loaded on ``device``, the target on ``target_device`` (default: the same)."""
+    from transformers.utils import logging as transformers_logging
+
     from specpar.models.transformers_model import TransformersModel, check_same_tokenizer
     from specpar.models.weights import load_default_pair
 
+    # transformers' and huggingface_hub's own tqdm bars (one call silences both) would pile up through
+    # specpar's progress display on a terminal and be lines of noise in a log: specpar's display is the only one
+    transformers_logging.disable_progress_bar()
     t0 = time.perf_counter()
     log.info("loading %s and %s", target or "the default target", drafter or "the default drafter")
     if target is None and drafter is None:

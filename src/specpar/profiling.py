@@ -15,7 +15,6 @@ own prefix, equals the target's token.
 
 from __future__ import annotations
 
-import json
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -24,6 +23,7 @@ from pathlib import Path
 from specpar.calls import Score
 from specpar.decoding import GREEDY
 from specpar.errors import ConfigError
+from specpar.json_output import dumps
 from specpar.models.latency import LatencyProfile
 from specpar.models.prefix import common_prefix_len
 
@@ -112,7 +112,7 @@ def profile_pair(
 
 
 def write(profile: dict, path: str | Path) -> None:
-    Path(path).write_text(json.dumps(profile, indent=2) + "\n", encoding="utf-8")
+    Path(path).write_text(dumps(profile) + "\n", encoding="utf-8")
 
 
 def parse(

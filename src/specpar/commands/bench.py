@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 from specpar.commands import real_models
 from specpar.commands.generate import NAMES
 from specpar.commands.options import integer, number, seed, server_count
+from specpar.commands.progress import TokenProgress
 from specpar.commands.runtime_args import add_runtime_arguments
 from specpar.errors import ConfigError
+from specpar.experiments.loop import run_arms
+from specpar.json_output import JsonLines, print_json
 from specpar.params import SamplingParams
 from specpar.results import METRICS_FOOTNOTE, fmt
 
@@ -23,7 +25,8 @@ whether every greedy output equals non-SI's; writes one JSON line per prompt and
 algorithm with --out.
 
 Metrics: acceptance rate = accepted / drafted; mean acceptance length = 1 +
-accepted / verification rounds; speedup = total non-SI (or SI) time / total time.
+accepted / verification rounds; speedup = mean non-SI (or SI) time / mean time over the same prompts,
+with the spread of the per-prompt ratios; a note says when they straddle 1.
 """
 
 
@@ -77,44 +80,42 @@ def run(args) -> int:
     encoded = [(p.id, p.token_ids(target)) for p in chosen]
     for _, ids in encoded:
         servers.check_length(len(ids), args.max_new_tokens)
-    by_algo = {a: [] for a in algorithms}
-    out = open(args.out, "w", encoding="utf-8") if args.out else None
-    try:
-        with _bar(len(encoded) * len(algorithms), not args.json) as advance:
-            for i, (pid, ids) in enumerate(encoded):
-                for algo in algorithms:
-                    servers.reset()
-                    # every arm generates N tokens, past the end of text (vLLM's benchmarks do the same)
-                    params = SamplingParams(
-                        temperature=args.temperature,
-                        seed=args.seed + i,
-                        max_tokens=args.max_new_tokens,
-                        ignore_eos=True,
-                    )
-                    tree = args.tree if algo != "nonsi" else None
-                    res = servers.generate(ids, algo, lookahead=args.lookahead, params=params, tree=tree)
-                    by_algo[algo].append(res)
-                    if out:
-                        out.write(json.dumps(_row(pid, ids, res, by_algo, args, target)) + "\n")
-                        out.flush()
-                    advance(f"{pid} {NAMES[algo]}")
-    finally:
-        if out:
-            out.close()
+    real_models.warn_load()
+    seen = {}  # (algorithm, prompt index): result, for the lines of --out
+
+    def run(algo, prompt):
+        i, _, ids = prompt
+        servers.reset()
+        # every arm generates N tokens, past the end of text (vLLM's benchmarks do the same)
+        params = SamplingParams(
+            temperature=args.temperature, seed=args.seed + i, max_tokens=args.max_new_tokens, ignore_eos=True
+        )
+        tree = args.tree if algo != "nonsi" else None
+        return servers.generate(ids, algo, lookahead=args.lookahead, params=params, tree=tree, stream=bar.callback)
+
+    def on_result(algo, i, res):
+        seen[algo, i] = res
+        pid, ids = encoded[i]
+        out.write(_row(pid, ids, res, seen.get(("nonsi", i)), args, target))
+        bar.describe(f"{pid} {NAMES[algo]}")
+
+    total = len(encoded) * len(algorithms) * args.max_new_tokens
+    with JsonLines(args.out) as out, TokenProgress(total, "benchmarking", not args.json) as bar:
+        by_algo = run_arms(algorithms, len(encoded), run, setup=lambda i: (i, *encoded[i]), on_result=on_result)
     summary = summarize(by_algo, args.temperature == 0)
     why = real_models.why_line(by_algo, args.lookahead)
     if args.json:
-        print(json.dumps({"config": _config(args, target, drafter, servers), "summary": summary, "why": why}, indent=2))
+        print_json({"config": _config(args, target, drafter, servers), "summary": summary, "why": why})
         return 0
     _print(args, summary, why, target, drafter, servers)
     return 0
 
 
-def _row(pid, ids, res, by_algo, args, target) -> dict:
-    base = by_algo.get("nonsi")
+def _row(pid, ids, res, base, args, target) -> dict:
+    """One --out line; base: non-SI's result on the same prompt when it ran already."""
     same = None
-    if args.temperature == 0 and base and res.algorithm != "nonsi" and len(base) == len(by_algo[res.algorithm]):
-        same = res.tokens == base[-1].tokens
+    if args.temperature == 0 and base is not None and res.algorithm != "nonsi":
+        same = res.tokens == base.tokens
     d = res.to_dict()
     return {
         "prompt_id": pid,
@@ -137,9 +138,10 @@ def _row(pid, ids, res, by_algo, args, target) -> dict:
 
 
 def summarize(by_algo: dict, greedy: bool) -> dict:
-    """Per algorithm: totals over all prompts, and ratios of total times (baseline total / this total)."""
+    """Per algorithm: totals over all prompts, and :func:`~specpar.experiments.loop.speedup` over the prompts
+    (baseline total / this total, with the per-prompt spread)."""
     out = {}
-    base, si = by_algo.get("nonsi"), by_algo.get("si")
+    base = by_algo.get("nonsi")
     for algo, results in by_algo.items():
         time_ms = sum(r.time_ms for r in results)
         tokens = sum(len(r.tokens) for r in results)
@@ -154,8 +156,7 @@ def summarize(by_algo: dict, greedy: bool) -> dict:
             "acceptance_rate": accepted / drafted if drafted else None,
             "mean_acceptance_length": tokens / verifications if drafted and verifications else None,
             "mean_run_length": 1 + accepted / rounds if drafted and rounds else None,
-            "speedup_vs_nonsi": sum(r.time_ms for r in base) / time_ms if base else None,
-            "speedup_vs_si": sum(r.time_ms for r in si) / time_ms if si else None,
+            **real_models.speedups(by_algo, algo),
             "same_tokens_as_nonsi": (
                 all(a.tokens == b.tokens for a, b in zip(base, results))
                 if greedy and base and algo != "nonsi"
@@ -187,28 +188,6 @@ def _config(args, target, drafter, servers) -> dict:
     }
 
 
-class _bar:
-    """A rich progress bar on stderr (silent when not a terminal or when printing JSON)."""
-
-    def __init__(self, total: int, enabled: bool):
-        self.total, self.enabled = total, enabled and sys.stderr.isatty()
-
-    def __enter__(self):
-        if not self.enabled:
-            return lambda _label: None
-        from rich.progress import Progress
-
-        self.progress = Progress(transient=True)
-        self.progress.__enter__()
-        task = self.progress.add_task("benchmarking", total=self.total)
-        return lambda label: self.progress.update(task, advance=1, description=label)
-
-    def __exit__(self, *exc):
-        if self.enabled:
-            self.progress.__exit__(*exc)
-        return False
-
-
 def _print(args, summary, why, target, drafter, servers) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -235,13 +214,12 @@ def _print(args, summary, why, target, drafter, servers) -> None:
         table.add_column(col, justify="left" if col == "algorithm" else "right")
 
     for algo, s in summary.items():
-        vs = s["speedup_vs_nonsi"]
         table.add_row(
             NAMES[algo],
             fmt(s["wall_time_s"], ".1f"),
             fmt(s["tokens_per_second"]),
-            f"[red]{vs:.2f}x[/red]" if vs is not None and vs < 1 else fmt(vs, ".2f", "x"),
-            fmt(s["speedup_vs_si"], ".2f", "x"),
+            real_models.speedup_cell(s, "nonsi"),
+            real_models.speedup_cell(s, "si"),
             fmt(s["acceptance_rate"]),
             fmt(s["mean_acceptance_length"]),
             "-" if s["same_tokens_as_nonsi"] is None else ("yes" if s["same_tokens_as_nonsi"] else "[red]NO[/red]"),
@@ -251,5 +229,7 @@ def _print(args, summary, why, target, drafter, servers) -> None:
     console.print(METRICS_FOOTNOTE, style="dim")
     if why:
         console.print(why)
+    for line in real_models.inconclusive_lines(summary):
+        console.print(f"[yellow]note:[/yellow] {line}")
     if args.out:
         console.print(f"per prompt: {args.out}")

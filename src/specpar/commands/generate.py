@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import argparse
-import json
+import contextlib
 import sys
 
 from specpar.commands import real_models
@@ -11,6 +11,8 @@ from specpar.commands.options import integer, number, seed, server_count
 from specpar.commands.progress import TokenProgress
 from specpar.commands.runtime_args import add_runtime_arguments
 from specpar.errors import ConfigError
+from specpar.experiments.loop import run_arms
+from specpar.json_output import print_json
 from specpar.results import METRICS_FOOTNOTE
 
 DESCRIPTION = """\
@@ -21,7 +23,7 @@ statistics and tokens/s. With --compare, the other two algorithms run on the sam
 loaded servers and a table shows all three side by side.
 """
 
-NAMES = {"nonsi": "non-SI", "si": "SI", "dsi": "DSI"}
+NAMES = real_models.NAMES
 
 
 def register(sub) -> None:
@@ -56,6 +58,12 @@ def register(sub) -> None:
     p.add_argument("--seed", type=seed, default=0, help="keys every random draw when sampling")
     add_sampling_args(p)
     p.add_argument("--compare", action="store_true", help="also run the other algorithms and print all side by side")
+    p.add_argument(
+        "--repeats",
+        type=integer,
+        default=1,
+        help="with --compare: runs of each algorithm, interleaved, for the spread of the ratios (default 1)",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text and tables")
     real_models.add_model_args(p)
     add_runtime_arguments(p, choices=("threads", "ray"), default="threads")
@@ -145,6 +153,8 @@ class Streamer:
 
 def run(args) -> int:
     real_models.check_common(args)
+    if args.repeats > 1 and not args.compare:
+        raise ConfigError("--repeats is for --compare (it repeats the comparison)")
     params = sampling_params(args)
     chosen = chosen_prompt(args)
     if args.tree is not None:
@@ -156,10 +166,15 @@ def run(args) -> int:
     target, drafter, servers = real_models.load(args, sp, max_tokens=4096)
     what, ids = prompt_ids(args, target, chosen)
     servers.check_length(len(ids), args.max_new_tokens)
-    results = {}
-    for i, algo in enumerate(algorithms):
+    if args.compare:
+        real_models.warn_load()
+    repeats = args.repeats
+    left = len(algorithms) * repeats - 1  # runs after the first, shown by a progress bar (the first by its text)
+    bar = None
+
+    def run(algo, r):
         stream = None
-        if i == 0 and not args.json:
+        if r == 0 and algo == args.algo and not args.json:
             print(
                 f"[{NAMES[algo]} on {what}: {len(ids)} prompt tokens, {args.max_new_tokens} new, "
                 f"{'greedy' if args.temperature == 0 else f'temperature {args.temperature:g}'}]",
@@ -167,39 +182,53 @@ def run(args) -> int:
             )
             stream = Streamer(target, ids, params.stop)
         servers.reset()  # every algorithm starts from a cold cache (its TTFT includes the prefill)
-        with TokenProgress(args.max_new_tokens, NAMES[algo], enabled=stream is None) as bar:  # runs not shown
-            results[algo] = servers.generate(
-                ids,
-                algo,
-                lookahead=args.lookahead,
-                stream=stream or bar.callback,
-                params=params,
-                tree=args.tree if algo != "nonsi" else None,
-            )
+        res = servers.generate(
+            ids,
+            algo,
+            lookahead=args.lookahead,
+            stream=stream or (bar.callback if bar else None),
+            params=params,
+            tree=args.tree if algo != "nonsi" else None,
+        )
         if stream is not None:
             stream.finish()
             print()
-            if results[algo].finish_reason == "stop":
-                print(f"[stopped after {len(results[algo].tokens)} tokens: end of text or a stop]", file=sys.stderr)
+            if res.finish_reason == "stop":
+                print(f"[stopped after {len(res.tokens)} tokens: end of text or a stop]", file=sys.stderr)
+        return res
+
+    def on_result(algo, r, res):
+        nonlocal bar
+        if bar is None and left:
+            bar = bars.enter_context(TokenProgress(left * args.max_new_tokens, "comparing", not args.json))
+        if bar is not None:
+            bar.describe(f"ran {NAMES[algo]}, repeat {r + 1} of {repeats}")
+
+    with contextlib.ExitStack() as bars:
+        runs = run_arms(algorithms, repeats, run, on_result=on_result)
+    results = {a: rs[0] for a, rs in runs.items()}
+    speedups = {a: real_models.speedups(runs, a) for a in runs} if args.compare else None
     if args.json:
-        print(
-            json.dumps(
-                {
-                    "prompt": what,
-                    "prompt_tokens": len(ids),
-                    "text": results[args.algo].text,
-                    "finish_reason": results[args.algo].finish_reason,
-                    "results": {a: dict(r.to_dict(), overhead=r.overhead) for a, r in results.items()},
-                },
-                indent=2,
-            )
+        print_json(
+            {
+                "prompt": what,
+                "prompt_tokens": len(ids),
+                "text": results[args.algo].text,
+                "finish_reason": results[args.algo].finish_reason,
+                "results": {a: dict(r.to_dict(), overhead=r.overhead) for a, r in results.items()},
+                "repeats": repeats,
+                "time_ms": {a: [r.time_ms for r in rs] for a, rs in runs.items()},
+                "speedups": speedups,
+            }
         )
         return 0
-    _report(args, results, target)
+    _report(args, results, runs, speedups)
     return 0
 
 
-def _report(args, results, target) -> None:
+def _report(args, results, runs, speedups) -> None:
+    """The main algorithm's statistics (its first run); with --compare a table of all, times the mean over
+    the repeats and ratios with their spread."""
     from rich.console import Console
     from rich.table import Table
 
@@ -225,7 +254,8 @@ def _report(args, results, target) -> None:
     )
     if len(results) == 1:
         return
-    table = Table(title="same prompt, same loaded servers")
+    n = len(runs["nonsi"])
+    table = Table(title=f"same prompt, same loaded servers, {n} interleaved run{'s' if n > 1 else ''} each")
     for col in (
         "algorithm",
         "time s",
@@ -237,22 +267,27 @@ def _report(args, results, target) -> None:
         "same tokens as non-SI",
     ):
         table.add_column(col, justify="left" if col == "algorithm" else "right")
-    base, si = results.get("nonsi"), results.get("si")
+    base = runs.get("nonsi")
     for algo in ("nonsi", "si", "dsi"):
         r = results[algo]
-        vs = base.time_ms / r.time_ms
+        mean_ms = sum(x.time_ms for x in runs[algo]) / len(runs[algo])
+        same = all(x.tokens == b.tokens for x, b in zip(runs[algo], base))
         table.add_row(
             NAMES[algo],
-            f"{r.time_ms / 1000:.2f}",
-            fmt(r.tokens_per_second),
-            f"[red]{vs:.2f}x[/red]" if vs < 1 else f"{vs:.2f}x",
-            f"{si.time_ms / r.time_ms:.2f}x",
+            f"{mean_ms / 1000:.2f}",
+            fmt(len(r.tokens) / (mean_ms / 1000) if mean_ms > 0 else None),
+            real_models.speedup_cell(speedups[algo], "nonsi"),
+            real_models.speedup_cell(speedups[algo], "si"),
             "-" if algo == "nonsi" else fmt(r.acceptance_rate),
             "-" if algo == "nonsi" else fmt(r.mean_acceptance_length),
-            "-" if algo == "nonsi" or args.temperature else ("yes" if r.tokens == base.tokens else "[red]NO[/red]"),
+            "-" if algo == "nonsi" or args.temperature else ("yes" if same else "[red]NO[/red]"),
         )
     console.print(table)
     console.print(METRICS_FOOTNOTE, style="dim")
-    why = real_models.why_line({a: [r] for a, r in results.items()}, args.lookahead)
+    why = real_models.why_line(runs, args.lookahead)
     if why:
         console.print(why)
+    for line in real_models.inconclusive_lines(speedups):
+        console.print(f"[yellow]note:[/yellow] {line}")
+    if args.repeats == 1:
+        console.print("one run each: no spread to judge the ratios by; --repeats 3 or more gives one", style="dim")

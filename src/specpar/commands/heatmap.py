@@ -104,7 +104,7 @@ def output_prefix(given: str | None, default: str) -> str:
 
 
 def compute_with_progress(args, fixed_lookahead, label: str):
-    """compute_heatmap with a rich progress bar on a terminal."""
+    """compute_heatmap with the progress display on a terminal."""
     from specpar.experiments.heatmap import compute_heatmap
 
     kwargs = dict(
@@ -115,13 +115,10 @@ def compute_with_progress(args, fixed_lookahead, label: str):
         fixed_lookahead=fixed_lookahead,
         seed=args.seed,
     )
-    if not sys.stderr.isatty():
-        return compute_heatmap(args.resolution, **kwargs)
-    from rich.progress import Progress
+    from specpar.commands.progress import TokenProgress
 
-    with Progress(transient=True) as bar:
-        task = bar.add_task(label, total=None)
-        return compute_heatmap(args.resolution, progress=lambda d, t: bar.update(task, completed=d, total=t), **kwargs)
+    with TokenProgress(None, label, unit="cells") as bar:
+        return compute_heatmap(args.resolution, progress=bar.update, **kwargs)
 
 
 def run(args) -> int:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from specpar.commands.options import integer, number
 from specpar.errors import ConfigError
+from specpar.json_output import print_json
 from specpar.paths import read_text
 
 DESCRIPTION = """\
@@ -115,7 +116,7 @@ def run(args) -> int:
     alpha = read_alpha(args.alpha)
     report = plan_report(args.costs, alpha, args.t_max)
     if args.json:
-        print(json.dumps({"costs": args.costs, "alpha": alpha, **report}, indent=2))
+        print_json({"costs": args.costs, "alpha": alpha, **report})
         return 0
     from rich.console import Console
     from rich.table import Table

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 from specpar.commands.options import integer, seed, server_count
 from specpar.commands.simulate import add_pair_arguments, pair_from_args
 from specpar.errors import ConfigError
+from specpar.json_output import print_json
 
 SHOWN = 10  # the fastest candidates shown in the table
 
@@ -53,7 +53,7 @@ def run(args) -> int:
     dsi = choose_lookahead(target, drafter, a, args.sp_degree, args.max_new_tokens, seed=args.seed)
     si = choose_lookahead(target, drafter, a, 1, args.max_new_tokens, seed=args.seed, algorithm="si")
     if args.json:
-        print(json.dumps({"dsi": dsi.to_dict(), "si": si.to_dict()}, indent=2))
+        print_json({"dsi": dsi.to_dict(), "si": si.to_dict()})
         return 0
     from rich.console import Console
     from rich.table import Table

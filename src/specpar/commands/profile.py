@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import json
-import sys
 
 from specpar.commands import real_models
 from specpar.commands.options import integer
+from specpar.json_output import print_json
 
 DESCRIPTION = """\
 Profile a target/drafter pair as the DSI paper does. TTFT and TPOT (App. F.1):
@@ -74,22 +73,18 @@ def run(args) -> int:
 
 def _measure(args, t, d, ids) -> dict:
     from specpar import profiling
+    from specpar.commands.progress import TokenProgress
 
-    if sys.stderr.isatty() and not args.json:
-        from rich.progress import Progress
-
-        with Progress(transient=True) as bar:
-            task = bar.add_task("profiling", total=2 * len(ids))
-            return profiling.profile_pair(
-                t,
-                d,
-                ids,
-                args.tokens,
-                args.accept_tokens,
-                args.lookahead,
-                progress=lambda role: bar.update(task, advance=1, description=f"profiling {role}"),
-            )
-    return profiling.profile_pair(t, d, ids, args.tokens, args.accept_tokens, args.lookahead)
+    with TokenProgress(2 * len(ids), "profiling", not args.json, unit="steps") as bar:
+        return profiling.profile_pair(
+            t,
+            d,
+            ids,
+            args.tokens,
+            args.accept_tokens,
+            args.lookahead,
+            progress=lambda role: bar.advance(f"profiling {role}"),
+        )
 
 
 def _report(args, prof, ids) -> int:
@@ -98,7 +93,7 @@ def _report(args, prof, ids) -> int:
 
     profiling.write(prof, args.out)
     if args.json:
-        print(json.dumps(prof, indent=2))
+        print_json(prof)
         return 0
     tl, dl, acc = prof["target"], prof["drafter"], prof["acceptance_rate"]
     print(f"{len(ids)} {args.dataset} prompts, {args.tokens} tokens timed, {args.accept_tokens} for acceptance")

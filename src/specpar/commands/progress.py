@@ -1,7 +1,8 @@
-"""A progress bar of tokens generated, for commands whose runs can be long (``simulate -N 10000000``).
+"""The commands' one progress display: a bar of tokens generated (``simulate -N 10000000``) or of steps.
 
-The bar counts verified tokens over every run (each algorithm, each repeat), so a single huge run shows its
-progress too, not only its end. It is drawn on stderr with rich, only on a terminal, and always taken down
+The token bar counts verified tokens over every run (each algorithm, each repeat), so a single huge run shows its
+progress too, not only its end; commands whose work is not tokens (profile, heatmap, reproduce) count steps with
+the same bar (``unit``). Libraries' own bars (transformers, huggingface_hub) are silenced where models load. It is drawn on stderr with rich, only on a terminal, and always taken down
 (Ctrl-C included) by the ``with`` block, so that the one-line "interrupted" lands on a clean line.
 """
 
@@ -17,11 +18,12 @@ REFRESH_S = 0.1  # the bar is updated at most this often: a run of 10^7 tokens c
 class TokenProgress:
     """``with TokenProgress(total, label, enabled) as bar``: pass ``bar.callback`` to ``generate(stream=...)``.
 
-    total: tokens expected over all runs (runs x max_new_tokens); enabled: False for JSON output.
+    total: tokens expected over all runs (runs x max_new_tokens), or steps with ``unit``, None when unknown;
+    enabled: False for JSON output.
     """
 
-    def __init__(self, total: int, label: str, enabled: bool = True):
-        self.total, self.label = total, label
+    def __init__(self, total: int | None, label: str, enabled: bool = True, unit: str = "tokens"):
+        self.total, self.label, self.unit = total, label, unit
         self.enabled = enabled and sys.stderr.isatty()
         self._pending = 0
         self._next_refresh = 0.0
@@ -34,7 +36,7 @@ class TokenProgress:
                 TextColumn("{task.description}"),
                 BarColumn(),
                 MofNCompleteColumn(),
-                TextColumn("tokens"),
+                TextColumn(self.unit),
                 TimeRemainingColumn(),
                 transient=True,
             )
@@ -61,6 +63,16 @@ class TokenProgress:
         """Show what runs now (e.g. "DSI, repeat 2 of 5")."""
         if self.enabled:
             self._bar.update(self._task, description=label)
+
+    def advance(self, label: str | None = None, steps: int = 1) -> None:
+        """Count ``steps`` done (a bar of steps), and show ``label`` when given."""
+        if self.enabled:
+            self._bar.update(self._task, advance=steps, **({"description": label} if label else {}))
+
+    def update(self, completed: int, total: int) -> None:
+        """Set the count and the total (work whose total is known only as it runs)."""
+        if self.enabled:
+            self._bar.update(self._task, completed=completed, total=total)
 
     def __exit__(self, *exc) -> bool:
         if self.enabled:

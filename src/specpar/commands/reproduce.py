@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
 
 from specpar.commands.options import number
+from specpar.json_output import print_json
 
 DESCRIPTION = """\
 Check the DSI paper's claims by simulation and print each with the measured
@@ -114,14 +114,10 @@ def run(args) -> int:
         figures=figures,
         lookaheads=tuple(args.lookahead_range),
     )
-    if args.json or not sys.stderr.isatty():
-        claims = reproduce(**kwargs)
-    else:
-        from rich.progress import Progress
+    from specpar.commands.progress import TokenProgress
 
-        with Progress(transient=True) as bar:
-            task = bar.add_task("measuring", total=None)
-            claims = reproduce(progress=lambda what: bar.update(task, description=f"measured {what}"), **kwargs)
+    with TokenProgress(None, "measuring", not args.json, unit="steps") as bar:
+        claims = reproduce(progress=lambda what: bar.advance(f"measured {what}"), **kwargs)
     seconds = time.perf_counter() - t0
     if args.output_dir and "grid" in figures:
         from specpar.experiments.plots import plot_heatmap
@@ -131,7 +127,7 @@ def run(args) -> int:
             h.write_csv(os.path.join(args.output_dir, name + ".csv"))
             plot_heatmap(h, os.path.join(args.output_dir, name + ".png"))
     if args.json:
-        print(json.dumps({"seconds": seconds, "claims": [c.__dict__ for c in claims]}, indent=2))
+        print_json({"seconds": seconds, "claims": [c.__dict__ for c in claims]})
     else:
         colours = {"PASS": "green", "FAIL": "red", "MISSING": "yellow", "PARTIAL": "yellow"}
         console.print(

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import sys
 import warnings
@@ -265,6 +264,7 @@ def run(args) -> int:
 
         return simulate_hsd.run(args)
     from specpar.comparison import compare
+    from specpar.json_output import print_json
     from specpar.planning import analytic
 
     if args.timeline:
@@ -317,39 +317,36 @@ def run(args) -> int:
             title=f"c = {fmt(c, '.3g')}, a = {a:g}, N = {args.max_new_tokens}, seed {args.seed}",
         )
     if args.json:
-        print(
-            json.dumps(
-                {
-                    "config": {
-                        "target": {
-                            "ttft_ms": target_lat.ttft_ms,
-                            "tpot_ms": target_lat.tpot_ms,
-                            "per_token_ms": target_lat.per_token_ms,
-                        },
-                        "drafter": {
-                            "ttft_ms": drafter_lat.ttft_ms,
-                            "tpot_ms": drafter_lat.tpot_ms,
-                            "per_token_ms": drafter_lat.per_token_ms,
-                        },
-                        "drafter_latency_fraction": c,
-                        "acceptance_rate": a,
-                        "lookahead": k,
-                        "lookahead_choice": why,
-                        "sp_degree": args.sp_degree,
-                        "max_new_tokens": args.max_new_tokens,
-                        "runtime": args.runtime,
-                        "link_ms": args.link_ms,
-                        "temperature": args.temperature,
-                        "seed": args.seed,
-                        "repeats": args.repeats,
-                        "tree": args.tree,
+        print_json(
+            {
+                "config": {
+                    "target": {
+                        "ttft_ms": target_lat.ttft_ms,
+                        "tpot_ms": target_lat.tpot_ms,
+                        "per_token_ms": target_lat.per_token_ms,
                     },
-                    "results": {name: s.to_dict() for name, s in summary.items()},
-                    "closed_forms": closed,
-                    "warnings": messages,
+                    "drafter": {
+                        "ttft_ms": drafter_lat.ttft_ms,
+                        "tpot_ms": drafter_lat.tpot_ms,
+                        "per_token_ms": drafter_lat.per_token_ms,
+                    },
+                    "drafter_latency_fraction": c,
+                    "acceptance_rate": a,
+                    "lookahead": k,
+                    "lookahead_choice": why,
+                    "sp_degree": args.sp_degree,
+                    "max_new_tokens": args.max_new_tokens,
+                    "runtime": args.runtime,
+                    "link_ms": args.link_ms,
+                    "temperature": args.temperature,
+                    "seed": args.seed,
+                    "repeats": args.repeats,
+                    "tree": args.tree,
                 },
-                indent=2,
-            )
+                "results": {name: s.to_dict() for name, s in summary.items()},
+                "closed_forms": closed,
+                "warnings": messages,
+            },
         )
         return 0
     _print_table(args, summary, target_lat, drafter_lat, c, k, why, closed, messages)

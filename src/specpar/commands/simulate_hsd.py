@@ -7,7 +7,6 @@ threads; the table sets each measured latency beside the latency model's predict
 
 from __future__ import annotations
 
-import json
 import random
 import statistics
 import sys
@@ -16,6 +15,8 @@ from specpar.commands.options import integers
 from specpar.commands.progress import TokenProgress
 from specpar.commands.runtime_args import CLOCKS, runtime_options
 from specpar.errors import ConfigError
+from specpar.experiments.loop import run_arms, speedup
+from specpar.json_output import print_json
 
 DEFAULT_COSTS = [0.2, 1.5, 6.0, 30.0]
 DEFAULT_CHAIN = [0.7, 0.85, 0.9]
@@ -96,10 +97,9 @@ def run(args) -> int:
     if len(hsd_plan.levels) > 1:
         plans["hsd-sp"] = hsd_plan  # the same hierarchy, its target verifying on --sp-degree servers (no model)
 
-    runs = {name: [] for name in plans}
     total = len(plans) * args.repeats
     with TokenProgress(total * args.max_new_tokens, f"simulating {total} runs", not args.json) as bar:
-        _run_plans(args, plans, make_stack, runs, bar)
+        runs = _run_plans(args, plans, make_stack, bar)
 
     n = args.max_new_tokens
     rows = {}
@@ -112,8 +112,7 @@ def run(args) -> int:
             "measured_ms_per_token": statistics.fmean(times) / n,
             "mean_ms": statistics.fmean(times),
             "std_ms": statistics.stdev(times) if len(times) > 1 else 0.0,
-            "speedup_vs_nonsi": statistics.fmean(b.time_ms / x.time_ms for b, x in zip(runs["nonsi"], runs[name])),
-            "speedup_vs_si": statistics.fmean(b.time_ms / x.time_ms for b, x in zip(runs["si"], runs[name])),
+            **_speedups(runs, name),
             "same_tokens_as_nonsi": all(a.tokens == b.tokens for a, b in zip(runs["nonsi"], runs[name]))
             if args.temperature == 0
             else None,
@@ -122,60 +121,75 @@ def run(args) -> int:
             else None,
         }
     if args.json:
-        print(
-            json.dumps(
-                {
-                    "costs_ms": costs,
-                    "alpha": alpha.tolist(),
-                    "max_new_tokens": n,
-                    "runtime": args.runtime,
-                    "temperature": args.temperature,
-                    "repeats": args.repeats,
-                    "sp_degree": args.sp_degree,
-                    "results": rows,
-                },
-                indent=2,
-            )
+        print_json(
+            {
+                "costs_ms": costs,
+                "alpha": alpha.tolist(),
+                "max_new_tokens": n,
+                "runtime": args.runtime,
+                "temperature": args.temperature,
+                "repeats": args.repeats,
+                "sp_degree": args.sp_degree,
+                "results": rows,
+            },
         )
         return 0
     _print_table(args, costs, rows)
     return 0
 
 
-def _run_plans(args, plans, make_stack, runs, bar) -> None:
-    """Each plan ``args.repeats`` times, interleaved, repeat r on the stack and prompt of seed + r, into ``runs``."""
+def _speedups(runs, name) -> dict:
+    """The plan's speedups over non-SI and SI (:func:`~specpar.experiments.loop.speedup`), with their spread."""
+    out = {}
+    for base in ("nonsi", "si"):
+        s = speedup([x.time_ms for x in runs[base]], [x.time_ms for x in runs[name]])
+        out[f"speedup_vs_{base}"] = s.value
+        out[f"speedup_vs_{base}_spread"] = s.to_dict()
+    return out
+
+
+def _run_plans(args, plans, make_stack, bar) -> dict:
+    """Each plan ``args.repeats`` times, interleaved, repeat r on the stack and prompt of seed + r: {plan: results}."""
     from specpar.api import generate
 
-    done, total = 0, len(plans) * args.repeats
-    for r in range(args.repeats):
-        stack = make_stack(args.seed + r)
+    total = len(plans) * args.repeats
+
+    def setup(r):
         rng = random.Random(args.seed + r)
-        prompt = [rng.randrange(args.vocab_size) for _ in range(args.prompt_length)]
-        for name, plan in plans.items():
-            kw = dict(
-                max_new_tokens=args.max_new_tokens,
-                temperature=args.temperature,
-                seed=args.seed + r,
-                runtime=args.runtime,
-                runtime_options=runtime_options(args),
-                stream=bar.callback,
-            )
-            if len(plan.levels) == 1:
-                res = generate(prompt, stack.target, algorithm="nonsi", **kw)
-            else:
-                drafters = [stack.models[m] for m in plan.levels[:-1]]
-                res = generate(
-                    prompt,
-                    stack.target,
-                    drafters,
-                    algorithm="hsd-sp" if name == "hsd-sp" else "hsd",
-                    buffers=list(plan.buffers),
-                    sp_degree=args.sp_degree,
-                    **kw,
-                )
-            runs[name].append(res)
-            done += 1
-            bar.describe(f"simulated {done} of {total} runs")
+        return r, make_stack(args.seed + r), [rng.randrange(args.vocab_size) for _ in range(args.prompt_length)]
+
+    def run(name, repeat):
+        r, stack, prompt = repeat
+        plan = plans[name]
+        kw = dict(
+            max_new_tokens=args.max_new_tokens,
+            temperature=args.temperature,
+            seed=args.seed + r,
+            runtime=args.runtime,
+            runtime_options=runtime_options(args),
+            stream=bar.callback,
+        )
+        if len(plan.levels) == 1:
+            return generate(prompt, stack.target, algorithm="nonsi", **kw)
+        drafters = [stack.models[m] for m in plan.levels[:-1]]
+        return generate(
+            prompt,
+            stack.target,
+            drafters,
+            algorithm="hsd-sp" if name == "hsd-sp" else "hsd",
+            buffers=list(plan.buffers),
+            sp_degree=args.sp_degree,
+            **kw,
+        )
+
+    done = iter(range(1, total + 1))
+    return run_arms(
+        list(plans),
+        args.repeats,
+        run,
+        setup=setup,
+        on_result=lambda *_: bar.describe(f"simulated {next(done)} of {total} runs"),
+    )
 
 
 def _print_table(args, costs, rows) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 from specpar.commands.options import integer, number, seed, server_count
@@ -14,7 +13,7 @@ Non-SI, SI and DSI on real threads in wall time, with servers that sleep for a
 pair's measured latencies (TTFT, then TPOT) and a drafter right at its
 acceptance rate, as in the DSI paper's Table 2: N = 50 tokens, lookahead in
 {1, 5, 10} where Eq. 1 holds with SP <= 7. Prints DSI's speedup over SI and
-over non-SI (mean +- standard deviation over repeats) beside the virtual
+over non-SI (ratio of mean times +- standard deviation of the per-repeat ratios) beside the virtual
 clock's prediction for the same runs.
 
 Pairs come from profile JSON files (--profile, as written by `specpar profile`),
@@ -104,10 +103,16 @@ def run(args) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from specpar.experiments.online import run_online
+    from specpar.commands import real_models
+    from specpar.commands.progress import TokenProgress
+    from specpar.experiments.loop import inconclusive_line
+    from specpar.experiments.online import feasible_lookaheads, run_online
+    from specpar.json_output import print_json
 
     console = Console(width=None if sys.stdout.isatty() else 130, stderr=args.json, highlight=False)
     pairs, note = _profiles(args)
+    if args.runtime != "virtual":
+        real_models.warn_load()
     if note:
         console.print(f"[yellow]note:[/yellow] {note}")
     tables = []
@@ -121,16 +126,13 @@ def run(args) -> int:
             runtime=args.runtime,
             runtime_options=runtime_options(args),
         )
-        if args.json or not sys.stderr.isatty():
-            tables.append(run_online(pair, **kwargs))
-        else:
-            from rich.progress import Progress
-
-            with Progress(transient=True) as bar:
-                task = bar.add_task(f"{pair.label}: {args.runtime}", total=args.repeats)
-                tables.append(run_online(pair, progress=lambda _: bar.advance(task), **kwargs))
+        runs = args.repeats * (1 + 2 * len(feasible_lookaheads(pair, args.lookaheads, args.sp_degree)))
+        with TokenProgress(runs * args.max_new_tokens, f"{pair.label}: {args.runtime}", not args.json) as bar:
+            done = iter(range(1, runs + 1))
+            progress = lambda arm: bar.describe(f"{pair.label}: {arm}, run {next(done)} of {runs}")  # noqa: E731
+            tables.append(run_online(pair, progress=progress, stream=bar.callback, **kwargs))
     if args.json:
-        print(json.dumps({"tables": [t.to_dict() for t in tables], "note": note}, indent=2))
+        print_json({"tables": [t.to_dict() for t in tables], "note": note})
         return 0
     for t in tables:
         p = t.profile
@@ -159,15 +161,22 @@ def run(args) -> int:
             table.add_row(
                 str(row.lookahead),
                 str(row.sp_needed),
-                f"{m['dsi_vs_si'].mean:.2f}x ± {m['dsi_vs_si'].std:.2f}",
-                f"{v['dsi_vs_si'].mean:.2f}x",
-                f"{m['dsi_vs_nonsi'].mean:.2f}x ± {m['dsi_vs_nonsi'].std:.2f}",
-                f"{v['dsi_vs_nonsi'].mean:.2f}x",
+                f"{m['dsi_vs_si'].value:.2f}x ± {m['dsi_vs_si'].std:.2f}",
+                f"{v['dsi_vs_si'].value:.2f}x",
+                f"{m['dsi_vs_nonsi'].value:.2f}x ± {m['dsi_vs_nonsi'].std:.2f}",
+                f"{v['dsi_vs_nonsi'].value:.2f}x",
                 f"{_mean(row.si_ms):.1f}",
                 f"{_mean(row.dsi_ms):.1f}",
                 f"{_mean(t.nonsi_ms):.1f}",
             )
         console.print(table)
+        for row in t.rows:
+            for key, s in t.speedups(row).items():
+                line = inconclusive_line(
+                    f"k = {row.lookahead}: DSI", "SI" if key == "dsi_vs_si" else "non-SI", s.to_dict()
+                )
+                if line:
+                    console.print(f"  [yellow]note:[/yellow] {line}")
         if t.infeasible:
             console.print(
                 f"  lookahead {', '.join(map(str, t.infeasible))} left out: Eq. 1 needs more than "

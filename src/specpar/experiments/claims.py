@@ -134,27 +134,30 @@ def measure_sp_vs_mp(
     """§3.1's example on the event-driven simulator: the share of DSI's verification windows that end in a
     rejection (the target forwards that add latency), and DSI's speedup over non-SI."""
     from specpar.api import generate
+    from specpar.experiments.loop import run_arms, speedup
     from specpar.models import LatencyProfile, SimulatedModel
 
-    full, dsi_ms, nonsi_ms = [], [], []
-    for seed in range(repeats):
+    def dsi(_, seed):
         target = SimulatedModel(16, seed=seed, latency=LatencyProfile.uniform(1.0))
         drafter = target.drafter(a, LatencyProfile.uniform(c), seed=seed + 7919)
-        res = generate(
+        return generate(
             [seed, 1], target, drafter, algorithm="dsi", max_new_tokens=n, lookahead=lookahead, sp_degree=sp_degree
         )
+
+    runs = run_arms(["dsi"], repeats, dsi)["dsi"]
+    full = []
+    for res in runs:
         # a window is fully accepted iff each of its drafts is, given the ones before it
         p_full = 1.0
         for acc, tested in zip(res.position_accepted[:lookahead], res.position_drafted[:lookahead]):
             p_full *= acc / tested if tested else 1.0
         full.append(p_full)
-        dsi_ms.append(res.time_ms)
-        nonsi_ms.append(float(n))  # n target passes of 1 unit
     fraction = 1.0 - statistics.fmean(full)
+    nonsi_ms = [float(n)] * repeats  # n target passes of 1 unit each
     return {
         "fraction_adding_latency": fraction,
         "mp_speedup_needed": 1.0 / fraction,
-        "dsi_speedup_over_nonsi": statistics.fmean(nonsi_ms) / statistics.fmean(dsi_ms),
+        "dsi_speedup_over_nonsi": speedup(nonsi_ms, [x.time_ms for x in runs]).value,
         "c": c,
         "lookahead": lookahead,
         "sp_degree": sp_degree,

@@ -6,20 +6,21 @@ profile's acceptance rate; the thread runtime runs one OS thread per server, so
 the measured times include real orchestration costs. For each lookahead in
 {1, 5, 10} for which Eq. 1 holds with SP <= ``sp_degree`` (the paper's 8-GPU
 node: up to 7 target servers and the drafter), every repeat runs non-SI, then
-SI and DSI at each lookahead, interleaved; speedups are taken per repeat and
-summarized as mean and standard deviation. Beside each measured figure: the
-virtual clock's prediction for the same models and seeds.
+SI and DSI at each lookahead, interleaved (:func:`~specpar.experiments.loop.run_arms`);
+speedups are :func:`~specpar.experiments.loop.speedup`'s (ratio of mean times, with the
+spread of the per-repeat ratios). Beside each measured figure: the virtual clock's
+prediction for the same models and seeds.
 """
 
 from __future__ import annotations
 
 import random
-import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from specpar.api import generate
 from specpar.errors import ConfigError
+from specpar.experiments.loop import Speedup, run_arms, speedup
 from specpar.experiments.pair_profile import PairProfile
 from specpar.models import SimulatedModel
 from specpar.planning.lookahead import verification_servers
@@ -37,16 +38,6 @@ def feasible_lookaheads(profile: PairProfile, lookaheads: Sequence[int], sp_degr
         if v is not None and v + 1 <= sp_degree:
             out.append((k, v + 1))
     return out
-
-
-@dataclass
-class Spread:
-    mean: float
-    std: float
-
-    @classmethod
-    def of(cls, xs: Sequence[float]) -> Spread:
-        return cls(statistics.fmean(xs), statistics.stdev(xs) if len(xs) > 1 else 0.0)
 
 
 @dataclass
@@ -72,14 +63,14 @@ class OnlineTable:
     rows: list[OnlineRow]
     infeasible: list[int]  # lookaheads Eq. 1 rules out on sp_degree servers
 
-    def speedups(self, row: OnlineRow, virtual: bool = False) -> dict[str, Spread]:
-        """DSI over SI and over non-SI, per repeat, then mean and standard deviation."""
+    def speedups(self, row: OnlineRow, virtual: bool = False) -> dict[str, Speedup]:
+        """DSI over SI and over non-SI (the one speedup definition, with its per-repeat spread)."""
         nonsi = self.nonsi_virtual_ms if virtual else self.nonsi_ms
         si = row.si_virtual_ms if virtual else row.si_ms
         dsi = row.dsi_virtual_ms if virtual else row.dsi_ms
         return {
-            "dsi_vs_si": Spread.of([s / d for s, d in zip(si, dsi)]),
-            "dsi_vs_nonsi": Spread.of([b / d for b, d in zip(nonsi, dsi)]),
+            "dsi_vs_si": speedup(si, dsi),
+            "dsi_vs_nonsi": speedup(nonsi, dsi),
         }
 
     def to_dict(self) -> dict:
@@ -94,8 +85,8 @@ class OnlineTable:
                     "dsi_ms": r.dsi_ms,
                     "si_virtual_ms": r.si_virtual_ms,
                     "dsi_virtual_ms": r.dsi_virtual_ms,
-                    **{f"{k}_measured": vars(s) for k, s in m.items()},
-                    **{f"{k}_predicted": vars(s) for k, s in v.items()},
+                    **{f"{k}_measured": s.to_dict() for k, s in m.items()},
+                    **{f"{k}_predicted": s.to_dict() for k, s in v.items()},
                 }
             )
         return {
@@ -122,9 +113,11 @@ def run_online(
     runtime: str = "threads",
     progress: Callable[[str], None] | None = None,
     runtime_options: dict | None = None,
+    stream: Callable[[list[int]], None] | None = None,
 ) -> OnlineTable:
     """Measure one pair profile. ``runtime`` may be "ray" (runtime_options: RayRuntime's), or "virtual" too
-    (then measured = predicted)."""
+    (then measured = predicted). progress: called with the arm's name after each run; stream: the measured runs'
+    tokens as they are verified (a progress bar)."""
     for name, v in (("N", n), ("repeats", repeats), ("sp_degree", sp_degree)):
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise ConfigError(f"{name} must be a positive integer, got {v!r}")
@@ -144,40 +137,50 @@ def run_online(
         [OnlineRow(k, need) for k, need in feasible],
         [k for k in lookaheads if k not in dict(feasible)],
     )
-    for r in range(repeats):
+
+    def setup(r):
         target = SimulatedModel(vocab_size, seed=seed + r, latency=profile.target)
         drafter = target.drafter(profile.acceptance_rate, profile.drafter, seed=seed + r + 7919)
-        prompt = [random.Random(seed + r).randrange(vocab_size) for _ in range(8)]
+        return target, drafter, [random.Random(seed + r).randrange(vocab_size) for _ in range(8)]
 
-        def both(algo, **kw):
-            """Wall time on ``runtime`` and the virtual clock's time for the same run."""
-            measured = generate(
-                prompt,
-                target,
-                drafter,
-                algorithm=algo,
-                max_new_tokens=n,
-                runtime=runtime,
-                runtime_options=runtime_options,
-                **kw,
-            )
-            if runtime == "virtual":  # the measurement is the prediction
-                return measured.time_ms, measured.time_ms
-            predicted = generate(prompt, target, drafter, algorithm=algo, max_new_tokens=n, runtime="virtual", **kw)
-            if measured.tokens != predicted.tokens:  # greedy: both must be the target's own output
-                raise RuntimeError(f"{algo} returned different tokens on {runtime} and on the virtual clock")
-            return measured.time_ms, predicted.time_ms
+    arms = {"nonsi": ("nonsi", {})}
+    for row in table.rows:
+        arms[f"si-{row.lookahead}"] = ("si", dict(lookahead=row.lookahead))
+        arms[f"dsi-{row.lookahead}"] = ("dsi", dict(lookahead=row.lookahead, sp_degree=sp_degree))
 
-        m, v = both("nonsi")
-        table.nonsi_ms.append(m)
-        table.nonsi_virtual_ms.append(v)
-        for row in table.rows:
-            m, v = both("si", lookahead=row.lookahead)
-            row.si_ms.append(m)
-            row.si_virtual_ms.append(v)
-            m, v = both("dsi", lookahead=row.lookahead, sp_degree=sp_degree)
-            row.dsi_ms.append(m)
-            row.dsi_virtual_ms.append(v)
-        if progress:
-            progress(f"repeat {r + 1}/{repeats}")
+    def both(arm, models):
+        """Wall time on ``runtime`` and the virtual clock's time for the same run."""
+        target, drafter, prompt = models
+        algo, kw = arms[arm]
+        measured = generate(
+            prompt,
+            target,
+            drafter,
+            algorithm=algo,
+            max_new_tokens=n,
+            runtime=runtime,
+            runtime_options=runtime_options,
+            stream=stream,
+            **kw,
+        )
+        if runtime == "virtual":  # the measurement is the prediction
+            return measured.time_ms, measured.time_ms
+        predicted = generate(prompt, target, drafter, algorithm=algo, max_new_tokens=n, runtime="virtual", **kw)
+        if measured.tokens != predicted.tokens:  # greedy: both must be the target's own output
+            raise RuntimeError(f"{algo} returned different tokens on {runtime} and on the virtual clock")
+        return measured.time_ms, predicted.time_ms
+
+    runs = run_arms(
+        list(arms), repeats, both, setup=setup, on_result=(lambda a, r, _: progress(a)) if progress else None
+    )
+    table.nonsi_ms, table.nonsi_virtual_ms = [m for m, _ in runs["nonsi"]], [v for _, v in runs["nonsi"]]
+    for row in table.rows:
+        row.si_ms, row.si_virtual_ms = (
+            [m for m, _ in runs[f"si-{row.lookahead}"]],
+            [v for _, v in runs[f"si-{row.lookahead}"]],
+        )
+        row.dsi_ms, row.dsi_virtual_ms = (
+            [m for m, _ in runs[f"dsi-{row.lookahead}"]],
+            [v for _, v in runs[f"dsi-{row.lookahead}"]],
+        )
     return table

@@ -30,6 +30,7 @@ from pathlib import Path
 
 from specpar import profiling
 from specpar.errors import ConfigError
+from specpar.json_output import dumps
 from specpar.models.latency import LatencyProfile
 from specpar.paths import read_text
 
@@ -131,7 +132,7 @@ class PairProfile:
     def save(self, path: str | os.PathLike) -> None:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(str(path) + ".tmp")
-        tmp.write_text(json.dumps(self.to_dict(), indent=2) + "\n")
+        tmp.write_text(dumps(self.to_dict()) + "\n")
         tmp.replace(path)
 
 
