@@ -272,10 +272,11 @@ def dsi(
     keep_busy()
     if prefill_all:
         warming.update(runtime.submit(target, Score(g.context(), 0, decoding)) for _ in range(len(target) - 1))
+    on_drafted = on_draft if tree is None else on_tree_draft
     while not g.done:
         task = runtime.wait()
         if task is drafting:
-            (on_draft if tree is None else on_tree_draft)(task)
+            on_drafted(task)
         else:
             on_scores(task)
         if not g.done:
