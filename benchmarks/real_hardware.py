@@ -5,7 +5,11 @@ Two predictions: from the profile as measured (its acceptance rate, iid per posi
 prompt's measured acceptance rate (mean of SI's and DSI's in that run) in place of the profile's, so that how
 much of the gap comes from the acceptance varying across prompts is visible.
 
-    python benchmarks/real_hardware.py --profile P.json RAY.jsonl THREADS.jsonl
+    python benchmarks/real_hardware.py --profile P.json --skip-first --run Ray=A.jsonl,B.jsonl --run threads=C.jsonl
+
+--skip-first drops each file's first prompt: its first forward pass in each process pays a cold start (the
+weights paged in: about 10 s for the target here) that lands on whichever algorithm runs first (non-SI, then SI
+for the drafter), which would flatter DSI.
 
 Prints a Markdown table (seconds per prompt, mean over the prompts; speedups as ratios of the means).
 """
@@ -32,12 +36,15 @@ def predict(profile: dict, a: float, k: int, n: int, repeats: int) -> dict:
     return {algo: res[algo]["mean_ms"] for algo in ALGOS}
 
 
-def load(path: str) -> dict:
-    """{prompt_id: {algorithm: row}} from a `specpar bench --out` file."""
+def load(paths: list[str], skip_first: bool) -> dict:
+    """{(file, prompt_id): {algorithm: row}} from `specpar bench --out` files."""
     rows: dict = {}
-    for line in open(path):
-        r = json.loads(line)
-        rows.setdefault(r["prompt_id"], {})[r["algorithm"]] = r
+    for path in paths:
+        mine: dict = {}
+        for line in open(path):
+            r = json.loads(line)
+            mine.setdefault((path, r["prompt_id"]), {})[r["algorithm"]] = r
+        rows.update(list(mine.items())[1 if skip_first else 0 :])
     return rows
 
 
@@ -45,7 +52,8 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--profile", required=True)
     p.add_argument("--repeats", type=int, default=20)
-    p.add_argument("runs", nargs="+", help="bench JSONL files, e.g. Ray then threads")
+    p.add_argument("--skip-first", action="store_true", help="drop each file's first (cold) prompt")
+    p.add_argument("--run", action="append", required=True, help="NAME=FILE[,FILE...]: bench JSONL files")
     args = p.parse_args()
     profile = json.load(open(args.profile))
     a_profile = profile["acceptance_rate"]["geometric"]
@@ -54,8 +62,9 @@ def main() -> None:
         "per-prompt DSI / non-SI | same tokens |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for path in args.runs:
-        rows = load(path)
+    for run in args.run:
+        name, _, files = run.partition("=")
+        rows = load(files.split(","), args.skip_first)
         first = next(iter(rows.values()))
         k, n = first["dsi"]["lookahead"], first["nonsi"]["target_forwards"]  # non-SI: one pass per token
         mean = {algo: statistics.mean(r[algo]["time_ms"] for r in rows.values()) / 1000 for algo in ALGOS}
@@ -63,7 +72,6 @@ def main() -> None:
             b: [r[b]["time_ms"] / r["dsi"]["time_ms"] for r in rows.values()] for b in ("si", "nonsi")
         }  # per-prompt speedups of DSI
         same = all(r[algo]["same_tokens_as_nonsi"] for r in rows.values() for algo in ("si", "dsi"))
-        name = "Ray" if "ray" in path else "threads"
         lines.append(
             f"| {name} measured | {len(rows)} | {mean['nonsi']:.1f} | {mean['si']:.1f} | {mean['dsi']:.1f} | "
             f"{mean['si'] / mean['dsi']:.2f}x | {mean['nonsi'] / mean['dsi']:.2f}x | "
