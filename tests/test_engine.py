@@ -106,3 +106,11 @@ def test_engine_errors():
     engine.close()
     with pytest.raises(ConfigError, match="closed"):
         engine.generate([1], algorithm="nonsi")
+
+
+def test_a_result_without_local_forward_passes_has_no_overhead_figure():
+    """Simulated servers (and Ray actors) log no forward passes in this process: overhead is None, not missing
+    (`specpar bench --runtime ray` read it and crashed)."""
+    target = SimulatedModel(8, seed=3)
+    with Engine(target, target.drafter(0.6, seed=1)) as engine:
+        assert engine.generate(PROMPTS[0], SamplingParams(max_tokens=5)).overhead is None

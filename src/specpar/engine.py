@@ -259,6 +259,8 @@ class Engine:
             if local:
                 intervals = [iv for s, m in zip(self.all, marks) for iv in s.forward_log[m:]]
                 result.overhead = overhead(intervals, t0, t1)
+            else:  # on Ray the forward passes run in the actors: no forward log here to measure from
+                result.overhead = None
         if self.tokenizer is not None:
             result.text = detokenize(self.tokenizer, ids, result.tokens, params.stop)
         if log.isEnabledFor(logging.INFO):
