@@ -197,6 +197,16 @@ def test_si_and_dsi_over_trees_return_the_target_greedy_tokens(setup):
         assert out.accepted + out.rounds == n
 
 
+def test_dsi_tree_finished_ahead_of_the_cursor_lends_its_rows_to_the_right_positions():
+    """A tree verification hanging beyond the cursor (its start > len(out)) that finishes first: its rows are read
+    along the drafts from its start, not from the cursor (found by the property test above: the last token was
+    the row after the wrong sibling)."""
+    target = SimulatedModel(2, seed=0, latency=LatencyProfile(1.0, 1.0, 0.05))
+    drafter = target.drafter(1.0, target.latency.scaled(0.25), seed=0)
+    out = generate([0], target, drafter, algorithm="dsi", max_new_tokens=12, tree=(3,), sp_degree=3)
+    assert out.tokens == target.greedy_tokens([0], 12)
+
+
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
 @pytest.mark.parametrize("algorithm,sp", [("si", 1), ("dsi", 1), ("dsi", 3)])
 def test_a_tree_of_one_chain_is_the_chain_algorithm_exactly(algorithm, sp, temperature):

@@ -223,7 +223,8 @@ def dsi(
         if type(task.call) is ScoreTree:  # rows along the drafts' path; the others wait for an off-path sibling
             t = task.call.tree
             scored.append((t, start, rows))
-            path = t.follow(g.out[start:] + drafts)
+            cursor = len(g.out)  # drafts[i] is at position cursor + i; the tree hangs at start (either side of it)
+            path = t.follow(g.out[start:] + drafts if start <= cursor else drafts[start - cursor :])
             rows = [rows[0], *(rows[1 + n] for n in path)]
         for i in range(max(0, len(g.out) - start), len(rows)):  # rows at the cursor and beyond
             known[start + i] = rows[i]
