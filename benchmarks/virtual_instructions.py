@@ -13,9 +13,13 @@ Each figure is (instructions of a run of `seeds` generations - instructions of t
 process generating nothing) / output tokens, so imports and setup cancel out. callgrind
 runs the code about 50x slower; a setting takes ~15 s. Needs valgrind (Debian: valgrind).
 
-Exact is not the same as smooth: the cyclic collector runs between generations, when its
-allocation counters cross a threshold, so one extra list per generation once moved the
-issue figure by 4% (a full collection more or less). Check a surprising step by
+Exact is not the same as smooth. One process's count moves by up to about 3 million
+instructions with what the first call imports and what the exit frees (1.5k per token over
+the 2,000 tokens of a setting); --slope measures a second batch of generations against the
+first instead of against none, which leaves those out. The cyclic collector runs between
+generations, when its allocation counters cross a threshold, so one extra list per
+generation once moved the issue figure by 4% (a full collection more or less); --no-gc
+shows the code's own count. Check a surprising step by
 bisecting, and prefer changes that allocate nothing per generation or per token.
 """
 
@@ -37,8 +41,10 @@ SETTINGS = {
 }
 
 WORKLOAD = """
-import sys
+import gc, sys
 sys.path.insert(0, {src!r})
+if {no_gc!r}:
+    gc.disable()
 from specpar import LatencyProfile, SimulatedModel, generate
 t_ms, d_ms, a, k, sp, n, seeds = {setting!r}
 for seed in range({runs}):
@@ -49,7 +55,7 @@ for seed in range({runs}):
 """
 
 
-def instructions(src: Path, setting: tuple, runs: int) -> int:
+def instructions(src: Path, setting: tuple, runs: int, no_gc: bool = False) -> int:
     """Instructions callgrind counts for one process that runs ``runs`` generations at ``setting``."""
     env = dict(os.environ, PYTHONHASHSEED="0", OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
     cmd = [
@@ -58,7 +64,7 @@ def instructions(src: Path, setting: tuple, runs: int) -> int:
         "--callgrind-out-file=/dev/null",
         sys.executable,
         "-c",
-        WORKLOAD.format(src=str(src / "src"), setting=setting, runs=runs),
+        WORKLOAD.format(src=str(src / "src"), setting=setting, runs=runs, no_gc=no_gc),
     ]
     if shutil.which("setarch"):
         cmd = ["setarch", "-R", *cmd]  # no address randomization: dict and set layouts repeat
@@ -83,6 +89,17 @@ def main() -> None:
         choices=sorted(SETTINGS),
         help="default: all (issue = 20 ms / 1 ms, a = 0.8, k = 5, SP = 4, N = 200)",
     )
+    parser.add_argument(
+        "--slope",
+        action="store_true",
+        help="per token of the generations a second batch adds (runs seeds..2 seeds-1 minus runs 0..seeds-1): "
+        "the steady state, without first-call and exit costs",
+    )
+    parser.add_argument(
+        "--no-gc",
+        action="store_true",
+        help="with the cyclic collector off in every process: the code's own instructions, without the collector's phase",
+    )
     args = parser.parse_args()
     if not shutil.which("valgrind"):
         raise SystemExit("valgrind is not installed (Debian: apt-get install valgrind)")
@@ -94,7 +111,11 @@ def main() -> None:
     for name in args.setting or list(SETTINGS):
         setting = SETTINGS[name]
         n, seeds = setting[5], setting[6]
-        row = [(instructions(t, setting, seeds) - instructions(t, setting, 0)) / (n * seeds) for t in trees]
+        low, high = (seeds, 2 * seeds) if args.slope else (0, seeds)
+        row = [
+            (instructions(t, setting, high, args.no_gc) - instructions(t, setting, low, args.no_gc)) / (n * seeds)
+            for t in trees
+        ]
         ratios = f"   (last / first: {row[-1] / row[0]:.3f})" if len(row) > 1 else ""
         print(f"{name:<8} " + " ".join(f"{v:>28,.0f}" for v in row) + ratios, flush=True)
 

@@ -16,6 +16,7 @@ from specpar.params import SamplingParams
 from specpar.planning import min_lookahead
 from specpar.results import GenerationResult
 from specpar.runtimes import RUNTIMES, Pool, VirtualRuntime
+from specpar.runtimes.virtual import collector_paused
 
 log = logging.getLogger(__name__)
 
@@ -231,7 +232,7 @@ def generate(
         runtime_options=runtime_options,
         keep_actors=isinstance(target, Pool) or isinstance(drafter, Pool),
     )
-    with engine:
+    with collector_paused(engine.runtime == "virtual"), engine:  # closed with the collector still paused
         return engine.generate(
             prompt, params, algorithm=algorithm, lookahead=lookahead, stream=stream, tree=tree, **sampling
         )

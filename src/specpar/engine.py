@@ -28,6 +28,7 @@ from specpar.errors import ConfigError
 from specpar.params import SamplingParams
 from specpar.results import GenerationResult
 from specpar.runtimes import Pool
+from specpar.runtimes.virtual import collector_paused
 from specpar.stopping import Stopping, TextStream, detokenize, end_of_text_ids
 
 log = logging.getLogger(__name__)
@@ -230,7 +231,9 @@ class Engine:
         lookahead = lookahead if lookahead is not None else self.lookahead
         if algorithm != "nonsi" and self.drafters is None:
             raise ConfigError(f"algorithm {algorithm!r} needs a drafter: give the engine one")
-        with self._lock:  # one request at a time on these servers (their caches)
+        # one request at a time on these servers (their caches); on the virtual clock the collector stays paused
+        # until the result is made (specpar.runtimes.virtual.collector_paused)
+        with self._lock, collector_paused(self.runtime == "virtual"):
             local = self.real and self.runtime != "ray"  # on Ray the forward passes run in the actors
             marks = [len(s.forward_log) for s in self.all] if local else None
             with torch_threads(self.threads_for(algorithm)) if self.real else nullcontext():

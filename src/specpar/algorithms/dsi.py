@@ -79,19 +79,25 @@ def dsi(
     warmed = 0  # of those, the ones that completed
     unsent = 0  # the last `unsent` drafts wait for a verification server (dedicated_cursor only)
     keep_one = dedicated_cursor and len(target) > 1  # one target server kept for passes on the cursor
+    if tree is None:
+        draft_call = Draft  # (context, k, decoding)
+    else:
 
-    def reject_dependents(keep: Task | None = None) -> None:
-        """A draft was rejected: cancel every task that depends on it (but ``keep``) and forget later drafts."""
+        def draft_call(context, k: int, decoding: Decoding) -> DraftTree:
+            return DraftTree(context, widths[:k], decoding)
+
+    def reject_dependents() -> None:
+        """A draft was rejected: cancel every task that depends on it and forget later drafts."""
         nonlocal drafting, unsent
         unsent = 0
         for t in verifying:
-            if t is not keep:
-                runtime.cancel(t)
+            runtime.cancel(t)
         if drafting is not None:
             runtime.cancel(drafting)
             drafting = None
-        verifying[:] = [keep] if keep is not None else []
-        drafts.clear(), q_rows.clear(), windows.clear(), known.clear(), nodes.clear(), scored.clear()
+        verifying.clear(), drafts.clear(), q_rows.clear(), windows.clear(), known.clear()
+        if tree is not None:
+            nodes.clear(), scored.clear()
 
     def below_cursor(t: TokenTree, start: int) -> int | None:
         """The node of ``t`` (hanging at ``start``) the verified output ends on, if it runs through ``t``."""
@@ -114,8 +120,11 @@ def dsi(
             else:  # or with those of a verification still running: kept, its branch becomes the drafts
                 trees = (task for task in verifying if type(task.call) is ScoreTree)
                 keep = next((task for task in trees if below_cursor(task.call.tree, task.call.start) is not None), None)
-        reject_dependents(keep)
         if keep is not None:
+            verifying.remove(keep)  # spared by the rejection
+        reject_dependents()
+        if keep is not None:
+            verifying.append(keep)
             t = keep.call.tree
             below = below_cursor(t, keep.call.start)
             branch = t.subtree(below)
@@ -192,14 +201,13 @@ def dsi(
         """Verify the drafts that wait, in one pass, if a server is free for it (the runtime queues otherwise,
         unless one server is kept for the cursor)."""
         nonlocal unsent
-        while unsent and (not keep_one or sum(1 for t in verifying if t.call.n_drafts) < len(target) - 1):
+        if unsent and (not keep_one or sum(1 for t in verifying if t.call.n_drafts) < len(target) - 1):
             if tree is None:
                 verifying.append(runtime.submit(target, Score(g.context(drafts), unsent, decoding)))
-                unsent = 0
             else:  # the trees that wait, each hung below the previous one's path, below the drafts verified
                 i = len(drafts) - unsent
                 verifying.append(runtime.submit(target, ScoreTree(g.context(drafts[:i]), waiting_tree(i), decoding)))
-                unsent = 0
+            unsent = 0
 
     def waiting_tree(i: int) -> TokenTree:
         """One tree for the drafts from index i on: their trees, each attached at the end of the path before it."""
@@ -220,7 +228,7 @@ def dsi(
         else:
             verifying.remove(task)
         start, rows = task.result.start, task.result.rows
-        if type(task.call) is ScoreTree:  # rows along the drafts' path; the others wait for an off-path sibling
+        if tree is not None and type(task.call) is ScoreTree:  # rows along the drafts' path; the others wait
             t = task.call.tree
             scored.append((t, start, rows))
             cursor = len(g.out)  # drafts[i] is at position cursor + i; the tree hangs at start (either side of it)
@@ -250,36 +258,27 @@ def dsi(
             verifying.insert(behind, runtime.submit(target, Score(g.context(), 0, decoding)))
 
     def keep_drafting() -> None:
-        """The drafter drafts the next chunk after the last draft."""
+        """The drafter (free: ``drafting`` is None) drafts the next chunk after the last draft."""
         nonlocal drafting
-        if drafting is None:
-            k = g.lookahead_at(len(g.out) + len(drafts), lookahead)
-            if k:
-                call = (
-                    Draft(g.context(drafts), k, decoding)
-                    if tree is None
-                    else DraftTree(g.context(drafts), widths[:k], decoding)
-                )
-                drafting = runtime.submit(drafter, call)
+        k = g.lookahead_at(len(g.out) + len(drafts), lookahead)
+        if k:
+            drafting = runtime.submit(drafter, draft_call(g.context(drafts), k, decoding))
 
-    def keep_busy() -> None:
-        """After every event: the invariants that make DSI never slower than non-SI, and drafting ahead."""
+    on_drafted = on_draft if tree is None else on_tree_draft
+    warm_up = prefill_all
+    while not g.done:
+        # before every event: the invariants that make DSI never slower than non-SI, and drafting ahead
         cover_cursor()
         if drafting is None:
             keep_drafting()
         if unsent:
             send_drafts()
-
-    keep_busy()
-    if prefill_all:
-        warming.update(runtime.submit(target, Score(g.context(), 0, decoding)) for _ in range(len(target) - 1))
-    on_drafted = on_draft if tree is None else on_tree_draft
-    while not g.done:
+        if warm_up:  # once, at the start
+            warming.update(runtime.submit(target, Score(g.context(), 0, decoding)) for _ in range(len(target) - 1))
+            warm_up = False
         task = runtime.wait()
         if task is drafting:
             on_drafted(task)
         else:
             on_scores(task)
-        if not g.done:
-            keep_busy()
     return g.result("dsi", lookahead=lookahead, sp_degree=len(target), warm_ups=warmed)

@@ -185,7 +185,7 @@ class Generation:
         rt.cancel_all()
         target_forwards = drafter_forwards = 0
         for t in rt.tasks:
-            if t.done and not t.cancelled and t.result is not None:
+            if t.result is not None and not t.cancelled:  # completed (a result is set only then)
                 if t.call.kind == "draft":
                     drafter_forwards += t.call.k
                 else:

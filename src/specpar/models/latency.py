@@ -70,4 +70,5 @@ class LatencyProfile:
         else:  # forward_ms(n_new - 1, cold=False), written out: this runs once per task on the virtual clock
             n_new = len(call.context) - cached
             ms = self.tpot_ms + self.per_token_ms * (n_new - 1) if n_new > 1 else self.tpot_ms
-        return ms + (call.k - 1) * self.tpot_ms + self.per_token_ms * call.extra_tokens
+        ms += (call.k - 1) * self.tpot_ms
+        return ms + self.per_token_ms * call.extra_tokens if self.per_token_ms else ms

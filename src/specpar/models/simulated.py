@@ -354,16 +354,16 @@ class SimulatedServer:
         model, dec = self.model, call.decoding
         if dec.reshapes:
             return self._processed(call, hashes)
-        if type(call) is Score:
+        kind = type(call)
+        if kind is Score:
             start = call.start
             if dec.greedy:
                 return Scores(start, model.argmaxes(hashes[start:]))
             return Scores(start, np.stack([model.probs(h, dec.temperature) for h in hashes[start:]]))
-        if type(call) is ScoreTree:
-            return self._score_tree(call, hashes)
-        if type(call) is DraftTree:
+        if kind is not Draft:  # token trees
+            if kind is ScoreTree:
+                return self._score_tree(call, hashes)
             return self._draft_tree(call, hashes)
-        assert type(call) is Draft
         if dec.greedy:  # no rows
             tokens, rows = model.greedy_run(hashes[-1], call.k, hashes), None
         else:

@@ -23,6 +23,36 @@ from specpar.runtimes.base import Pool, Runtime, Task
 CANCEL_MODES = ("now", "end")
 
 
+class collector_paused:  # noqa: N801 (used as a function: ``with collector_paused():``)
+    """The cyclic garbage collector off inside (when ``pause``), as timeit does; its state restored on the way out,
+    exceptions included. Nested pauses restore it only at the outermost one.
+
+    A virtual-clock run allocates millions of short-lived, acyclic objects (tasks, calls, contexts) that reference
+    counting frees at once; the collector would only traverse them, which costs 5-12% of a DSI run at N = 200 and
+    20-22% at N = 1000 (benchmarks/virtual_throughput.py). Callers that wrap a run (``generate``, an engine's
+    request) pause it for the whole call, so that their own bookkeeping after the run does not set off a collection
+    while the run's tasks are still referenced (one per generation otherwise: 3% of the simulator's instructions).
+    A class, not a generator: re-enabling is the last thing its exit does (a generator's StopIteration would be
+    allocated after it, and could itself set off that collection).
+    """
+
+    __slots__ = ("pause", "was_enabled")
+
+    def __init__(self, pause: bool = True):
+        self.pause = pause
+        self.was_enabled = False
+
+    def __enter__(self):
+        self.was_enabled = gc.isenabled()
+        if self.pause:
+            gc.disable()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.pause and self.was_enabled:
+            gc.enable()
+
+
 class VirtualRuntime(Runtime):
     """Discrete-event runtime.
 
@@ -49,10 +79,11 @@ class VirtualRuntime(Runtime):
         super().__init__(pools)
         self.cancel_frees = cancel_frees
         self.link_ms = link_ms
+        self._rank = {p: i for i, p in enumerate(self.pools)}  # ties on the clock go to the lower rank
         self._round_trip = {p: 2.0 * links.get(p.name, 0.0) for p in self.pools}
+        self._linked = any(self._round_trip.values())
         self._now = 0.0
         self._heap: list = []  # (end in integer ns, pool rank, task id, task) of started tasks
-        self._rank = {p: i for i, p in enumerate(self.pools)}
         self._idle = {p: list(p.servers) for p in self.pools}  # in the order they became idle
         # pools whose servers' times cannot depend on their caches (LatencyProfile.cache_matters False, the
         # paper's time-unit model): every choice of replica gives the same times and tokens here, so the one idle
@@ -62,27 +93,18 @@ class VirtualRuntime(Runtime):
             for p in self.pools
         }
         self._queued = {p: deque() for p in self.pools}
-        self._gc_was_enabled: bool | None = None
+        self._paused = None
 
     def __enter__(self):
-        """Pause the cyclic garbage collector until exit, as timeit does.
-
-        A run allocates millions of short-lived, acyclic objects (tasks, calls, contexts) that reference
-        counting frees at once; the collector would only traverse them, which costs 5-12% of a DSI run at
-        N = 200 and 20-22% at N = 1000 (benchmarks/virtual_throughput.py). The previous state is restored
-        on exit, exceptions included.
-        """
-        self._gc_was_enabled = gc.isenabled()
-        gc.disable()
+        """Pause the cyclic garbage collector until exit (:func:`collector_paused`)."""
+        self._paused = collector_paused().__enter__()
         return self
 
     def __exit__(self, *exc):
         try:
             return super().__exit__(*exc)
         finally:
-            if self._gc_was_enabled:
-                gc.enable()
-            self._gc_was_enabled = None
+            self._paused.__exit__()
 
     def now(self) -> float:
         return self._now
@@ -103,7 +125,10 @@ class VirtualRuntime(Runtime):
     def _start(self, task: Task, server) -> None:
         task.server = server
         task.start = now = self._now
-        task.end = end = now + server.duration_ms(task.call) + self._round_trip[task.pool]
+        end = now + server.duration_ms(task.call)
+        if self._linked:
+            end += self._round_trip[task.pool]
+        task.end = end
         # ends are compared on a 1e-9 ms grid, so that float sums such as 5 x 0.2 do not decide ties
         heapq.heappush(self._heap, (int(end * 1e9 + 0.5), self._rank[task.pool], task.id, task))
 
