@@ -221,3 +221,31 @@ def test_a_stalled_server_never_holds_generate_past_its_last_token(no_thread_lea
     while specpar_threads() and time.perf_counter() < deadline:
         time.sleep(0.05)
     assert specpar_threads() == [], "a stalled worker never ended"
+
+
+def test_generate_pauses_the_collector_and_restores_its_state():
+    """The collector is off during a virtual run (and the engine's bookkeeping around it), and left as it was found:
+    on after a call that found it on, off after one that found it off; nested pauses restore only at the outermost."""
+    from specpar.runtimes.virtual import collector_paused
+
+    target = SimulatedModel(8, seed=0, latency=LatencyProfile.uniform(1.0))
+    drafter = target.drafter(0.8, LatencyProfile.uniform(0.1), seed=1)
+    seen = []
+    was = gc.isenabled()
+    try:
+        gc.enable()
+        generate([1], target, drafter, max_new_tokens=8, stream=lambda _: seen.append(gc.isenabled()))
+        assert seen and not any(seen) and gc.isenabled()
+        gc.disable()
+        generate([1], target, drafter, max_new_tokens=8)
+        assert not gc.isenabled()
+        gc.enable()
+        with collector_paused():
+            with collector_paused():
+                pass
+            assert not gc.isenabled()
+        assert gc.isenabled()
+        with collector_paused(pause=False):
+            assert gc.isenabled()
+    finally:
+        (gc.enable if was else gc.disable)()
