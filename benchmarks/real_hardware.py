@@ -48,12 +48,45 @@ def load(paths: list[str], skip_first: bool) -> dict:
     return rows
 
 
+def calibrated(rows: dict, profile_path: str, trace_path: str | None) -> list[dict]:
+    """Mean virtual-clock ms per algorithm with the latencies refit on the run's own DSI calls and target passes
+    that run to their end when cancelled, at each prompt's measured a (and, with a trace, its acceptance
+    pattern)."""
+    from dsi_gap import refit, simulate
+    from specpar.experiments.pair_profile import PairProfile
+
+    t_lat, d_lat = refit(rows, ("dsi",), PairProfile.load(profile_path))
+    traces = json.load(open(trace_path)) if trace_path else None
+    out = []
+    for use_trace in (False, True) if traces else (False,):
+        per = [
+            simulate(
+                r,
+                t_lat,
+                d_lat,
+                statistics.mean(r[x]["acceptance_rate"] for x in ("si", "dsi")),
+                {"target": "end"},
+                traces[key[1]] if use_trace else None,
+            )
+            for key, r in rows.items()
+        ]
+        out.append({algo: statistics.mean(pp[algo] for pp in per) for algo in ALGOS})
+    return out
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--profile", required=True)
     p.add_argument("--repeats", type=int, default=20)
     p.add_argument("--skip-first", action="store_true", help="drop each file's first (cold) prompt")
     p.add_argument("--run", action="append", required=True, help="NAME=FILE[,FILE...]: bench JSONL files")
+    p.add_argument(
+        "--calibrate",
+        action="store_true",
+        help="add the prediction calibrated in the same placement (bench --timeline files): latencies refit on "
+        "the run's recorded DSI calls, a cancelled target pass running to its end (benchmarks/dsi_gap.py)",
+    )
+    p.add_argument("--trace", help="with --calibrate: also with each prompt's acceptance pattern (dsi_gap.py's)")
     args = p.parse_args()
     profile = json.load(open(args.profile))
     a_profile = profile["acceptance_rate"]["geometric"]
@@ -86,6 +119,11 @@ def main() -> None:
         ]
         preds.append({algo: statistics.mean(pp[algo] for pp in per_prompt) for algo in ALGOS})
         label.append("virtual clock, each prompt's measured a")
+        if args.calibrate:
+            preds += calibrated(rows, args.profile, args.trace)
+            label.append("virtual clock calibrated: latencies refit on DSI's calls, cancelled passes to their end")
+            if args.trace:
+                label.append("virtual clock calibrated, each prompt's acceptance pattern")
         for lab, pr in zip(label, preds):
             s = {algo: pr[algo] / 1000 for algo in ALGOS}
             ratio = {algo: mean[algo] / s[algo] for algo in ALGOS}
