@@ -7,7 +7,8 @@ prediction, and prints three accounts:
 
 1. Per-call costs: every recorded call priced by the profile's latency model (``LatencyProfile.call_ms``, the
    virtual clock's own) beside its measured time, summed by kind of call (target prefill, target pass on the
-   cursor, target verification of drafts, drafts; cancelled calls apart), per algorithm.
+   cursor, target verification of drafts, drafts; cancelled calls apart), per algorithm; and priced again with
+   the latencies refit on DSI's recorded calls (3d below).
 2. DSI's target timeline, measured and on the virtual clock (profile, each prompt's acceptance rate): the wall time
    split into target passes that counted, target passes cancelled (work thrown away) and target idle.
 3. Predictions, measured / predicted per algorithm, changing one thing at a time:
@@ -65,27 +66,31 @@ def is_target(rec: dict) -> bool:
     return rec["server"].startswith("target")
 
 
-def call_costs(rows: dict, pair: PairProfile) -> list[str]:
+def call_costs(rows: dict, pair: PairProfile, fitted: tuple[LatencyProfile, LatencyProfile]) -> list[str]:
+    """Per algorithm and kind of call: how many, their mean new tokens and drafts, and their total measured time
+    beside the profile's price and the refit latencies' price (``fitted``: target, drafter)."""
     lines = [
-        "| algorithm | call | calls | new tokens / call | drafts / call | measured s | profile s | measured / profile |",
-        "|---|---|---|---|---|---|---|---|",
+        "| algorithm | call | calls | new tokens / call | drafts / call | measured s | profile s | measured / profile "
+        "| refit s | measured / refit |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for algo in ALGOS:
-        acc = defaultdict(lambda: [0, 0, 0, 0.0, 0.0])
+        acc = defaultdict(lambda: [0, 0, 0, 0.0, 0.0, 0.0])
         for r in rows.values():
             for rec in r[algo]["timeline"]:
                 a = acc[category(rec)]
-                lat = pair.target if is_target(rec) else pair.drafter
+                lat, fit = (pair.target, fitted[0]) if is_target(rec) else (pair.drafter, fitted[1])
                 a[0] += 1
                 a[1] += rec["tokens"] - rec["cached"]
                 a[2] += rec["drafts"]
                 a[3] += (rec["end_ms"] - rec["start_ms"]) / 1000
                 a[4] += price(rec, lat) / 1000
+                a[5] += price(rec, fit) / 1000
         for cat in sorted(acc):
-            n, new, drafts, meas, prof = acc[cat]
+            n, new, drafts, meas, prof, refit_s = acc[cat]
             lines.append(
                 f"| {algo} | {cat} | {n} | {new / n:.1f} | {drafts / n:.1f} | {meas:.1f} | {prof:.1f} | "
-                f"{meas / prof:.2f} |"
+                f"{meas / prof:.2f} | {refit_s:.1f} | {meas / refit_s:.2f} |"
             )
     return lines
 
@@ -274,7 +279,7 @@ def main() -> None:
     print(f"profile: target {show(pair.target)}; drafter {show(pair.drafter)}; a = {pair.acceptance_rate:.3f}\n")
     for name, rows in runs:
         print(f"## {name}\n")
-        print("\n".join(call_costs(rows, pair)) + "\n")
+        print("\n".join(call_costs(rows, pair, refit(rows, ("dsi",), pair))) + "\n")
         print("\n".join(timeline_split(name, rows, pair)) + "\n")
         print("\n".join(predictions(name, rows, pair, traces)) + "\n")
 
