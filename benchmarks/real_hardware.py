@@ -48,17 +48,27 @@ def load(paths: list[str], skip_first: bool) -> dict:
     return rows
 
 
-def calibrated(rows: dict, profile_path: str, trace_path: str | None) -> list[dict]:
-    """Mean virtual-clock ms per algorithm with the latencies refit on the run's own DSI calls and target passes
-    that run to their end when cancelled, at each prompt's measured a (and, with a trace, its acceptance
-    pattern)."""
+CALIBRATIONS = (
+    (("nonsi", "si"), "latencies refit on non-SI's and SI's calls"),
+    (("dsi",), "latencies refit on DSI's calls"),
+)
+
+
+def calibrated(rows: dict, profile_path: str, trace_path: str | None) -> tuple[list[dict], list[str]]:
+    """Mean virtual-clock ms per algorithm, and labels, for the predictions calibrated in the same placement:
+    latencies refit on the run's recorded calls (of non-SI and SI: DSI predicted out of sample; or of DSI), target
+    passes that run to their end when cancelled, each prompt's measured a (and with a trace, its acceptance
+    pattern, on DSI's refit)."""
     from dsi_gap import refit, simulate
     from specpar.experiments.pair_profile import PairProfile
 
-    t_lat, d_lat = refit(rows, ("dsi",), PairProfile.load(profile_path))
+    pair = PairProfile.load(profile_path)
     traces = json.load(open(trace_path)) if trace_path else None
-    out = []
-    for use_trace in (False, True) if traces else (False,):
+    jobs = [(refit(rows, algos, pair), None, label) for algos, label in CALIBRATIONS]
+    if traces:
+        jobs.append((jobs[-1][0], traces, f"{CALIBRATIONS[-1][1]}, each prompt's acceptance pattern"))
+    preds, labels = [], []
+    for (t_lat, d_lat), trace, label in jobs:
         per = [
             simulate(
                 r,
@@ -66,12 +76,13 @@ def calibrated(rows: dict, profile_path: str, trace_path: str | None) -> list[di
                 d_lat,
                 statistics.mean(r[x]["acceptance_rate"] for x in ("si", "dsi")),
                 {"target": "end"},
-                traces[key[1]] if use_trace else None,
+                trace[key[1]] if trace else None,
             )
             for key, r in rows.items()
         ]
-        out.append({algo: statistics.mean(pp[algo] for pp in per) for algo in ALGOS})
-    return out
+        preds.append({algo: statistics.mean(pp[algo] for pp in per) for algo in ALGOS})
+        labels.append(f"virtual clock calibrated: {label}, cancelled passes run to their end")
+    return preds, labels
 
 
 def main() -> None:
@@ -83,8 +94,8 @@ def main() -> None:
     p.add_argument(
         "--calibrate",
         action="store_true",
-        help="add the prediction calibrated in the same placement (bench --timeline files): latencies refit on "
-        "the run's recorded DSI calls, a cancelled target pass running to its end (benchmarks/dsi_gap.py)",
+        help="add the predictions calibrated in the same placement (bench --timeline files): latencies refit on "
+        "the run's recorded calls, a cancelled target pass running to its end (benchmarks/dsi_gap.py)",
     )
     p.add_argument("--trace", help="with --calibrate: also with each prompt's acceptance pattern (dsi_gap.py's)")
     args = p.parse_args()
@@ -120,10 +131,9 @@ def main() -> None:
         preds.append({algo: statistics.mean(pp[algo] for pp in per_prompt) for algo in ALGOS})
         label.append("virtual clock, each prompt's measured a")
         if args.calibrate:
-            preds += calibrated(rows, args.profile, args.trace)
-            label.append("virtual clock calibrated: latencies refit on DSI's calls, cancelled passes to their end")
-            if args.trace:
-                label.append("virtual clock calibrated, each prompt's acceptance pattern")
+            more, labels = calibrated(rows, args.profile, args.trace)
+            preds += more
+            label += labels
         for lab, pr in zip(label, preds):
             s = {algo: pr[algo] / 1000 for algo in ALGOS}
             ratio = {algo: mean[algo] / s[algo] for algo in ALGOS}
