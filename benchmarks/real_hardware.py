@@ -3,9 +3,14 @@ prediction from a `specpar profile` measured in the same placement (one core per
 
 Two predictions: from the profile as measured (its acceptance rate, iid per position), and per prompt, with that
 prompt's measured acceptance rate (mean of SI's and DSI's in that run) in place of the profile's, so that how
-much of the gap comes from the acceptance varying across prompts is visible.
+much of the gap comes from the acceptance varying across prompts is visible. With --calibrate (files written by
+`bench --timeline`), the predictions calibrated in the same placement: latencies refit on the run's recorded calls
+(of non-SI and SI, so that DSI is predicted out of sample; or of DSI), a cancelled target pass running to its end
+(as on threads and Ray), each prompt's measured a; with --trace, also each prompt's acceptance pattern
+(benchmarks/dsi_gap.py explains each step, call by call).
 
     python benchmarks/real_hardware.py --profile P.json --skip-first --run Ray=A.jsonl,B.jsonl --run threads=C.jsonl
+    python benchmarks/real_hardware.py --profile P.json --skip-first --calibrate [--trace T.json] --run Ray=A.jsonl
 
 --skip-first drops each file's first prompt: its first forward pass in each process pays a cold start (the
 weights paged in: about 10 s for the target here) that lands on whichever algorithm runs first (non-SI, then SI
