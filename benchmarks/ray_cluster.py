@@ -2,8 +2,10 @@
 its own raylet): greedy non-SI, SI and DSI must give the target's own tokens with the servers SPREAD across the
 nodes, and the table says where each actor ran and the wall time beside the virtual clock's prediction.
 
-Not a CI test: three raylets cost tens of seconds to start on 2 cores. The cluster is started and shut down by
-handle (no `ray stop`).
+The tests check the same on the session's 3 raylets (tests/conftest.py's ``ray_local``,
+``test_servers_spread_over_three_raylets_give_the_targets_own_tokens`` in tests/test_ray_runtime.py), with shorter
+latencies; this script adds the wall time beside the prediction, at latencies where it means something. The cluster
+(:func:`specpar.runtimes.ray_cluster.local_cluster`) is started and shut down by handle (no `ray stop`).
 
     .venv/bin/python benchmarks/ray_cluster.py [-N 60] [--placement SPREAD]
 """
@@ -18,28 +20,19 @@ import time
 from specpar import LatencyProfile, SimulatedModel, generate
 from specpar.runtimes import Pool, RayRuntime
 from specpar.runtimes.ray_actors import release_kept
+from specpar.runtimes.ray_cluster import local_cluster
 
 
 @contextlib.contextmanager
 def three_raylets():
     """A head and two worker nodes of 2 CPUs each on this machine, joined by this process; shut down by handle."""
     import ray
-    from ray.cluster_utils import Cluster
 
     t0 = time.perf_counter()
-    node = {"num_cpus": 2, "object_store_memory": 80 * 1024**2}
-    cluster = Cluster(initialize_head=True, head_node_args={**node, "include_dashboard": False})
-    try:
-        for _ in range(2):
-            cluster.add_node(**node)
-        cluster.wait_for_nodes()
-        ray.init(address=cluster.address, configure_logging=False, log_to_driver=False)
+    with local_cluster(cpus_per_node=(2, 2, 2)) as cluster:
         cpus = ray.cluster_resources()["CPU"]
         print(f"3 raylets up in {time.perf_counter() - t0:.1f} s: {len(ray.nodes())} nodes, {cpus:g} CPUs")
         yield cluster
-    finally:
-        ray.shutdown()
-        cluster.shutdown()
 
 
 def main() -> None:

@@ -3,9 +3,14 @@ prediction from a `specpar profile` measured in the same placement (one core per
 
 Two predictions: from the profile as measured (its acceptance rate, iid per position), and per prompt, with that
 prompt's measured acceptance rate (mean of SI's and DSI's in that run) in place of the profile's, so that how
-much of the gap comes from the acceptance varying across prompts is visible.
+much of the gap comes from the acceptance varying across prompts is visible. With --calibrate (files written by
+`bench --timeline`), the predictions calibrated in the same placement: latencies refit on the run's recorded calls
+(of non-SI and SI, so that DSI is predicted out of sample; or of DSI), a cancelled target pass running to its end
+(as on threads and Ray), each prompt's measured a; with --trace, also each prompt's acceptance pattern
+(benchmarks/dsi_gap.py explains each step, call by call).
 
     python benchmarks/real_hardware.py --profile P.json --skip-first --run Ray=A.jsonl,B.jsonl --run threads=C.jsonl
+    python benchmarks/real_hardware.py --profile P.json --skip-first --calibrate [--trace T.json] --run Ray=A.jsonl
 
 --skip-first drops each file's first prompt: its first forward pass in each process pays a cold start (the
 weights paged in: about 10 s for the target here) that lands on whichever algorithm runs first (non-SI, then SI
@@ -48,12 +53,56 @@ def load(paths: list[str], skip_first: bool) -> dict:
     return rows
 
 
+CALIBRATIONS = (
+    (("nonsi", "si"), "latencies refit on non-SI's and SI's calls"),
+    (("dsi",), "latencies refit on DSI's calls"),
+)
+
+
+def calibrated(rows: dict, profile_path: str, trace_path: str | None) -> tuple[list[dict], list[str]]:
+    """Mean virtual-clock ms per algorithm, and labels, for the predictions calibrated in the same placement:
+    latencies refit on the run's recorded calls (of non-SI and SI: DSI predicted out of sample; or of DSI), target
+    passes that run to their end when cancelled, each prompt's measured a (and with a trace, its acceptance
+    pattern, on DSI's refit)."""
+    from dsi_gap import refit, simulate
+    from specpar.experiments.pair_profile import PairProfile
+
+    pair = PairProfile.load(profile_path)
+    traces = json.load(open(trace_path)) if trace_path else None
+    jobs = [(refit(rows, algos, pair), None, label) for algos, label in CALIBRATIONS]
+    if traces:
+        jobs.append((jobs[-1][0], traces, f"{CALIBRATIONS[-1][1]}, each prompt's acceptance pattern"))
+    preds, labels = [], []
+    for (t_lat, d_lat), trace, label in jobs:
+        per = [
+            simulate(
+                r,
+                t_lat,
+                d_lat,
+                statistics.mean(r[x]["acceptance_rate"] for x in ("si", "dsi")),
+                {"target": "end"},
+                trace[key[1]] if trace else None,
+            )
+            for key, r in rows.items()
+        ]
+        preds.append({algo: statistics.mean(pp[algo] for pp in per) for algo in ALGOS})
+        labels.append(f"virtual clock calibrated: {label}, cancelled passes run to their end")
+    return preds, labels
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--profile", required=True)
     p.add_argument("--repeats", type=int, default=20)
     p.add_argument("--skip-first", action="store_true", help="drop each file's first (cold) prompt")
     p.add_argument("--run", action="append", required=True, help="NAME=FILE[,FILE...]: bench JSONL files")
+    p.add_argument(
+        "--calibrate",
+        action="store_true",
+        help="add the predictions calibrated in the same placement (bench --timeline files): latencies refit on "
+        "the run's recorded calls, a cancelled target pass running to its end (benchmarks/dsi_gap.py)",
+    )
+    p.add_argument("--trace", help="with --calibrate: also with each prompt's acceptance pattern (dsi_gap.py's)")
     args = p.parse_args()
     profile = json.load(open(args.profile))
     a_profile = profile["acceptance_rate"]["geometric"]
@@ -86,6 +135,10 @@ def main() -> None:
         ]
         preds.append({algo: statistics.mean(pp[algo] for pp in per_prompt) for algo in ALGOS})
         label.append("virtual clock, each prompt's measured a")
+        if args.calibrate:
+            more, labels = calibrated(rows, args.profile, args.trace)
+            preds += more
+            label += labels
         for lab, pr in zip(label, preds):
             s = {algo: pr[algo] / 1000 for algo in ALGOS}
             ratio = {algo: mean[algo] / s[algo] for algo in ALGOS}

@@ -29,14 +29,15 @@ def no_thread_leak():
 
 @pytest.fixture(scope="session")
 def ray_local():
-    """One local Ray for the whole test session (4 logical CPUs: tests give each server 0.25), stopped at the end
-    by handle. Skips when Ray is not installed (CI installs it with the test extra)."""
+    """One Ray for the whole test session, stopped at the end by handle (never `ray stop`): a cluster of 3 raylets
+    on this machine (``ray.cluster_utils.Cluster``: the head with 2 logical CPUs and two worker nodes with 1 each,
+    4 in all: tests give each server 0.25), so that every Ray test runs on a multi-node cluster and placement
+    across nodes is tested too. Skips when Ray is not installed (CI installs it with the test extra)."""
     pytest.importorskip("ray")
-    from specpar.runtimes import ray_cluster
+    from specpar.runtimes.ray_cluster import local_cluster
 
-    ray_cluster.connect(cpus=4)
-    yield
-    ray_cluster.shutdown()
+    with local_cluster(cpus_per_node=(2, 1, 1)) as cluster:
+        yield cluster
 
 
-RAY_OPTIONS = {"cpus_per_server": 0.25}  # up to 16 servers in the session's 4 logical CPUs
+RAY_OPTIONS = {"cpus_per_server": 0.25}  # up to 16 servers in the session's 4 logical CPUs (8 on the head)

@@ -29,7 +29,7 @@ def setups(draw, fast: bool):
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(setup=setups(fast=False), cancel_frees=st.sampled_from(["now", "end"]))
+@given(setup=setups(fast=False), cancel_frees=st.sampled_from(["now", "end", {"target": "end"}]))
 def test_every_algorithm_on_the_virtual_clock_returns_the_target_greedy_tokens(setup, cancel_frees):
     target, drafter, prompt, n, k, sp = setup
     expected = target.greedy_tokens(prompt, n)

@@ -57,7 +57,17 @@ def test_dsi_timeline_shows_parallel_target_servers_and_cancelled_work():
     for r in out.timeline:
         assert 0.0 <= r.start_ms <= r.end_ms <= out.time_ms + 1e-9
     d = out.to_dict(timeline=True)
-    assert d["timeline"][0].keys() == {"server", "kind", "start_ms", "end_ms", "cancelled"}
+    assert d["timeline"][0].keys() == {
+        "server",
+        "kind",
+        "start_ms",
+        "end_ms",
+        "cancelled",
+        "tokens",
+        "drafts",
+        "cached",
+    }
+    assert all(r["cached"] is None for r in d["timeline"])  # the virtual clock prices calls instead of recording it
     assert d["tokens"] == out.tokens and d["acceptance_rate"] == out.acceptance_rate
 
 

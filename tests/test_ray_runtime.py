@@ -1,6 +1,6 @@
 """The Ray runtime gives the target's own tokens (greedy) and distribution (sampling): every server an actor.
 
-One Ray for the session (conftest's ``ray_local``); the servers of a module are ready-made pools whose actors
+One Ray for the session (conftest's ``ray_local``: 3 raylets on this machine, as 3 nodes); the servers of a module are ready-made pools whose actors
 are kept between generations, as an engine keeps them, so that 20 configurations cost 7 actors, not 80.
 """
 
@@ -171,3 +171,40 @@ def test_transformers_servers_on_ray_give_the_targets_own_tokens(tiny_pools, alg
         runtime_options=RAY_OPTIONS,
     )
     assert out.tokens == reference_greedy(target, prompt, 16)
+
+
+def test_servers_spread_over_three_raylets_give_the_targets_own_tokens():
+    """Placement SPREAD on the session's 3 raylets: 3 target replicas and the drafter (an actor too) run on 3
+    distinct nodes, and non-SI, SI and DSI there give the target's own tokens."""
+    import ray
+
+    from specpar.runtimes.ray_actors import kept, release_kept
+
+    assert len([n for n in ray.nodes() if n["Alive"]]) == 3
+    target = SimulatedModel(16, seed=11, latency=LatencyProfile(2.0, 1.0, 0.1))
+    targets = Pool([target.server(f"target{i}") for i in range(3)], "target")
+    drafters = Pool([target.drafter(0.7, LatencyProfile.uniform(0.2), seed=5).server("drafter")], "drafter")
+    options = {**RAY_OPTIONS, "placement": "SPREAD", "local_pools": ()}
+    servers = targets.servers + drafters.servers
+    try:
+        RayRuntime([targets, drafters], reuse_actors=True, **options).close()
+        session = ray.get_runtime_context().get_node_id()
+        where = {s.name: ray.get(kept(s, session).actor.stats.remote())["node"] for s in servers}
+        assert len(set(where.values())) == 3, f"SPREAD used {len(set(where.values()))} of 3 nodes: {where}"
+        prompt = [3, 1, 4, 1, 5]
+        for algorithm, k, sp in (("nonsi", None, 1), ("si", 4, 1), ("dsi", 3, 3)):
+            out = generate(
+                prompt,
+                targets,
+                drafters,
+                algorithm=algorithm,
+                lookahead=k,
+                sp_degree=sp,
+                max_new_tokens=24,
+                runtime="ray",
+                runtime_options=options,
+            )
+            assert out.tokens == target.greedy_tokens(prompt, 24), algorithm
+        assert {s.name: ray.get(kept(s, session).actor.stats.remote())["node"] for s in servers} == where
+    finally:
+        release_kept(servers)

@@ -65,6 +65,7 @@ def test_bench_interleaves_algorithms_and_writes_one_line_per_prompt_and_algorit
     assert (
         cli.main(
             ["bench", "--dataset", prompt_file, "-n", "3", "-N", "8", "-k", "2", "--out", str(out_file), "--json"]
+            + ["--timeline"]
             + _models(pair_dirs)
         )
         == 0
@@ -77,6 +78,15 @@ def test_bench_interleaves_algorithms_and_writes_one_line_per_prompt_and_algorit
         (p, a) for p in ("a", "prompts.jsonl:2", "prompts.jsonl:3") for a in ("nonsi", "si", "dsi")
     ]
     assert all(r["same_tokens_as_nonsi"] for r in rows if r["algorithm"] != "nonsi")
+    # --timeline: every server call, with the tokens its server had cached when it started (a cold first pass)
+    for r in rows:
+        calls = r["timeline"]
+        first = min((c for c in calls if c["server"].startswith("target")), key=lambda c: c["start_ms"])
+        assert first["cached"] == 0 and first["tokens"] == r["prompt_tokens"] + first["drafts"]
+        assert all(0 <= c["cached"] <= c["tokens"] and c["start_ms"] <= c["end_ms"] for c in calls)
+        if r["algorithm"] == "nonsi":
+            assert len(calls) == 8 and all(c["drafts"] == 0 and c["kind"] == "verify" for c in calls)
+            assert [c["cached"] for c in calls[1:]] == [c["tokens"] - 1 for c in calls[1:]]  # one new token each
 
 
 def test_profile_writes_what_simulate_reads(pair_dirs, prompt_file, tmp_path, capsys):

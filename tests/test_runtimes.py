@@ -46,6 +46,18 @@ def test_virtual_cancel_at_end_keeps_the_server_busy_like_an_unstoppable_kernel(
     ]
 
 
+def test_virtual_cancel_mode_per_pool():
+    """{"target": "end"}: a target pass runs to its end, the other pools' cancelled tasks free their server now."""
+    target, drafter = one_server_pool(10.0, "target"), one_server_pool(10.0, "drafter")
+    rt = VirtualRuntime([drafter, target], cancel_frees={"target": "end"})
+    running = [rt.submit(p, Score((1,), 0, DEC)) for p in (drafter, target)]
+    queued = [rt.submit(p, Score((2,), 0, DEC)) for p in (drafter, target)]
+    for task in running:
+        rt.cancel(task)
+    assert [rt.wait(), rt.wait()] == queued
+    assert [(t.start, t.end) for t in queued] == [(0.0, 10.0), (10.0, 20.0)]
+
+
 def test_virtual_runs_a_pool_in_parallel_and_returns_in_time_order():
     model = SimulatedModel(4, latency=LatencyProfile.uniform(5.0))
     pool = Pool([model.server("a"), model.server("b")], "t")

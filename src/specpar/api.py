@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -162,7 +162,7 @@ def generate(
     temperature: float = 0.0,
     seed: int = 0,
     runtime: str | None = None,
-    cancel_frees: str = "now",
+    cancel_frees: str | Mapping[str, str] = "now",
     buffers: Sequence[int] | None = None,
     stream=None,
     prefill_replicas: bool | None = None,
@@ -196,7 +196,8 @@ def generate(
         "ray" (real time, each server a Ray actor in its own process: ``pip install 'specpar[ray]'``; a local Ray
         starts on first use unless this process already joined one, see specpar.runtimes.ray_cluster). Default:
         virtual for simulated models, threads for real ones.
-    cancel_frees: virtual clock only: "now" (preemptible servers) or "end".
+    cancel_frees: virtual clock only: "now" (preemptible servers) or "end", or {pool name ("target",
+        "drafter"): mode}.
     buffers: HSD only: T_0 .. T_{K-1}, one per drafter (default: ``lookahead`` or 5 for each);
         for "hsd-sp", T_{K-1} is DSI's lookahead.
     stream: called with each run of newly verified tokens as they are accepted.
@@ -249,7 +250,7 @@ def generate_on(
     lookahead: int | str | None,
     sp_degree: int,
     runtime: str,
-    cancel_frees: str = "now",
+    cancel_frees: str | Mapping[str, str] = "now",
     buffers: Sequence[int] | None = None,
     stream=None,
     stopping=None,

@@ -20,7 +20,7 @@ import os
 import queue
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, nullcontext
 
 from specpar.api import generate_on
@@ -71,7 +71,7 @@ class Engine:
         devices: Sequence[str] | None = None,
         dtype: str | None = None,
         max_tokens: int = 4096,
-        cancel_frees: str = "now",
+        cancel_frees: str | Mapping[str, str] = "now",
         buffers: Sequence[int] | None = None,
         prefill_replicas: bool | None = None,
         dedicated_cursor: bool | None = None,

@@ -55,6 +55,12 @@ def register(sub) -> None:
     p.add_argument("--seed", type=seed, default=0, help="prompt i samples with seed + i")
     p.add_argument("--out", metavar="FILE.jsonl", help="write one JSON line per prompt and algorithm")
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
+    p.add_argument(
+        "--timeline",
+        action="store_true",
+        help="with --out: each line carries its run's timeline, every server call (server, kind, start and end ms, "
+        "tokens, drafts, tokens cached at its start, cancelled)",
+    )
     real_models.add_model_args(p)
     add_runtime_arguments(p, choices=("threads", "ray"), default="threads")
     p.set_defaults(func=run)
@@ -134,6 +140,7 @@ def _row(pid, ids, res, base, args, target) -> dict:
         "outside_forward_fraction": res.overhead["outside_forward_fraction"] if res.overhead else None,
         "tokens": res.tokens,
         "text": target.decode(res.tokens),
+        **({"timeline": res.to_dict(timeline=True)["timeline"]} if args.timeline else {}),
     }
 
 

@@ -71,7 +71,20 @@ _ids = itertools.count()
 class Task:
     """One call submitted to a pool. Times are ms on the runtime's clock."""
 
-    __slots__ = ("pool", "call", "id", "server", "start", "end", "result", "error", "cancelled", "done", "cancel_event")
+    __slots__ = (
+        "pool",
+        "call",
+        "id",
+        "server",
+        "start",
+        "end",
+        "result",
+        "error",
+        "cancelled",
+        "done",
+        "cancel_event",
+        "cached",
+    )
 
     def __init__(self, pool: Pool, call):
         self.pool = pool
@@ -82,6 +95,7 @@ class Task:
         self.result = self.error = None
         self.cancelled = self.done = False
         self.cancel_event = None
+        self.cached = None  # tokens of the context the server held when the call started (real runtimes)
 
     def __repr__(self) -> str:
         return f"Task({self.id}, {getattr(self.call, 'kind', '?')} on {self.pool.name})"
@@ -89,13 +103,23 @@ class Task:
 
 @dataclass(frozen=True, slots=True)
 class TaskRecord:
-    """One bar of a timeline: which server ran what, from when to when (ms), and whether it was cancelled."""
+    """One bar of a timeline: which server ran what, from when to when (ms), and whether it was cancelled
+    (a cancelled call ends when its server stopped working on it, on real runtimes).
+
+    tokens: the call's context length (drafts included; a tree's nodes beyond it in ``drafts``).
+    drafts: drafts scored (verify) or drafted (draft).
+    cached: leading tokens of the context the server held when the call started (what it did not compute
+        again), on the real runtimes (threads, Ray); None on the virtual clock, which prices calls by it instead.
+    """
 
     server: str
     kind: str
     start_ms: float
     end_ms: float
     cancelled: bool
+    tokens: int = 0
+    drafts: int = 0
+    cached: int | None = None
 
 
 class Runtime(ABC):
@@ -145,7 +169,16 @@ class Runtime(ABC):
     def timeline(self, since: float = 0.0) -> list[TaskRecord]:
         """Every task that started, as records relative to ``since`` (ms)."""
         return [
-            TaskRecord(t.server.name, t.call.kind, t.start - since, t.end - since, t.cancelled)
+            TaskRecord(
+                t.server.name,
+                t.call.kind,
+                t.start - since,
+                t.end - since,
+                t.cancelled,
+                len(t.call.context),
+                t.call.n_drafts if t.call.kind == "verify" else t.call.k,
+                t.cached,
+            )
             for t in self.tasks
             if t.server is not None and t.start is not None and t.end is not None
         ]

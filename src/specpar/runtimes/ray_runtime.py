@@ -208,6 +208,7 @@ class RayRuntime(Runtime):
     def _start(self, task: Task, replica) -> None:
         task.server = replica
         task.start = self.now()
+        task.cached = replica.cached_len(task.call.context)  # the mirror of what the actor was sent
         seq, ref = replica.submit(task.call)
         self._running[ref] = (task, replica, seq)
         self._ref[task] = ref
@@ -257,6 +258,7 @@ class RayRuntime(Runtime):
                 raise ServerError(replica.name, task.call.kind, cause) from cause
             self._free(task.pool, replica)
             if task.cancelled:
+                task.end = self.now()  # when its actor stopped working on it, as on threads
                 continue
             task.result = result
             self._finish(task)

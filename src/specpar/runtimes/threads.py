@@ -95,6 +95,7 @@ class ThreadRuntime(Runtime):
             if not task.cancelled:
                 task.start = self.now()
                 try:
+                    task.cached = server.cached_len(task.call.context)
                     task.result = server.run(task.call, task.cancel_event)
                 except BaseException as exc:  # surfaced by wait(), never lost in the worker
                     task.error = exc

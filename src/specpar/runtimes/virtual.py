@@ -58,7 +58,10 @@ class VirtualRuntime(Runtime):
 
     cancel_frees: "now" frees a cancelled task's server at the cancel time (a
         preemptible server, the paper's assumption); "end" keeps it busy until the
-        task would have finished (a GPU kernel that cannot be stopped).
+        task would have finished (a GPU kernel that cannot be stopped; a transformers
+        server's verification, one forward pass, on threads and Ray); or
+        {pool name: mode}, "now" for the pools not named (e.g. {"target": "end"}:
+        a drafter stops between its passes, a target pass runs to its end).
     link_ms: one-way latency between the driver and the servers, in ms (servers on
         other nodes): a number for every pool, or {pool name: ms} (e.g. {"target": 5}:
         the drafter beside the driver, as on Ray by default). Each call's request and
@@ -69,9 +72,16 @@ class VirtualRuntime(Runtime):
 
     name = "virtual"
 
-    def __init__(self, pools: Sequence[Pool], cancel_frees: str = "now", link_ms: float | Mapping[str, float] = 0.0):
-        if cancel_frees not in CANCEL_MODES:
-            raise ConfigError(f"cancel_frees must be one of {CANCEL_MODES}, got {cancel_frees!r}")
+    def __init__(
+        self,
+        pools: Sequence[Pool],
+        cancel_frees: str | Mapping[str, str] = "now",
+        link_ms: float | Mapping[str, float] = 0.0,
+    ):
+        modes = cancel_frees if isinstance(cancel_frees, Mapping) else {p.name: cancel_frees for p in pools}
+        for mode in modes.values():
+            if mode not in CANCEL_MODES:
+                raise ConfigError(f"cancel_frees must be one of {CANCEL_MODES} (or a mapping to them), got {mode!r}")
         links = link_ms if isinstance(link_ms, Mapping) else {p.name: link_ms for p in pools}
         for ms in links.values():
             if not isinstance(ms, (int, float)) or not 0 <= ms < float("inf"):
@@ -82,6 +92,7 @@ class VirtualRuntime(Runtime):
         self._rank = {p: i for i, p in enumerate(self.pools)}  # ties on the clock go to the lower rank
         self._round_trip = {p: 2.0 * links.get(p.name, 0.0) for p in self.pools}
         self._linked = any(self._round_trip.values())
+        self._frees_now = {p: modes.get(p.name, "now") == "now" for p in self.pools}
         self._now = 0.0
         self._heap: list = []  # (end in integer ns, pool rank, task id, task) of started tasks
         self._idle = {p: list(p.servers) for p in self.pools}  # in the order they became idle
@@ -178,7 +189,7 @@ class VirtualRuntime(Runtime):
         if task.server is None:  # still queued: dropped lazily by _free
             task.done = True
             return
-        if self.cancel_frees == "now":
+        if self._frees_now[task.pool]:
             task.end = self._now
             task.done = True
             self._free(task.pool, task.server)
