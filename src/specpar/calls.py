@@ -167,8 +167,9 @@ class DraftTree:
     drafter's path probability). Its answer is a :class:`specpar.trees.TokenTree` whose nodes are drawn from
     ``source`` (the drafter's index in a merge; it drafts with ``decoding``, already made its own by the caller).
 
-    ``k`` and ``extra_tokens`` price the passes as a chain's: widths, exactly; a best-first tree, at most (its
-    passes and the nodes they feed depend on what the drafter says; simulated servers price what it does)."""
+    ``k`` and ``extra_tokens`` price the passes as a chain's: widths, exactly; a best-first tree, as when the drafter
+    is sure (a chain of max_depth drafts, W nodes per pass): its passes and the nodes they feed depend on what the
+    drafter says, so simulated servers price what it does instead."""
 
     __slots__ = ("context", "shape", "decoding", "source", "k", "extra_tokens")
     kind = "draft"
@@ -179,7 +180,7 @@ class DraftTree:
         self.decoding = decoding
         self.source = source
         if isinstance(shape, BestFirst):
-            self.k = shape.max_depth  # at most max_depth - 1 passes after the first, each over per_pass nodes
+            self.k = shape.max_depth
             self.extra_tokens = (shape.per_pass - 1) * (self.k - 1)
             return
         self.k = len(shape)  # forward passes, as for a chain of k drafts

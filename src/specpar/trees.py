@@ -65,8 +65,8 @@ class BestFirst:
     """A budgeted, drafter-confidence-guided tree: ``"best:B"`` or ``"best:B:W"`` (:func:`grow_best_first`).
 
     nodes: B, the node budget (the tree has exactly B nodes unless the vocabulary or the depth runs out).
-    per_pass: W, frontier nodes the drafter expands per forward pass (default 1: exact sequential best-first, at
-        most B - 1 passes after the first, as a chain of B drafts; a larger W takes fewer, wider passes).
+    per_pass: W, frontier nodes the drafter expands per forward pass (default 1: sequential best-first, at most
+        B - 1 passes after the first, as a chain of B drafts; a larger W takes fewer, wider passes, same tree).
     depth: the deepest a node may be (None: B); the algorithms lower it near the end of a generation.
     """
 
@@ -367,10 +367,10 @@ def grow_best_first(
     Candidates are the children the drafter proposed under the nodes it has been run on, each valued by its path
     log-probability. Each pass runs the drafter on the best ``per_pass`` candidates of the current best-B set that
     have no row yet and could still matter (a child is never more likely than its parent, so a candidate that is
-    not strictly above the B-th best cannot bring a child into the set), until none is left or ``max_depth - 1``
-    passes ran. The tree is the best B candidates (ancestor-closed: a parent outranks its children; ties go to the
-    older candidate). With W = 1 this is exact best-first growth, one node per pass; any W gives the same tree when
-    the pass limit does not bind, in fewer passes. A confident drafter gives its greedy chain.
+    not strictly above the B-th best cannot bring a child into the set), until none is left (or B - 1 passes
+    ran: a chain of B drafts takes as many; exact growth never needs more, as it feeds at most B - 1 nodes). The tree is the best B candidates (ancestor-closed: a parent outranks its children; ties go to the
+    older candidate): exact best-first growth, whatever W (W = 1: one node per pass; a larger W, fewer passes that
+    feed more nodes, some of which may not make it into the tree). A confident drafter gives its greedy chain.
 
     ``fed``: the nodes the drafter was run on, in the order fed (a server's cache holds them: ``ranked(fed,
     frontier, k)`` is called with frontier = [-1] first, then with the nodes each pass appended to ``fed``);
@@ -402,7 +402,7 @@ def grow_best_first(
     passes = 1
     for tokens, probs in ranked(fed, [-1], budget):
         propose(-1, tokens, probs)
-    while passes < limit:
+    while passes < budget:  # never more passes than a chain of B drafts (the growth never needs more: B - 1 fed)
         chosen = best()
         floor = value[chosen[-1]] if len(chosen) == budget else -math.inf
         todo = [c for c in chosen if c not in fed_node and depth[c] < limit and value[c] > floor][: shape.per_pass]
