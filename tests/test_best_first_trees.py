@@ -220,3 +220,44 @@ def test_sampled_candidates_are_the_drafters_most_likely_tokens_with_point_mass_
         for child, row in draws:
             assert row[tree.tokens[child]] == 1.0 and row.sum() == 1.0
     assert target  # the target plays no part in drafting
+
+
+# -- real transformers servers (tiny float64 models) -------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    from tiny_transformers import tiny_pair
+
+    return tiny_pair(vocab=64, seed=3, noise=0.3, latencies=(LatencyProfile(1.0, 1.0, 0.1), LatencyProfile(0.3, 0.3)))
+
+
+def test_transformers_growth_records_the_drafters_path_probabilities_and_keeps_its_cache(tiny):
+    from specpar.calls import Score
+
+    _, drafter = tiny
+    prompt = (3, 5, 7, 9, 11)
+    server = drafter.server()
+    tree = server.run(DraftTree(prompt, BestFirst(6), GREEDY), None)
+    assert len(tree) == 6 and server.forwards <= 6  # the prompt's pass, then at most B - 1 passes of one node
+    for node in range(len(tree)):  # log q of the path, from a fresh pass over it
+        path = tree.tokens_of(tree.path(node))
+        rows = drafter.server().run(Score(prompt + tuple(path), len(path), Decoding(1.0, 0)), None).rows
+        assert tree.logq[node] == pytest.approx(sum(math.log(rows[i][t]) for i, t in enumerate(path)))
+    leaf = tree.path(tree.most_likely_leaf())
+    cont = prompt + tuple(tree.tokens_of(leaf))  # drafting on from the chosen leaf reuses the cached path
+    assert server.run(Draft(cont, 2, GREEDY), None).tokens == drafter.server().run(Draft(cont, 2, GREEDY), None).tokens
+
+
+@pytest.mark.parametrize("runtime", ["threads", "virtual"])
+def test_si_and_dsi_over_best_first_trees_return_the_targets_greedy_on_transformers(tiny, runtime):
+    from tiny_transformers import reference_greedy
+
+    target, drafter = tiny
+    prompt, n = [4, 8, 15, 16, 23], 14
+    expected = reference_greedy(target, prompt, n)
+    for algorithm, shape, sp in [("si", "best:6", 1), ("dsi", "best:5:2", 2)]:
+        res = generate(
+            prompt, target, drafter, algorithm=algorithm, max_new_tokens=n, tree=shape, sp_degree=sp, runtime=runtime
+        )
+        assert res.tokens == expected, f"{algorithm} over {shape} on {runtime}"
