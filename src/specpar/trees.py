@@ -367,10 +367,12 @@ def grow_best_first(
     Candidates are the children the drafter proposed under the nodes it has been run on, each valued by its path
     log-probability. Each pass runs the drafter on the best ``per_pass`` candidates of the current best-B set that
     have no row yet and could still matter (a child is never more likely than its parent, so a candidate that is
-    not strictly above the B-th best cannot bring a child into the set), until none is left (or B - 1 passes
-    ran: a chain of B drafts takes as many; exact growth never needs more, as it feeds at most B - 1 nodes). The tree is the best B candidates (ancestor-closed: a parent outranks its children; ties go to the
-    older candidate): exact best-first growth, whatever W (W = 1: one node per pass; a larger W, fewer passes that
-    feed more nodes, some of which may not make it into the tree). A confident drafter gives its greedy chain.
+    not strictly above the B-th best cannot bring a child into the set), until none is left, or after B - 1 passes
+    (as many as a chain of B drafts takes; with W = 1 the growth never needs more: every node it feeds is still
+    strictly inside the best B when the next is fed). The tree is the best B candidates (ancestor-closed: a parent
+    outranks its children; ties go to the older candidate): exact best-first growth, whatever W (W = 1: one node
+    per pass; a larger W: fewer passes that feed more nodes, some of which may not make it into the tree). A
+    confident drafter gives its greedy chain.
 
     ``fed``: the nodes the drafter was run on, in the order fed (a server's cache holds them: ``ranked(fed,
     frontier, k)`` is called with frontier = [-1] first, then with the nodes each pass appended to ``fed``);
