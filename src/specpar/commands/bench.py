@@ -241,7 +241,8 @@ def _print(args, summary, why, target, drafter, servers) -> None:
     mode = "greedy" if args.temperature == 0 else f"sampling at temperature {args.temperature:g}"
     console.print(
         f"{target.name} (target) + {drafter.name} (drafter) on {', '.join(sorted({s.device for s in servers.all}))}; "
-        f"{args.prompts} {args.dataset} prompts x {args.max_new_tokens} tokens; lookahead {args.lookahead}, "
+        f"{args.prompts} {args.dataset} prompts x {args.max_new_tokens} tokens; "
+        f"{'arms as named' if args.arm else f'lookahead {args.lookahead}'}, "
         f"SP {args.sp_degree}; {mode}; each algorithm from a cold cache"
     )
     table = Table()
