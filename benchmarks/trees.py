@@ -6,10 +6,16 @@ tree with the most tokens per target pass, its latency, and DSI (SP = 4) over th
 Plot: where trees pay, by the target's per-node cost (per_token_ms / TPOT): the best tree's SI latency against
 the best chain's (any k <= B), each over every configuration of at most B nodes.
 
+Best-first table (--best-first): the chain of B drafts against the tree of B nodes grown best-first ("best:B").
+
 The simulated drafter's candidates each hit the target's token with probability a, independently
-(SimulatedDrafter.ranked), so a level of width k holds it with probability 1 - (1 - a)^k.
+(SimulatedDrafter.ranked), so a level of width k holds it with probability 1 - (1 - a)^k. Its confidence in
+candidate r is the same at every position, a (1 - a)^r (SimulatedDrafter.candidates): it has no per-position
+signal, so here a best-first tree is the static tree that is best for iid acceptance a (a real drafter's
+probabilities vary from token to token, which is what best-first growth uses).
 
     .venv/bin/python benchmarks/trees.py                       # table -> stdout and benchmarks/results/trees.txt
+    .venv/bin/python benchmarks/trees.py --best-first          # -> benchmarks/results/trees_best_first.txt
     .venv/bin/python benchmarks/trees.py --plot trees-per-node-cost.png
 """
 
@@ -81,6 +87,29 @@ def table(budgets=(4, 8)) -> str:
     return "\n".join(lines)
 
 
+def best_first_table(budgets=(4, 8)) -> str:
+    """Chain of B drafts vs best:B, SI and DSI (SP = 4), over a x c."""
+    lines = [
+        f"virtual clock, greedy, N = {N}, {SEEDS} seeds, target TPOT = TTFT = 1 ms, no per-node cost; "
+        "tokens per target pass = tokens / verifications",
+        f"{'B':>2} {'a':>4} {'c':>5} | {'chain tok/pass':>14} {'ms':>7} | {'best:B tok/pass':>15} {'ms':>7} "
+        f"{'x chain':>7} | {'DSI chain ms':>12} {'DSI best:B ms':>13}",
+    ]
+    for budget in budgets:
+        for a in A:
+            for c in C:
+                chain_ms, chain_pp = run("si", a, c, k=budget)
+                tree_ms, tree_pp = run("si", a, c, tree=f"best:{budget}")
+                dsi_chain = run("dsi", a, c, k=budget, sp=4)[0]
+                dsi_tree = run("dsi", a, c, tree=f"best:{budget}", sp=4)[0]
+                lines.append(
+                    f"{budget:>2} {a:>4} {c:>5} | {chain_pp:>14.2f} {chain_ms:>7.1f} | {tree_pp:>15.2f} {tree_ms:>7.1f} "
+                    f"{chain_ms / tree_ms:>6.2f}x | {dsi_chain:>12.1f} {dsi_tree:>13.1f}"
+                )
+                print(lines[-1], file=sys.stderr, flush=True)
+    return "\n".join(lines)
+
+
 def plot(path: str, budget: int = 8, c: float = 0.05) -> None:
     import matplotlib
 
@@ -110,12 +139,15 @@ def plot(path: str, budget: int = 8, c: float = 0.05) -> None:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--plot", metavar="PNG", default=None, help="draw the per-node-cost figure instead of the table")
-    p.add_argument("--out", default="benchmarks/results/trees.txt", help="where the table is written too")
+    p.add_argument("--best-first", action="store_true", help="the chain vs best:B table instead")
+    p.add_argument("--out", default=None, help="where the table is written too (default benchmarks/results/...)")
     args = p.parse_args()
     if args.plot:
         plot(args.plot)
         return
-    text = table()
+    name = "trees_best_first.txt" if args.best_first else "trees.txt"
+    args.out = args.out or f"benchmarks/results/{name}"
+    text = best_first_table() if args.best_first else table()
     print(text)
     with open(args.out, "w") as f:
         f.write(text + "\n")

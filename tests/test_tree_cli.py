@@ -70,3 +70,23 @@ def test_bench_over_a_tree_records_tokens_per_target_pass(pair_dirs, tmp_path, c
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert [r["algorithm"] for r in rows] == ["nonsi", "si"] * 2
     assert all(r["same_tokens_as_nonsi"] for r in rows if r["algorithm"] == "si")
+
+
+def test_bench_arms_put_chains_and_best_first_trees_side_by_side(pair_dirs, tmp_path, capsys):
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text('"w1 w7 w3 w9 w2"\n')
+    arms = ["--arm", "nonsi", "--arm", "si k=4", "--arm", "si tree=best:4", "--arm", "dsi tree=2,1"]
+    args = ["bench", "--dataset", str(prompts), "-n", "1", "-N", "8", "--sp-degree", "2", *arms, "--json"]
+    assert cli.main(args + _models(pair_dirs)) == 0
+    summary = json.loads(capsys.readouterr().out)["summary"]
+    assert list(summary) == ["nonsi", "si k=4", "si tree=best:4", "dsi tree=2,1"]
+    assert all(summary[a]["same_tokens_as_nonsi"] for a in list(summary)[1:])
+    assert summary["si tree=best:4"]["tokens_per_target_pass"] == 8 / summary["si tree=best:4"]["target_forwards"]
+    for bad, words in [
+        ("si k=0", "k=K"),
+        ("hsd", "ALGO"),
+        ("nonsi tree=2", "tree=SHAPE"),
+        ("si tree=best:0", "budget"),
+    ]:
+        assert cli.main(["bench", "--dataset", str(prompts), "--arm", bad] + _models(pair_dirs)) == 2
+        assert words in capsys.readouterr().err

@@ -17,6 +17,7 @@ from specpar.planning import min_lookahead
 from specpar.results import GenerationResult
 from specpar.runtimes import RUNTIMES, Pool, VirtualRuntime
 from specpar.runtimes.virtual import collector_paused
+from specpar.trees import tree_depth
 
 log = logging.getLogger(__name__)
 
@@ -212,6 +213,8 @@ def generate(
         runs on a thread of this process unless ``{"local_pools": ()}`` puts it in an actor too.
     tree: SI and DSI only: a token tree configuration <k1, ..., km> (SpecInfer): each round the drafter expands
         k_i candidates at depth i and the target verifies every node in one pass; ``lookahead`` is then m.
+        Or "best:B" (a :class:`specpar.trees.BestFirst`): each round the drafter grows B nodes best-first by its
+        path probability (a chain where it is sure, branches where it is not); ``lookahead`` is then B.
         ``drafter`` may then be a list of drafters whose trees are merged (specpar.models.merged).
     """
     from specpar.engine import Engine  # the engine builds on this module's helpers
@@ -308,7 +311,7 @@ def generate_on(
             raise ConfigError(f"algorithm {algorithm!r} needs a drafter")
         check_drafter_faster(target, drafter)
         if tree is not None:
-            lookahead = len(tree)
+            lookahead = tree_depth(tree)
         elif lookahead is None:
             lookahead = default_lookahead(target, drafter, sp_degree)
             log.info("lookahead %d: the smallest that keeps %d target server(s) busy (Eq. 1)", lookahead, sp_degree)
@@ -371,7 +374,7 @@ def _run(rt, algorithm) -> GenerationResult:
 
 
 def tree_arguments(tree, algorithm: str, drafter, target, prompt_len: int):
-    """Check a token tree request: (widths, the drafter: one model, or a MergedDrafters server over a list)."""
+    """Check a token tree request: (its shape, the drafter: one model, or a MergedDrafters server over a list)."""
     from specpar.models.merged import MergedDrafters
     from specpar.trees import check_tree
 
@@ -379,13 +382,13 @@ def tree_arguments(tree, algorithm: str, drafter, target, prompt_len: int):
         raise ConfigError(f"token trees (tree=) work with algorithm 'si' or 'dsi', not {algorithm!r}")
     source = getattr(target.servers[0], "model", None) if isinstance(target, Pool) else target
     window = getattr(source, "context_window", None)
-    widths = check_tree(tree, room=None if window is None else window - prompt_len)
+    shape = check_tree(tree, room=None if window is None else window - prompt_len)
     if isinstance(drafter, (list, tuple)):
         if not drafter:
             raise ConfigError("drafter is an empty list: give at least one drafter to merge")
         servers = [_pool(d, 1, f"drafter{i}").servers[0] for i, d in enumerate(drafter)]
         drafter = Pool([MergedDrafters(servers)], "drafter")
-    return widths, drafter
+    return shape, drafter
 
 
 def _pool(source, n: int, name: str) -> Pool:

@@ -19,7 +19,7 @@ from itertools import islice
 import numpy as np
 
 from specpar.decoding import Decoding
-from specpar.trees import tree_size
+from specpar.trees import BestFirst, tree_size
 
 
 class Context(Sequence):
@@ -162,24 +162,33 @@ class Scores:
 
 
 class DraftTree:
-    """Ask a drafter to expand a token tree <k1, ..., km> after ``context`` (SpecInfer's expansion; one forward
-    pass per level). Its answer is a :class:`specpar.trees.TokenTree` whose nodes are drawn from ``source``
-    (the drafter's index in a merge; it drafts with ``decoding``, already made its own by the caller)."""
+    """Ask a drafter to draft a token tree after ``context``: ``shape`` is widths <k1, ..., km> (SpecInfer's
+    expansion, one forward pass per level) or a :class:`specpar.trees.BestFirst` budget (grown best-first by the
+    drafter's path probability). Its answer is a :class:`specpar.trees.TokenTree` whose nodes are drawn from
+    ``source`` (the drafter's index in a merge; it drafts with ``decoding``, already made its own by the caller).
 
-    __slots__ = ("context", "widths", "decoding", "source", "k", "extra_tokens")
+    ``k`` and ``extra_tokens`` price the passes as a chain's: widths, exactly; a best-first tree, as when the drafter
+    is sure (a chain of max_depth drafts, W nodes per pass): its passes and the nodes they feed depend on what the
+    drafter says, so simulated servers price what it does instead."""
+
+    __slots__ = ("context", "shape", "decoding", "source", "k", "extra_tokens")
     kind = "draft"
 
-    def __init__(self, context: Context | tuple[int, ...], widths: tuple[int, ...], decoding: Decoding, source=0):
+    def __init__(self, context: Context | tuple[int, ...], shape, decoding: Decoding, source=0):
         self.context = context
-        self.widths = widths
+        self.shape = shape
         self.decoding = decoding
         self.source = source
-        self.k = len(widths)  # forward passes, as for a chain of k drafts
+        if isinstance(shape, BestFirst):
+            self.k = shape.max_depth
+            self.extra_tokens = (shape.per_pass - 1) * (self.k - 1)
+            return
+        self.k = len(shape)  # forward passes, as for a chain of k drafts
         # the passes after the first feed levels 1 .. m-1: their nodes beyond the one token a chain's pass feeds
-        self.extra_tokens = sum(tree_size(widths[:i]) - tree_size(widths[: i - 1]) - 1 for i in range(1, len(widths)))
+        self.extra_tokens = sum(tree_size(shape[:i]) - tree_size(shape[: i - 1]) - 1 for i in range(1, len(shape)))
 
     def __repr__(self) -> str:
-        return f"DraftTree(context=<{len(self.context)} tokens>, widths={self.widths}, source={self.source})"
+        return f"DraftTree(context=<{len(self.context)} tokens>, shape={self.shape}, source={self.source})"
 
 
 class ScoreTree:

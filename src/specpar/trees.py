@@ -23,8 +23,12 @@ follows its stored row. So
 Greedy trees take the top-k_i tokens of the drafter instead (no rows); the verifier follows the child equal to the
 target's argmax.
 
-A configuration ``<k1, ..., km>`` (``widths``) gives k_i children to every node at depth i - 1: a full tree of
-k1 + k1 k2 + ... + k1...km nodes and depth m.
+A tree's *shape* is one of two configurations:
+
+* ``<k1, ..., km>`` (``widths``, a tuple) gives k_i children to every node at depth i - 1: a full tree of
+  k1 + k1 k2 + ... + k1...km nodes and depth m (:func:`expand`);
+* :class:`BestFirst` (``"best:B"``) grows B nodes best-first by the drafter's path probability (the dynamic trees
+  of Sequoia and EAGLE-2): a chain where the drafter is sure, branches where it is not (:func:`grow_best_first`).
 """
 
 from __future__ import annotations
@@ -56,6 +60,43 @@ def source_decoding(decoding: Decoding, source: int) -> Decoding:
     return dataclasses.replace(decoding, seed=mix64((decoding.seed + source * _SOURCE_SALT) & ((1 << 64) - 1)))
 
 
+@dataclasses.dataclass(frozen=True)
+class BestFirst:
+    """A budgeted, drafter-confidence-guided tree: ``"best:B"`` or ``"best:B:W"`` (:func:`grow_best_first`).
+
+    nodes: B, the node budget (the tree has exactly B nodes unless the vocabulary or the depth runs out).
+    per_pass: W, frontier nodes the drafter expands per forward pass (default 1: sequential best-first, at most
+        B - 1 passes after the first, as a chain of B drafts; a larger W takes fewer, wider passes, same tree).
+    depth: the deepest a node may be (None: B); the algorithms lower it near the end of a generation.
+    """
+
+    nodes: int
+    per_pass: int = 1
+    depth: int | None = None
+
+    @property
+    def max_depth(self) -> int:
+        return self.nodes if self.depth is None else min(self.depth, self.nodes)
+
+    def __str__(self) -> str:
+        return f"best:{self.nodes}" + (f":{self.per_pass}" if self.per_pass != 1 else "")
+
+
+def tree_depth(shape) -> int:
+    """The deepest node a shape can have (the lookahead of SI and DSI over it)."""
+    return shape.max_depth if isinstance(shape, BestFirst) else len(shape)
+
+
+def limit_depth(shape, k: int):
+    """``shape`` no deeper than k (near the end of a generation): widths[:k], or a BestFirst of depth k."""
+    return dataclasses.replace(shape, depth=k) if isinstance(shape, BestFirst) else tuple(shape[:k])
+
+
+def shape_text(shape) -> str:
+    """How the command line spells a shape: "2,2,1" or "best:8"."""
+    return str(shape) if isinstance(shape, BestFirst) else ",".join(map(str, shape))
+
+
 def tree_size(widths: Sequence[int]) -> int:
     """Nodes of the full tree <k1, ..., km>: k1 + k1 k2 + ... + k1 ... km."""
     total, level = 0, 1
@@ -65,8 +106,20 @@ def tree_size(widths: Sequence[int]) -> int:
     return total
 
 
-def parse_tree(text: str) -> tuple[int, ...]:
-    """A configuration from the command line: "2,2,1" -> (2, 2, 1) (validated by check_tree)."""
+def parse_tree(text: str):
+    """A configuration from the command line (validated by check_tree): "2,2,1" -> (2, 2, 1); "best:8" ->
+    BestFirst(8); "best:8:2" -> BestFirst(8, per_pass=2)."""
+    if text.strip().lower().startswith("best"):
+        parts = text.replace(" ", "").split(":")
+        try:
+            numbers = [int(x) for x in parts[1:]]
+        except ValueError:
+            numbers = []
+        if parts[0].lower() != "best" or not 1 <= len(numbers) <= 2:
+            raise ConfigError(
+                f"a best-first tree is best:B (B nodes) or best:B:W (W nodes expanded per drafter pass), got {text!r}"
+            )
+        return check_tree(BestFirst(*numbers))
     try:
         widths = tuple(int(w) for w in text.replace(" ", "").split(","))
     except ValueError:
@@ -74,9 +127,26 @@ def parse_tree(text: str) -> tuple[int, ...]:
     return check_tree(widths)
 
 
-def check_tree(widths, room: int | None = None, max_nodes: int = MAX_TREE_NODES) -> tuple[int, ...]:
-    """``widths`` as a tuple after checking it: a non-empty list of positive integers (zero width is an error),
-    no deeper than ``room`` (the positions left in the context) and at most ``max_nodes`` nodes."""
+def check_tree(widths, room: int | None = None, max_nodes: int = MAX_TREE_NODES):
+    """A tree shape after checking it. Widths (a tuple): a non-empty list of positive integers (zero width is an
+    error), no deeper than ``room`` (the positions left in the context) and at most ``max_nodes`` nodes. A
+    :class:`BestFirst` (or its text, "best:B"): a positive budget of at most ``max_nodes`` nodes (its depth is
+    capped by the generation, so ``room`` does not apply)."""
+    if isinstance(widths, str) and widths.strip().lower().startswith("best"):
+        return parse_tree(widths)
+    if isinstance(widths, BestFirst):
+        for name in ("nodes", "per_pass"):
+            v = getattr(widths, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+                raise ConfigError(
+                    f"a best-first tree needs a positive {'node budget B' if name == 'nodes' else 'W (nodes per pass)'}"
+                    f", got {v!r}"
+                )
+        if widths.nodes > max_nodes:
+            raise ConfigError(
+                f"tree {widths} has {widths.nodes} nodes, more than the {max_nodes} a server scores in one pass"
+            )
+        return widths
     if isinstance(widths, (str, bytes)) or not isinstance(widths, Sequence) or not widths:
         raise ConfigError(f"a tree configuration is a non-empty list of widths <k1, ..., km>, got {widths!r}")
     for i, k in enumerate(widths):
@@ -120,9 +190,12 @@ class TokenTree:
     def depth(self) -> int:
         return max(self.depths, default=0)
 
-    def add(self, parent: int, token: int, source: int = 0, q_row: np.ndarray | None = None) -> int:
+    def add(
+        self, parent: int, token: int, source: int = 0, q_row: np.ndarray | None = None, logq: float | None = None
+    ) -> int:
         """Record a draw of ``token`` under ``parent`` (from ``q_row`` when sampling); returns its node, a new one
-        unless ``parent`` already has a child with this token (shared prefixes merge)."""
+        unless ``parent`` already has a child with this token (shared prefixes merge). logq: the path's log
+        probability when the caller knows it (best-first trees), else from ``q_row``."""
         key = (parent, token)
         node = self._child.get(key)
         if node is None:
@@ -133,7 +206,9 @@ class TokenTree:
             self.depths.append(1 if parent < 0 else self.depths[parent] + 1)
             self.sources.append(source)
             base = 0.0 if parent < 0 else self.logq[parent]
-            self.logq.append(base + (math.log(max(float(q_row[token]), 1e-300)) if q_row is not None else 0.0))
+            if logq is None:
+                logq = base + (math.log(max(float(q_row[token]), 1e-300)) if q_row is not None else 0.0)
+            self.logq.append(logq)
         self.draws.setdefault(parent, []).append((node, q_row))
         return node
 
@@ -276,3 +351,77 @@ def draw_without_replacement(row: np.ndarray, k: int, decoding: Decoding, positi
             q /= q.sum()
         out.append((sample(q, decoding.uniform(sibling_stream(DRAFT, j), position)), q))
     return out
+
+
+# One best-first pass: for each node of ``fed`` in ``frontier`` (-1: the root), the drafter's top ``k`` tokens there,
+# best first, with their probabilities: [(tokens, probs)]. On a real model, one forward pass over the frontier.
+RankedRows = Callable[[TokenTree, list[int], int], list[tuple[Sequence[int], Sequence[float]]]]
+
+
+def grow_best_first(
+    shape: BestFirst, ranked: RankedRows, decoding: Decoding, vocab_size: int, source: int = 0
+) -> tuple[TokenTree, TokenTree, int]:
+    """A tree of ``shape.nodes`` nodes grown best-first by the drafter's path probability (product of its
+    probabilities along the path; Sequoia, EAGLE-2): (tree, fed, passes).
+
+    Candidates are the children the drafter proposed under the nodes it has been run on, each valued by its path
+    log-probability. Each pass runs the drafter on the best ``per_pass`` candidates of the current best-B set that
+    have no row yet and could still matter (a child is never more likely than its parent, so a candidate that is
+    not strictly above the B-th best cannot bring a child into the set), until none is left, or after B - 1 passes
+    (as many as a chain of B drafts takes; with W = 1 the growth never needs more: every node it feeds is still
+    strictly inside the best B when the next is fed). The tree is the best B candidates (ancestor-closed: a parent
+    outranks its children; ties go to the older candidate): exact best-first growth, whatever W (W = 1: one node
+    per pass; a larger W: fewer passes that feed more nodes, some of which may not make it into the tree). A
+    confident drafter gives its greedy chain.
+
+    ``fed``: the nodes the drafter was run on, in the order fed (a server's cache holds them: ``ranked(fed,
+    frontier, k)`` is called with frontier = [-1] first, then with the nodes each pass appended to ``fed``);
+    passes: forward passes, the root's included. Greedy: nodes carry no rows (the verifier follows the target's
+    argmax). Sampling: each node's row is the point mass on its token; the candidates are a deterministic function
+    of the context, so multi-step speculative sampling with those rows (accept x with probability p(x), then
+    p <- norm(p without x)) is lossless: it samples the target's law without replacement over the candidates.
+    """
+    budget, limit = shape.nodes, shape.max_depth
+    # candidate c: value (path log-probability), parent candidate (-1: root), token, depth; fed node or None
+    value: list[float] = []
+    parent: list[int] = []
+    token: list[int] = []
+    depth: list[int] = []
+    fed_node: dict[int, int] = {}
+    fed = TokenTree()
+
+    def propose(under: int, tokens, probs) -> None:
+        base, d = (value[under], depth[under]) if under >= 0 else (0.0, 0)
+        for t, q in zip(tokens, probs):
+            value.append(base + math.log(max(float(q), 1e-300)))
+            parent.append(under)
+            token.append(int(t))
+            depth.append(d + 1)
+
+    def best() -> list[int]:
+        return sorted(range(len(value)), key=lambda c: (-value[c], c))[:budget]
+
+    passes = 1
+    for tokens, probs in ranked(fed, [-1], budget):
+        propose(-1, tokens, probs)
+    while passes < budget:  # never more passes than a chain of B drafts (the growth never needs more: B - 1 fed)
+        chosen = best()
+        floor = value[chosen[-1]] if len(chosen) == budget else -math.inf
+        todo = [c for c in chosen if c not in fed_node and depth[c] < limit and value[c] > floor][: shape.per_pass]
+        if not todo:
+            break
+        lo = len(fed)
+        for c in todo:
+            fed_node[c] = fed.add(fed_node[parent[c]] if parent[c] >= 0 else -1, token[c], source)
+        frontier = list(range(lo, len(fed)))
+        for c, (tokens, probs) in zip(todo, ranked(fed, frontier, budget)):
+            propose(c, tokens, probs)
+        passes += 1
+    tree, node = TokenTree(), {-1: -1}
+    for c in best():  # parents first (they rank above their children)
+        row = None
+        if not decoding.greedy:
+            row = np.zeros(vocab_size)
+            row[token[c]] = 1.0
+        node[c] = tree.add(node[parent[c]], token[c], source, row, logq=value[c])
+    return tree, fed, passes

@@ -40,7 +40,7 @@ from specpar.calls import Draft, DraftTree, Score, ScoreTree
 from specpar.decoding import GREEDY, Decoding
 from specpar.results import GenerationResult
 from specpar.runtimes.base import Pool, Runtime, Task
-from specpar.trees import TokenTree, attach, check_tree
+from specpar.trees import TokenTree, attach, check_tree, limit_depth, tree_depth
 
 
 def dsi(
@@ -63,8 +63,8 @@ def dsi(
     module docstring); for targets whose verification costs grow with the drafts fed.
     tree: a token tree configuration <k1, ..., km>; each chunk is such a tree (module docstring)."""
     if tree is not None:
-        widths = check_tree(tree)
-        lookahead = len(widths)
+        shape = check_tree(tree)
+        lookahead = tree_depth(shape)
     check_positive_int("lookahead (k)", lookahead)
     g = Generation(prompt, max_new_tokens, decoding, runtime, stream, stopping)
     drafts: list[int] = []  # unverified drafts, at positions len(g.out), len(g.out) + 1, ...
@@ -84,7 +84,7 @@ def dsi(
     else:
 
         def draft_call(context, k: int, decoding: Decoding) -> DraftTree:
-            return DraftTree(context, widths[:k], decoding)
+            return DraftTree(context, limit_depth(shape, k), decoding)
 
     def reject_dependents() -> None:
         """A draft was rejected: cancel every task that depends on it and forget later drafts."""

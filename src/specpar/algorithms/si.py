@@ -18,7 +18,7 @@ from specpar.calls import Draft, DraftTree, Proposal, Score, ScoreTree
 from specpar.decoding import GREEDY, Decoding
 from specpar.results import GenerationResult
 from specpar.runtimes.base import Pool, Runtime
-from specpar.trees import TokenTree, check_tree
+from specpar.trees import TokenTree, check_tree, limit_depth, tree_depth
 
 
 def si(
@@ -35,8 +35,8 @@ def si(
 ) -> GenerationResult:
     """tree: a token tree configuration <k1, ..., km> drafted and verified each round instead of k drafts."""
     if tree is not None:
-        widths = check_tree(tree)
-        lookahead = len(widths)
+        shape = check_tree(tree)
+        lookahead = tree_depth(shape)
     check_positive_int("lookahead (k)", lookahead)
     g = Generation(prompt, max_new_tokens, decoding, runtime, stream, stopping)
     while not g.done:
@@ -46,7 +46,7 @@ def si(
             scores = runtime.run(target, Score(g.context(proposal.tokens), k, decoding))
             g.verify(proposal, scores)
         else:
-            drafts = runtime.run(drafter, DraftTree(g.context(), widths[:k], decoding)) if k else TokenTree()
+            drafts = runtime.run(drafter, DraftTree(g.context(), limit_depth(shape, k), decoding)) if k else TokenTree()
             scores = runtime.run(target, ScoreTree(g.context(), drafts, decoding))
             g.verify_tree(drafts, scores.rows)
     return g.result("si", lookahead=lookahead, sp_degree=1)

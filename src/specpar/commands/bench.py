@@ -46,11 +46,20 @@ def register(sub) -> None:
     p.add_argument("--sp-degree", type=server_count, default=2, help="target servers DSI may use at once (default 2)")
     p.add_argument(
         "--tree",
-        metavar="K1,...,KM",
+        metavar="K1,...,KM|best:B",
         default=None,
-        help="SI and DSI draft SpecInfer token trees <k1,...,km> instead of k-token chains (e.g. 2,2,1)",
+        help="SI and DSI draft SpecInfer token trees <k1,...,km> instead of k-token chains (e.g. 2,2,1), or best:B: "
+        "B nodes grown best-first by the drafter's path probability (best:B:W expands W nodes per drafter pass)",
     )
     p.add_argument("--algos", default="nonsi,si,dsi", help="comma-separated algorithms (default nonsi,si,dsi)")
+    p.add_argument(
+        "--arm",
+        action="append",
+        metavar='"ALGO [k=K] [tree=SHAPE]"',
+        help="instead of --algos: one arm, repeatable, e.g. --arm nonsi --arm 'si k=8' --arm 'si tree=best:8' "
+        "--arm 'si tree=2,2,1' (chains and trees side by side, interleaved per prompt; k and tree default to -k and "
+        "--tree)",
+    )
     p.add_argument("--temperature", type=number, default=0.0, help="0 (default) greedy; > 0 sampling")
     p.add_argument("--seed", type=seed, default=0, help="prompt i samples with seed + i")
     p.add_argument("--out", metavar="FILE.jsonl", help="write one JSON line per prompt and algorithm")
@@ -77,33 +86,32 @@ def run(args) -> int:
         from specpar.trees import parse_tree
 
         args.tree = parse_tree(args.tree)
-    algorithms = [a.strip() for a in args.algos.split(",") if a.strip()]
-    bad = [a for a in algorithms if a not in NAMES]
-    if bad or not algorithms:
-        raise ConfigError(f"--algos must list some of nonsi, si, dsi, got {args.algos!r}")
+    arms = _arms(args)
+    algorithms = list(arms)
+    uses_dsi = any(algo == "dsi" for algo, _, _ in arms.values())
     chosen = prompts.load(args.dataset, args.prompts)
-    target, drafter, servers = real_models.load(args, args.sp_degree if "dsi" in algorithms else 1, max_tokens=4096)
+    target, drafter, servers = real_models.load(args, args.sp_degree if uses_dsi else 1, max_tokens=4096)
     encoded = [(p.id, p.token_ids(target)) for p in chosen]
     for _, ids in encoded:
         servers.check_length(len(ids), args.max_new_tokens)
     real_models.warn_load()
     seen = {}  # (algorithm, prompt index): result, for the lines of --out
 
-    def run(algo, prompt):
+    def run(arm, prompt):
         i, _, ids = prompt
+        algo, lookahead, tree = arms[arm]
         servers.reset()
         # every arm generates N tokens, past the end of text (vLLM's benchmarks do the same)
         params = SamplingParams(
             temperature=args.temperature, seed=args.seed + i, max_tokens=args.max_new_tokens, ignore_eos=True
         )
-        tree = args.tree if algo != "nonsi" else None
-        return servers.generate(ids, algo, lookahead=args.lookahead, params=params, tree=tree, stream=bar.callback)
+        return servers.generate(ids, algo, lookahead=lookahead, params=params, tree=tree, stream=bar.callback)
 
-    def on_result(algo, i, res):
-        seen[algo, i] = res
+    def on_result(arm, i, res):
+        seen[arm, i] = res
         pid, ids = encoded[i]
-        out.write(_row(pid, ids, res, seen.get(("nonsi", i)), args, target))
-        bar.describe(f"{pid} {NAMES[algo]}")
+        out.write({"arm": arm, **_row(pid, ids, res, seen.get(("nonsi", i)), args, target)})
+        bar.describe(f"{pid} {NAMES.get(arm, arm)}")
 
     total = len(encoded) * len(algorithms) * args.max_new_tokens
     with JsonLines(args.out) as out, TokenProgress(total, "benchmarking", not args.json) as bar:
@@ -115,6 +123,37 @@ def run(args) -> int:
         return 0
     _print(args, summary, why, target, drafter, servers)
     return 0
+
+
+def _arms(args) -> dict:
+    """{label: (algorithm, lookahead, tree)}: one per --algos entry (with -k and --tree), or per --arm."""
+    from specpar.trees import parse_tree
+
+    if not args.arm:
+        algorithms = [a.strip() for a in args.algos.split(",") if a.strip()]
+        bad = [a for a in algorithms if a not in NAMES]
+        if bad or not algorithms:
+            raise ConfigError(f"--algos must list some of nonsi, si, dsi, got {args.algos!r}")
+        return {a: (a, args.lookahead, args.tree if a != "nonsi" else None) for a in algorithms}
+    arms = {}
+    for spec in args.arm:
+        words = spec.split()
+        if not words or words[0] not in NAMES:
+            raise ConfigError(f"--arm is 'ALGO [k=K] [tree=SHAPE]' with ALGO one of nonsi, si, dsi, got {spec!r}")
+        algo, lookahead, tree = words[0], args.lookahead, args.tree if words[0] != "nonsi" else None
+        for word in words[1:]:
+            key, _, value = word.partition("=")
+            if key == "k" and value.isdigit() and int(value) > 0:
+                lookahead = int(value)
+            elif key == "tree" and algo != "nonsi":
+                tree = parse_tree(value)
+            else:
+                raise ConfigError(f"--arm {spec!r}: {word!r} is not k=K (a positive integer) or tree=SHAPE (si, dsi)")
+        label = " ".join(words)
+        if label in arms:
+            raise ConfigError(f"--arm {spec!r} is given twice")
+        arms[label] = (algo, lookahead, tree)
+    return arms
 
 
 def _row(pid, ids, res, base, args, target) -> dict:
@@ -163,6 +202,9 @@ def summarize(by_algo: dict, greedy: bool) -> dict:
             "acceptance_rate": accepted / drafted if drafted else None,
             "mean_acceptance_length": tokens / verifications if drafted and verifications else None,
             "mean_run_length": 1 + accepted / rounds if drafted and rounds else None,
+            "target_forwards": sum(r.target_forwards for r in results),
+            "drafter_forwards": sum(r.drafter_forwards for r in results),
+            "tokens_per_target_pass": tokens / max(1, sum(r.target_forwards for r in results)),
             **real_models.speedups(by_algo, algo),
             "same_tokens_as_nonsi": (
                 all(a.tokens == b.tokens for a, b in zip(base, results))
@@ -180,13 +222,16 @@ def summarize(by_algo: dict, greedy: bool) -> dict:
 
 
 def _config(args, target, drafter, servers) -> dict:
+    from specpar.trees import BestFirst
+
     return {
         "dataset": args.dataset,
         "prompts": args.prompts,
         "max_new_tokens": args.max_new_tokens,
         "lookahead": args.lookahead,
         "sp_degree": args.sp_degree,
-        "tree": args.tree,
+        "tree": str(args.tree) if isinstance(args.tree, BestFirst) else args.tree,
+        "arms": args.arm,
         "temperature": args.temperature,
         "target": target.name,
         "drafter": drafter.name,
@@ -203,7 +248,8 @@ def _print(args, summary, why, target, drafter, servers) -> None:
     mode = "greedy" if args.temperature == 0 else f"sampling at temperature {args.temperature:g}"
     console.print(
         f"{target.name} (target) + {drafter.name} (drafter) on {', '.join(sorted({s.device for s in servers.all}))}; "
-        f"{args.prompts} {args.dataset} prompts x {args.max_new_tokens} tokens; lookahead {args.lookahead}, "
+        f"{args.prompts} {args.dataset} prompts x {args.max_new_tokens} tokens; "
+        f"{'arms as named' if args.arm else f'lookahead {args.lookahead}'}, "
         f"SP {args.sp_degree}; {mode}; each algorithm from a cold cache"
     )
     table = Table()
@@ -215,6 +261,7 @@ def _print(args, summary, why, target, drafter, servers) -> None:
         "vs SI",
         "accept rate",
         "mean accept len",
+        "tokens/target pass",
         "same tokens as non-SI",
         "outside fwd",
     ):
@@ -222,13 +269,14 @@ def _print(args, summary, why, target, drafter, servers) -> None:
 
     for algo, s in summary.items():
         table.add_row(
-            NAMES[algo],
+            NAMES.get(algo, algo),
             fmt(s["wall_time_s"], ".1f"),
             fmt(s["tokens_per_second"]),
             real_models.speedup_cell(s, "nonsi"),
             real_models.speedup_cell(s, "si"),
             fmt(s["acceptance_rate"]),
             fmt(s["mean_acceptance_length"]),
+            fmt(s["tokens_per_target_pass"]),
             "-" if s["same_tokens_as_nonsi"] is None else ("yes" if s["same_tokens_as_nonsi"] else "[red]NO[/red]"),
             fmt(None if s["outside_forward_fraction"] is None else 100 * s["outside_forward_fraction"], ".2f", "%"),
         )

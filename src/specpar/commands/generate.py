@@ -42,10 +42,11 @@ def register(sub) -> None:
     p.add_argument("-k", "--lookahead", type=integer, default=5, help="draft tokens per verification (default 5)")
     p.add_argument(
         "--tree",
-        metavar="K1,...,KM",
+        metavar="K1,...,KM|best:B",
         default=None,
         help="SI and DSI draft SpecInfer token trees <k1,...,km> (k_i candidates at depth i) instead of k-token "
-        "chains, verified in one target pass with a tree attention mask: e.g. --tree 2,2,1",
+        "chains, verified in one target pass with a tree attention mask: e.g. --tree 2,2,1; or best:B, B nodes grown "
+        "best-first by the drafter's path probability (best:B:W expands W nodes per drafter pass)",
     )
     p.add_argument(
         "--sp-degree",

@@ -15,6 +15,7 @@ from specpar.models import LatencyProfile, SimulatedModel
 from specpar.models.latency import MAX_LATENCY_MS
 from specpar.planning.lookahead import verification_servers
 from specpar.results import METRICS_FOOTNOTE, fmt
+from specpar.trees import BestFirst, shape_text
 
 MAX_SIMULATED = 1_000_000  # the largest simulated vocabulary and prompt: larger ones take hours before a token
 
@@ -76,10 +77,11 @@ def register(sub) -> None:
     p.add_argument("--prompt-length", type=integer, default=8, help="prompt tokens (default 8)")
     p.add_argument(
         "--tree",
-        metavar="K1,...,KM",
+        metavar="K1,...,KM|best:B",
         default=None,
         help="also run SI and DSI over SpecInfer token trees <k1,...,km> (k_i candidates at depth i, one target "
-        "pass per tree), beside the chains: e.g. --tree 2,2,1",
+        "pass per tree), beside the chains: e.g. --tree 2,2,1; or best:B (B nodes grown best-first by the "
+        "drafter's path probability)",
     )
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     p.add_argument(
@@ -341,7 +343,7 @@ def run(args) -> int:
                     "temperature": args.temperature,
                     "seed": args.seed,
                     "repeats": args.repeats,
-                    "tree": args.tree,
+                    "tree": str(args.tree) if isinstance(args.tree, BestFirst) else args.tree,
                 },
                 "results": {name: s.to_dict() for name, s in summary.items()},
                 "closed_forms": closed,
@@ -407,7 +409,7 @@ def _print_table(args, summary, target_lat, drafter_lat, c, k, why, closed, mess
         "same tokens",
     ):
         table.add_column(col, justify="right" if col != "algorithm" else "left")
-    tree = "<" + ",".join(map(str, args.tree)) + ">" if args.tree else ""
+    tree = "<" + shape_text(args.tree) + ">" if args.tree else ""
     names = {"nonsi": "non-SI", "si": "SI", "dsi": "DSI", "si-tree": f"SI {tree}", "dsi-tree": f"DSI {tree}"}
     for name, s in summary.items():
         speed = fmt(s.speedup_vs_nonsi, ".2f", "x")

@@ -33,7 +33,7 @@ class MergedDrafters:
         if type(call) is not DraftTree:
             raise ConfigError("several drafters draft only token trees (merge-based): give tree=<k1,...,km>")
         return [
-            DraftTree(call.context, call.widths, source_decoding(call.decoding, s), s) for s in range(len(self.servers))
+            DraftTree(call.context, call.shape, source_decoding(call.decoding, s), s) for s in range(len(self.servers))
         ]
 
     def cached_len(self, context) -> int:

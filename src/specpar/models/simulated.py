@@ -41,7 +41,7 @@ from specpar.errors import ConfigError
 from specpar.logits_processors import rows
 from specpar.models.latency import LatencyProfile
 from specpar.models.prefix import common_prefix_len, shared_base_lcp
-from specpar.trees import TokenTree, expand
+from specpar.trees import BestFirst, TokenTree, expand, grow_best_first
 
 _MASK = (1 << 64) - 1
 _GOLD = 0x9E3779B97F4A7C15
@@ -142,6 +142,17 @@ class SimulatedLM:
         first = self.argmax(h)
         rest = [int(t) for t in np.argsort(-self.probs(h, 1.0), kind="stable") if t != first]
         return [first, *rest][:k]
+
+    def candidates(self, h: int, k: int, decoding: Decoding) -> tuple[list[int], list[float]]:
+        """Best-first token trees: the drafter's k best tokens at prefix hash h and its probability of each (greedy:
+        :meth:`ranked` with the probabilities at temperature 1; sampling: the top of the row at the temperature)."""
+        if decoding.greedy:
+            tokens = self.ranked(h, k)
+            row = self.probs(h, 1.0)
+        else:
+            row = self.probs(h, decoding.temperature)
+            tokens = [int(t) for t in np.argsort(-row, kind="stable")[:k]]
+        return tokens, [float(row[t]) for t in tokens]
 
     def server(self, name: str | None = None) -> SimulatedServer:
         """A new instance of this model with an empty cache."""
@@ -262,6 +273,17 @@ class SimulatedDrafter(SimulatedLM):
             out.append(wrong[unit(h, self._wrong_salt ^ (r * _GOLD)) % len(wrong)])
         return out
 
+    def candidates(self, h: int, k: int, decoding: Decoding) -> tuple[list[int], list[float]]:
+        """Greedy: :meth:`ranked` with probability a (1 - a)^r for candidate r, the chance that it is the target's
+        token (candidates hit independently at rate a). That is all this drafter knows: its greedy hits carry no
+        per-position confidence, so best-first trees are the same shape at every position here (a real drafter's
+        probabilities vary). Sampling: the top of q, as for any model."""
+        if not decoding.greedy:
+            return super().candidates(h, k, decoding)
+        a = self.acceptance_rate
+        tokens = self.ranked(h, k)
+        return tokens, [a * (1.0 - a) ** r for r in range(len(tokens))]
+
     def probs(self, h: int, temperature: float = 1.0) -> np.ndarray:
         q = self.acceptance_rate * self.target.probs(h, temperature)
         q[self.target.excluded(h)] += 1.0 - self.acceptance_rate
@@ -326,6 +348,10 @@ class SimulatedServer:
 
     def duration_ms(self, call) -> float:
         lat = self.latency
+        if type(call) is DraftTree and isinstance(call.shape, BestFirst):  # priced as grown: its passes and nodes
+            _, fed, passes = self._grow(call, self._root_hash(call.context))
+            cached = self._lcp(call.context) if lat.cache_matters else 0
+            return lat.draft_ms(len(call.context), cached, passes, len(fed) - (passes - 1))
         return lat.call_ms(call, self._lcp(call.context) if lat.cache_matters else 0)
 
     def _sync(self, ctx: Context) -> list[int]:
@@ -414,9 +440,39 @@ class SimulatedServer:
             return Scores(call.start, [model.argmax(h) for h in at])
         return Scores(call.start, np.stack([model.probs(h, dec.temperature) for h in at]))
 
+    def _root_hash(self, ctx) -> int:
+        """The hash of ``ctx`` (what _sync would end on), without touching the cache."""
+        lcp, held = self._lcp(ctx), len(self._tokens)
+        if lcp <= held:
+            h = self._hashes[lcp]
+        else:  # ctx runs into the held tree
+            tree, node_hashes = self._tree
+            h = node_hashes[tree.follow(ctx[held:lcp])[-1]]
+        for t in ctx[lcp:]:
+            h = hash((h, t))
+        return h
+
+    def _grow(self, call: DraftTree, root: int):
+        """specpar.trees.grow_best_first on the prefix hashes: (tree, fed, passes)."""
+        model, dec = self.model, call.decoding
+        fed_hashes: list[int] = []
+
+        def ranked(fed: TokenTree, frontier: list[int], k: int) -> list:
+            for n in frontier:
+                if n >= 0:
+                    parent = fed.parents[n]
+                    fed_hashes.append(hash((fed_hashes[parent] if parent >= 0 else root, fed.tokens[n])))
+            return [model.candidates(fed_hashes[n] if n >= 0 else root, k, dec) for n in frontier]
+
+        return grow_best_first(call.shape, ranked, dec, model.vocab_size, call.source)
+
     def _draft_tree(self, call: DraftTree, hashes: list[int]) -> TokenTree:
-        """SpecInfer's expansion (specpar.trees.expand) on the prefix hashes."""
+        """SpecInfer's expansion (specpar.trees.expand) or best-first growth on the prefix hashes."""
         model, dec, root = self.model, call.decoding, hashes[-1]
+        if isinstance(call.shape, BestFirst):
+            tree = self._grow(call, root)[0]
+            self._hold_tree(call.context, tree, root)
+            return tree
         node_hashes: list[int] = []
 
         def level_rows(tree: TokenTree, frontier: list[int]) -> list:
@@ -425,12 +481,12 @@ class SimulatedServer:
                 parent = tree.parents[n]
                 node_hashes.append(hash((node_hashes[parent] if parent >= 0 else root, tree.tokens[n])))
             at = [node_hashes[n] if n >= 0 else root for n in frontier]
-            k = call.widths[tree.depths[frontier[0]] if frontier[0] >= 0 else 0]
+            k = call.shape[tree.depths[frontier[0]] if frontier[0] >= 0 else 0]
             if dec.greedy:
                 return [model.ranked(h, k) for h in at]
             return [model.probs(h, dec.temperature) for h in at]
 
-        tree = expand(call.widths, level_rows, dec, len(call.context), call.source)
+        tree = expand(call.shape, level_rows, dec, len(call.context), call.source)
         self._hold_tree(call.context, tree, root)
         return tree
 

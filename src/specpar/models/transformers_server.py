@@ -36,7 +36,11 @@ from specpar.decoding import Decoding
 from specpar.errors import ConfigError
 from specpar.logits_processors import rows
 from specpar.models.prefix import common_prefix_len
-from specpar.trees import TokenTree, expand
+from specpar.trees import BestFirst, TokenTree, expand, grow_best_first, tree_depth
+
+
+class _Cancelled(Exception):
+    """A tree draft's ``cancelled`` was set between its passes."""
 
 
 class TransformersServer:
@@ -231,26 +235,47 @@ class TransformersServer:
         import torch
 
         ctx, dec = call.context, call.decoding
-        self._check_window(len(ctx) + len(call.widths))
+        self._check_window(len(ctx) + tree_depth(call.shape))
         logits = self._sync(ctx, len(ctx) - 1)[-1:]
-
-        class Cancelled(Exception):
-            pass
+        if isinstance(call.shape, BestFirst):
+            return self._grow(call, logits, cancelled)
 
         def level_rows(tree: TokenTree, frontier: list[int]) -> list:
             nonlocal logits
             if frontier[0] >= 0:  # the frontier is the nodes the last level added, in order
                 if cancelled is not None and cancelled.is_set():
-                    raise Cancelled
+                    raise _Cancelled
                 logits = self._forward((), tree, frontier[0], len(tree))
             if dec.greedy:
-                k = call.widths[tree.depths[frontier[0]] if frontier[0] >= 0 else 0]
+                k = call.shape[tree.depths[frontier[0]] if frontier[0] >= 0 else 0]
                 return torch.topk(logits, min(k, logits.shape[-1]), dim=-1).indices.tolist()
             return list(self._probs(logits, dec.temperature))
 
         try:
-            return expand(call.widths, level_rows, dec, len(ctx), call.source)
-        except Cancelled:
+            return expand(call.shape, level_rows, dec, len(ctx), call.source)
+        except _Cancelled:
+            return None
+
+    def _grow(self, call: DraftTree, logits, cancelled) -> TokenTree | None:
+        """Best-first growth (specpar.trees.grow_best_first) from the root's logits [1, V]: one forward pass per
+        step over the nodes it expands (the cache holds every node fed; the next call keeps the path it follows)."""
+        import torch
+
+        dec = call.decoding
+        temperature = 1.0 if dec.greedy else dec.temperature  # greedy ranks by the drafter's own probabilities
+
+        def ranked(fed: TokenTree, frontier: list[int], k: int) -> list:
+            nonlocal logits
+            if frontier[0] >= 0:
+                if cancelled is not None and cancelled.is_set():
+                    raise _Cancelled
+                logits = self._forward((), fed, frontier[0], len(fed))
+            top = torch.topk(torch.softmax(logits.double() / temperature, dim=-1), min(k, logits.shape[-1]), dim=-1)
+            return list(zip(top.indices.tolist(), top.values.tolist()))
+
+        try:
+            return grow_best_first(call.shape, ranked, dec, logits.shape[-1], call.source)[0]
+        except _Cancelled:
             return None
 
     def _check_window(self, length: int) -> None:
