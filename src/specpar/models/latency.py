@@ -65,16 +65,10 @@ class LatencyProfile:
                 return self.ttft_ms + self.per_token_ms * call.n_drafts
             n_new = len(call.context) + call.extra_tokens - cached  # a ScoreTree's nodes are not in its context
             return self.tpot_ms + self.per_token_ms * (n_new - 1) if n_new > 1 else self.tpot_ms
-        return self.draft_ms(len(call.context), cached, call.k, call.extra_tokens)
-
-    def draft_ms(self, context_len: int, cached: int, passes: int, extra_tokens: int) -> float:
-        """A draft of ``passes`` forward passes after a context of ``context_len`` tokens, ``cached`` of them in the
-        cache: the first pass over the unseen ones (TTFT when nothing is cached), then passes - 1 passes each
-        over one token, plus per_token_ms for each of the ``extra_tokens`` other nodes they feed (trees)."""
         if cached == 0:
             ms = self.ttft_ms
         else:  # forward_ms(n_new - 1, cold=False), written out: this runs once per task on the virtual clock
-            n_new = context_len - cached
+            n_new = len(call.context) - cached
             ms = self.tpot_ms + self.per_token_ms * (n_new - 1) if n_new > 1 else self.tpot_ms
-        ms += (passes - 1) * self.tpot_ms
-        return ms + self.per_token_ms * extra_tokens if self.per_token_ms else ms
+        ms += (call.k - 1) * self.tpot_ms
+        return ms + self.per_token_ms * call.extra_tokens if self.per_token_ms else ms

@@ -308,6 +308,17 @@ class SimulatedDrafter(SimulatedLM):
         return q
 
 
+class GrownDraft:
+    """A best-first DraftTree as grown, for pricing (LatencyProfile.call_ms): a draft of ``k`` passes that fed
+    ``extra_tokens`` nodes beyond one per pass."""
+
+    __slots__ = ("context", "k", "extra_tokens")
+    kind = "draft"
+
+    def __init__(self, context, k: int, extra_tokens: int):
+        self.context, self.k, self.extra_tokens = context, k, extra_tokens
+
+
 _names = itertools.count()
 
 
@@ -351,7 +362,7 @@ class SimulatedServer:
         if type(call) is DraftTree and isinstance(call.shape, BestFirst):  # priced as grown: its passes and nodes
             _, fed, passes = self._grow(call, self._root_hash(call.context))
             cached = self._lcp(call.context) if lat.cache_matters else 0
-            return lat.draft_ms(len(call.context), cached, passes, len(fed) - (passes - 1))
+            return lat.call_ms(GrownDraft(call.context, passes, len(fed) - (passes - 1)), cached)
         return lat.call_ms(call, self._lcp(call.context) if lat.cache_matters else 0)
 
     def _sync(self, ctx: Context) -> list[int]:
