@@ -41,3 +41,25 @@ def ray_local():
 
 
 RAY_OPTIONS = {"cpus_per_server": 0.25}  # up to 16 servers in the session's 4 logical CPUs (8 on the head)
+
+
+@pytest.fixture
+def no_residual_update(monkeypatch):
+    """The biased control of the tree distribution tests: every sibling is tested against the target's original p
+    (no norm(max(0, p - q)) between siblings), in SI's whole-tree step and DSI's one-position step alike."""
+    import specpar.algorithms.generation as generation
+    import specpar.verification as verification
+
+    original = verification.judge_siblings
+
+    def without_residual_update(draws, tokens, row, decoding, position):
+        if decoding.greedy or len(draws) < 2:
+            return original(draws, tokens, row, decoding, position)
+        for j, (child, q_row) in enumerate(draws):
+            x = tokens[child]
+            if decoding.uniform(verification.sibling_stream(verification.ACCEPT, j), position) * q_row[x] < row[x]:
+                return child, x
+        return None, verification.sample(verification.residual(row, draws[-1][1]), decoding.uniform(3, position))
+
+    monkeypatch.setattr(verification, "judge_siblings", without_residual_update)
+    monkeypatch.setattr(generation, "judge_siblings", without_residual_update)
