@@ -259,5 +259,11 @@ def test_generate_pauses_the_collector_and_restores_its_state():
         assert gc.isenabled()
         with collector_paused(pause=False):
             assert gc.isenabled()
+        first, second = collector_paused(), collector_paused()  # two threads' pauses, ended out of order
+        first.__enter__(), second.__enter__()
+        first.__exit__()
+        assert not gc.isenabled(), "the collector came back on while another pause was still open"
+        second.__exit__(), second.__exit__()  # a second exit changes nothing
+        assert gc.isenabled()
     finally:
         (gc.enable if was else gc.disable)()

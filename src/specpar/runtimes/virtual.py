@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import gc
 import heapq
+import threading
 from collections import deque
 from collections.abc import Mapping, Sequence
 
@@ -33,24 +34,41 @@ class collector_paused:  # noqa: N801 (used as a function: ``with collector_paus
     request) pause it for the whole call, so that their own bookkeeping after the run does not set off a collection
     while the run's tasks are still referenced (one per generation otherwise: 3% of the simulator's instructions).
     A class, not a generator: re-enabling is the last thing its exit does (a generator's StopIteration would be
-    allocated after it, and could itself set off that collection).
+    allocated after it, and could itself set off that collection). Pauses in several threads at once share one
+    count under a lock, so the collector comes back on when the last of them ends (each thread reading and
+    setting the collector's state alone could leave it off for good).
     """
 
-    __slots__ = ("pause", "was_enabled")
+    __slots__ = ("pause", "entered")
 
     def __init__(self, pause: bool = True):
         self.pause = pause
-        self.was_enabled = False
+        self.entered = False
 
     def __enter__(self):
-        self.was_enabled = gc.isenabled()
-        if self.pause:
-            gc.disable()
+        global _pauses, _was_enabled
+        if self.pause and not self.entered:
+            with _pause_lock:
+                if _pauses == 0:
+                    _was_enabled = gc.isenabled()
+                    gc.disable()
+                _pauses += 1
+            self.entered = True
         return self
 
     def __exit__(self, *exc) -> None:
-        if self.pause and self.was_enabled:
-            gc.enable()
+        global _pauses
+        if self.entered:  # a second exit (or one without an enter) changes nothing
+            self.entered = False
+            with _pause_lock:
+                _pauses -= 1
+                if _pauses == 0 and _was_enabled:
+                    gc.enable()
+
+
+_pause_lock = threading.Lock()
+_pauses = 0  # collector_paused blocks open, in every thread
+_was_enabled = False  # the collector's state when the first of them opened
 
 
 class VirtualRuntime(Runtime):
@@ -115,7 +133,9 @@ class VirtualRuntime(Runtime):
         try:
             return super().__exit__(*exc)
         finally:
-            self._paused.__exit__()
+            if self._paused is not None:
+                self._paused.__exit__()
+                self._paused = None
 
     def now(self) -> float:
         return self._now
