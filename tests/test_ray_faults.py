@@ -109,10 +109,28 @@ def test_all_target_replicas_lost_is_a_clear_server_error():
     with rt:
         for replica in rt._replicas[rt.pools[0]]:
             ray.kill(replica.actor)
+        for replica in rt._replicas[rt.pools[0]]:
+            wait_dead(replica.actor)  # ray.kill is asynchronous: on a worker node a call could still get through
         rt.submit(rt.pools[0], Score(as_context([1, 2]), 0, GREEDY))
         with pytest.raises(ServerError, match="all 2 replica"):
             rt.wait()
     assert len(rt.lost) == 2 and alive_hosts() == 0
+
+
+def wait_dead(actor, timeout_s: float = 60.0) -> None:
+    """Block until a killed actor answers calls with RayActorError."""
+    import ray
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            ray.get(actor.stats.remote(), timeout=10)
+        except ray.exceptions.RayActorError:
+            return
+        except ray.exceptions.GetTimeoutError:
+            continue
+        time.sleep(0.05)
+    raise AssertionError(f"actor still answering {timeout_s:g} s after ray.kill")
 
 
 class StalledServer(SimulatedServer):
