@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from specpar import LatencyProfile, SimulatedModel, generate
 from specpar.decoding import GREEDY, Decoding
 from specpar.errors import ConfigError
-from specpar.trees import TokenTree, check_tree, merge, parse_tree, tree_size
+from specpar.trees import BestFirst, TokenTree, check_tree, merge, parse_tree, tree_size
 from specpar.verification import verify_chain, verify_tree
 from stats import chi_square_p_value
 
@@ -181,12 +181,14 @@ def setups(draw):
         for _ in range(draw(st.integers(1, 2)))
     ]
     prompt = draw(st.lists(st.integers(0, vocab - 1), min_size=1, max_size=4))
-    return target, drafters, prompt, draw(st.integers(1, 30)), draw(st.sampled_from(TREES)), draw(st.integers(1, 4))
+    tree = draw(st.one_of(st.sampled_from(TREES), st.builds(BestFirst, st.integers(1, 10), st.integers(1, 3))))
+    return target, drafters, prompt, draw(st.integers(1, 30)), tree, draw(st.integers(1, 4))
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(setup=setups())
 def test_si_and_dsi_over_trees_return_the_target_greedy_tokens(setup):
+    """Uniform trees <k1, ..., km> and best-first trees (best:B:W), one or two drafters merged, any SP."""
     target, drafters, prompt, n, tree, sp = setup
     expected = target.greedy_tokens(prompt, n)
     drafter = drafters if len(drafters) > 1 else drafters[0]
