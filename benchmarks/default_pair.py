@@ -16,7 +16,7 @@ import json
 import statistics
 from pathlib import Path
 
-from specpar import cli
+from specpar.entrypoints import cli
 
 
 def main() -> None:

@@ -42,8 +42,8 @@ def main() -> None:
     p.add_argument("--drafter", required=True, help="the drafter's model directory")
     args = p.parse_args()
 
-    from specpar import prompts
-    from specpar.models.transformers_model import TransformersModel
+    from specpar.backends.transformers_model import TransformersModel
+    from specpar.experiments import prompts
 
     drafter = TransformersModel(args.drafter, device="cpu")
     rows = [json.loads(line) for line in open(args.bench_out)]

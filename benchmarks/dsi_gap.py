@@ -36,8 +36,8 @@ import numpy as np
 
 from real_hardware import ALGOS, load
 from specpar import LatencyProfile, SimulatedModel, generate
+from specpar.backends.simulated import SimulatedDrafter, SimulatedLM
 from specpar.experiments.pair_profile import PairProfile
-from specpar.models.simulated import SimulatedDrafter, SimulatedLM
 
 SEEDS = 20  # iid acceptance draws per prompt
 VOCAB = 1000
@@ -241,8 +241,8 @@ def write_trace(path: str, drafter_dir: str, rows: dict) -> None:
     from one teacher-forced drafter pass over each prompt and non-SI's output (the target's own tokens)."""
     import torch
 
-    from specpar import prompts
-    from specpar.models.transformers_model import TransformersModel
+    from specpar.backends.transformers_model import TransformersModel
+    from specpar.experiments import prompts
 
     drafter = TransformersModel(drafter_dir, dtype="float32")
     by_id = {p.id: p for p in prompts.load("humaneval", 164)}

@@ -3,7 +3,7 @@
 Each request: DSI (or SI / non-SI) on the virtual clock, simulated target (V = 32) and drafter (a = 0.8),
 lookahead 5, SP = 4, N tokens. The same request runs, interleaved, as
 
-* bare: :func:`specpar.api.generate_on` on the engine's own pools (the algorithm on a runtime, nothing else);
+* bare: :func:`specpar.entrypoints.api.generate_on` on the engine's own pools (the algorithm on a runtime, nothing else);
 * engine: ``Engine.generate`` (parameters checked, prompt and stop conditions, the lock, logging checks);
 * generate(): the one-call convenience (a one-off Engine: fresh servers each call);
 
@@ -21,7 +21,7 @@ import statistics
 import time
 
 from specpar import Engine, LatencyProfile, SamplingParams, SimulatedModel, generate
-from specpar.api import generate_on
+from specpar.entrypoints.api import generate_on
 
 
 def timed(fn):

@@ -20,7 +20,7 @@ import time
 
 import numpy as np
 
-from specpar.errors import ConfigError
+from specpar.core.errors import ConfigError
 from specpar.planning.hsd_optimizer import exhaustive, optimize
 
 
@@ -54,7 +54,7 @@ def main() -> None:
     p.add_argument("--plot", default=None, metavar="FILE.png", help="also draw seconds vs K (log-log) into FILE.png")
     args = p.parse_args()
     if args.plot:  # before the timings, not after
-        from specpar.paths import check_output_file, image_suffixes
+        from specpar.core.paths import check_output_file, image_suffixes
 
         try:
             args.plot = check_output_file(args.plot, "--plot", image_suffixes())

@@ -22,8 +22,8 @@ import statistics
 import time
 
 from specpar import LatencyProfile, SimulatedModel, generate
-from specpar.calls import Score, as_context
-from specpar.decoding import GREEDY
+from specpar.core.calls import Score, as_context
+from specpar.core.decoding import GREEDY
 from specpar.runtimes import Pool, RayRuntime
 from specpar.runtimes.ray_actors import release_kept
 from specpar.runtimes.ray_cluster import connect, shutdown

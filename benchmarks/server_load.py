@@ -24,7 +24,7 @@ import threading
 import time
 
 from specpar import Engine, LatencyProfile, SamplingParams, SimulatedModel
-from specpar.server.app import create_app
+from specpar.entrypoints.server.app import create_app
 
 
 def engine(runtime: str) -> Engine:

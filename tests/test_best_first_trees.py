@@ -15,11 +15,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specpar import LatencyProfile, SimulatedModel, cli, generate
-from specpar.calls import Draft, DraftTree
-from specpar.decoding import GREEDY, Decoding
-from specpar.errors import ConfigError
-from specpar.trees import BestFirst, check_tree, grow_best_first, parse_tree
+from specpar import LatencyProfile, SimulatedModel, generate
+from specpar.core.calls import Draft, DraftTree
+from specpar.core.decoding import GREEDY, Decoding
+from specpar.core.errors import ConfigError
+from specpar.core.trees import BestFirst, check_tree, grow_best_first, parse_tree
+from specpar.entrypoints import cli
 
 
 def synthetic_drafter(vocab: int, seed: int):
@@ -196,7 +197,7 @@ def tiny():
 
 
 def test_transformers_growth_records_the_drafters_path_probabilities_and_keeps_its_cache(tiny):
-    from specpar.calls import Score
+    from specpar.core.calls import Score
 
     _, drafter = tiny
     prompt = (3, 5, 7, 9, 11)

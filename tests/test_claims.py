@@ -5,7 +5,7 @@ import json
 import numpy as np
 import pytest
 
-from specpar.cli import main
+from specpar.entrypoints.cli import main
 from specpar.experiments.claims import (
     FAIL,
     MISSING,
@@ -131,7 +131,7 @@ def test_fig2b_at_resolution_20_fails_only_where_eq1_forces_a_long_lookahead_and
 
 @pytest.mark.parametrize("command,default", [("reproduce", 50), ("heatmap", 100)])
 def test_help_states_the_default_resolution_the_command_uses(command, default):
-    from specpar.cli import build_parser
+    from specpar.entrypoints.cli.main import build_parser
 
     parser = build_parser()
     sub = parser._subparsers._group_actions[0].choices[command]

@@ -1,6 +1,6 @@
 """Edge values: numbers and prompts that used to crash deep inside are refused up front, in one line, exit 2.
 
-The command-line cases run ``specpar.cli.main`` in this process (a real process for a few, at the end); the
+The command-line cases run ``specpar.entrypoints.cli.main`` in this process (a real process for a few, at the end); the
 library cases call ``generate`` as a user of the API does.
 """
 
@@ -13,8 +13,8 @@ import pytest
 from cli_check import assert_one_line_error, run_cli
 from conftest import make_pair
 from specpar import ConfigError, LatencyProfile, SimulatedModel, generate
-from specpar.cli import main
-from specpar.prompts import Prompt
+from specpar.entrypoints.cli import main
+from specpar.experiments.prompts import Prompt
 
 QUICK = ["-N", "5", "--repeats", "1", "-k", "2"]
 

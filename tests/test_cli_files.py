@@ -7,8 +7,8 @@ import json
 import pytest
 
 from cli_check import assert_one_line_error, run_cli
-from specpar.cli import main
-from specpar.profiling import FORMAT
+from specpar.entrypoints.cli import main
+from specpar.experiments.profiling import FORMAT
 
 
 @pytest.fixture(scope="module")

@@ -25,7 +25,9 @@ CASES = {
     "hsd": ["simulate", "--algo", "hsd", *HUGE],
     "heatmap": ["heatmap", "--resolution", "200", "-o", os.devnull + "/never"],
 }
-STARTED = "from specpar.cli import entry; print('ready', flush=True); entry()"  # the executable, once imported
+STARTED = (
+    "from specpar.entrypoints.cli import entry; print('ready', flush=True); entry()"  # the executable, once imported
+)
 
 
 @pytest.mark.parametrize("argv", list(CASES.values()), ids=list(CASES))

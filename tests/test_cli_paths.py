@@ -12,7 +12,7 @@ import os
 import pytest
 
 from cli_check import assert_one_line_error, run_cli
-from specpar.cli import main
+from specpar.entrypoints.cli import main
 
 QUICK = ["-N", "5", "--repeats", "1", "-k", "2"]  # simulate flags that make a run take milliseconds
 

@@ -2,7 +2,7 @@
 
 import json
 
-from specpar.cli import build_parser, main
+from specpar.entrypoints.cli.main import build_parser, main
 
 
 def test_json_output_has_all_three_algorithms_and_the_closed_forms(capsys):

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from specpar.errors import ConfigError
-from specpar.models import weights
+from specpar.backends import weights
+from specpar.core.errors import ConfigError
 
 
 def _installed() -> bool:
@@ -29,8 +29,8 @@ pytestmark = [
 
 
 def test_default_pair_runs_every_algorithm_on_a_humaneval_prompt_with_the_same_output():
-    from specpar import prompts
-    from specpar.serving import Servers, load_pair
+    from specpar.entrypoints.serving import Servers, load_pair
+    from specpar.experiments import prompts
 
     target, drafter = load_pair(progress=False)
     assert target.vocab_size == drafter.vocab_size == 151936

@@ -10,10 +10,9 @@ import statistics
 
 import pytest
 
-from specpar.cli import main
-from specpar.commands import real_models
+from specpar.core.json_output import JsonLines, dumps
+from specpar.entrypoints.cli import main, real_models
 from specpar.experiments import loop
-from specpar.json_output import JsonLines, dumps
 
 
 def test_arms_are_interleaved_over_repeats_and_each_repeat_is_set_up_once():
@@ -95,7 +94,7 @@ def test_simulate_json_goes_through_the_one_writer_with_the_one_speedup(monkeypa
         written.append(obj)
         return dumps(obj, indent)
 
-    monkeypatch.setattr("specpar.json_output.dumps", spy)
+    monkeypatch.setattr("specpar.core.json_output.dumps", spy)
     assert main(["simulate", "--json", "-N", "20", "--repeats", "3", "-a", "0.7", "-c", "0.2", "--sp-degree", "4"]) == 0
     out = json.loads(capsys.readouterr().out, parse_constant=lambda c: pytest.fail(f"non-standard JSON {c}"))
     assert len(written) == 1 and written[0]["results"].keys() == out["results"].keys()

@@ -4,7 +4,7 @@ import csv
 
 import pytest
 
-from specpar.cli import main
+from specpar.entrypoints.cli import main
 
 
 def test_heatmap_writes_png_and_csv(tmp_path, capsys):

@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 
 from specpar import ConfigError, generate
-from specpar.models.latency import LatencyProfile
-from specpar.models.stack import SimulatedStack
+from specpar.backends.stack import SimulatedStack
+from specpar.core.latency import LatencyProfile
 from specpar.planning.analytic import si_latency_closed_form
 from specpar.planning.hsd_latency import forwards_per_token, gamma, hierarchy_latency, top_rate
 

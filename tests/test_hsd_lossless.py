@@ -13,13 +13,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import specpar.verification as verification
+import specpar.spec.verification as verification
 from conftest import specpar_threads
 from specpar import ConfigError, LatencyProfile, SimulatedModel, generate
-from specpar.models.stack import SimulatedStack
+from specpar.backends.stack import SimulatedStack
 from stats import chi_square_p_value
 
-hsd_module = importlib.import_module("specpar.algorithms.hsd")  # the package rebinds the name hsd to the function
+hsd_module = importlib.import_module("specpar.spec.hsd")  # the package rebinds the name hsd to the function
 
 
 def increasing_latencies(draw, n: int) -> list[LatencyProfile]:
@@ -222,8 +222,8 @@ def test_streamed_tokens_are_the_output_in_order(algorithm):
 def test_hsd_sp_counts_the_levels_work_of_completed_draft_calls_only(cancel_frees):
     """As drafter_forwards does for DSI. The virtual clock computes a cancelled call whole at its start, so the
     levels' own counters hold more than the result may report."""
-    from specpar.algorithms.hsd_sp import LevelsServer, hsd_sp
     from specpar.runtimes import Pool, VirtualRuntime
+    from specpar.spec.hsd_sp import LevelsServer, hsd_sp
 
     stack = SimulatedStack([0.7, 0.6], [LatencyProfile.uniform(c) for c in (0.02, 0.1, 1.0)], vocab_size=8, seed=4)
     drafters, target = stack.models[:-1], stack.models[-1]

@@ -8,8 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from specpar import ConfigError, LatencyProfile
-from specpar.cli import main
-from specpar.models.stack import SimulatedStack
+from specpar.backends.stack import SimulatedStack
+from specpar.entrypoints.cli import main
 from specpar.planning.hsd_latency import hierarchy_latency
 from specpar.planning.hsd_optimizer import best_single_drafter, exhaustive, optimize
 

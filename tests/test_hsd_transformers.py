@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from specpar import generate
-from specpar.models.latency import LatencyProfile
-from specpar.models.transformers_model import TransformersModel
+from specpar.backends.transformers_model import TransformersModel
+from specpar.core.latency import LatencyProfile
 from tiny_transformers import perturbed, reference_greedy, tiny_module
 
 VOCAB = 64

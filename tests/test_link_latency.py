@@ -4,7 +4,7 @@ import pytest
 
 from conftest import make_pair
 from specpar import ConfigError, generate
-from specpar.cli import main
+from specpar.entrypoints.cli import main
 
 
 def test_every_call_pays_a_round_trip_and_the_tokens_stay_the_targets():

@@ -15,7 +15,7 @@ from transformers import (
 )
 
 from specpar import ConfigError, SamplingParams
-from specpar.logits_processors import LogitsProcessors
+from specpar.core.logits_processors import LogitsProcessors
 
 
 def hf_processed(logits, prefix, temperature, penalty, top_k, top_p, min_p):

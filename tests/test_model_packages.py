@@ -7,9 +7,9 @@ import sys
 
 import pytest
 
-from specpar.errors import ConfigError
-from specpar.models import weights
-from specpar.models.weights import ChunkedGGUF
+from specpar.backends import weights
+from specpar.backends.weights import ChunkedGGUF
+from specpar.core.errors import ConfigError
 
 
 def _fake_packages(root, name: str, parts: list[bytes]) -> None:

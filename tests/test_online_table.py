@@ -8,11 +8,11 @@ import json
 
 import pytest
 
-from specpar.cli import main
-from specpar.errors import ConfigError
+from specpar.backends import LatencyProfile
+from specpar.core.errors import ConfigError
+from specpar.entrypoints.cli import main
 from specpar.experiments.online import feasible_lookaheads, run_online
 from specpar.experiments.pair_profile import PairProfile, default_profile_path, load_default_profile
-from specpar.models import LatencyProfile
 
 
 def pair(t=2.0, d=0.3, a=0.8, ttft=None):
@@ -37,7 +37,7 @@ def test_profile_json_round_trip_and_accepted_variants(tmp_path):
 
 
 def test_reads_the_file_specpar_profile_writes(tmp_path):
-    from specpar import profiling
+    from specpar.experiments import profiling
 
     prof = {
         "format": profiling.FORMAT,

@@ -10,7 +10,7 @@ from specpar import ConfigError, generate
 
 
 def test_importing_specpar_and_its_runtimes_does_not_import_ray():
-    code = "import sys, specpar, specpar.runtimes, specpar.cli; assert 'ray' not in sys.modules, 'ray imported'"
+    code = "import sys, specpar, specpar.runtimes, specpar.entrypoints.cli; assert 'ray' not in sys.modules, 'ray imported'"
     subprocess.run([sys.executable, "-c", code], check=True)
 
 

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from specpar import LatencyProfile, SimulatedModel, generate
-from specpar.cli import main
+from specpar.entrypoints.cli import main
 from specpar.experiments.lookahead_choice import choose_lookahead
 from specpar.planning import min_lookahead, sp_degree_needed
 
@@ -144,7 +144,7 @@ def test_lookahead_auto_without_a_valid_lookahead_tries_them_all():
 
 def test_generate_takes_lookahead_auto_for_simulated_models_and_refuses_it_without_an_acceptance_rate():
     from specpar import ConfigError
-    from specpar.models import SimulatedModel as Model
+    from specpar.backends import SimulatedModel as Model
 
     target = Model(8, seed=2, latency=LatencyProfile(20.0, 20.0, 2.0))
     drafter = target.drafter(0.9, LatencyProfile.uniform(2.0), seed=3)

@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from specpar import prompts
-from specpar.errors import ConfigError
-from specpar.serving import overhead
+from specpar.core.errors import ConfigError
+from specpar.entrypoints.serving import overhead
+from specpar.experiments import prompts
 
 
 def test_jsonl_lines_may_be_strings_prompt_objects_or_chats(tmp_path):

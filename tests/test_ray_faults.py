@@ -13,13 +13,13 @@ import pytest
 
 from conftest import RAY_OPTIONS
 from specpar import LatencyProfile, ServerError, SimulatedModel, generate
-from specpar.algorithms import dsi
-from specpar.calls import Score, as_context
-from specpar.decoding import GREEDY
-from specpar.models.simulated import SimulatedServer
+from specpar.backends.simulated import SimulatedServer
+from specpar.core.calls import Score, as_context
+from specpar.core.decoding import GREEDY
 from specpar.runtimes import Pool
 from specpar.runtimes.ray_actors import ServerHost, release_kept
 from specpar.runtimes.ray_runtime import RayRuntime
+from specpar.spec import dsi
 
 pytestmark = [pytest.mark.usefixtures("ray_local"), pytest.mark.timeout(60)]
 
@@ -192,7 +192,7 @@ def test_a_generation_leaves_no_actor_behind():
 
 CTRL_C = """
 import os, sys, threading, time
-from specpar.cli import main
+from specpar.entrypoints.cli import main
 
 def report():
     import ray

@@ -2,8 +2,8 @@
 actor rebuilds every call's context exactly, and its server answers as the same server would locally."""
 
 from specpar import LatencyProfile, SimulatedModel
-from specpar.calls import Context, Draft, Score
-from specpar.decoding import GREEDY
+from specpar.core.calls import Context, Draft, Score
+from specpar.core.decoding import GREEDY
 from specpar.runtimes.ray_actors import RemoteServer, ServerHost
 
 

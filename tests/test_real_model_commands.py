@@ -7,8 +7,8 @@ import json
 import pytest
 
 from cli_check import assert_one_line_error
-from specpar import cli
-from specpar.models.transformers_model import TransformersModel
+from specpar.backends.transformers_model import TransformersModel
+from specpar.entrypoints import cli
 from tiny_transformers import reference_greedy, save_tiny_pair
 
 PROMPT = "w1 w7 w3 w9 w2"

@@ -7,8 +7,8 @@ import pytest
 
 from conftest import make_pair, specpar_threads
 from specpar import LatencyProfile, ServerError, SimulatedModel, generate
-from specpar.calls import Score
-from specpar.decoding import Decoding
+from specpar.core.calls import Score
+from specpar.core.decoding import Decoding
 from specpar.runtimes import Pool, ThreadRuntime, VirtualRuntime
 
 DEC = Decoding()

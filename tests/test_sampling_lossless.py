@@ -9,7 +9,7 @@ from collections import Counter
 
 import pytest
 
-import specpar.verification as verification
+import specpar.spec.verification as verification
 from specpar import LatencyProfile, SimulatedModel, generate
 from stats import chi_square_p_value
 

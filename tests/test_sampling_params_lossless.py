@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 import torch
 
-import specpar.logits_processors as lp
-import specpar.models.simulated as simulated
+import specpar.backends.simulated as simulated
+import specpar.core.logits_processors as lp
 from specpar import Engine, LatencyProfile, SamplingParams, SimulatedModel
 from stats import chi_square_p_value
 from tiny_transformers import tiny_pair

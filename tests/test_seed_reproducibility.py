@@ -16,11 +16,11 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 
-import specpar.algorithms.generation as generation
-import specpar.verification as verification
+import specpar.spec.generation as generation
+import specpar.spec.verification as verification
 from specpar import ConfigError, LatencyProfile, SimulatedModel, generate
-from specpar.decoding import Decoding, gumbel_sample
-from specpar.models.stack import SimulatedStack
+from specpar.backends.stack import SimulatedStack
+from specpar.core.decoding import Decoding, gumbel_sample
 from stats import chi_square_p_value
 
 # the audit's tight latencies: target TTFT 6 ms / TPOT 2 ms, drafters 0.2 ms (and 0.5 ms for HSD's middle level)

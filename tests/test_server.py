@@ -21,7 +21,7 @@ uvicorn = pytest.importorskip("uvicorn")
 openai = pytest.importorskip("openai")
 
 from specpar import Engine, LatencyProfile, SamplingParams, SimulatedModel  # noqa: E402
-from specpar.server.app import create_app  # noqa: E402
+from specpar.entrypoints.server.app import create_app  # noqa: E402
 
 KEY = "sk-test"
 TASK_MS = 2.0  # the simulated target's forward pass
@@ -123,7 +123,7 @@ def test_chat_streamed_or_not_equal_engine_generate(sim):
 def test_text_and_chat_template_of_a_tokenizer():
     """A target with a tokenizer: text in, text out (the engine's result text), chat through its template."""
     pytest.importorskip("torch")
-    from specpar.models.transformers_model import TransformersModel
+    from specpar.backends.transformers_model import TransformersModel
     from tiny_transformers import perturbed, tiny_module, tiny_tokenizer
 
     tok = tiny_tokenizer(48)
@@ -342,7 +342,7 @@ def test_metrics_parse_and_count_the_requests_sent():
 def test_sigterm_finishes_the_stream_in_flight_then_exits():
     port = free_port()
     env = dict(os.environ, SPECPAR_API_KEY=KEY)
-    cmd = [sys.executable, "-m", "specpar.cli", "serve", "--simulated", "--port", str(port), "--target-ms", "2", "-v"]
+    cmd = [sys.executable, "-m", "specpar", "serve", "--simulated", "--port", str(port), "--target-ms", "2", "-v"]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert "specpar serve" in proc.stdout.readline()
@@ -396,7 +396,7 @@ def test_requests_are_served_first_come_first_served(sim):
 
 
 def test_unknown_route_and_cli_errors_are_one_line(capsys):
-    from specpar.cli import main
+    from specpar.entrypoints.cli import main
 
     with simulated_engine() as engine, running(create_app(engine, "sim")) as url:
         got, data = post(url, "/v1/embeddings", {"input": "x"})

@@ -9,8 +9,8 @@ import pytest
 
 from conftest import make_pair
 from specpar import ConfigError, LatencyProfile, SimulatedModel
-from specpar.calls import Draft, Score
-from specpar.decoding import Decoding
+from specpar.core.calls import Draft, Score
+from specpar.core.decoding import Decoding
 
 
 def test_distribution_is_a_deterministic_function_of_seed_and_prefix():
@@ -43,7 +43,7 @@ def test_distributions_do_not_depend_on_the_interpreters_hash_seed():
 
 @pytest.mark.parametrize("a", [0.0, 0.3, 0.8, 1.0])
 def test_the_drafters_written_out_greedy_run_equals_its_argmax_chain(a):
-    from specpar.models.simulated import SimulatedLM
+    from specpar.backends.simulated import SimulatedLM
 
     drafter = SimulatedModel(7, seed=11).drafter(a, seed=4)
     for prefix in ([0], [3, 1], [6, 6, 2, 5]):

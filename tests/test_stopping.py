@@ -4,8 +4,8 @@ import pytest
 from transformers import GenerationConfig
 
 from specpar import Engine, LatencyProfile, SamplingParams, SimulatedModel
-from specpar.models.transformers_model import TransformersModel
-from specpar.stopping import end_of_text_ids
+from specpar.backends.transformers_model import TransformersModel
+from specpar.core.stopping import end_of_text_ids
 from tiny_transformers import tiny_module, tiny_tokenizer
 
 

@@ -15,12 +15,12 @@ import pytest
 import torch
 
 from specpar import generate
-from specpar.calls import Draft, Score
-from specpar.decoding import Decoding
-from specpar.errors import ConfigError
-from specpar.models.latency import LatencyProfile
-from specpar.models.prefix import common_prefix_len
-from specpar.models.transformers_model import TransformersModel, check_fits, check_same_tokenizer
+from specpar.backends.transformers_model import TransformersModel, check_fits, check_same_tokenizer
+from specpar.core.calls import Draft, Score
+from specpar.core.decoding import Decoding
+from specpar.core.errors import ConfigError
+from specpar.core.latency import LatencyProfile
+from specpar.core.prefix import common_prefix_len
 from stats import chi_square_p_value
 from tiny_transformers import reference_greedy, tiny_module, tiny_pair
 

@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 
 from specpar import generate
-from specpar.calls import Draft, DraftTree, Score, ScoreTree
-from specpar.decoding import GREEDY, Decoding
-from specpar.errors import ConfigError
-from specpar.models.latency import LatencyProfile
-from specpar.trees import TokenTree, merge
+from specpar.core.calls import Draft, DraftTree, Score, ScoreTree
+from specpar.core.decoding import GREEDY, Decoding
+from specpar.core.errors import ConfigError
+from specpar.core.latency import LatencyProfile
+from specpar.core.trees import TokenTree, merge
 from tiny_transformers import reference_greedy, tiny_pair
 
 PROMPT = (3, 5, 7, 9, 11)

@@ -15,10 +15,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from specpar import LatencyProfile, SimulatedModel, generate
-from specpar.decoding import GREEDY, Decoding
-from specpar.errors import ConfigError
-from specpar.trees import BestFirst, TokenTree, check_tree, merge, parse_tree, tree_size
-from specpar.verification import verify_chain, verify_tree
+from specpar.core.decoding import GREEDY, Decoding
+from specpar.core.errors import ConfigError
+from specpar.core.trees import BestFirst, TokenTree, check_tree, merge, parse_tree, tree_size
+from specpar.spec.verification import verify_chain, verify_tree
 from stats import chi_square_p_value
 
 # -- the tree type -----------------------------------------------------------------------------------------
@@ -71,7 +71,7 @@ def test_greedy_expansion_ranks_candidates_and_its_first_path_is_the_drafters_ch
     target = SimulatedModel(8, seed=1)
     drafter = target.drafter(0.5, seed=3)
     server = drafter.server()
-    from specpar.calls import Draft, DraftTree
+    from specpar.core.calls import Draft, DraftTree
 
     tree = server.compute(DraftTree((1, 2), (3, 2, 2), GREEDY))
     assert len(tree) == tree_size((3, 2, 2)) and tree.depth == 3
@@ -84,7 +84,7 @@ def test_greedy_expansion_ranks_candidates_and_its_first_path_is_the_drafters_ch
 
 def test_sampled_expansion_draws_without_replacement_and_stores_the_row_each_draw_came_from():
     target = SimulatedModel(6, seed=1)
-    from specpar.calls import DraftTree
+    from specpar.core.calls import DraftTree
 
     tree = target.drafter(0.3, seed=2).server().compute(DraftTree((4,), (3,), Decoding(1.0, 5)))
     (c0, q0), (c1, q1), (c2, q2) = tree.draws[-1]
@@ -96,7 +96,7 @@ def test_sampled_expansion_draws_without_replacement_and_stores_the_row_each_dra
 
 
 def test_a_tree_is_priced_as_a_chain_of_the_same_node_count():
-    from specpar.calls import Draft, DraftTree, Score, ScoreTree
+    from specpar.core.calls import Draft, DraftTree, Score, ScoreTree
 
     target = SimulatedModel(8, seed=1, latency=LatencyProfile(5.0, 1.0, 0.25))
     tree = merge([TokenTree.chain([1, 2, 3]), TokenTree.chain([4, 5]), TokenTree.chain([1, 6])])  # 6 nodes

@@ -4,7 +4,7 @@ import pytest
 
 from conftest import make_pair
 from specpar import ConfigError, LatencyProfile, SimulatedModel, SpecparWarning, generate
-from specpar.cli import main
+from specpar.entrypoints.cli import main
 
 
 @pytest.fixture

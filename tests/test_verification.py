@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from specpar.decoding import Decoding, sample, uniform
-from specpar.verification import bonus, judge, residual, verify_chain
+from specpar.core.decoding import Decoding, sample, uniform
+from specpar.spec.verification import bonus, judge, residual, verify_chain
 
 GREEDY = Decoding()
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
-from specpar.models.transformers_model import TransformersModel
+from specpar.backends.transformers_model import TransformersModel
 
 # Tiny models run fastest on one thread; with more, OpenMP's spinning workers cost 20x on a busy 2-core machine.
 torch.set_num_threads(1)

@@ -1,13 +1,13 @@
 """specpar: lossless speculative inference (non-SI, SI, DSI), one algorithm, many clocks."""
 
-from specpar.api import generate
-from specpar.decoding import Decoding
-from specpar.engine import Engine
-from specpar.errors import ConfigError, ServerError, SpecparError, SpecparWarning
-from specpar.models import LatencyProfile, SimulatedDrafter, SimulatedModel
-from specpar.params import SamplingParams
+from specpar.backends import LatencyProfile, SimulatedDrafter, SimulatedModel
+from specpar.core.decoding import Decoding
+from specpar.core.errors import ConfigError, ServerError, SpecparError, SpecparWarning
+from specpar.core.params import SamplingParams
+from specpar.core.results import GenerationResult
+from specpar.entrypoints.api import generate
+from specpar.entrypoints.engine import Engine
 from specpar.planning import min_lookahead, sp_degree_needed
-from specpar.results import GenerationResult
 
 __version__ = "0.1.0"
 

@@ -1,5 +1,5 @@
-"""``python -m specpar``: the command line (see specpar.cli)."""
+"""``python -m specpar``: the command line (see specpar.entrypoints.cli)."""
 
-from specpar.cli import entry
+from specpar.entrypoints.cli import entry
 
 entry()

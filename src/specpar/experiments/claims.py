@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from specpar.errors import ConfigError
+from specpar.core.errors import ConfigError
 from specpar.experiments.fastpath import acceptance_uniforms, dsi_latency, next_rejection, si_counts, si_time
 from specpar.experiments.heatmap import Heatmap, compute_heatmap, dsi_at_si_lookahead, theorem2_servers
 from specpar.experiments.online import TABLE2_LOOKAHEADS
@@ -133,9 +133,9 @@ def measure_sp_vs_mp(
 ) -> dict:
     """§3.1's example on the event-driven simulator: the share of DSI's verification windows that end in a
     rejection (the target forwards that add latency), and DSI's speedup over non-SI."""
-    from specpar.api import generate
+    from specpar.backends import LatencyProfile, SimulatedModel
+    from specpar.entrypoints.api import generate
     from specpar.experiments.loop import run_arms, speedup
-    from specpar.models import LatencyProfile, SimulatedModel
 
     def dsi(_, seed):
         target = SimulatedModel(16, seed=seed, latency=LatencyProfile.uniform(1.0))

@@ -10,12 +10,12 @@ below reads them through ``nz[i]`` = the first position >= i whose draft is
 wrong (``n`` if none). Times are pathwise those of :func:`specpar.generate` on
 the :class:`~specpar.runtimes.VirtualRuntime` (tests check this run by run).
 
-SI (specpar.algorithms.si): a round at cursor p drafts kk = min(k, n-1-p)
+SI (specpar.spec.si): a round at cursor p drafts kk = min(k, n-1-p)
 tokens (never the last), costs kk*t1 + T and yields min(nz[p]-p, kk) + 1 tokens.
 Time is linear in t1, so one pass gives every drafter latency:
 ``time = drafted * t1 + rounds * T``.
 
-DSI (specpar.algorithms.dsi), written as a recurrence over drafter chunks.
+DSI (specpar.spec.dsi), written as a recurrence over drafter chunks.
 State at the start of a chunk: cursor position p, time s the drafter starts
 drafting from p, and time r at which the target's row for p is ready (a target
 task on p, or the extra row of the previous chunk's verification).

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from specpar.errors import ConfigError
+from specpar.core.errors import ConfigError
 from specpar.experiments.fastpath import acceptance_uniforms, dsi_latency, next_rejection, si_counts, si_time
 from specpar.planning import min_lookahead, sp_degree_needed
 
@@ -256,8 +256,8 @@ def event_cell(
 ) -> dict[str, float]:
     """One cell by the event-driven simulator (specpar.generate on the virtual clock): mean latencies in target
     passes over ``repeats`` simulated model pairs (seeds ``seed`` .. ``seed + repeats - 1``)."""
-    from specpar.api import generate
-    from specpar.models import LatencyProfile, SimulatedModel
+    from specpar.backends import LatencyProfile, SimulatedModel
+    from specpar.entrypoints.api import generate
 
     times = {"nonsi": [], "si": [], "dsi": []}
     for r in range(seed, seed + repeats):

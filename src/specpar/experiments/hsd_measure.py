@@ -13,8 +13,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from specpar.api import generate
-from specpar.errors import ConfigError
+from specpar.core.errors import ConfigError
+from specpar.entrypoints.api import generate
 
 
 def measure_alpha(

@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from specpar.errors import ConfigError
+from specpar.core.errors import ConfigError
+from specpar.core.latency import LatencyProfile
 from specpar.experiments.fastpath import acceptance_uniforms, dsi_latency, next_rejection, si_counts, si_time
-from specpar.models.latency import LatencyProfile
 from specpar.planning.lookahead import satisfies_eq1
 
 FAST_PATH_REPEATS = 200
@@ -163,8 +163,8 @@ def _fast_path(
 def _event(
     algorithm: str, target: LatencyProfile, drafter: LatencyProfile, a: float, sp: int, n: int, ks: list[int], seed: int
 ) -> dict[int, float]:
-    from specpar.api import generate  # the interfaces layer: imported here, where a simulation is run
-    from specpar.models.simulated import SimulatedModel
+    from specpar.backends.simulated import SimulatedModel
+    from specpar.entrypoints.api import generate  # the interfaces layer: imported here, where a simulation is run
 
     n = min(n, EVENT_MAX_N)
     pairs = []

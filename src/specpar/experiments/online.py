@@ -18,11 +18,11 @@ import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from specpar.api import generate
-from specpar.errors import ConfigError
+from specpar.backends import SimulatedModel
+from specpar.core.errors import ConfigError
+from specpar.entrypoints.api import generate
 from specpar.experiments.loop import Speedup, run_arms, speedup
 from specpar.experiments.pair_profile import PairProfile
-from specpar.models import SimulatedModel
 from specpar.planning.lookahead import verification_servers
 
 TABLE2_LOOKAHEADS = (1, 5, 10)

@@ -3,7 +3,7 @@
 Two JSON forms are read:
 
 * the file ``specpar profile`` writes (``"format": "specpar-profile/1"``; read
-  through :func:`specpar.profiling.parse`, the App. F.2 geometric acceptance
+  through :func:`specpar.experiments.profiling.parse`, the App. F.2 geometric acceptance
   estimate by default), names taken from its ``target``/``drafter`` objects;
 * a hand-written one::
 
@@ -28,11 +28,11 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from specpar import profiling
-from specpar.errors import ConfigError
-from specpar.json_output import dumps
-from specpar.models.latency import LatencyProfile
-from specpar.paths import read_text
+from specpar.core.errors import ConfigError
+from specpar.core.json_output import dumps
+from specpar.core.latency import LatencyProfile
+from specpar.core.paths import read_text
+from specpar.experiments import profiling
 
 
 @dataclass(frozen=True)
@@ -138,7 +138,7 @@ class PairProfile:
 
 def default_profile_path() -> Path:
     """Where the default model pair's profile measured on this machine is kept (in specpar's cache)."""
-    from specpar.models.weights import cache_dir
+    from specpar.backends.weights import cache_dir
 
     return cache_dir() / "profiles" / "default-pair.json"
 

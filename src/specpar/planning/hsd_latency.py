@@ -4,7 +4,7 @@ Notation: a hierarchy sigma = (s_0 < s_1 < ... < s_n = K) of models with costs c
 (time of one forward pass, any unit) and buffer sizes T_0 .. T_{n-1}; alpha[i][j]
 (i < j) is the probability that model j accepts a token of model i,
 alpha = sum_x min(p(x), q(x)) = 1 - TV(p, q). Acceptances are iid per position and
-independent across levels (what specpar.models.stack realises exactly).
+independent across levels (what specpar.backends.stack realises exactly).
 
     L = sum_i c_{s_i} * prod_{j >= i} R_j                       (cost per output token)
 
@@ -27,7 +27,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from specpar.errors import ConfigError
+from specpar.core.errors import ConfigError
 
 
 def check_buffer(name: str, t) -> int:

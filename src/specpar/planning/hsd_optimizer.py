@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from specpar.errors import ConfigError
+from specpar.core.errors import ConfigError
 from specpar.planning.hsd_latency import (
     check_alpha,
     check_buffer,

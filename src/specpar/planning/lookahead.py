@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import math
 
-from specpar.errors import ConfigError
+from specpar.core.errors import ConfigError
 
 _EPS = 1e-9
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 import itertools
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any, Protocol
+
+from specpar.core.results import TaskRecord
 
 
 class Server(Protocol):
@@ -100,27 +101,6 @@ class Task:
 
     def __repr__(self) -> str:
         return f"Task({self.id}, {getattr(self.call, 'kind', '?')} on {self.pool.name})"
-
-
-@dataclass(frozen=True, slots=True)
-class TaskRecord:
-    """One bar of a timeline: which server ran what, from when to when (ms), and whether it was cancelled
-    (a cancelled call ends when its server stopped working on it, on real runtimes).
-
-    tokens: the call's context length (drafts included; a tree's nodes beyond it in ``drafts``).
-    drafts: drafts scored (verify) or drafted (draft).
-    cached: leading tokens of the context the server held when the call started (what it did not compute
-        again), on the real runtimes (threads, Ray); None on the virtual clock, which prices calls by it instead.
-    """
-
-    server: str
-    kind: str
-    start_ms: float
-    end_ms: float
-    cancelled: bool
-    tokens: int = 0
-    drafts: int = 0
-    cached: int | None = None
 
 
 class Runtime(ABC):

@@ -1,6 +1,6 @@
 """A server in its own process: the Ray actor that hosts it, and the driver's handle on that actor.
 
-Only unseen tokens travel. A call's :class:`~specpar.calls.Context` is the generation's verified tokens (a
+Only unseen tokens travel. A call's :class:`~specpar.core.calls.Context` is the generation's verified tokens (a
 list that only grows) plus the drafts; the driver remembers how many verified tokens each actor holds and
 sends only the ones after them, with the drafts (at most k tokens). The actor keeps its own copy of the
 verified tokens, so its server sees Contexts that share one growing base, as on threads, and keeps its KV
@@ -25,9 +25,9 @@ import threading
 import time
 import weakref
 
-from specpar.calls import Context
-from specpar.errors import ConfigError
-from specpar.models.prefix import common_prefix_len
+from specpar.core.calls import Context
+from specpar.core.errors import ConfigError
+from specpar.core.prefix import common_prefix_len
 
 CONTROL = "control"  # the concurrency group of cancel() and stats(): never queued behind a call
 

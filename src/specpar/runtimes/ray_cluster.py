@@ -26,7 +26,7 @@ import os
 import socket
 from collections.abc import Sequence
 
-from specpar.errors import ConfigError
+from specpar.core.errors import ConfigError
 
 log = logging.getLogger(__name__)
 

@@ -34,7 +34,7 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from specpar.errors import ConfigError, ServerError
+from specpar.core.errors import ConfigError, ServerError
 from specpar.runtimes import ray_actors
 from specpar.runtimes.base import Pool, Runtime, Task
 from specpar.runtimes.ray_cluster import connect, import_ray

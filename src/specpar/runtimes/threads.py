@@ -27,7 +27,7 @@ import weakref
 from collections import deque
 from collections.abc import Sequence
 
-from specpar.errors import ConfigError, ServerError
+from specpar.core.errors import ConfigError, ServerError
 from specpar.runtimes.base import Pool, Runtime, Task
 
 log = logging.getLogger(__name__)

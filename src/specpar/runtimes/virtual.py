@@ -18,7 +18,7 @@ import threading
 from collections import deque
 from collections.abc import Mapping, Sequence
 
-from specpar.errors import ConfigError, ServerError
+from specpar.core.errors import ConfigError, ServerError
 from specpar.runtimes.base import Pool, Runtime, Task
 
 CANCEL_MODES = ("now", "end")

@@ -1,0 +1,511 @@
+"""Simulated language models: deterministic next-token distributions over a small vocabulary.
+
+A :class:`SimulatedModel` plays the target. Its distribution at a position is a
+deterministic function of (seed, prefix): the prefix is folded into a 64-bit
+rolling hash ``h`` (one step per token: :func:`extend`), and everything at that
+position derives from ``h``:
+
+* the mode ``m(h)`` (the greedy token);
+* ``p(h)``: softmax over the vocabulary, the mode strongest, with one token
+  ``z(h) != m(h)`` given probability 0 (so that a drafter can disagree completely).
+
+A :class:`SimulatedDrafter` is derived from a target with an acceptance rate ``a``:
+
+* greedy: its argmax equals the target's mode with probability ``a``,
+  independently per position (a hash of (drafter seed, h) decides);
+* sampling: ``q = a * p + (1 - a) * onehot(z)``, so the acceptance probability
+  ``sum_x min(p(x), q(x)) = 1 - TV(p, q)`` equals ``a`` exactly.
+
+These are two separately specified behaviours (the drafter's greedy token is not
+argmax q); each gives iid acceptance with rate ``a``.
+
+A :class:`SimulatedServer` is one instance of a model with its own cache (the
+hashes of the prefix it saw last, reused up to the longest common prefix like a
+KV cache) and a latency profile. Under the virtual clock it reports durations;
+under threads it sleeps for them.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import math
+import threading
+from collections.abc import Sequence
+
+import numpy as np
+
+from specpar.core.calls import Context, Draft, DraftTree, Proposal, Score, Scores, ScoreTree, as_context
+from specpar.core.decoding import Decoding, mix64
+from specpar.core.errors import ConfigError
+from specpar.core.latency import LatencyProfile
+from specpar.core.logits_processors import rows
+from specpar.core.prefix import common_prefix_len, shared_base_lcp
+from specpar.core.trees import BestFirst, TokenTree, expand, grow_best_first
+
+_MASK = (1 << 64) - 1
+_GOLD = 0x9E3779B97F4A7C15
+_Z_SALT = 0x5A5A5A5A12345678
+_LOGIT_SALT = 0x3C6EF372FE94F82B
+_AGREE_SALT = 0xA4093822299F31D0
+_WRONG_SALT = 0x082EFA98EC4E6C89
+_TWO64 = 18446744073709551616.0
+
+
+def extend(h: int, token: int) -> int:
+    """Hash of (prefix + token) from the hash ``h`` of prefix.
+
+    CPython's tuple hash (xxHash-based, in C): deterministic for ints on 64-bit builds,
+    whatever PYTHONHASHSEED says, and 7x faster than a splitmix64 step written in Python.
+    This is the simulator's innermost operation (one per token a server reads).
+    """
+    return hash((h, token))
+
+
+def unit(h: int, salt: int) -> int:
+    """A well-mixed 64-bit unsigned value derived from hash ``h`` and ``salt`` (divide by 2**64 for a uniform)."""
+    return hash((h, salt)) & _MASK
+
+
+def peaked_logits(h: int, vocab_size: int, spread: float, mode: int, zeros) -> np.ndarray:
+    """[V] logits at prefix hash h: ``mode`` gets ``spread``, the others uniform in [0, spread) from h, and the
+    tokens ``zeros`` (an id or a list of ids) -inf (probability 0)."""
+    logits = np.array([mix64((h ^ ((j + 1) * _LOGIT_SALT)) & _MASK) / _TWO64 for j in range(vocab_size)]) * spread
+    logits[mode] = spread
+    logits[zeros] = -math.inf
+    return logits
+
+
+def peaked_probs(h: int, vocab_size: int, spread: float, mode: int, zeros, temperature: float) -> np.ndarray:
+    """[V] softmax(peaked_logits / T) at prefix hash h."""
+    z = peaked_logits(h, vocab_size, spread, mode, zeros) / temperature
+    e = np.exp(z - z.max())
+    return e / e.sum()
+
+
+class SimulatedLM:
+    """What the simulated target and drafters share: the prefix hash and the server interface."""
+
+    vocab_size: int
+    latency: LatencyProfile
+    h0: int
+
+    extend = staticmethod(extend)
+
+    def prefix_hash(self, tokens) -> int:
+        h = self.h0
+        for t in tokens:
+            h = self.extend(h, t)
+        return h
+
+    def argmax(self, h: int) -> int:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def probs(self, h: int, temperature: float) -> np.ndarray:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def argmaxes(self, hashes: Sequence[int]) -> list[int]:
+        """argmax at each of the prefixes ``hashes`` (a greedy verification's rows)."""
+        return [self.argmax(h) for h in hashes]
+
+    def greedy_run(self, h: int, k: int, hashes: list[int]) -> list[int]:
+        """The k greedy tokens after the prefix with hash h; appends each longer prefix's hash to ``hashes``."""
+        tokens = []
+        for _ in range(k):
+            tok = self.argmax(h)
+            tokens.append(tok)
+            h = extend(h, tok)
+            hashes.append(h)
+        return tokens
+
+    def processed_rows(self, hashes, context, start: int, decoding: Decoding):
+        """Rows for the prefixes with hashes ``hashes`` (positions start, start + 1, ...; prefixes
+        context[:start + i]) through the request's logits processors (:func:`specpar.core.logits_processors.rows`)."""
+        logits = getattr(self, "logits", None)
+        if logits is None:
+            raise ConfigError(
+                f"{type(self).__name__} has no logits, so top_k, top_p, min_p and repetition_penalty cannot "
+                "reshape its rows: use SimulatedModel targets (and their drafters) or transformers models"
+            )
+        return rows(np.stack([logits(h) for h in hashes]), context, start, decoding)
+
+    def draft_token(self, h: int, position: int, decoding: Decoding):
+        """One drafted token at ``position`` and the row it was drawn from (None when greedy)."""
+        if decoding.greedy:
+            return self.argmax(h), None
+        row = self.probs(h, decoding.temperature)
+        return decoding.draft(row, position), row
+
+    def ranked(self, h: int, k: int) -> list[int]:
+        """The drafter's k best candidates at prefix hash h, best first (greedy token trees): the argmax, then
+        the other tokens by decreasing probability."""
+        first = self.argmax(h)
+        rest = [int(t) for t in np.argsort(-self.probs(h, 1.0), kind="stable") if t != first]
+        return [first, *rest][:k]
+
+    def candidates(self, h: int, k: int, decoding: Decoding) -> tuple[list[int], list[float]]:
+        """Best-first token trees: the drafter's k best tokens at prefix hash h and its probability of each (greedy:
+        :meth:`ranked` with the probabilities at temperature 1; sampling: the top of the row at the temperature)."""
+        if decoding.greedy:
+            tokens = self.ranked(h, k)
+            row = self.probs(h, 1.0)
+        else:
+            row = self.probs(h, decoding.temperature)
+            tokens = [int(t) for t in np.argsort(-row, kind="stable")[:k]]
+        return tokens, [float(row[t]) for t in tokens]
+
+    def server(self, name: str | None = None) -> SimulatedServer:
+        """A new instance of this model with an empty cache."""
+        return SimulatedServer(self, name)
+
+    # Reference decoding, straight from the definition (no servers, no runtime): for tests.
+    def greedy_tokens(self, prompt, n: int) -> list[int]:
+        h, out = self.prefix_hash(prompt), []
+        for _ in range(n):
+            t = self.argmax(h)
+            out.append(t)
+            h = self.extend(h, t)
+        return out
+
+    def sequence_probability(self, prompt, tokens, temperature: float = 1.0) -> float:
+        """Probability that sampling at ``temperature`` yields ``tokens`` after ``prompt``."""
+        h, prob = self.prefix_hash(prompt), 1.0
+        for t in tokens:
+            prob *= float(self.probs(h, temperature)[t])
+            h = self.extend(h, t)
+        return prob
+
+
+class SimulatedModel(SimulatedLM):
+    """A simulated target language model.
+
+    vocab_size: number of tokens V (>= 2).
+    seed: selects the model (its distributions).
+    latency: forward-pass latency profile.
+    spread: logit range; larger makes p more peaked (the mode's logit is ``spread``,
+        the others uniform in [0, spread)).
+    """
+
+    def __init__(self, vocab_size: int = 8, seed: int = 0, latency: LatencyProfile | None = None, spread: float = 3.0):
+        if not isinstance(vocab_size, int) or vocab_size < 2:
+            raise ConfigError(f"vocab_size must be an integer >= 2, got {vocab_size!r}")
+        self.vocab_size = vocab_size
+        self.seed = seed
+        self.latency = latency if latency is not None else LatencyProfile.uniform(1.0)
+        self.spread = float(spread)
+        self.h0 = mix64((seed * _GOLD + 0x1234567) & _MASK)
+
+    def argmax(self, h: int) -> int:
+        return (h >> 8) % self.vocab_size
+
+    def argmaxes(self, hashes: Sequence[int]) -> list[int]:
+        v = self.vocab_size  # argmax inlined: every greedy verification on the virtual clock comes here
+        return [(h >> 8) % v for h in hashes]
+
+    def excluded(self, h: int) -> int:
+        """The token z(h) with p = 0 at this position (never the mode)."""
+        v = self.vocab_size
+        return (self.argmax(h) + 1 + mix64(h ^ _Z_SALT) % (v - 1)) % v
+
+    def probs(self, h: int, temperature: float = 1.0) -> np.ndarray:
+        return peaked_probs(h, self.vocab_size, self.spread, self.argmax(h), self.excluded(h), temperature)
+
+    def logits(self, h: int) -> np.ndarray:
+        """[V] raw logits at the prefix with hash h (probs is their softmax at a temperature)."""
+        return peaked_logits(h, self.vocab_size, self.spread, self.argmax(h), self.excluded(h))
+
+    def drafter(
+        self,
+        acceptance_rate: float,
+        latency: LatencyProfile | None = None,
+        seed: int = 1,
+    ) -> SimulatedDrafter:
+        """A drafter for this target with iid acceptance rate ``a`` (see module docstring)."""
+        return SimulatedDrafter(self, acceptance_rate, latency, seed)
+
+
+class SimulatedDrafter(SimulatedLM):
+    """A drafter derived from a :class:`SimulatedModel` with acceptance rate ``a`` in [0, 1]."""
+
+    def __init__(
+        self, target: SimulatedModel, acceptance_rate: float, latency: LatencyProfile | None = None, seed: int = 1
+    ):
+        a = acceptance_rate
+        if not isinstance(a, (int, float)) or math.isnan(a) or not 0.0 <= a <= 1.0:
+            raise ConfigError(f"acceptance_rate must be in [0, 1], got {a!r}")
+        self.target = target
+        self.acceptance_rate = float(a)
+        self.vocab_size = target.vocab_size
+        self.latency = latency if latency is not None else target.latency.scaled(0.1)
+        self.seed = seed
+        self.h0 = target.h0  # the drafter reads the same prefix as the target
+        self._agree_salt = mix64((seed * _GOLD + _AGREE_SALT) & _MASK)
+        self._wrong_salt = mix64((seed * _GOLD + _WRONG_SALT) & _MASK)
+        self._agree_below = math.ceil(self.acceptance_rate * _TWO64)  # agree iff unit(h, agree salt) < this
+
+    def argmax(self, h: int) -> int:
+        return self.disagree(h, self.target.argmax(h))
+
+    def greedy_run(self, h: int, k: int, hashes: list[int]) -> list[int]:
+        """SimulatedLM.greedy_run with argmax, the target's mode and extend written out: a drafter spends most
+        of a virtual-clock run here (tests/test_simulated_models.py checks that both give the same tokens)."""
+        v, below, agree_salt, wrong_salt = self.vocab_size, self._agree_below, self._agree_salt, self._wrong_salt
+        tokens = []
+        for _ in range(k):
+            tok = (h >> 8) % v  # the target's mode (SimulatedModel.argmax)
+            if hash((h, agree_salt)) & _MASK >= below:
+                tok = (tok + 1 + (hash((h, wrong_salt)) & _MASK) % (v - 1)) % v
+            tokens.append(tok)
+            h = hash((h, tok))
+            hashes.append(h)
+        return tokens
+
+    def ranked(self, h: int, k: int) -> list[int]:
+        """Greedy token trees: candidate 0 is :meth:`argmax`; each later candidate is the target's mode with
+        probability a (a fresh hash per rank) unless already listed, else a wrong token not yet listed. So every
+        candidate hits with rate a, independently, and k candidates hold the mode with probability 1 - (1 - a)^k."""
+        out, m, v = [self.argmax(h)], self.target.argmax(h), self.vocab_size
+        for r in range(1, min(k, v)):
+            if m not in out and unit(h, self._agree_salt ^ (r * _GOLD)) < self._agree_below:
+                out.append(m)
+                continue
+            wrong = [t for t in range(v) if t not in out and t != m] or [m]
+            out.append(wrong[unit(h, self._wrong_salt ^ (r * _GOLD)) % len(wrong)])
+        return out
+
+    def candidates(self, h: int, k: int, decoding: Decoding) -> tuple[list[int], list[float]]:
+        """Greedy: :meth:`ranked` with probability a (1 - a)^r for candidate r, the chance that it is the target's
+        token (candidates hit independently at rate a). That is all this drafter knows: its greedy hits carry no
+        per-position confidence, so best-first trees are the same shape at every position here (a real drafter's
+        probabilities vary). Sampling: the top of q, as for any model."""
+        if not decoding.greedy:
+            return super().candidates(h, k, decoding)
+        a = self.acceptance_rate
+        tokens = self.ranked(h, k)
+        return tokens, [a * (1.0 - a) ** r for r in range(len(tokens))]
+
+    def probs(self, h: int, temperature: float = 1.0) -> np.ndarray:
+        q = self.acceptance_rate * self.target.probs(h, temperature)
+        q[self.target.excluded(h)] += 1.0 - self.acceptance_rate
+        return q
+
+    def disagree(self, h: int, mode: int) -> int:
+        """The greedy drafter's token at h given the target's greedy token ``mode`` there."""
+        if unit(h, self._agree_salt) < self._agree_below:
+            return mode
+        return (mode + 1 + unit(h, self._wrong_salt) % (self.vocab_size - 1)) % self.vocab_size
+
+    def processed_rows(self, hashes, context, start: int, decoding: Decoding):
+        """The module docstring's definition over the target's *processed* rows: greedy, the processed target's
+        argmax kept with probability a; sampling, q = a p + (1 - a) onehot(z) with p the processed target row
+        (processing keeps p(z) = 0, so the acceptance rate stays exactly a)."""
+        p = self.target.processed_rows(hashes, context, start, decoding)
+        if decoding.greedy:
+            return [self.disagree(h, m) for h, m in zip(hashes, p)]
+        q = self.acceptance_rate * p
+        for i, h in enumerate(hashes):
+            q[i, self.target.excluded(h)] += 1.0 - self.acceptance_rate
+        return q
+
+
+class GrownDraft:
+    """A best-first DraftTree as grown, for pricing (LatencyProfile.call_ms): a draft of ``k`` passes that fed
+    ``extra_tokens`` nodes beyond one per pass."""
+
+    __slots__ = ("context", "k", "extra_tokens")
+    kind = "draft"
+
+    def __init__(self, context, k: int, extra_tokens: int):
+        self.context, self.k, self.extra_tokens = context, k, extra_tokens
+
+
+_names = itertools.count()
+
+
+class SimulatedServer:
+    """One instance of a simulated model: a cache of prefix hashes and a latency profile.
+
+    Implements the runtime's server contract: ``duration_ms(call)`` (virtual clock),
+    ``compute(call)`` (the result, instantly) and ``run(call, cancelled)`` (threads:
+    sleep for the duration, interruptible by ``cancelled``, then compute).
+    A prefill (nothing cached) costs ttft; later passes tpot (see LatencyProfile).
+    """
+
+    def __init__(self, model: SimulatedLM, name: str | None = None):
+        self.model = model
+        self.latency = model.latency
+        self.name = name if name is not None else f"sim{next(_names)}"
+        self._tokens: tuple[int, ...] = ()
+        self._hashes: list[int] = [model.h0]  # _hashes[i] = hash of _tokens[:i]
+        self._lcp_of = (None, 0)  # (context, its common prefix with _tokens), reused by compute
+        # a token tree held after _tokens (the last call scored or expanded one): (tree, hash of each node)
+        self._tree: tuple[TokenTree, list[int]] | None = None
+
+    def _lcp(self, ctx: Context) -> int:
+        seen, lcp = self._lcp_of
+        if seen is not ctx:
+            held = self._tokens
+            # two Contexts of one generation (the usual case): only their drafts differ
+            if type(held) is Context and type(ctx) is Context and held.base is ctx.base:
+                lcp = shared_base_lcp(held, ctx)
+            else:
+                lcp = common_prefix_len(held, ctx)
+            if self._tree is not None and lcp == len(held):  # the cache also holds the tree's path ctx follows
+                lcp += len(self._tree[0].follow(ctx[lcp:]))
+            self._lcp_of = (ctx, lcp)
+        return lcp
+
+    cached_len = _lcp
+
+    def duration_ms(self, call) -> float:
+        lat = self.latency
+        if type(call) is DraftTree and isinstance(call.shape, BestFirst):  # priced as grown: its passes and nodes
+            _, fed, passes = self._grow(call, self._root_hash(call.context))
+            cached = self._lcp(call.context) if lat.cache_matters else 0
+            return lat.call_ms(GrownDraft(call.context, passes, len(fed) - (passes - 1)), cached)
+        return lat.call_ms(call, self._lcp(call.context) if lat.cache_matters else 0)
+
+    def _sync(self, ctx: Context) -> list[int]:
+        lcp = self._lcp(ctx)
+        hashes = self._hashes
+        if self._tree is not None:  # keep the hashes of the tree path ctx follows, drop the other branches
+            tree, node_hashes = self._tree
+            held = len(self._tokens)
+            del hashes[held + 1 :]
+            hashes.extend(node_hashes[n] for n in tree.follow(ctx[held:lcp]))
+            self._tree = None
+        del hashes[lcp + 1 :]
+        h = hashes[-1]
+        # the unseen tokens; usually only drafts, read straight from the Context's tail
+        new = ctx.tail[lcp - ctx.n :] if type(ctx) is Context and lcp >= ctx.n else ctx[lcp:]
+        for t in new:
+            h = hash((h, t))  # extend(h, t), inlined: the simulator's innermost loop
+            hashes.append(h)
+        self._tokens = ctx
+        self._lcp_of = (None, 0)
+        return hashes
+
+    def compute(self, call):
+        ctx = call.context
+        hashes = self._sync(ctx)
+        model, dec = self.model, call.decoding
+        if dec.reshapes:
+            return self._processed(call, hashes)
+        kind = type(call)
+        if kind is Score:
+            start = call.start
+            if dec.greedy:
+                return Scores(start, model.argmaxes(hashes[start:]))
+            return Scores(start, np.stack([model.probs(h, dec.temperature) for h in hashes[start:]]))
+        if kind is not Draft:  # token trees
+            if kind is ScoreTree:
+                return self._score_tree(call, hashes)
+            return self._draft_tree(call, hashes)
+        if dec.greedy:  # no rows
+            tokens, rows = model.greedy_run(hashes[-1], call.k, hashes), None
+        else:
+            h, tokens, rows, pos = hashes[-1], [], [], len(ctx)
+            for i in range(call.k):
+                tok, row = model.draft_token(h, pos + i, dec)
+                tokens.append(tok)
+                rows.append(row)
+                h = extend(h, tok)
+                hashes.append(h)
+            rows = np.stack(rows)
+        self._tokens = ctx + tuple(tokens)
+        return Proposal(tokens, rows)
+
+    def _processed(self, call, hashes: list[int]):
+        """compute() for a decoding with logits processors: every row from its own prefix (the drafts included)."""
+        ctx, dec, model = as_context(call.context), call.decoding, self.model
+        if type(call) is Score:
+            return Scores(call.start, model.processed_rows(hashes[call.start :], ctx, call.start, dec))
+        h, tokens, q, pos = hashes[-1], [], [], len(ctx)
+        for i in range(call.k):
+            row = model.processed_rows([h], ctx + tokens, pos + i, dec)[0]
+            tok = row if dec.greedy else dec.draft(row, pos + i)
+            tokens.append(tok)
+            q.append(row)
+            h = extend(h, tok)
+            hashes.append(h)
+        self._tokens = ctx + tokens
+        return Proposal(tokens, None if dec.greedy else np.stack(q))
+
+    def remote_spec(self):
+        """How a Ray actor builds this server: the model's few parameters travel, the cache starts empty."""
+        return functools.partial(SimulatedServer, self.model, self.name)
+
+    def _hold_tree(self, ctx, tree: TokenTree, root_hash: int) -> list[int]:
+        """Remember ``tree`` after ``ctx`` (as a KV cache holds its nodes); returns each node's hash."""
+        node_hashes: list[int] = []
+        for token, parent in zip(tree.tokens, tree.parents):
+            node_hashes.append(hash((node_hashes[parent] if parent >= 0 else root_hash, token)))
+        self._tokens, self._tree = ctx, (tree, node_hashes)
+        return node_hashes
+
+    def _score_tree(self, call: ScoreTree, hashes: list[int]) -> Scores:
+        """Rows at the root and after every node, from one (priced) pass."""
+        node_hashes = self._hold_tree(call.context, call.tree, hashes[-1])
+        model, dec, at = self.model, call.decoding, [hashes[-1], *node_hashes]
+        if dec.greedy:
+            return Scores(call.start, [model.argmax(h) for h in at])
+        return Scores(call.start, np.stack([model.probs(h, dec.temperature) for h in at]))
+
+    def _root_hash(self, ctx) -> int:
+        """The hash of ``ctx`` (what _sync would end on), without touching the cache."""
+        lcp, held = self._lcp(ctx), len(self._tokens)
+        if lcp <= held:
+            h = self._hashes[lcp]
+        else:  # ctx runs into the held tree
+            tree, node_hashes = self._tree
+            h = node_hashes[tree.follow(ctx[held:lcp])[-1]]
+        for t in ctx[lcp:]:
+            h = hash((h, t))
+        return h
+
+    def _grow(self, call: DraftTree, root: int):
+        """specpar.core.trees.grow_best_first on the prefix hashes: (tree, fed, passes)."""
+        model, dec = self.model, call.decoding
+        fed_hashes: list[int] = []
+
+        def ranked(fed: TokenTree, frontier: list[int], k: int) -> list:
+            for n in frontier:
+                if n >= 0:
+                    parent = fed.parents[n]
+                    fed_hashes.append(hash((fed_hashes[parent] if parent >= 0 else root, fed.tokens[n])))
+            return [model.candidates(fed_hashes[n] if n >= 0 else root, k, dec) for n in frontier]
+
+        return grow_best_first(call.shape, ranked, dec, model.vocab_size, call.source)
+
+    def _draft_tree(self, call: DraftTree, hashes: list[int]) -> TokenTree:
+        """SpecInfer's expansion (specpar.core.trees.expand) or best-first growth on the prefix hashes."""
+        model, dec, root = self.model, call.decoding, hashes[-1]
+        if isinstance(call.shape, BestFirst):
+            tree = self._grow(call, root)[0]
+            self._hold_tree(call.context, tree, root)
+            return tree
+        node_hashes: list[int] = []
+
+        def level_rows(tree: TokenTree, frontier: list[int]) -> list:
+            while len(node_hashes) < len(tree):  # hashes of the nodes the last level added
+                n = len(node_hashes)
+                parent = tree.parents[n]
+                node_hashes.append(hash((node_hashes[parent] if parent >= 0 else root, tree.tokens[n])))
+            at = [node_hashes[n] if n >= 0 else root for n in frontier]
+            k = call.shape[tree.depths[frontier[0]] if frontier[0] >= 0 else 0]
+            if dec.greedy:
+                return [model.ranked(h, k) for h in at]
+            return [model.probs(h, dec.temperature) for h in at]
+
+        tree = expand(call.shape, level_rows, dec, len(call.context), call.source)
+        self._hold_tree(call.context, tree, root)
+        return tree
+
+    def run(self, call, cancelled: threading.Event):
+        seconds = self.duration_ms(call) / 1000.0
+        if seconds > 0 and cancelled.wait(seconds):
+            return None
+        return self.compute(call)
+
+    def __repr__(self):
+        return f"SimulatedServer({self.name})"

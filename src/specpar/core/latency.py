@@ -1,0 +1,74 @@
+"""Latency profiles: how long a forward pass takes, in milliseconds."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from specpar.core.errors import ConfigError
+
+MAX_LATENCY_MS = 1e9
+"""The longest forward pass a profile may describe (about 12 days): beyond it, clock arithmetic overflows."""
+
+
+@dataclass(frozen=True, slots=True)
+class LatencyProfile:
+    """Forward-pass latency of one model on one device, in ms.
+
+    ttft_ms: time to first token: a forward pass on a cold cache (the prompt's prefill).
+    tpot_ms: time per output token: a forward pass over one new token with the rest cached.
+    per_token_ms: extra cost of each additional new token in the same forward pass
+        (verifying k drafts costs tpot_ms + per_token_ms * k). 0 models a memory-bound GPU.
+    """
+
+    ttft_ms: float
+    tpot_ms: float
+    per_token_ms: float = 0.0
+    # False when every pass costs the same whatever the server has cached (ttft = tpot, no per-token cost:
+    # the paper's time-unit model). A server then need not compare a call's context with its cache to time it.
+    cache_matters: bool = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self):
+        for name in ("ttft_ms", "tpot_ms", "per_token_ms"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= MAX_LATENCY_MS:
+                raise ConfigError(f"latency {name} must be a number of ms in [0, {MAX_LATENCY_MS:g}], got {v!r}")
+        object.__setattr__(self, "cache_matters", self.ttft_ms != self.tpot_ms or self.per_token_ms != 0)
+
+    @classmethod
+    def uniform(cls, ms: float) -> LatencyProfile:
+        """Every forward pass takes ``ms`` (ttft = tpot), as in the paper's time-unit simulations."""
+        return cls(ms, ms)
+
+    def scaled(self, factor: float) -> LatencyProfile:
+        """This profile times ``factor`` (a drafter at latency fraction c of a target: target.scaled(c))."""
+        return LatencyProfile(self.ttft_ms * factor, self.tpot_ms * factor, self.per_token_ms * factor)
+
+    def forward_ms(self, extra_tokens: int, cold: bool) -> float:
+        """One forward pass: ttft when ``cold`` (prefill) else tpot, plus ``extra_tokens`` * per_token_ms.
+
+        extra_tokens: tokens in the pass beyond the one a decode step always has
+        (drafts being verified, or verified tokens the server has not seen yet).
+        """
+        return (self.ttft_ms if cold else self.tpot_ms) + self.per_token_ms * extra_tokens
+
+    def call_ms(self, call, cached: int) -> float:
+        """Time of a Draft or Score call on a server whose cache holds the first ``cached`` tokens of its context.
+
+        When not ``cache_matters`` every value of ``cached`` gives the same time (servers pass 0, uncompared).
+        Nothing cached: a prefill (TTFT). Otherwise one pass over the new tokens (a fully cached context still
+        re-runs its last token); a draft of k tokens adds k - 1 single-token passes. Token trees cost per_token_ms
+        per node (``extra_tokens``): a scored tree as a chain of the same node count; an expanded tree one pass per
+        level, each over that level's nodes.
+        """
+        if call.kind == "verify":
+            if cached == 0:
+                return self.ttft_ms + self.per_token_ms * call.n_drafts
+            n_new = len(call.context) + call.extra_tokens - cached  # a ScoreTree's nodes are not in its context
+            return self.tpot_ms + self.per_token_ms * (n_new - 1) if n_new > 1 else self.tpot_ms
+        if cached == 0:
+            ms = self.ttft_ms
+        else:  # forward_ms(n_new - 1, cold=False), written out: this runs once per task on the virtual clock
+            n_new = len(call.context) - cached
+            ms = self.tpot_ms + self.per_token_ms * (n_new - 1) if n_new > 1 else self.tpot_ms
+        ms += (call.k - 1) * self.tpot_ms
+        return ms + self.per_token_ms * call.extra_tokens if self.per_token_ms else ms

@@ -1,0 +1,160 @@
+"""What a generation returns: the tokens, the time, and the metrics the field reports.
+
+Metric definitions (the field's, as vLLM uses them; tested in tests/test_metrics.py):
+
+* drafted: draft tokens the verifier tested (each is tested at most once; drafts
+  discarded unseen after an earlier rejection are not counted).
+* acceptance_rate = accepted / drafted; under iid acceptance it estimates ``a``.
+* verifications: target tasks that completed and could deliver output (every target
+  pass but DSI's prefill of idle replicas at the start): SI's rounds, DSI's
+  verification tasks and its passes on the cursor, non-SI's passes.
+* mean_acceptance_length = tokens / verifications: tokens gained per completed
+  verification task (vLLM's definition, 1 + accepted / verification steps for SI).
+  It means the same for every algorithm: SI at most k + 1, DSI too on average.
+* a run ends with a token the target produced itself (a correction or a bonus);
+  accepted_per_round lists the accepted drafts of each run, and
+  mean_run_length = 1 + accepted / rounds = tokens / rounds. For SI a run is a round
+  (so mean_run_length = mean_acceptance_length); DSI's runs chain accepted drafts
+  across lookahead windows and verification tasks, so its runs can be far longer
+  than k + 1: a different quantity, named apart.
+* per_position_acceptance_rate[j] = accepted / tested among drafts at index j of
+  their lookahead window (the j-th token of a drafter call).
+* target_forwards: target forward passes that ran to completion; drafter_forwards:
+  drafter forward passes in completed draft calls. Cancelled work is in the timeline.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+
+METRICS_FOOTNOTE = (
+    "accept rate = accepted / drafts tested; mean accept len = tokens per completed verification task "
+    "(vLLM's, the same for SI and DSI); run len = tokens per token the target made itself (DSI's runs "
+    "chain accepted drafts across windows)"
+)
+
+
+def fmt(x, spec: str = ".2f", suffix: str = "") -> str:
+    """A metric as printed: "-" where it is undefined (None, nan or infinite: nothing drafted, no time elapsed)."""
+    if x is None or not math.isfinite(x):
+        return "-"
+    return format(x, spec) + suffix
+
+
+@dataclass(frozen=True, slots=True)
+class TaskRecord:
+    """One bar of a timeline: which server ran what, from when to when (ms), and whether it was cancelled
+    (a cancelled call ends when its server stopped working on it, on real runtimes).
+
+    tokens: the call's context length (drafts included; a tree's nodes beyond it in ``drafts``).
+    drafts: drafts scored (verify) or drafted (draft).
+    cached: leading tokens of the context the server held when the call started (what it did not compute
+        again), on the real runtimes (threads, Ray); None on the virtual clock, which prices calls by it instead.
+    """
+
+    server: str
+    kind: str
+    start_ms: float
+    end_ms: float
+    cancelled: bool
+    tokens: int = 0
+    drafts: int = 0
+    cached: int | None = None
+
+
+@dataclass
+class GenerationResult:
+    algorithm: str
+    runtime: str
+    tokens: list[int]
+    time_ms: float  # wall time (threads) or virtual time, from start to the last token
+    ttft_ms: float | None  # time to the first output token
+    target_forwards: int
+    drafter_forwards: int
+    drafted: int
+    accepted: int
+    accepted_per_round: list[int]
+    position_drafted: list[int]
+    position_accepted: list[int]
+    verifications: int = 0
+    lookahead: int | None = None
+    sp_degree: int = 1
+    finish_reason: str = "length"  # "length" (max tokens reached) or "stop" (end of text, a stop id or string)
+    text: str | None = None  # the output's text, where the target has a tokenizer (Engine)
+    timeline_source: Callable[[], list[TaskRecord]] | None = field(default=None, repr=False, compare=False)
+    details: dict | None = None  # algorithm-specific extras (HSD: per-level calls and acceptance)
+    # worker threads still in a cancelled call when the run returned (threads runtime: a stalled server)
+    left_running: tuple[str, ...] = ()
+    replicas_lost: tuple[str, ...] = ()  # servers that died or stalled (Ray), in order
+    time_lost_ms: float = 0.0  # time their unfinished calls had run before being redone elsewhere
+
+    @property
+    def timeline(self) -> list[TaskRecord]:
+        """Every task that ran (server, kind, start, end, cancelled), ms from the generation's start.
+
+        Built on first access: most simulations never draw it.
+        """
+        if not hasattr(self, "_timeline"):
+            self._timeline = self.timeline_source() if self.timeline_source else []
+        return self._timeline
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.accepted / self.drafted if self.drafted else math.nan
+
+    @property
+    def rounds(self) -> int:
+        return len(self.accepted_per_round)
+
+    @property
+    def mean_acceptance_length(self) -> float:
+        """Tokens gained per completed verification task (vLLM's mean acceptance length)."""
+        return len(self.tokens) / self.verifications if self.verifications else math.nan
+
+    @property
+    def mean_run_length(self) -> float:
+        """Tokens per token the target produced itself: 1 + accepted / rounds (DSI's runs span windows)."""
+        return 1.0 + self.accepted / self.rounds if self.rounds else math.nan
+
+    @property
+    def per_position_acceptance_rate(self) -> list[float]:
+        return [a / d if d else math.nan for a, d in zip(self.position_accepted, self.position_drafted)]
+
+    @property
+    def tokens_per_second(self) -> float:
+        return len(self.tokens) / (self.time_ms / 1000.0) if self.time_ms > 0 else math.inf
+
+    @property
+    def tpot_ms(self) -> float:
+        """Mean time per output token after the first."""
+        n = len(self.tokens)
+        if n < 2 or self.ttft_ms is None:
+            return math.nan
+        return (self.time_ms - self.ttft_ms) / (n - 1)
+
+    def to_dict(self, timeline: bool = False) -> dict:
+        d = asdict(self)
+        d.pop("timeline_source")
+        if timeline:
+            d["timeline"] = [asdict(r) for r in self.timeline]
+        for name in (
+            "acceptance_rate",
+            "mean_acceptance_length",
+            "per_position_acceptance_rate",
+            "tokens_per_second",
+            "tpot_ms",
+        ):
+            d[name] = getattr(self, name)
+        return _json_safe(d)
+
+
+def _json_safe(x):
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    if isinstance(x, dict):
+        return {k: _json_safe(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_json_safe(v) for v in x]
+    return x

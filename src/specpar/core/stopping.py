@@ -1,0 +1,163 @@
+"""When a generation ends before its max_tokens: at a stop token or at a stop string, and the text so far.
+
+:class:`Generation` asks :meth:`Stopping.stops_at` about every output token in order, as it enters the
+verified sequence (a target token, or an accepted draft inside a run), and ends the generation at the
+first that stops it: nothing after it is kept, and the algorithm schedules no more work.
+
+Stop strings may span tokens, so text is decoded incrementally (:class:`Detokenizer`) and each new piece
+is searched together with the end of the text before it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from specpar.core.errors import ConfigError
+
+# Tokens that end generation in the chat and base formats of common model families, as llama.cpp lists them
+# (llama-vocab.cpp's end-of-generation tokens): matched against a tokenizer's special and added tokens only.
+END_OF_TEXT_TOKENS = (
+    "<|endoftext|>",
+    "<|im_end|>",
+    "<|eot_id|>",
+    "<|end_of_text|>",
+    "<|end|>",
+    "<end_of_turn>",
+    "<|return|>",
+    "<|call|>",
+    "<EOT>",
+    "</s>",
+    "<｜end▁of▁sentence｜>",
+)
+
+
+def end_of_text_ids(model) -> frozenset[int]:
+    """Every id that ends a model's text: its generation config's and tokenizer's eos ids, and the tokenizer's
+    special tokens that are end-of-text markers (Qwen2.5 ends completions with <|endoftext|> 151643 and chat
+    turns with <|im_end|> 151645; its GGUF names only one of them as eos). Empty for a model that names none."""
+    ids: set[int] = set()
+    eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    ids.update(eos if isinstance(eos, (list, tuple)) else () if eos is None else (eos,))
+    tok = getattr(model, "tokenizer", None)
+    if tok is not None:
+        if getattr(tok, "eos_token_id", None) is not None:
+            ids.add(tok.eos_token_id)
+        # special and added tokens (a GGUF conversion may not flag added tokens as special)
+        added = tok.get_added_vocab() if hasattr(tok, "get_added_vocab") else {}
+        special = set(getattr(tok, "all_special_tokens", ())) | set(added)
+        for name in special & set(END_OF_TEXT_TOKENS):
+            ids.add(tok.convert_tokens_to_ids(name))
+    return frozenset(int(i) for i in ids if i is not None and i >= 0)
+
+
+class Detokenizer:
+    """Text from tokens one at a time, each piece final: a token that ends in the middle of a multi-byte
+    character adds nothing until the character is whole (vLLM's incremental detokenization).
+
+    context: the tokens before the first one pushed (e.g. the prompt's last few), decoded with the
+        first pieces so that the text at the joint (a leading space) comes out as in the whole text.
+    """
+
+    WINDOW = 6  # prompt tokens kept as context
+
+    def __init__(self, tokenizer, context: Sequence[int] = ()):
+        self.tokenizer = tokenizer
+        self.ids = list(context)[-self.WINDOW :]
+        self.prefix_offset = 0
+        self.read_offset = len(self.ids)
+
+    def _decode(self, ids) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=True)
+
+    def push(self, token: int) -> str:
+        """The new text ``token`` completes ("" while a character is incomplete)."""
+        self.ids.append(token)
+        before = self._decode(self.ids[self.prefix_offset : self.read_offset])
+        text = self._decode(self.ids[self.prefix_offset :])
+        if len(text) > len(before) and not text.endswith("\ufffd"):
+            self.prefix_offset, self.read_offset = self.read_offset, len(self.ids)
+            return text[len(before) :]
+        return ""
+
+
+def find_stop(text: str, stop: Sequence[str], since: int = 0) -> int | None:
+    """Where the first stop string in ``text[since:]`` begins, or None."""
+    found = [i for i in (text.find(s, since) for s in stop) if i >= 0]
+    return min(found) if found else None
+
+
+def detokenize(tokenizer, prompt: Sequence[int], tokens: Iterable[int], stop: Sequence[str] = ()) -> str:
+    """The text of ``tokens`` after ``prompt``, as the pieces of a Detokenizer join, cut before the first stop
+    string."""
+    d = Detokenizer(tokenizer, prompt)
+    text = "".join(d.push(t) for t in tokens)
+    cut = find_stop(text, stop)
+    return text if cut is None else text[:cut]
+
+
+class TextStream:
+    """Text pieces of a streamed output that never show any of a stop string: the last (longest stop - 1)
+    characters wait until the next piece shows that no stop string begins in them."""
+
+    def __init__(self, tokenizer, prompt: Sequence[int], stop: Sequence[str] = ()):
+        self._detok = Detokenizer(tokenizer, prompt)
+        self.stop = tuple(stop)
+        self._hold = max((len(s) for s in self.stop), default=1) - 1
+        self.text = ""  # decoded so far, cut before a stop string once one shows
+        self.shown = 0  # characters handed out
+        self.stopped = False
+
+    def push(self, tokens) -> str:
+        """The text that ``tokens`` (the next output tokens) make safe to show."""
+        if self.stopped:
+            return ""
+        since = max(0, len(self.text) - self._hold)
+        self.text += "".join(self._detok.push(t) for t in tokens)
+        cut = find_stop(self.text, self.stop, since)
+        if cut is not None:
+            self.text, self.stopped = self.text[:cut], True
+        safe = len(self.text) if self.stopped else len(self.text) - self._hold
+        if safe <= self.shown:
+            return ""
+        piece, self.shown = self.text[self.shown : safe], safe
+        return piece
+
+    def finish(self) -> str:
+        """What is left to show once the output is complete."""
+        piece, self.shown = self.text[self.shown :], len(self.text)
+        return piece
+
+
+class Stopping:
+    """A request's stop conditions (never the length: Generation counts that).
+
+    stop_ids: ids whose token ends the output (kept as its last token): end-of-text ids, stop_token_ids.
+    stop: strings that end the output; the text stops before the string, the tokens at the one completing it.
+    tokenizer, prompt: for stop strings (a ConfigError without a tokenizer).
+    """
+
+    def __init__(self, stop_ids: Iterable[int] = (), stop: Sequence[str] = (), tokenizer=None, prompt=()):
+        self.stop_ids = frozenset(stop_ids)
+        self.stop = tuple(stop)
+        if self.stop and tokenizer is None:
+            raise ConfigError("stop strings need a tokenizer: give stop_token_ids instead, or a model with one")
+        self._detok = Detokenizer(tokenizer, prompt) if self.stop else None
+        self._longest = max((len(s) for s in self.stop), default=0)
+        self.text = ""  # the output's text so far (kept only for stop strings)
+
+    def stops_at(self, token: int) -> bool:
+        """Whether the output ends with ``token`` (the next output token, in order)."""
+        if token in self.stop_ids:
+            return True
+        if self._detok is None:
+            return False
+        piece = self._detok.push(token)
+        if not piece:
+            return False
+        since = max(0, len(self.text) - self._longest + 1)  # a stop string may begin in earlier text
+        self.text += piece
+        cut = find_stop(self.text, self.stop, since)
+        if cut is not None:
+            self.text = self.text[:cut]
+            return True
+        return False

@@ -1,0 +1,290 @@
+"""``specpar bench``: non-SI, SI and DSI over N prompts of a dataset, on the same loaded servers, interleaved."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from specpar.core.errors import ConfigError
+from specpar.core.json_output import JsonLines, print_json
+from specpar.core.params import SamplingParams
+from specpar.core.results import METRICS_FOOTNOTE, fmt
+from specpar.entrypoints.cli import real_models
+from specpar.entrypoints.cli.generate import NAMES
+from specpar.entrypoints.cli.options import integer, number, seed, server_count
+from specpar.entrypoints.cli.progress import TokenProgress
+from specpar.entrypoints.cli.runtime_args import add_runtime_arguments
+from specpar.experiments.loop import run_arms
+
+DESCRIPTION = """\
+Benchmark non-SI, SI and DSI on real models: for each prompt, each algorithm runs
+in turn on the same loaded servers (interleaved, so a slow drift of a shared
+machine does not bias the ratios), from a cold cache. Prints per algorithm the
+wall time, tokens/s, acceptance rate, mean acceptance length, speedups, and
+whether every greedy output equals non-SI's; writes one JSON line per prompt and
+algorithm with --out.
+
+Metrics: acceptance rate = accepted / drafted; mean acceptance length = 1 +
+accepted / verification rounds; speedup = mean non-SI (or SI) time / mean time over the same prompts,
+with the spread of the per-prompt ratios; a note says when they straddle 1.
+"""
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "bench",
+        help="non-SI vs SI vs DSI on real models over N prompts",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    real_models.add_prompt_args(p, default="humaneval")
+    p.add_argument(
+        "-n", "--prompts", type=integer, default=10, help="prompts to run, the dataset's first n (default 10)"
+    )
+    p.add_argument("-N", "--max-new-tokens", type=integer, default=64, help="tokens per prompt (default 64)")
+    p.add_argument("-k", "--lookahead", type=integer, default=5, help="draft tokens per verification (default 5)")
+    p.add_argument("--sp-degree", type=server_count, default=2, help="target servers DSI may use at once (default 2)")
+    p.add_argument(
+        "--tree",
+        metavar="K1,...,KM|best:B",
+        default=None,
+        help="SI and DSI draft SpecInfer token trees <k1,...,km> instead of k-token chains (e.g. 2,2,1), or best:B: "
+        "B nodes grown best-first by the drafter's path probability (best:B:W expands W nodes per drafter pass)",
+    )
+    p.add_argument("--algos", default="nonsi,si,dsi", help="comma-separated algorithms (default nonsi,si,dsi)")
+    p.add_argument(
+        "--arm",
+        action="append",
+        metavar='"ALGO [k=K] [tree=SHAPE]"',
+        help="instead of --algos: one arm, repeatable, e.g. --arm nonsi --arm 'si k=8' --arm 'si tree=best:8' "
+        "--arm 'si tree=2,2,1' (chains and trees side by side, interleaved per prompt; k and tree default to -k and "
+        "--tree)",
+    )
+    p.add_argument("--temperature", type=number, default=0.0, help="0 (default) greedy; > 0 sampling")
+    p.add_argument("--seed", type=seed, default=0, help="prompt i samples with seed + i")
+    p.add_argument("--out", metavar="FILE.jsonl", help="write one JSON line per prompt and algorithm")
+    p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
+    p.add_argument(
+        "--timeline",
+        action="store_true",
+        help="with --out: each line carries its run's timeline, every server call (server, kind, start and end ms, "
+        "tokens, drafts, tokens cached at its start, cancelled)",
+    )
+    real_models.add_model_args(p)
+    add_runtime_arguments(p, choices=("threads", "ray"), default="threads")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from specpar.core.paths import check_output_file
+    from specpar.experiments import prompts
+
+    real_models.check_common(args)
+    if args.out:
+        args.out = check_output_file(args.out, "--out")
+    if args.tree is not None:
+        from specpar.core.trees import parse_tree
+
+        args.tree = parse_tree(args.tree)
+    arms = _arms(args)
+    algorithms = list(arms)
+    uses_dsi = any(algo == "dsi" for algo, _, _ in arms.values())
+    chosen = prompts.load(args.dataset, args.prompts)
+    target, drafter, servers = real_models.load(args, args.sp_degree if uses_dsi else 1, max_tokens=4096)
+    encoded = [(p.id, p.token_ids(target)) for p in chosen]
+    for _, ids in encoded:
+        servers.check_length(len(ids), args.max_new_tokens)
+    real_models.warn_load()
+    seen = {}  # (algorithm, prompt index): result, for the lines of --out
+
+    def run(arm, prompt):
+        i, _, ids = prompt
+        algo, lookahead, tree = arms[arm]
+        servers.reset()
+        # every arm generates N tokens, past the end of text (vLLM's benchmarks do the same)
+        params = SamplingParams(
+            temperature=args.temperature, seed=args.seed + i, max_tokens=args.max_new_tokens, ignore_eos=True
+        )
+        return servers.generate(ids, algo, lookahead=lookahead, params=params, tree=tree, stream=bar.callback)
+
+    def on_result(arm, i, res):
+        seen[arm, i] = res
+        pid, ids = encoded[i]
+        out.write({"arm": arm, **_row(pid, ids, res, seen.get(("nonsi", i)), args, target)})
+        bar.describe(f"{pid} {NAMES.get(arm, arm)}")
+
+    total = len(encoded) * len(algorithms) * args.max_new_tokens
+    with JsonLines(args.out) as out, TokenProgress(total, "benchmarking", not args.json) as bar:
+        by_algo = run_arms(algorithms, len(encoded), run, setup=lambda i: (i, *encoded[i]), on_result=on_result)
+    summary = summarize(by_algo, args.temperature == 0)
+    why = real_models.why_line(by_algo, args.lookahead)
+    if args.json:
+        print_json({"config": _config(args, target, drafter, servers), "summary": summary, "why": why})
+        return 0
+    _print(args, summary, why, target, drafter, servers)
+    return 0
+
+
+def _arms(args) -> dict:
+    """{label: (algorithm, lookahead, tree)}: one per --algos entry (with -k and --tree), or per --arm."""
+    from specpar.core.trees import parse_tree
+
+    if not args.arm:
+        algorithms = [a.strip() for a in args.algos.split(",") if a.strip()]
+        bad = [a for a in algorithms if a not in NAMES]
+        if bad or not algorithms:
+            raise ConfigError(f"--algos must list some of nonsi, si, dsi, got {args.algos!r}")
+        return {a: (a, args.lookahead, args.tree if a != "nonsi" else None) for a in algorithms}
+    arms = {}
+    for spec in args.arm:
+        words = spec.split()
+        if not words or words[0] not in NAMES:
+            raise ConfigError(f"--arm is 'ALGO [k=K] [tree=SHAPE]' with ALGO one of nonsi, si, dsi, got {spec!r}")
+        algo, lookahead, tree = words[0], args.lookahead, args.tree if words[0] != "nonsi" else None
+        for word in words[1:]:
+            key, _, value = word.partition("=")
+            if key == "k" and value.isdigit() and int(value) > 0:
+                lookahead = int(value)
+            elif key == "tree" and algo != "nonsi":
+                tree = parse_tree(value)
+            else:
+                raise ConfigError(f"--arm {spec!r}: {word!r} is not k=K (a positive integer) or tree=SHAPE (si, dsi)")
+        label = " ".join(words)
+        if label in arms:
+            raise ConfigError(f"--arm {spec!r} is given twice")
+        arms[label] = (algo, lookahead, tree)
+    return arms
+
+
+def _row(pid, ids, res, base, args, target) -> dict:
+    """One --out line; base: non-SI's result on the same prompt when it ran already."""
+    same = None
+    if args.temperature == 0 and base is not None and res.algorithm != "nonsi":
+        same = res.tokens == base.tokens
+    d = res.to_dict()
+    return {
+        "prompt_id": pid,
+        "prompt_tokens": len(ids),
+        "algorithm": res.algorithm,
+        "lookahead": res.lookahead,
+        "sp_degree": res.sp_degree,
+        "time_ms": res.time_ms,
+        "ttft_ms": res.ttft_ms,
+        "tokens_per_second": d["tokens_per_second"],
+        "acceptance_rate": d["acceptance_rate"],
+        "mean_acceptance_length": d["mean_acceptance_length"],
+        "target_forwards": res.target_forwards,
+        "drafter_forwards": res.drafter_forwards,
+        "same_tokens_as_nonsi": same,
+        "outside_forward_fraction": res.overhead["outside_forward_fraction"] if res.overhead else None,
+        "tokens": res.tokens,
+        "text": target.decode(res.tokens),
+        **({"timeline": res.to_dict(timeline=True)["timeline"]} if args.timeline else {}),
+    }
+
+
+def summarize(by_algo: dict, greedy: bool) -> dict:
+    """Per algorithm: totals over all prompts, and :func:`~specpar.experiments.loop.speedup` over the prompts
+    (baseline total / this total, with the per-prompt spread)."""
+    out = {}
+    base = by_algo.get("nonsi")
+    for algo, results in by_algo.items():
+        time_ms = sum(r.time_ms for r in results)
+        tokens = sum(len(r.tokens) for r in results)
+        drafted, accepted = sum(r.drafted for r in results), sum(r.accepted for r in results)
+        rounds = sum(r.rounds for r in results)
+        verifications = sum(r.verifications for r in results)
+        s = {
+            "prompts": len(results),
+            "tokens": tokens,
+            "wall_time_s": time_ms / 1000,
+            "tokens_per_second": tokens / (time_ms / 1000) if time_ms else None,
+            "acceptance_rate": accepted / drafted if drafted else None,
+            "mean_acceptance_length": tokens / verifications if drafted and verifications else None,
+            "mean_run_length": 1 + accepted / rounds if drafted and rounds else None,
+            "target_forwards": sum(r.target_forwards for r in results),
+            "drafter_forwards": sum(r.drafter_forwards for r in results),
+            "tokens_per_target_pass": tokens / max(1, sum(r.target_forwards for r in results)),
+            **real_models.speedups(by_algo, algo),
+            "same_tokens_as_nonsi": (
+                all(a.tokens == b.tokens for a, b in zip(base, results))
+                if greedy and base and algo != "nonsi"
+                else None
+            ),
+            "outside_forward_fraction": (
+                sum(r.overhead["outside_forward_ms"] for r in results) / sum(r.overhead["wall_ms"] for r in results)
+                if all(r.overhead for r in results)
+                else None  # Ray: the forward passes run in the actors
+            ),
+        }
+        out[algo] = s
+    return out
+
+
+def _config(args, target, drafter, servers) -> dict:
+    from specpar.core.trees import BestFirst
+
+    return {
+        "dataset": args.dataset,
+        "prompts": args.prompts,
+        "max_new_tokens": args.max_new_tokens,
+        "lookahead": args.lookahead,
+        "sp_degree": args.sp_degree,
+        "tree": str(args.tree) if isinstance(args.tree, BestFirst) else args.tree,
+        "arms": args.arm,
+        "temperature": args.temperature,
+        "target": target.name,
+        "drafter": drafter.name,
+        "devices": sorted({s.device for s in servers.all}),
+        "torch_threads": {a: servers.threads_for(a) for a in NAMES},
+    }
+
+
+def _print(args, summary, why, target, drafter, servers) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(width=None if sys.stdout.isatty() else 130)
+    mode = "greedy" if args.temperature == 0 else f"sampling at temperature {args.temperature:g}"
+    console.print(
+        f"{target.name} (target) + {drafter.name} (drafter) on {', '.join(sorted({s.device for s in servers.all}))}; "
+        f"{args.prompts} {args.dataset} prompts x {args.max_new_tokens} tokens; "
+        f"{'arms as named' if args.arm else f'lookahead {args.lookahead}'}, "
+        f"SP {args.sp_degree}; {mode}; each algorithm from a cold cache"
+    )
+    table = Table()
+    for col in (
+        "algorithm",
+        "wall time s",
+        "tokens/s",
+        "vs non-SI",
+        "vs SI",
+        "accept rate",
+        "mean accept len",
+        "tokens/target pass",
+        "same tokens as non-SI",
+        "outside fwd",
+    ):
+        table.add_column(col, justify="left" if col == "algorithm" else "right")
+
+    for algo, s in summary.items():
+        table.add_row(
+            NAMES.get(algo, algo),
+            fmt(s["wall_time_s"], ".1f"),
+            fmt(s["tokens_per_second"]),
+            real_models.speedup_cell(s, "nonsi"),
+            real_models.speedup_cell(s, "si"),
+            fmt(s["acceptance_rate"]),
+            fmt(s["mean_acceptance_length"]),
+            fmt(s["tokens_per_target_pass"]),
+            "-" if s["same_tokens_as_nonsi"] is None else ("yes" if s["same_tokens_as_nonsi"] else "[red]NO[/red]"),
+            fmt(None if s["outside_forward_fraction"] is None else 100 * s["outside_forward_fraction"], ".2f", "%"),
+        )
+    console.print(table)
+    console.print(METRICS_FOOTNOTE, style="dim")
+    if why:
+        console.print(why)
+    for line in real_models.inconclusive_lines(summary):
+        console.print(f"[yellow]note:[/yellow] {line}")
+    if args.out:
+        console.print(f"per prompt: {args.out}")

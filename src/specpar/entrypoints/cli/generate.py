@@ -1,0 +1,294 @@
+"""``specpar generate``: real text from a real model pair, streamed as it is verified, with its statistics."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import sys
+
+from specpar.core.errors import ConfigError
+from specpar.core.json_output import print_json
+from specpar.core.results import METRICS_FOOTNOTE
+from specpar.entrypoints.cli import real_models
+from specpar.entrypoints.cli.options import integer, number, seed, server_count
+from specpar.entrypoints.cli.progress import TokenProgress
+from specpar.entrypoints.cli.runtime_args import add_runtime_arguments
+from specpar.experiments.loop import run_arms
+
+DESCRIPTION = """\
+Generate text with non-SI, SI or DSI on real transformers models (thread runtime).
+The output is exactly the target's: token for token when greedy (the default), in
+distribution when sampling. Text is printed as it is verified; then acceptance
+statistics and tokens/s. With --compare, the other two algorithms run on the same
+loaded servers and a table shows all three side by side.
+"""
+
+NAMES = real_models.NAMES
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "generate",
+        help="generate text with real models (non-SI, SI or DSI), streamed",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "prompt", nargs="?", default=None, help="the prompt text; with --dataset, an index or id in it (default 0)"
+    )
+    real_models.add_prompt_args(p)
+    p.add_argument("--chat", action="store_true", help="put the prompt text in the target's chat template")
+    p.add_argument("--algo", choices=("nonsi", "si", "dsi"), default="dsi", help="algorithm (default dsi)")
+    p.add_argument("-k", "--lookahead", type=integer, default=5, help="draft tokens per verification (default 5)")
+    p.add_argument(
+        "--tree",
+        metavar="K1,...,KM|best:B",
+        default=None,
+        help="SI and DSI draft SpecInfer token trees <k1,...,km> (k_i candidates at depth i) instead of k-token "
+        "chains, verified in one target pass with a tree attention mask: e.g. --tree 2,2,1; or best:B, B nodes grown "
+        "best-first by the drafter's path probability (best:B:W expands W nodes per drafter pass)",
+    )
+    p.add_argument(
+        "--sp-degree",
+        type=server_count,
+        default=2,
+        help="target servers DSI may use at once; they share one copy of the weights per device (default 2)",
+    )
+    p.add_argument("-N", "--max-new-tokens", type=integer, default=64, help="tokens to generate (default 64)")
+    p.add_argument("--temperature", type=number, default=0.0, help="0 (default) greedy; > 0 sampling")
+    p.add_argument("--seed", type=seed, default=0, help="keys every random draw when sampling")
+    add_sampling_args(p)
+    p.add_argument("--compare", action="store_true", help="also run the other algorithms and print all side by side")
+    p.add_argument(
+        "--repeats",
+        type=integer,
+        default=1,
+        help="with --compare: runs of each algorithm, interleaved, for the spread of the ratios (default 1)",
+    )
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of text and tables")
+    real_models.add_model_args(p)
+    add_runtime_arguments(p, choices=("threads", "ray"), default="threads")
+    p.set_defaults(func=run)
+
+
+def chosen_prompt(args):
+    """The --dataset prompt the arguments name (None for a prompt text), checked before any model loads."""
+    from specpar.experiments import prompts
+
+    if args.dataset:
+        return prompts.pick(prompts.load(args.dataset), args.prompt or "0")
+    if not args.prompt:
+        raise ConfigError("give a prompt text, or --dataset SOURCE with an index")
+    return None
+
+
+def prompt_ids(args, target, chosen=None) -> tuple[str, list[int]]:
+    """(what the prompt is, its token ids) from the positional prompt, or the ``chosen`` --dataset prompt."""
+    if chosen is not None:
+        return chosen.id, chosen.token_ids(target)
+    ids = target.chat_prompt([args.prompt]) if args.chat else target.encode(args.prompt)
+    if not ids:
+        raise ConfigError("the prompt encodes to no tokens")
+    return "prompt", ids
+
+
+def add_sampling_args(p) -> None:
+    g = p.add_argument_group("sampling and stopping (vLLM's SamplingParams)")
+    g.add_argument("--top-k", type=integer, default=0, help="keep the k most likely tokens (default 0: all)")
+    g.add_argument("--top-p", type=number, default=1.0, help="keep the most likely tokens up to this probability")
+    g.add_argument("--min-p", type=number, default=0.0, help="drop tokens below min-p x the top token's probability")
+    g.add_argument(
+        "--repetition-penalty", type=number, default=1.0, help="> 1 makes tokens already seen less likely (default 1)"
+    )
+    g.add_argument("--stop", action="append", default=None, metavar="TEXT", help="stop at this text (repeatable)")
+    g.add_argument(
+        "--stop-token-id",
+        action="append",
+        type=integer,
+        default=None,
+        metavar="ID",
+        help="stop at this token (repeatable)",
+    )
+    g.add_argument("--ignore-eos", action="store_true", help="go on past the model's end-of-text tokens")
+
+
+def sampling_params(args):
+    """The request's SamplingParams from the command's flags (a ConfigError names a bad one)."""
+    from specpar.core.params import SamplingParams
+
+    return SamplingParams(
+        temperature=args.temperature,
+        seed=args.seed,
+        max_tokens=args.max_new_tokens,
+        top_k=args.top_k,
+        top_p=args.top_p,
+        min_p=args.min_p,
+        repetition_penalty=args.repetition_penalty,
+        stop=args.stop,
+        stop_token_ids=args.stop_token_id,
+        ignore_eos=args.ignore_eos,
+    )
+
+
+class Streamer:
+    """Prints the prompt's text, then the output's text as it is verified (never any of a stop string)."""
+
+    def __init__(self, model, prompt_ids, stop=(), out=None):
+        from specpar.core.stopping import TextStream
+
+        self.out = out or sys.stdout
+        self.out.write(model.decode(prompt_ids))
+        self.text = TextStream(model.tokenizer, prompt_ids, stop)
+
+    def __call__(self, tokens) -> None:
+        self._write(self.text.push(tokens))
+
+    def finish(self) -> None:
+        self._write(self.text.finish())
+
+    def _write(self, piece: str) -> None:
+        if piece:
+            self.out.write(piece)
+            self.out.flush()
+
+
+def run(args) -> int:
+    real_models.check_common(args)
+    if args.repeats > 1 and not args.compare:
+        raise ConfigError("--repeats is for --compare (it repeats the comparison)")
+    params = sampling_params(args)
+    chosen = chosen_prompt(args)
+    if args.tree is not None:
+        from specpar.core.trees import parse_tree
+
+        args.tree = parse_tree(args.tree)
+    algorithms = [args.algo] + ([a for a in ("nonsi", "si", "dsi") if a != args.algo] if args.compare else [])
+    sp = args.sp_degree if "dsi" in algorithms else 1
+    target, drafter, servers = real_models.load(args, sp, max_tokens=4096)
+    what, ids = prompt_ids(args, target, chosen)
+    servers.check_length(len(ids), args.max_new_tokens)
+    if args.compare:
+        real_models.warn_load()
+    repeats = args.repeats
+    left = len(algorithms) * repeats - 1  # runs after the first, shown by a progress bar (the first by its text)
+    bar = None
+
+    def run(algo, r):
+        stream = None
+        if r == 0 and algo == args.algo and not args.json:
+            print(
+                f"[{NAMES[algo]} on {what}: {len(ids)} prompt tokens, {args.max_new_tokens} new, "
+                f"{'greedy' if args.temperature == 0 else f'temperature {args.temperature:g}'}]",
+                file=sys.stderr,
+            )
+            stream = Streamer(target, ids, params.stop)
+        servers.reset()  # every algorithm starts from a cold cache (its TTFT includes the prefill)
+        res = servers.generate(
+            ids,
+            algo,
+            lookahead=args.lookahead,
+            stream=stream or (bar.callback if bar else None),
+            params=params,
+            tree=args.tree if algo != "nonsi" else None,
+        )
+        if stream is not None:
+            stream.finish()
+            print()
+            if res.finish_reason == "stop":
+                print(f"[stopped after {len(res.tokens)} tokens: end of text or a stop]", file=sys.stderr)
+        return res
+
+    def on_result(algo, r, res):
+        nonlocal bar
+        if bar is None and left:
+            bar = bars.enter_context(TokenProgress(left * args.max_new_tokens, "comparing", not args.json))
+        if bar is not None:
+            bar.describe(f"ran {NAMES[algo]}, repeat {r + 1} of {repeats}")
+
+    with contextlib.ExitStack() as bars:
+        runs = run_arms(algorithms, repeats, run, on_result=on_result)
+    results = {a: rs[0] for a, rs in runs.items()}
+    speedups = {a: real_models.speedups(runs, a) for a in runs} if args.compare else None
+    if args.json:
+        print_json(
+            {
+                "prompt": what,
+                "prompt_tokens": len(ids),
+                "text": results[args.algo].text,
+                "finish_reason": results[args.algo].finish_reason,
+                "results": {a: dict(r.to_dict(), overhead=r.overhead) for a, r in results.items()},
+                "repeats": repeats,
+                "time_ms": {a: [r.time_ms for r in rs] for a, rs in runs.items()},
+                "speedups": speedups,
+            }
+        )
+        return 0
+    _report(args, results, runs, speedups)
+    return 0
+
+
+def _report(args, results, runs, speedups) -> None:
+    """The main algorithm's statistics (its first run); with --compare a table of all, times the mean over
+    the repeats and ratios with their spread."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from specpar.core.results import fmt
+
+    console = Console(stderr=True, width=None if sys.stderr.isatty() else 120)
+    main = results[args.algo]
+    console.print(
+        f"{NAMES[args.algo]}: {len(main.tokens)} tokens in {main.time_ms / 1000:.2f} s = "
+        f"{fmt(main.tokens_per_second)} tokens/s"
+        f" (first token {main.ttft_ms / 1000:.2f} s); "
+        + (
+            ""
+            if args.algo == "nonsi"
+            else f"acceptance rate {fmt(main.acceptance_rate)}, mean acceptance length "
+            f"{fmt(main.mean_acceptance_length)}, lookahead {main.lookahead}, "
+        )
+        + (
+            f"time outside forward passes {100 * main.overhead['outside_forward_fraction']:.2f}%"
+            if main.overhead
+            else f"on {args.runtime}"
+        )
+    )
+    if len(results) == 1:
+        return
+    n = len(runs["nonsi"])
+    table = Table(title=f"same prompt, same loaded servers, {n} interleaved run{'s' if n > 1 else ''} each")
+    for col in (
+        "algorithm",
+        "time s",
+        "tokens/s",
+        "vs non-SI",
+        "vs SI",
+        "accept rate",
+        "mean accept len",
+        "same tokens as non-SI",
+    ):
+        table.add_column(col, justify="left" if col == "algorithm" else "right")
+    base = runs.get("nonsi")
+    for algo in ("nonsi", "si", "dsi"):
+        r = results[algo]
+        mean_ms = sum(x.time_ms for x in runs[algo]) / len(runs[algo])
+        same = all(x.tokens == b.tokens for x, b in zip(runs[algo], base))
+        table.add_row(
+            NAMES[algo],
+            f"{mean_ms / 1000:.2f}",
+            fmt(len(r.tokens) / (mean_ms / 1000) if mean_ms > 0 else None),
+            real_models.speedup_cell(speedups[algo], "nonsi"),
+            real_models.speedup_cell(speedups[algo], "si"),
+            "-" if algo == "nonsi" else fmt(r.acceptance_rate),
+            "-" if algo == "nonsi" else fmt(r.mean_acceptance_length),
+            "-" if algo == "nonsi" or args.temperature else ("yes" if same else "[red]NO[/red]"),
+        )
+    console.print(table)
+    console.print(METRICS_FOOTNOTE, style="dim")
+    why = real_models.why_line(runs, args.lookahead)
+    if why:
+        console.print(why)
+    for line in real_models.inconclusive_lines(speedups):
+        console.print(f"[yellow]note:[/yellow] {line}")
+    if args.repeats == 1:
+        console.print("one run each: no spread to judge the ratios by; --repeats 3 or more gives one", style="dim")

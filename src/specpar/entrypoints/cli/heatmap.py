@@ -1,0 +1,188 @@
+"""``specpar heatmap``: the DSI paper's offline heatmaps (Fig. 2; Fig. 7 with --lookahead 5) as PNG and CSV."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+from specpar.entrypoints.cli.options import integer, seed, server_count
+
+DESCRIPTION = """\
+Offline simulation on the virtual clock, as in the DSI paper's Fig. 2: speedups
+of (a) SI over non-SI, (b) DSI over SI, (c) DSI over non-SI and (d) DSI over the
+faster of SI and non-SI, for every drafter latency c (fraction of the target's
+forward time) and acceptance rate a. SI takes its best lookahead in the range
+for each cell; DSI the smallest lookahead satisfying Eq. 1 for --sp-degree
+target servers. With --lookahead K both use K (the paper's Fig. 7 uses 5) and
+DSI runs on --sp-degree servers, queueing where Eq. 1 fails.
+Cells where the first algorithm is slower appear pink.
+"""
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "heatmap",
+        help="the paper's offline heatmaps (Fig. 2 / Fig. 7) as PNG and CSV",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_grid_arguments(p)
+    p.add_argument(
+        "-k",
+        "--lookahead",
+        type=integer,
+        default=None,
+        metavar="K",
+        help="fixed lookahead for SI and DSI (Fig. 7: 5). Default: SI's best, DSI's Eq. 1 smallest",
+    )
+    p.add_argument(
+        "-o",
+        "--output",
+        default=None,
+        metavar="PREFIX",
+        help="write PREFIX.png and PREFIX.csv (default: dsi-fig2, or dsi-fig7-kK with --lookahead)",
+    )
+    p.add_argument(
+        "--check-cells",
+        type=integer,
+        default=0,
+        metavar="M",
+        help="also run M random cells through the event-driven simulator and print both (slow)",
+    )
+    p.set_defaults(func=run)
+
+
+def add_grid_arguments(p, resolution: int = 100) -> None:
+    """Options shared with ``specpar reproduce`` (whose default resolution is smaller)."""
+    note = (
+        "the paper's 100 x 101 cells"
+        if resolution == 100
+        else f"{resolution} x {resolution + 1} cells; 100 is the paper's"
+    )
+    p.add_argument(
+        "--resolution",
+        type=integer,
+        default=resolution,
+        metavar="R",
+        help="R drafter latencies c from 0.01 to 1 and R+1 acceptance rates a from 0 to 1, evenly spaced "
+        f"(default {resolution}: {note})",
+    )
+    p.add_argument(
+        "-N", "--max-new-tokens", type=integer, default=100, metavar="N", help="tokens per run (default 100)"
+    )
+    p.add_argument("--repeats", type=integer, default=5, help="runs per cell and algorithm (default 5)")
+    p.add_argument(
+        "--sp-degree",
+        type=server_count,
+        default=7,
+        metavar="SP",
+        help="target servers DSI may use (default 7: an 8-GPU node, the drafter on the eighth)",
+    )
+    p.add_argument(
+        "--lookahead-range",
+        type=integer,
+        nargs=2,
+        default=(1, 200),
+        metavar=("FIRST", "LAST"),
+        help="lookaheads SI may choose from in each cell (default 1 200)",
+    )
+    p.add_argument("--seed", type=seed, default=0, help="seed of the acceptance draws (default 0)")
+
+
+def output_prefix(given: str | None, default: str) -> str:
+    """Where PREFIX.png and PREFIX.csv go: ``given`` (a directory: ``default`` in it), checked before any work."""
+    from specpar.core.paths import check_output_file
+
+    prefix = given or default
+    if prefix.endswith(os.sep) or os.path.isdir(prefix):
+        prefix = os.path.join(prefix, default)
+    for suffix in (".png", ".csv"):
+        check_output_file(prefix + suffix, "-o")
+    return prefix
+
+
+def compute_with_progress(args, fixed_lookahead, label: str):
+    """compute_heatmap with the progress display on a terminal."""
+    from specpar.experiments.heatmap import compute_heatmap
+
+    kwargs = dict(
+        n=args.max_new_tokens,
+        repeats=args.repeats,
+        sp_degree=args.sp_degree,
+        lookaheads=tuple(args.lookahead_range),
+        fixed_lookahead=fixed_lookahead,
+        seed=args.seed,
+    )
+    from specpar.entrypoints.cli.progress import TokenProgress
+
+    with TokenProgress(None, label, unit="cells") as bar:
+        return compute_heatmap(args.resolution, progress=bar.update, **kwargs)
+
+
+def run(args) -> int:
+    from rich.console import Console
+
+    from specpar.experiments.heatmap import PANELS
+    from specpar.experiments.plots import plot_heatmap
+
+    console = Console(width=None if sys.stdout.isatty() else 120, highlight=False)
+    prefix = output_prefix(args.output, "dsi-fig2" if args.lookahead is None else f"dsi-fig7-k{args.lookahead}")
+    t0 = time.perf_counter()
+    h = compute_with_progress(args, args.lookahead, f"{args.resolution} x {args.resolution + 1} cells")
+    seconds = time.perf_counter() - t0
+    h.write_csv(prefix + ".csv")
+    plot_heatmap(h, prefix + ".png")
+    console.print(f"{len(h.c)} x {len(h.a)} cells, {h.description}: computed in {seconds:.1f} s")
+    for name, (label, _, _) in PANELS.items():
+        s = h.speedup(name)
+        console.print(f"  {label}: min {s.min():.3f}x, max {s.max():.3f}x, {(s < 1 - 1e-9).sum()} cells below 1")
+    if args.lookahead is not None:
+        bad = h.c[(h.sp_needed > h.sp_degree).any(axis=1)]
+        if bad.size:
+            console.print(
+                f"  Eq. 1 fails for c <= {bad.max():g} with lookahead {args.lookahead} on {h.sp_degree} "
+                "servers: DSI's verifications queue there (simulated)"
+            )
+    console.print(f"wrote {prefix}.png and {prefix}.csv")
+    if args.check_cells:
+        _check_cells(console, h, args)
+    return 0
+
+
+def _check_cells(console, h, args) -> None:
+    """Random cells through the event-driven simulator beside the fast path's figures."""
+    import numpy as np
+    from rich.table import Table
+
+    from specpar.experiments.heatmap import event_cell
+
+    rng = np.random.default_rng(args.seed)
+    table = Table(title="fast path vs event-driven simulator (mean latency, target passes)")
+    for col in ("c", "a", "SI k", "DSI k", "SI fast", "SI events", "DSI fast", "DSI events"):
+        table.add_column(col, justify="right")
+    for _ in range(args.check_cells):
+        i, j = int(rng.integers(len(h.c))), int(rng.integers(len(h.a)))
+        ev = event_cell(
+            float(h.c[i]),
+            float(h.a[j]),
+            n=h.n,
+            repeats=h.repeats,
+            si_lookahead=int(h.si_lookahead[i, j]),
+            dsi_lookahead=int(h.dsi_lookahead[i, j]),
+            sp_degree=h.sp_degree,
+            seed=args.seed,
+        )
+        table.add_row(
+            f"{h.c[i]:g}",
+            f"{h.a[j]:g}",
+            str(h.si_lookahead[i, j]),
+            str(h.dsi_lookahead[i, j]),
+            f"{h.si[i, j]:.2f}",
+            f"{ev['si']:.2f}",
+            f"{h.dsi[i, j]:.2f}",
+            f"{ev['dsi']:.2f}",
+        )
+    console.print(table)
+    console.print("(the event runs draw their own acceptances: figures agree in distribution, not run by run)")

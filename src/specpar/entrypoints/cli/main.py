@@ -1,0 +1,142 @@
+"""The ``specpar`` command line: one module per subcommand under specpar.entrypoints.cli.
+
+Each command module has ``register(subparsers)`` that adds its parser and sets
+``func``; heavy imports (torch, matplotlib) stay inside the command functions so
+that ``specpar --help`` and ``specpar simulate`` start fast.
+
+:func:`main` is the one place where a user's mistake becomes one line on stderr and exit status 2 (a bad flag, a
+:class:`~specpar.core.errors.SpecparError`, a file the system refuses), and Ctrl-C becomes "interrupted" and 130.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import importlib
+import logging
+import os
+import signal
+import sys
+
+from specpar.core.errors import SpecparError
+
+COMMANDS = [
+    "specpar.entrypoints.cli.simulate",
+    "specpar.entrypoints.cli.plan",
+    "specpar.entrypoints.cli.hsd_plan",
+    "specpar.entrypoints.cli.heatmap",
+    "specpar.entrypoints.cli.reproduce",
+    "specpar.entrypoints.cli.table",
+    "specpar.entrypoints.cli.generate",
+    "specpar.entrypoints.cli.bench",
+    "specpar.entrypoints.cli.profile",
+    "specpar.entrypoints.cli.serve",
+]
+
+USAGE_ERROR = 2
+INTERRUPTED = 130  # 128 + SIGINT, as shells report a process stopped by Ctrl-C
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse's parser whose errors are one line (the usage is a ``--help`` away), exit status 2."""
+
+    def error(self, message: str):
+        self.exit(USAGE_ERROR, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = ArgumentParser(
+        prog="specpar",
+        description="Lossless speculative inference: non-SI, SI and DSI, on a virtual clock, threads or real models.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")  # subparsers share the class
+    for name in COMMANDS:
+        importlib.import_module(name).register(sub)
+    for command in sub.choices.values():
+        command.add_argument(
+            "-v",
+            "--verbose",
+            action="store_true",
+            help="log to stderr: loading, server placement, lookahead choice, each request's metrics",
+        )
+    return parser
+
+
+def main(argv: list[str] | None = None, *, exit_on_interrupt: bool = False) -> int:
+    """Run one command; returns its exit status (0, 1 for a FAIL of `reproduce`, 2 for a mistake, 130 for Ctrl-C).
+
+    exit_on_interrupt: after Ctrl-C and its line, end the process at once (the executable: see :func:`entry`).
+    """
+    prog = "specpar"
+    try:
+        try:
+            args = build_parser().parse_args(argv)
+        except SystemExit as exc:  # --help, or a bad flag (the parser has printed its one line)
+            return exc.code
+        prog = f"specpar {args.command}"
+        if args.verbose:
+            handler = logging.StreamHandler()
+            handler.setFormatter(logging.Formatter("[%(name)s] %(message)s"))
+            logger = logging.getLogger("specpar")
+            logger.addHandler(handler)
+            logger.setLevel(logging.INFO)
+        if getattr(args, "runtime", None) == "ray":
+            from specpar.runtimes.ray_cluster import ray_session
+
+            with ray_session(args.ray_address):  # a local Ray this run starts is stopped, Ctrl-C included
+                return args.func(args) or 0
+        return args.func(args) or 0
+    except KeyboardInterrupt:
+        _say(f"{prog}: interrupted")
+        if exit_on_interrupt:  # here, while the traceback still holds the run: leaving this block would free it
+            os._exit(INTERRUPTED)
+        return INTERRUPTED
+    except SpecparError as exc:
+        _say(f"{prog}: error: {one_line(str(exc))}")
+        return USAGE_ERROR
+    except BrokenPipeError:  # the reader of our output went away (`specpar ... | head`): nothing left to say
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so that the flush at exit does not fail
+        return 1
+    except MemoryError as exc:  # a request too large for this machine (a 10^5-cell heatmap): say so, not where
+        detail = f" ({one_line(str(exc))})" if str(exc) else ""
+        _say(f"{prog}: error: not enough memory for this request{detail}: ask for less")
+        return USAGE_ERROR
+    except OSError as exc:  # the system refused a file or a device: say which, in one line
+        where = f" {str(exc.filename)!r}:" if exc.filename else ""
+        _say(f"{prog}: error:{where} {exc.strerror or exc}")
+        return USAGE_ERROR
+
+
+def entry() -> None:
+    """The ``specpar`` executable: :func:`main`, then exit with its status.
+
+    Ctrl-C ends the process at once, without freeing what the interrupted run built: a virtual-clock run of
+    10^7 tokens holds about a GB of small objects, whose traversal by the cyclic collector (paused during the
+    run) and freeing took seconds. The collector leaves them alone from the signal on (gc.freeze).
+    """
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        signal.signal(signal.SIGINT, _interrupt)
+    sys.exit(main(exit_on_interrupt=True))
+
+
+def _interrupt(signum, frame):
+    gc.freeze()  # every object alive now is left out of collections until the exit
+    raise KeyboardInterrupt
+
+
+def one_line(message: str) -> str:
+    """A message on one line (what a library wrapped in a ConfigError may have written on several)."""
+    return "; ".join(part.strip() for part in message.splitlines() if part.strip())
+
+
+def _say(line: str) -> None:
+    """One line on stderr, after what the output had written so far."""
+    try:
+        sys.stdout.flush()
+    except (OSError, ValueError):
+        pass
+    print(line, file=sys.stderr, flush=True)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    entry()

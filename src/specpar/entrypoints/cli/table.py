@@ -1,0 +1,189 @@
+"""``specpar table``: the paper's online experiment (Table 2 style) on threads, with virtual-clock predictions."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from specpar.entrypoints.cli.options import integer, number, seed, server_count
+from specpar.entrypoints.cli.runtime_args import add_runtime_arguments, runtime_options
+
+DESCRIPTION = """\
+Non-SI, SI and DSI on real threads in wall time, with servers that sleep for a
+pair's measured latencies (TTFT, then TPOT) and a drafter right at its
+acceptance rate, as in the DSI paper's Table 2: N = 50 tokens, lookahead in
+{1, 5, 10} where Eq. 1 holds with SP <= 7. Prints DSI's speedup over SI and
+over non-SI (ratio of mean times +- standard deviation of the per-repeat ratios) beside the virtual
+clock's prediction for the same runs.
+
+Pairs come from profile JSON files (--profile, as written by `specpar profile`),
+from numbers on the command line (--target-tpot ... -a ...), and the default
+model pair's profile measured on this machine when it exists.
+"""
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "table",
+        help="the online experiment (Table 2 style): threads vs virtual clock",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "--profile",
+        action="append",
+        default=[],
+        metavar="JSON",
+        help="a pair profile (target/drafter ttft_ms, tpot_ms, acceptance_rate); may be repeated",
+    )
+    p.add_argument(
+        "--acceptance-estimate",
+        choices=("geometric", "direct"),
+        default="geometric",
+        help="for `specpar profile` files: App. F.2's geometric fit (default) or the per-token rate",
+    )
+    p.add_argument("--target-tpot", type=number, default=None, metavar="MS", help="target's time per output token")
+    p.add_argument("--target-ttft", type=number, default=None, metavar="MS", help="target's prefill (default: TPOT)")
+    p.add_argument("--drafter-tpot", type=number, default=None, metavar="MS", help="drafter's time per output token")
+    p.add_argument("--drafter-ttft", type=number, default=None, metavar="MS", help="drafter's prefill (default: TPOT)")
+    p.add_argument("-a", "--acceptance-rate", type=number, default=None, metavar="A", help="drafter's acceptance rate")
+    p.add_argument("--name", default="command line", help="label for the pair given by numbers")
+    p.add_argument("--no-default-pair", action="store_true", help="leave out the default pair's measured profile")
+    p.add_argument("-N", "--max-new-tokens", type=integer, default=50, metavar="N", help="tokens per run (default 50)")
+    p.add_argument("--repeats", type=integer, default=3, help="runs per algorithm and lookahead (default 3)")
+    p.add_argument(
+        "--lookaheads",
+        type=integer,
+        nargs="+",
+        default=[1, 5, 10],
+        metavar="K",
+        help="lookaheads to try; those Eq. 1 rules out on --sp-degree servers are skipped (default 1 5 10)",
+    )
+    p.add_argument(
+        "--sp-degree", type=server_count, default=7, metavar="SP", help="target servers DSI may use (default 7)"
+    )
+    p.add_argument("--seed", type=seed, default=0)
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    add_runtime_arguments(p, choices=("threads", "ray"), default="threads")
+    p.set_defaults(func=run)
+
+
+def _profiles(args):
+    from specpar.backends import LatencyProfile
+    from specpar.core.errors import ConfigError
+    from specpar.experiments.pair_profile import PairProfile, default_profile_path, load_default_profile
+
+    pairs = [PairProfile.load(path, args.acceptance_estimate) for path in args.profile]
+    numbers = (args.target_tpot, args.drafter_tpot, args.acceptance_rate)
+    if any(x is not None for x in numbers):
+        if any(x is None for x in numbers):
+            raise ConfigError("a pair given by numbers needs --target-tpot, --drafter-tpot and -a/--acceptance-rate")
+        t = LatencyProfile(args.target_ttft if args.target_ttft is not None else args.target_tpot, args.target_tpot)
+        d = LatencyProfile(args.drafter_ttft if args.drafter_ttft is not None else args.drafter_tpot, args.drafter_tpot)
+        pairs.append(PairProfile(args.name, "", t, d, args.acceptance_rate, {"source": "command line"}))
+    note = None
+    if not args.no_default_pair:
+        default = load_default_profile(args.acceptance_estimate)
+        if default is not None:
+            pairs.append(default)
+        else:
+            note = (
+                f"the default model pair's profile is not available on this machine ({default_profile_path()} "
+                f"does not exist; `specpar profile --out {default_profile_path()}` measures it)"
+            )
+    if not pairs:
+        raise ConfigError(
+            "no pair to measure: give --profile JSON or --target-tpot, --drafter-tpot and -a"
+            + (f"; {note}" if note else "")
+        )
+    return pairs, note
+
+
+def run(args) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from specpar.core.json_output import print_json
+    from specpar.entrypoints.cli import real_models
+    from specpar.entrypoints.cli.progress import TokenProgress
+    from specpar.experiments.loop import inconclusive_line
+    from specpar.experiments.online import feasible_lookaheads, run_online
+
+    console = Console(width=None if sys.stdout.isatty() else 130, stderr=args.json, highlight=False)
+    pairs, note = _profiles(args)
+    if args.runtime != "virtual":
+        real_models.warn_load()
+    if note:
+        console.print(f"[yellow]note:[/yellow] {note}")
+    tables = []
+    for pair in pairs:
+        kwargs = dict(
+            n=args.max_new_tokens,
+            repeats=args.repeats,
+            sp_degree=args.sp_degree,
+            lookaheads=args.lookaheads,
+            seed=args.seed,
+            runtime=args.runtime,
+            runtime_options=runtime_options(args),
+        )
+        runs = args.repeats * (1 + 2 * len(feasible_lookaheads(pair, args.lookaheads, args.sp_degree)))
+        with TokenProgress(runs * args.max_new_tokens, f"{pair.label}: {args.runtime}", not args.json) as bar:
+            done = iter(range(1, runs + 1))
+            progress = lambda arm: bar.describe(f"{pair.label}: {arm}, run {next(done)} of {runs}")  # noqa: E731
+            tables.append(run_online(pair, progress=progress, stream=bar.callback, **kwargs))
+    if args.json:
+        print_json({"tables": [t.to_dict() for t in tables], "note": note})
+        return 0
+    for t in tables:
+        p = t.profile
+        console.print(
+            f"[bold]{p.label}[/]: target TPOT {p.target.tpot_ms:g} ms (TTFT {p.target.ttft_ms:g}), drafter TPOT "
+            f"{p.drafter.tpot_ms:g} ms (TTFT {p.drafter.ttft_ms:g}, c = {p.drafter_fraction:.3g}), a = "
+            f"{p.acceptance_rate:g}; N = {t.n}, {t.repeats} repeats on {args.runtime}, DSI on up to {t.sp_degree} "
+            "target servers",
+            highlight=False,
+        )
+        table = Table()
+        for col in (
+            "lookahead",
+            "SP (Eq. 1)",
+            "DSI vs SI",
+            "predicted",
+            "DSI vs non-SI",
+            "predicted",
+            "SI ms",
+            "DSI ms",
+            "non-SI ms",
+        ):
+            table.add_column(col, justify="right")
+        for row in t.rows:
+            m, v = t.speedups(row), t.speedups(row, virtual=True)
+            table.add_row(
+                str(row.lookahead),
+                str(row.sp_needed),
+                f"{m['dsi_vs_si'].value:.2f}x ± {m['dsi_vs_si'].std:.2f}",
+                f"{v['dsi_vs_si'].value:.2f}x",
+                f"{m['dsi_vs_nonsi'].value:.2f}x ± {m['dsi_vs_nonsi'].std:.2f}",
+                f"{v['dsi_vs_nonsi'].value:.2f}x",
+                f"{_mean(row.si_ms):.1f}",
+                f"{_mean(row.dsi_ms):.1f}",
+                f"{_mean(t.nonsi_ms):.1f}",
+            )
+        console.print(table)
+        for row in t.rows:
+            for key, s in t.speedups(row).items():
+                line = inconclusive_line(
+                    f"k = {row.lookahead}: DSI", "SI" if key == "dsi_vs_si" else "non-SI", s.to_dict()
+                )
+                if line:
+                    console.print(f"  [yellow]note:[/yellow] {line}")
+        if t.infeasible:
+            console.print(
+                f"  lookahead {', '.join(map(str, t.infeasible))} left out: Eq. 1 needs more than "
+                f"{t.sp_degree} target servers"
+            )
+    return 0
+
+
+def _mean(xs):
+    return sum(xs) / len(xs)

@@ -1,0 +1,423 @@
+"""``Engine``: models loaded once, their servers and a runtime, serving many requests.
+
+    with Engine(target, drafter, sp_degree=2) as engine:
+        result = engine.generate("def fib(n):", SamplingParams(max_tokens=64, stop=["\\n\\n"]))
+        for piece in engine.stream("Once upon a time", SamplingParams(temperature=0.8, top_p=0.9)):
+            print(piece, end="")
+
+An engine owns one pool of ``sp_degree`` target servers and one drafter server (a pool per level for HSD),
+made once: real models keep their weights and KV caches across requests (a prompt that shares a prefix
+with the previous request reuses its cache). Requests take turns (a lock): two requests never run on
+one server, and so never on one KV cache, whichever threads they come from.
+
+The runtime: the threads runtime for real models (wall time), the virtual clock for simulated ones.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager, nullcontext
+
+from specpar.core.errors import ConfigError
+from specpar.core.params import SamplingParams
+from specpar.core.results import GenerationResult
+from specpar.core.stopping import Stopping, TextStream, detokenize, end_of_text_ids
+from specpar.entrypoints.api import generate_on
+from specpar.runtimes import Pool
+from specpar.runtimes.virtual import collector_paused
+
+log = logging.getLogger(__name__)
+
+
+def is_real(source) -> bool:
+    """Whether a model (or a Pool of servers) runs real forward passes (transformers), not a simulation."""
+    if isinstance(source, (list, tuple)):
+        return any(is_real(s) for s in source)
+    if isinstance(source, Pool):
+        return hasattr(source.servers[0], "forward_log")
+    return hasattr(source, "module_on")
+
+
+class Engine:
+    """Loaded models, their servers and a runtime, for many requests (see the module docstring).
+
+    target, drafter: models (SimulatedModel and its drafter, TransformersModel), ready-made Pools of servers,
+        local directories / hub ids of transformers models, or neither (the default pair, `specpar[models]`).
+        drafter: a list of models, the smallest first, for HSD; None for non-SI only.
+    sp_degree: target servers (DSI verifies on all at once; SI and non-SI use the first).
+    runtime: "threads" or "virtual"; default threads for real models, virtual for simulated ones.
+    algorithm, lookahead: each request's defaults (see :func:`specpar.generate`).
+    devices: real models: the drafter on the first, target servers round-robin over the others.
+    max_tokens: real models: the longest sequence a server holds (prompt + output), for the memory check.
+    cancel_frees, buffers, prefill_replicas, dedicated_cursor, runtime_options: as :func:`specpar.generate`'s.
+    keep_actors: Ray: keep each server's actor for the engine's next request (killed at close() when the engine
+        made the servers; servers given as Pools keep theirs for whoever owns them).
+    """
+
+    def __init__(
+        self,
+        target=None,
+        drafter=None,
+        *,
+        sp_degree: int | None = None,
+        runtime: str | None = None,
+        algorithm: str = "dsi",
+        lookahead: int | str | None = None,
+        devices: Sequence[str] | None = None,
+        dtype: str | None = None,
+        max_tokens: int = 4096,
+        cancel_frees: str | Mapping[str, str] = "now",
+        buffers: Sequence[int] | None = None,
+        prefill_replicas: bool | None = None,
+        dedicated_cursor: bool | None = None,
+        runtime_options: dict | None = None,
+        keep_actors: bool = True,
+    ):
+        self._owns_servers = not isinstance(target, Pool)
+        if target is None or isinstance(target, str) or hasattr(target, "__fspath__"):
+            target, drafter = self._load(target, drafter, devices, dtype)
+        if target is None:
+            raise ConfigError("give a target model")
+        self.real = is_real(target)
+        if sp_degree is None:
+            sp_degree = len(target) if isinstance(target, Pool) else 2 if self.real else 4
+        if isinstance(sp_degree, bool) or not isinstance(sp_degree, int) or sp_degree < 1:
+            raise ConfigError(f"sp_degree must be an integer >= 1, got {sp_degree!r}")
+        self.sp_degree = sp_degree
+        self.runtime = runtime or ("threads" if self.real else "virtual")
+        self.algorithm, self.lookahead = algorithm, lookahead
+        self.cancel_frees, self.buffers = cancel_frees, buffers
+        self.prefill_replicas, self.dedicated_cursor = prefill_replicas, dedicated_cursor
+        self.runtime_options, self.keep_actors = runtime_options, keep_actors
+        self.target_model = _model(target)
+        self.drafter_model = _model(drafter[-1] if isinstance(drafter, (list, tuple)) and drafter else drafter)
+        self.tokenizer = getattr(self.target_model, "tokenizer", None)
+        self.end_of_text = end_of_text_ids(self.target_model)
+        if not devices:  # where the models are: the drafter's device first, then the target's
+            first = self.drafter_model if self.drafter_model is not None else self.target_model
+            devices = list(dict.fromkeys(getattr(m, "device", "cpu") for m in (first, self.target_model)))
+        target_devices = devices[1:] if len(devices) > 1 else devices
+        self.targets = self._servers(target, sp_degree, "target", target_devices, max_tokens)
+        if isinstance(drafter, (list, tuple)):  # HSD's levels, the smallest first
+            self.drafters = [self._servers(m, 1, f"level{i}", devices[:1], max_tokens) for i, m in enumerate(drafter)]
+        else:
+            self.drafters = None if drafter is None else self._servers(drafter, 1, "drafter", devices[:1], max_tokens)
+        self._lock = threading.Lock()
+        self.closed = False
+        if log.isEnabledFor(logging.INFO):
+            for s in self.all:
+                log.info("server %s on %s", s.name, getattr(s, "device", self.runtime))
+
+    # -- loading -------------------------------------------------------------------------------
+    @staticmethod
+    def _load(target, drafter, devices, dtype):
+        from specpar.backends.transformers_model import available_devices
+
+        devices = list(devices) if devices else available_devices()
+        return load_pair(target, drafter, devices[0], dtype, target_device=devices[1] if len(devices) > 1 else None)
+
+    def _servers(self, source, n: int, name: str, devices, max_tokens: int) -> Pool:
+        if isinstance(source, Pool):
+            return source
+        if hasattr(source, "servers") and self.real:  # transformers: placed on devices, checked to fit
+            pool = Pool(source.servers(n, devices, name, max_tokens), name)
+        else:
+            pool = Pool([source.server(f"{name}{i}") for i in range(n)], name)
+        pool.model = source  # what the servers were made from (lookahead="auto" reads its acceptance rate)
+        return pool
+
+    @property
+    def all(self) -> list:
+        """Every server the engine owns."""
+        drafters = self.drafters if isinstance(self.drafters, list) else [self.drafters] if self.drafters else []
+        return self.targets.servers + [s for p in drafters for s in p.servers]
+
+    # -- requests ------------------------------------------------------------------------------
+    def generate(
+        self,
+        prompts,
+        params: SamplingParams | None = None,
+        *,
+        algorithm: str | None = None,
+        lookahead: int | str | None = None,
+        stream=None,
+        tree=None,
+        **sampling,
+    ) -> GenerationResult | list[GenerationResult]:
+        """One result for one prompt (text, or token ids), a list of results for a list of prompts, in order.
+
+        params: the request's SamplingParams (or give its fields as keywords); algorithm, lookahead: override
+        the engine's defaults; stream: called with each run of newly verified token ids; tree: SI and DSI over
+        token trees <k1, ..., km> (see :func:`specpar.generate`).
+        """
+        params = _params(params, sampling)
+        if _one_prompt(prompts):
+            return self._request(prompts, params, algorithm, lookahead, stream, tree)
+        return [self._request(p, params, algorithm, lookahead, stream, tree) for p in prompts]
+
+    def stream(
+        self, prompt, params: SamplingParams | None = None, *, algorithm: str | None = None, lookahead=None, **sampling
+    ) -> Iterator:
+        """The output as it is verified: text pieces where the target has a tokenizer (joined, exactly the
+        result's text; never any of a stop string), else lists of token ids. The generation runs on a thread
+        of its own; closing the iterator early ends it."""
+        params = _params(params, sampling)
+        ids = self.prompt_ids(prompt)
+        pieces: queue.Queue = queue.Queue()
+        abandoned = threading.Event()
+        text = TextStream(self.tokenizer, ids, params.stop) if self.tokenizer is not None else None
+        done: list[GenerationResult] = []
+
+        def on_tokens(tokens):
+            if abandoned.is_set():
+                raise _Abandoned
+            piece = text.push(tokens) if text is not None else list(tokens)
+            if piece:
+                pieces.put(piece)
+
+        def work():
+            try:
+                done.append(self._request(ids, params, algorithm, lookahead, on_tokens))
+                if text is not None:
+                    rest = text.finish()
+                    if rest:
+                        pieces.put(rest)
+                pieces.put(_END)
+            except _Abandoned:
+                pieces.put(_END)
+            except BaseException as exc:  # handed to the reader
+                pieces.put(exc)
+
+        worker = threading.Thread(target=work, name="specpar-stream", daemon=True)
+        worker.start()
+        try:
+            while (item := pieces.get()) is not _END:
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+        finally:
+            abandoned.set()
+            worker.join()
+        return done[0] if done else None
+
+    def prompt_ids(self, prompt) -> list[int]:
+        if isinstance(prompt, str):
+            if self.tokenizer is None:
+                raise ConfigError("a text prompt needs a target with a tokenizer: give token ids")
+            ids = self.target_model.encode(prompt)
+        else:
+            ids = list(prompt)
+        if not ids:
+            raise ConfigError("prompt is empty: give at least one token (the target needs a prefix to continue)")
+        return ids
+
+    def stopping(self, prompt_ids: Sequence[int], params: SamplingParams) -> Stopping | None:
+        """The request's stop conditions: end of text (unless ignore_eos), its stop ids and strings."""
+        ids = set(params.stop_token_ids) | (set() if params.ignore_eos else set(self.end_of_text))
+        if not ids and not params.stop:
+            return None
+        return Stopping(ids, params.stop, self.tokenizer, prompt_ids)
+
+    def _request(self, prompt, params: SamplingParams, algorithm, lookahead, stream, tree=None) -> GenerationResult:
+        if self.closed:
+            raise ConfigError("this engine is closed")
+        ids = self.prompt_ids(prompt)
+        algorithm = algorithm or self.algorithm
+        lookahead = lookahead if lookahead is not None else self.lookahead
+        if algorithm != "nonsi" and self.drafters is None:
+            raise ConfigError(f"algorithm {algorithm!r} needs a drafter: give the engine one")
+        # one request at a time on these servers (their caches); on the virtual clock the collector stays paused
+        # until the result is made (specpar.runtimes.virtual.collector_paused)
+        with self._lock, collector_paused(self.runtime == "virtual"):
+            local = self.real and self.runtime != "ray"  # on Ray the forward passes run in the actors
+            marks = [len(s.forward_log) for s in self.all] if local else None
+            with torch_threads(self.threads_for(algorithm)) if self.real else nullcontext():
+                t0 = time.perf_counter()
+                result = generate_on(
+                    ids,
+                    self.targets,
+                    self.drafters,
+                    algorithm=algorithm,
+                    decoding=params.decoding(),
+                    max_new_tokens=params.max_tokens,
+                    lookahead=lookahead,
+                    sp_degree=self.sp_degree,
+                    runtime=self.runtime,
+                    cancel_frees=self.cancel_frees,
+                    buffers=self.buffers,
+                    stream=stream,
+                    stopping=self.stopping(ids, params),
+                    prefill_replicas=self.prefill_replicas,
+                    dedicated_cursor=self.dedicated_cursor,
+                    runtime_options=self.runtime_options,
+                    ready_made=self.keep_actors,
+                    tree=tree,
+                )
+                t1 = time.perf_counter()
+            if local:
+                intervals = [iv for s, m in zip(self.all, marks) for iv in s.forward_log[m:]]
+                result.overhead = overhead(intervals, t0, t1)
+            else:  # on Ray the forward passes run in the actors: no forward log here to measure from
+                result.overhead = None
+        if self.tokenizer is not None:
+            result.text = detokenize(self.tokenizer, ids, result.tokens, params.stop)
+        if log.isEnabledFor(logging.INFO):
+            log.info(
+                "%s: %d prompt + %d new tokens in %.1f ms (%s), finish %s, acceptance rate %.2f, mean acceptance "
+                "length %.2f, lookahead %s",
+                result.algorithm,
+                len(ids),
+                len(result.tokens),
+                result.time_ms,
+                result.runtime,
+                result.finish_reason,
+                result.acceptance_rate,
+                result.mean_acceptance_length,
+                result.lookahead,
+            )
+        return result
+
+    # -- real models: threads and memory ---------------------------------------------------------
+    def threads_for(self, algorithm: str) -> int:
+        """torch threads so that the CPU servers running at once share the cores without oversubscribing them
+        (on Ray, the drafter in this process gets a server's CPU bundle, as each actor does)."""
+        if self.runtime == "ray":
+            return max(1, int((self.runtime_options or {}).get("cpus_per_server", 1)))
+        cpu = [s for s in self.all if getattr(s, "device", None) == "cpu"]
+        busy = len(cpu) if algorithm in ("dsi", "hsd-sp") else 1  # non-SI and SI run one server at a time
+        return max(1, cpu_cores() // max(1, busy))
+
+    def check_length(self, prompt_len: int, max_new_tokens: int) -> None:
+        from specpar.entrypoints.api import check_context_window
+
+        check_context_window(prompt_len, max_new_tokens, self.target_model, self.drafter_model)
+
+    # -- lifetime --------------------------------------------------------------------------------
+    def close(self) -> None:
+        """Refuse further requests (after the one running, if any) and free the servers' caches."""
+        with self._lock:
+            self.closed = True
+            for s in self.all:
+                if hasattr(s, "reset"):
+                    s.reset()
+            if self.runtime == "ray" and self._owns_servers:
+                from specpar.runtimes.ray_actors import release_kept
+
+                release_kept(self.all)
+
+    def __enter__(self) -> Engine:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Engine({self.target_model!r}, {len(self.targets)} target server(s), {self.runtime})"
+
+
+_END = object()
+
+
+class _Abandoned(Exception):
+    """The reader of a stream stopped reading: the generation ends."""
+
+
+def _model(source):
+    if isinstance(source, Pool):
+        return getattr(source.servers[0], "model", source.servers[0])
+    return source
+
+
+def _one_prompt(prompts) -> bool:
+    if isinstance(prompts, str):
+        return True
+    seq = list(prompts) if not isinstance(prompts, Sequence) else prompts
+    return len(seq) == 0 or not isinstance(seq[0], (str, list, tuple))
+
+
+def _params(params: SamplingParams | None, sampling: dict) -> SamplingParams:
+    if params is not None and sampling:
+        raise ConfigError(
+            f"give the sampling parameters either as params= or as keywords, not both: {sorted(sampling)}"
+        )
+    if params is not None and not isinstance(params, SamplingParams):
+        raise ConfigError(f"params must be a SamplingParams, got {type(params).__name__}")
+    return params if params is not None else SamplingParams.from_kwargs(**sampling)
+
+
+# -- real models ---------------------------------------------------------------------------------
+def load_pair(
+    target: str | None = None,
+    drafter: str | None = None,
+    device: str = "cpu",
+    dtype: str | None = None,
+    progress: bool = True,
+    target_device: str | None = None,
+):
+    """(target, drafter) TransformersModels: the default pair when neither is given, else the two given;
+    the drafter is loaded on ``device``, the target on ``target_device`` (default: the same)."""
+    from transformers.utils import logging as transformers_logging
+
+    from specpar.backends.transformers_model import TransformersModel, check_same_tokenizer
+    from specpar.backends.weights import load_default_pair
+
+    # transformers' and huggingface_hub's own tqdm bars (one call silences both) would pile up through
+    # specpar's progress display on a terminal and be lines of noise in a log: specpar's display is the only one
+    transformers_logging.disable_progress_bar()
+    t0 = time.perf_counter()
+    log.info("loading %s and %s", target or "the default target", drafter or "the default drafter")
+    if target is None and drafter is None:
+        if dtype not in (None, "float32"):
+            raise ConfigError("the default pair is converted to float32; give --target/--drafter for another dtype")
+        t, d = load_default_pair(device, progress, target_device)
+    else:
+        if target is None or drafter is None:
+            raise ConfigError("give both --target and --drafter (or neither, for the default pair)")
+        t = TransformersModel(target, device=target_device or device, dtype=dtype)
+        d = TransformersModel(drafter, device=device, dtype=dtype)
+        check_same_tokenizer(t, d)
+    log.info("loaded %s (target, %s) and %s (drafter, %s) in %.1f s", t.name, t.device, d.name, d.device,
+             time.perf_counter() - t0)  # fmt: skip
+    return t, d
+
+
+def cpu_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
+
+
+@contextmanager
+def torch_threads(n: int):
+    """torch's intra-op thread count set to ``n`` (process-wide) for the block, then restored."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def overhead(intervals: list[tuple[float, float]], t0: float, t1: float) -> dict:
+    """Time in [t0, t1] during which no forward pass ran, in ms and as a fraction of the wall time."""
+    busy, end = 0.0, t0
+    for a, b in sorted(intervals):
+        a, b = max(a, end), min(b, t1)
+        if b > a:
+            busy += b - a
+            end = b
+    wall = t1 - t0
+    outside = max(0.0, wall - busy)
+    return {
+        "wall_ms": wall * 1e3,
+        "outside_forward_ms": outside * 1e3,
+        "outside_forward_fraction": outside / wall if wall else 0.0,
+    }

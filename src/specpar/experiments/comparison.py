@@ -1,0 +1,143 @@
+"""Run non-SI, SI and DSI side by side on the same models and summarize them (latency, speedups, acceptance)."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from specpar.core.results import GenerationResult
+from specpar.entrypoints.api import generate
+from specpar.experiments.loop import Speedup, run_arms, speedup
+
+
+@dataclass
+class AlgorithmSummary:
+    """One algorithm over all repeats. Times in ms; speedups as :func:`specpar.experiments.loop.speedup` defines them
+    (mean baseline time / mean time over the same repeats, with the per-repeat spread)."""
+
+    algorithm: str
+    lookahead: int | None
+    sp_degree: int
+    time_ms: list[float] = field(default_factory=list)
+    acceptance_rate: float = math.nan
+    mean_acceptance_length: float = math.nan
+    mean_run_length: float = math.nan
+    target_forwards: float = 0.0
+    drafter_forwards: float = 0.0
+    vs_nonsi: Speedup | None = None
+    vs_si: Speedup | None = None
+    same_tokens_as_nonsi: bool | None = None
+    first_run: GenerationResult | None = field(default=None, repr=False)  # repeat 0, e.g. for a timeline plot
+
+    @property
+    def mean_ms(self) -> float:
+        return statistics.fmean(self.time_ms)
+
+    @property
+    def std_ms(self) -> float:
+        return statistics.stdev(self.time_ms) if len(self.time_ms) > 1 else 0.0
+
+    @property
+    def speedup_vs_nonsi(self) -> float:
+        return self.vs_nonsi.value if self.vs_nonsi else math.nan
+
+    @property
+    def speedup_vs_si(self) -> float:
+        return self.vs_si.value if self.vs_si else math.nan
+
+    def to_dict(self) -> dict:
+        d = {k: getattr(self, k) for k in self.__dataclass_fields__ if k not in ("first_run", "vs_nonsi", "vs_si")}
+        d.update(
+            mean_ms=self.mean_ms,
+            std_ms=self.std_ms,
+            speedup_vs_nonsi=self.speedup_vs_nonsi,
+            speedup_vs_si=self.speedup_vs_si,
+            speedup_vs_nonsi_spread=self.vs_nonsi.to_dict() if self.vs_nonsi else None,
+            speedup_vs_si_spread=self.vs_si.to_dict() if self.vs_si else None,
+        )
+        return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in d.items()}
+
+
+def compare(
+    make_models: Callable[[int], tuple],
+    make_prompt: Callable[[int], Sequence[int]],
+    *,
+    max_new_tokens: int,
+    lookahead: int | Mapping[str, int],
+    sp_degree: int,
+    repeats: int = 1,
+    seed: int = 0,
+    temperature: float = 0.0,
+    coupling: str = "rejection",
+    runtime: str = "virtual",
+    runtime_options: dict | None = None,
+    algorithms: Iterable[str] = ("nonsi", "si", "dsi"),
+    progress: Callable[[str], None] | None = None,
+    stream: Callable[[list[int]], None] | None = None,
+    tree: Sequence[int] | None = None,
+) -> dict[str, AlgorithmSummary]:
+    """Run each algorithm ``repeats`` times, interleaved, repeat r on models and prompt built from ``seed + r``.
+
+    make_models(seed) -> (target, drafter); make_prompt(seed) -> token ids.
+    lookahead: one for every algorithm, or one per algorithm ({"si": 6, "dsi": 2}).
+    Through :func:`~specpar.experiments.loop.run_arms`: interleaved (nonsi, si, dsi, nonsi, ...).
+    progress: called with each algorithm's name when a run ends; stream: every run's verified tokens as they come.
+    tree: a token tree <k1, ..., km>: SI and DSI also run over it, as "si-tree" and "dsi-tree" (beside the chains).
+    """
+    algorithms = list(algorithms)
+    if tree is not None:
+        algorithms += [f"{a}-tree" for a in ("si", "dsi") if a in algorithms]
+
+    def setup(r):
+        target, drafter = make_models(seed + r)
+        return r, target, drafter, make_prompt(seed + r)
+
+    def run(algo, repeat):
+        r, target, drafter, prompt = repeat
+        return generate(
+            prompt,
+            target,
+            drafter,
+            algorithm=algo.removesuffix("-tree"),
+            max_new_tokens=max_new_tokens,
+            lookahead=lookahead.get(algo) if isinstance(lookahead, Mapping) else lookahead,
+            tree=tree if algo.endswith("-tree") else None,
+            sp_degree=sp_degree,
+            temperature=temperature,
+            coupling=coupling,
+            seed=seed + r,
+            runtime=runtime,
+            runtime_options=runtime_options,
+            stream=stream,
+        )
+
+    runs = run_arms(
+        algorithms, repeats, run, setup=setup, on_result=(lambda a, r, res: progress(a)) if progress else None
+    )
+    out = {}
+    for algo, results in runs.items():
+        s = AlgorithmSummary(
+            algo, results[0].lookahead, results[0].sp_degree, [x.time_ms for x in results], first_run=results[0]
+        )
+        drafted = sum(x.drafted for x in results)
+        accepted = sum(x.accepted for x in results)
+        rounds = sum(x.rounds for x in results)
+        verifications = sum(x.verifications for x in results)
+        if drafted:
+            s.acceptance_rate = accepted / drafted
+        if rounds:
+            s.mean_run_length = 1 + accepted / rounds
+        if verifications:
+            s.mean_acceptance_length = sum(len(x.tokens) for x in results) / verifications
+        s.target_forwards = statistics.fmean(x.target_forwards for x in results)
+        s.drafter_forwards = statistics.fmean(x.drafter_forwards for x in results)
+        if "nonsi" in runs:
+            s.vs_nonsi = speedup([x.time_ms for x in runs["nonsi"]], s.time_ms)
+            if temperature == 0 or coupling == "gumbel":  # then the tokens must be non-SI's, not only in law
+                s.same_tokens_as_nonsi = all(a.tokens == b.tokens for a, b in zip(runs["nonsi"], results))
+        if "si" in runs:
+            s.vs_si = speedup([x.time_ms for x in runs["si"]], s.time_ms)
+        out[algo] = s
+    return out
