@@ -175,6 +175,24 @@ def test_a_stalled_replica_is_lost_after_the_call_timeout_and_its_task_redone():
     assert alive_hosts() == 0
 
 
+def test_without_a_call_timeout_a_stalled_replica_is_lost_after_its_derived_stall_limit():
+    """call_timeout_s=None (the default): the limit is a multiple of the call's expected time (25 ms calls) with a
+    floor, here 0.5 s; the stalled replica is lost and its task redone on the other."""
+    import ray.cloudpickle
+
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    slow = model(25.0)
+    targets = Pool([StalledServer(slow, "target0"), slow.server("target1")], "target")
+    rt = RayRuntime([targets], stall_floor_s=0.5, **RAY_OPTIONS)
+    with rt:
+        task = rt.submit(targets, Score(as_context([2, 7]), 0, GREEDY))
+        assert rt.wait() is task
+    assert task.limit_s == 0.5 and task.result.rows == [slow.greedy_tokens([2, 7], 1)[0]]
+    assert [x.server for x in rt.lost] == ["target0"] and "its stall limit" in rt.lost[0].reason
+    assert 450 <= rt.lost[0].lost_ms < 5000
+    assert alive_hosts() == 0
+
+
 def test_a_generation_leaves_no_actor_behind():
     target = model(0.5)
     out = generate(

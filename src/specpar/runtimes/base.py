@@ -7,6 +7,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import Any, Protocol
 
+from specpar.core.errors import ConfigError
+from specpar.core.latency import STALL_FACTOR, STALL_FLOOR_S, stall_limit_s
 from specpar.core.results import TaskRecord
 
 
@@ -85,6 +87,7 @@ class Task:
         "done",
         "cancel_event",
         "cached",
+        "limit_s",
     )
 
     def __init__(self, pool: Pool, call):
@@ -96,11 +99,60 @@ class Task:
         self.result = self.error = None
         self.cancelled = self.done = False
         self.cancel_event = None
-        # cached: tokens of the context the server held when the call started; set by the real runtimes when it
-        # starts, never on the virtual clock (left unset here: one attribute less per simulated task)
+        # cached: tokens of the context the server held when the call started; limit_s: how long it may run before
+        # its server counts as stalled (CallLimits). Both set by the real runtimes when it starts, never on the
+        # virtual clock (left unset here: attributes less per simulated task)
 
     def __repr__(self) -> str:
         return f"Task({self.id}, {getattr(self.call, 'kind', '?')} on {self.pool.name})"
+
+
+class CallLimits:
+    """How long each call may run on a real runtime before its server counts as stalled (seconds).
+
+    timeout_s: a fixed limit for every call; None (the default): a limit per call, derived from the server's
+        measured latency by :func:`specpar.core.latency.stall_limit_s` (``factor`` x the expected time, at least
+        ``floor_s``). The expected time is the longest of: the server's latency profile's prediction for the call
+        (where it has one), and the longest call of the same kind (draft, verify) its pool has completed so far.
+        So a replica that stalls mid-run is noticed after ~factor passes, not minutes later; a call of a kind never
+        measured on a server without a profile gets the generous UNMEASURED_LIMIT_S.
+    """
+
+    def __init__(self, timeout_s: float | None = None, factor: float = STALL_FACTOR, floor_s: float = STALL_FLOOR_S):
+        for name, v in (("call_timeout_s", timeout_s), ("stall_factor", factor), ("stall_floor_s", floor_s)):
+            if v is None and name == "call_timeout_s":
+                continue
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
+                what = " (or None: derived from the servers' latency)" if name == "call_timeout_s" else ""
+                raise ConfigError(f"{name} must be a number of seconds > 0{what}, got {v!r}")
+        self.timeout_s, self.factor, self.floor_s = timeout_s, float(factor), float(floor_s)
+        self._longest: dict[tuple[str, str], float] = {}  # (pool, kind) -> the longest completed call, ms
+
+    def record(self, task: Task) -> None:
+        """A call completed (not cancelled, no error): remember how long it took."""
+        key = (task.pool.name, task.call.kind)
+        ms = task.end - task.start
+        if ms > self._longest.get(key, 0.0):
+            self._longest[key] = ms
+
+    def expected_ms(self, task: Task, latency) -> float | None:
+        """How long ``task``'s call should take (ms), or None when nothing tells; latency: its server's profile."""
+        measured = self._longest.get((task.pool.name, task.call.kind))
+        predicted = None
+        if latency is not None:
+            cached = getattr(task, "cached", None) or 0
+            try:
+                predicted = latency.call_ms(task.call, cached if latency.cache_matters else 0)
+            except (AttributeError, TypeError):  # a call the profile cannot price
+                predicted = None
+        known = [x for x in (measured, predicted) if x is not None]
+        return max(known) if known else None
+
+    def limit_s(self, task: Task, latency) -> float:
+        """The stall limit of ``task``'s call, in seconds (set when it starts)."""
+        if self.timeout_s is not None:
+            return self.timeout_s
+        return stall_limit_s(self.expected_ms(task, latency), self.factor, self.floor_s)
 
 
 class Runtime(ABC):
