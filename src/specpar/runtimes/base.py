@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import itertools
+import threading
+import weakref
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import Any, Protocol
@@ -155,14 +157,68 @@ class CallLimits:
         return stall_limit_s(self.expected_ms(task, latency), self.factor, self.floor_s)
 
 
+# server -> a weak reference to the runtime that runs it now (claimed at construction, released at close)
+_claims: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_claims_lock = threading.Lock()
+
+
+def _with_parts(servers) -> list:
+    """Servers and the servers they are made of (a merge of drafters, HSD's levels: their ``servers`` lists)."""
+    out = []
+    for s in servers:
+        out.append(s)
+        parts = getattr(s, "servers", None)
+        if isinstance(parts, list):
+            out.extend(_with_parts(parts))
+    return out
+
+
 class Runtime(ABC):
-    """Runs tasks on pools of servers; see the package docstring for the contract."""
+    """Runs tasks on pools of servers; see the package docstring for the contract.
+
+    A server belongs to one runtime at a time: a runtime claims the servers it runs when it is made (:meth:`claim`)
+    and releases them at :meth:`close`. A second runtime on a server still claimed by an open one (a Pool shared by
+    generations running at once from several threads, whose caches would interleave: silently wrong tokens) is a
+    ConfigError naming the server.
+    """
 
     name = "runtime"
 
     def __init__(self, pools: Sequence[Pool]):
         self.pools = list(pools)
         self.tasks: list[Task] = []  # every task submitted, in order
+        self.closed = False
+        self._claimed: list = []
+
+    def claim(self, servers) -> None:
+        """Make ``servers`` (and those they are made of) this runtime's until :meth:`close`; a ConfigError if an
+        open runtime holds one."""
+        servers = _with_parts(servers)
+        with _claims_lock:
+            for server in servers:
+                ref = _claims_get(server)
+                owner = ref() if ref is not None else None
+                if owner is not None and owner is not self and not owner.closed:
+                    raise ConfigError(
+                        f"server {getattr(server, 'name', server)!r} is already running another generation (on a "
+                        f"{owner.name} runtime not yet closed): servers, and so Pools, cannot be shared by generations "
+                        "running at once (their caches would mix); give each thread its own servers, or send the "
+                        "requests to one Engine, which runs them in turn"
+                    )
+            me = weakref.ref(self)
+            for server in servers:
+                _claims_set(server, me)
+                self._claimed.append(server)
+
+    def release(self) -> None:
+        """Give this runtime's servers back (at close)."""
+        self.closed = True
+        with _claims_lock:
+            for server in self._claimed:
+                ref = _claims_get(server)
+                if ref is not None and ref() is self:
+                    _claims_set(server, None)
+            self._claimed = []
 
     @abstractmethod
     def submit(self, pool: Pool, call) -> Task:
@@ -196,8 +252,9 @@ class Runtime(ABC):
                 self.cancel(task)
 
     def close(self) -> None:
-        """Cancel what is left and release resources (threads, actors)."""
+        """Cancel what is left and release resources (threads, actors, the servers' claim)."""
         self.cancel_all()
+        self.release()
 
     def timeline(self, since: float = 0.0) -> list[TaskRecord]:
         """Every task that started, as records relative to ``since`` (ms)."""
@@ -222,3 +279,20 @@ class Runtime(ABC):
     def __exit__(self, *exc):
         self.close()
         return False
+
+
+def _claims_get(server):
+    try:
+        return _claims.get(server)
+    except TypeError:  # a server that cannot be weakly referenced is not checked
+        return None
+
+
+def _claims_set(server, ref) -> None:
+    try:
+        if ref is None:
+            _claims.pop(server, None)
+        else:
+            _claims[server] = ref
+    except TypeError:
+        pass

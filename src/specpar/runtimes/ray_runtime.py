@@ -131,6 +131,7 @@ class RayRuntime(Runtime):
             else None
         )  # fmt: skip
         self._t0 = self._local._t0 if self._local else time.perf_counter()  # one clock for both
+        self.claim([s for p in remote_pools for s in p.servers])  # the local pools': by their ThreadRuntime
 
     # -- actors ------------------------------------------------------------------------------------
     def _actors(self, servers) -> dict:
@@ -381,3 +382,4 @@ class RayRuntime(Runtime):
                 replica.kill()
         if self._local is not None:
             self._local.close()
+        self.release()

@@ -93,7 +93,12 @@ class ThreadRuntime(Runtime):
         self._in_flight = 0
         servers = [s for p in self.pools for s in p.servers]
         self._inbox = {id(s): queue.SimpleQueue() for s in servers}
-        _wait_for_earlier_owners(servers)
+        self.claim(servers)
+        try:
+            _wait_for_earlier_owners(servers)
+        except BaseException:
+            self.release()
+            raise
         self._threads = [
             _Worker(target=self._work, args=(p, s, self._inbox[id(s)]), name=f"specpar-{s.name}", daemon=True)
             for p in self.pools
@@ -226,6 +231,7 @@ class ThreadRuntime(Runtime):
         for t in self._threads:
             t.join(max(0.0, deadline - time.perf_counter()))
         self.left_running = [t.name for t in self._threads if t.is_alive()]
+        self.release()  # a later runtime on these servers waits for the threads left running (one call each)
         if self.left_running:
             log.info(
                 "left %d worker thread(s) finishing a cancelled call after close: %s (each ends when its call "
