@@ -220,6 +220,7 @@ BAD = [
     (b'{"prompt": [1, 2', 400, None),  # malformed JSON
     ({"prompt": [1], "max_tokens": "8"}, 400, "max_tokens"),  # wrong type
     ({"prompt": [1], "temperature": -1}, 400, "temperature"),
+    ({"prompt": [1], "temperature": 1e-310}, 400, "temperature"),  # subnormal: logits / T cannot be computed
     ({"prompt": [1], "max_tokens": 5000}, 400, "max_tokens"),  # past the context window (2048)
     ({"prompt": [1], "model": "gpt-4"}, 404, "model"),
     ({"prompt": []}, 400, "prompt"),

@@ -39,7 +39,7 @@ from specpar.core.calls import Context, Draft, DraftTree, Proposal, Score, Score
 from specpar.core.decoding import Decoding, mix64
 from specpar.core.errors import ConfigError
 from specpar.core.latency import LatencyProfile
-from specpar.core.logits_processors import rows
+from specpar.core.logits_processors import rows, scaled
 from specpar.core.prefix import common_prefix_len, shared_base_lcp
 from specpar.core.trees import BestFirst, TokenTree, expand, grow_best_first
 
@@ -77,9 +77,8 @@ def peaked_logits(h: int, vocab_size: int, spread: float, mode: int, zeros) -> n
 
 
 def peaked_probs(h: int, vocab_size: int, spread: float, mode: int, zeros, temperature: float) -> np.ndarray:
-    """[V] softmax(peaked_logits / T) at prefix hash h."""
-    z = peaked_logits(h, vocab_size, spread, mode, zeros) / temperature
-    e = np.exp(z - z.max())
+    """[V] softmax(peaked_logits / T) at prefix hash h (scaled as every server does: logits_processors.scaled)."""
+    e = np.exp(scaled(peaked_logits(h, vocab_size, spread, mode, zeros), temperature))
     return e / e.sum()
 
 
@@ -91,6 +90,11 @@ class SimulatedLM:
     h0: int
 
     extend = staticmethod(extend)
+
+    @property
+    def max_token_id(self) -> int:
+        """The largest id a prompt may hold: the vocabulary is 0 .. vocab_size - 1 (generate() refuses others)."""
+        return self.vocab_size - 1
 
     def prefix_hash(self, tokens) -> int:
         h = self.h0

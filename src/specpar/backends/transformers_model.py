@@ -114,7 +114,7 @@ class TransformersModel:
 
     @property
     def max_token_id(self) -> int:
-        """The largest id a prompt may hold (the embedding has vocab_size rows); simulated models take any id."""
+        """The largest id a prompt may hold (the embedding has vocab_size rows)."""
         return self.vocab_size - 1
 
     @property

@@ -177,11 +177,18 @@ class TransformersServer:
 
     # -- rows ----------------------------------------------------------------------------------
     @staticmethod
-    def _probs(logits, temperature: float) -> np.ndarray:
-        """softmax(logits / T) in float64: [n, V] -> [n, V] numpy."""
+    def _softmax(logits, temperature: float):
+        """softmax(logits / T) in float64 as a tensor, [..., V]: the logits shifted by their maximum first, so that
+        none overflows however small T (specpar.core.logits_processors.scaled)."""
         import torch
 
-        return torch.softmax(logits.double() / temperature, dim=-1).cpu().numpy()
+        z = logits.double()
+        return torch.softmax((z - z.amax(dim=-1, keepdim=True)) / temperature, dim=-1)
+
+    @classmethod
+    def _probs(cls, logits, temperature: float) -> np.ndarray:
+        """softmax(logits / T) in float64: [n, V] -> [n, V] numpy."""
+        return cls._softmax(logits, temperature).cpu().numpy()
 
     def _rows(self, logits, decoding: Decoding, context, start: int):
         """Rows for positions start .. (prefixes context[:start + i]) from logits [n, V]; a request's logits
@@ -296,7 +303,7 @@ class TransformersServer:
                 if cancelled is not None and cancelled.is_set():
                     raise _Cancelled
                 logits = self._forward((), fed, frontier[0], len(fed))
-            top = torch.topk(torch.softmax(logits.double() / temperature, dim=-1), min(k, logits.shape[-1]), dim=-1)
+            top = torch.topk(self._softmax(logits, temperature), min(k, logits.shape[-1]), dim=-1)
             return list(zip(top.indices.tolist(), top.values.tolist()))
 
         try:

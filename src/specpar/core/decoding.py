@@ -30,6 +30,7 @@ What a seed reproduces depends on the coupling of draft and target (``Decoding.c
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -86,11 +87,27 @@ def sample(dist: np.ndarray, u: float) -> int:
     return min(i, len(dist) - 1)
 
 
+MIN_TEMPERATURE = sys.float_info.min
+"""The smallest temperature > 0 (2.2250738585072014e-308, the smallest normal float64). Every server scales logits
+as (logits - their maximum) / T (:func:`specpar.core.logits_processors.scaled`), which is exact for any finite logits
+at any T >= MIN_TEMPERATURE: the scaled logits are <= 0, so none overflows (the plain logits / T overflowed to inf,
+and softmax gave nan rows, once T < max |logit| / 1.8e308: below 1.7e-308 for the simulated models' logits, well above
+it for a real model's). Below it T is subnormal, which hardware that flushes subnormals to zero (GPUs) reads as 0:
+a division by zero. Such a temperature samples the argmax anyway: temperature 0 (greedy) is the same output."""
+
+
 def check_temperature(temperature) -> float:
-    """``temperature`` as a float if it is a finite number >= 0, else a ConfigError (inf and nan are refused)."""
+    """``temperature`` as a float if it is 0 or a finite number >= MIN_TEMPERATURE, else a ConfigError naming the
+    problem (inf, nan, a negative or a subnormal temperature)."""
     ok = not isinstance(temperature, bool) and isinstance(temperature, (int, float, np.floating, np.integer))
     if not ok or not 0 <= temperature < math.inf:
         raise ConfigError(f"temperature must be a finite number >= 0 (0 means greedy), got {temperature!r}")
+    if 0 < temperature < MIN_TEMPERATURE:
+        raise ConfigError(
+            f"temperature {temperature!r} is below {MIN_TEMPERATURE!r}, the smallest normal float, where logits / "
+            "temperature cannot be computed reliably; so small a temperature samples the most likely token: give 0 "
+            "(greedy decoding) for that"
+        )
     return float(temperature)
 
 
