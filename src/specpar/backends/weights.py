@@ -112,11 +112,15 @@ def _part_files(data: Path, i: int) -> list[Path]:
     return others if len(others) == 1 else []
 
 
-def _progress(enabled: bool):
+def _progress(enabled: bool, counted: bool = True):
+    """A transient rich display on stderr: a bar of bytes (``counted``), or for a step whose progress cannot be
+    counted (the conversion, one library call) a spinner and the time elapsed, never a "0/? bytes" that never moves."""
     if not enabled:
         return nullcontext(None)
-    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import BarColumn, DownloadColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
+    if not counted:
+        return Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), transient=True)
     return Progress(
         TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TimeElapsedColumn(), transient=True
     )
@@ -165,11 +169,10 @@ def ensure_converted(model: ChunkedGGUF, progress: bool = True) -> Path:
     tmp = final.with_name(final.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
     try:
-        with _progress(progress) as bar:
-            task = bar.add_task(f"converting {model.title} to float32", total=None) if bar else None
-            _convert(gguf, tmp)
+        with _progress(progress, counted=False) as bar:
             if bar:
-                bar.update(task, completed=1, total=1)
+                bar.add_task(f"converting {model.title} to float32 (a minute or two, once)", total=None)
+            _convert(gguf, tmp)
         os.replace(tmp, final)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import argparse
 import random
-import sys
 import warnings
 
 from specpar.backends import LatencyProfile, SimulatedModel
 from specpar.core.decoding import check_temperature
 from specpar.core.errors import ConfigError, SpecparWarning
 from specpar.core.latency import MAX_LATENCY_MS
-from specpar.core.results import METRICS_FOOTNOTE, fmt
+from specpar.core.results import fmt, metrics_footnote
 from specpar.core.trees import BestFirst, shape_text
 from specpar.entrypoints.cli.options import integer, number, seed, server_count
 from specpar.entrypoints.cli.runtime_args import CLOCKS, add_runtime_arguments, runtime_options
@@ -380,10 +379,10 @@ def _run_with_progress(compare, args, make_models, make_prompt, k):
 
 
 def _print_table(args, summary, target_lat, drafter_lat, c, k, why, closed, messages) -> None:
-    from rich.console import Console
-    from rich.table import Table
 
-    console = Console(width=None if sys.stdout.isatty() else 130)
+    from specpar.entrypoints.cli.console import print_table, table_console
+
+    console = table_console()
     clock = CLOCKS[args.runtime] + (f", {args.link_ms:g} ms links" if args.link_ms else "")
     mode = "greedy" if args.temperature == 0 else f"sampling at temperature {args.temperature:g}"
     console.print(
@@ -393,8 +392,7 @@ def _print_table(args, summary, target_lat, drafter_lat, c, k, why, closed, mess
     )
     ks = f"k = {k['dsi']}" if k["si"] == k["dsi"] else f"SI k = {k['si']}, DSI k = {k['dsi']}"
     console.print(f"lookahead {ks} ({why})")
-    table = Table()
-    for col in (
+    columns = (
         "algorithm",
         "k",
         "SP",
@@ -402,33 +400,35 @@ def _print_table(args, summary, target_lat, drafter_lat, c, k, why, closed, mess
         "vs non-SI",
         "vs SI",
         "accept rate",
-        "mean accept len",
         "run len",
+        "tokens/pass",
         "target fwd",
         "drafter fwd",
         "same tokens",
-    ):
-        table.add_column(col, justify="right" if col != "algorithm" else "left")
+    )
+    rows = []
     tree = "<" + shape_text(args.tree) + ">" if args.tree else ""
     names = {"nonsi": "non-SI", "si": "SI", "dsi": "DSI", "si-tree": f"SI {tree}", "dsi-tree": f"DSI {tree}"}
     for name, s in summary.items():
         speed = fmt(s.speedup_vs_nonsi, ".2f", "x")
-        table.add_row(
-            names[name],
-            str(s.lookahead or "-"),
-            str(s.sp_degree),
-            f"{s.mean_ms:.1f}±{s.std_ms:.1f}",
-            f"[red]{speed}[/red]" if s.speedup_vs_nonsi < 1 - 1e-9 else speed,
-            fmt(s.speedup_vs_si, ".2f", "x"),
-            fmt(s.acceptance_rate),
-            fmt(s.mean_acceptance_length),
-            fmt(s.mean_run_length),
-            f"{s.target_forwards:.1f}",
-            f"{s.drafter_forwards:.1f}",
-            "-" if s.same_tokens_as_nonsi is None else ("yes" if s.same_tokens_as_nonsi else "[red]NO[/red]"),
+        rows.append(
+            [
+                names[name],
+                str(s.lookahead or "-"),
+                str(s.sp_degree),
+                f"{s.mean_ms:.1f}±{s.std_ms:.1f}",
+                f"[red]{speed}[/red]" if s.speedup_vs_nonsi < 1 - 1e-9 else speed,
+                fmt(s.speedup_vs_si, ".2f", "x"),
+                fmt(s.acceptance_rate),
+                fmt(s.mean_run_length),
+                fmt(s.mean_acceptance_length),
+                f"{s.target_forwards:.1f}",
+                f"{s.drafter_forwards:.1f}",
+                "-" if s.same_tokens_as_nonsi is None else ("yes" if s.same_tokens_as_nonsi else "[red]NO[/red]"),
+            ]
         )
-    console.print(table)
-    console.print(METRICS_FOOTNOTE, style="dim")
+    print_table(console, columns, rows)
+    console.print(metrics_footnote(columns), style="dim")
     if closed:
         console.print(
             f"closed forms (iid acceptance): non-SI {closed['nonsi_ms']:.1f} ms; "
