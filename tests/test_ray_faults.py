@@ -250,22 +250,18 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def test_ctrl_c_exits_promptly_and_leaves_no_ray_process():
+def test_ctrl_c_exits_promptly_and_leaves_no_ray_process(processes):
     """`specpar simulate --runtime ray` starts its own local Ray; Ctrl-C (SIGINT) mid-run exits with 130 and
     every process it started (raylet, GCS, workers, actors) is gone."""
-    proc = subprocess.Popen([sys.executable, "-c", CTRL_C], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        assert proc.stdout.readline().strip() == "RAY"
-        time.sleep(1.5)  # actors up, generating
-        started = _descendants(proc.pid)
-        assert started, "the run started no process"
-        t0 = time.perf_counter()
-        proc.send_signal(signal.SIGINT)
-        rc = proc.wait(timeout=30)
-        exit_s = time.perf_counter() - t0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    proc = processes.start([sys.executable, "-c", CTRL_C], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "RAY"
+    time.sleep(1.5)  # actors up, generating
+    started = _descendants(proc.pid)
+    assert started, "the run started no process"
+    t0 = time.perf_counter()
+    proc.send_signal(signal.SIGINT)
+    rc = proc.wait(timeout=30)
+    exit_s = time.perf_counter() - t0
     assert rc == 130, proc.stderr.read()[-2000:]
     deadline = time.time() + 10
     while time.time() < deadline and any(_alive(p) for p in started):

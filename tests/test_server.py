@@ -340,11 +340,11 @@ def test_metrics_parse_and_count_the_requests_sent():
     assert one("target_servers") == 2
 
 
-def test_sigterm_finishes_the_stream_in_flight_then_exits():
+def test_sigterm_finishes_the_stream_in_flight_then_exits(processes):
     port = free_port()
     env = dict(os.environ, SPECPAR_API_KEY=KEY)
     cmd = [sys.executable, "-m", "specpar", "serve", "--simulated", "--port", str(port), "--target-ms", "2", "-v"]
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = processes.start(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert "specpar serve" in proc.stdout.readline()
         url = f"http://127.0.0.1:{port}"
