@@ -7,24 +7,44 @@ output position uses its own draws (draft sample, acceptance test, residual
 sample, bonus sample), so losslessness is unaffected: the draws that decide
 position ``i`` are fresh given the prefix, whatever happened on discarded branches.
 
-What a seed reproduces depends on the coupling of draft and target (``Decoding.coupling``):
+What a seed reproduces depends on the coupling of draft and target (``Decoding.coupling``). Greedy decoding
+(temperature 0) needs no seed: every algorithm gives the target's greedy tokens on every runtime. When sampling:
 
 * ``"rejection"`` (default; Leviathan et al., the papers' algorithm and acceptance rate): a
   position's token is decided either by testing a draft there (acceptance test, residual
   sample) or, when no draft reached it first, by the target's own sample (bonus). Both are
-  exact in distribution but give different tokens. SI, non-SI and HSD decide every position
-  the same way whatever the timing, so the same seed gives the same tokens on every runtime.
-  DSI and HSD-SP verify while drafting goes on: which of the two decides a position is a race
-  between the drafter and the target servers, so the same seed gives the same tokens run after
-  run on the virtual clock (its ties are broken deterministically), but can differ from run to
-  run on threads (and from the virtual clock) where timings vary.
+  exact in distribution but give different tokens, and a test's outcome depends on the
+  drafter's row, so the tokens are a function of the seed *and the configuration* (models,
+  lookahead, tree, sp_degree).
+
+  ==========================================  =========================  ==========================================
+  algorithm                                   virtual clock              threads, Ray
+  ==========================================  =========================  ==========================================
+  non-SI                                      the same tokens            the same tokens, and the virtual clock's
+  SI, HSD (chains and trees)                  the same tokens            the same tokens, and the virtual clock's
+  DSI, HSD-SP (chains and trees)              the same tokens (for the   may differ from run to run and from the
+                                              same latency profiles)     virtual clock
+  ==========================================  =========================  ==========================================
+
+  SI, non-SI and HSD decide every position the same way whatever the timing. DSI and HSD-SP
+  verify while drafting goes on: which of the two decides a position is a race between the
+  drafter and the target servers, which the virtual clock breaks deterministically and real
+  time does not. Each run is still exact in distribution. Measured with
+  ``benchmarks/seed_serial_runs.py`` (a tiny transformers pair, DSI on threads, 5 serial runs
+  of one seed in a process, 4 processes per version, interleaved, 2026-11-25, load 11-15 on
+  2 cores): distinct outputs per 5 runs 2, 4, 3, 2 at 2b445dd; 2, 2, 2, 3 at 460d16d; 3, 2, 3,
+  1 now. The race is as old as DSI's parallel verification, not a regression; the audit's 5
+  equal runs at 2b445dd were a lucky draw of its timing.
 * ``"gumbel"`` (drafter-invariant coupling): the token at position ``i`` is
   ``argmax_v log p(v) + G_i(v)`` with Gumbel noise ``G_i`` keyed by (seed, i, v), the
   drafter drafts with the same noise on its own ``q``, and a draft is accepted iff it equals
-  the target's token. The output is a function of the seed and the target alone: the same
-  tokens on every runtime, for every algorithm, as non-SI's, whoever decides a position. The
-  price is a lower acceptance: P(accept) >= (1 - TV) / (1 + TV) instead of rejection
-  sampling's optimal 1 - TV (TV: the total variation distance between p and q).
+  the target's token. The output is a function of the seed and the target alone: non-SI's
+  tokens for that seed for every algorithm, drafter, lookahead, tree and sp_degree, on every
+  runtime, whoever decides a position (1 distinct output in 5 runs in each of the 4
+  processes of the measurement above). The price is a lower acceptance: P(accept) >= (1 - TV) / (1 + TV)
+  instead of rejection sampling's optimal 1 - TV (TV: the total variation distance between
+  p and q). So: ``coupling="gumbel"`` where a seed must give the same tokens on threads or
+  Ray with DSI or HSD-SP.
 """
 
 from __future__ import annotations
