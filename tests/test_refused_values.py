@@ -54,3 +54,21 @@ def test_prompt_ids_outside_a_simulated_vocabulary_are_refused():
         with pytest.raises(ConfigError, match=r"token ids must be integers in \[0, 7\]"):
             generate(prompt, target, drafter, max_new_tokens=2)
     assert generate([0, 7], target, drafter, max_new_tokens=2).tokens == target.greedy_tokens([0, 7], 2)
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(stop=5), "stop must be a string or a list of strings, got 5"),
+        (dict(stop_token_ids=3), "stop_token_ids must be a list of token ids, got 3"),
+        (dict(stop_token_ids="12"), "stop_token_ids must be a list of token ids, got '12'"),
+    ],
+)
+def test_stops_of_the_wrong_type_are_named_not_a_type_error(kwargs, match):
+    with pytest.raises(ConfigError, match=match):
+        SamplingParams(**kwargs)
+
+
+def test_a_drafter_latency_so_small_that_eq1_overflows_is_one_line(capsys):
+    code = cli.main(["simulate", "-N", "4", "--drafter-tpot", "1e-320"])
+    assert_one_line_error(code, capsys.readouterr().err, "a drafter with a latency of 1e-320 ms drafts infinitely fast")

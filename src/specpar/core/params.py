@@ -57,11 +57,17 @@ class SamplingParams:
         n = self.max_tokens
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
             raise ConfigError(f"max_tokens (max_new_tokens) must be a positive integer, got {n!r}")
+        if self.stop is not None and not isinstance(self.stop, (str, Sequence)):
+            raise ConfigError(f"stop must be a string or a list of strings, got {self.stop!r}")
         stop = () if self.stop is None else (self.stop,) if isinstance(self.stop, str) else tuple(self.stop)
         for s in stop:
             if not isinstance(s, str) or not s:
                 raise ConfigError(f"stop strings must be non-empty strings, got {s!r}")
         object.__setattr__(self, "stop", stop)
+        if self.stop_token_ids is not None and (
+            isinstance(self.stop_token_ids, (str, bytes)) or not isinstance(self.stop_token_ids, Sequence)
+        ):
+            raise ConfigError(f"stop_token_ids must be a list of token ids, got {self.stop_token_ids!r}")
         ids = () if self.stop_token_ids is None else tuple(self.stop_token_ids)
         for t in ids:
             if isinstance(t, bool) or not isinstance(t, int) or t < 0:

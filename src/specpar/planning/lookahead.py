@@ -47,10 +47,10 @@ def _check(target_ms: float, drafter_ms: float, per_token_ms: float = 0.0) -> No
         raise ConfigError(f"drafter latency must be a finite number >= 0 ms, got {drafter_ms!r}")
     if not per_token_ms >= 0 or math.isinf(per_token_ms):
         raise ConfigError(f"per_token_ms must be a finite number >= 0 ms, got {per_token_ms!r}")
-    if drafter_ms == 0:
+    if drafter_ms == 0 or math.isinf(target_ms / drafter_ms):  # so small a latency that the ratio overflows
         raise ConfigError(
-            "a drafter with zero latency drafts infinitely fast: no finite SP degree or lookahead satisfies Eq. 1 "
-            "(give the drafter a latency > 0)"
+            f"a drafter with {'zero latency' if drafter_ms == 0 else f'a latency of {drafter_ms!r} ms'} drafts "
+            "infinitely fast: no finite SP degree or lookahead satisfies Eq. 1 (give the drafter a latency > 0)"
         )
 
 
