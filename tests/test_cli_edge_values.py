@@ -53,6 +53,7 @@ CLI_CASES = [
     (["generate", "--temperature", "inf", "hi"], "argument --temperature: must be a finite number"),
     (["bench", "--devices", " , ", "-n", "1"], "--devices must name at least one device"),
     (["generate", "--repeats", "3", "hi"], "--repeats is for --compare"),
+    (["generate", "--repeats", "0", "--compare", "hi"], "--repeats must be >= 1, got 0"),  # an IndexError before
     (["profile", "--seed", "1"], "unrecognized arguments: --seed 1"),
 ]
 

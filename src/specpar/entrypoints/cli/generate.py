@@ -154,6 +154,8 @@ class Streamer:
 
 def run(args) -> int:
     real_models.check_common(args)
+    if args.repeats < 1:
+        raise ConfigError(f"--repeats must be >= 1, got {args.repeats}")
     if args.repeats > 1 and not args.compare:
         raise ConfigError("--repeats is for --compare (it repeats the comparison)")
     params = sampling_params(args)
