@@ -35,11 +35,12 @@ def flag(
     short: str | None = None,
     aliases: Sequence[str] = (),
     metavar: str | None = None,
-    choices: Sequence[str] | None = None,
+    choices: Mapping[str, str] | None = None,
 ):
     """A field's command-line spelling: ``name`` (and ``short``), with ``aliases`` its deprecated spellings (they
     still work for one release, with a warning). help: what the field does; default: the rule its default follows,
-    in words (else the help shows the default value); choices: the values a text field takes."""
+    in words (else the help shows the default value); choices: the values a text field takes, each with what it
+    means."""
     return {
         "flag": name,
         "short": short,
@@ -47,7 +48,7 @@ def flag(
         "help": help,
         "default": default,
         "metavar": metavar,
-        "choices": None if choices is None else tuple(choices),
+        "choices": None if choices is None else dict(choices),
     }
 
 
@@ -76,9 +77,15 @@ class SpeculativeConfig:
         default="dsi",
         metadata=flag(
             "--algorithm",
-            "nonsi (the target alone), si, dsi, hsd (a stack of drafters) or hsd-sp (HSD with DSI on top)",
+            "the algorithm",
             aliases=("--algo",),
-            choices=ALGORITHMS,
+            choices={
+                "nonsi": "the target alone",
+                "si": "a drafter proposes k tokens, the target verifies them in one pass",
+                "dsi": "SI whose verifications run on --sp-degree target servers while drafting goes on",
+                "hsd": "a stack of drafters, each verifying the one below",
+                "hsd-sp": "HSD with DSI's parallel verification at the top",
+            },
         ),
     )
     lookahead: int | str | None = field(
@@ -134,7 +141,7 @@ class SpeculativeConfig:
         metadata=flag(
             "--dedicated-cursor",
             "DSI: keep one target server for passes on the verified prefix",
-            default="when verification costs grow with the drafts fed (a per-token cost) or are unknown",
+            default="when verification costs grow with the drafts fed, a per-token cost, or are unknown",
         ),
     )
 
@@ -203,20 +210,21 @@ class RuntimeConfig:
         default=None,
         metadata=flag(
             "--runtime",
-            "virtual: a discrete-event clock, exact and fast (offline); threads: real wall time, one thread per "
-            "server in this process; ray: real wall time, each server a Ray actor in its own process "
-            "(pip install 'specpar[ray]')",
+            "where the servers run",
             default="virtual for simulated models, threads for real ones",
-            choices=RUNTIMES,
+            choices={
+                "virtual": "a discrete-event clock, exact and fast (offline)",
+                "threads": "real wall time, one thread per server in this process",
+                "ray": "real wall time, each server a Ray actor in its own process (pip install 'specpar[ray]')",
+            },
         ),
     )
     cancel_frees: str | Mapping[str, str] = field(
         default="now",
         metadata=flag(
             "--cancel-frees",
-            "virtual clock: a cancelled task frees its server now (preemptible servers) or at the end of its pass "
-            "(as a real forward pass does)",
-            choices=CANCEL_MODES,
+            "virtual clock: when a cancelled task frees its server",
+            choices={"now": "at once (preemptible servers)", "end": "at the end of its pass, as a forward pass does"},
         ),
     )
     link_ms: float | Mapping[str, float] = field(
@@ -261,17 +269,19 @@ class RuntimeConfig:
         default="PACK",
         metadata=flag(
             "--placement",
-            "Ray: placement group strategy for the servers, PACK on as few nodes as fit or SPREAD across nodes",
-            choices=PLACEMENTS,
+            "Ray: placement group strategy for the servers",
+            choices={"PACK": "on as few nodes as fit", "SPREAD": "across nodes"},
         ),
     )
     drafter_placement: str = field(
         default="driver",
         metadata=flag(
             "--drafter-placement",
-            "Ray: driver: the drafter runs on a thread of this process, no round trip per draft call; actor: in "
-            "its own actor like the targets",
-            choices=DRAFTER_PLACEMENTS,
+            "Ray: where the drafter runs",
+            choices={
+                "driver": "on a thread of this process, no round trip per draft call",
+                "actor": "in its own actor, like the targets",
+            },
         ),
     )
     options: Mapping[str, Any] = field(default_factory=dict)

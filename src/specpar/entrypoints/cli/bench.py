@@ -51,7 +51,7 @@ def register(sub) -> None:
         "--arm 'si tree=2,2,1' (chains and trees side by side, interleaved per prompt; k and tree default to -k and "
         "--tree)",
     )
-    p.add_argument("--temperature", type=number, default=0.0, help="0 (default) greedy; > 0 sampling")
+    p.add_argument("--temperature", type=number, default=0.0, metavar="T", help="0 (default) greedy; > 0 sampling")
     p.add_argument("--seed", type=seed, default=0, help="prompt i samples with seed + i")
     p.add_argument("--out", metavar="FILE.jsonl", help="write one JSON line per prompt and algorithm")
     add_json(p, "print the summary as one JSON object")

@@ -158,7 +158,7 @@ class ConfigOptions:
                 metavar="JSON",
                 default=None,
                 help='the speculation in vLLM\'s shape, e.g. \'{"method": "dsi", "num_speculative_tokens": 5, '
-                '"sp_degree": 4}\' (any field above by its name); its fields win over the flags',
+                '"sp_degree": 4}\' (the fields above by their names); its fields win over the flags',
             )
         configs = parser.get_default(CONFIGS) or []
         if self not in configs:
@@ -174,7 +174,7 @@ class ConfigOptions:
         else:
             kw["type"] = kind
             kw["metavar"] = meta["metavar"]
-            choices = self.choices.get(name, meta["choices"])
+            choices = self.choices.get(name, tuple(meta["choices"] or ()) or None)
             if choices is not None:
                 old = tuple(self.old_values.get(name, ()))
                 kw["choices"] = (*choices, *old)
@@ -198,6 +198,9 @@ class ConfigOptions:
         else:
             words = None
         what = self.helps.get(name, "{help}").format(help=meta["help"])
+        if meta["choices"] and name not in self.helps:  # what each value the command takes means
+            shown_choices = self.choices.get(name, tuple(meta["choices"]))
+            what += "; " + "; ".join(f"{c}: {meta['choices'][c]}" for c in shown_choices)
         text = f"{what} ({words})" if words else what
         return text.replace("%", "%%")  # argparse formats help texts with %
 
@@ -249,7 +252,16 @@ class ConfigOptions:
         out = {}
         for key in json.loads(text):
             name = VLLM_NAMES.get(key, key)
+            if name not in self.fields:  # what this command cannot do (bench: its algorithms are --algorithms)
+                taken = [k for k, v in VLLM_NAMES.items() if v in self.fields] + list(self.fields)
+                raise ConfigError(
+                    f"--speculative-config: this command does not take {key!r}; it takes {', '.join(taken)}"
+                )
             out[name] = getattr(config, name)
+            if name in self.choices and out[name] not in self.choices[name]:
+                raise ConfigError(
+                    f"--speculative-config: {key} must be one of {', '.join(self.choices[name])} here, got {out[name]!r}"
+                )
             if name in given:
                 warn(args, f"--speculative-config's {key} {shown(out[name])} overrides {self.flag(name)} {given[name]}")
         return out

@@ -35,7 +35,7 @@ def register(sub) -> None:
     p.add_argument("--chat", action="store_true", help="put the prompt text in the target's chat template")
     real_models.add_speculation_arguments(p)
     add_max_new_tokens(p, 64, "tokens to generate")
-    p.add_argument("--temperature", type=number, default=0.0, help="0 (default) greedy; > 0 sampling")
+    p.add_argument("--temperature", type=number, default=0.0, metavar="T", help="0 (default) greedy; > 0 sampling")
     p.add_argument("--seed", type=seed, default=0, help="keys every random draw when sampling")
     add_sampling_args(p)
     p.add_argument("--compare", action="store_true", help="also run the other algorithms and print all side by side")
@@ -69,11 +69,21 @@ def prompt_ids(args, target, chosen=None) -> tuple[str, list[int]]:
 
 def add_sampling_args(p) -> None:
     g = p.add_argument_group("sampling and stopping (vLLM's SamplingParams)")
-    g.add_argument("--top-k", type=integer, default=0, help="keep the k most likely tokens (default 0: all)")
-    g.add_argument("--top-p", type=number, default=1.0, help="keep the most likely tokens up to this probability")
-    g.add_argument("--min-p", type=number, default=0.0, help="drop tokens below min-p x the top token's probability")
     g.add_argument(
-        "--repetition-penalty", type=number, default=1.0, help="> 1 makes tokens already seen less likely (default 1)"
+        "--top-k", type=integer, default=0, metavar="K", help="keep the k most likely tokens (default 0: all)"
+    )
+    g.add_argument(
+        "--top-p", type=number, default=1.0, metavar="P", help="keep the most likely tokens up to this probability"
+    )
+    g.add_argument(
+        "--min-p", type=number, default=0.0, metavar="P", help="drop tokens below min-p x the top token's probability"
+    )
+    g.add_argument(
+        "--repetition-penalty",
+        type=number,
+        default=1.0,
+        metavar="R",
+        help="> 1 makes tokens already seen less likely (default 1)",
     )
     g.add_argument("--stop", action="append", default=None, metavar="TEXT", help="stop at this text (repeatable)")
     g.add_argument(

@@ -82,6 +82,7 @@ def add_sampling_mode(p) -> None:
         "--temperature",
         type=number,
         default=0.0,
+        metavar="T",
         help="0 for greedy (exact-match verification), > 0 for sampling (rejection sampling)",
     )
     p.add_argument(
