@@ -137,7 +137,9 @@ def test_fig2b_words_name_cells_where_sis_lookahead_was_valid():
     assert avoidable.si_lookahead_valid  # 7 x 3 x 0.1 >= 1
     forced = CellRecheck(0.01, 0.5, 3, 15, 7, 10.0, 10.5, 0.05, si_at_dsi_lookahead_ms=10.6)
     assert not forced.si_lookahead_valid
-    assert "in 1 of them does SI's best lookahead satisfy Eq. 1" in check_fig2b(0.9, [avoidable, forced], 7, "").measured
+    assert (
+        "in 1 of them does SI's best lookahead satisfy Eq. 1" in check_fig2b(0.9, [avoidable, forced], 7, "").measured
+    )
 
 
 @pytest.mark.parametrize("command,default", [("reproduce", 50), ("heatmap", 100)])
