@@ -143,8 +143,8 @@ def measure_sp_vs_mp(
     rejection (the target forwards that add latency), and DSI's speedup over non-SI, on ``sp_degree`` target
     servers (default: the count the planner gives, :func:`~specpar.planning.sp_degree_needed`; 5 for §3.1's)."""
     from specpar.backends import LatencyProfile, SimulatedModel
-    from specpar.entrypoints.api import generate
     from specpar.experiments.loop import run_arms, speedup
+    from specpar.experiments.runs import run_once
 
     if sp_degree is None:
         sp_degree = sp_degree_needed(1.0, c, lookahead)
@@ -152,7 +152,7 @@ def measure_sp_vs_mp(
     def dsi(_, seed):
         target = SimulatedModel(16, seed=seed, latency=LatencyProfile.uniform(1.0))
         drafter = target.drafter(a, LatencyProfile.uniform(c), seed=seed + 7919)
-        return generate(
+        return run_once(
             [seed, 1], target, drafter, algorithm="dsi", max_new_tokens=n, lookahead=lookahead, sp_degree=sp_degree
         )
 
