@@ -84,7 +84,7 @@ def post(url: str, path: str, body, key: str | None = KEY) -> tuple[int, dict]:
 
 
 def greedy(engine, prompt, n):
-    return engine.generate(prompt, SamplingParams(max_tokens=n)).tokens
+    return engine.generate(prompt, SamplingParams(temperature=0, max_tokens=n)).tokens
 
 
 def test_completions_streamed_or_not_equal_engine_generate(sim):
@@ -134,13 +134,13 @@ def test_text_and_chat_template_of_a_tokenizer():
     with Engine(target, drafter, sp_degree=2, lookahead=3) as engine:
         with running(create_app(engine, "tiny")) as url:
             c = client(url, "unused")
-            want = engine.generate("w3 w4 w5", SamplingParams(max_tokens=8))
+            want = engine.generate("w3 w4 w5", SamplingParams(temperature=0, max_tokens=8))
             r = c.completions.create(model="tiny", prompt="w3 w4 w5", max_tokens=8, temperature=0)
             assert r.choices[0].text == want.text and want.text
             chunks = c.completions.create(model="tiny", prompt="w3 w4 w5", max_tokens=8, temperature=0, stream=True)
             assert "".join(ch.choices[0].text for ch in chunks) == want.text
             ids = target.encode("user w7 w8 w1")
-            chat = engine.generate(ids, SamplingParams(max_tokens=6))
+            chat = engine.generate(ids, SamplingParams(temperature=0, max_tokens=6))
             messages = [{"role": "user", "content": "w7 w8"}]
             r = c.chat.completions.create(model="tiny", messages=messages, max_tokens=6, temperature=0)
             assert r.choices[0].message.content == chat.text and r.usage.prompt_tokens == len(ids)
@@ -306,7 +306,7 @@ def test_metrics_parse_and_count_the_requests_sent():
     # the virtual clock: each request's drafts, acceptances and timeline are those of its direct call
     with simulated_engine("virtual") as engine, running(create_app(engine, "sim")) as url:
         c = client(url)
-        results = [engine.generate([i + 1], SamplingParams(max_tokens=5 + 4 * i)) for i in range(3)]
+        results = [engine.generate([i + 1], SamplingParams(temperature=0, max_tokens=5 + 4 * i)) for i in range(3)]
         for i in range(3):
             c.completions.create(model="sim", prompt=[i + 1], max_tokens=5 + 4 * i, temperature=0, stream=i == 1)
         post(url, "/v1/completions", {"prompt": []})

@@ -170,7 +170,7 @@ class Engine:
         ids = self.prompt_ids(prompt)
         pieces: queue.Queue = queue.Queue()
         abandoned = threading.Event()
-        text = TextStream(self.tokenizer, ids, params.stop) if self.tokenizer is not None else None
+        text = TextStream(self.tokenizer, ids, *_texts(params)) if self.tokenizer is not None else None
         done: list[GenerationResult] = []
 
         def on_tokens(tokens):
@@ -221,7 +221,7 @@ class Engine:
         ids = set(params.stop_token_ids) | (set() if params.ignore_eos else set(self.end_of_text))
         if not ids and not params.stop:
             return None
-        return Stopping(ids, params.stop, self.tokenizer, prompt_ids)
+        return Stopping(ids, params.stop, self.tokenizer, prompt_ids, params.min_tokens)
 
     def _request(self, prompt, params: SamplingParams, algorithm, lookahead, stream, tree=None) -> GenerationResult:
         if self.closed:
@@ -243,7 +243,7 @@ class Engine:
                     self.targets,
                     self.drafters,
                     algorithm=algorithm,
-                    decoding=params.decoding(),
+                    decoding=params.decoding(len(ids), self.end_of_text),
                     max_new_tokens=params.max_tokens,
                     lookahead=lookahead,
                     sp_degree=self.sp_degree,
@@ -265,7 +265,7 @@ class Engine:
             else:  # on Ray the forward passes run in the actors: no forward log here to measure from
                 result.overhead = None
         if self.tokenizer is not None:
-            result.text = detokenize(self.tokenizer, ids, result.tokens, params.stop)
+            result.text = detokenize(self.tokenizer, ids, result.tokens, *_texts(params))
         if log.isEnabledFor(logging.INFO):
             log.info(
                 "%s: %d prompt + %d new tokens in %.1f ms (%s), finish %s, acceptance rate %.2f, mean acceptance "
@@ -331,6 +331,11 @@ def _model(source):
     if isinstance(source, Pool):
         return getattr(source.servers[0], "model", source.servers[0])
     return source
+
+
+def _texts(params: SamplingParams) -> tuple:
+    """The stop strings' settings of a request's text: (stop, min_tokens, include_stop_str_in_output)."""
+    return params.stop, params.min_tokens, params.include_stop_str_in_output
 
 
 def _one_prompt(prompts) -> bool:
