@@ -75,13 +75,41 @@ def create_app(
         await anyio.to_thread.run_sync(engine.close)  # after the running request, if any
         log.info("stopped: requests finished, engine closed")
 
-    app = FastAPI(title="specpar", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None,
-                  max_body_size=max_body_bytes)  # fmt: skip
+    app = FastAPI(title="specpar", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None)
+    app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
     app.state.engine, app.state.metrics, app.state.context = engine, metrics, ctx
     add_error_handlers(app, metrics)
     app.include_router(open_routes(ctx))
     app.include_router(model_routes(ctx), dependencies=[Depends(key_check(api_key))], responses=ERRORS)
     return app
+
+
+class BodyLimit:
+    """ASGI middleware: a request body over ``max_bytes`` is answered 413 (OpenAI's error body) when its
+    Content-Length says so, and fails to parse (400) when a chunked body runs past it."""
+
+    def __init__(self, app, max_bytes: int):
+        self.app, self.max_bytes = app, max_bytes
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        length = dict(scope["headers"]).get(b"content-length", b"0")
+        if not length.isdigit() or int(length) > self.max_bytes:
+            message = f"the request body is over {self.max_bytes} bytes" if length.isdigit() else "bad Content-Length"
+            response = JSONResponse(error_body(message, "invalid_request_error"), status_code=413)
+            return await response(scope, receive, send)
+        seen = 0
+
+        async def counted():
+            nonlocal seen
+            message = await receive()
+            seen += len(message.get("body", b""))
+            if seen > self.max_bytes:
+                raise RequestError(f"the request body is over {self.max_bytes} bytes", status=413)
+            return message
+
+        await self.app(scope, counted, send)
 
 
 def key_check(api_key: str | None):

@@ -13,6 +13,7 @@ from specpar.core.params import SamplingParams
 from specpar.entrypoints.server.schemas import ChatCompletionRequest, CompletionRequest, RequestError
 from specpar.entrypoints.server.served import Served
 
+MAX_CHOICES = 64  # generations in one request (prompts x n)
 DEFAULT_MAX_TOKENS = 16  # OpenAI's and vLLM's for completions (chat: what fits in the context window)
 
 
@@ -48,6 +49,8 @@ def completion_plan(req: CompletionRequest, served: Served) -> Plan:
     """The jobs of a /v1/completions request."""
     many = isinstance(req.prompt, list) and bool(req.prompt) and isinstance(req.prompt[0], (str, list))
     prompts = req.prompt if many else [req.prompt]
+    if len(prompts) * req.n > MAX_CHOICES:
+        raise RequestError(f"at most {MAX_CHOICES} choices (prompts x n) in one request", "n")
     ids = [served.prompt_ids(p) for p in prompts]
     max_tokens = req.max_tokens or DEFAULT_MAX_TOKENS
     jobs = []
