@@ -124,23 +124,33 @@ def processed_greedy(logits_at, prompt, n, params):
     return out[len(prompt) :]
 
 
-GREEDY = dict(presence_penalty=0.8, frequency_penalty=0.6, logit_bias={1: 0.7, 4: -0.5}, min_tokens=6,
-              stop_token_ids=[2])  # fmt: skip
+GREEDY = {
+    "presence_penalty": dict(presence_penalty=0.8),
+    "frequency_penalty": dict(frequency_penalty=0.6),
+    "logit_bias": dict(logit_bias={1: 0.7, 4: -0.5}),
+    "min_tokens": dict(min_tokens=6, stop_token_ids=[2]),
+    "all": dict(presence_penalty=0.8, frequency_penalty=0.6, logit_bias={1: 0.7, 4: -0.5}, min_tokens=6,
+                stop_token_ids=[2]),
+}  # fmt: skip
 
 
+@pytest.mark.parametrize("name", sorted(GREEDY))
 @pytest.mark.parametrize("algorithm", ["nonsi", "si", "dsi", "hsd"])
-def test_greedy_with_output_processors_is_the_processed_targets_greedy_on_simulated_models(algorithm):
+def test_greedy_with_output_processors_is_the_processed_targets_greedy_on_simulated_models(algorithm, name):
     target = SimulatedModel(6, seed=3, spread=1.0)  # flat logits: the processors change many argmaxes
     drafter = target.drafter(0.7, seed=2)
-    params = SamplingParams(temperature=0, max_tokens=30, **GREEDY)
+    params = SamplingParams(temperature=0, max_tokens=30, **GREEDY[name])
     want = processed_greedy(lambda out: target.logits(target.prefix_hash(out)), [1, 2], 30, params)
-    assert want != target.greedy_tokens([1, 2], 30)  # the processors matter here
-    assert 2 not in want[:6]
+    unprocessed = target.greedy_tokens([1, 2], 30)
+    if "stop_token_ids" in GREEDY[name]:  # the control: without min_tokens the output would stop earlier
+        assert 2 in unprocessed[:5] and 2 not in want[:6]
+    else:
+        assert want != unprocessed  # the control: the processor changes the output
     with Engine(target, [drafter] if algorithm == "hsd" else drafter, sp_degree=3) as engine:
         for k in (1, 3):
             got = engine.generate([1, 2], params, algorithm=algorithm, lookahead=k)
             assert got.tokens == want[: len(got.tokens)] and len(got.tokens) >= 6
-            assert got.finish_reason == ("stop" if 2 in want else "length")
+            assert got.finish_reason == ("stop" if 2 in want and "stop_token_ids" in GREEDY[name] else "length")
 
 
 @pytest.mark.parametrize("algorithm", ["si", "dsi"])

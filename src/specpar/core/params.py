@@ -96,8 +96,10 @@ class SamplingParams:
         for name in ("ignore_eos", "include_stop_str_in_output"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"{name} must be True or False, got {getattr(self, name)!r}")
-        if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0):
-            raise ConfigError(f"seed must be an integer >= 0 (or None: fresh randomness), got {self.seed!r}")
+        if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int)):
+            raise ConfigError(f"seed must be an integer, got {self.seed!r} (None: fresh randomness)")
+        if self.seed is not None and self.seed < 0:
+            raise ConfigError(f"seed must be an integer >= 0, got {self.seed!r} (None: fresh randomness)")
         lp = self.logprobs
         if lp is not None and (isinstance(lp, bool) or not isinstance(lp, int) or lp < 0):
             raise ConfigError(f"logprobs must be None or an integer >= 0 (the top tokens to report), got {lp!r}")

@@ -82,6 +82,8 @@ def _plan(req, chat: bool, jobs: list[Job], logprobs, served: Served) -> Plan:
     sp = speculative.pop("sp_degree", None)
     if sp is not None and sp > served.engine.sp_degree:
         raise RequestError(f"speculative.sp_degree is at most the server's, {served.engine.sp_degree}", "speculative")
+    if sp is not None and sp != served.engine.sp_degree:  # Engine.generate takes no sp_degree (yet)
+        raise RequestError(f"speculative.sp_degree: only the server's, {served.engine.sp_degree}", "speculative")
     return Plan(chat, jobs, req.n, bool(req.stream), bool(options and options.include_usage), logprobs, speculative)
 
 
