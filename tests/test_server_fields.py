@@ -164,3 +164,14 @@ def test_fifty_streams_against_max_queue_8_serve_8_and_refuse_the_rest():
             assert ids("".join(e["choices"][0]["text"] for e in events if e["choices"])) == want
         r = client(url, "x").completions.create(model="sim", prompt=[5], max_tokens=300, temperature=0)
         assert ids(r.choices[0].text) == want
+
+
+def test_per_request_speculation(sim):
+    url, engine = sim
+    want = engine.generate([6, 1], SamplingParams(temperature=0, max_tokens=20)).tokens
+    for spec in ({"algorithm": "si", "lookahead": 2}, {"algorithm": "dsi", "sp_degree": 1}, {"algorithm": "nonsi"}):
+        status, body = post(url, "/v1/completions", {"prompt": [6, 1], "max_tokens": 20, "temperature": 0,
+                                                     "speculative": spec})  # fmt: skip
+        assert status == 200 and ids(body["choices"][0]["text"]) == want, spec
+    status, body = post(url, "/v1/completions", {"prompt": [6, 1], "speculative": {"algorithm": "hsd"}})
+    assert status == 400 and body["error"]["param"] == "speculative"

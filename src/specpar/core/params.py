@@ -110,8 +110,8 @@ class SamplingParams:
     def from_kwargs(cls, **kwargs) -> SamplingParams:
         """SamplingParams(**kwargs), with an unknown keyword a ConfigError naming the known ones."""
         for name in kwargs:
-            if name not in _FIELDS:
-                raise ConfigError(f"unknown sampling parameter {name!r}: known ones are {', '.join(_FIELDS)}")
+            if name not in SAMPLING_FIELDS:
+                raise ConfigError(f"unknown sampling parameter {name!r}: known ones are {', '.join(SAMPLING_FIELDS)}")
         return cls(**kwargs)
 
     @property
@@ -143,7 +143,7 @@ class SamplingParams:
         return Decoding(self.temperature, seed, procs, self.coupling, self.logprobs)
 
 
-_FIELDS = tuple(f.name for f in fields(SamplingParams))
+SAMPLING_FIELDS = tuple(f.name for f in fields(SamplingParams))
 
 
 def _number(params: SamplingParams, name: str, lo: float, hi: float, bounds: str, lo_open: bool = False) -> None:

@@ -134,13 +134,13 @@ def measure_sp_vs_mp(
     """§3.1's example on the event-driven simulator: the share of DSI's verification windows that end in a
     rejection (the target forwards that add latency), and DSI's speedup over non-SI."""
     from specpar.backends import LatencyProfile, SimulatedModel
-    from specpar.entrypoints.api import generate
     from specpar.experiments.loop import run_arms, speedup
+    from specpar.experiments.runs import run_once
 
     def dsi(_, seed):
         target = SimulatedModel(16, seed=seed, latency=LatencyProfile.uniform(1.0))
         drafter = target.drafter(a, LatencyProfile.uniform(c), seed=seed + 7919)
-        return generate(
+        return run_once(
             [seed, 1], target, drafter, algorithm="dsi", max_new_tokens=n, lookahead=lookahead, sp_degree=sp_degree
         )
 

@@ -257,19 +257,19 @@ def event_cell(
     """One cell by the event-driven simulator (specpar.generate on the virtual clock): mean latencies in target
     passes over ``repeats`` simulated model pairs (seeds ``seed`` .. ``seed + repeats - 1``)."""
     from specpar.backends import LatencyProfile, SimulatedModel
-    from specpar.entrypoints.api import generate
+    from specpar.experiments.runs import run_once
 
     times = {"nonsi": [], "si": [], "dsi": []}
     for r in range(seed, seed + repeats):
         target = SimulatedModel(16, seed=r, latency=LatencyProfile.uniform(1.0))
         drafter = target.drafter(a, LatencyProfile.uniform(c), seed=r + 104729)
         prompt = [r % 16, 3]
-        times["nonsi"].append(generate(prompt, target, algorithm="nonsi", max_new_tokens=n).time_ms)
+        times["nonsi"].append(run_once(prompt, target, algorithm="nonsi", max_new_tokens=n).time_ms)
         times["si"].append(
-            generate(prompt, target, drafter, algorithm="si", max_new_tokens=n, lookahead=si_lookahead).time_ms
+            run_once(prompt, target, drafter, algorithm="si", max_new_tokens=n, lookahead=si_lookahead).time_ms
         )
         times["dsi"].append(
-            generate(
+            run_once(
                 prompt, target, drafter, algorithm="dsi", max_new_tokens=n, lookahead=dsi_lookahead, sp_degree=sp_degree
             ).time_ms
         )

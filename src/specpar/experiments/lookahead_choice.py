@@ -164,18 +164,34 @@ def _event(
     algorithm: str, target: LatencyProfile, drafter: LatencyProfile, a: float, sp: int, n: int, ks: list[int], seed: int
 ) -> dict[int, float]:
     from specpar.backends.simulated import SimulatedModel
-    from specpar.entrypoints.api import generate  # the interfaces layer: imported here, where a simulation is run
+    from specpar.core.config import RuntimeConfig, SpeculativeConfig
+    from specpar.core.decoding import GREEDY
+    from specpar.spec.registry import run_generation
 
     n = min(n, EVENT_MAX_N)
     pairs = []
     for r in range(seed, seed + min(16, max(4, EVENT_TOKENS // n))):
         model = SimulatedModel(16, seed=r, latency=target)
         pairs.append((model, model.drafter(a, drafter, seed=r + 7919), [r % 16, 3]))
-    out = {}
+    out, virtual = {}, RuntimeConfig(name="virtual")
     for k in ks:
-        times = [
-            generate(p, t, d, algorithm=algorithm, max_new_tokens=n, lookahead=k, sp_degree=sp).time_ms
-            for t, d, p in pairs
-        ]
+        spec = SpeculativeConfig(algorithm=algorithm, lookahead=k, sp_degree=sp)
+        times = [run_generation(p, t, d, spec, virtual, GREEDY, n).time_ms for t, d, p in pairs]
         out[k] = statistics.fmean(times)
     return out
+
+
+def auto_lookahead(target, drafter, algorithm: str, sp_degree: int, max_new_tokens: int) -> int:
+    """lookahead="auto" for ``target`` and ``drafter`` (models or Pools): :func:`choose_lookahead` on their latency
+    profiles and the drafter's acceptance rate (simulated drafters, or models given a measured latency)."""
+    from specpar.spec.registry import latency_of, model_of
+
+    t, d = latency_of(target), latency_of(drafter)
+    a = getattr(model_of(drafter), "acceptance_rate", None)
+    if t is None or d is None or a is None:
+        raise ConfigError(
+            'lookahead="auto" needs both latency profiles and the drafter\'s acceptance rate (a simulated drafter); '
+            "for real models run `specpar plan` on a measured profile (`specpar profile`) and pass its lookahead"
+        )
+    sp = sp_degree if algorithm == "dsi" else 1
+    return choose_lookahead(t, d, a, sp, max_new_tokens, algorithm="dsi" if algorithm == "dsi" else "si").lookahead

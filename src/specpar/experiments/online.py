@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 
 from specpar.backends import SimulatedModel
 from specpar.core.errors import ConfigError
-from specpar.entrypoints.api import generate
 from specpar.experiments.loop import Speedup, run_arms, speedup
 from specpar.experiments.pair_profile import PairProfile
+from specpar.experiments.runs import run_once
 from specpar.planning.lookahead import verification_servers
 
 TABLE2_LOOKAHEADS = (1, 5, 10)
@@ -152,7 +152,7 @@ def run_online(
         """Wall time on ``runtime`` and the virtual clock's time for the same run."""
         target, drafter, prompt = models
         algo, kw = arms[arm]
-        measured = generate(
+        measured = run_once(
             prompt,
             target,
             drafter,
@@ -165,7 +165,7 @@ def run_online(
         )
         if runtime == "virtual":  # the measurement is the prediction
             return measured.time_ms, measured.time_ms
-        predicted = generate(prompt, target, drafter, algorithm=algo, max_new_tokens=n, runtime="virtual", **kw)
+        predicted = run_once(prompt, target, drafter, algorithm=algo, max_new_tokens=n, runtime="virtual", **kw)
         if measured.tokens != predicted.tokens:  # greedy: both must be the target's own output
             raise RuntimeError(f"{algo} returned different tokens on {runtime} and on the virtual clock")
         return measured.time_ms, predicted.time_ms

@@ -51,7 +51,8 @@ def register(sub) -> None:
         description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--algo", choices=("nonsi", "si", "dsi"), default="dsi", help="algorithm (default dsi)")
+    p.add_argument("--algorithm", "--algo", dest="algo", choices=("nonsi", "si", "dsi"), default="dsi",
+                   help="algorithm (default dsi)")  # fmt: skip
     p.add_argument("-k", "--lookahead", type=ranged(int, 1, 64), default=5,
                    help="draft tokens per verification (default 5)")  # fmt: skip
     p.add_argument("--sp-degree", type=ranged(int, 1, MAX_SERVE_SERVERS), default=2, help="target servers (default 2)")

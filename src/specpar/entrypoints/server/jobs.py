@@ -37,7 +37,7 @@ class Plan:
     stream: bool = False
     include_usage: bool = False
     logprobs: int | None = None  # top tokens per output token; None: no logprobs
-    speculative: dict = field(default_factory=dict)  # algorithm, lookahead (Engine.generate's keywords)
+    speculative: dict = field(default_factory=dict)  # algorithm, lookahead, sp_degree (SpeculativeConfig's fields)
 
     @property
     def prompt_tokens(self) -> int:
@@ -79,11 +79,9 @@ def _plan(req, chat: bool, jobs: list[Job], logprobs, served: Served) -> Plan:
     speculative = {} if spec is None else {k: v for k, v in spec.model_dump().items() if v is not None}
     if "algorithm" in speculative and speculative["algorithm"] != "nonsi" and served.engine.drafters is None:
         raise RequestError("this server has no drafter: only algorithm 'nonsi'", "speculative")
-    sp = speculative.pop("sp_degree", None)
+    sp = speculative.get("sp_degree")
     if sp is not None and sp > served.engine.sp_degree:
         raise RequestError(f"speculative.sp_degree is at most the server's, {served.engine.sp_degree}", "speculative")
-    if sp is not None and sp != served.engine.sp_degree:  # Engine.generate takes no sp_degree (yet)
-        raise RequestError(f"speculative.sp_degree: only the server's, {served.engine.sp_degree}", "speculative")
     return Plan(chat, jobs, req.n, bool(req.stream), bool(options and options.include_usage), logprobs, speculative)
 
 
