@@ -315,7 +315,9 @@ class Engine:
         """lookahead="auto": the fastest by simulation of the models' latencies and acceptance rate."""
         from specpar.experiments.lookahead_choice import auto_lookahead
 
-        k = auto_lookahead(self.targets, self.drafters, spec.algorithm, spec.sp_degree, max_new_tokens)
+        k = auto_lookahead(
+            self.targets, self.drafters, spec.algorithm, spec.sp_degree, max_new_tokens, spec.dedicated_cursor
+        )
         log.info("lookahead %d: the fastest %s's simulation predicts (lookahead='auto')", k, spec.algorithm)
         return k
 
