@@ -72,3 +72,22 @@ def test_stops_of_the_wrong_type_are_named_not_a_type_error(kwargs, match):
 def test_a_drafter_latency_so_small_that_eq1_overflows_is_one_line(capsys):
     code = cli.main(["simulate", "-N", "4", "--drafter-tpot", "1e-320"])
     assert_one_line_error(code, capsys.readouterr().err, "a drafter with a latency of 1e-320 ms drafts infinitely fast")
+
+
+def test_an_unknown_runtime_option_is_named_not_a_type_error():
+    target, drafter = make_pair()
+    with pytest.raises(
+        ConfigError, match=r"the threads runtime takes no option 'bogus': its options are .*stall_floor_s"
+    ):
+        generate([1], target, drafter, max_new_tokens=2, runtime="threads", runtime_options={"bogus": 1})
+    out = generate([1], target, drafter, max_new_tokens=2, runtime="threads", runtime_options={"stall_floor_s": 5})
+    assert out.tokens == target.greedy_tokens([1], 2)
+
+
+def test_max_tokens_past_what_the_command_line_takes_is_refused():
+    """10^30 new tokens of a simulated model (no context window) ran forever."""
+    with pytest.raises(ConfigError, match="must be at most 2147483647"):
+        SamplingParams(max_tokens=10**30)
+    target, drafter = make_pair()
+    with pytest.raises(ConfigError, match="must be at most 2147483647"):
+        generate([1], target, drafter, max_new_tokens=2**63)

@@ -11,6 +11,10 @@ from specpar.core.decoding import COUPLINGS, Decoding, check_temperature
 from specpar.core.errors import ConfigError
 from specpar.core.logits_processors import LogitsProcessors
 
+MAX_TOKENS = 2**31 - 1
+"""The most new tokens a request may ask for: what the command line's -N takes (a C size). Far more than any context
+window; a simulated model has none, and 10^30 tokens would run forever."""
+
 
 @dataclass(frozen=True)
 class SamplingParams:
@@ -79,6 +83,10 @@ class SamplingParams:
         n = self.max_tokens
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
             raise ConfigError(f"max_tokens (max_new_tokens) must be a positive integer, got {n!r}")
+        if n > MAX_TOKENS:
+            raise ConfigError(
+                f"max_tokens (max_new_tokens) must be at most {MAX_TOKENS} (as on the command line), got {n!r}"
+            )
         m = self.min_tokens
         if isinstance(m, bool) or not isinstance(m, int) or not 0 <= m <= n:
             raise ConfigError(f"min_tokens must be an integer in [0, max_tokens = {n}], got {m!r}")
