@@ -43,8 +43,9 @@ def end(proc: subprocess.Popen) -> None:
     """Kill ``proc``'s process group (it and what it started) and reap it; nothing if already ended and reaped."""
     try:
         os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
+    except (ProcessLookupError, PermissionError):  # not a group leader (a plain Popen), or gone
+        if proc.poll() is None:
+            proc.kill()
     try:
         proc.wait(timeout=10)
     except subprocess.TimeoutExpired:  # pragma: no cover - a process SIGKILL does not end

@@ -68,16 +68,17 @@ def test_a_calls_expected_time_is_its_profiles_prediction_or_its_pools_longest_c
     assert CallLimits(timeout_s=7.0).limit_s(warm, model.latency) == 7.0  # a fixed call_timeout_s wins
 
 
-@pytest.mark.parametrize("algorithm", ["si", "dsi"])
-def test_a_stalled_target_fails_the_generation_with_a_server_error_naming_it_soon(algorithm, release):
-    """Calls of 5 ms: a stalled call the generation waits for is given up after the floor (10 s by default), not
-    600 s. DSI waits for none while a replica is free (a stalled verification is cancelled and redone), so there
-    every replica stalls."""
+@pytest.mark.parametrize("algorithm, floor_s", [("si", None), ("dsi", 1.0)])
+def test_a_stalled_target_fails_the_generation_with_a_server_error_naming_it_soon(algorithm, floor_s, release):
+    """Calls of 5 ms: a stalled call the generation waits for is given up after the floor (10 s by default; 1 s given
+    as a runtime option for DSI), not 600 s. DSI waits for none while a replica is free (a stalled verification is
+    cancelled and redone), so there every replica stalls."""
     target = SimulatedModel(8, latency=LatencyProfile.uniform(5.0))
     drafter = target.drafter(0.7, LatencyProfile.uniform(1.0))
     servers = [StallingServer(target, f"target{i}", stall_on=3, release=release) for i in range(2)]
     t0 = time.perf_counter()
-    with pytest.raises(ServerError, match=r"server 'target\d' .*no answer after 10 s \(its stall limit\)"):
+    floor = STALL_FLOOR_S if floor_s is None else floor_s
+    with pytest.raises(ServerError, match=rf"server 'target\d' .*no answer after {floor:g} s \(its stall limit\)"):
         generate(
             [1, 2],
             Pool(servers, "target"),
@@ -88,9 +89,10 @@ def test_a_stalled_target_fails_the_generation_with_a_server_error_naming_it_soo
             sp_degree=2 if algorithm == "dsi" else 1,
             runtime="threads",
             prefill_replicas=False,
+            runtime_options=None if floor_s is None else {"stall_floor_s": floor_s},
         )
     took = time.perf_counter() - t0
-    assert STALL_FLOOR_S <= took < STALL_FLOOR_S + 8, f"gave up after {took:.1f} s"
+    assert floor <= took < floor + 8, f"gave up after {took:.1f} s"
 
 
 def test_the_floor_is_a_runtime_option(release):
