@@ -15,9 +15,9 @@ error in both.
     git worktree add /tmp/dsi_before 460d16d
     .venv/bin/python benchmarks/dsi_equivalence.py --src /tmp/dsi_before --src .
 
-The algorithms are called directly (``dsi(runtime, target_pool, drafter_pool, ...)`` and the others, with the
-keywords they took at 460d16d), not through ``generate``, so that the script measures the algorithms and not the
-option plumbing above them. Exit status 1 when any configuration differs.
+The algorithms are called directly (``dsi(runtime, target_pool, drafter, ...)`` and the others; the drafter is a
+``ModelDrafter`` where the checkout has proposers, else the drafter pool and ``tree=`` as at 460d16d), not through
+``generate``, so that the script measures the algorithms and not the option plumbing above them. Exit status 1 when any configuration differs.
 """
 
 from __future__ import annotations
@@ -48,6 +48,11 @@ from specpar.spec.dsi import dsi
 from specpar.spec.hsd import hsd
 from specpar.spec.hsd_sp import LevelsServer, hsd_sp
 from specpar.spec.si import si
+
+try:  # since issue 20: a proposer carries the tree (before, the algorithms took tree= beside a drafter pool)
+    from specpar.spec.proposers import ModelDrafter
+except ImportError:
+    ModelDrafter = None
 
 
 def latency(spec):
@@ -81,12 +86,18 @@ def run(c):
         pools = [Pool([m.server(f"level{i}")], f"level{i}") for i, m in enumerate(drafters + [target])]
     rt = VirtualRuntime(pools, cancel_frees=c["cancel_frees"], link_ms=c["link_ms"])
     prompt = c["prompt"]
+    trees = {}
+    if algorithm in ("si", "dsi"):
+        if ModelDrafter is not None:
+            drafter = ModelDrafter(rt, drafter, tree)
+        else:
+            trees["tree"] = tree
     with rt:
         if algorithm == "dsi":
             r = dsi(rt, target_pool, drafter, prompt, n, k, decoding, None, stopping,
-                    prefill_all=c["prefill_all"], dedicated_cursor=c["dedicated_cursor"], tree=tree)
+                    prefill_all=c["prefill_all"], dedicated_cursor=c["dedicated_cursor"], **trees)
         elif algorithm == "si":
-            r = si(rt, target_pool, drafter, prompt, n, k, decoding, None, stopping, tree=tree)
+            r = si(rt, target_pool, drafter, prompt, n, k, decoding, None, stopping, **trees)
         elif algorithm == "hsd-sp":
             r = hsd_sp(rt, target_pool, drafter, prompt, n, c["buffers"][-1], decoding, None, stopping)
         else:

@@ -3,7 +3,7 @@
 Each request: DSI (or SI / non-SI) on the virtual clock, simulated target (V = 32) and drafter (a = 0.8),
 lookahead 5, SP = 4, N tokens. The same request runs, interleaved, as
 
-* bare: :func:`specpar.entrypoints.api.generate_on` on the engine's own pools (the algorithm on a runtime, nothing else);
+* bare: :func:`specpar.spec.registry.run_generation` on the engine's own pools (the algorithm on a runtime, nothing else);
 * engine: ``Engine.generate`` (parameters checked, prompt and stop conditions, the lock, logging checks);
 * generate(): the one-call convenience (a one-off Engine: fresh servers each call);
 
@@ -21,7 +21,8 @@ import statistics
 import time
 
 from specpar import Engine, LatencyProfile, SamplingParams, SimulatedModel, generate
-from specpar.entrypoints.api import generate_on
+from specpar.core.config import RuntimeConfig, SpeculativeConfig
+from specpar.spec.registry import run_generation
 
 
 def timed(fn):
@@ -40,15 +41,14 @@ def main() -> None:
     args = ap.parse_args()
     target = SimulatedModel(32, seed=1, latency=LatencyProfile.uniform(20.0))
     drafter = target.drafter(0.8, LatencyProfile.uniform(1.0), seed=2)
-    params = SamplingParams(max_tokens=args.N)
+    params = SamplingParams(temperature=0, max_tokens=args.N)
     prompt = [1, 2, 3]
     engine = Engine(target, drafter, sp_degree=4)
 
+    spec, virtual = SpeculativeConfig(algorithm=args.algo, lookahead=5, sp_degree=4), RuntimeConfig(name="virtual")
+
     def bare():
-        return generate_on(
-            prompt, engine.targets, engine.drafters, algorithm=args.algo, decoding=params.decoding(),
-            max_new_tokens=args.N, lookahead=5, sp_degree=4, runtime="virtual",
-        )  # fmt: skip
+        return run_generation(prompt, engine.targets, engine.drafters, spec, virtual, params.decoding(), args.N)
 
     def via_engine():
         return engine.generate(prompt, params, algorithm=args.algo, lookahead=5)

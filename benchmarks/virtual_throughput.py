@@ -16,7 +16,7 @@ import time
 from specpar import LatencyProfile, SimulatedModel, generate
 from specpar.core.calls import Draft, Proposal, Scores
 from specpar.runtimes import Pool, VirtualRuntime
-from specpar.spec import dsi
+from specpar.spec.dsi import dsi
 
 SETTINGS = [
     # (label, target ms, drafter ms, a, lookahead, SP, N)

@@ -29,18 +29,20 @@ pytestmark = [
 
 
 def test_default_pair_runs_every_algorithm_on_a_humaneval_prompt_with_the_same_output():
-    from specpar.entrypoints.serving import Servers, load_pair
+    from specpar import Engine, SamplingParams
+    from specpar.entrypoints.engine import load_pair
     from specpar.experiments import prompts
 
     target, drafter = load_pair(progress=False)
     assert target.vocab_size == drafter.vocab_size == 151936
-    servers = Servers(target, drafter, sp_degree=2, max_tokens=512)
+    servers = Engine(target, drafter, sp_degree=2, devices=["cpu"], max_tokens=512, runtime="threads")
     ids = prompts.load("humaneval", 1)[0].token_ids(target)
     results = {}
     for algorithm in ("nonsi", "si", "dsi"):
-        for s in servers.all:
-            s.reset()
-        results[algorithm] = servers.generate(ids, algorithm, 8, lookahead=3)
+        servers.reset()
+        results[algorithm] = servers.generate(
+            ids, SamplingParams(temperature=0, max_tokens=8), algorithm=algorithm, lookahead=3
+        )
     assert results["si"].tokens == results["nonsi"].tokens == results["dsi"].tokens
     assert target.decode(results["nonsi"].tokens).strip()
     assert results["si"].acceptance_rate > 0.3  # same family, same tokenizer: drafts are mostly accepted

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from specpar.core.errors import ConfigError
-from specpar.entrypoints.serving import overhead
+from specpar.entrypoints.engine import overhead
 from specpar.experiments import prompts
 
 

@@ -191,9 +191,9 @@ def test_proposer_for_takes_a_pool_or_a_proposer():
     target = SimulatedModel(8, seed=1, latency=LatencyProfile.uniform(1.0))
     pool = Pool([target.drafter(0.5).server("d")], "drafter")
     rt = VirtualRuntime([pool])
-    chains, trees = proposer_for(rt, pool), proposer_for(rt, pool, (2, 2, 1))
+    chains, trees = proposer_for(rt, pool), ModelDrafter(rt, pool, (2, 2, 1))
     assert isinstance(chains, ModelDrafter) and not chains.trees and lookahead_of(chains, 4) == 4
     assert trees.trees and lookahead_of(trees, 4) == 3  # a tree's lookahead is its depth
-    assert proposer_for(rt, chains) is chains
-    with pytest.raises(ConfigError, match="give tree= to the proposer"):
-        proposer_for(rt, chains, (2,))
+    assert proposer_for(rt, trees) is trees
+    with pytest.raises(ConfigError, match="tree width"):
+        ModelDrafter(rt, pool, (2, 0))

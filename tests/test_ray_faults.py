@@ -19,7 +19,7 @@ from specpar.core.decoding import GREEDY
 from specpar.runtimes import Pool
 from specpar.runtimes.ray_actors import ServerHost, release_kept
 from specpar.runtimes.ray_runtime import RayRuntime
-from specpar.spec import dsi
+from specpar.spec.dsi import dsi
 
 pytestmark = [pytest.mark.usefixtures("ray_local"), pytest.mark.timeout(60)]
 

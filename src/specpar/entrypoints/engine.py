@@ -20,16 +20,17 @@ import os
 import queue
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, nullcontext
 
+from specpar.core.config import RuntimeConfig, SpeculativeConfig, split_options
 from specpar.core.errors import ConfigError
-from specpar.core.params import SamplingParams
+from specpar.core.params import SAMPLING_FIELDS, SamplingParams
 from specpar.core.results import GenerationResult
 from specpar.core.stopping import Stopping, TextStream, detokenize, end_of_text_ids
-from specpar.entrypoints.api import generate_on
 from specpar.runtimes import Pool
 from specpar.runtimes.virtual import collector_paused
+from specpar.spec.registry import check_context_window, model_of, run_generation
 
 log = logging.getLogger(__name__)
 
@@ -48,13 +49,17 @@ class Engine:
 
     target, drafter: models (SimulatedModel and its drafter, TransformersModel), ready-made Pools of servers,
         local directories / hub ids of transformers models, or neither (the default pair, `specpar[models]`).
-        drafter: a list of models, the smallest first, for HSD; None for non-SI only.
-    sp_degree: target servers (DSI verifies on all at once; SI and non-SI use the first).
-    runtime: "threads" or "virtual"; default threads for real models, virtual for simulated ones.
-    algorithm, lookahead: each request's defaults (see :func:`specpar.generate`).
+        drafter: a list of models, the smallest first, for HSD (or to merge their token trees); None for non-SI.
+    speculative_config: each request's default :class:`SpeculativeConfig` (or vLLM's shape of it, ``{"method":
+        "dsi", "num_speculative_tokens": 5, "sp_degree": 4}``); its fields may also be given as keywords
+        (``algorithm=``, ``lookahead=``, ``sp_degree=``, ...). ``sp_degree`` is also the number of target servers
+        the engine makes (default: a Pool's size, else 2 for real models and 4 for simulated ones); a request may
+        use fewer.
+    runtime: a name ("virtual", "threads", "ray") or a :class:`RuntimeConfig`, default threads for real models and
+        virtual for simulated ones; its fields may also be given as keywords (``cancel_frees=``,
+        ``call_timeout_s=``, ...), and ``runtime_options`` passes the runtime's own keyword arguments.
     devices: real models: the drafter on the first, target servers round-robin over the others.
     max_tokens: real models: the longest sequence a server holds (prompt + output), for the memory check.
-    cancel_frees, buffers, prefill_replicas, dedicated_cursor, runtime_options: as :func:`specpar.generate`'s.
     keep_actors: Ray: keep each server's actor for the engine's next request (killed at close() when the engine
         made the servers; servers given as Pools keep theirs for whoever owns them).
     """
@@ -64,38 +69,33 @@ class Engine:
         target=None,
         drafter=None,
         *,
-        sp_degree: int | None = None,
-        runtime: str | None = None,
-        algorithm: str = "dsi",
-        lookahead: int | str | None = None,
+        speculative_config: SpeculativeConfig | Mapping | None = None,
+        runtime: str | RuntimeConfig | None = None,
+        runtime_options: Mapping | None = None,
         devices: Sequence[str] | None = None,
         dtype: str | None = None,
         max_tokens: int = 4096,
-        cancel_frees: str | Mapping[str, str] = "now",
-        buffers: Sequence[int] | None = None,
-        prefill_replicas: bool | None = None,
-        dedicated_cursor: bool | None = None,
-        runtime_options: dict | None = None,
         keep_actors: bool = True,
+        **options,
     ):
+        spec_fields, runtime_fields, _ = split_options(options)
+        spec = speculative_config_of(speculative_config, spec_fields)
+        runtime_config = RuntimeConfig.coerce(runtime, runtime_options, **runtime_fields)
         self._owns_servers = not isinstance(target, Pool)
         if target is None or isinstance(target, str) or hasattr(target, "__fspath__"):
             target, drafter = self._load(target, drafter, devices, dtype)
-        if target is None:
-            raise ConfigError("give a target model")
+        check_model("target", target)
+        for d in drafter if isinstance(drafter, (list, tuple)) else [] if drafter is None else [drafter]:
+            check_model("drafter", d)
         self.real = is_real(target)
-        if sp_degree is None:
-            sp_degree = len(target) if isinstance(target, Pool) else 2 if self.real else 4
-        if isinstance(sp_degree, bool) or not isinstance(sp_degree, int) or sp_degree < 1:
-            raise ConfigError(f"sp_degree must be an integer >= 1, got {sp_degree!r}")
-        self.sp_degree = sp_degree
-        self.runtime = runtime or ("threads" if self.real else "virtual")
-        self.algorithm, self.lookahead = algorithm, lookahead
-        self.cancel_frees, self.buffers = cancel_frees, buffers
-        self.prefill_replicas, self.dedicated_cursor = prefill_replicas, dedicated_cursor
-        self.runtime_options, self.keep_actors = runtime_options, keep_actors
-        self.target_model = _model(target)
-        self.drafter_model = _model(drafter[-1] if isinstance(drafter, (list, tuple)) and drafter else drafter)
+        sp_degree = spec.sp_degree or (len(target) if isinstance(target, Pool) else 2 if self.real else 4)
+        self.spec = spec.replace(sp_degree=sp_degree)  # each request's defaults
+        self.runtime_config = runtime_config.replace(
+            name=runtime_config.name or ("threads" if self.real else "virtual")
+        )
+        self.keep_actors = keep_actors
+        self.target_model = model_of(target)
+        self.drafter_model = model_of(drafter[-1] if isinstance(drafter, (list, tuple)) and drafter else drafter)
         self.tokenizer = getattr(self.target_model, "tokenizer", None)
         self.end_of_text = end_of_text_ids(self.target_model)
         if not devices:  # where the models are: the drafter's device first, then the target's
@@ -103,7 +103,7 @@ class Engine:
             devices = list(dict.fromkeys(getattr(m, "device", "cpu") for m in (first, self.target_model)))
         target_devices = devices[1:] if len(devices) > 1 else devices
         self.targets = self._servers(target, sp_degree, "target", target_devices, max_tokens)
-        if isinstance(drafter, (list, tuple)):  # HSD's levels, the smallest first
+        if isinstance(drafter, (list, tuple)):  # HSD's levels (or merged drafters), the smallest first
             self.drafters = [self._servers(m, 1, f"level{i}", devices[:1], max_tokens) for i, m in enumerate(drafter)]
         else:
             self.drafters = None if drafter is None else self._servers(drafter, 1, "drafter", devices[:1], max_tokens)
@@ -112,6 +112,16 @@ class Engine:
         if log.isEnabledFor(logging.INFO):
             for s in self.all:
                 log.info("server %s on %s", s.name, getattr(s, "device", self.runtime))
+
+    @property
+    def sp_degree(self) -> int:
+        """Target servers the engine made (the most a request's DSI verifies on at once)."""
+        return self.spec.sp_degree
+
+    @property
+    def runtime(self) -> str:
+        """The runtime's name: "virtual", "threads" or "ray"."""
+        return self.runtime_config.name
 
     # -- loading -------------------------------------------------------------------------------
     @staticmethod
@@ -143,34 +153,32 @@ class Engine:
         prompts,
         params: SamplingParams | None = None,
         *,
-        algorithm: str | None = None,
-        lookahead: int | str | None = None,
+        speculative_config: SpeculativeConfig | Mapping | None = None,
         stream=None,
-        tree=None,
-        **sampling,
+        **options,
     ) -> GenerationResult | list[GenerationResult]:
         """One result for one prompt (text, or token ids), a list of results for a list of prompts, in order.
 
-        params: the request's SamplingParams (or give its fields as keywords); algorithm, lookahead: override
-        the engine's defaults; stream: called with each run of newly verified token ids; tree: SI and DSI over
-        token trees <k1, ..., km> (see :func:`specpar.generate`).
+        params: the request's SamplingParams (or give its fields as keywords). speculative_config (or its fields
+        as keywords: ``algorithm=``, ``lookahead=``, ``tree=``, ``sp_degree=`` up to the engine's, ...): this
+        request's speculation, over the engine's defaults. stream: called with each run of newly verified token
+        ids.
         """
-        params = _params(params, sampling)
+        spec, params = self._request_config(speculative_config, params, options)
+        check_stream(stream)
         if _one_prompt(prompts):
-            return self._request(prompts, params, algorithm, lookahead, stream, tree)
-        return [self._request(p, params, algorithm, lookahead, stream, tree) for p in prompts]
+            return self._request(prompts, params, spec, stream)
+        return [self._request(p, params, spec, stream) for p in prompts]
 
-    def stream(
-        self, prompt, params: SamplingParams | None = None, *, algorithm: str | None = None, lookahead=None, **sampling
-    ) -> Iterator:
+    def stream(self, prompt, params: SamplingParams | None = None, *, speculative_config=None, **options) -> Iterator:
         """The output as it is verified: text pieces where the target has a tokenizer (joined, exactly the
         result's text; never any of a stop string), else lists of token ids. The generation runs on a thread
-        of its own; closing the iterator early ends it."""
-        params = _params(params, sampling)
+        of its own; closing the iterator early ends it. Arguments as :meth:`generate`'s."""
+        spec, params = self._request_config(speculative_config, params, options)
         ids = self.prompt_ids(prompt)
         pieces: queue.Queue = queue.Queue()
         abandoned = threading.Event()
-        text = TextStream(self.tokenizer, ids, params.stop) if self.tokenizer is not None else None
+        text = TextStream(self.tokenizer, ids, *_texts(params)) if self.tokenizer is not None else None
         done: list[GenerationResult] = []
 
         def on_tokens(tokens):
@@ -182,7 +190,7 @@ class Engine:
 
         def work():
             try:
-                done.append(self._request(ids, params, algorithm, lookahead, on_tokens))
+                done.append(self._request(ids, params, spec, on_tokens))
                 if text is not None:
                     rest = text.finish()
                     if rest:
@@ -205,11 +213,26 @@ class Engine:
             worker.join()
         return done[0] if done else None
 
+    def _request_config(self, speculative_config, params, options) -> tuple[SpeculativeConfig, SamplingParams]:
+        """A request's SpeculativeConfig (the engine's, with the request's changes) and SamplingParams."""
+        spec_fields, runtime_fields, sampling = split_options(options, sampling=SAMPLING_FIELDS)
+        if runtime_fields:
+            raise ConfigError(f"the runtime is the engine's: {sorted(runtime_fields)} cannot change per request")
+        base = self.spec if speculative_config is None else SpeculativeConfig.coerce(speculative_config)
+        spec = base.replace(**spec_fields)
+        if spec.sp_degree is None:
+            spec = spec.replace(sp_degree=self.sp_degree)
+        if spec.sp_degree > self.sp_degree:
+            raise ConfigError(f"sp_degree {spec.sp_degree} is more than the engine's {self.sp_degree} target servers")
+        return spec, _params(params, sampling)
+
     def prompt_ids(self, prompt) -> list[int]:
         if isinstance(prompt, str):
             if self.tokenizer is None:
                 raise ConfigError("a text prompt needs a target with a tokenizer: give token ids")
             ids = self.target_model.encode(prompt)
+        elif isinstance(prompt, (bytes, Mapping)) or not isinstance(prompt, Iterable):
+            raise ConfigError(f"the prompt must be text or a list of token ids, got {type(prompt).__name__}")
         else:
             ids = list(prompt)
         if not ids:
@@ -221,42 +244,34 @@ class Engine:
         ids = set(params.stop_token_ids) | (set() if params.ignore_eos else set(self.end_of_text))
         if not ids and not params.stop:
             return None
-        return Stopping(ids, params.stop, self.tokenizer, prompt_ids)
+        return Stopping(ids, params.stop, self.tokenizer, prompt_ids, params.min_tokens)
 
-    def _request(self, prompt, params: SamplingParams, algorithm, lookahead, stream, tree=None) -> GenerationResult:
+    def _request(self, prompt, params: SamplingParams, spec: SpeculativeConfig, stream) -> GenerationResult:
         if self.closed:
             raise ConfigError("this engine is closed")
         ids = self.prompt_ids(prompt)
-        algorithm = algorithm or self.algorithm
-        lookahead = lookahead if lookahead is not None else self.lookahead
-        if algorithm != "nonsi" and self.drafters is None:
-            raise ConfigError(f"algorithm {algorithm!r} needs a drafter: give the engine one")
+        if spec.speculates and self.drafters is None:
+            raise ConfigError(f"algorithm {spec.algorithm!r} needs a drafter: give the engine one")
+        if spec.lookahead == "auto":
+            spec = spec.replace(lookahead=self.auto_lookahead(spec, params.max_tokens))
         # one request at a time on these servers (their caches); on the virtual clock the collector stays paused
         # until the result is made (specpar.runtimes.virtual.collector_paused)
         with self._lock, collector_paused(self.runtime == "virtual"):
             local = self.real and self.runtime != "ray"  # on Ray the forward passes run in the actors
             marks = [len(s.forward_log) for s in self.all] if local else None
-            with torch_threads(self.threads_for(algorithm)) if self.real else nullcontext():
+            with torch_threads(self.threads_for(spec.algorithm)) if self.real else nullcontext():
                 t0 = time.perf_counter()
-                result = generate_on(
+                result = run_generation(
                     ids,
                     self.targets,
                     self.drafters,
-                    algorithm=algorithm,
-                    decoding=params.decoding(),
-                    max_new_tokens=params.max_tokens,
-                    lookahead=lookahead,
-                    sp_degree=self.sp_degree,
-                    runtime=self.runtime,
-                    cancel_frees=self.cancel_frees,
-                    buffers=self.buffers,
+                    spec,
+                    self.runtime_config,
+                    params.decoding(len(ids), self.end_of_text),
+                    params.max_tokens,
                     stream=stream,
                     stopping=self.stopping(ids, params),
-                    prefill_replicas=self.prefill_replicas,
-                    dedicated_cursor=self.dedicated_cursor,
-                    runtime_options=self.runtime_options,
                     ready_made=self.keep_actors,
-                    tree=tree,
                 )
                 t1 = time.perf_counter()
             if local:
@@ -265,7 +280,7 @@ class Engine:
             else:  # on Ray the forward passes run in the actors: no forward log here to measure from
                 result.overhead = None
         if self.tokenizer is not None:
-            result.text = detokenize(self.tokenizer, ids, result.tokens, params.stop)
+            result.text = detokenize(self.tokenizer, ids, result.tokens, *_texts(params))
         if log.isEnabledFor(logging.INFO):
             log.info(
                 "%s: %d prompt + %d new tokens in %.1f ms (%s), finish %s, acceptance rate %.2f, mean acceptance "
@@ -287,17 +302,37 @@ class Engine:
         """torch threads so that the CPU servers running at once share the cores without oversubscribing them
         (on Ray, the drafter in this process gets a server's CPU bundle, as each actor does)."""
         if self.runtime == "ray":
-            return max(1, int((self.runtime_options or {}).get("cpus_per_server", 1)))
+            return max(1, int(self.runtime_config.cpus_per_server))
         cpu = [s for s in self.all if getattr(s, "device", None) == "cpu"]
         busy = len(cpu) if algorithm in ("dsi", "hsd-sp") else 1  # non-SI and SI run one server at a time
         return max(1, cpu_cores() // max(1, busy))
 
     def check_length(self, prompt_len: int, max_new_tokens: int) -> None:
-        from specpar.entrypoints.api import check_context_window
-
+        """Refuse a prompt and output longer than the models' context windows, before any work."""
         check_context_window(prompt_len, max_new_tokens, self.target_model, self.drafter_model)
 
+    def auto_lookahead(self, spec: SpeculativeConfig, max_new_tokens: int) -> int:
+        """lookahead="auto": the fastest by simulation of the models' latencies and acceptance rate."""
+        from specpar.experiments.lookahead_choice import auto_lookahead
+
+        k = auto_lookahead(
+            self.targets, self.drafters, spec.algorithm, spec.sp_degree, max_new_tokens, spec.dedicated_cursor
+        )
+        log.info("lookahead %d: the fastest %s's simulation predicts (lookahead='auto')", k, spec.algorithm)
+        return k
+
     # -- lifetime --------------------------------------------------------------------------------
+    def reset(self) -> None:
+        """Empty every server's cache (the next request starts with a prefill), the Ray actors' too."""
+        with self._lock:
+            for s in self.all:
+                if hasattr(s, "reset"):
+                    s.reset()
+            if self.runtime == "ray":
+                from specpar.runtimes.ray_actors import reset_kept
+
+                reset_kept(self.all)
+
     def close(self) -> None:
         """Refuse further requests (after the one running, if any) and free the servers' caches."""
         with self._lock:
@@ -327,15 +362,32 @@ class _Abandoned(Exception):
     """The reader of a stream stopped reading: the generation ends."""
 
 
-def _model(source):
-    if isinstance(source, Pool):
-        return getattr(source.servers[0], "model", source.servers[0])
-    return source
+def speculative_config_of(base, changes) -> SpeculativeConfig:
+    return SpeculativeConfig.coerce(base).replace(**changes)
+
+
+def check_model(role: str, source) -> None:
+    """Refuse up front a target or drafter that is neither a model nor a Pool of servers."""
+    if not (isinstance(source, Pool) or hasattr(source, "server") or hasattr(source, "servers")):
+        raise ConfigError(
+            f"the {role} must be a model (e.g. a SimulatedModel, a TransformersModel), a Pool of servers, or a model "
+            f"directory; got {type(source).__name__} {source!r:.60}"
+        )
+
+
+def check_stream(stream) -> None:
+    if stream is not None and not callable(stream):
+        raise ConfigError(f"stream must be a function called with each run of new token ids, got {stream!r:.60}")
+
+
+def _texts(params: SamplingParams) -> tuple:
+    """The stop strings' settings of a request's text: (stop, min_tokens, include_stop_str_in_output)."""
+    return params.stop, params.min_tokens, params.include_stop_str_in_output
 
 
 def _one_prompt(prompts) -> bool:
-    if isinstance(prompts, str):
-        return True
+    if isinstance(prompts, str) or not isinstance(prompts, Iterable):
+        return True  # one prompt (prompt_ids refuses what is not one)
     seq = list(prompts) if not isinstance(prompts, Sequence) else prompts
     return len(seq) == 0 or not isinstance(seq[0], (str, list, tuple))
 

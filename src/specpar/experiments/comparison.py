@@ -8,8 +8,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from specpar.core.results import GenerationResult
-from specpar.entrypoints.api import generate
 from specpar.experiments.loop import Speedup, run_arms, speedup
+from specpar.experiments.runs import run_once
 
 
 @dataclass
@@ -96,7 +96,7 @@ def compare(
 
     def run(algo, repeat):
         r, target, drafter, prompt = repeat
-        return generate(
+        return run_once(
             prompt,
             target,
             drafter,

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from specpar.core.errors import ConfigError
-from specpar.entrypoints.api import generate
+from specpar.experiments.runs import run_once
 
 
 def measure_alpha(
@@ -37,7 +37,7 @@ def measure_alpha(
         for i in range(j):
             drafted = accepted = 0
             for r, prompt in enumerate(prompts):
-                out = generate(
+                out = run_once(
                     prompt,
                     models[j],
                     models[i],

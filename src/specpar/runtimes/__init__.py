@@ -5,8 +5,12 @@ server of a pool, ``wait()`` returns the next finished task, ``cancel(task)``
 drops a queued or running task, ``now()`` reads the clock in ms. A runtime for
 Ray actors (:mod:`specpar.runtimes.ray_runtime`, each server in its own process) implements the same four
 methods; importing it does not import Ray (an optional dependency), constructing one does.
+:func:`make_runtime` builds the one a :class:`~specpar.core.config.RuntimeConfig` names.
 """
 
+from collections.abc import Sequence
+
+from specpar.core.config import RuntimeConfig
 from specpar.runtimes.base import Pool, Runtime, Task, TaskRecord
 from specpar.runtimes.ray_runtime import RayRuntime
 from specpar.runtimes.threads import ThreadRuntime
@@ -14,4 +18,32 @@ from specpar.runtimes.virtual import VirtualRuntime
 
 RUNTIMES = {"virtual": VirtualRuntime, "threads": ThreadRuntime, "ray": RayRuntime}
 
-__all__ = ["Pool", "Runtime", "Task", "TaskRecord", "VirtualRuntime", "ThreadRuntime", "RayRuntime", "RUNTIMES"]
+
+def make_runtime(config: RuntimeConfig, pools: Sequence[Pool], ready_made: bool = False) -> Runtime:
+    """The runtime ``config`` names, over ``pools``. ready_made: the servers outlive this generation (an Engine's, a
+    ready-made Pool), so their Ray actors are kept for later runs."""
+    options = dict(config.options)
+    if config.call_timeout_s is not None and config.name != "virtual":
+        options["call_timeout_s"] = config.call_timeout_s
+    if config.name == "virtual":
+        return VirtualRuntime(pools, config.cancel_frees, link_ms=config.link_ms, **options)
+    if config.name == "ray":
+        local = ("drafter",) if config.drafter_placement == "driver" else ()  # no round trip per draft call
+        link = config.link_ms.get("target", 0.0) if isinstance(config.link_ms, dict) else config.link_ms
+        options = {"reuse_actors": ready_made, "local_pools": local, "inject_link_ms": link, **options}
+        return RayRuntime(pools, cpus_per_server=config.cpus_per_server, placement=config.placement, **options)
+    return ThreadRuntime(pools, **options)
+
+
+__all__ = [
+    "Pool",
+    "Runtime",
+    "Task",
+    "TaskRecord",
+    "VirtualRuntime",
+    "ThreadRuntime",
+    "RayRuntime",
+    "RUNTIMES",
+    "RuntimeConfig",
+    "make_runtime",
+]

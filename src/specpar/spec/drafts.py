@@ -10,6 +10,7 @@
   ``verification(dsi)`` (the call that verifies the drafts waiting for a server) and, for trees only,
   ``rows(dsi, task)`` (a finished tree verification's rows along the drafts).
 
+``dsi`` is the generation's :class:`~specpar.spec.dsi.DSI` state (not annotated: dsi.py imports the strategies).
 Each strategy also says what DSI records of an unverified draft (its class docstring).
 """
 
@@ -21,7 +22,6 @@ from specpar.core.calls import Proposal, Score, Scores
 from specpar.core.decoding import Decoding
 
 if TYPE_CHECKING:
-    from specpar.spec.dsi import DSI
     from specpar.spec.generation import Generation
 
 
@@ -46,7 +46,7 @@ class Chains:
     def verify(self, g: Generation, proposal: Proposal, scores: Scores) -> int:
         return g.verify(proposal, scores)
 
-    def add(self, dsi: DSI, proposal: Proposal, taken: int) -> int:
+    def add(self, dsi, proposal: Proposal, taken: int) -> int:
         """Add the chain's drafts after the ``taken`` tokens the target filled while it was drafted; how many
         (-1 when the chain contradicts those tokens)."""
         tokens = proposal.tokens
@@ -59,7 +59,7 @@ class Chains:
         dsi.tokens += tokens
         return len(tokens)
 
-    def judge(self, dsi: DSI, row) -> bool:
+    def judge(self, dsi, row) -> bool:
         """Test the draft at the cursor against the target's row there; a rejection drops what depends on it."""
         start, q = dsi.drafts.pop(0)
         g = dsi.g
@@ -69,6 +69,6 @@ class Chains:
         dsi.reject()
         return False
 
-    def verification(self, dsi: DSI) -> Score:
+    def verification(self, dsi) -> Score:
         """One pass over every unverified draft that scores the ``unsent`` last ones."""
         return Score(dsi.g.context(dsi.tokens), dsi.unsent, dsi.decoding)

@@ -256,7 +256,7 @@ class DSI:
 def dsi(
     runtime: Runtime,
     target: Pool,
-    drafter: Pool | Proposer,
+    drafter: Proposer | Pool,
     prompt: Sequence[int],
     max_new_tokens: int,
     lookahead: int,
@@ -265,16 +265,14 @@ def dsi(
     stopping=None,
     prefill_all: bool = False,
     dedicated_cursor: bool = False,
-    tree: Sequence[int] | None = None,
 ) -> GenerationResult:
-    """drafter: a proposer (:mod:`specpar.spec.proposers`), or the pool of a drafter model's servers.
+    """drafter: a proposer (:mod:`specpar.spec.proposers`; one that drafts token trees makes each chunk a tree and
+    the lookahead its depth), or the pool of a drafter model's servers (chains).
     prefill_all: at the start, every target server prefills the prompt at once (in parallel), so that
     no verification later pays a prefill (TTFT) on a cold replica; worth it when TTFT > TPOT.
     dedicated_cursor: a pass with no drafts always works on the cursor, on a server kept for it (see the
-    module docstring); for targets whose verification costs grow with the drafts fed.
-    tree: a token tree configuration <k1, ..., km> the drafter pool drafts; each chunk is such a tree
-    (:mod:`specpar.spec.tree_drafts`); lookahead is then its depth."""
-    proposer = proposer_for(runtime, drafter, tree)
+    module docstring); for targets whose verification costs grow with the drafts fed."""
+    proposer = proposer_for(runtime, drafter)
     lookahead = check_positive_int("lookahead (k)", lookahead_of(proposer, lookahead))
     g = Generation(prompt, max_new_tokens, decoding, runtime, stream, stopping, feedback=proposer.feedback)
     state = DSI(runtime, target, proposer, g, lookahead, dedicated_cursor)

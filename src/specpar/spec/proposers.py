@@ -34,11 +34,10 @@ on every clock drafting takes its time and overlaps verification (DSI).
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
 from specpar.core.calls import Context, Draft, DraftTree, Proposal
 from specpar.core.decoding import Decoding
-from specpar.core.errors import ConfigError
 from specpar.core.trees import TokenTree, check_tree, limit_depth, tree_depth
 from specpar.runtimes.base import Pool, Runtime, Task
 
@@ -94,14 +93,10 @@ class ModelDrafter(Proposer):
         return f"ModelDrafter({self.pool.name}{'' if self.tree is None else f', tree={self.tree}'})"
 
 
-def proposer_for(runtime: Runtime, drafter: Pool | Proposer, tree: Sequence[int] | None = None) -> Proposer:
-    """The proposer an algorithm talks to: ``drafter`` itself when it is one, else a :class:`ModelDrafter` over the
-    pool (drafting ``tree`` when given)."""
-    if isinstance(drafter, Proposer):
-        if tree is not None:
-            raise ConfigError("give tree= to the proposer, not beside one")
-        return drafter
-    return ModelDrafter(runtime, drafter, tree)
+def proposer_for(runtime: Runtime, drafter: Proposer | Pool) -> Proposer:
+    """The proposer an algorithm talks to: ``drafter`` itself when it is one, else a :class:`ModelDrafter` drafting
+    chains on the pool."""
+    return drafter if isinstance(drafter, Proposer) else ModelDrafter(runtime, drafter)
 
 
 def lookahead_of(proposer: Proposer, lookahead: int) -> int:

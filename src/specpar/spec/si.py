@@ -4,8 +4,8 @@ Repeat: the drafter proposes k tokens, the target scores all of them in one
 forward pass, the verifier keeps the accepted prefix plus one target token.
 Drafting waits for verification and verification waits for drafting.
 
-With token trees (SpecInfer; a proposer that drafts trees, e.g. ``tree=<k1, ..., km>``, several drafters
-behind a :class:`~specpar.backends.merged.MergedDrafters` merging theirs) the target scores every node in one pass
+With token trees (SpecInfer; a proposer that drafts trees, e.g. a ModelDrafter with ``tree=<k1, ..., km>``, several
+drafters behind a :class:`~specpar.backends.merged.MergedDrafters` merging theirs) the target scores every node in one pass
 (tree attention), and the verifier keeps the longest accepted path plus one target token
 (:mod:`specpar.spec.tree_drafts`; chains: :mod:`specpar.spec.drafts`).
 """
@@ -26,19 +26,17 @@ from specpar.spec.tree_drafts import Trees
 def si(
     runtime: Runtime,
     target: Pool,
-    drafter: Pool | Proposer,
+    drafter: Proposer | Pool,
     prompt: Sequence[int],
     max_new_tokens: int,
     lookahead: int,
     decoding: Decoding = GREEDY,
     stream=None,
     stopping=None,
-    tree: Sequence[int] | None = None,
 ) -> GenerationResult:
-    """drafter: a proposer (:mod:`specpar.spec.proposers`), or the pool of a drafter model's servers.
-    tree: a token tree configuration <k1, ..., km> the drafter pool drafts and the target verifies each round
-    instead of k drafts; lookahead is then its depth."""
-    proposer = proposer_for(runtime, drafter, tree)
+    """drafter: a proposer (:mod:`specpar.spec.proposers`; one that drafts token trees makes each round a tree and
+    the lookahead its depth), or the pool of a drafter model's servers (chains)."""
+    proposer = proposer_for(runtime, drafter)
     lookahead = check_positive_int("lookahead (k)", lookahead_of(proposer, lookahead))
     shape = Trees() if proposer.trees else Chains()
     g = Generation(prompt, max_new_tokens, decoding, runtime, stream, stopping, feedback=proposer.feedback)

@@ -18,7 +18,6 @@ from specpar.core.trees import TokenTree, attach
 
 if TYPE_CHECKING:
     from specpar.runtimes.base import Task
-    from specpar.spec.dsi import DSI
     from specpar.spec.generation import Generation
 
 
@@ -29,7 +28,7 @@ def below_cursor(g: Generation, tree: TokenTree, start: int) -> int | None:
     return below[-1] if below and len(below) == len(out) - start else None
 
 
-def add_path(dsi: DSI, tree: TokenTree, start: int, first: int) -> int:
+def add_path(dsi, tree: TokenTree, start: int, first: int) -> int:
     """Add the drafts on the path to ``tree``'s most likely leaf, the first at position ``start`` and index ``first``
     of its window; how many."""
     path = tree.path(tree.most_likely_leaf())
@@ -56,7 +55,7 @@ class Trees:
     def verify(self, g: Generation, tree: TokenTree, scores: Scores) -> int:
         return g.verify_tree(tree, scores.rows)
 
-    def add(self, dsi: DSI, tree: TokenTree, taken: int) -> int:
+    def add(self, dsi, tree: TokenTree, taken: int) -> int:
         """Add the path to the tree's most likely leaf, below the ``taken`` tokens the target filled while it was
         drafted; how many drafts (-1 when the tree does not hold those tokens)."""
         start = dsi.drafted_from
@@ -67,7 +66,7 @@ class Trees:
             tree = tree.subtree(filled[-1])
         return add_path(dsi, tree, start + taken, taken)
 
-    def judge(self, dsi: DSI, row) -> bool:
+    def judge(self, dsi, row) -> bool:
         """Test the draft at the cursor with its siblings; True when it (the path DSI drafted on) is accepted."""
         g = dsi.g
         start, first, tree, path = dsi.drafts[0]
@@ -86,7 +85,7 @@ class Trees:
             add_path(dsi, tree.subtree(below), len(g.out), tree.depths[below])
         return False
 
-    def go_on_below(self, dsi: DSI) -> Task | None:
+    def go_on_below(self, dsi) -> Task | None:
         """A sibling off the path was accepted: verify the rest of its branch with the rows of a finished
         verification that holds it, or return the running verification that will (None when neither exists)."""
         g = dsi.g
@@ -100,7 +99,7 @@ class Trees:
                 return task
         return None
 
-    def verification(self, dsi: DSI) -> ScoreTree:
+    def verification(self, dsi) -> ScoreTree:
         """One pass over the trees of the drafts that wait, each hung below the previous one's path, below the
         drafts already sent."""
         drafts, tokens, cursor = dsi.drafts, dsi.tokens, len(dsi.g.out)
@@ -114,7 +113,7 @@ class Trees:
             j = start + len(path) - cursor  # the next path's first draft
         return ScoreTree(dsi.g.context(tokens[:i]), out, dsi.decoding)
 
-    def rows(self, dsi: DSI, task: Task):
+    def rows(self, dsi, task: Task):
         """A finished tree pass's rows along the drafts: at the root and on the drafts' path (the tree is kept for
         its other branches)."""
         call, rows = task.call, task.result.rows

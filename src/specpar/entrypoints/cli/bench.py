@@ -105,7 +105,7 @@ def run(args) -> int:
         params = SamplingParams(
             temperature=args.temperature, seed=args.seed + i, max_tokens=args.max_new_tokens, ignore_eos=True
         )
-        return servers.generate(ids, algo, lookahead=lookahead, params=params, tree=tree, stream=bar.callback)
+        return servers.generate(ids, params, algorithm=algo, lookahead=lookahead, tree=tree, stream=bar.callback)
 
     def on_result(arm, i, res):
         seen[arm, i] = res

@@ -185,10 +185,10 @@ def run(args) -> int:
         servers.reset()  # every algorithm starts from a cold cache (its TTFT includes the prefill)
         res = servers.generate(
             ids,
-            algo,
+            params,
+            algorithm=algo,
             lookahead=args.lookahead,
             stream=stream or (bar.callback if bar else None),
-            params=params,
             tree=args.tree if algo != "nonsi" else None,
         )
         if stream is not None:

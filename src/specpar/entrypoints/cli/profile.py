@@ -54,7 +54,7 @@ def register(sub) -> None:
 
 def run(args) -> int:
     from specpar.core.paths import check_output_file
-    from specpar.entrypoints.serving import cpu_cores, torch_threads
+    from specpar.entrypoints.engine import cpu_cores, torch_threads
     from specpar.experiments import prompts
 
     real_models.check_common(args)

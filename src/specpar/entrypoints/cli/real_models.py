@@ -62,11 +62,11 @@ def devices(args) -> list[str]:
 
 
 def load(args, sp_degree: int, max_tokens: int):
-    """(target, drafter, Servers) with sp_degree target servers, loaded once."""
-    from specpar.entrypoints.serving import Servers, load_pair
+    """(target, drafter, an Engine with sp_degree target servers), loaded once."""
+    from specpar.entrypoints.engine import Engine, load_pair
 
     devs = devices(args)
-    # the drafter on the first device, the target where Servers puts its replicas (the others, if any)
+    # the drafter on the first device, the target where the Engine puts its replicas (the others, if any)
     target, drafter = load_pair(
         args.target,
         args.drafter,
@@ -78,7 +78,16 @@ def load(args, sp_degree: int, max_tokens: int):
     from specpar.entrypoints.cli.runtime_args import runtime_options
 
     runtime = getattr(args, "runtime", "threads")
-    return target, drafter, Servers(target, drafter, sp_degree, devs, max_tokens, runtime, runtime_options(args))
+    engine = Engine(
+        target,
+        drafter,
+        sp_degree=sp_degree,
+        devices=devs,
+        max_tokens=max_tokens,
+        runtime=runtime,
+        runtime_options=runtime_options(args),
+    )
+    return target, drafter, engine
 
 
 def check_common(args) -> None:

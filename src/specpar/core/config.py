@@ -1,0 +1,364 @@
+"""The two configuration objects that travel from a CLI flag (or an API keyword, or a request) to the algorithm.
+
+* :class:`SpeculativeConfig`: how a generation speculates (algorithm, lookahead, SP degree, token tree, HSD's
+  buffers, DSI's modes). ``SpeculativeConfig.from_vllm`` also reads vLLM's shape of it
+  (``{"method": "dsi", "num_speculative_tokens": 5, "sp_degree": 4}``).
+* :class:`RuntimeConfig`: where its tasks run (virtual clock, threads or Ray, and each one's settings).
+
+Both are frozen and checked when made, so a bad value is one :class:`ConfigError` before any work starts. Each
+field's metadata names its command-line flag, the flag's deprecated spellings and its help text: the CLI builds its
+option groups from these fields (``specpar.entrypoints.cli.config_args``), so a flag has one spelling everywhere.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import MISSING, dataclass, field, fields, replace
+from typing import Any
+
+from specpar.core.errors import ConfigError
+
+ALGORITHMS = ("nonsi", "si", "dsi", "hsd", "hsd-sp")
+LOOKAHEAD_MODES = ("auto",)
+RUNTIMES = ("virtual", "threads", "ray")
+CANCEL_MODES = ("now", "end")
+PLACEMENTS = ("PACK", "SPREAD")
+DRAFTER_PLACEMENTS = ("driver", "actor")
+
+
+def flag(name: str, help: str, *, short: str | None = None, aliases: Sequence[str] = (), metavar: str | None = None):
+    """A field's command-line spelling: ``name`` (and ``short``), with ``aliases`` its deprecated spellings."""
+    return {"flag": name, "short": short, "aliases": tuple(aliases), "help": help, "metavar": metavar}
+
+
+def _positive_int(name: str, value, lo: int = 1, hi: int | None = None) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < lo or (hi is not None and value > hi):
+        bound = f">= {lo}" if hi is None else f"in [{lo}, {hi}]"
+        raise ConfigError(f"{name} must be an integer {bound}, got {value!r}")
+    return value
+
+
+def _optional_bool(name: str, value) -> bool | None:
+    if value is not None and not isinstance(value, bool):
+        raise ConfigError(f"{name} must be True, False or None (the default rule), got {value!r}")
+    return value
+
+
+@dataclass(frozen=True, kw_only=True)
+class SpeculativeConfig:
+    """How one generation speculates. ``None`` fields take the rule each one's help text states.
+
+    Only the fields the algorithm uses matter: ``sp_degree`` and the DSI modes for "dsi" and "hsd-sp",
+    ``tree`` for "si" and "dsi", ``buffers`` for "hsd" and "hsd-sp".
+    """
+
+    algorithm: str = field(
+        default="dsi",
+        metadata=flag(
+            "--algorithm",
+            "nonsi (the target alone), si, dsi, hsd (a stack of drafters) or hsd-sp (HSD with DSI on top)",
+            aliases=("--algo",),
+        ),
+    )
+    lookahead: int | str | None = field(
+        default=None,
+        metadata=flag(
+            "--lookahead",
+            "draft tokens per verification (k), or 'auto': the fastest valid one by simulation of the models' "
+            "latencies and acceptance rate; default: the smallest that keeps the target servers busy (Eq. 1)",
+            short="-k",
+            aliases=("--num-speculative-tokens",),
+            metavar="K|auto",
+        ),
+    )
+    sp_degree: int | None = field(
+        default=None,
+        metadata=flag(
+            "--sp-degree",
+            "target servers DSI verifies on at once (SI and non-SI use one); default: every target server",
+            metavar="SP",
+        ),
+    )
+    tree: tuple[int, ...] | str | None = field(
+        default=None,
+        metadata=flag(
+            "--tree",
+            "SI and DSI over token trees: widths k1,...,km (SpecInfer's expansion; the lookahead is then m) or "
+            "best:B[:W] (B nodes grown best-first by the drafter's path probability)",
+            metavar="K1,...,KM|best:B",
+        ),
+    )
+    buffers: tuple[int, ...] | None = field(
+        default=None,
+        metadata=flag(
+            "--buffers",
+            "HSD: T_0,...,T_{K-1}, draft tokens each level gathers before the level above verifies them "
+            "(default: the lookahead at every level)",
+            metavar="T0,...",
+        ),
+    )
+    prefill_replicas: bool | None = field(
+        default=None,
+        metadata=flag(
+            "--prefill-replicas",
+            "DSI: every target server prefills the prompt at the start, in parallel; default: when the target's "
+            "TTFT exceeds its TPOT or is unknown",
+        ),
+    )
+    dedicated_cursor: bool | None = field(
+        default=None,
+        metadata=flag(
+            "--dedicated-cursor",
+            "DSI: keep one target server for passes on the verified prefix; default: when verification costs grow "
+            "with the drafts fed (a per-token cost) or are unknown",
+        ),
+    )
+
+    def __post_init__(self):
+        if self.algorithm not in ALGORITHMS:
+            raise ConfigError(f"algorithm must be one of {', '.join(ALGORITHMS)}, got {self.algorithm!r}")
+        k = self.lookahead
+        if isinstance(k, str):
+            if k not in LOOKAHEAD_MODES:
+                raise ConfigError(f"lookahead must be a positive integer or one of {LOOKAHEAD_MODES}, got {k!r}")
+        elif k is not None:
+            _positive_int("lookahead (k)", k)
+        if self.sp_degree is not None:
+            _positive_int("sp_degree", self.sp_degree, hi=1024)
+        if self.buffers is not None:
+            if isinstance(self.buffers, (str, bytes)) or not isinstance(self.buffers, Sequence) or not self.buffers:
+                raise ConfigError(f"buffers must be a non-empty list of positive integers, got {self.buffers!r}")
+            buffers = tuple(_positive_int(f"HSD's buffer size T_{i}", b) for i, b in enumerate(self.buffers))
+            object.__setattr__(self, "buffers", buffers)
+        if self.tree is not None:
+            from specpar.core.trees import check_tree, parse_tree  # the tree's own rules (widths, best:B)
+
+            tree = parse_tree(self.tree) if isinstance(self.tree, str) else check_tree(self.tree)
+            object.__setattr__(self, "tree", tree)
+            if self.algorithm not in ("si", "dsi"):
+                raise ConfigError(f"token trees (tree=) work with algorithm 'si' or 'dsi', not {self.algorithm!r}")
+        _optional_bool("prefill_replicas", self.prefill_replicas)
+        _optional_bool("dedicated_cursor", self.dedicated_cursor)
+
+    @property
+    def speculates(self) -> bool:
+        """Whether the algorithm drafts (everything but non-SI)."""
+        return self.algorithm != "nonsi"
+
+    def replace(self, **changes) -> SpeculativeConfig:
+        """A copy with ``changes`` (None values leave a field as it is), checked again."""
+        return replace(self, **{k: v for k, v in changes.items() if v is not None}) if changes else self
+
+    @classmethod
+    def from_vllm(cls, config: Mapping[str, Any]) -> SpeculativeConfig:
+        """vLLM's ``speculative_config`` shape: ``method`` (an algorithm), ``num_speculative_tokens`` (the lookahead)
+        and this class's own field names; an unknown key is a ConfigError naming the known ones."""
+        return cls(**_renamed(config, VLLM_NAMES, cls))
+
+    @classmethod
+    def coerce(cls, value) -> SpeculativeConfig:
+        """A SpeculativeConfig from itself, a vLLM-shaped mapping, a JSON object text, or None (the defaults)."""
+        if value is None:
+            return cls()
+        if isinstance(value, cls):
+            return value
+        if isinstance(value, str):
+            value = _json_object(value, "speculative_config")
+        if isinstance(value, Mapping):
+            return cls.from_vllm(value)
+        raise ConfigError(f"speculative_config must be a SpeculativeConfig or a mapping, got {type(value).__name__}")
+
+
+# vLLM's names for SpeculativeConfig's fields
+VLLM_NAMES = {"method": "algorithm", "num_speculative_tokens": "lookahead"}
+
+
+@dataclass(frozen=True, kw_only=True)
+class RuntimeConfig:
+    """Where a generation's tasks run. ``options`` passes any other keyword argument to the runtime's constructor
+    (see :mod:`specpar.runtimes`: e.g. Ray's ``gpu_pools``), for what no field names."""
+
+    name: str | None = field(
+        default=None,
+        metadata=flag(
+            "--runtime",
+            "virtual: a discrete-event clock, exact and fast (offline); threads: real wall time, one thread per "
+            "server in this process; ray: real wall time, each server a Ray actor in its own process "
+            "(pip install 'specpar[ray]'); default: virtual for simulated models, threads for real ones",
+        ),
+    )
+    cancel_frees: str | Mapping[str, str] = field(
+        default="now",
+        metadata=flag(
+            "--cancel-frees",
+            "virtual clock: a cancelled task frees its server now (preemptible servers) or at the end of its pass "
+            "(as a real forward pass does); default now",
+        ),
+    )
+    link_ms: float | Mapping[str, float] = field(
+        default=0.0,
+        metadata=flag(
+            "--link-ms",
+            "one-way latency between the driver and the target servers, as on other nodes: the virtual clock adds "
+            "2 x MS to every target call, on Ray each actor injects the delay (default 0)",
+            metavar="MS",
+        ),
+    )
+    call_timeout_s: float | None = field(
+        default=None,
+        metadata=flag(
+            "--call-timeout",
+            "threads and Ray: seconds a call may run before its server counts as stalled (default: the runtime's)",
+            metavar="S",
+        ),
+    )
+    address: str | None = field(
+        default=None,
+        metadata=flag(
+            "--ray-address",
+            "Ray: join a running cluster (`ray start --head` on one node, `ray start --address HOST:PORT` on the "
+            "others); default: start a local Ray for this run (loopback only) and stop it at the end",
+            metavar="auto|HOST:PORT",
+        ),
+    )
+    cpus_per_server: float = field(
+        default=1.0,
+        metadata=flag(
+            "--cpus-per-server",
+            "Ray: CPUs reserved for each server's actor, and its torch threads (default 1); target replicas also "
+            "get one GPU each when the cluster has GPUs",
+            metavar="CPUS",
+        ),
+    )
+    placement: str = field(
+        default="PACK",
+        metadata=flag(
+            "--placement",
+            "Ray: placement group strategy for the servers, PACK on as few nodes as fit (default) or SPREAD",
+        ),
+    )
+    drafter_placement: str = field(
+        default="driver",
+        metadata=flag(
+            "--drafter-placement",
+            "Ray: driver (default): the drafter runs on a thread of this process, no round trip per draft call; "
+            "actor: in its own actor like the targets",
+        ),
+    )
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self):
+        if self.name is not None and self.name not in RUNTIMES:
+            raise ConfigError(f"runtime must be one of {', '.join(RUNTIMES)}, got {self.name!r}")
+        modes = self.cancel_frees.values() if isinstance(self.cancel_frees, Mapping) else [self.cancel_frees]
+        for mode in modes:
+            if mode not in CANCEL_MODES:
+                raise ConfigError(f"cancel_frees must be one of {CANCEL_MODES} (or a mapping to them), got {mode!r}")
+        links = self.link_ms.values() if isinstance(self.link_ms, Mapping) else [self.link_ms]
+        for ms in links:
+            if isinstance(ms, bool) or not isinstance(ms, (int, float)) or not 0 <= ms < math.inf:
+                raise ConfigError(f"link_ms must be a finite number of ms >= 0, got {ms!r}")
+        t = self.call_timeout_s
+        if t is not None and (isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 < t < math.inf):
+            raise ConfigError(f"call_timeout_s must be a finite number of seconds > 0 (or None), got {t!r}")
+        c = self.cpus_per_server
+        if isinstance(c, bool) or not isinstance(c, (int, float)) or not 0 < c < math.inf:
+            raise ConfigError(f"cpus_per_server must be a finite number > 0, got {c!r}")
+        if self.placement not in PLACEMENTS:
+            raise ConfigError(f"placement must be one of {PLACEMENTS}, got {self.placement!r}")
+        if self.drafter_placement not in DRAFTER_PLACEMENTS:
+            raise ConfigError(f"drafter_placement must be one of {DRAFTER_PLACEMENTS}, got {self.drafter_placement!r}")
+        if not isinstance(self.options, Mapping):
+            raise ConfigError(f"runtime options must be a mapping of keyword arguments, got {self.options!r}")
+        if self.name is not None and self.name != "virtual" and _set(self, "cancel_frees"):
+            raise ConfigError("cancel_frees is a setting of the virtual clock (runtime 'virtual')")
+        if self.name == "threads" and _set(self, "link_ms"):
+            raise ConfigError("link_ms is modelled on the virtual clock and injected on Ray, not on threads")
+
+    def replace(self, **changes) -> RuntimeConfig:
+        return replace(self, **changes) if changes else self
+
+    @classmethod
+    def coerce(cls, runtime=None, options: Mapping[str, Any] | None = None, **fields_) -> RuntimeConfig:
+        """A RuntimeConfig from a name, a RuntimeConfig or None, with ``options``' keys that are field names set as
+        fields (the rest stay runtime keyword arguments) and ``fields_`` (None values ignored)."""
+        config = runtime if isinstance(runtime, cls) else None
+        if config is None:
+            if runtime is not None and not isinstance(runtime, str):
+                raise ConfigError(f"runtime must be a name, a RuntimeConfig or None, got {type(runtime).__name__}")
+            config = cls(name=runtime)
+        changes = {k: v for k, v in fields_.items() if v is not None}
+        if options:
+            if not isinstance(options, Mapping):
+                raise ConfigError(f"runtime_options must be a mapping, got {type(options).__name__}")
+            names = {f.name for f in fields(cls)} - {"options", "name"}
+            changes.update({k: v for k, v in options.items() if k in names})
+            rest = {k: v for k, v in options.items() if k not in names}
+            if rest:
+                changes["options"] = {**config.options, **rest}
+        return replace(config, **changes) if changes else config
+
+
+def _set(config, name: str) -> bool:
+    """Whether a field differs from its default."""
+    f = next(f for f in fields(config) if f.name == name)
+    default = f.default if f.default is not MISSING else f.default_factory()
+    value = getattr(config, name)
+    return value != default and not (isinstance(value, Mapping) and not any(value.values()))
+
+
+def _renamed(config: Mapping[str, Any], names: Mapping[str, str], cls) -> dict:
+    if not isinstance(config, Mapping):
+        raise ConfigError(f"a {cls.__name__} must be a mapping, got {type(config).__name__}")
+    known = {f.name for f in fields(cls)}
+    out = {}
+    for key, value in config.items():
+        name = names.get(key, key)
+        if name not in known:
+            accepted = sorted(known | set(names))
+            raise ConfigError(f"unknown {cls.__name__} key {key!r}: known ones are {', '.join(accepted)}")
+        if name in out:
+            raise ConfigError(f"{cls.__name__}: {key!r} and {name!r} give the same setting twice")
+        out[name] = tuple(value) if isinstance(value, list) else value
+    return out
+
+
+def _json_object(text: str, what: str) -> dict:
+    import json
+
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{what} is not valid JSON: {exc.msg} (at character {exc.pos})") from None
+    if not isinstance(value, dict):
+        raise ConfigError(f"{what} must be a JSON object, got {type(value).__name__}")
+    return value
+
+
+SPECULATIVE_FIELDS = tuple(f.name for f in fields(SpeculativeConfig))
+RUNTIME_FIELDS = tuple(f.name for f in fields(RuntimeConfig) if f.name not in ("name", "options"))
+
+
+def split_options(options: Mapping[str, Any], *, sampling: Sequence[str] = ()) -> tuple[dict, dict, dict]:
+    """Keyword options of an entry point (``Engine``, ``generate``) split by the object each one names: (the
+    SpeculativeConfig fields, the RuntimeConfig fields, the names in ``sampling``); an unknown name is a ConfigError
+    that lists the known ones."""
+    spec, runtime, rest = {}, {}, {}
+    for name, value in options.items():
+        if name in SPECULATIVE_FIELDS:
+            spec[name] = value
+        elif name in RUNTIME_FIELDS:
+            runtime[name] = value
+        elif name in sampling:
+            rest[name] = value
+        else:
+            known = ", ".join([*sampling, *SPECULATIVE_FIELDS, *RUNTIME_FIELDS])
+            what = "sampling parameter or option" if sampling else "option"
+            raise ConfigError(f"unknown {what} {name!r}: known ones are {known}")
+    return spec, runtime, rest
+
+
+def speculative_config(base, changes: Mapping[str, Any]) -> SpeculativeConfig:
+    """``base`` (a SpeculativeConfig, a vLLM-shaped mapping or None) with ``changes`` (None values ignored)."""
+    return SpeculativeConfig.coerce(base).replace(**changes)
