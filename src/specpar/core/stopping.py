@@ -145,6 +145,12 @@ class Stopping:
         self._longest = max((len(s) for s in self.stop), default=0)
         self.text = ""  # the output's text so far (kept only for stop strings)
 
+    def pauses_here(self) -> bool:
+        """Whether the generation ends at the round that just ended, to go on from its output later (a scheduler
+        changing a request's configuration at a safe point: specpar.scheduling.pausing). A request's own stop
+        conditions never pause."""
+        return False
+
     def stops_at(self, token: int) -> bool:
         """Whether the output ends with ``token`` (the next output token, in order)."""
         if token in self.stop_ids:

@@ -145,6 +145,24 @@ def choose_lookahead(
     return LookaheadChoice(best, sp_degree, n, method, predicted, valid, algorithm)
 
 
+def predict_ms(
+    algorithm: str,
+    target: LatencyProfile,
+    drafter: LatencyProfile,
+    acceptance_rate: float,
+    sp_degree: int,
+    n: int,
+    lookaheads: list[int],
+    seed: int = 0,
+) -> dict[int, float]:
+    """``algorithm``'s ("dsi" or "si") predicted mean latency (ms) for ``n`` tokens at each of ``lookaheads``, as
+    :func:`choose_lookahead` predicts its candidates' (the fast path for uniform profiles, else the virtual clock)."""
+    if uniform_profiles(target, drafter):
+        c = drafter.tpot_ms / target.tpot_ms
+        return _fast_path(algorithm, target.tpot_ms, c, acceptance_rate, sp_degree, n, lookaheads, seed)
+    return _event(algorithm, target, drafter, acceptance_rate, sp_degree, n, lookaheads, seed)
+
+
 def _fast_path(
     algorithm: str, target_ms: float, c: float, a: float, sp: int, n: int, ks: list[int], seed: int
 ) -> dict[int, float]:
