@@ -185,7 +185,7 @@ class LoadSimulation:
         if rate is not None:
             for i, t in enumerate(poisson_arrivals(rate, requests, self.seed)):
                 clock.spawn(one, i, at=t)
-            load = f"{rate:g} req/s"
+            load = f"{rate:.3g} req/s"
         else:
             if clients < 1:
                 raise ConfigError(f"clients must be >= 1, got {clients!r}")

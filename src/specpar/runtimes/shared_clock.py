@@ -212,9 +212,15 @@ class ClockRuntime(VirtualRuntime):
         if task.done or task.cancelled:
             return
         self._live.discard(task)
-        if task.server is not None and not self._frees_now[task.pool]:
+        task.cancelled = True
+        if task.server is None:  # still queued: dropped lazily by _free
+            task.done = True
+        elif self._frees_now[task.pool]:
+            task.end = self.clock._now
+            task.done = True
+            self._free(task.pool, task.server)
+        else:  # its server stays busy until the task's end, for whichever generation uses it next
             self.clock.busy_until[task.server] = task.end
-        super().cancel(task)
 
     def cancel_all(self) -> None:
         for task in sorted(self._live, key=lambda t: (t.server is not None, t.id)):  # queued ones first

@@ -98,9 +98,10 @@ def register(sub) -> None:
         help="compare: non-SI vs SI vs DSI (default); hsd: hierarchical speculative decoding on a "
         "simulated stack, the optimizer's plan vs the best single drafter vs the target alone",
     )
-    from specpar.entrypoints.cli import simulate_hsd
+    from specpar.entrypoints.cli import simulate_hsd, simulate_load
 
     simulate_hsd.add_arguments(p)
+    simulate_load.add_arguments(p)
     p.set_defaults(func=run)
 
 
@@ -265,6 +266,10 @@ def run(args) -> int:
         from specpar.entrypoints.cli import simulate_hsd
 
         return simulate_hsd.run(args)
+    if args.load is not None or args.clients is not None:
+        from specpar.entrypoints.cli import simulate_load
+
+        return simulate_load.run(args)
     from specpar.core.json_output import print_json
     from specpar.experiments.comparison import compare
     from specpar.planning import analytic
