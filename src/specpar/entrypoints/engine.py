@@ -71,7 +71,8 @@ class Engine:
         made the servers; servers given as Pools keep theirs for whoever owns them).
     units: processing units (default: sp_degree + 1 with a drafter, else sp_degree), each with a target and a
         drafter server; requests run at once on units of their own. Real models: set it to the cores or devices
-        the servers may use at once (each server then runs one torch thread per core it has).
+        the servers may use at once (each server then runs one torch thread per core it has). units=1: one unit of
+        sp_degree target servers and a drafter, one request at a time on all of them (as ready-made Pools are).
     policy: how requests share the units (:mod:`specpar.planning.load`): "adaptive" (default: each request's
         fastest option on its share, shares chosen for the most tokens per second in all), or one fixed option
         for every request: "dsi" (each waits for its whole DSI share), "si" (one unit each), "nonsi".
@@ -171,14 +172,17 @@ class Engine:
         return pool
 
     def _unit_count(self, units, target, drafter, sp_degree: int) -> int:
+        """Units of one target and one drafter server each; 0: one unit of every server (Pools, or units=1)."""
+        if units is not None and (isinstance(units, bool) or not isinstance(units, int) or not 1 <= units <= 1024):
+            raise ConfigError(f"units must be an integer in [1, 1024], got {units!r}")
         if any(isinstance(x, Pool) for x in (target, *(drafter if isinstance(drafter, (list, tuple)) else [drafter]))):
             if units not in (None, 1):
                 raise ConfigError("servers given as Pools form one processing unit: give models for units > 1")
-            return 0  # one unit of the given servers
+            return 0
+        if units == 1:
+            return 0
         if units is None:
             return sp_degree + 1 if drafter is not None else sp_degree
-        if isinstance(units, bool) or not isinstance(units, int) or not 1 <= units <= 1024:
-            raise ConfigError(f"units must be an integer in [1, 1024], got {units!r}")
         return units
 
     def _units(self, n: int) -> list[Unit]:

@@ -20,6 +20,7 @@ Fixed policies are curves with one option: fixed DSI (every request waits for it
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -75,12 +76,17 @@ class ShareCurve:
 
     def rate(self, units: int) -> float:
         """Tokens per ms on ``units`` units (0 below the smallest share)."""
-        if units < self.min_units:
-            return 0.0
-        ms = self.option(units).ms_per_token
-        if ms is None:
-            return math.sqrt(min(units, self.max_units))
-        return 1.0 / ms if ms > 0 else math.inf
+        rates = self.rates
+        return rates[units] if units < len(rates) else rates[-1]
+
+    @functools.cached_property
+    def rates(self) -> tuple[float, ...]:
+        """rate(u) for u = 0 .. max_units."""
+        out = [0.0] * self.min_units
+        for o in self.options:
+            ms = o.ms_per_token
+            out.append(math.sqrt(o.units) if ms is None else 1.0 / ms if ms > 0 else math.inf)
+        return tuple(out)
 
 
 def fixed(option: Option) -> ShareCurve:
@@ -109,20 +115,30 @@ def allocate(
     shares = [0] * len(curves)
     if not admitted:
         return shares
+    if admitted == 1:  # alone (the common case at low load): its best share
+        c, rates = curves[0], curves[0].rates
+        top, pick = -math.inf, 0
+        for u in range(c.min_units, min(c.max_units, units) + 1):
+            value = rates[u] * (1.0 + keep_bonus if u == held[0] else 1.0)
+            if pick == 0 or value > top * (1 + 1e-12):
+                top, pick = value, u
+        shares[0] = pick
+        return shares
     # best[j][m]: the best value of requests j.. with m units left; choice[j][m]: request j's units there
-    neg = -math.inf
     best = [[0.0] * (units + 1) for _ in range(admitted + 1)]
     choice = [[0] * (units + 1) for _ in range(admitted)]
+    rest = 0  # what the requests after j need at least
     for j in range(admitted - 1, -1, -1):
-        c, lo = curves[j], curves[j].min_units
-        rest = sum(curves[i].min_units for i in range(j + 1, admitted))  # what the later ones need at least
-        for m in range(units + 1):
-            top, pick = neg, 0
+        c, keep = curves[j], held[j]
+        rates, lo, later = c.rates, c.min_units, best[j + 1]
+        for m in range(lo + rest, units + 1):
+            top, pick = -math.inf, 0
             for u in range(lo, min(c.max_units, m - rest) + 1):
-                value = c.rate(u) * (1.0 + keep_bonus if u == held[j] else 1.0) + best[j + 1][m - u]
+                value = rates[u] * (1.0 + keep_bonus if u == keep else 1.0) + later[m - u]
                 if pick == 0 or value > top * (1 + 1e-12):  # a tie keeps the smaller share (units stay free)
                     top, pick = value, u
             best[j][m], choice[j][m] = top, pick
+        rest += lo
     m = units
     for j in range(admitted):
         shares[j] = choice[j][m]

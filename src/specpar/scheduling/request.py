@@ -68,6 +68,9 @@ class Request:
         self.prompt, self.decoding, self.max_new_tokens = list(prompt), decoding, max_new_tokens
         self.stream, self.ready_made = stream, ready_made
         self.pausable = Pausable(stopping)
+        # a share that can change needs the pause; a fixed one never pauses (its stopping goes to the runner as it
+        # is: None keeps the algorithms' fast path)
+        self.stopping = self.pausable if curve.min_units < curve.max_units else stopping
         self.ticket: Ticket | None = None
         self.segments: list[tuple[Option, int, GenerationResult]] = []  # (option, units, result) per configuration
         self.arrival_ms = self.started_ms = self.end_ms = None
@@ -92,14 +95,14 @@ class Request:
                     self.decoding,
                     left,
                     stream=self.stream,
-                    stopping=self.pausable,
+                    stopping=self.stopping,
                     ready_made=self.ready_made,
                 )
                 self.segments.append((option, len(units), result))
                 out.extend(result.tokens)
                 scheduler.record(len(result.tokens))
                 p = self.pausable
-                if p.stopped or len(result.tokens) >= left or not p.paused:
+                if self.stopping is not p or p.stopped or len(result.tokens) >= left or not p.paused:
                     break
         finally:
             scheduler.leave(self.ticket)
@@ -119,11 +122,12 @@ class Request:
     def result(self) -> GenerationResult:
         """The request's result: its one configuration's as it is, or the configurations' joined (tokens in order,
         counts summed, time from the first one's start to the end; ``details["segments"]`` lists them)."""
-        finish = "stop" if self.pausable.stopped else "length"
         if len(self.segments) == 1:
             result = self.segments[0][2]
-            result.finish_reason = finish
+            if self.stopping is self.pausable:  # a pause may have said "stop"; the request's own stop decides
+                result.finish_reason = "stop" if self.pausable.stopped else "length"
             return result
+        finish = "stop" if self.pausable.stopped else "length"
         return join(self.segments, finish, self.end_ms - self.started_ms)
 
 

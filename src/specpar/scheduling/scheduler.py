@@ -54,7 +54,7 @@ class Ticket:
     id: int
     curve: ShareCurve
     pausable: Pausable
-    event: object
+    event: object  # the clock's event it waits on in take() (made when it first waits)
     arrival_ms: float
     held: list[Unit] = field(default_factory=list)
     in_use: int = 0
@@ -123,7 +123,7 @@ class Scheduler:
                 f"the request needs {curve.min_units} processing units; this scheduler has {len(self.units)}"
             )
         with self._lock:
-            ticket = Ticket(next(self._ids), curve, pausable, self.clock.event(), self.clock.now(), context=context)
+            ticket = Ticket(next(self._ids), curve, pausable, None, self.clock.now(), context=context)
             self._queue.append(ticket)
             self._rebalance()
         return ticket
@@ -139,12 +139,12 @@ class Scheduler:
                 ticket.context, ticket.in_use = context, 0
                 extra = len(ticket.held) - ticket.target
                 if extra > 0:
-                    ticket.held.sort(key=lambda u: u.cached(context), reverse=True)
+                    _by_cache(ticket.held, context)
                     self._free.extend(ticket.held[-extra:])
                     del ticket.held[-extra:]
                 self._rebalance()
                 if len(ticket.held) >= ticket.curve.min_units:
-                    ticket.held.sort(key=lambda u: u.cached(context), reverse=True)
+                    _by_cache(ticket.held, context)
                     ticket.in_use = len(ticket.held)
                     ticket.used.update(ticket.held)
                     if was:
@@ -152,6 +152,8 @@ class Scheduler:
                         self._switches += 1
                     ticket.pausable.arm()
                     return ticket.curve.option(ticket.in_use), list(ticket.held)
+                if ticket.event is None:
+                    ticket.event = self.clock.event()
                 ticket.event.clear()
             ticket.event.wait()
 
@@ -184,13 +186,12 @@ class Scheduler:
         for ticket in queue:
             want = ticket.target - len(ticket.held)
             if want > 0 and self._free:
-                context = ticket.context
-                if context is not None and len(self._free) > want:
-                    self._free.sort(key=lambda u: u.cached(context), reverse=True)
+                if ticket.context is not None and len(self._free) > want:
+                    _by_cache(self._free, ticket.context)
                 ticket.held.extend(self._free[:want])
                 del self._free[:want]
-                if not ticket.running:
-                    ticket.event.set()
+                if not ticket.running and ticket.event is not None:
+                    ticket.event.set()  # it waits in take()
             if ticket.running and (len(ticket.held) != ticket.in_use or ticket.target < ticket.in_use):
                 ticket.pausable.ask()  # units kept for it, or some to give back: at its next safe point
 
@@ -214,3 +215,10 @@ class Scheduler:
                 window_s=span / 1000.0,
                 switches=self._switches,
             )
+
+
+def _by_cache(units: list[Unit], context: Context) -> None:
+    """Sort ``units`` by how much of ``context`` their servers hold, most first (stable: ties keep their order)."""
+    if len(units) > 1:
+        cached = {id(u): u.cached(context) for u in units}
+        units.sort(key=lambda u: cached[id(u)], reverse=True)

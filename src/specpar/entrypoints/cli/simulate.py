@@ -269,7 +269,7 @@ def run(args) -> int:
     if args.load is not None or args.clients is not None:
         from specpar.entrypoints.cli import simulate_load
 
-        return simulate_load.run(args)
+        return simulate_load.run(args, pair_from_args(args), parse_lookahead(args.lookahead))
     from specpar.core.json_output import print_json
     from specpar.experiments.comparison import compare
     from specpar.planning import analytic

@@ -56,9 +56,9 @@ def add_arguments(p) -> None:
     g.add_argument("--plot", metavar="PNG", default=None, help="also draw throughput and latency per load to this PNG")
 
 
-def run(args) -> int:
+def run(args, pair, lookahead) -> int:
+    """pair: (target latency, drafter latency, acceptance rate) from simulate's flags; lookahead: -k parsed."""
     from specpar.core.json_output import print_json
-    from specpar.entrypoints.cli.simulate import pair_from_args, parse_lookahead
     from specpar.experiments.load import PERCENTILES, LoadSetting, LoadSimulation
 
     if args.load is not None and args.clients is not None:
@@ -76,10 +76,10 @@ def run(args) -> int:
         from specpar.core.paths import check_output_file, image_suffixes
 
         args.plot = check_output_file(args.plot, "--plot", image_suffixes())
-    target, drafter, a = pair_from_args(args)
+    target, drafter, a = pair
     setting = LoadSetting(
         units=args.units, target=target, drafter=drafter, acceptance_rate=a, max_new_tokens=args.max_new_tokens,
-        prompt_length=args.prompt_length, vocab_size=args.vocab_size, lookahead=parse_lookahead(args.lookahead),
+        prompt_length=args.prompt_length, vocab_size=args.vocab_size, lookahead=lookahead,
         temperature=args.temperature,
     )  # fmt: skip
     sim = LoadSimulation(setting, seed=args.seed)
