@@ -16,8 +16,8 @@ class Unit:
     them at a time. An engine that makes its servers puts one target and one drafter server (one per level for
     HSD) on each unit; servers given ready-made form a single unit that holds them all (requests take turns).
 
-    targets, drafters: the servers by role. levels: HSD's drafter levels, the smallest first (one list of servers
-    per level).
+    targets, drafters: the servers by role. levels: HSD's drafter levels, the smallest first, or several drafters
+    whose token trees are merged (one list of servers per drafter).
     """
 
     index: int
@@ -59,6 +59,6 @@ def place(option: Option, units: Sequence[Unit]) -> Placement:
     target = Pool(targets, "target")
     if option.algorithm == "nonsi":
         return Placement(target, None)
-    if option.algorithm in ("hsd", "hsd-sp"):
+    if option.algorithm in ("hsd", "hsd-sp") or not drafter_unit.drafters:  # HSD's levels, or drafters to merge
         return Placement(target, [Pool(level, f"level{i}") for i, level in enumerate(drafter_unit.levels)])
     return Placement(target, Pool(drafter_unit.drafters, "drafter"))
