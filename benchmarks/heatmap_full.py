@@ -1,4 +1,5 @@
-"""Benchmark: the paper's full offline heatmaps (100 x 101 cells, SI's lookahead 1..200, 5 repeats, N = 100).
+"""Benchmark: the paper's full offline heatmaps (100 x 101 cells, SI's lookahead 1..200, DSI every lookahead
+satisfying Eq. 1 on 7 servers, 5 repeats, N = 100).
 
 Prints the fast path's wall time for Fig. 2 and Fig. 7, and, side by side in the
 same run, the event-driven simulator's time on a few sampled cells extrapolated

@@ -8,9 +8,9 @@ from specpar.entrypoints.cli.main import build_parser, main
 def test_json_output_has_all_three_algorithms_and_the_closed_forms(capsys):
     assert main(["simulate", "--json", "-N", "30", "--repeats", "3", "-a", "0.8", "-c", "0.1", "--sp-degree", "5"]) == 0
     out = json.loads(capsys.readouterr().out)
-    # -k auto: DSI's lookahead satisfies Eq. 1 on 4 verification servers (SP = 5, one kept for the cursor): k >= 3
+    # -k auto: DSI's lookahead satisfies Eq. 1 on SP = 5 target servers: 5 x k x 0.1 >= 1, k >= 2
     ks = out["config"]["lookahead"]
-    assert ks["dsi"] >= 3 and ks["si"] >= 1 and "auto" in out["config"]["lookahead_choice"]
+    assert ks["dsi"] >= 2 and ks["si"] >= 1 and "auto" in out["config"]["lookahead_choice"]
     assert res_lookahead(out, "dsi") == ks["dsi"] and res_lookahead(out, "si") == ks["si"]
     res = out["results"]
     assert set(res) >= {"nonsi", "si", "dsi"}
@@ -25,10 +25,12 @@ def res_lookahead(out, algo):
 
 
 def test_a_given_lookahead_is_used_by_both(capsys):
-    assert main(["simulate", "--json", "-N", "20", "--repeats", "1", "-k", "4", "--sp-degree", "3"]) == 0
+    assert main(["simulate", "--json", "-N", "20", "--repeats", "1", "-k", "3", "--sp-degree", "3"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert res_lookahead(out, "si") == res_lookahead(out, "dsi") == 4
-    assert out["config"]["lookahead_choice"] == "given; Eq. 1 needs SP >= 4"  # c = 0.1: 3 verifying + 1
+    assert res_lookahead(out, "si") == res_lookahead(out, "dsi") == 3
+    assert out["config"]["lookahead_choice"] == "given; Eq. 1 needs SP >= 4"  # c = 0.1: ceil(1 / (3 x 0.1)) = 4
+    assert main(["simulate", "--json", "-N", "20", "--repeats", "1", "-k", "4", "--sp-degree", "3"]) == 0
+    assert json.loads(capsys.readouterr().out)["config"]["lookahead_choice"] == "given"  # 3 x 4 x 0.1 >= 1
 
 
 def test_table_output_and_threads_runtime(capsys):
@@ -63,7 +65,7 @@ def test_plan_prints_the_candidates_and_picks_the_fastest_valid(capsys):
     assert main(["plan", "-c", "0.05", "-a", "0.9", "--sp-degree", "7", "-N", "60", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     dsi, si = out["dsi"], out["si"]
-    assert dsi["valid"][0] == 4  # 6 verification servers x 4 x 0.05 >= 1
+    assert dsi["valid"][0] == 3  # Eq. 1: 7 servers x 3 x 0.05 >= 1
     assert dsi["lookahead"] in dsi["valid"] and dsi["method"] == "fast path"
     assert dsi["predicted_ms"][str(dsi["lookahead"])] == min(dsi["predicted_ms"].values())
     assert si["lookahead"] >= 1
@@ -87,7 +89,9 @@ def test_under_load_every_policy_per_rate_and_the_plot(capsys, tmp_path):
         assert thr["adaptive"] >= max(thr["dsi"], thr["si"], thr["nonsi"]) * 0.99
     assert all(r["requests"] == 12 and r["latency_p50_ms"] <= r["latency_p99_ms"] for r in rows)
     assert png.stat().st_size > 10_000
-    assert main(["simulate", "-N", "10", "--units", "2", "--clients", "1,3", "--requests", "6", "--policies", "si"]) == 0
+    assert (
+        main(["simulate", "-N", "10", "--units", "2", "--clients", "1,3", "--requests", "6", "--policies", "si"]) == 0
+    )
     text = capsys.readouterr().out
     assert "1 clients" in text and "3 clients" in text and "tokens/s" in text
 

@@ -84,11 +84,13 @@ def test_the_engine_takes_the_vllm_shape_and_a_request_overrides_it(pair):
         target, drafter, speculative_config={"method": "dsi", "num_speculative_tokens": 5, "sp_degree": 3}
     ) as e:
         assert e.sp_degree == 3 and e.spec.lookahead == 5
-        r = e.generate(PROMPT, max_tokens=20)
+        r = e.generate(PROMPT, max_tokens=20, temperature=0)
         assert (r.algorithm, r.lookahead, r.sp_degree, r.tokens) == ("dsi", 5, 3, want)
-        r = e.generate(PROMPT, max_tokens=20, speculative_config={"method": "si", "num_speculative_tokens": 2})
+        r = e.generate(
+            PROMPT, max_tokens=20, temperature=0, speculative_config={"method": "si", "num_speculative_tokens": 2}
+        )
         assert (r.algorithm, r.lookahead, r.tokens) == ("si", 2, want)
-        r = e.generate(PROMPT, max_tokens=20, sp_degree=2, lookahead=4)
+        r = e.generate(PROMPT, max_tokens=20, temperature=0, sp_degree=2, lookahead=4)
         assert (r.algorithm, r.lookahead, r.sp_degree, r.tokens) == ("dsi", 4, 2, want)
         with pytest.raises(ConfigError, match="more than the engine's 3 target servers"):
             e.generate(PROMPT, max_tokens=20, sp_degree=4)
@@ -126,3 +128,13 @@ def test_generate_takes_config_objects_or_their_fields(pair):
 def test_wrong_types_at_the_api_are_one_clear_error(pair, call, message):
     with pytest.raises(ConfigError, match=message):
         call(*pair)
+
+
+def test_an_explicit_dedicated_cursor_reaches_the_default_lookahead():
+    """Eq. 1 counts one verifying server less where DSI keeps one for the cursor (App. D: 5 at 5% and SP 4; 7 with
+    the cursor's server kept)."""
+    target = SimulatedModel(32, seed=1, latency=LatencyProfile.uniform(20.0))
+    drafter = target.drafter(0.8, LatencyProfile.uniform(1.0), seed=2)
+    plain = generate(PROMPT, target, drafter, max_new_tokens=8, sp_degree=4)
+    kept = generate(PROMPT, target, drafter, max_new_tokens=8, sp_degree=4, dedicated_cursor=True)
+    assert (plain.lookahead, kept.lookahead) == (5, 7)

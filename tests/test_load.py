@@ -288,12 +288,12 @@ def test_a_cancelled_requests_units_go_to_the_next_at_once():
     second at once (it would otherwise wait about 3 s more)."""
     target = SimulatedModel(16, seed=1, latency=LatencyProfile.uniform(15.0))
     with Engine(target, units=1, runtime="threads", algorithm="nonsi") as engine:
-        stream = engine.stream([1, 2], max_tokens=200)
+        stream = engine.stream([1, 2], max_tokens=200, temperature=0)
         next(stream)
         t_second, out = {}, {}
 
         def second():
-            result = engine.generate([3, 4], max_tokens=2)
+            result = engine.generate([3, 4], max_tokens=2, temperature=0)
             out["tokens"] = result.tokens
             t_second["end"] = time.perf_counter()
 
@@ -320,7 +320,7 @@ def test_engine_metrics_and_concurrency():
         seen, results = [], {}
 
         def client(i):
-            results[i] = engine.generate(prompt(i), max_tokens=20, algorithm="dsi")
+            results[i] = engine.generate(prompt(i), max_tokens=20, temperature=0, algorithm="dsi")
 
         def watch():
             while len(results) < 8:

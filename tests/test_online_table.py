@@ -94,11 +94,14 @@ def test_default_profile_lives_in_the_cache(tmp_path, monkeypatch):
 
 
 def test_lookaheads_follow_eq1_with_at_most_sp_servers():
-    # c = 0.05: lookahead 1 needs 20 verification servers, 5 needs 4, 10 needs 2; each + 1 for the cursor
-    assert feasible_lookaheads(pair(t=2.0, d=0.1), (1, 5, 10), 7) == [(5, 5), (10, 3)]
+    # c = 0.05: lookahead 1 needs 20 servers, 5 needs 4, 10 needs 2 (Eq. 1; no per-token cost, none kept)
+    assert feasible_lookaheads(pair(t=2.0, d=0.1), (1, 5, 10), 7) == [(5, 4), (10, 2)]
     # c = 0.5: two verifications of single drafts overlap; chunks of 5 and 10 take longer to draft than a
-    # target pass, so one verifies at a time; each + 1 for the cursor
-    assert feasible_lookaheads(pair(t=2.0, d=1.0), (1, 5, 10), 7) == [(1, 3), (5, 2), (10, 2)]
+    # target pass, so one verifies at a time
+    assert feasible_lookaheads(pair(t=2.0, d=1.0), (1, 5, 10), 7) == [(1, 2), (5, 1), (10, 1)]
+    # a per-token cost: catch-up counted, and one server kept for the cursor (DSI keeps one there)
+    costly = PairProfile("T", "D", LatencyProfile(2.0, 2.0, 0.02), LatencyProfile(0.1, 0.1), 0.8)
+    assert feasible_lookaheads(costly, (5, 10), 7) == [(5, 6), (10, 4)]  # ceil(1.98 / 0.4) + 1, ceil(1.98 / 0.8) + 1
     with pytest.raises(ConfigError, match="no lookahead in"):
         run_online(pair(t=2.0, d=0.01), lookaheads=(1, 5), repeats=1)
 

@@ -88,9 +88,10 @@ def test_the_issue_repro_no_longer_loses(tmp_path, capsys):
     assert res["dsi"]["same_tokens_as_nonsi"]
 
 
-def test_the_cursor_pass_and_a_short_last_chunk_need_one_server_more_than_eq1():
-    """c = 0.01, a = 1, k = 15: Eq. 1 says 7 servers; with 7 the short last chunk queued behind the cursor's pass."""
-    assert sp_degree_needed(1.0, 0.01, 15) == 8
+def test_on_eq1s_servers_a_short_last_chunk_waits_behind_the_pass_on_the_cursor():
+    """c = 0.01, a = 1, k = 15: Eq. 1 says 7 servers (the planner's count: it adds none for this end effect); with 7
+    the short last chunk queues behind the cursor's pass, 0.5% of the generation's time."""
+    assert sp_degree_needed(1.0, 0.01, 15) == 7
     times = {}
     for sp in (7, 8):
         target = SimulatedModel(8, seed=0, latency=LatencyProfile.uniform(1.0))

@@ -238,7 +238,7 @@ class Engine:
         ids = self.prompt_ids(prompt)
         pieces: queue.Queue = queue.Queue()
         abandoned = threading.Event()
-        text = TextStream(self.tokenizer, ids, params.stop) if self.tokenizer is not None else None
+        text = TextStream(self.tokenizer, ids, *_texts(params)) if self.tokenizer is not None else None
         done: list[GenerationResult] = []
 
         def on_tokens(tokens):
@@ -304,7 +304,7 @@ class Engine:
         ids = set(params.stop_token_ids) | (set() if params.ignore_eos else set(self.end_of_text))
         if not ids and not params.stop:
             return None
-        return Stopping(ids, params.stop, self.tokenizer, prompt_ids)
+        return Stopping(ids, params.stop, self.tokenizer, prompt_ids, params.min_tokens)
 
     def _request(self, prompt, params: SamplingParams, spec: SpeculativeConfig, stream) -> GenerationResult:
         if self.closed:
@@ -321,7 +321,7 @@ class Engine:
             spec,
             curve,
             self.runtime_config,
-            params.decoding(),
+            params.decoding(len(ids), self.end_of_text),
             params.max_tokens,
             stream=stream,
             stopping=self.stopping(ids, params),
@@ -341,7 +341,7 @@ class Engine:
             else:  # on Ray the forward passes run in the actors: no forward log here to measure from
                 result.overhead = None
         if self.tokenizer is not None:
-            result.text = detokenize(self.tokenizer, ids, result.tokens, params.stop)
+            result.text = detokenize(self.tokenizer, ids, result.tokens, *_texts(params))
         if log.isEnabledFor(logging.INFO):
             log.info(
                 "%s: %d prompt + %d new tokens in %.1f ms (%s), finish %s, acceptance rate %.2f, mean acceptance "
@@ -433,7 +433,9 @@ class Engine:
         """lookahead="auto": the fastest by simulation of the models' latencies and acceptance rate."""
         from specpar.experiments.lookahead_choice import auto_lookahead
 
-        k = auto_lookahead(self.targets, self.drafters, spec.algorithm, spec.sp_degree, max_new_tokens)
+        k = auto_lookahead(
+            self.targets, self.drafters, spec.algorithm, spec.sp_degree, max_new_tokens, spec.dedicated_cursor
+        )
         log.info("lookahead %d: the fastest %s's simulation predicts (lookahead='auto')", k, spec.algorithm)
         return k
 
@@ -496,6 +498,11 @@ def check_model(role: str, source) -> None:
 def check_stream(stream) -> None:
     if stream is not None and not callable(stream):
         raise ConfigError(f"stream must be a function called with each run of new token ids, got {stream!r:.60}")
+
+
+def _texts(params: SamplingParams) -> tuple:
+    """The stop strings' settings of a request's text: (stop, min_tokens, include_stop_str_in_output)."""
+    return params.stop, params.min_tokens, params.include_stop_str_in_output
 
 
 def _one_prompt(prompts) -> bool:

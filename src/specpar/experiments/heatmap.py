@@ -8,13 +8,12 @@ rate a and reports mean latencies; speedup of X over Y = mean(Y) / mean(X).
 * non-SI: n target passes.
 * SI: its best lookahead in ``lookaheads`` for each cell (the mean over repeats
   minimized over k), or the fixed lookahead.
-* DSI: its best lookahead for each cell among those satisfying Eq. 1 on ``sp_degree``
-  target servers (the drafter on one more device; one of the servers takes the pass
-  on the cursor, :func:`~specpar.planning.sp_degree_needed`), as the paper ran DSI
-  over every configuration satisfying it; or the fixed lookahead on ``sp_degree``
-  servers, where Eq. 1 may fail and verifications then queue (simulated). The
-  candidates per drafter latency: the smallest valid lookahead and the three after
-  it, twice to four times it, and every valid lookahead SI found best at that c.
+* DSI: its fastest lookahead for each cell among all those in the range that satisfy
+  the paper's Eq. 1 on ``sp_degree`` target servers (the drafter on one more device;
+  :func:`valid_lookaheads`), as the paper ran DSI over every configuration satisfying
+  it; so wherever SI's best lookahead satisfies Eq. 1, DSI's is no slower on these
+  draws than DSI at SI's. Or the fixed lookahead on ``sp_degree`` servers, where Eq. 1
+  may fail and verifications then queue (simulated).
 
 Runs use common random numbers: repeat r draws one row of uniforms, and a
 draft at position i is right iff u[r, i] < a, for every algorithm, lookahead
@@ -189,11 +188,12 @@ def compute_heatmap(
     si_lookahead = ks[best]
 
     # DSI: every candidate lookahead of each c, one run per (c, k, a, repeat), in batches; the best per cell.
-    pairs = [
-        (i, k)
-        for i in range(C)
-        for k in dsi_candidates(float(cs[i]), si_lookahead[i], sp_degree, fixed_lookahead, lookaheads)
-    ]
+    def candidates(i: int) -> list[int]:
+        if fixed_lookahead is not None:
+            return [fixed_lookahead]
+        return valid_lookaheads(float(cs[i]), sp_degree, lookaheads, n)
+
+    pairs = [(i, k) for i in range(C) for k in candidates(i)]
     n_batches = min(len(pairs), math.ceil(len(pairs) * A * repeats / 20000))  # never an empty batch
     batches = np.array_split(np.arange(len(pairs)), max(1, n_batches))
     total = si_batches + len(batches)
@@ -237,18 +237,12 @@ def compute_heatmap(
     )
 
 
-def dsi_candidates(
-    c: float, si_best: np.ndarray, sp_degree: int, fixed: int | None, lookaheads: tuple[int, int]
-) -> list[int]:
-    """DSI's candidate lookaheads at drafter latency c (increasing): the fixed one, or the smallest satisfying Eq. 1
-    on sp_degree servers (k0), k0 + 1 .. k0 + 3, 2 k0, 3 k0, 4 k0, and SI's best lookaheads ``si_best`` [A] at
-    this c that are valid, all within the lookahead range (k0 itself even beyond it: it is the only choice)."""
-    if fixed is not None:
-        return [fixed]
-    k0 = min_lookahead(1.0, c, sp_degree)
-    hi = max(k0, lookaheads[1])
-    ks = {k0, k0 + 1, k0 + 2, k0 + 3, 2 * k0, 3 * k0, 4 * k0} | {int(k) for k in si_best if k >= k0}
-    return sorted(k for k in ks if k <= hi)
+def valid_lookaheads(c: float, sp_degree: int, lookaheads: tuple[int, int], n: int) -> list[int]:
+    """Every lookahead in the range that satisfies Eq. 1 on sp_degree servers at drafter latency c (increasing):
+    k0 = min_lookahead(1, c, sp_degree) and up, k0 itself even beyond the range (it is the only choice). Lookaheads
+    past n - 1 draft what n - 1 drafts (a chunk never reaches the last token), so the list stops there."""
+    first = max(min_lookahead(1.0, c, sp_degree), lookaheads[0])
+    return list(range(first, max(first, min(lookaheads[1], n - 1)) + 1))
 
 
 def event_cell(
@@ -277,16 +271,16 @@ def event_cell(
 
 
 def theorem2_servers(c: float, lookahead: int) -> int:
-    """Target servers for Theorem 2's comparison at drafter latency c: the count DSI needs (Eq. 1's verification
-    servers and one for the pass on the cursor, :func:`~specpar.planning.sp_degree_needed`)."""
-    return sp_degree_needed(1.0, c, lookahead)
+    """Target servers for Theorem 2's comparison at drafter latency c: Eq. 1's count at this lookahead
+    (:func:`~specpar.planning.sp_degree_needed`, the paper's "at least t2 / (k t1) servers"), and at least 2: where a
+    chunk drafts slower than a target pass (k c > 1, Eq. 1 says 1), DSI's pass on the cursor ends first and the
+    next one it starts would make a single server's verification queue (see specpar.planning.lookahead)."""
+    return max(2, sp_degree_needed(1.0, c, lookahead))
 
 
 def dsi_at_si_lookahead(h: Heatmap) -> np.ndarray:
     """DSI's mean latency [C, A] at SI's own lookahead in each cell of ``h``, on ``h``'s draws, on the target
-    servers Eq. 1 asks for at that lookahead (Theorem 2's setting: same lookahead, at least t2 / (k t1) servers)
-    and at least 2: DSI runs a target pass on the cursor beside each verification, so where k * t1 >= t2 (Eq. 1
-    says 1) a single server would make them queue."""
+    servers Eq. 1 asks for at that lookahead and at least 2 (Theorem 2's setting, :func:`theorem2_servers`)."""
     nz = next_rejection(acceptance_uniforms(h.repeats, h.n, h.seed), h.a)  # the draws h was computed on
     C, A, reps = len(h.c), len(h.a), h.repeats
     cells_c = np.repeat(np.arange(C), A)

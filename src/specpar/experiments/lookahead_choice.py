@@ -1,15 +1,19 @@
 """``lookahead="auto"``: the fastest lookahead of DSI (or SI) for a latency profile, an acceptance rate and an SP degree.
 
 Eq. 1 gives a lower bound on the lookahead (the smallest that the target servers
-keep up with, :func:`~specpar.planning.min_lookahead`); the paper ran DSI over
-every configuration satisfying it. The fastest of those is not always the
-smallest: a longer chunk costs less per drafted token where drafting is cheap
-and acceptance high. :func:`choose_lookahead` predicts DSI's mean latency for
-each lookahead that satisfies Eq. 1 (all lookaheads where none does) and takes
-the fastest. For SI every lookahead is a candidate (it uses one server).
+keep up with, :func:`~specpar.planning.min_lookahead`: the paper's, plus a server
+kept for the cursor where DSI keeps one); the paper ran DSI over every
+configuration satisfying it. The fastest of those is not always the smallest: a
+longer chunk costs less per drafted token where drafting is cheap and acceptance
+high. :func:`choose_lookahead` predicts DSI's mean latency for every lookahead
+(up to the limit below) that satisfies Eq. 1 (all lookaheads where none does) and
+takes the fastest, on the same draws for every lookahead; where SI's best
+lookahead satisfies Eq. 1 it is among them. For SI every lookahead is a
+candidate (it uses one server).
 
-* uniform latencies (TTFT = TPOT, no per-token cost, the paper's time-unit model): the
-  vectorized fast path (:mod:`specpar.experiments.fastpath`), many repeats, milliseconds;
+* uniform latencies (TTFT = TPOT, no per-token cost, the paper's time-unit model) and no
+  server kept for the cursor: the vectorized fast path
+  (:mod:`specpar.experiments.fastpath`), many repeats, milliseconds;
 * any other profile: the event-driven simulator itself (``specpar.generate`` on the
   virtual clock, simulated models with the profile's latencies and iid acceptance),
   on the same seeds for every lookahead.
@@ -25,7 +29,7 @@ import numpy as np
 from specpar.core.errors import ConfigError
 from specpar.core.latency import LatencyProfile
 from specpar.experiments.fastpath import acceptance_uniforms, dsi_latency, next_rejection, si_counts, si_time
-from specpar.planning.lookahead import satisfies_eq1
+from specpar.planning.lookahead import keeps_cursor_server, satisfies_eq1
 
 FAST_PATH_REPEATS = 200
 EVENT_TOKENS = 2000  # event predictions average over about this many tokens (4 to 16 runs)
@@ -97,12 +101,18 @@ def uniform_profiles(target: LatencyProfile, drafter: LatencyProfile) -> bool:
     )
 
 
-def candidates(target: LatencyProfile, drafter: LatencyProfile, sp_degree: int, max_lookahead: int) -> list[int]:
+def candidates(
+    target: LatencyProfile,
+    drafter: LatencyProfile,
+    sp_degree: int,
+    max_lookahead: int,
+    dedicated_cursor: bool | None = None,
+) -> list[int]:
     """The lookaheads 1..max_lookahead that satisfy Eq. 1 with ``sp_degree`` servers (see satisfies_eq1)."""
     return [
         k
         for k in range(1, max_lookahead + 1)
-        if satisfies_eq1(target.tpot_ms, drafter.tpot_ms, k, sp_degree, target.per_token_ms)
+        if satisfies_eq1(target.tpot_ms, drafter.tpot_ms, k, sp_degree, target.per_token_ms, dedicated_cursor)
     ]
 
 
@@ -116,9 +126,11 @@ def choose_lookahead(
     max_lookahead: int | None = None,
     seed: int = 0,
     algorithm: str = "dsi",
+    dedicated_cursor: bool | None = None,
 ) -> LookaheadChoice:
     """The fastest lookahead of ``algorithm`` ("dsi" or "si"; see the module docstring) for ``n`` tokens, DSI on
-    ``sp_degree`` target servers."""
+    ``sp_degree`` target servers, keeping one for the cursor as ``dedicated_cursor`` says (None: DSI's default,
+    where ``target.per_token_ms > 0``; :func:`~specpar.planning.lookahead.keeps_cursor_server`)."""
     if algorithm not in ("dsi", "si"):
         raise ConfigError(f"a lookahead is chosen for 'dsi' or 'si', not {algorithm!r}")
     if not 0.0 <= acceptance_rate <= 1.0:
@@ -129,17 +141,18 @@ def choose_lookahead(
         raise ConfigError("choosing a lookahead needs target and drafter latencies > 0 ms")
     if n < 2:
         return LookaheadChoice(1, sp_degree, n, "none needed", {1: 0.0}, [1], algorithm)
-    fast = uniform_profiles(target, drafter)
+    kept = algorithm == "dsi" and keeps_cursor_server(target.per_token_ms, dedicated_cursor)
+    fast = uniform_profiles(target, drafter) and not kept  # the fast path follows DSI without a kept server
     limit = max_lookahead or (min(n - 1, 200) if fast else min(n - 1, EVENT_MAX_LOOKAHEAD))
     everything = list(range(1, limit + 1))
-    valid = everything if algorithm == "si" else candidates(target, drafter, sp_degree, limit)
+    valid = everything if algorithm == "si" else candidates(target, drafter, sp_degree, limit, kept)
     ks = valid or everything
     if fast:
         c = drafter.tpot_ms / target.tpot_ms
         predicted = _fast_path(algorithm, target.tpot_ms, c, acceptance_rate, sp_degree, n, ks, seed)
         method = "fast path"
     else:
-        predicted = _event(algorithm, target, drafter, acceptance_rate, sp_degree, n, ks, seed)
+        predicted = _event(algorithm, target, drafter, acceptance_rate, sp_degree, n, ks, seed, kept)
         method = "virtual clock"
     best = min(ks, key=lambda k: (predicted[k], k))
     return LookaheadChoice(best, sp_degree, n, method, predicted, valid, algorithm)
@@ -179,7 +192,15 @@ def _fast_path(
 
 
 def _event(
-    algorithm: str, target: LatencyProfile, drafter: LatencyProfile, a: float, sp: int, n: int, ks: list[int], seed: int
+    algorithm: str,
+    target: LatencyProfile,
+    drafter: LatencyProfile,
+    a: float,
+    sp: int,
+    n: int,
+    ks: list[int],
+    seed: int,
+    dedicated_cursor: bool,
 ) -> dict[int, float]:
     from specpar.backends.simulated import SimulatedModel
     from specpar.core.config import RuntimeConfig, SpeculativeConfig
@@ -192,16 +213,20 @@ def _event(
         model = SimulatedModel(16, seed=r, latency=target)
         pairs.append((model, model.drafter(a, drafter, seed=r + 7919), [r % 16, 3]))
     out, virtual = {}, RuntimeConfig(name="virtual")
+    modes = {"dedicated_cursor": dedicated_cursor} if algorithm == "dsi" else {}
     for k in ks:
-        spec = SpeculativeConfig(algorithm=algorithm, lookahead=k, sp_degree=sp)
+        spec = SpeculativeConfig(algorithm=algorithm, lookahead=k, sp_degree=sp, **modes)
         times = [run_generation(p, t, d, spec, virtual, GREEDY, n).time_ms for t, d, p in pairs]
         out[k] = statistics.fmean(times)
     return out
 
 
-def auto_lookahead(target, drafter, algorithm: str, sp_degree: int, max_new_tokens: int) -> int:
+def auto_lookahead(
+    target, drafter, algorithm: str, sp_degree: int, max_new_tokens: int, dedicated_cursor: bool | None = None
+) -> int:
     """lookahead="auto" for ``target`` and ``drafter`` (models or Pools): :func:`choose_lookahead` on their latency
-    profiles and the drafter's acceptance rate (simulated drafters, or models given a measured latency)."""
+    profiles and the drafter's acceptance rate (simulated drafters, or models given a measured latency); DSI keeps a
+    server for the cursor as ``dedicated_cursor`` says (None: its default for the target's latency profile)."""
     from specpar.spec.registry import latency_of, model_of
 
     t, d = latency_of(target), latency_of(drafter)
@@ -212,4 +237,7 @@ def auto_lookahead(target, drafter, algorithm: str, sp_degree: int, max_new_toke
             "for real models run `specpar plan` on a measured profile (`specpar profile`) and pass its lookahead"
         )
     sp = sp_degree if algorithm == "dsi" else 1
-    return choose_lookahead(t, d, a, sp, max_new_tokens, algorithm="dsi" if algorithm == "dsi" else "si").lookahead
+    algorithm = "dsi" if algorithm == "dsi" else "si"
+    return choose_lookahead(
+        t, d, a, sp, max_new_tokens, algorithm=algorithm, dedicated_cursor=dedicated_cursor
+    ).lookahead

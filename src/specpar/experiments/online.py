@@ -23,20 +23,23 @@ from specpar.core.errors import ConfigError
 from specpar.experiments.loop import Speedup, run_arms, speedup
 from specpar.experiments.pair_profile import PairProfile
 from specpar.experiments.runs import run_once
-from specpar.planning.lookahead import verification_servers
+from specpar.planning.lookahead import sp_degree_needed, verification_servers
 
 TABLE2_LOOKAHEADS = (1, 5, 10)
 
 
 def feasible_lookaheads(profile: PairProfile, lookaheads: Sequence[int], sp_degree: int) -> list[tuple[int, int]]:
-    """(lookahead, SP degree it needs) for each lookahead that fits on ``sp_degree`` target servers (Eq. 1's
-    verification servers with catch-up, and one for the pass on the cursor: :func:`~specpar.planning.sp_degree_needed`)."""
+    """(lookahead, SP degree it needs) for each lookahead that fits on ``sp_degree`` target servers
+    (:func:`~specpar.planning.sp_degree_needed`: Eq. 1, with catch-up and a server kept for the cursor where the
+    target has a per-token cost, as DSI then keeps one)."""
     out = []
     t, d = profile.target, profile.drafter
     for k in lookaheads:
-        v = verification_servers(t.tpot_ms, d.tpot_ms, k, t.per_token_ms) if d.tpot_ms > 0 else None
-        if v is not None and v + 1 <= sp_degree:
-            out.append((k, v + 1))
+        if d.tpot_ms <= 0 or verification_servers(t.tpot_ms, d.tpot_ms, k, t.per_token_ms) is None:
+            continue
+        need = sp_degree_needed(t.tpot_ms, d.tpot_ms, k, t.per_token_ms)
+        if need <= sp_degree:
+            out.append((k, need))
     return out
 
 

@@ -174,6 +174,7 @@ def join(segments: list[tuple[Option, int, GenerationResult]], finish: str, time
         sp_degree=max(r.sp_degree for r in results),
         finish_reason=finish,
         details=details,
+        logprobs=None if any(r.logprobs is None for r in results) else [x for r in results for x in r.logprobs],
         left_running=tuple(x for r in results for x in r.left_running),
         replicas_lost=tuple(x for r in results for x in r.replicas_lost),
         time_lost_ms=sum(r.time_lost_ms for r in results),

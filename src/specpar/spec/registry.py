@@ -197,13 +197,16 @@ def verification_costs_grow(target) -> bool:
     return lat is None or lat.per_token_ms > 0
 
 
-def default_lookahead(target, drafter, sp_degree: int) -> int:
-    """The smallest lookahead satisfying Eq. 1 when both latencies are known and one does, else 5."""
+def default_lookahead(target, drafter, sp_degree: int, dedicated_cursor: bool | None = None) -> int:
+    """The smallest lookahead satisfying Eq. 1 when both latencies are known and one does, else 5; with a server
+    kept for the cursor (dedicated_cursor; None: DSI's default, on per-token costs) one fewer verifies."""
     t, d = latency_of(target), latency_of(drafter)
     if t is None or d is None or d.tpot_ms <= 0 or t.tpot_ms <= 0:
         return DEFAULT_LOOKAHEAD
     try:
-        return min_lookahead(t.tpot_ms, d.tpot_ms, sp_degree, per_token_ms=t.per_token_ms)
+        return min_lookahead(
+            t.tpot_ms, d.tpot_ms, sp_degree, per_token_ms=t.per_token_ms, dedicated_cursor=dedicated_cursor
+        )
     except ConfigError:  # reading a token costs the target more than drafting it: no lookahead keeps up
         return DEFAULT_LOOKAHEAD
 
@@ -233,7 +236,7 @@ def resolve(spec: SpeculativeConfig, target, drafter, prompt_len: int) -> Specul
             )
         changes.update(buffers=tuple(buffers), lookahead=buffers[-1])
     elif algorithm.drafts and k is None:
-        k = default_lookahead(target, drafter, spec.sp_degree or 1)
+        k = default_lookahead(target, drafter, spec.sp_degree or 1, spec.dedicated_cursor)
         log.info("lookahead %d: the smallest that keeps %d target server(s) busy (Eq. 1)", k, spec.sp_degree or 1)
         changes["lookahead"] = k
     if spec.algorithm in ("dsi", "hsd-sp"):

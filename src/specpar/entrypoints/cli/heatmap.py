@@ -13,10 +13,11 @@ DESCRIPTION = """\
 Offline simulation on the virtual clock, as in the DSI paper's Fig. 2: speedups
 of (a) SI over non-SI, (b) DSI over SI, (c) DSI over non-SI and (d) DSI over the
 faster of SI and non-SI, for every drafter latency c (fraction of the target's
-forward time) and acceptance rate a. SI takes its best lookahead in the range
-for each cell; DSI the smallest lookahead satisfying Eq. 1 for --sp-degree
-target servers. With --lookahead K both use K (the paper's Fig. 7 uses 5) and
-DSI runs on --sp-degree servers, queueing where Eq. 1 fails.
+forward time) and acceptance rate a. SI takes its fastest lookahead in the range
+for each cell; DSI its fastest among those in the range that satisfy the paper's
+Eq. 1 for --sp-degree target servers (k >= target / (SP x drafter); the smallest
+such k even beyond the range). With --lookahead K both use K (the paper's Fig. 7
+uses 5) and DSI runs on --sp-degree servers, queueing where Eq. 1 fails.
 Cells where the first algorithm is slower appear pink.
 """
 
@@ -35,7 +36,8 @@ def register(subparsers) -> None:
         type=integer,
         default=None,
         metavar="K",
-        help="fixed lookahead for SI and DSI (Fig. 7: 5). Default: SI's best, DSI's Eq. 1 smallest",
+        help="fixed lookahead for SI and DSI (Fig. 7: 5). Default: each cell's fastest, DSI's among those "
+        "satisfying Eq. 1",
     )
     p.add_argument(
         "-o",
@@ -86,7 +88,7 @@ def add_grid_arguments(p, resolution: int = 100) -> None:
         nargs=2,
         default=(1, 200),
         metavar=("FIRST", "LAST"),
-        help="lookaheads SI may choose from in each cell (default 1 200)",
+        help="lookaheads SI may choose from in each cell, and DSI those of them satisfying Eq. 1 (default 1 200)",
     )
     p.add_argument("--seed", type=seed, default=0, help="seed of the acceptance draws (default 0)")
 

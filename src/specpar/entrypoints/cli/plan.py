@@ -14,9 +14,10 @@ SHOWN = 10  # the fastest candidates shown in the table
 
 DESCRIPTION = """\
 Choose DSI's lookahead for a target/drafter pair: every lookahead that satisfies
-the paper's Eq. 1 on --sp-degree target servers (one of them kept for the pass on
-the cursor, and catch-up counted where a pass costs more per token fed) is
-simulated, and the fastest is chosen; SI's fastest lookahead is shown beside it.
+the paper's Eq. 1 on --sp-degree target servers (where a pass costs more per token
+fed: with catch-up counted and one server kept for the cursor, as DSI then keeps
+one) is simulated, and the fastest is chosen; SI's fastest lookahead is shown
+beside it.
 Uniform latencies use the vectorized fast path; other profiles (TTFT != TPOT, a
 per-token cost) the event-driven simulator. This is what `simulate -k auto` uses.
 """

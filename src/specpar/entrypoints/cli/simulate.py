@@ -15,7 +15,7 @@ from specpar.core.results import METRICS_FOOTNOTE, fmt
 from specpar.core.trees import BestFirst, shape_text
 from specpar.entrypoints.cli.options import integer, number, seed, server_count
 from specpar.entrypoints.cli.runtime_args import CLOCKS, add_runtime_arguments, runtime_options
-from specpar.planning.lookahead import verification_servers
+from specpar.planning.lookahead import sp_degree_needed, verification_servers
 
 MAX_SIMULATED = 1_000_000  # the largest simulated vocabulary and prompt: larger ones take hours before a token
 
@@ -231,15 +231,12 @@ def _lookaheads(args, target_lat, drafter_lat, a) -> tuple[dict[str, int], str]:
     """Each algorithm's lookahead ({"si": k, "dsi": k}) and a line saying how it was chosen."""
     k = parse_lookahead(args.lookahead)
     if k != "auto":
-        v = (
-            verification_servers(target_lat.tpot_ms, drafter_lat.tpot_ms, k, target_lat.per_token_ms)
-            if drafter_lat.tpot_ms > 0
-            else 0
-        )
-        if v is None:
+        t, d, pt = target_lat.tpot_ms, drafter_lat.tpot_ms, target_lat.per_token_ms
+        if d > 0 and verification_servers(t, d, k, pt) is None:
             why = "given; no SP degree satisfies Eq. 1 with this per-token cost"
         else:
-            why = "given" + (f"; Eq. 1 needs SP >= {v + 1}" if v and v + 1 > args.sp_degree else "")
+            need = sp_degree_needed(t, d, k, pt) if d > 0 else 0
+            why = "given" + (f"; Eq. 1 needs SP >= {need}" if need > args.sp_degree else "")
         return {"si": k, "dsi": k}, why
     from specpar.experiments.lookahead_choice import choose_lookahead
 
