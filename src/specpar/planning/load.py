@@ -20,10 +20,9 @@ Fixed policies are curves with one option: fixed DSI (every request waits for it
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from specpar.core.errors import ConfigError
 
@@ -52,6 +51,7 @@ class ShareCurve:
     """
 
     options: tuple[Option, ...]
+    rates: tuple[float, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self):
         if not self.options:
@@ -59,6 +59,11 @@ class ShareCurve:
         units = [o.units for o in self.options]
         if units != list(range(units[0], units[0] + len(units))):
             raise ConfigError(f"a share curve's options must be for consecutive unit counts, got {units}")
+        rates = [0.0] * units[0]  # rates[u]: rate(u) for u = 0 .. max_units
+        for o in self.options:
+            ms = o.ms_per_token
+            rates.append(math.sqrt(o.units) if ms is None else 1.0 / ms if ms > 0 else math.inf)
+        object.__setattr__(self, "rates", tuple(rates))
 
     @property
     def min_units(self) -> int:
@@ -78,15 +83,6 @@ class ShareCurve:
         """Tokens per ms on ``units`` units (0 below the smallest share)."""
         rates = self.rates
         return rates[units] if units < len(rates) else rates[-1]
-
-    @functools.cached_property
-    def rates(self) -> tuple[float, ...]:
-        """rate(u) for u = 0 .. max_units."""
-        out = [0.0] * self.min_units
-        for o in self.options:
-            ms = o.ms_per_token
-            out.append(math.sqrt(o.units) if ms is None else 1.0 / ms if ms > 0 else math.inf)
-        return tuple(out)
 
 
 def fixed(option: Option) -> ShareCurve:

@@ -30,6 +30,8 @@ def configure(spec: SpeculativeConfig, option: Option) -> SpeculativeConfig:
     integer (else the option's), its tree for SI and DSI only, HSD's buffers for HSD only, DSI's modes for DSI."""
     algorithm = option.algorithm
     lookahead = spec.lookahead if isinstance(spec.lookahead, int) else option.lookahead
+    if algorithm == spec.algorithm and option.sp_degree == spec.sp_degree and lookahead == spec.lookahead:
+        return spec  # its own configuration (a fixed share)
     return dataclasses.replace(
         spec,
         algorithm=algorithm,
