@@ -106,12 +106,14 @@ class _Predictor:
         t = self.t
         if algorithm == "nonsi":
             return None, (t.ttft_ms + (n - 1) * t.tpot_ms) / n
+        cursor = spec.dedicated_cursor if algorithm == "dsi" else None
         if spec.lookahead == "auto":
-            choice = choose_lookahead(t, self.d, self.a, sp, n, seed=self.seed, algorithm=algorithm)
+            choice = choose_lookahead(t, self.d, self.a, sp, n, seed=self.seed, algorithm=algorithm,
+                                      dedicated_cursor=cursor)  # fmt: skip
             return choice.lookahead, choice.predicted_ms[choice.lookahead] / n
         if k is None:  # the runner's default: Eq. 1's smallest for this SP degree
             try:
-                k = min_lookahead(t.tpot_ms, self.d.tpot_ms, sp, per_token_ms=t.per_token_ms)
+                k = min_lookahead(t.tpot_ms, self.d.tpot_ms, sp, per_token_ms=t.per_token_ms, dedicated_cursor=cursor)
             except ConfigError:
                 k = 5
-        return k, predict_ms(algorithm, t, self.d, self.a, sp, n, [k], self.seed)[k] / n
+        return k, predict_ms(algorithm, t, self.d, self.a, sp, n, [k], self.seed, cursor)[k] / n
