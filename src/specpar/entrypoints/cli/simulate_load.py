@@ -56,8 +56,8 @@ def add_arguments(p) -> None:
     g.add_argument("--plot", metavar="PNG", default=None, help="also draw throughput and latency per load to this PNG")
 
 
-def run(args, pair, lookahead) -> int:
-    """pair: (target latency, drafter latency, acceptance rate) from simulate's flags; lookahead: -k parsed."""
+def run(args, pair) -> int:
+    """pair: the SimulatedPair of simulate's flags (and --profile)."""
     from specpar.core.json_output import print_json
     from specpar.experiments.load import PERCENTILES, LoadSetting, LoadSimulation
 
@@ -76,13 +76,13 @@ def run(args, pair, lookahead) -> int:
         from specpar.core.paths import check_output_file, image_suffixes
 
         args.plot = check_output_file(args.plot, "--plot", image_suffixes())
-    target, drafter, a = pair
+    (target, drafter), a = pair.latencies(), pair.acceptance_rate
     setting = LoadSetting(
         units=args.units, target=target, drafter=drafter, acceptance_rate=a, max_new_tokens=args.max_new_tokens,
-        prompt_length=args.prompt_length, vocab_size=args.vocab_size, lookahead=lookahead,
+        prompt_length=pair.prompt_length, vocab_size=pair.vocab_size, lookahead=args.lookahead,
         temperature=args.temperature,
     )  # fmt: skip
-    sim = LoadSimulation(setting, seed=args.seed)
+    sim = LoadSimulation(setting, seed=pair.seed)
     points = []
     if args.load is not None:
         for text in args.load:
@@ -106,7 +106,7 @@ def run(args, pair, lookahead) -> int:
         "max_new_tokens": args.max_new_tokens,
         "requests": args.requests,
         "nonsi_capacity_requests_per_s": setting.nonsi_capacity,
-        "seed": args.seed,
+        "seed": pair.seed,
         "options": {p: [o.__dict__ for o in sim.curve(p).options] for p in policies},
     }
     if args.plot:
