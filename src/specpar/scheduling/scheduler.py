@@ -172,6 +172,8 @@ class Scheduler:
         with self._lock:
             self._tokens += tokens
             self._recent.append((now, tokens))
+            while self._recent[0][0] < now - GOODPUT_WINDOW_MS:  # kept for the longest window metrics() reads
+                self._recent.popleft()
 
     # -- the policy --------------------------------------------------------------------------------
     def _rebalance(self) -> None:
@@ -197,11 +199,11 @@ class Scheduler:
 
     # -- metrics -----------------------------------------------------------------------------------
     def metrics(self, window_ms: float = GOODPUT_WINDOW_MS) -> LoadMetrics:
+        """The state now; goodput over the last ``window_ms`` (at most GOODPUT_WINDOW_MS)."""
         now = self.clock.now()
+        window_ms = min(window_ms, GOODPUT_WINDOW_MS)
         with self._lock:
-            recent = self._recent
-            while recent and recent[0][0] < now - window_ms:
-                recent.popleft()
+            recent = [(t, n) for t, n in self._recent if t >= now - window_ms]
             span = min(window_ms, now - self._t0)
             running = [t for t in self._queue if t.running]
             return LoadMetrics(
@@ -219,6 +221,6 @@ class Scheduler:
 
 def _by_cache(units: list[Unit], context: Context) -> None:
     """Sort ``units`` by how much of ``context`` their servers hold, most first (stable: ties keep their order)."""
-    if len(units) > 1:
+    if len(units) > 1 and any(u.caching for u in units):
         cached = {id(u): u.cached(context) for u in units}
         units.sort(key=lambda u: cached[id(u)], reverse=True)

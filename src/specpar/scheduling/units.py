@@ -25,11 +25,17 @@ class Unit:
     drafters: list = field(default_factory=list)
     levels: list[list] = field(default_factory=list)
 
+    def __post_init__(self):
+        # servers whose times depend on what they hold (the others need not be asked: see cached)
+        self.caching = [s for s in self.servers if getattr(getattr(s, "latency", None), "cache_matters", True)]
+
     def cached(self, context: Context) -> tuple[int, int]:
-        """How much of ``context`` the unit's target and drafter servers hold (a request prefers its own)."""
-        t = max((s.cached_len(context) for s in self.targets), default=0)
-        d = max((s.cached_len(context) for s in self.drafters), default=0)
-        return t, d
+        """How much of ``context`` the unit's target and drafter servers hold (a request prefers its own). Servers
+        whose times cannot depend on their cache (``LatencyProfile.cache_matters`` False, the paper's time-unit
+        model) count 0 without being asked, as the virtual clock skips Pool.pick for them."""
+        if not self.caching:
+            return 0, 0
+        return _cached(self.targets, context), _cached(self.drafters, context)
 
     @property
     def servers(self) -> list:
@@ -62,3 +68,10 @@ def place(option: Option, units: Sequence[Unit]) -> Placement:
     if option.algorithm in ("hsd", "hsd-sp") or not drafter_unit.drafters:  # HSD's levels, or drafters to merge
         return Placement(target, [Pool(level, f"level{i}") for i, level in enumerate(drafter_unit.levels)])
     return Placement(target, Pool(drafter_unit.drafters, "drafter"))
+
+
+def _cached(servers, context: Context) -> int:
+    return max(
+        (s.cached_len(context) for s in servers if getattr(getattr(s, "latency", None), "cache_matters", True)),
+        default=0,
+    )
