@@ -25,7 +25,7 @@ def make_runtime(config: RuntimeConfig, pools: Sequence[Pool], ready_made: bool 
     """The runtime ``config`` names, over ``pools``. ready_made: the servers outlive this generation (an Engine's, a
     ready-made Pool), so their Ray actors are kept for later runs."""
     options = dict(config.options)
-    _check_options(RUNTIMES.get(config.name, ThreadRuntime), options)
+    _check_options(RUNTIMES.get(config.name, ThreadRuntime), {k: v for k, v in options.items() if k != "clock"})
     if config.call_timeout_s is not None and config.name != "virtual":
         options["call_timeout_s"] = config.call_timeout_s
     if config.name == "virtual":
