@@ -278,7 +278,7 @@ class Engine:
         with self._lock, collector_paused(self.runtime == "virtual"):
             local = self.real and self.runtime != "ray"  # on Ray the forward passes run in the actors
             marks = [len(s.forward_log) for s in self.all] if local else None
-            with torch_threads(self.threads_for(spec.algorithm)) if self.torch else nullcontext():
+            with self._threads(spec.algorithm):
                 t0 = time.perf_counter()
                 result = run_generation(
                     ids,
@@ -317,6 +317,15 @@ class Engine:
         return result
 
     # -- real models: threads and memory ---------------------------------------------------------
+    def _threads(self, algorithm: str):
+        """The request's CPU threads: torch's (process-wide), or each llama.cpp server's for its passes of 2+
+        tokens (its one-token passes keep one thread: exactness, specpar.backends.llama.settings)."""
+        if self.torch:
+            return torch_threads(self.threads_for(algorithm))
+        if self.real and self.runtime != "ray":
+            return batch_threads(self.all, self.threads_for(algorithm))
+        return nullcontext()
+
     def threads_for(self, algorithm: str) -> int:
         """torch threads so that the CPU servers running at once share the cores without oversubscribing them
         (on Ray, the drafter in this process gets a server's CPU bundle, as each actor does)."""
@@ -539,6 +548,17 @@ def torch_threads(n: int):
         yield
     finally:
         torch.set_num_threads(before)
+
+
+@contextmanager
+def batch_threads(servers, n: int):
+    """Each server that has ``set_batch_threads`` (llama.cpp) set to ``n`` threads per batched pass for the block."""
+    changed = [(s, s.set_batch_threads(n)) for s in servers if hasattr(s, "set_batch_threads")]
+    try:
+        yield
+    finally:
+        for s, before in changed:
+            s.set_batch_threads(before)
 
 
 def overhead(intervals: list[tuple[float, float]], t0: float, t1: float) -> dict:

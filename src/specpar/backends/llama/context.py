@@ -53,6 +53,7 @@ class LlamaContext:
         self.n_seq = n_seq
         self.batch = L.llama_batch_init(self.ubatch, 0, n_seq)
         self.fed = 0
+        self.threads, self.batch_threads = settings.threads, settings.batch_threads
 
     def decode(
         self,
@@ -99,6 +100,12 @@ class LlamaContext:
                 out[done : done + outputs] = logits
                 done += outputs
         return out
+
+    def set_batch_threads(self, n: int) -> int:
+        """Threads for passes of 2+ tokens (one-token passes keep theirs); returns the count before."""
+        before, self.batch_threads = self.batch_threads, max(1, int(n))
+        self._L.llama_set_n_threads(self.ctx, self.threads, self.batch_threads)
+        return before
 
     def keep(self, n: int) -> None:
         """Drop every cached token at position >= ``n`` (in every sequence)."""

@@ -31,7 +31,7 @@ _lib = None
 _errors: collections.deque[str] = collections.deque(maxlen=8)
 _callback = None  # the C callback object: kept alive as long as llama.cpp may call it
 TILED_MM = "GGML_CPU_TILED_MM"
-LOG_ERROR, LOG_CONT = 3, 5  # ggml_log_level: an error line, and the continuation of the line before
+LOG_ERROR, LOG_CONT = 4, 5  # ggml_log_level (ggml.h): an error line, and the continuation of the line before
 _tiled_before: str | None = None  # the user's own value of GGML_CPU_TILED_MM, if any
 
 

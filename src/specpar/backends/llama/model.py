@@ -97,9 +97,12 @@ class LlamaModel:
         self.weights = _load_weights(path, self.settings.repack)
         L = lib()
         ptr = self.weights.ptr
-        template = L.llama_model_chat_template(ptr, None)
-        self.tokenizer = GGUFTokenizer(ptr, template.decode("utf-8", "replace") if template else None)
-        self.vocab_size = self.tokenizer.size
+        vocab = L.llama_model_get_vocab(ptr)
+        self.vocab_size = int(L.llama_vocab_n_tokens(vocab))
+        self.tokenizer = None  # a GGUF without a tokenizer ("none": ids only) speaks token ids
+        if L.llama_vocab_type(vocab) != L.LLAMA_VOCAB_TYPE_NONE:
+            template = L.llama_model_chat_template(ptr, None)
+            self.tokenizer = GGUFTokenizer(ptr, template.decode("utf-8", "replace") if template else None)
         self.context_window = int(L.llama_model_n_ctx_train(ptr))
         self.layers = int(L.llama_model_n_layer(ptr))
         self.kv_heads = int(L.llama_model_n_head_kv(ptr))
@@ -181,15 +184,20 @@ class LlamaModel:
             )
 
     # -- text ----------------------------------------------------------------------------------------------
+    def _need_tokenizer(self) -> GGUFTokenizer:
+        if self.tokenizer is None:
+            raise ConfigError(f"{self.name} has no tokenizer in its GGUF file: give token ids")
+        return self.tokenizer
+
     def encode(self, text: str) -> list[int]:
-        return self.tokenizer.encode(text)
+        return self._need_tokenizer().encode(text)
 
     def decode(self, ids: Sequence[int]) -> str:
-        return self.tokenizer.decode(ids, skip_special_tokens=True)
+        return self._need_tokenizer().decode(ids, skip_special_tokens=True)
 
     def chat_prompt(self, turns: Sequence[str]) -> list[int]:
         """Token ids of user ``turns`` in the model's chat template, ending where the assistant speaks."""
-        if not self.tokenizer.chat_template:
+        if not self._need_tokenizer().chat_template:
             raise ConfigError(f"{self.name} has no chat template")
         messages = [{"role": "user", "content": t} for t in turns]
         return self.encode(self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True))
@@ -205,7 +213,9 @@ def check_same_vocabulary(target: LlamaModel, drafter: LlamaModel) -> None:
             f"drafter {drafter.name} has {drafter.vocab_size} tokens but target {target.name} has "
             f"{target.vocab_size}: the drafter and target must share one tokenizer"
         )
-    if target.tokenizer.get_vocab() != drafter.tokenizer.get_vocab():
+    if (target.tokenizer is None) != (drafter.tokenizer is None) or (
+        target.tokenizer is not None and target.tokenizer.get_vocab() != drafter.tokenizer.get_vocab()
+    ):
         raise ConfigError(
             f"the tokenizers of target {target.name} and drafter {drafter.name} differ: speculative inference "
             "needs a drafter with the target's tokenizer (same vocabulary, same ids)"

@@ -262,6 +262,10 @@ class LlamaServer:
             )
         return lat.call_ms(call, self.cached_len(call.context) if lat.cache_matters else 0)
 
+    def set_batch_threads(self, n: int) -> int:
+        """Threads for passes of 2+ tokens from now on (exact at any count); returns the count before."""
+        return self._ctx.set_batch_threads(n)
+
     def close(self) -> None:
         """Free the context (its KV cache); the server cannot run calls after."""
         self._ctx.close()

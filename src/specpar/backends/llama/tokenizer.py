@@ -28,7 +28,7 @@ class GGUFTokenizer:
         L = lib()
         self._L = L
         self.vocab = L.llama_model_get_vocab(model)
-        self.size = L.llama_vocab_n_tokens(self.vocab)
+        self.size = int(L.llama_vocab_n_tokens(self.vocab))
         eos = L.llama_vocab_eos(self.vocab)
         self.eos_token_id = eos if eos >= 0 else None
         self.chat_template = chat_template

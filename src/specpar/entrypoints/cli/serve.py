@@ -66,7 +66,7 @@ def build_engine(args):
         return Engine(target, drafter, runtime="threads", **common), "specpar-simulated"
     from specpar.entrypoints.cli.real_models import devices
 
-    engine = Engine(args.target, args.drafter, devices=devices(args), dtype=args.dtype, **common)
+    engine = Engine(args.target, args.drafter, devices=devices(args), dtype=args.dtype, backend=args.backend, **common)
     return engine, args.target or engine.target_model.name
 
 
