@@ -28,7 +28,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from llama_cpp_tools import tools  # noqa: E402
-
 from specpar.core.params import SamplingParams  # noqa: E402
 
 SPECPAR_ARMS = ("nonsi", "si", "dsi sp=1", "dsi sp=2")
@@ -121,7 +120,7 @@ def main() -> None:
 
 
 def report(rows: list[dict], arms) -> None:
-    print(f"\n| arm | mean s | vs non-SI (mean) | per-prompt vs non-SI | acceptance | same output |")
+    print("\n| arm | mean s | vs non-SI (mean) | per-prompt vs non-SI | acceptance | same output |")
     print("|---|---|---|---|---|---|")
     base = [r["nonsi"]["time_ms"] for r in rows]
     for arm in arms:
