@@ -68,8 +68,7 @@ def main() -> None:
             line = {"prompt": i, "prompt_tokens": len(ids), "reference_s": round(time.perf_counter() - t0, 2)}
             for name, algorithm, k, _sp, tree, runtime in ARMS:
                 engine = engines[runtime]
-                for s in engine.all:
-                    s.reset()
+                engine.reset()
                 res = engine.generate(ids, params, algorithm=algorithm, lookahead=k, tree=tree)
                 diff = sum(a != b for a, b in zip(res.tokens, expected)) + abs(len(res.tokens) - len(expected))
                 differing += diff

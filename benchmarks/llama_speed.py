@@ -94,10 +94,9 @@ def main() -> None:
                     row[arm] = run_llama_cpp(arm, bindir, *paths, prompt.text, args)
                     continue
                 algorithm = arm.split()[0]
-                engine.sp_degree = 2 if arm.endswith("sp=2") else 1
-                for s in engine.all:
-                    s.reset()
-                res = engine.generate(ids, params, algorithm=algorithm, lookahead=args.k)
+                engine.reset()
+                sp = 2 if arm.endswith("sp=2") else 1
+                res = engine.generate(ids, params, algorithm=algorithm, lookahead=args.k, sp_degree=sp)
                 row[arm] = {
                     "tokens": res.tokens,
                     "text": res.text,
