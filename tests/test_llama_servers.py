@@ -284,3 +284,20 @@ def test_the_backend_not_installed_names_the_install_command(monkeypatch):
     monkeypatch.setitem(sys.modules, "llama_cpp", None)  # import llama_cpp raises ImportError
     with pytest.raises(ConfigError, match=r"pip install 'specpar\[llama\]'"):
         library.lib()
+
+
+def test_generate_on_gguf_files_gives_the_targets_tokens_and_says_it_is_exact(paths, capsys):
+    import json
+
+    from specpar.entrypoints import cli
+
+    t, d = str(paths[0]), str(paths[1])
+    argv = ["generate", "def fib(n):", "-k", "2", "-N", "6", "--ignore-eos", "--compare", "--json", "--target", t]
+    assert cli.main(argv + ["--drafter", d, "-v"]) == 0
+    out, err = capsys.readouterr()
+    target = LlamaModel(t)
+    expected = reference_greedy(target, target.encode("def fib(n):"), 6)
+    assert {a: r["tokens"] for a, r in json.loads(out)["results"].items()} == dict.fromkeys(
+        ("dsi", "nonsi", "si"), expected
+    )
+    assert "flash attention on" in err and "bitwise exact" in err  # -v: the settings, and what they guarantee
