@@ -38,22 +38,24 @@ EVAL = re.compile(r"(prompt eval|eval) time =\s+([\d.]+) ms /\s+(\d+)")
 
 def run_llama_cpp(arm: str, bindir: Path, target: Path, drafter: Path, prompt: str, args) -> dict:
     """One llama.cpp run: its generated text and time (ms, encode + decode as it reports them)."""
-    common = ["-p", prompt, "-n", str(args.N), "--temp", "0", "--top-k", "1", "-t", str(args.threads),
-              "-tb", str(args.threads), "-c", "2048", "--seed", "0", "--no-warmup"]  # fmt: skip
+    threads = str(args.threads)
+    common = ["-p", prompt, "-n", str(args.N), "--temp", "0", "--top-k", "1", "-t", threads, "-tb", threads,
+              "-c", "2048", "--seed", "0"]  # fmt: skip
     if arm == "llama.cpp speculative":
         cmd = [str(bindir / "llama-speculative-simple"), "-m", str(target), "-md", str(drafter),
-               "--draft-max", str(args.k), "--draft-min", "0", *common]  # fmt: skip
+               "--spec-type", "draft-simple", "--spec-draft-n-max", str(args.k), "--spec-draft-n-min", "0",
+               "-td", threads, "-tbd", threads, *common]  # fmt: skip
     else:
         cmd = [str(bindir / "llama-completion"), "-m", str(target), "-no-cnv", "--no-display-prompt", *common]
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, stdin=subprocess.DEVNULL)
     wall = time.perf_counter() - t0
     if proc.returncode:
         raise SystemExit(f"{arm} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
     text = proc.stdout
     if arm == "llama.cpp speculative":
-        ms = sum(float(m[3]) * 1000 for m in TIMING.findall(proc.stderr + proc.stdout))
-        text = text.strip("\n")
+        ms = sum(float(m[2]) * 1000 for m in TIMING.findall(proc.stderr))
+        text = text[2:] if text.startswith("\n\n") else text  # the tool writes two newlines, the prompt, the output
         text = text[len(prompt) :] if text.startswith(prompt) else text
         accept = re.search(r"accept\s+=\s+([\d.]+)%", proc.stderr + proc.stdout)
         extra = {"acceptance_rate": float(accept.group(1)) / 100 if accept else None}
@@ -68,7 +70,13 @@ def main() -> None:
     ap.add_argument("-n", type=int, default=10, help="HumanEval prompts (default 10)")
     ap.add_argument("-N", type=int, default=64, help="tokens per prompt (default 64)")
     ap.add_argument("-k", type=int, default=4, help="lookahead, and llama.cpp's --draft-max (default 4)")
-    ap.add_argument("--threads", type=int, default=os.cpu_count(), help="llama.cpp's -t (default: the cores)")
+    ap.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="llama.cpp's -t, -tb, -td, -tbd (default 1: a thread per process, as specpar's servers; OpenMP's spinning "
+        "threads slow it down 10x when other work shares the cores)",
+    )
     ap.add_argument("--out", default="benchmarks/results/llama_speed.jsonl")
     args = ap.parse_args()
 
@@ -146,7 +154,9 @@ def report(rows: list[dict], arms) -> None:
 
 
 def _same_text(a: str, b: str) -> bool:
-    """The same text up to the shorter one's end (llama.cpp's speculative run may go a few tokens past -n)."""
+    """The same text up to the shorter one's end (llama.cpp's speculative run may go a few tokens past -n; its
+    tools end their output with newlines of their own)."""
+    a, b = a.rstrip("\n"), b.rstrip("\n")
     n = min(len(a), len(b))
     return n > 0 and a[:n] == b[:n]
 
