@@ -2,8 +2,8 @@
 
 GGUF (llama.cpp's format, version 2 or 3): the magic ``GGUF``, a version, the tensor and key counts, the key-value
 metadata, one record per tensor (name, dimensions, type, offset), then the tensor data from the next multiple of
-``general.alignment`` (32 by default). :func:`read_header` reads the metadata keys it needs (strings and numbers;
-arrays, such as a tokenizer's 150k tokens, are skipped over) and every tensor record, and checks that the data
+``general.alignment`` (32 by default). :func:`read_header` reads the metadata keys (strings and numbers; arrays,
+such as a tokenizer's 150k tokens, are skipped over, but for the token types) and every tensor record, and checks that the data
 of every tensor lies inside the file, so that a truncated download is named as such before llama.cpp maps it.
 """
 
@@ -13,6 +13,8 @@ import os
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import numpy as np
 
 from specpar.core.errors import ConfigError
 
@@ -31,6 +33,7 @@ TYPES = {
 # GGUF value types: fixed sizes (struct codes), 8 = string, 9 = array
 SCALARS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
 STRING, ARRAY = 8, 9
+KEPT_ARRAYS = ("tokenizer.ggml.token_type",)  # arrays read into the metadata (the others are skipped)
 _U64 = struct.Struct("<Q")
 
 
@@ -72,13 +75,22 @@ class _Reader:
         self.at += n
         return text
 
-    def value(self, kind: int):
+    def value(self, kind: int, keep: bool = False):
+        """The value of type ``kind`` at the cursor; arrays are skipped (None), or with ``keep`` an array of numbers
+        is returned as a NumPy array."""
         if kind in SCALARS:
             return self.take(SCALARS[kind])
         if kind == STRING:
             return self.string()
         if kind == ARRAY:
             item, n = self.take("I"), self.take("Q")
+            if item in SCALARS and keep:
+                size = n * struct.calcsize(SCALARS[item])
+                if self.at + size > len(self.data):
+                    raise EOFError
+                out = np.frombuffer(self.data, dtype="<" + SCALARS[item], count=n, offset=self.at).copy()
+                self.at += size
+                return out
             if item in SCALARS:  # skipped at once
                 self.at += n * struct.calcsize(SCALARS[item])
             elif item == STRING:  # a tokenizer's tokens and merges: 150k strings, skipped by their lengths
@@ -143,7 +155,7 @@ def _parse_bytes(path: Path, data: bytes, size: int) -> GGUFHeader:
     header = GGUFHeader(path, version)
     for _ in range(n_kv):
         key, kind = r.string(), r.take("I")
-        value = r.value(kind)
+        value = r.value(kind, keep=key in KEPT_ARRAYS)
         if value is not None:
             header.metadata[key] = value
     ends = []

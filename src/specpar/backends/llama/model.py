@@ -102,7 +102,11 @@ class LlamaModel:
         self.tokenizer = None  # a GGUF without a tokenizer ("none": ids only) speaks token ids
         if L.llama_vocab_type(vocab) != L.LLAMA_VOCAB_TYPE_NONE:
             template = L.llama_model_chat_template(ptr, None)
-            self.tokenizer = GGUFTokenizer(ptr, template.decode("utf-8", "replace") if template else None)
+            self.tokenizer = GGUFTokenizer(
+                ptr,
+                template.decode("utf-8", "replace") if template else None,
+                self.header.metadata.get("tokenizer.ggml.token_type"),
+            )
         self.context_window = int(L.llama_model_n_ctx_train(ptr))
         self.layers = int(L.llama_model_n_layer(ptr))
         self.kv_heads = int(L.llama_model_n_head_kv(ptr))

@@ -18,13 +18,17 @@ from collections.abc import Sequence
 from specpar.backends.llama.library import lib
 from specpar.core.errors import ConfigError
 
-CONTROL = 8  # llama_token_attr: LLAMA_TOKEN_ATTR_CONTROL
+SPECIAL_TYPES = (3, 4)  # GGUF token types: CONTROL and USER_DEFINED (a Hugging Face tokenizer's added tokens)
 
 
 class GGUFTokenizer:
-    """The tokenizer in a loaded GGUF model (``model``: a ``llama_model`` pointer)."""
+    """The tokenizer in a loaded GGUF model (``model``: a ``llama_model`` pointer).
 
-    def __init__(self, model, chat_template: str | None):
+    token_types: the file's ``tokenizer.ggml.token_type`` (as written, before llama.cpp overrides any): its control
+        and user-defined tokens are the special tokens, as in the Hugging Face tokenizer the file came from.
+    """
+
+    def __init__(self, model, chat_template: str | None, token_types=None):
         L = lib()
         self._L = L
         self.vocab = L.llama_model_get_vocab(model)
@@ -32,6 +36,7 @@ class GGUFTokenizer:
         eos = L.llama_vocab_eos(self.vocab)
         self.eos_token_id = eos if eos >= 0 else None
         self.chat_template = chat_template
+        self.token_types = token_types
 
     # -- ids <-> text --------------------------------------------------------------------------------------
     def encode(self, text: str) -> list[int]:
@@ -66,9 +71,15 @@ class GGUFTokenizer:
 
     @functools.cached_property
     def _special(self) -> dict[str, int]:
-        """Control tokens' texts and ids (a scan of the vocabulary, once)."""
-        attr = self._L.llama_vocab_get_attr
-        return {self.text(t): t for t in range(self.size) if attr(self.vocab, t) & CONTROL}
+        """Special tokens' texts and ids: the file's control and user-defined tokens (llama.cpp's own attributes
+        when the file has no token types)."""
+        if self.token_types is not None:
+            import numpy as np
+
+            ids = np.nonzero(np.isin(self.token_types, SPECIAL_TYPES))[0]
+            return {self.text(int(t)): int(t) for t in ids}
+        is_control = self._L.llama_vocab_is_control
+        return {self.text(t): t for t in range(self.size) if is_control(self.vocab, t)}
 
     @property
     def all_special_tokens(self) -> list[str]:
