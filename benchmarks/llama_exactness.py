@@ -57,7 +57,7 @@ def main() -> None:
         runtime: Engine(target, drafter, sp_degree=2, runtime=runtime, max_tokens=2048)
         for runtime in ("threads", "ray")
     }
-    params = SamplingParams(max_tokens=args.N, ignore_eos=True)
+    params = SamplingParams(temperature=0, max_tokens=args.N, ignore_eos=True)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     differing = compared = 0
     with open(args.out, "w") as out:

@@ -89,7 +89,7 @@ def main() -> None:
     target, drafter = load_pair(backend="llama", progress=False)
     paths = weights.joined_path(weights.TARGET), weights.joined_path(weights.DRAFTER)
     engine = Engine(target, drafter, sp_degree=2, runtime="ray", max_tokens=2048)
-    params = SamplingParams(max_tokens=args.N)
+    params = SamplingParams(temperature=0, max_tokens=args.N)
     arms = SPECPAR_ARMS + LLAMA_ARMS
     rows = []
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)

@@ -4,6 +4,7 @@ engine's choice of backend, and bad input named in one clear error each."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import sys
 import threading
@@ -16,13 +17,15 @@ import pytest
 pytest.importorskip("llama_cpp")
 
 from conftest import RAY_OPTIONS  # noqa: E402
-from specpar import Engine, generate  # noqa: E402
+from specpar import Engine, SamplingParams, generate  # noqa: E402
 from specpar.backends.llama import library  # noqa: E402
+from specpar.backends.llama import server as llama_server  # noqa: E402
 from specpar.backends.llama.model import LlamaModel, check_same_vocabulary  # noqa: E402
 from specpar.core.calls import Draft, Score  # noqa: E402
 from specpar.core.decoding import Decoding  # noqa: E402
 from specpar.core.errors import ConfigError  # noqa: E402
 from specpar.core.latency import LatencyProfile  # noqa: E402
+from specpar.core.logits_processors import log_softmax  # noqa: E402
 from specpar.core.stopping import end_of_text_ids  # noqa: E402
 from specpar.entrypoints.engine import choose_backend  # noqa: E402
 from stats import chi_square_p_value  # noqa: E402
@@ -171,6 +174,46 @@ def test_draft_rows_are_the_drafters_processed_distributions(pair):
     assert np.array_equal(proposal.q, rows[:3])
 
 
+def _logprobs_by_definition(model: LlamaModel, params: SamplingParams, prompt, tokens) -> list[float]:
+    """Each token's log-probability from one-token rows: the log-softmax of the processed logits at its prefix."""
+    server, out, want = model.server("definition"), list(prompt), []
+    proc = params.processors_for(len(prompt))
+    for t in tokens:
+        z = np.log(server.run(Score(tuple(out), 0, Decoding(1.0, 0))).rows)  # the logits up to a constant
+        z = proc.apply(z, out, len(out), 0.0) if proc is not None else z
+        want.append(float(log_softmax(z)[0, t]))
+        out.append(t)
+    server.close()
+    return want
+
+
+@pytest.mark.parametrize("processed", [False, True])
+def test_logprobs_are_the_one_token_rows_and_equal_non_si_for_every_algorithm(pair, processed):
+    target, drafter = pair
+    prompt = PROMPTS[1]
+    extra = dict(frequency_penalty=0.7) if processed else {}
+    params = SamplingParams(temperature=0, max_tokens=12, logprobs=2, ignore_eos=True, **extra)
+    with Engine(target, drafter, sp_degree=2) as engine:
+        base = engine.generate(prompt, params, algorithm="nonsi")
+        want = _logprobs_by_definition(target, params, prompt, base.tokens)
+        assert np.allclose([x.logprob for x in base.logprobs], want, atol=1e-9)
+        runs = [("si", None), ("dsi", None)] + ([] if processed else [("si", (2, 2, 1)), ("dsi", "best:6")])
+        for algorithm, tree in runs:  # trees take no processors
+            r = engine.generate(prompt, params, algorithm=algorithm, lookahead=3, tree=tree)
+            assert r.tokens == base.tokens and r.logprobs == base.logprobs, (algorithm, tree)  # bitwise
+
+
+def test_logprob_rows_that_skip_the_processors_are_caught(pair, monkeypatch):
+    raw = llama_server.rows
+    monkeypatch.setattr(llama_server, "rows", lambda z, c, s, d: raw(z, c, s, dataclasses.replace(d, processors=None)))
+    target, drafter = pair
+    params = SamplingParams(temperature=0, max_tokens=12, logprobs=0, ignore_eos=True, frequency_penalty=0.7)
+    with Engine(target, drafter, sp_degree=2) as engine:
+        r = engine.generate(PROMPTS[1], params, algorithm="dsi", lookahead=3)
+    want = _logprobs_by_definition(target, params, PROMPTS[1], r.tokens)
+    assert not np.allclose([x.logprob for x in r.logprobs], want, atol=1e-9)
+
+
 def test_a_forward_pass_releases_the_gil(pair):
     """While one thread runs a long pass in llama.cpp, Python code on another thread keeps running."""
     target, _ = pair
@@ -223,7 +266,7 @@ def test_the_tokenizer_round_trips_text_and_renders_the_chat_template(pair):
 def test_an_engine_given_gguf_paths_loads_them_on_llama_cpp(paths):
     with Engine(str(paths[0]), str(paths[1]), sp_degree=2) as engine:
         assert type(engine.target_model) is LlamaModel and engine.runtime == "threads"
-        result = engine.generate("def fib(n):", max_tokens=8, ignore_eos=True)
+        result = engine.generate("def fib(n):", max_tokens=8, temperature=0, ignore_eos=True)
         assert result.tokens == reference_greedy(engine.target_model, engine.target_model.encode("def fib(n):"), 8)
         assert result.text == engine.target_model.decode(result.tokens)
 

@@ -1,16 +1,20 @@
-"""``Engine``: models loaded once, their servers and a runtime, serving many requests.
+"""``Engine``: models loaded once, their servers and a runtime, serving many requests at once.
 
     with Engine(target, drafter, sp_degree=2) as engine:
         result = engine.generate("def fib(n):", SamplingParams(max_tokens=64, stop=["\\n\\n"]))
         for piece in engine.stream("Once upon a time", SamplingParams(temperature=0.8, top_p=0.9)):
             print(piece, end="")
 
-An engine owns one pool of ``sp_degree`` target servers and one drafter server (a pool per level for HSD),
-made once: real models keep their weights and KV caches across requests (a prompt that shares a prefix
-with the previous request reuses its cache). Requests take turns (a lock): two requests never run on
-one server, and so never on one KV cache, whichever threads they come from.
+An engine owns ``units`` processing units (default: sp_degree + 1, the servers one DSI request uses), each with a
+target server and a drafter server (one per level for HSD), made once: real models keep their weights (shared by
+the servers of one model on one device) and each server its KV cache across requests. A scheduler
+(:mod:`specpar.scheduling`) gives each request units of its own, so no two requests ever share a cache: alone, a
+request runs DSI on as many units as help it; as more requests arrive their shares shrink (fewer target replicas,
+then SI, then non-SI) and grow back when they leave, changing only at safe points (:class:`Engine`'s ``policy``).
+Servers given as ready-made Pools form one unit: requests take turns on them.
 
-The runtime: the threads runtime for real models (wall time), the virtual clock for simulated ones.
+The runtime: the threads runtime for real models (wall time), the virtual clock for simulated ones (each request
+on a clock of its own).
 """
 
 from __future__ import annotations
@@ -28,9 +32,12 @@ from specpar.core.errors import ConfigError
 from specpar.core.params import SAMPLING_FIELDS, SamplingParams
 from specpar.core.results import GenerationResult
 from specpar.core.stopping import Stopping, TextStream, detokenize, end_of_text_ids
+from specpar.planning.load import POLICIES, Option, ShareCurve, fixed
 from specpar.runtimes import Pool
 from specpar.runtimes.virtual import collector_paused
-from specpar.spec.registry import check_context_window, model_of, run_generation
+from specpar.scheduling import LoadMetrics, Scheduler, Unit
+from specpar.scheduling.request import Request
+from specpar.spec.registry import check_context_window, model_of
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +81,13 @@ class Engine:
         made the servers; servers given as Pools keep theirs for whoever owns them).
     backend: for models given as paths or the default pair: "llama" (GGUF files on llama.cpp, CPU) or
         "transformers"; default: llama for GGUF files on the CPU when llama-cpp-python is installed.
+    units: processing units (default: sp_degree + 1 with a drafter, else sp_degree), each with a target and a
+        drafter server; requests run at once on units of their own. Real models: set it to the cores or devices
+        the servers may use at once (each server then runs one torch thread per core it has). units=1: one unit of
+        sp_degree target servers and a drafter, one request at a time on all of them (as ready-made Pools are).
+    policy: how requests share the units (:mod:`specpar.planning.load`): "adaptive" (default: each request's
+        fastest option on its share, shares chosen for the most tokens per second in all), or one fixed option
+        for every request: "dsi" (each waits for its whole DSI share), "si" (one unit each), "nonsi".
     """
 
     def __init__(
@@ -88,6 +102,8 @@ class Engine:
         dtype: str | None = None,
         max_tokens: int = 4096,
         keep_actors: bool = True,
+        units: int | None = None,
+        policy: str = "adaptive",
         backend: str | None = None,
         **options,
     ):
@@ -116,12 +132,27 @@ class Engine:
             first = self.drafter_model if self.drafter_model is not None else self.target_model
             devices = list(dict.fromkeys(getattr(m, "device", "cpu") for m in (first, self.target_model)))
         target_devices = devices[1:] if len(devices) > 1 else devices
-        self.targets = self._servers(target, sp_degree, "target", target_devices, max_tokens)
+        if policy not in POLICIES:
+            raise ConfigError(f"policy must be one of {', '.join(POLICIES)}, got {policy!r}")
+        self.policy = policy
+        n = self._unit_count(units, target, drafter, sp_degree)
+        targets, drafters = (n, n) if n else (sp_degree, 1)  # ready-made Pools: one unit, as many servers as today
+        self.targets = self._servers(target, targets, "target", target_devices, max_tokens)
         if isinstance(drafter, (list, tuple)):  # HSD's levels (or merged drafters), the smallest first
-            self.drafters = [self._servers(m, 1, f"level{i}", devices[:1], max_tokens) for i, m in enumerate(drafter)]
+            self.drafters = [
+                self._servers(m, drafters, f"level{i}", devices[:1], max_tokens) for i, m in enumerate(drafter)
+            ]
         else:
-            self.drafters = None if drafter is None else self._servers(drafter, 1, "drafter", devices[:1], max_tokens)
-        self._lock = threading.Lock()
+            self.drafters = None if drafter is None else self._servers(drafter, drafters, "drafter", devices[:1],
+                                                                        max_tokens)  # fmt: skip
+        self.units = self._units(n)
+        self.scheduler = Scheduler(self.units)
+        self._curves: dict = {}
+        self._gate = threading.Condition()  # requests run at once; reset() and close() wait for them
+        self._active = 0
+        self._exclusive = False
+        # torch's threads only for torch models; llama.cpp servers here (on Ray their actors set their own)
+        self._threads = _SharedThreads(self.torch, self.all if self.runtime != "ray" else [])
         self.closed = False
         if log.isEnabledFor(logging.INFO):
             for s in self.all:
@@ -129,7 +160,7 @@ class Engine:
 
     @property
     def sp_degree(self) -> int:
-        """Target servers the engine made (the most a request's DSI verifies on at once)."""
+        """The most target servers a request's DSI verifies on at once."""
         return self.spec.sp_degree
 
     @property
@@ -159,6 +190,36 @@ class Engine:
             pool = Pool([source.server(f"{name}{i}") for i in range(n)], name)
         pool.model = source  # what the servers were made from (lookahead="auto" reads its acceptance rate)
         return pool
+
+    def _unit_count(self, units, target, drafter, sp_degree: int) -> int:
+        """Units of one target and one drafter server each; 0: one unit of every server (Pools, or units=1)."""
+        if units is not None and (isinstance(units, bool) or not isinstance(units, int) or not 1 <= units <= 1024):
+            raise ConfigError(f"units must be an integer in [1, 1024], got {units!r}")
+        if any(isinstance(x, Pool) for x in (target, *(drafter if isinstance(drafter, (list, tuple)) else [drafter]))):
+            if units not in (None, 1):
+                raise ConfigError("servers given as Pools form one processing unit: give models for units > 1")
+            return 0
+        if units == 1:
+            return 0
+        if units is None:
+            return sp_degree + 1 if drafter is not None else sp_degree
+        return units
+
+    def _units(self, n: int) -> list[Unit]:
+        """The processing units: one per target server, each with its drafter server(s); one for ready-made Pools."""
+        levels = self.drafters if isinstance(self.drafters, list) else []
+        drafters = self.drafters if isinstance(self.drafters, Pool) else None
+        if n == 0:
+            return [Unit(0, self.targets.servers, drafters.servers if drafters else [], [p.servers for p in levels])]
+        return [
+            Unit(
+                i,
+                [self.targets.servers[i]],
+                [drafters.servers[i]] if drafters else [],
+                [[p.servers[i]] for p in levels],
+            )
+            for i in range(n)
+        ]
 
     @property
     def all(self) -> list:
@@ -197,7 +258,7 @@ class Engine:
         ids = self.prompt_ids(prompt)
         pieces: queue.Queue = queue.Queue()
         abandoned = threading.Event()
-        text = TextStream(self.tokenizer, ids, params.stop) if self.tokenizer is not None else None
+        text = TextStream(self.tokenizer, ids, *_texts(params)) if self.tokenizer is not None else None
         done: list[GenerationResult] = []
 
         def on_tokens(tokens):
@@ -263,7 +324,7 @@ class Engine:
         ids = set(params.stop_token_ids) | (set() if params.ignore_eos else set(self.end_of_text))
         if not ids and not params.stop:
             return None
-        return Stopping(ids, params.stop, self.tokenizer, prompt_ids)
+        return Stopping(ids, params.stop, self.tokenizer, prompt_ids, params.min_tokens)
 
     def _request(self, prompt, params: SamplingParams, spec: SpeculativeConfig, stream) -> GenerationResult:
         if self.closed:
@@ -271,35 +332,36 @@ class Engine:
         ids = self.prompt_ids(prompt)
         if spec.speculates and self.drafters is None:
             raise ConfigError(f"algorithm {spec.algorithm!r} needs a drafter: give the engine one")
-        if spec.lookahead == "auto":
-            spec = spec.replace(lookahead=self.auto_lookahead(spec, params.max_tokens))
-        # one request at a time on these servers (their caches); on the virtual clock the collector stays paused
-        # until the result is made (specpar.runtimes.virtual.collector_paused)
-        with self._lock, collector_paused(self.runtime == "virtual"):
+        curve = self.curve(spec, params.max_tokens)
+        if spec.lookahead == "auto" and curve.option(curve.max_units).ms_per_token is None:
+            spec = spec.replace(lookahead=self.auto_lookahead(spec, params.max_tokens))  # (or its clear error)
+        request = Request(
+            self.scheduler,
+            ids,
+            spec,
+            curve,
+            self.runtime_config,
+            params.decoding(len(ids), self.end_of_text),
+            params.max_tokens,
+            stream=stream,
+            stopping=self.stopping(ids, params),
+            ready_made=self.keep_actors,
+        )
+        # on the virtual clock the collector stays paused until the result is made (collector_paused)
+        with self._running(), collector_paused(self.runtime == "virtual"):
             local = self.real and self.runtime != "ray"  # on Ray the forward passes run in the actors
-            marks = [len(s.forward_log) for s in self.all] if local else None
-            with self._threads(spec.algorithm):
+            marks = {id(s): len(s.forward_log) for s in self.all} if local else None
+            with self._threads(self.threads_for(spec.algorithm)) if self.real else nullcontext():
                 t0 = time.perf_counter()
-                result = run_generation(
-                    ids,
-                    self.targets,
-                    self.drafters,
-                    spec,
-                    self.runtime_config,
-                    params.decoding(),
-                    params.max_tokens,
-                    stream=stream,
-                    stopping=self.stopping(ids, params),
-                    ready_made=self.keep_actors,
-                )
+                result = request.run()
                 t1 = time.perf_counter()
-            if local:
-                intervals = [iv for s, m in zip(self.all, marks) for iv in s.forward_log[m:]]
+            if local:  # the forward passes of the servers this request ran on
+                intervals = [iv for s in request.servers for iv in s.forward_log[marks[id(s)] :]]
                 result.overhead = overhead(intervals, t0, t1)
             else:  # on Ray the forward passes run in the actors: no forward log here to measure from
                 result.overhead = None
         if self.tokenizer is not None:
-            result.text = detokenize(self.tokenizer, ids, result.tokens, params.stop)
+            result.text = detokenize(self.tokenizer, ids, result.tokens, *_texts(params))
         if log.isEnabledFor(logging.INFO):
             log.info(
                 "%s: %d prompt + %d new tokens in %.1f ms (%s), finish %s, acceptance rate %.2f, mean acceptance "
@@ -316,21 +378,69 @@ class Engine:
             )
         return result
 
-    # -- real models: threads and memory ---------------------------------------------------------
-    def _threads(self, algorithm: str):
-        """The request's CPU threads: torch's (process-wide), or each llama.cpp server's for its passes of 2+
-        tokens (its one-token passes keep one thread: exactness, specpar.backends.llama.settings)."""
-        if self.torch:
-            return torch_threads(self.threads_for(algorithm))
-        if self.real and self.runtime != "ray":
-            return batch_threads(self.all, self.threads_for(algorithm))
-        return nullcontext()
+    # -- the scheduler ----------------------------------------------------------------------------
+    def curve(self, spec: SpeculativeConfig, max_tokens: int) -> ShareCurve:
+        """A request's options per share of the units (:mod:`specpar.experiments.shares`), per config and length."""
+        key = (spec, min(max_tokens, 100))
+        curve = self._curves.get(key)
+        if curve is None:
+            if len(self.units) == 1:  # ready-made servers: the request's own configuration on all of them
+                k = spec.lookahead if isinstance(spec.lookahead, int) else None
+                curve = fixed(Option(1, spec.algorithm, spec.sp_degree or 1, k))
+            else:
+                from specpar.experiments.shares import share_curve
 
+                curve = share_curve(self.policy, spec, self.targets, self.drafters, len(self.units), max_tokens)
+            self._curves[key] = curve
+        return curve
+
+    def load_metrics(self) -> LoadMetrics:
+        """Requests running and waiting, units in use and per request, output tokens and goodput
+        (:class:`specpar.scheduling.LoadMetrics`), for an exporter."""
+        return self.scheduler.metrics()
+
+    @contextmanager
+    def _running(self):
+        """A request runs (many may at once); reset() and close() wait until none does."""
+        with self._gate:
+            while self._exclusive:
+                self._gate.wait()
+            if self.closed:
+                raise ConfigError("this engine is closed")
+            self._active += 1
+        try:
+            yield
+        finally:
+            with self._gate:
+                self._active -= 1
+                self._gate.notify_all()
+
+    @contextmanager
+    def _alone(self):
+        """No request runs inside (those running finish first; new ones wait)."""
+        with self._gate:
+            while self._exclusive:
+                self._gate.wait()
+            self._exclusive = True
+            while self._active:
+                self._gate.wait()
+        try:
+            yield
+        finally:
+            with self._gate:
+                self._exclusive = False
+                self._gate.notify_all()
+
+    # -- real models: threads and memory ---------------------------------------------------------
     def threads_for(self, algorithm: str) -> int:
-        """torch threads so that the CPU servers running at once share the cores without oversubscribing them
-        (on Ray, the drafter in this process gets a server's CPU bundle, as each actor does)."""
+        """torch threads per forward pass, so that the servers running at once share the cores without
+        oversubscribing them: one unit's worth of cores (on Ray, a server's CPU bundle, as each actor has); with
+        ready-made servers (one unit), as before the scheduler: all cores for the one server SI and non-SI run at a
+        time, a share of them for DSI's."""
         if self.runtime == "ray":
             return max(1, int(self.runtime_config.cpus_per_server))
+        if len(self.units) > 1:
+            return max(1, cpu_cores() // len(self.units))
         cpu = [s for s in self.all if getattr(s, "device", None) == "cpu"]
         busy = len(cpu) if algorithm in ("dsi", "hsd-sp") else 1  # non-SI and SI run one server at a time
         return max(1, cpu_cores() // max(1, busy))
@@ -351,8 +461,9 @@ class Engine:
 
     # -- lifetime --------------------------------------------------------------------------------
     def reset(self) -> None:
-        """Empty every server's cache (the next request starts with a prefill), the Ray actors' too."""
-        with self._lock:
+        """Empty every server's cache (the next request starts with a prefill), the Ray actors' too, once the
+        requests running have finished (new ones wait)."""
+        with self._alone():
             for s in self.all:
                 if hasattr(s, "reset"):
                     s.reset()
@@ -362,9 +473,10 @@ class Engine:
                 reset_kept(self.all)
 
     def close(self) -> None:
-        """Refuse further requests (after the one running, if any) and free the servers' caches."""
-        with self._lock:
+        """Refuse further requests (after those running) and free the servers' caches."""
+        with self._gate:
             self.closed = True
+        with self._alone():
             for s in self.all:
                 if hasattr(s, "reset"):
                     s.reset()
@@ -406,6 +518,11 @@ def check_model(role: str, source) -> None:
 def check_stream(stream) -> None:
     if stream is not None and not callable(stream):
         raise ConfigError(f"stream must be a function called with each run of new token ids, got {stream!r:.60}")
+
+
+def _texts(params: SamplingParams) -> tuple:
+    """The stop strings' settings of a request's text: (stop, min_tokens, include_stop_str_in_output)."""
+    return params.stop, params.min_tokens, params.include_stop_str_in_output
 
 
 def _one_prompt(prompts) -> bool:
@@ -537,6 +654,56 @@ def cpu_cores() -> int:
         return os.cpu_count() or 1
 
 
+class _SharedThreads:
+    """The CPU threads of a forward pass, set while any request of an engine runs and restored when the last ends
+    (requests that run at once share the one setting): torch's (process-wide) when the models use torch, and each
+    llama.cpp server's for its passes of 2+ tokens (its one-token passes keep one thread: exactness,
+    :mod:`specpar.backends.llama.settings`).
+
+    torch: whether to set torch's count (never imported for models that do not use it).
+    servers: the servers whose ``set_batch_threads`` (llama.cpp) takes the count.
+    """
+
+    def __init__(self, torch: bool, servers: Sequence = ()):
+        self._torch = torch
+        self._servers = [s for s in servers if hasattr(s, "set_batch_threads")]
+        self._lock = threading.Lock()
+        self._count = 0
+        self._before: tuple = (None, [])
+
+    @contextmanager
+    def __call__(self, n: int):
+        with self._lock:
+            if self._count == 0:
+                self._before = self._set(n)
+            self._count += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._count -= 1
+                if self._count == 0:
+                    self._restore(*self._before)
+
+    def _set(self, n: int) -> tuple:
+        """Set ``n`` threads; returns what was set before (torch's count or None, each server's count)."""
+        torch_before = None
+        if self._torch:
+            import torch
+
+            torch_before = torch.get_num_threads()
+            torch.set_num_threads(n)
+        return torch_before, [s.set_batch_threads(n) for s in self._servers]
+
+    def _restore(self, torch_before, server_before) -> None:
+        if torch_before is not None:
+            import torch
+
+            torch.set_num_threads(torch_before)
+        for s, n in zip(self._servers, server_before):
+            s.set_batch_threads(n)
+
+
 @contextmanager
 def torch_threads(n: int):
     """torch's intra-op thread count set to ``n`` (process-wide) for the block, then restored."""
@@ -548,17 +715,6 @@ def torch_threads(n: int):
         yield
     finally:
         torch.set_num_threads(before)
-
-
-@contextmanager
-def batch_threads(servers, n: int):
-    """Each server that has ``set_batch_threads`` (llama.cpp) set to ``n`` threads per batched pass for the block."""
-    changed = [(s, s.set_batch_threads(n)) for s in servers if hasattr(s, "set_batch_threads")]
-    try:
-        yield
-    finally:
-        for s, before in changed:
-            s.set_batch_threads(before)
 
 
 def overhead(intervals: list[tuple[float, float]], t0: float, t1: float) -> dict:

@@ -16,9 +16,10 @@ feeds only the rest, in passes of at most ``ubatch`` tokens, asking llama.cpp fo
   attention sums the cache in cell order, so the rows would no longer be bitwise those of a chain.
 
 In the exact settings (:mod:`specpar.backends.llama.settings`) every row is bitwise the row of one-token decoding,
-whatever the pass it was computed in. Rows follow :class:`specpar.core.calls.Scores`: argmax ids when greedy,
-float64 probability rows after the shared logits processors (:func:`specpar.core.logits_processors.rows`) when
-sampling; drafts are sampled with the position-keyed uniforms of :mod:`specpar.core.decoding`.
+whatever the pass it was computed in. Rows follow :class:`specpar.core.calls.Scores`: argmax ids when greedy
+(carrying their log-softmax rows when the decoding asks for log-probabilities), float64 probability rows after the
+shared logits processors (:func:`specpar.core.logits_processors.rows`) when sampling; drafts are sampled with the
+position-keyed uniforms of :mod:`specpar.core.decoding`.
 """
 
 from __future__ import annotations
@@ -108,8 +109,10 @@ class LlamaServer:
     # -- rows ----------------------------------------------------------------------------------------------
     @staticmethod
     def _rows(logits: np.ndarray, decoding: Decoding, context, start: int):
-        """Rows for positions start .. from float32 logits [n, V] (greedy: argmax, exact in float32)."""
-        if decoding.greedy and not decoding.reshapes:
+        """Rows for positions start .. from float32 logits [n, V] (greedy: argmax, exact in float32; with
+        ``decoding.logprobs`` set, :class:`~specpar.core.logits_processors.LoggedArgmax` rows carrying the
+        log-softmax, as every backend gives them)."""
+        if decoding.greedy and not decoding.reshapes and decoding.logprobs is None:
             return logits.argmax(axis=-1).tolist()
         return rows(logits, context, start, decoding)
 
@@ -148,7 +151,7 @@ class LlamaServer:
             else:
                 row = rows(logits[-1:], as_context(ctx) + tokens, len(ctx) + i, dec)[0]
                 if dec.greedy:
-                    token = row
+                    token = int(row)
                 else:
                     token = dec.draft(row, len(ctx) + i)
                     q.append(row)
