@@ -196,7 +196,8 @@ def _convert(gguf: Path, out: Path) -> None:
 def load_default_pair(device: str = "cpu", progress: bool = True, target_device: str | None = None):
     """(target, drafter): Qwen2.5-Coder-1.5B-Instruct and -0.5B-Instruct as TransformersModels in float32,
     the drafter on ``device``, the target on ``target_device`` (default: the same)."""
-    from specpar.backends.transformers_model import TransformersModel, check_same_tokenizer
+    from specpar.backends.transformers_model import TransformersModel
+    from specpar.backends.vocabulary import fit_drafter
 
     for model in (TARGET, DRAFTER):  # say what is missing before converting anything
         part_paths(model)
@@ -204,5 +205,4 @@ def load_default_pair(device: str = "cpu", progress: bool = True, target_device:
     target_dir, drafter_dir = ensure_converted(TARGET, progress), ensure_converted(DRAFTER, progress)
     target = TransformersModel(str(target_dir), device=target_device or device, name="qwen2.5-coder-1.5b")
     drafter = TransformersModel(str(drafter_dir), device=device, name="qwen2.5-coder-0.5b")
-    check_same_tokenizer(target, drafter)
-    return target, drafter
+    return target, fit_drafter(target, drafter)

@@ -23,6 +23,7 @@ import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, nullcontext
 
+from specpar.backends.vocabulary import fit_drafters
 from specpar.core.config import RuntimeConfig, SpeculativeConfig, split_options
 from specpar.core.errors import ConfigError
 from specpar.core.params import SAMPLING_FIELDS, SamplingParams
@@ -84,6 +85,7 @@ class Engine:
         self._owns_servers = not isinstance(target, Pool)
         if target is None or isinstance(target, str) or hasattr(target, "__fspath__"):
             target, drafter = self._load(target, drafter, devices, dtype)
+        drafter = fit_drafters(target, drafter)  # rows that differ from the target's only by padding
         check_model("target", target)
         for d in drafter if isinstance(drafter, (list, tuple)) else [] if drafter is None else [drafter]:
             check_model("drafter", d)
@@ -410,7 +412,8 @@ def load_pair(
     the drafter is loaded on ``device``, the target on ``target_device`` (default: the same)."""
     from transformers.utils import logging as transformers_logging
 
-    from specpar.backends.transformers_model import TransformersModel, check_same_tokenizer
+    from specpar.backends.transformers_model import TransformersModel, load_tokenizers
+    from specpar.backends.vocabulary import fit_drafter
     from specpar.backends.weights import load_default_pair
 
     # transformers' and huggingface_hub's own tqdm bars (one call silences both) would pile up through
@@ -425,9 +428,9 @@ def load_pair(
     else:
         if target is None or drafter is None:
             raise ConfigError("give both --target and --drafter (or neither, for the default pair)")
-        t = TransformersModel(target, device=target_device or device, dtype=dtype)
-        d = TransformersModel(drafter, device=device, dtype=dtype)
-        check_same_tokenizer(t, d)
+        target_tokenizer, drafter_tokenizer = load_tokenizers(target, drafter)  # compared before any weights load
+        t = TransformersModel(target, target_tokenizer, device=target_device or device, dtype=dtype)
+        d = fit_drafter(t, TransformersModel(drafter, drafter_tokenizer, device=device, dtype=dtype))
     log.info("loaded %s (target, %s) and %s (drafter, %s) in %.1f s", t.name, t.device, d.name, d.device,
              time.perf_counter() - t0)  # fmt: skip
     return t, d

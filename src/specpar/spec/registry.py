@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from specpar.backends.vocabulary import fit_drafters
 from specpar.core.config import SpeculativeConfig
 from specpar.core.decoding import Decoding
 from specpar.core.errors import ConfigError, SpecparWarning
@@ -142,8 +143,9 @@ def check_context_window(prompt_len: int, max_new_tokens: int, *sources) -> None
 
 def check_tokens(prompt, decoding: Decoding, target, *drafters) -> None:
     """Refuse up front a prompt that is not token ids (integers >= 0, at most the target's ``max_token_id`` where it
-    has one), and a drafter whose vocabulary size differs from the target's when sampling (rejection sampling
-    compares distributions over one vocabulary)."""
+    has one), and a drafter whose rows are not as wide as the target's when sampling (rejection sampling compares
+    distributions over one vocabulary; a drafter whose rows differ only by padding has been fitted to the target's
+    width by then: :mod:`specpar.backends.vocabulary`)."""
     if isinstance(prompt, (str, bytes)) or not hasattr(prompt, "__len__"):
         raise ConfigError(f"the prompt must be a list of token ids, got {type(prompt).__name__}")
     limit = getattr(model_of(target), "max_token_id", None)
@@ -159,7 +161,8 @@ def check_tokens(prompt, decoding: Decoding, target, *drafters) -> None:
         if size is not None and size != vocab:
             raise ConfigError(
                 f"the drafter's vocabulary has {size} tokens but the target's has {vocab}: sampling needs one "
-                "vocabulary (greedy decoding does not)"
+                "vocabulary (greedy decoding does not); a drafter whose rows differ from the target's only by padding "
+                "needs with_rows() (transformers models have it)"
             )
 
 
@@ -278,6 +281,7 @@ def run_generation(
     drafters = list(drafter) if isinstance(drafter, (list, tuple)) else [] if drafter is None else [drafter]
     if ready_made is None:
         ready_made = isinstance(target, Pool) or any(isinstance(d, Pool) for d in drafters)
+    drafters = fit_drafters(model_of(target), drafters)  # rows that differ from the target's only by padding
     check_tokens(prompt, decoding, target, *drafters)
     check_context_window(len(prompt), max_new_tokens, target, *drafters)
     if spec.tree is not None and decoding.processors is not None:
