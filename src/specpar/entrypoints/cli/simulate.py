@@ -25,7 +25,8 @@ Each forward pass takes the time its latency profile says: TTFT for the first
 pass over the prompt (prefill), TPOT for each later pass. On the virtual clock
 nothing sleeps (the paper's offline simulation); on threads the servers sleep
 for their latency in real time (the paper's online simulation).
-Acceptance is iid with rate a, as in the paper's analysis.
+Acceptance is iid with rate a, as in the paper's analysis, or drifts between
+regimes (--acceptance-regimes).
 """
 
 
@@ -82,6 +83,14 @@ def register(sub) -> None:
         help="also run SI and DSI over SpecInfer token trees <k1,...,km> (k_i candidates at depth i, one target "
         "pass per tree), beside the chains: e.g. --tree 2,2,1; or best:B (B nodes grown best-first by the "
         "drafter's path probability)",
+    )
+    p.add_argument(
+        "--acceptance-regimes",
+        metavar="A1,A2,...:T",
+        default=None,
+        help="a drifting acceptance rate instead of -a: the drafter agrees at rate A1 for T tokens, then A2, ..., "
+        "cycling (positions counted from the prompt's start), e.g. 0.9,0.4:50; -k auto and the closed forms use "
+        "their mean",
     )
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     p.add_argument(
@@ -271,6 +280,12 @@ def run(args) -> int:
 
         args.timeline = check_output_file(args.timeline, "--timeline", image_suffixes())
     target_lat, drafter_lat, a = pair_from_args(args)
+    regimes = None
+    if args.acceptance_regimes is not None:
+        from specpar.backends import Regimes
+
+        regimes = Regimes.parse(args.acceptance_regimes)
+        a = args.acceptance_rate = regimes.mean
     c = drafter_lat.tpot_ms / target_lat.tpot_ms if target_lat.tpot_ms > 0 else None  # undefined: printed "-"
     from specpar.entrypoints.cli.progress import status
 
@@ -283,7 +298,7 @@ def run(args) -> int:
 
     def make_models(seed):
         target = SimulatedModel(args.vocab_size, seed=seed, latency=target_lat)
-        return target, target.drafter(a, drafter_lat, seed=seed + 7919)
+        return target, target.drafter(regimes or a, drafter_lat, seed=seed + 7919)
 
     def make_prompt(seed):
         rng = random.Random(seed)
@@ -331,6 +346,7 @@ def run(args) -> int:
                     },
                     "drafter_latency_fraction": c,
                     "acceptance_rate": a,
+                    "acceptance_regimes": args.acceptance_regimes,
                     "lookahead": k,
                     "lookahead_choice": why,
                     "sp_degree": args.sp_degree,
@@ -385,7 +401,9 @@ def _print_table(args, summary, target_lat, drafter_lat, c, k, why, closed, mess
     mode = "greedy" if args.temperature == 0 else f"sampling at temperature {args.temperature:g}"
     console.print(
         f"target {target_lat.tpot_ms:g} ms/token (TTFT {target_lat.ttft_ms:g} ms), "
-        f"drafter {drafter_lat.tpot_ms:g} ms/token (c = {fmt(c, '.3g')}), a = {args.acceptance_rate:g}, "
+        f"drafter {drafter_lat.tpot_ms:g} ms/token (c = {fmt(c, '.3g')}), a = {args.acceptance_rate:g}"
+        + (f" (regimes {args.acceptance_regimes})" if args.acceptance_regimes else "")
+        + ", "
         f"N = {args.max_new_tokens}, {args.repeats} repeats, {clock}, {mode}"
     )
     ks = f"k = {k['dsi']}" if k["si"] == k["dsi"] else f"SI k = {k['si']}, DSI k = {k['dsi']}"
