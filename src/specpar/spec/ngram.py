@@ -24,21 +24,11 @@ from collections.abc import Sequence
 import numpy as np
 
 from specpar.core.calls import Context, Proposal
+from specpar.core.config import NGRAM_SIZES, check_ngram_sizes
 from specpar.core.decoding import Decoding
-from specpar.core.errors import ConfigError
 from specpar.core.trees import TokenTree
 
-DEFAULT_MIN_N, DEFAULT_MAX_N = 1, 3
-
-
-def check_ngram_sizes(min_n, max_n) -> tuple[int, int]:
-    """(min_n, max_n) if 1 <= min_n <= max_n are integers, else a ConfigError."""
-    for name, n in (("prompt_lookup_min", min_n), ("prompt_lookup_max", max_n)):
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-            raise ConfigError(f"{name} (the n of the n-grams matched) must be an integer >= 1, got {n!r}")
-    if min_n > max_n:
-        raise ConfigError(f"prompt_lookup_min ({min_n}) must be at most prompt_lookup_max ({max_n})")
-    return min_n, max_n
+DEFAULT_MIN_N, DEFAULT_MAX_N = NGRAM_SIZES
 
 
 class NgramMatcher:
