@@ -26,7 +26,8 @@ import numpy as np
 from specpar.core.calls import Context, Proposal
 from specpar.core.config import NGRAM_SIZES, check_ngram_sizes
 from specpar.core.decoding import Decoding
-from specpar.core.trees import TokenTree
+from specpar.core.errors import ConfigError
+from specpar.core.trees import BestFirst, TokenTree, check_tree, tree_depth, tree_size
 
 DEFAULT_MIN_N, DEFAULT_MAX_N = NGRAM_SIZES
 
@@ -82,16 +83,23 @@ def chain_proposal(tokens: Sequence[int], decoding: Decoding, width: int) -> Pro
     return Proposal(list(tokens), None if decoding.greedy else point_masses(tokens, width))
 
 
-def tree_proposal(continuations: Sequence[Sequence[int]], decoding: Decoding, width: int) -> TokenTree:
+def tree_proposal(
+    continuations: Sequence[Sequence[int]], decoding: Decoding, width: int, max_nodes: int | None = None
+) -> TokenTree:
     """Deterministic drafts as a token tree: each continuation a path from the root (shared prefixes one node), the
-    earlier continuation's child drawn first under a shared node; point-mass rows when sampling."""
+    earlier continuation's child drawn first under a shared node; point-mass rows when sampling. At most
+    ``max_nodes`` nodes: a continuation that does not fit is cut short."""
     tree = TokenTree()
     for tokens in continuations:
         node = -1
         rows = None if decoding.greedy else point_masses(tokens, width)
         for i, token in enumerate(tokens):
             child = tree.child(node, token)
-            node = child if child is not None else tree.add(node, int(token), 0, None if rows is None else rows[i])
+            if child is None:
+                if max_nodes is not None and len(tree) >= max_nodes:
+                    return tree
+                child = tree.add(node, int(token), 0, None if rows is None else rows[i])
+            node = child
     return tree
 
 
@@ -100,3 +108,46 @@ def point_masses(tokens: Sequence[int], width: int) -> np.ndarray:
     rows = np.zeros((len(tokens), width))
     rows[np.arange(len(tokens)), list(tokens)] = 1.0
     return rows
+
+
+class NgramProposer:
+    """Drafts by prompt lookup at no cost (module docstring): a chain of at most k tokens, or with ``tree`` a token
+    tree of the continuations found (as deep as the tree's depth, at most as many nodes as the tree shape has).
+
+    width: the target's row width (point-mass rows when sampling). fallback: a proposer that drafts where no n-gram
+    matches (a drafter model's; it must draft trees where this one does), else the proposal is empty and the target
+    goes on alone. proposed, fell_back: proposals made by lookup and handed to the fallback, for reports.
+    """
+
+    feedback = None
+
+    def __init__(self, width: int, min_n: int = DEFAULT_MIN_N, max_n: int = DEFAULT_MAX_N, tree=None, fallback=None):
+        self.matcher = NgramMatcher(min_n, max_n)
+        self.width = width
+        self.trees = tree is not None
+        self.depth = None
+        self.budget = 1
+        if tree is not None:
+            shape = check_tree(tree)
+            self.depth = tree_depth(shape)
+            self.budget = shape.nodes if isinstance(shape, BestFirst) else tree_size(shape)
+        if fallback is not None and fallback.trees != self.trees:
+            raise ConfigError("the n-gram proposer and the drafter behind it must both draft chains or both trees")
+        self.fallback = fallback
+        self.proposed = self.fell_back = 0
+
+    def propose(self, context, k: int, decoding: Decoding):
+        found = self.matcher.continuations(context, k, self.budget)
+        if found:
+            self.proposed += 1
+            if self.trees:
+                return tree_proposal(found, decoding, self.width, self.budget)
+            return chain_proposal(found[0], decoding, self.width)
+        if self.fallback is not None:
+            self.fell_back += 1
+            return self.fallback.propose(context, k, decoding)
+        return TokenTree() if self.trees else Proposal([])
+
+    def __repr__(self) -> str:
+        m = self.matcher
+        return f"NgramProposer({m.min_n}..{m.max_n}" + (f", then {self.fallback!r})" if self.fallback else ")")
