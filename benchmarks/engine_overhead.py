@@ -41,7 +41,7 @@ def main() -> None:
     args = ap.parse_args()
     target = SimulatedModel(32, seed=1, latency=LatencyProfile.uniform(20.0))
     drafter = target.drafter(0.8, LatencyProfile.uniform(1.0), seed=2)
-    params = SamplingParams(max_tokens=args.N)
+    params = SamplingParams(temperature=0, max_tokens=args.N)
     prompt = [1, 2, 3]
     engine = Engine(target, drafter, sp_degree=4)
 

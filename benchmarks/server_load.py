@@ -122,7 +122,7 @@ def overhead(pairs: int, n: int) -> dict:
     port, stop = serving(create_app(served, "sim"))
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
     body = {"prompt": [1, 2, 3], "max_tokens": n, "temperature": 0}
-    params = SamplingParams(max_tokens=n)
+    params = SamplingParams(temperature=0, max_tokens=n)
     want = direct.generate([1, 2, 3], params).tokens
     diffs, bare = [], []
     for _ in range(pairs):

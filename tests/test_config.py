@@ -84,11 +84,13 @@ def test_the_engine_takes_the_vllm_shape_and_a_request_overrides_it(pair):
         target, drafter, speculative_config={"method": "dsi", "num_speculative_tokens": 5, "sp_degree": 3}
     ) as e:
         assert e.sp_degree == 3 and e.spec.lookahead == 5
-        r = e.generate(PROMPT, max_tokens=20)
+        r = e.generate(PROMPT, max_tokens=20, temperature=0)
         assert (r.algorithm, r.lookahead, r.sp_degree, r.tokens) == ("dsi", 5, 3, want)
-        r = e.generate(PROMPT, max_tokens=20, speculative_config={"method": "si", "num_speculative_tokens": 2})
+        r = e.generate(
+            PROMPT, max_tokens=20, temperature=0, speculative_config={"method": "si", "num_speculative_tokens": 2}
+        )
         assert (r.algorithm, r.lookahead, r.tokens) == ("si", 2, want)
-        r = e.generate(PROMPT, max_tokens=20, sp_degree=2, lookahead=4)
+        r = e.generate(PROMPT, max_tokens=20, temperature=0, sp_degree=2, lookahead=4)
         assert (r.algorithm, r.lookahead, r.sp_degree, r.tokens) == ("dsi", 4, 2, want)
         with pytest.raises(ConfigError, match="more than the engine's 3 target servers"):
             e.generate(PROMPT, max_tokens=20, sp_degree=4)

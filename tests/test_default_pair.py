@@ -40,7 +40,9 @@ def test_default_pair_runs_every_algorithm_on_a_humaneval_prompt_with_the_same_o
     results = {}
     for algorithm in ("nonsi", "si", "dsi"):
         servers.reset()
-        results[algorithm] = servers.generate(ids, SamplingParams(max_tokens=8), algorithm=algorithm, lookahead=3)
+        results[algorithm] = servers.generate(
+            ids, SamplingParams(temperature=0, max_tokens=8), algorithm=algorithm, lookahead=3
+        )
     assert results["si"].tokens == results["nonsi"].tokens == results["dsi"].tokens
     assert target.decode(results["nonsi"].tokens).strip()
     assert results["si"].acceptance_rate > 0.3  # same family, same tokenizer: drafts are mostly accepted

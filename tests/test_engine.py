@@ -13,14 +13,14 @@ PROMPTS = [[1, 2], [3], [4, 5, 6], [2, 2], [7]]
 def requests(n: int = 12):
     """(prompt, params, algorithm) for 5 requests (and a sixth): greedy and sampled, every algorithm."""
     return [
-        (PROMPTS[0], SamplingParams(max_tokens=n), "dsi"),
+        (PROMPTS[0], SamplingParams(temperature=0, max_tokens=n), "dsi"),
         (PROMPTS[1], SamplingParams(max_tokens=n - 2, temperature=0.8, seed=5, top_k=3), "si"),
-        (PROMPTS[2], SamplingParams(max_tokens=n - 3, repetition_penalty=1.3), "nonsi"),
+        (PROMPTS[2], SamplingParams(temperature=0, max_tokens=n - 3, repetition_penalty=1.3), "nonsi"),
         # DSI sampled on threads is exact in distribution but not reproducible per seed (whether a position is
         # decided by a draft's test or by the target alone depends on timing): sampled requests use SI here
         (PROMPTS[3], SamplingParams(max_tokens=n - 1, temperature=1.0, seed=2, top_p=0.8), "si"),
-        (PROMPTS[3], SamplingParams(max_tokens=n - 1, repetition_penalty=0.9), "dsi"),
-        (PROMPTS[4], SamplingParams(max_tokens=n - 4, stop_token_ids=[3]), "si"),
+        (PROMPTS[3], SamplingParams(temperature=0, max_tokens=n - 1, repetition_penalty=0.9), "dsi"),
+        (PROMPTS[4], SamplingParams(temperature=0, max_tokens=n - 4, stop_token_ids=[3]), "si"),
     ]
 
 
@@ -75,13 +75,13 @@ def test_a_list_of_prompts_gives_the_outputs_of_single_calls():
 def test_stream_gives_token_ids_without_a_tokenizer_and_stops_when_closed():
     target = SimulatedModel(8, seed=3)
     with Engine(target, target.drafter(0.6, seed=1)) as engine:
-        whole = engine.generate([1], max_tokens=20, lookahead=2)
-        runs = list(engine.stream([1], max_tokens=20, lookahead=2))
+        whole = engine.generate([1], max_tokens=20, lookahead=2, temperature=0)
+        runs = list(engine.stream([1], max_tokens=20, lookahead=2, temperature=0))
         assert [t for run in runs for t in run] == whole.tokens
-        it = engine.stream([1], max_tokens=20, lookahead=2)
+        it = engine.stream([1], max_tokens=20, lookahead=2, temperature=0)
         next(it)
         it.close()  # the generation ends; the engine serves the next request
-        assert engine.generate([1], max_tokens=20, lookahead=2).tokens == whole.tokens
+        assert engine.generate([1], max_tokens=20, lookahead=2, temperature=0).tokens == whole.tokens
 
 
 def test_text_in_text_out_with_a_tokenizer(tmp_path):
@@ -89,8 +89,8 @@ def test_text_in_text_out_with_a_tokenizer(tmp_path):
 
     target_dir, drafter_dir = save_tiny_pair(tmp_path)
     with Engine(target_dir, drafter_dir, sp_degree=2) as engine:
-        out = engine.generate("w3 w4", max_tokens=6, algorithm="si", lookahead=2)
-        assert out.text == "".join(engine.stream("w3 w4", max_tokens=6, algorithm="si", lookahead=2))
+        out = engine.generate("w3 w4", max_tokens=6, algorithm="si", lookahead=2, temperature=0)
+        assert out.text == "".join(engine.stream("w3 w4", max_tokens=6, algorithm="si", lookahead=2, temperature=0))
         assert len(out.text.split()) == 6
 
 
@@ -98,7 +98,7 @@ def test_engine_errors():
     target = SimulatedModel(8, seed=3)
     engine = Engine(target)
     with pytest.raises(ConfigError, match="needs a drafter"):
-        engine.generate([1], max_tokens=4)
+        engine.generate([1], max_tokens=4, temperature=0)
     with pytest.raises(ConfigError, match="tokenizer"):
         engine.generate("some text", algorithm="nonsi")
     with pytest.raises(ConfigError, match="unknown sampling parameter"):
@@ -113,4 +113,4 @@ def test_a_result_without_local_forward_passes_has_no_overhead_figure():
     (`specpar bench --runtime ray` read it and crashed)."""
     target = SimulatedModel(8, seed=3)
     with Engine(target, target.drafter(0.6, seed=1)) as engine:
-        assert engine.generate(PROMPTS[0], SamplingParams(max_tokens=5)).overhead is None
+        assert engine.generate(PROMPTS[0], SamplingParams(temperature=0, max_tokens=5)).overhead is None

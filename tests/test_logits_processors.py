@@ -58,7 +58,7 @@ def test_greedy_applies_only_the_penalty():
 @pytest.mark.parametrize(
     "kwargs, words",
     [
-        (dict(top_k=-1), "top_k"),
+        (dict(top_k=-2), "top_k"),
         (dict(top_p=0.0), "top_p"),
         (dict(top_p=1.5), "top_p"),
         (dict(repetition_penalty=0.0), "repetition_penalty"),
@@ -80,7 +80,8 @@ def test_bad_params_get_one_clear_error(kwargs, words):
 
 
 def test_defaults_process_nothing():
-    d = SamplingParams().decoding()
+    d = SamplingParams(temperature=0).decoding()
     assert d.greedy and d.processors is None and not d.reshapes
-    assert not SamplingParams(top_k=3).decoding().reshapes  # greedy: a filter keeps the argmax
+    assert not SamplingParams(top_k=3, temperature=0).decoding().reshapes  # greedy: a filter keeps the argmax
     assert SamplingParams(top_k=3, temperature=1.0).decoding().reshapes
+    assert not SamplingParams().decoding().greedy  # vLLM's default temperature, 1

@@ -129,7 +129,7 @@ def processed_greedy(target, prompt, n, params):
 def test_greedy_with_a_penalty_is_the_processed_targets_greedy_on_simulated_models(algorithm):
     target = SimulatedModel(6, seed=3, spread=1.0)  # flat logits: the penalty changes many argmaxes
     drafter = target.drafter(0.7, seed=2)
-    params = SamplingParams(max_tokens=40, repetition_penalty=1.6, top_k=2, top_p=0.5, min_p=0.3)
+    params = SamplingParams(temperature=0, max_tokens=40, repetition_penalty=1.6, top_k=2, top_p=0.5, min_p=0.3)
     want = processed_greedy(target, [1, 2], 40, params)
     assert want != target.greedy_tokens([1, 2], 40)  # the penalty matters here
     with Engine(target, [drafter] if algorithm == "hsd" else drafter, sp_degree=3) as engine:
@@ -154,7 +154,7 @@ def test_greedy_with_each_param_on_tiny_transformers_is_transformers_own(pair, a
                     torch.tensor([prompt]), max_new_tokens=12, min_new_tokens=12, do_sample=False, eos_token_id=None,
                     pad_token_id=0, repetition_penalty=kw.get("repetition_penalty", 1.0),
                 )[0, len(prompt) :].tolist()  # fmt: skip
-            got = engine.generate(prompt, algorithm=algorithm, lookahead=3, max_tokens=12, **kw).tokens
+            got = engine.generate(prompt, algorithm=algorithm, lookahead=3, max_tokens=12, **kw, temperature=0).tokens
             assert got == ref, f"{algorithm} {kw}"
 
 

@@ -84,7 +84,7 @@ def post(url: str, path: str, body, key: str | None = KEY) -> tuple[int, dict]:
 
 
 def greedy(engine, prompt, n):
-    return engine.generate(prompt, SamplingParams(max_tokens=n)).tokens
+    return engine.generate(prompt, SamplingParams(temperature=0, max_tokens=n)).tokens
 
 
 def test_completions_streamed_or_not_equal_engine_generate(sim):
@@ -134,13 +134,13 @@ def test_text_and_chat_template_of_a_tokenizer():
     with Engine(target, drafter, sp_degree=2, lookahead=3) as engine:
         with running(create_app(engine, "tiny")) as url:
             c = client(url, "unused")
-            want = engine.generate("w3 w4 w5", SamplingParams(max_tokens=8))
+            want = engine.generate("w3 w4 w5", SamplingParams(temperature=0, max_tokens=8))
             r = c.completions.create(model="tiny", prompt="w3 w4 w5", max_tokens=8, temperature=0)
             assert r.choices[0].text == want.text and want.text
             chunks = c.completions.create(model="tiny", prompt="w3 w4 w5", max_tokens=8, temperature=0, stream=True)
             assert "".join(ch.choices[0].text for ch in chunks) == want.text
             ids = target.encode("user w7 w8 w1")
-            chat = engine.generate(ids, SamplingParams(max_tokens=6))
+            chat = engine.generate(ids, SamplingParams(temperature=0, max_tokens=6))
             messages = [{"role": "user", "content": "w7 w8"}]
             r = c.chat.completions.create(model="tiny", messages=messages, max_tokens=6, temperature=0)
             assert r.choices[0].message.content == chat.text and r.usage.prompt_tokens == len(ids)
@@ -228,8 +228,16 @@ BAD = [
     ({"prompt": [1.5, 2]}, 400, "prompt"),
     ({"prompt": "hello"}, 400, "prompt"),  # not id text, and no tokenizer
     ({"prompt": [99]}, 400, "prompt"),  # outside the vocabulary
-    ({"prompt": [1], "n": 2}, 400, "n"),
-    ({"prompt": [1], "logit_bias": {"1": 5}}, 400, "logit_bias"),
+    ({"prompt": [1], "n": 100}, 400, "n"),
+    ({"prompt": [1], "logit_bias": {"99": 5}}, 400, "logit_bias"),  # outside the vocabulary
+    ({"prompt": [1], "logit_bias": {"x": 5}}, 400, "logit_bias"),
+    ({"prompt": [1], "seed": -1}, 400, "seed"),  # as the CLI's --seed
+    ({"prompt": [1], "suffix": "x"}, 400, "suffix"),
+    ({"prompt": [1], "best_of": 3}, 400, None),  # best_of must equal n
+    ({"prompt": [1], "stream_options": {"include_usage": True}}, 400, "stream_options"),  # without stream
+    ({"prompt": [1], "speculative": {"lookahead": 0}}, 400, "speculative"),
+    ({"prompt": [1], "speculative": {"sp_degree": 3}}, 400, "speculative"),  # past the server's 2
+    ({"prompt": [1], "min_tokens": 20, "max_tokens": 4}, 400, "min_tokens"),
     ({"prompt": [1], "frobnicate": True}, 400, "frobnicate"),
     ({"prompt": [1], "stop": ["x"]}, 400, "stop"),  # stop strings need a tokenizer
     ([1, 2], 400, None),
@@ -242,8 +250,20 @@ def test_bad_input_gets_an_openai_error_and_the_server_keeps_serving(sim):
         got, data = post(url, "/v1/completions", body)
         assert (got, data["error"]["param"]) == (status, param), (body, data)
         assert set(data["error"]) == {"message", "type", "param", "code"} and data["error"]["message"]
-    got, data = post(url, "/v1/chat/completions", {"messages": "hi"})
-    assert (got, data["error"]["param"]) == (400, "messages")
+    for body, param in [
+        ({"messages": "hi"}, "messages"),
+        ({"messages": []}, "messages"),
+        ({"messages": [{"role": "wizard", "content": "1"}]}, "messages"),  # an unknown role: 400, as OpenAI's
+        ({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]}, "messages"),
+        ({"messages": [{"role": "user", "content": "1"}], "tools": [{"type": "function"}]}, "tools"),
+        (
+            {"messages": [{"role": "user", "content": "1"}], "response_format": {"type": "json_object"}},
+            "response_format",
+        ),
+        ({"messages": [{"role": "user", "content": "1"}], "top_logprobs": 2}, None),  # without logprobs
+    ]:
+        got, data = post(url, "/v1/chat/completions", body)
+        assert (got, data["error"]["param"]) == (400, param), (body, data)
     got, data = post(url, "/v1/completions", {"prompt": [1], "max_tokens": 1, "temperature": 0})
     assert got == 200 and data["choices"][0]["finish_reason"] == "length"
 
@@ -258,19 +278,23 @@ def test_a_request_without_the_key_gets_401(sim):
 
 
 def test_past_the_queue_bound_429():
-    with simulated_engine() as engine, running(create_app(engine, "sim", max_queue=1)) as url:
+    with simulated_engine() as engine, running(create_app(engine, "sim", max_queue=2)) as url:
         f, sock = stream_socket(url, {"prompt": [2], "max_tokens": 300, "temperature": 0, "stream": True})
         next_event(f)  # running
         waiting = threading.Thread(target=post, args=(url, "/v1/completions", {"prompt": [1], "max_tokens": 2}))
         waiting.start()
         deadline = time.monotonic() + 5
-        while "specpar:num_requests_waiting 1" not in metrics_text(url):
+        while gauge(url, "num_requests_waiting") != 1:
             assert time.monotonic() < deadline
             time.sleep(0.005)
         got, data = post(url, "/v1/completions", {"prompt": [1], "max_tokens": 2})
         assert got == 429 and data["error"]["code"] == "queue_full"
         f.close(), sock.close()
         waiting.join(10)
+
+
+def gauge(url: str, name: str) -> float:
+    return parse_prometheus(metrics_text(url))[f"specpar:{name}", frozenset({("model_name", "sim")})]
 
 
 def metrics_text(url: str) -> str:
@@ -306,20 +330,23 @@ def test_metrics_parse_and_count_the_requests_sent():
     # the virtual clock: each request's drafts, acceptances and timeline are those of its direct call
     with simulated_engine("virtual") as engine, running(create_app(engine, "sim")) as url:
         c = client(url)
-        results = [engine.generate([i + 1], SamplingParams(max_tokens=5 + 4 * i)) for i in range(3)]
+        results = [engine.generate([i + 1], SamplingParams(temperature=0, max_tokens=5 + 4 * i)) for i in range(3)]
         for i in range(3):
             c.completions.create(model="sim", prompt=[i + 1], max_tokens=5 + 4 * i, temperature=0, stream=i == 1)
         post(url, "/v1/completions", {"prompt": []})
         m = parse_prometheus(metrics_text(url))
 
     def one(name, **labels):
-        return m[f"specpar:{name}", frozenset(labels.items())]
+        return m[f"specpar:{name}", frozenset({"model_name": "sim", **labels}.items())]
 
     assert one("request_success_total", endpoint="/v1/completions", finished_reason="length") == 3
-    assert one("request_success_total", endpoint="/v1/completions", finished_reason="400") == 1
+    assert ("specpar:request_success_total", frozenset({"model_name": "sim", "endpoint": "/v1/completions",
+            "finished_reason": "400"}.items())) not in m  # fmt: skip
+    assert one("request_errors_total", endpoint="/v1/completions", status="400") == 1
     assert one("generation_tokens_total") == 5 + 9 + 13
     assert one("prompt_tokens_total") == 3
     assert one("e2e_request_latency_seconds_count") == 3 and one("time_to_first_token_seconds_count") == 3
+    assert one("time_per_output_token_seconds_count") == 3 and one("request_queue_time_seconds_count") == 3
     assert one("e2e_request_latency_seconds_bucket", le="+Inf") == 3
     assert one("spec_decode_num_drafts_total") == sum(r.verifications for r in results)
     assert one("spec_decode_num_draft_tokens_total") == sum(r.drafted for r in results) > 0
@@ -386,7 +413,7 @@ def test_requests_are_served_first_come_first_served(sim):
         threads.append(threading.Thread(target=send, args=(i,)))
         threads[-1].start()
         deadline = time.monotonic() + 5
-        while f"specpar:num_requests_waiting {i + 1}\n" not in metrics_text(url):
+        while gauge(url, "num_requests_waiting") != i + 1:
             assert time.monotonic() < deadline
             time.sleep(0.002)
     f.close(), sock.close()

@@ -21,10 +21,13 @@ def test_a_stop_id_inside_an_accepted_draft_run_ends_the_output_there(algorithm)
     j = next(i for i in range(2, 30) if full[i] not in full[:i])  # its first occurrence, inside a lookahead window
     with Engine(target, [drafter] if algorithm == "hsd" else drafter, sp_degree=3) as engine:
         out = engine.generate(
-            [1], SamplingParams(max_tokens=30, stop_token_ids=[full[j]]), algorithm=algorithm, lookahead=6
+            [1],
+            SamplingParams(temperature=0, max_tokens=30, stop_token_ids=[full[j]]),
+            algorithm=algorithm,
+            lookahead=6,
         )
         assert out.tokens == full[: j + 1] and out.finish_reason == "stop"
-        more = engine.generate([1], max_tokens=30, algorithm=algorithm, lookahead=6)
+        more = engine.generate([1], max_tokens=30, algorithm=algorithm, lookahead=6, temperature=0)
         assert more.tokens == full and more.finish_reason == "length"
 
 
@@ -33,8 +36,8 @@ def test_dsi_does_no_work_after_the_stop():
     full = target.greedy_tokens([1], 40)
     j = next(i for i in range(12, 40) if full[i] not in full[:i])
     with Engine(target, drafter, sp_degree=4) as engine:
-        out = engine.generate([1], max_tokens=40, stop_token_ids=[full[j]], lookahead=3)
-        whole = engine.generate([1], max_tokens=40, lookahead=3)
+        out = engine.generate([1], max_tokens=40, stop_token_ids=[full[j]], lookahead=3, temperature=0)
+        whole = engine.generate([1], max_tokens=40, lookahead=3, temperature=0)
     assert out.tokens == full[: j + 1] and out.time_ms < whole.time_ms
     for r in out.timeline:  # times from the generation's start; the stop is at time_ms
         assert r.start_ms <= out.time_ms
@@ -55,30 +58,34 @@ def worded():
 @pytest.mark.parametrize("algorithm", ["si", "dsi"])
 def test_a_stop_string_split_across_two_tokens(worded, algorithm):
     with Engine(*worded, sp_degree=2) as engine:
-        full = engine.generate([3, 4], max_tokens=12, algorithm=algorithm, lookahead=3)
+        full = engine.generate([3, 4], max_tokens=12, algorithm=algorithm, lookahead=3, temperature=0)
         words = full.text.split()
         assert len(words) == 12
         stop = words[4][-1] + " " + words[5][:2]  # the end of token 5 and the start of token 6
         cut = full.text.index(stop)
-        out = engine.generate([3, 4], max_tokens=12, stop=[stop], algorithm=algorithm, lookahead=3)
+        out = engine.generate([3, 4], max_tokens=12, stop=[stop], algorithm=algorithm, lookahead=3, temperature=0)
         assert out.finish_reason == "stop"
         assert out.tokens == full.tokens[:6]
         assert out.text == full.text[:cut]
-        assert "".join(engine.stream([3, 4], max_tokens=12, stop=[stop], algorithm=algorithm)) == out.text
+        assert (
+            "".join(engine.stream([3, 4], max_tokens=12, stop=[stop], algorithm=algorithm, temperature=0)) == out.text
+        )
 
 
 @pytest.mark.parametrize("algorithm", ["si", "dsi"])
 def test_end_of_text_inside_a_draft_chunk_ends_the_output_unless_ignore_eos(worded, algorithm):
     target, drafter = worded
     with Engine(target, drafter, sp_degree=2) as engine:
-        full = engine.generate([3, 4], max_tokens=16, algorithm=algorithm, lookahead=4)
+        full = engine.generate([3, 4], max_tokens=16, algorithm=algorithm, lookahead=4, temperature=0)
         j = next(i for i in range(2, 16) if full.tokens[i] not in full.tokens[:i])
         target.module_on("cpu").generation_config = GenerationConfig(eos_token_id=full.tokens[j])
         engine.end_of_text = end_of_text_ids(target)
         try:
-            out = engine.generate([3, 4], max_tokens=16, algorithm=algorithm, lookahead=4)
+            out = engine.generate([3, 4], max_tokens=16, algorithm=algorithm, lookahead=4, temperature=0)
             assert out.tokens == full.tokens[: j + 1] and out.finish_reason == "stop"
-            kept = engine.generate([3, 4], max_tokens=16, algorithm=algorithm, lookahead=4, ignore_eos=True)
+            kept = engine.generate(
+                [3, 4], max_tokens=16, algorithm=algorithm, lookahead=4, ignore_eos=True, temperature=0
+            )
             assert kept.tokens == full.tokens and kept.finish_reason == "length"
         finally:
             target.module_on("cpu").generation_config = GenerationConfig()

@@ -544,9 +544,9 @@ class SimulatedServer:
         ctx = call.context
         hashes = self._sync(ctx)
         model, dec = self.model, call.decoding
-        if dec.reshapes:
-            return self._processed(call, hashes)
         kind = type(call)
+        if dec.reshapes or (dec.logprobs is not None and dec.greedy and kind is Score):
+            return self._processed(call, hashes)
         if kind is Score:
             start = call.start
             if dec.greedy:
@@ -578,7 +578,7 @@ class SimulatedServer:
         h, tokens, q, pos = hashes[-1], [], [], len(ctx)
         for i in range(call.k):
             row = model.processed_rows([h], ctx + tokens, pos + i, dec)[0]
-            tok = row if dec.greedy else dec.draft(row, pos + i)
+            tok = int(row) if dec.greedy else dec.draft(row, pos + i)
             tokens.append(tok)
             q.append(row)
             h = extend(h, tok)
@@ -602,6 +602,8 @@ class SimulatedServer:
         """Rows at the root and after every node, from one (priced) pass."""
         node_hashes = self._hold_tree(call.context, call.tree, hashes[-1])
         model, dec, at = self.model, call.decoding, [hashes[-1], *node_hashes]
+        if dec.greedy and dec.logprobs is not None:  # trees take no processors: the raw rows' log-softmax
+            return Scores(call.start, model.processed_rows(at, None, call.start, dec))
         if dec.greedy:
             return Scores(call.start, [model.argmax(h) for h in at])
         return Scores(call.start, np.stack([model.probs(h, dec.temperature) for h in at]))

@@ -129,7 +129,7 @@ class TransformersServer:
         ids = torch.tensor([ids], device=self.device)
         kw = {} if tree is None else self._tree_inputs(len(new), tree, lo, hi)
         t0 = time.perf_counter()
-        out = self.module(input_ids=ids, past_key_values=self._cache, use_cache=True, **kw)
+        out = self.module(input_ids=ids, cache=self._cache, use_cache=True, **kw)  # transformers >= 5.24: cache=
         logits = out.logits[0] if not self.fitted else fit_width(out.logits[0], self.width)
         t1 = time.perf_counter()
         self.forward_s += t1 - t0
@@ -186,7 +186,7 @@ class TransformersServer:
     def _rows(self, logits, decoding: Decoding, context, start: int):
         """Rows for positions start .. (prefixes context[:start + i]) from logits [n, V]; a request's logits
         processors go through the one implementation every server shares (specpar.core.logits_processors)."""
-        if decoding.reshapes:
+        if decoding.reshapes or (decoding.greedy and decoding.logprobs is not None):  # log-probabilities: Scores
             return rows(logits.double().cpu().numpy(), context, start, decoding)
         if decoding.greedy:
             return logits.argmax(dim=-1).tolist()
@@ -227,7 +227,7 @@ class TransformersServer:
             elif not dec.greedy:
                 row = self._probs(logits, dec.temperature)
             if dec.greedy:
-                token = row if dec.reshapes else int(logits.argmax())
+                token = int(row) if dec.reshapes else int(logits.argmax())
             else:
                 token = dec.draft(row, len(ctx) + i)
                 q.append(row)

@@ -147,9 +147,25 @@ class Proposal:
 
 @dataclass(slots=True)
 class Scores:
-    """A target's answer to :class:`Score`: one row per position from ``start``.
+    """A target's answer to :class:`Score` (or :class:`ScoreTree`): one row per position from ``start``.
 
-    rows: greedy -> list of argmax token ids; sampling -> [n+1, V] probability array.
+    rows: greedy -> list of argmax token ids (ints); sampling -> [n+1, V] float64 probability array (the processed
+        target's distribution: logits processors and temperature applied).
+
+    Log-probabilities (the opt-in every target backend implements): when the call's ``decoding.logprobs`` is not
+    None, the generation records each output token's log-probability from the row it came from, so a server must
+    return rows that carry them:
+
+    * greedy: each row is a :class:`specpar.core.logits_processors.LoggedArgmax`: the argmax id (an ``int``
+      subclass, so verification reads it as any greedy row) with ``.logprobs``, a [V] float64 NumPy array, the
+      log-softmax of the processed logits (logit bias, min_tokens and penalties applied; no temperature; filters
+      such as top-k do not apply at temperature 0), -inf where a token is removed;
+    * sampling: rows as without the opt-in; their logarithm is the log-probability row (nothing more to send).
+
+    :func:`specpar.core.logits_processors.rows` makes both forms from raw logits [n+1, V]; a backend that
+    computes rows natively must give the same values (as float64). Drafters' answers (:class:`Proposal`, token
+    trees) never carry log-probabilities: they are the target's. When ``decoding.logprobs`` is None, rows are plain
+    ints and nothing extra is computed.
     """
 
     start: int

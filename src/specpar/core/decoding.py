@@ -105,12 +105,16 @@ class Decoding:
         server, target and drafter alike, before rows leave it (:mod:`specpar.core.logits_processors`); None: none.
     coupling: "rejection" (rejection sampling, the papers') or "gumbel" (drafter-invariant: the same tokens for a
         seed on every runtime and algorithm); see the module docstring.
+    logprobs: None (the default), or how many of the most likely tokens the generation records beside each output
+        token's own log-probability: target servers then return log-probability rows
+        (:class:`specpar.core.calls.Scores` says in which form).
     """
 
     temperature: float = 0.0
     seed: int = 0
     processors: LogitsProcessors | None = None
     coupling: str = "rejection"
+    logprobs: int | None = None
     greedy: bool = field(init=False, repr=False, compare=False)  # temperature == 0, read once per token
     # servers must process rows: processors that change this decoding's rows (greedy: only a penalty does)
     reshapes: bool = field(init=False, repr=False, compare=False)
@@ -122,6 +126,9 @@ class Decoding:
         if isinstance(self.seed, bool) or not isinstance(self.seed, (int, np.integer)):
             raise ConfigError(f"seed must be an integer, got {self.seed!r}")
         object.__setattr__(self, "seed", int(self.seed))  # a NumPy integer would overflow in uniform()'s hash
+        if self.logprobs is not None and (isinstance(self.logprobs, bool) or not isinstance(self.logprobs, int)
+                                          or self.logprobs < 0):  # fmt: skip
+            raise ConfigError(f"logprobs must be None or an integer >= 0, got {self.logprobs!r}")
         greedy = self.temperature == 0.0
         object.__setattr__(self, "greedy", greedy)
         p = self.processors

@@ -6,9 +6,10 @@ drafter's proposals come from its own logits processed the same way. Speculative
 for the processed target: greedy output equals the processed target's argmax decoding, sampled output is
 distributed as the processed target's sampling.
 
-Order (Hugging Face's ``generate`` and vLLM): repetition penalty on the raw logits, temperature, top-k,
-top-p, min-p. Each row is processed with its own prefix (the prompt, the verified tokens and the drafts
-before its position), which the repetition penalty reads.
+Order (vLLM's): logit bias and min_tokens on the raw logits, the repetition, presence and frequency penalties,
+temperature, top-k, top-p, min-p (Hugging Face's ``generate`` has the same order for what it shares). Each row is
+processed with its own prefix (the prompt, the verified tokens and the drafts before its position), which the
+penalties and min_tokens read.
 """
 
 from __future__ import annotations
@@ -18,41 +19,76 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from specpar.core.errors import ConfigError
+from specpar.core.results import TokenLogprob
+
 
 @dataclass(frozen=True, slots=True)
 class LogitsProcessors:
     """The controls that reshape a distribution (defaults: no change).
 
-    repetition_penalty: > 0; a token already in the prefix has its logit divided by it when positive,
-        multiplied by it when negative (CTRL, Keskar et al. 2019; HF's and vLLM's definition). 1: off.
+    logit_bias: (token id, bias) pairs added to the raw logits (OpenAI's logit_bias).
+    min_tokens, stop_ids: rows at output indices < min_tokens give the ids ``stop_ids`` (end of text and the
+        request's stop ids) logit -inf, so the output cannot end there (vLLM's min_tokens).
+    repetition_penalty: > 0; a token already in the prefix (prompt and output) has its logit divided by it when
+        positive, multiplied by it when negative (CTRL, Keskar et al. 2019; HF's and vLLM's definition). 1: off.
+    presence_penalty, frequency_penalty: a token that appears c > 0 times in the *output* so far has its logit
+        lowered by presence_penalty + c * frequency_penalty (OpenAI's and vLLM's definition). 0: off.
     top_k: keep the k most likely tokens (ties at the k-th kept); 0: off.
     top_p: keep the smallest set of most likely tokens whose probability reaches top_p; 1: off.
     min_p: drop tokens less likely than min_p times the most likely one; 0: off.
+    prompt_len: where the output begins in a row's context (what presence, frequency and min_tokens count).
     """
 
     repetition_penalty: float = 1.0
     top_k: int = 0
     top_p: float = 1.0
     min_p: float = 0.0
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    logit_bias: tuple[tuple[int, float], ...] = ()
+    min_tokens: int = 0
+    stop_ids: tuple[int, ...] = ()
+    prompt_len: int = 0
 
     @property
     def active(self) -> bool:
-        return self.repetition_penalty != 1.0 or self.top_k > 0 or self.top_p < 1.0 or self.min_p > 0.0
+        return self.changes_argmax or self.top_k > 0 or self.top_p < 1.0 or self.min_p > 0.0
 
     @property
     def changes_argmax(self) -> bool:
-        """Whether greedy decoding sees a difference: only the penalty moves the argmax (the filters keep it)."""
-        return self.repetition_penalty != 1.0
+        """Whether greedy decoding sees a difference: penalties, the bias and min_tokens move the argmax (the
+        filters keep it)."""
+        return (
+            self.repetition_penalty != 1.0
+            or self.presence_penalty != 0.0
+            or self.frequency_penalty != 0.0
+            or bool(self.logit_bias)
+            or (self.min_tokens > 0 and bool(self.stop_ids))
+        )
 
     def apply(self, logits: np.ndarray, context: Sequence[int], start: int, temperature: float) -> np.ndarray:
         """Processed logits: [n, V] raw logits -> [n, V] float64, removed tokens at -inf.
 
         Row i is the distribution at position ``start + i``, after the tokens ``context[:start + i]``.
-        temperature: 0 (greedy) applies only the penalty (the filters cannot change the argmax).
+        Order (vLLM's): logit bias, min_tokens, the penalties, then temperature, top-k, top-p, min-p.
+        temperature: 0 (greedy) applies only what moves the argmax (the filters cannot change it).
         """
         z = np.array(logits, dtype=np.float64)  # a copy: the caller's logits stay raw
+        vocab = z.shape[-1]
+        if self.logit_bias:
+            ids, bias = zip(*self.logit_bias)
+            if max(ids) >= vocab:
+                raise ConfigError(f"logit_bias names token {max(ids)}, outside the vocabulary of {vocab} tokens")
+            z[:, list(ids)] += bias
+        if self.min_tokens > 0 and self.stop_ids:
+            end = self.prompt_len + self.min_tokens - start  # rows before it are at output indices < min_tokens
+            if end > 0:  # (a stop id outside the vocabulary never comes anyway)
+                z[:end, [t for t in self.stop_ids if t < vocab]] = -np.inf
         if self.repetition_penalty != 1.0:
             penalize_repeats(z, context, start, self.repetition_penalty)
+        if self.presence_penalty != 0.0 or self.frequency_penalty != 0.0:
+            penalize_output(z, context, start, self.prompt_len, self.presence_penalty, self.frequency_penalty)
         if temperature == 0.0:
             return z
         z /= temperature
@@ -69,6 +105,18 @@ class LogitsProcessors:
             p = softmax(z)
             z[p < self.min_p * p.max(axis=-1, keepdims=True)] = -np.inf
         return z
+
+
+def penalize_output(z: np.ndarray, context: Sequence[int], start: int, prompt_len: int, presence: float,
+                    frequency: float) -> None:  # fmt: skip
+    """In place: in row i of ``z`` [n, V], every token that appears c > 0 times in the output
+    context[prompt_len:start + i] gets its logit lowered by presence + c * frequency."""
+    counts = np.bincount(np.asarray(context[prompt_len:start], dtype=np.int64), minlength=z.shape[-1])[: z.shape[-1]]
+    counts = counts.astype(np.float64)
+    for i in range(z.shape[0]):
+        if i and start + i - 1 >= prompt_len:
+            counts[context[start + i - 1]] += 1
+        z[i] -= (counts > 0) * presence + counts * frequency
 
 
 def penalize_repeats(z: np.ndarray, context: Sequence[int], start: int, penalty: float) -> None:
@@ -90,9 +138,29 @@ def softmax(z: np.ndarray) -> np.ndarray:
     return e / e.sum(axis=-1, keepdims=True)
 
 
+def log_softmax(z: np.ndarray) -> np.ndarray:
+    """Row-wise log-softmax of [n, V] logits (-inf allowed, at least one finite per row)."""
+    shifted = z - z.max(axis=-1, keepdims=True)
+    with np.errstate(divide="ignore"):
+        return shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
+
+
+class LoggedArgmax(int):
+    """A greedy row when log-probabilities are asked for (``Decoding.logprobs``): the argmax token id, an int that
+    verification reads as any greedy row, carrying ``logprobs``, the [V] float64 log-probabilities of the
+    processed row (:func:`rows`)."""
+
+    def __new__(cls, token: int, logprobs: np.ndarray | None = None):  # a default: pickle calls it with the id
+        row = super().__new__(cls, token)
+        row.logprobs = logprobs
+        return row
+
+
 def rows(logits: np.ndarray, context: Sequence[int], start: int, decoding) -> list[int] | np.ndarray:
     """Rows in :class:`specpar.core.calls.Scores`' form from raw logits [n, V] for positions start .. start + n - 1
-    (prefixes context[:start + i]): argmax ids when greedy, [n, V] probabilities when sampling.
+    (prefixes context[:start + i]): argmax ids when greedy, [n, V] probabilities when sampling; with
+    ``decoding.logprobs`` set, greedy rows are :class:`LoggedArgmax` (the argmax and the log-softmax of the
+    processed logits).
 
     decoding: a :class:`specpar.core.decoding.Decoding`; its processors (if any) are applied first.
     """
@@ -104,5 +172,25 @@ def rows(logits: np.ndarray, context: Sequence[int], start: int, decoding) -> li
         if not decoding.greedy:
             z = z / decoding.temperature
     if decoding.greedy:
-        return z.argmax(axis=-1).tolist()
+        ids = z.argmax(axis=-1).tolist()
+        if decoding.logprobs is None:
+            return ids
+        return [LoggedArgmax(t, lp) for t, lp in zip(ids, log_softmax(z))]
     return softmax(z)
+
+
+def token_logprob(token: int, row, top: int) -> TokenLogprob:
+    """``token``'s log-probability in a target row that carries them (a :class:`LoggedArgmax` when greedy, a [V]
+    probability row when sampling), and the ``top`` most likely tokens there (-inf for removed ones)."""
+    if isinstance(row, LoggedArgmax):
+        lp = row.logprobs
+    elif isinstance(row, np.ndarray):
+        with np.errstate(divide="ignore"):
+            lp = np.log(row)
+    else:
+        raise ConfigError("this target's server returns no log-probability rows (Decoding.logprobs is not supported)")
+    best = ()
+    if top:
+        ids = np.argpartition(-lp, top - 1)[:top] if top < len(lp) else np.arange(len(lp))
+        best = tuple((int(i), float(lp[i])) for i in sorted(ids.tolist(), key=lambda i: (-lp[i], i)))
+    return TokenLogprob(int(token), float(lp[token]), best)

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+import secrets
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields
 
 from specpar.core.decoding import COUPLINGS, Decoding, check_temperature
@@ -13,50 +14,75 @@ from specpar.core.logits_processors import LogitsProcessors
 
 @dataclass(frozen=True)
 class SamplingParams:
-    """How one request chooses and stops its tokens (vLLM's names and meanings).
+    """How one request chooses and stops its tokens: vLLM's names, defaults and meanings.
 
-    temperature: 0 greedy (the default); > 0 samples from softmax(logits / temperature).
-    top_k: keep the k most likely tokens; 0 (or None): all.
+    temperature: 1.0 by default (samples from softmax(logits / temperature)); 0: greedy.
+    top_k: keep the k most likely tokens; 0, -1 or None: all.
     top_p: keep the smallest most likely set with probability >= top_p, in (0, 1]; 1: all.
     min_p: drop tokens below min_p x the top token's probability, in [0, 1]; 0: none.
+    presence_penalty, frequency_penalty: in [-2, 2]; a token already in the output is made less likely (> 0) by
+        presence_penalty, plus frequency_penalty per time it appears; 0: off.
     repetition_penalty: > 0; tokens already in the prompt or output are made less likely (> 1) or
         more (< 1); 1: off.
-    max_tokens: new tokens at most.
+    logit_bias: {token id: bias in [-100, 100]} added to the raw logits.
+    max_tokens: new tokens at most (16 by default, as vLLM's and OpenAI's completions).
+    min_tokens: the end-of-text tokens and stop_token_ids cannot come (and stop strings do not stop) before this
+        many output tokens.
     stop: strings that end the output (the text stops before the string; needs a tokenizer).
     stop_token_ids: token ids that end the output (the id is the last output token).
+    include_stop_str_in_output: the text goes on to the end of the stop string that ended it.
     ignore_eos: keep generating past the model's end-of-text tokens.
-    seed: keys every random draw (what a seed reproduces on which runtime: :mod:`specpar.core.decoding`).
+    seed: an integer >= 0 keys every random draw (what a seed reproduces on which runtime:
+        :mod:`specpar.core.decoding`); None (the default): fresh randomness for every request.
+    logprobs: None, or the number of most likely tokens to report beside each output token's own log-probability
+        (from the target's processed rows, ``GenerationResult.logprobs``).
     coupling: specpar's own: "rejection" (rejection sampling, the default) or "gumbel" (drafter-invariant: a seed
         gives the same tokens on every runtime and for every algorithm; a lower acceptance rate).
+
+    Where it differs from vLLM's: no ``n``, ``best_of`` or prompt logprobs (call ``Engine.generate`` once per
+    sample; the server's ``n`` does); no ``bad_words``, ``allowed_token_ids``, ``truncate_prompt_tokens`` or
+    structured outputs; a negative seed is refused (vLLM takes any integer).
 
     Every processor reshapes the target's and the drafter's distributions alike before verification, so
     the output is the processed target's: greedy token for token, sampled in distribution.
     """
 
-    temperature: float = 0.0
+    temperature: float = 1.0
     top_k: int | None = 0
     top_p: float = 1.0
     min_p: float = 0.0
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
     repetition_penalty: float = 1.0
-    max_tokens: int = 64
+    logit_bias: Mapping[int, float] | None = None
+    max_tokens: int = 16
+    min_tokens: int = 0
     stop: str | Sequence[str] | None = None
     stop_token_ids: Sequence[int] | None = None
+    include_stop_str_in_output: bool = False
     ignore_eos: bool = False
-    seed: int = 0
+    seed: int | None = None
+    logprobs: int | None = None
     coupling: str = "rejection"
 
     def __post_init__(self):
         object.__setattr__(self, "temperature", check_temperature(self.temperature))
         _number(self, "top_p", 0.0, 1.0, "(0, 1]", lo_open=True)
         _number(self, "min_p", 0.0, 1.0, "[0, 1]")
+        _number(self, "presence_penalty", -2.0, 2.0, "[-2, 2]")
+        _number(self, "frequency_penalty", -2.0, 2.0, "[-2, 2]")
         _number(self, "repetition_penalty", 0.0, math.inf, "(0, inf)", lo_open=True)
-        top_k = 0 if self.top_k is None else self.top_k
+        top_k = 0 if self.top_k is None or self.top_k == -1 else self.top_k
         if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 0:
-            raise ConfigError(f"top_k must be an integer >= 0 (0: no limit), got {self.top_k!r}")
+            raise ConfigError(f"top_k must be an integer >= 0 (0 or -1: no limit), got {self.top_k!r}")
         object.__setattr__(self, "top_k", top_k)
         n = self.max_tokens
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
             raise ConfigError(f"max_tokens (max_new_tokens) must be a positive integer, got {n!r}")
+        m = self.min_tokens
+        if isinstance(m, bool) or not isinstance(m, int) or not 0 <= m <= n:
+            raise ConfigError(f"min_tokens must be an integer in [0, max_tokens = {n}], got {m!r}")
+        object.__setattr__(self, "logit_bias", _bias(self.logit_bias))
         stop = () if self.stop is None else (self.stop,) if isinstance(self.stop, str) else tuple(self.stop)
         for s in stop:
             if not isinstance(s, str) or not s:
@@ -67,10 +93,16 @@ class SamplingParams:
             if isinstance(t, bool) or not isinstance(t, int) or t < 0:
                 raise ConfigError(f"stop_token_ids must be token ids (integers >= 0), got {t!r}")
         object.__setattr__(self, "stop_token_ids", ids)
-        if not isinstance(self.ignore_eos, bool):
-            raise ConfigError(f"ignore_eos must be True or False, got {self.ignore_eos!r}")
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int):
-            raise ConfigError(f"seed must be an integer, got {self.seed!r}")
+        for name in ("ignore_eos", "include_stop_str_in_output"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(f"{name} must be True or False, got {getattr(self, name)!r}")
+        if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int)):
+            raise ConfigError(f"seed must be an integer, got {self.seed!r} (None: fresh randomness)")
+        if self.seed is not None and self.seed < 0:
+            raise ConfigError(f"seed must be an integer >= 0, got {self.seed!r} (None: fresh randomness)")
+        lp = self.logprobs
+        if lp is not None and (isinstance(lp, bool) or not isinstance(lp, int) or lp < 0):
+            raise ConfigError(f"logprobs must be None or an integer >= 0 (the top tokens to report), got {lp!r}")
         if self.coupling not in COUPLINGS:
             raise ConfigError(f"coupling must be one of {COUPLINGS}, got {self.coupling!r}")
 
@@ -84,12 +116,31 @@ class SamplingParams:
 
     @property
     def processors(self) -> LogitsProcessors | None:
-        p = LogitsProcessors(self.repetition_penalty, self.top_k, self.top_p, self.min_p)
+        """The processors of a request whose prompt length does not matter (see :meth:`processors_for`)."""
+        return self.processors_for()
+
+    def processors_for(self, prompt_len: int | None = None, end_of_text: Iterable[int] = ()) -> LogitsProcessors | None:
+        """The request's logits processors (None when they change nothing). presence_penalty, frequency_penalty
+        and min_tokens count the output, so they need ``prompt_len``; min_tokens holds back ``end_of_text`` (the
+        model's end-of-text ids, unless ignore_eos) and the stop_token_ids."""
+        counts_output = self.presence_penalty != 0.0 or self.frequency_penalty != 0.0 or self.min_tokens > 0
+        if counts_output and prompt_len is None:
+            raise ConfigError("presence_penalty, frequency_penalty and min_tokens need the prompt's length")
+        stop_ids = set(self.stop_token_ids) | (set() if self.ignore_eos else set(end_of_text))
+        p = LogitsProcessors(
+            self.repetition_penalty, self.top_k, self.top_p, self.min_p, self.presence_penalty,
+            self.frequency_penalty, self.logit_bias, self.min_tokens, tuple(sorted(stop_ids)), prompt_len or 0,
+        )  # fmt: skip
         return p if p.active else None
 
-    def decoding(self) -> Decoding:
-        """The :class:`Decoding` every server call of this request carries."""
-        return Decoding(self.temperature, self.seed, self.processors, self.coupling)
+    def decoding(self, prompt_len: int | None = None, end_of_text: Iterable[int] = ()) -> Decoding:
+        """The :class:`Decoding` every server call of this request carries (a fresh seed when ``seed`` is None).
+
+        prompt_len, end_of_text: the request's prompt length and its model's end-of-text ids
+        (see :meth:`processors_for`)."""
+        seed = secrets.randbits(63) if self.seed is None else self.seed
+        procs = self.processors_for(prompt_len, end_of_text)
+        return Decoding(self.temperature, seed, procs, self.coupling, self.logprobs)
 
 
 SAMPLING_FIELDS = tuple(f.name for f in fields(SamplingParams))
@@ -103,3 +154,18 @@ def _number(params: SamplingParams, name: str, lo: float, hi: float, bounds: str
             raise ConfigError(f"{name} must be a finite number, got {v!r}")
         raise ConfigError(f"{name} must be in {bounds}, got {v!r}")
     object.__setattr__(params, name, float(v))
+
+
+def _bias(bias) -> tuple[tuple[int, float], ...]:
+    """logit_bias as sorted (token id, bias) pairs, each checked."""
+    if bias is None:
+        return ()
+    pairs = bias.items() if isinstance(bias, Mapping) else bias
+    out = {}
+    for t, b in pairs:
+        if isinstance(t, bool) or not isinstance(t, int) or t < 0:
+            raise ConfigError(f"logit_bias keys must be token ids (integers >= 0), got {t!r}")
+        if isinstance(b, bool) or not isinstance(b, (int, float)) or not -100 <= b <= 100:
+            raise ConfigError(f"logit_bias values must be numbers in [-100, 100], got {b!r} for token {t}")
+        out[t] = float(b)
+    return tuple(sorted(out.items()))

@@ -64,6 +64,16 @@ class TaskRecord:
     cached: int | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class TokenLogprob:
+    """An output token's log-probability under the target's processed row at its position, and the ``top``
+    most likely tokens there as (token id, log-probability) pairs, the most likely first (ties by id)."""
+
+    token: int
+    logprob: float
+    top: tuple[tuple[int, float], ...] = ()
+
+
 @dataclass
 class GenerationResult:
     algorithm: str
@@ -89,6 +99,8 @@ class GenerationResult:
     left_running: tuple[str, ...] = ()
     replicas_lost: tuple[str, ...] = ()  # servers that died or stalled (Ray), in order
     time_lost_ms: float = 0.0  # time their unfinished calls had run before being redone elsewhere
+    # one per output token when asked for (SamplingParams.logprobs, Decoding.logprobs), else None
+    logprobs: list[TokenLogprob] | None = None
 
     @property
     def timeline(self) -> list[TaskRecord]:

@@ -80,30 +80,44 @@ class Detokenizer:
         return ""
 
 
-def find_stop(text: str, stop: Sequence[str], since: int = 0) -> int | None:
-    """Where the first stop string in ``text[since:]`` begins, or None."""
-    found = [i for i in (text.find(s, since) for s in stop) if i >= 0]
-    return min(found) if found else None
+def find_stop(text: str, stop: Sequence[str], since: int = 0, floor: int = 0) -> tuple[int, int] | None:
+    """(start, end) of the first stop string in ``text[since:]`` that ends past ``floor`` (the text of the tokens
+    before min_tokens: a stop string there does not stop), or None."""
+    best = None
+    for s in stop:
+        i = text.find(s, max(since, floor - len(s) + 1))
+        if i >= 0 and (best is None or i < best[0]):
+            best = (i, i + len(s))
+    return best
 
 
-def detokenize(tokenizer, prompt: Sequence[int], tokens: Iterable[int], stop: Sequence[str] = ()) -> str:
+def detokenize(tokenizer, prompt: Sequence[int], tokens: Iterable[int], stop: Sequence[str] = (), min_tokens: int = 0,
+               include_stop: bool = False) -> str:  # fmt: skip
     """The text of ``tokens`` after ``prompt``, as the pieces of a Detokenizer join, cut before the first stop
-    string."""
+    string that ends after the first ``min_tokens - 1`` tokens' text (after it with ``include_stop``)."""
     d = Detokenizer(tokenizer, prompt)
-    text = "".join(d.push(t) for t in tokens)
-    cut = find_stop(text, stop)
-    return text if cut is None else text[:cut]
+    pieces = [d.push(t) for t in tokens]
+    text = "".join(pieces)
+    cut = find_stop(text, stop, 0, sum(len(p) for p in pieces[: max(0, min_tokens - 1)]))
+    return text if cut is None else text[: cut[1] if include_stop else cut[0]]
 
 
 class TextStream:
-    """Text pieces of a streamed output that never show any of a stop string: the last (longest stop - 1)
-    characters wait until the next piece shows that no stop string begins in them."""
+    """Text pieces of a streamed output that never show any of a stop string (unless ``include_stop``): the last
+    (longest stop - 1) characters wait until the next piece shows that no stop string begins in them.
 
-    def __init__(self, tokenizer, prompt: Sequence[int], stop: Sequence[str] = ()):
+    min_tokens, include_stop: as :func:`detokenize`'s (a stop string in the first min_tokens - 1 tokens' text
+    does not stop; the text goes on to the end of the stop string)."""
+
+    def __init__(self, tokenizer, prompt: Sequence[int], stop: Sequence[str] = (), min_tokens: int = 0,
+                 include_stop: bool = False):  # fmt: skip
         self._detok = Detokenizer(tokenizer, prompt)
         self.stop = tuple(stop)
         self._hold = max((len(s) for s in self.stop), default=1) - 1
-        self.text = ""  # decoded so far, cut before a stop string once one shows
+        self.min_tokens, self.include_stop = min_tokens, include_stop
+        self.count = 0  # tokens pushed
+        self.floor = 0  # the text of the first min_tokens - 1 tokens: no stop string ends in it
+        self.text = ""  # decoded so far, cut at a stop string once one shows
         self.shown = 0  # characters handed out
         self.stopped = False
 
@@ -112,10 +126,14 @@ class TextStream:
         if self.stopped:
             return ""
         since = max(0, len(self.text) - self._hold)
-        self.text += "".join(self._detok.push(t) for t in tokens)
-        cut = find_stop(self.text, self.stop, since)
+        for t in tokens:
+            self.text += self._detok.push(t)
+            self.count += 1
+            if self.count < self.min_tokens:
+                self.floor = len(self.text)
+        cut = find_stop(self.text, self.stop, since, self.floor)
         if cut is not None:
-            self.text, self.stopped = self.text[:cut], True
+            self.text, self.stopped = self.text[: cut[1] if self.include_stop else cut[0]], True
         safe = len(self.text) if self.stopped else len(self.text) - self._hold
         if safe <= self.shown:
             return ""
@@ -134,30 +152,42 @@ class Stopping:
     stop_ids: ids whose token ends the output (kept as its last token): end-of-text ids, stop_token_ids.
     stop: strings that end the output; the text stops before the string, the tokens at the one completing it.
     tokenizer, prompt: for stop strings (a ConfigError without a tokenizer).
+    min_tokens: nothing stops the output before this many tokens (vLLM's min_tokens; the request's logits
+        processors also keep the stop ids from coming before it).
     """
 
-    def __init__(self, stop_ids: Iterable[int] = (), stop: Sequence[str] = (), tokenizer=None, prompt=()):
+    def __init__(self, stop_ids: Iterable[int] = (), stop: Sequence[str] = (), tokenizer=None, prompt=(),
+                 min_tokens: int = 0):  # fmt: skip
         self.stop_ids = frozenset(stop_ids)
         self.stop = tuple(stop)
         if self.stop and tokenizer is None:
             raise ConfigError("stop strings need a tokenizer: give stop_token_ids instead, or a model with one")
         self._detok = Detokenizer(tokenizer, prompt) if self.stop else None
         self._longest = max((len(s) for s in self.stop), default=0)
+        self.min_tokens = min_tokens
+        self.count = 0  # output tokens seen
+        self.floor = 0  # the text of the first min_tokens - 1 tokens: no stop string ends in it
         self.text = ""  # the output's text so far (kept only for stop strings)
 
     def stops_at(self, token: int) -> bool:
         """Whether the output ends with ``token`` (the next output token, in order)."""
+        self.count += 1
+        early = self.count < self.min_tokens
         if token in self.stop_ids:
-            return True
+            return not early
         if self._detok is None:
             return False
         piece = self._detok.push(token)
+        if early:
+            self.text += piece
+            self.floor = len(self.text)
+            return False
         if not piece:
             return False
         since = max(0, len(self.text) - self._longest + 1)  # a stop string may begin in earlier text
         self.text += piece
-        cut = find_stop(self.text, self.stop, since)
+        cut = find_stop(self.text, self.stop, since, self.floor)
         if cut is not None:
-            self.text = self.text[:cut]
+            self.text = self.text[: cut[0]]
             return True
         return False

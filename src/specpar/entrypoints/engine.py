@@ -180,7 +180,7 @@ class Engine:
         ids = self.prompt_ids(prompt)
         pieces: queue.Queue = queue.Queue()
         abandoned = threading.Event()
-        text = TextStream(self.tokenizer, ids, params.stop) if self.tokenizer is not None else None
+        text = TextStream(self.tokenizer, ids, *_texts(params)) if self.tokenizer is not None else None
         done: list[GenerationResult] = []
 
         def on_tokens(tokens):
@@ -246,7 +246,7 @@ class Engine:
         ids = set(params.stop_token_ids) | (set() if params.ignore_eos else set(self.end_of_text))
         if not ids and not params.stop:
             return None
-        return Stopping(ids, params.stop, self.tokenizer, prompt_ids)
+        return Stopping(ids, params.stop, self.tokenizer, prompt_ids, params.min_tokens)
 
     def _request(self, prompt, params: SamplingParams, spec: SpeculativeConfig, stream) -> GenerationResult:
         if self.closed:
@@ -269,7 +269,7 @@ class Engine:
                     self.drafters,
                     spec,
                     self.runtime_config,
-                    params.decoding(),
+                    params.decoding(len(ids), self.end_of_text),
                     params.max_tokens,
                     stream=stream,
                     stopping=self.stopping(ids, params),
@@ -282,7 +282,7 @@ class Engine:
             else:  # on Ray the forward passes run in the actors: no forward log here to measure from
                 result.overhead = None
         if self.tokenizer is not None:
-            result.text = detokenize(self.tokenizer, ids, result.tokens, params.stop)
+            result.text = detokenize(self.tokenizer, ids, result.tokens, *_texts(params))
         if log.isEnabledFor(logging.INFO):
             log.info(
                 "%s: %d prompt + %d new tokens in %.1f ms (%s), finish %s, acceptance rate %.2f, mean acceptance "
@@ -380,6 +380,11 @@ def check_model(role: str, source) -> None:
 def check_stream(stream) -> None:
     if stream is not None and not callable(stream):
         raise ConfigError(f"stream must be a function called with each run of new token ids, got {stream!r:.60}")
+
+
+def _texts(params: SamplingParams) -> tuple:
+    """The stop strings' settings of a request's text: (stop, min_tokens, include_stop_str_in_output)."""
+    return params.stop, params.min_tokens, params.include_stop_str_in_output
 
 
 def _one_prompt(prompts) -> bool:

@@ -7,6 +7,7 @@ from collections.abc import Callable, Sequence
 from specpar.core.calls import Context, Proposal, Scores
 from specpar.core.decoding import Decoding
 from specpar.core.errors import ConfigError
+from specpar.core.logits_processors import token_logprob
 from specpar.core.results import GenerationResult
 from specpar.core.stopping import Stopping
 from specpar.runtimes.base import Runtime
@@ -58,6 +59,8 @@ class Generation:
         self._last: Context | None = None  # the Context context() made last
         self.stream = stream  # called with each run of newly verified output tokens, in order
         self._streamed = len(prompt)
+        # each output token's log-probability from the target's row it came from (decoding.logprobs asks for them)
+        self.logprobs: list | None = None if decoding.logprobs is None else []
 
     def context(self, drafts: Sequence[int] = ()) -> Context:
         """The verified sequence followed by ``drafts``, for a call: a :class:`Context` that shares ``out``.
@@ -80,7 +83,7 @@ class Generation:
     def take(self, row) -> int:
         """Append the target's own token from its row at the cursor (non-SI step, bonus)."""
         token = bonus(row, self.decoding, len(self.out))
-        self._append(token)
+        self._append(token, row)
         self._end_round()
         self._emit()
         return token
@@ -89,7 +92,7 @@ class Generation:
         """Test the draft at the cursor against the target's row there; append the kept token."""
         accepted, token = judge(draft, q_row, row, self.decoding, len(self.out))
         self._tested(index, accepted)
-        self._append(token)
+        self._append(token, row)
         if not accepted:
             self._end_round()
         self._emit()
@@ -100,15 +103,16 @@ class Generation:
         n, token = verify_chain(proposal.tokens, proposal.q, scores.rows, self.decoding, len(self.out))
         for j in range(min(n + 1, len(proposal.tokens))):
             self._tested(j, j < n)
-        if self.stopping is None:
+        rows = scores.rows
+        if self.stopping is None and self.logprobs is None:
             self.out.extend(proposal.tokens[:n])
         else:  # each accepted draft may end the output
-            for x in proposal.tokens[:n]:
-                self._append(x)
+            for x, row in zip(proposal.tokens[:n], rows):
+                self._append(x, row)
                 if self.done:
                     break
         if not self.done:
-            self._append(token)  # also updates done
+            self._append(token, rows[n])  # also updates done
         self._end_round()
         self._emit()
         return n
@@ -122,15 +126,15 @@ class Generation:
         for j in range(len(path) + 1):
             if tree.draws.get(path[j - 1] if j else node):  # a level was tested
                 self._tested(base + j, j < len(path))
-        if self.stopping is None:
+        if self.stopping is None and self.logprobs is None:
             self.out.extend(tree.tokens[n] for n in path)
-        else:  # each accepted node may end the output
-            for n in path:
-                self._append(tree.tokens[n])
+        else:  # each accepted node may end the output; its row is its parent's
+            for parent, n in zip([node, *path], path):
+                self._append(tree.tokens[n], rows[parent + 1])
                 if self.done:
                     break
         if not self.done:
-            self._append(token)
+            self._append(token, rows[(path[-1] if path else node) + 1])
         self._end_round()
         self._emit()
         return len(path)
@@ -140,7 +144,7 @@ class Generation:
         the kept token and returns the accepted child (None when every draw failed)."""
         child, token = judge_siblings(tree.draws.get(parent, ()), tree.tokens, row, self.decoding, len(self.out))
         self._tested(index, child is not None)
-        self._append(token)
+        self._append(token, row)
         if child is None:
             self._end_round()
         self._emit()
@@ -154,9 +158,13 @@ class Generation:
                 self.stream(self.out[self._streamed : end])
                 self._streamed = end
 
-    def _append(self, token: int) -> None:
+    def _append(self, token: int, row=None) -> None:
+        """Append ``token``, decided from the target's ``row`` at its position (recorded when logprobs are on)."""
         if self.first_token_ms is None:
             self.first_token_ms = self.runtime.now() - self.t0
+        if self.logprobs is not None:
+            token = int(token)  # a LoggedArgmax row carries its log-probabilities: keep the id alone
+            self.logprobs.append(token_logprob(token, row, self.decoding.logprobs))
         self.out.append(token)
         if self.stopping is not None and self.stopping.stops_at(token):
             self.stop = len(self.out)  # the output ends here: no later token is kept, no more work is scheduled
@@ -211,5 +219,6 @@ class Generation:
             lookahead=lookahead,
             sp_degree=sp_degree,
             finish_reason=self.finish_reason,
+            logprobs=None if self.logprobs is None else self.logprobs[: self.stop - self.prompt_len],
             timeline_source=lambda: rt.timeline(since=self.t0),
         )

@@ -1,91 +1,52 @@
-"""The OpenAI-compatible ASGI app over an :class:`~specpar.entrypoints.engine.Engine` (FastAPI), and running it (uvicorn).
+"""The OpenAI-compatible ASGI app over an :class:`~specpar.entrypoints.engine.Engine` (FastAPI), and running it
+(uvicorn).
 
     app = create_app(engine, model_name="specpar-sim", api_key=None, max_queue=64)
     serve(app, "127.0.0.1", 8000)
 
-Requests take turns, first come first served (an asyncio lock, which is FIFO), each generated on a worker
-thread so the event loop keeps answering; at most ``max_queue`` wait behind the running one, more get 429.
-A streamed request whose client goes away closes its engine stream, which ends the generation at the next
-verified tokens, and the next request starts.
+Routes: POST /v1/completions and /v1/chat/completions (:mod:`.handlers`), GET /v1/models, POST /tokenize and
+/detokenize (vLLM's), GET /version, /health, /metrics and the OpenAPI schema (/openapi.json). Request bodies are
+pydantic models (:mod:`.schemas`); every refusal is OpenAI's error body with the field in ``param``. Bodies over
+``max_body_bytes`` get 413, bodies nested too deep to parse 400.
 """
 
 from __future__ import annotations
 
-import asyncio
-import json
 import logging
 import time
-import uuid
 from contextlib import asynccontextmanager
 
 import anyio
-from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
+from fastapi import APIRouter, Depends, FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException
 
-from specpar.core.errors import ConfigError, SpecparError
+from specpar import __version__
 from specpar.entrypoints.engine import Engine
-from specpar.entrypoints.server.metrics import Metrics
+from specpar.entrypoints.server import handlers
+from specpar.entrypoints.server.admission import Admission
+from specpar.entrypoints.server.jobs import chat_plan, completion_plan
+from specpar.entrypoints.server.metrics import CONTENT_TYPE, Metrics
 from specpar.entrypoints.server.schemas import (
     ERROR_TYPES,
+    ChatCompletionRequest,
+    CompletionRequest,
+    DetokenizeRequest,
     RequestError,
+    TokenizeRequest,
     error_body,
-    id_text,
-    parse_id_text,
-    read_request,
+    param_of,
 )
+from specpar.entrypoints.server.served import Served
 
 log = logging.getLogger(__name__)
 
-
-class Served:
-    """The engine's target as the API sees it: prompt encoding, chat template, context window, output text."""
-
-    def __init__(self, engine: Engine, max_model_len: int | None = None):
-        self.engine = engine
-        model = engine.target_model
-        self.tokenizer = engine.tokenizer
-        self.vocab_size = getattr(model, "vocab_size", None)
-        self.max_model_len = getattr(model, "context_window", None) or max_model_len
-
-    def prompt_ids(self, prompt) -> list[int]:
-        if isinstance(prompt, str):
-            if self.tokenizer is None:
-                return self.check_ids(parse_id_text(prompt, "prompt"), "prompt")
-            return self.engine.target_model.encode(prompt)
-        return self.check_ids(prompt, "prompt")
-
-    def chat_ids(self, messages: list[dict]) -> list[int]:
-        """The messages in the target's chat template, ending where the assistant speaks; without a
-        tokenizer, the id text of every message's content, one after the other."""
-        if self.tokenizer is None:
-            return self.check_ids([t for m in messages for t in parse_id_text(m["content"], "messages")], "messages")
-        if not getattr(self.tokenizer, "chat_template", None):
-            raise RequestError("this model's tokenizer has no chat template: use /v1/completions", "messages")
-        text = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-        return self.engine.target_model.encode(text)
-
-    def check_ids(self, ids: list[int], param: str) -> list[int]:
-        if self.vocab_size is not None and any(t < 0 or t >= self.vocab_size for t in ids):
-            raise RequestError(f"token ids must be in [0, {self.vocab_size})", param)
-        return list(ids)
-
-    def check_length(self, prompt_len: int, max_tokens: int) -> None:
-        if self.max_model_len is not None and prompt_len + max_tokens > self.max_model_len:
-            raise RequestError(
-                f"This model's maximum context length is {self.max_model_len} tokens. However, you requested "
-                f"{prompt_len + max_tokens} tokens ({prompt_len} in the prompt, {max_tokens} for the completion).",
-                "max_tokens",
-                code="context_length_exceeded",
-            )
-        try:
-            self.engine.check_length(prompt_len, max_tokens)
-        except ConfigError as exc:
-            raise RequestError(str(exc), "max_tokens", code="context_length_exceeded") from None
-
-    def text(self, piece) -> str:
-        """A streamed piece (text, or token ids without a tokenizer) as text."""
-        return piece if isinstance(piece, str) else id_text(piece)
+MAX_BODY_BYTES = 8 << 20
+ENDPOINTS = ("/v1/completions", "/v1/chat/completions", "/v1/models", "/tokenize", "/detokenize")
+ERRORS = {400: {"description": "A refused request (OpenAI's error body; the field in error.param)"},
+          401: {"description": "A missing or wrong API key"}, 404: {"description": "An unknown model"},
+          429: {"description": "The server is full: retry later"}}  # fmt: skip
 
 
 def create_app(
@@ -95,17 +56,18 @@ def create_app(
     api_key: str | None = None,
     max_queue: int = 64,
     max_model_len: int | None = 2048,
+    max_body_bytes: int = MAX_BODY_BYTES,
 ) -> FastAPI:
     """The ASGI app serving ``engine`` as ``model_name``; it closes the engine when it shuts down.
 
-    api_key: the /v1 routes ask for ``Authorization: Bearer <api_key>`` (None: open).
-    max_queue: requests that may wait behind the running one; more are answered 429.
+    api_key: the /v1 routes, /tokenize and /detokenize ask for ``Authorization: Bearer <api_key>`` (None: open).
+    max_queue: requests in the server at once (the one generating and those waiting); more are answered 429.
     max_model_len: prompt + max_tokens limit for a target without a context window of its own.
+    max_body_bytes: larger request bodies are answered 413.
     """
-    served = Served(engine, max_model_len)
-    metrics = Metrics({s.name for s in engine.targets.servers}, engine.sp_degree)
-    turn = asyncio.Lock()  # FIFO: requests generate in the order they arrived
-    created = int(time.time())
+    metrics = Metrics(model_name, {s.name for s in engine.targets.servers}, engine.sp_degree)
+    ctx = handlers.Context(engine, Served(engine, max_model_len), metrics, Admission(max_queue, metrics), model_name,
+                           int(time.time()))  # fmt: skip
 
     @asynccontextmanager
     async def lifespan(app):
@@ -113,192 +75,150 @@ def create_app(
         await anyio.to_thread.run_sync(engine.close)  # after the running request, if any
         log.info("stopped: requests finished, engine closed")
 
-    app = FastAPI(title="specpar", lifespan=lifespan, openapi_url=None, docs_url=None, redoc_url=None)
-    app.state.engine, app.state.metrics = engine, metrics
+    app = FastAPI(title="specpar", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None)
+    app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
+    app.state.engine, app.state.metrics, app.state.context = engine, metrics, ctx
+    add_error_handlers(app, metrics)
+    app.include_router(open_routes(ctx))
+    app.include_router(model_routes(ctx), dependencies=[Depends(key_check(api_key))], responses=ERRORS)
+    return app
 
-    @app.exception_handler(RequestError)
-    async def refused(request: Request, exc: RequestError):
-        metrics.count(request.url.path, str(exc.status))
-        return JSONResponse(exc.body(), status_code=exc.status)
 
-    @app.exception_handler(HTTPException)
-    async def http_error(request: Request, exc: HTTPException):  # unknown routes (404), wrong methods (405)
-        return JSONResponse(error_body(str(exc.detail), ERROR_TYPES.get(exc.status_code, "invalid_request_error")),
-                            status_code=exc.status_code)  # fmt: skip
+class BodyLimit:
+    """ASGI middleware: a request body over ``max_bytes`` is answered 413 (OpenAI's error body) when its
+    Content-Length says so, and fails to parse (400) when a chunked body runs past it."""
 
-    @app.exception_handler(Exception)
-    async def failed(request: Request, exc: Exception):  # a bug or a failed server: still OpenAI's body
-        metrics.count(request.url.path, "500")
-        return JSONResponse(error_body(f"{type(exc).__name__}: {exc}", "server_error"), status_code=500)
+    def __init__(self, app, max_bytes: int):
+        self.app, self.max_bytes = app, max_bytes
 
-    def check_key(request: Request) -> None:
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        length = dict(scope["headers"]).get(b"content-length", b"0")
+        if not length.isdigit() or int(length) > self.max_bytes:
+            message = f"the request body is over {self.max_bytes} bytes" if length.isdigit() else "bad Content-Length"
+            response = JSONResponse(error_body(message, "invalid_request_error"), status_code=413)
+            return await response(scope, receive, send)
+        seen = 0
+
+        async def counted():
+            nonlocal seen
+            message = await receive()
+            seen += len(message.get("body", b""))
+            if seen > self.max_bytes:
+                raise RequestError(f"the request body is over {self.max_bytes} bytes", status=413)
+            return message
+
+        await self.app(scope, counted, send)
+
+
+def key_check(api_key: str | None):
+    """A dependency that refuses a request without ``Authorization: Bearer <api_key>`` (401)."""
+
+    def check(request: Request) -> None:
         if api_key is not None and request.headers.get("authorization") != f"Bearer {api_key}":
             raise RequestError("Incorrect or missing API key (Authorization: Bearer <key>).", status=401,
                                code="invalid_api_key")  # fmt: skip
 
-    async def body_of(request: Request):
-        check_key(request)
-        try:
-            return json.loads(await request.body())
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise RequestError(f"malformed JSON in the request body: {exc}") from None
+    return check
 
-    @app.get("/health")
-    async def health():
-        return PlainTextResponse("ok")
 
-    @app.get("/metrics")
-    async def get_metrics():
-        return PlainTextResponse(metrics.text(), media_type="text/plain; version=0.0.4; charset=utf-8")
+def open_routes(ctx: handlers.Context) -> APIRouter:
+    """The routes without a key: health, version, metrics."""
+    router = APIRouter()
 
-    @app.get("/v1/models")
-    async def models(request: Request):
-        check_key(request)
-        card = {"id": model_name, "object": "model", "created": created, "owned_by": "specpar",
+    @router.get("/health")
+    async def health() -> Response:
+        return Response("ok", media_type="text/plain")
+
+    @router.get("/version")
+    async def version() -> dict:
+        return {"version": __version__}
+
+    @router.get("/metrics")
+    async def metrics() -> Response:
+        return Response(ctx.metrics.text(), media_type=CONTENT_TYPE)
+
+    return router
+
+
+def model_routes(ctx: handlers.Context) -> APIRouter:
+    """The routes that reach the model (behind the API key)."""
+    router, served = APIRouter(), ctx.served
+
+    @router.get("/v1/models")
+    async def models() -> dict:
+        card = {"id": ctx.model_name, "object": "model", "created": ctx.created, "owned_by": "specpar",
                 "max_model_len": served.max_model_len}  # fmt: skip
         return {"object": "list", "data": [card]}
 
-    @app.post("/v1/completions")
-    async def completions(request: Request):
-        return await answer(request, chat=False)
-
-    @app.post("/v1/chat/completions")
-    async def chat_completions(request: Request):
-        return await answer(request, chat=True)
-
-    @asynccontextmanager
-    async def taking_turn():
-        """The engine, first come first served: counted waiting, then running, whatever ends the request."""
-        metrics.waiting += 1
-        try:
-            await turn.acquire()
-        finally:
-            metrics.waiting -= 1
-        metrics.running += 1
-        try:
-            yield
-        finally:
-            metrics.running -= 1
-            turn.release()
-
-    async def answer(request: Request, chat: bool):
+    @router.post("/v1/completions")
+    async def completions(body: CompletionRequest, request: Request):
         arrival = time.perf_counter()
-        req = read_request(await body_of(request), served, model_name, chat)
-        if req.params.stop and served.tokenizer is None:
-            raise RequestError("stop strings need a model with a tokenizer: use stop_token_ids", "stop")
-        if metrics.waiting + metrics.running > max_queue:  # the running one and max_queue waiting
-            raise RequestError(f"the server's queue is full ({max_queue} waiting): retry later", status=429,
-                               code="queue_full")  # fmt: skip
-        rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
-        shape = Shape(rid, model_name, chat, created=int(time.time()))
-        if req.stream:
-            return StreamingResponse(stream(request, req, shape, arrival), media_type="text/event-stream")
-        first: list[float] = []
+        check_model(body.model, ctx.model_name)
+        return await handlers.answer(ctx, request, completion_plan(body, served), "/v1/completions", arrival)
 
-        def work():
-            r = engine.generate(req.prompt_ids, req.params, stream=lambda _: first or first.append(time.perf_counter()))
-            _ = r.timeline  # built here, not on the event loop (the metrics read it)
-            return r
+    @router.post("/v1/chat/completions")
+    async def chat_completions(body: ChatCompletionRequest, request: Request):
+        arrival = time.perf_counter()
+        check_model(body.model, ctx.model_name)
+        return await handlers.answer(ctx, request, chat_plan(body, served), "/v1/chat/completions", arrival)
 
-        try:
-            async with taking_turn():
-                result = await anyio.to_thread.run_sync(work)
-        except SpecparError as exc:
-            raise RequestError(str(exc), status=400 if isinstance(exc, ConfigError) else 500) from None
-        ttft = first[0] - arrival if first else None
-        metrics.observe(request.url.path, len(req.prompt_ids), result, time.perf_counter() - arrival, ttft)
-        text = result.text if result.text is not None else id_text(result.tokens)
-        return shape.whole(text, result, len(req.prompt_ids))
-
-    async def stream(request: Request, req, shape: Shape, arrival: float):
-        """Server-sent events: a chunk per verified piece, the finish reason, usage if asked, [DONE]."""
-        async with taking_turn():
-            pieces = engine.stream(req.prompt_ids, req.params)
-            result, ttft, errored = None, None, False
-            try:
-                if shape.chat:
-                    yield shape.event(shape.chunk({"role": "assistant", "content": ""}))
-                while True:
-                    done, value = await anyio.to_thread.run_sync(_next, pieces)
-                    if done:
-                        result = value
-                        break
-                    if ttft is None:
-                        ttft = time.perf_counter() - arrival
-                    yield shape.event(shape.chunk(served.text(value)))
-                    if await request.is_disconnected():
-                        break
-            except Exception as exc:  # after the 200 went out: an error event, then the end
-                errored = True
-                kind = "invalid_request_error" if isinstance(exc, ConfigError) else "server_error"
-                metrics.count(request.url.path, "error")
-                yield shape.event(error_body(str(exc), kind))
-                yield "data: [DONE]\n\n"
-            finally:
-                with anyio.CancelScope(shield=True):  # a client gone cancels us: still end the generation
-                    await anyio.to_thread.run_sync(pieces.close)
-            if result is None:  # the client left (or the generation failed: counted above)
-                if not errored:
-                    metrics.count(request.url.path, "abort")
-                return
-            metrics.observe(request.url.path, len(req.prompt_ids), result, time.perf_counter() - arrival, ttft)
-            yield shape.event(shape.chunk(None if shape.chat else "", result.finish_reason))
-            if req.include_usage:
-                yield shape.event(shape.usage_chunk(result, len(req.prompt_ids)))
-            yield "data: [DONE]\n\n"
-
-    return app
-
-
-def _next(iterator):
-    """(False, the next item) or (True, the generator's return value)."""
-    try:
-        return False, next(iterator)
-    except StopIteration as stop:
-        if stop.value is not None:
-            _ = stop.value.timeline  # built on this worker thread, not on the event loop (the metrics read it)
-        return True, stop.value
-
-
-class Shape:
-    """The OpenAI response bodies of one request: whole, or as stream chunks."""
-
-    def __init__(self, rid: str, model: str, chat: bool, created: int):
-        self.rid, self.model, self.chat, self.created = rid, model, chat, created
-        self.object = "chat.completion" if chat else "text_completion"
-
-    def head(self, object: str) -> dict:
-        return {"id": self.rid, "object": object, "created": self.created, "model": self.model}
-
-    @staticmethod
-    def usage(result, prompt_len: int) -> dict:
-        n = len(result.tokens)
-        return {"prompt_tokens": prompt_len, "completion_tokens": n, "total_tokens": prompt_len + n}
-
-    def whole(self, text: str, result, prompt_len: int) -> dict:
-        if self.chat:
-            choice = {"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": None}
+    @router.post("/tokenize")
+    async def tokenize(body: TokenizeRequest) -> dict:
+        check_model(body.model, ctx.model_name)
+        if body.prompt is not None:
+            ids = served.prompt_ids(body.prompt) if body.prompt else []
         else:
-            choice = {"index": 0, "text": text, "logprobs": None}
-        choice["finish_reason"] = result.finish_reason
-        choice["token_ids"] = result.tokens  # vLLM's extension: the output's token ids
-        return {**self.head(self.object), "choices": [choice], "usage": self.usage(result, prompt_len)}
+            ids = served.chat_ids(body.messages, body.add_generation_prompt)
+        return {"count": len(ids), "max_model_len": served.max_model_len, "tokens": ids}
 
-    def chunk(self, piece, finish_reason: str | None = None) -> dict:
-        if self.chat:
-            delta = piece if isinstance(piece, dict) else {} if piece is None else {"content": piece}
-            choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
-            return {**self.head("chat.completion.chunk"), "choices": [choice]}
-        choice = {"index": 0, "text": piece, "logprobs": None, "finish_reason": finish_reason}
-        return {**self.head("text_completion"), "choices": [choice]}
+    @router.post("/detokenize")
+    async def detokenize(body: DetokenizeRequest) -> dict:
+        check_model(body.model, ctx.model_name)
+        return {"prompt": served.decode(served.check_ids(body.tokens, "tokens"))}
 
-    def usage_chunk(self, result, prompt_len: int) -> dict:
-        object = "chat.completion.chunk" if self.chat else "text_completion"
-        return {**self.head(object), "choices": [], "usage": self.usage(result, prompt_len)}
+    return router
 
-    @staticmethod
-    def event(data: dict) -> str:
-        return f"data: {json.dumps(data)}\n\n"
+
+def check_model(model: str | None, model_name: str) -> None:
+    if model is not None and model != model_name:
+        raise RequestError(f"The model `{model}` does not exist.", "model", 404, "model_not_found")
+
+
+def add_error_handlers(app: FastAPI, metrics: Metrics) -> None:
+    """Every error as OpenAI's body, counted by endpoint and status."""
+
+    def reply(request: Request, status: int, body: dict) -> JSONResponse:
+        path = request.url.path
+        metrics.error(path if path in ENDPOINTS else "other", status)
+        return JSONResponse(body, status_code=status)
+
+    @app.exception_handler(RequestError)
+    async def refused(request: Request, exc: RequestError):
+        return reply(request, exc.status, exc.body())
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, exc: RequestValidationError):
+        first = exc.errors()[0] if exc.errors() else {}
+        param = param_of(first)
+        message = first.get("msg", "invalid request").removeprefix("Value error, ")
+        if first.get("type") == "json_invalid":
+            param, message = None, f"malformed JSON in the request body: {first.get('ctx', {}).get('error')}"
+        elif param is None and first.get("type") == "missing":
+            message = "the request body must be a JSON object"
+        body = error_body(f"{param}: {message}" if param else message, "invalid_request_error", param)
+        return reply(request, 400, body)
+
+    @app.exception_handler(HTTPException)
+    async def http_error(request: Request, exc: HTTPException):  # unknown routes, wrong methods, bodies too large
+        kind = ERROR_TYPES.get(exc.status_code, "invalid_request_error")
+        return reply(request, exc.status_code, error_body(str(exc.detail), kind))
+
+    @app.exception_handler(Exception)
+    async def failed(request: Request, exc: Exception):  # a bug or a failed server: still OpenAI's body
+        log.exception("request failed")
+        return reply(request, 500, error_body(f"{type(exc).__name__}: {exc}", "server_error"))
 
 
 def serve(app: FastAPI, host: str = "127.0.0.1", port: int = 8000, shutdown_timeout: float = 30.0) -> None:

@@ -1,14 +1,21 @@
-"""The server's metrics in Prometheus text form (exposition format 0.0.4), named like vLLM's.
+"""The server's Prometheus metrics (prometheus_client, a registry per app), named like vLLM's, each labelled with
+``model_name``.
 
-vLLM's speculative-decoding counters, from each request's GenerationResult:
+Requests: ``specpar:request_success_total{endpoint, finished_reason}`` counts the choices that finished ("length",
+"stop", or "abort" when the client left a stream); ``specpar:request_errors_total{endpoint, status}`` the refused or
+failed requests (4xx, 5xx, or an error event inside a stream); gauges of the requests running and waiting;
+histograms of the end-to-end latency, the time to first token, the time per output token after the first (TPOT)
+and the time spent queued, all wall time measured by the server (seconds).
+
+vLLM's speculative-decoding counters, from each GenerationResult:
 
 * ``specpar:spec_decode_num_drafts_total``: verification tasks that tested drafts (vLLM's draft steps);
 * ``specpar:spec_decode_num_draft_tokens_total``: draft tokens tested;
 * ``specpar:spec_decode_num_accepted_tokens_total``: draft tokens accepted;
 * ``specpar:spec_decode_num_accepted_tokens_per_pos_total{position="j"}``: accepted at index j of their window.
 
-DSI's own, from each result's timeline (ms of the runtime's clock: wall time on threads, virtual time on the
-virtual clock, reported in seconds):
+DSI's own, from each result's timeline (the runtime's clock: wall time on threads, virtual time on the virtual
+clock, reported in seconds):
 
 * ``specpar:target_busy_seconds_total``: target server time, summed over the servers (its rate over the rate
   of ``specpar:request_generation_seconds_total`` is the mean number of target servers busy);
@@ -16,157 +23,117 @@ virtual clock, reported in seconds):
 * ``specpar:cancelled_tasks_total{pool="target"|"drafter"}``: tasks cancelled (DSI cancels the work that
   follows a rejected draft);
 * ``specpar:target_time_wasted_seconds_total``: target server time spent in tasks then cancelled.
-
-And the request counters, gauges and histograms (wall time, measured by the server).
 """
 
 from __future__ import annotations
 
-import math
-import threading
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
-
-
-class Histogram:
-    """A cumulative Prometheus histogram over fixed bucket bounds (seconds)."""
-
-    def __init__(self, bounds=LATENCY_BUCKETS):
-        self.bounds = tuple(bounds)
-        self.counts = [0] * len(self.bounds)
-        self.sum, self.count = 0.0, 0
-
-    def observe(self, value: float) -> None:
-        for i, b in enumerate(self.bounds):
-            if value <= b:
-                self.counts[i] += 1
-        self.sum += value
-        self.count += 1
-
-    def lines(self, name: str) -> list[str]:
-        out = [f'{name}_bucket{{le="{_number(b)}"}} {c}' for b, c in zip(self.bounds, self.counts)]
-        out += [
-            f'{name}_bucket{{le="+Inf"}} {self.count}',
-            f"{name}_sum {_number(self.sum)}",
-            f"{name}_count {self.count}",
-        ]
-        return out
+TOKEN_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
 class Metrics:
-    """Counters, gauges and histograms of one server; updated from any thread, rendered by :meth:`text`."""
+    """Every metric of one served model, in a registry of its own (several apps in one process stay apart)."""
 
-    def __init__(self, target_servers: set[str], sp_degree: int):
-        self.target_servers, self.sp_degree = target_servers, sp_degree
-        self._lock = threading.Lock()
-        self.requests = {}  # (endpoint, finish reason or error code) -> count
-        self.prompt_tokens = self.generation_tokens = 0
-        self.drafts = self.draft_tokens = self.accepted_tokens = 0
-        self.accepted_per_pos: list[int] = []
-        self.target_busy_s = self.wasted_s = self.generation_s = 0.0
-        self.last_busy = 0.0
-        self.cancelled = {"target": 0, "drafter": 0}
-        self.running = self.waiting = 0
-        self.latency, self.ttft = Histogram(), Histogram()
+    def __init__(self, model_name: str, target_servers: set[str], sp_degree: int):
+        self.model_name, self.target_servers = model_name, target_servers
+        self.registry = r = CollectorRegistry()
+        m = ["model_name"]
 
-    def count(self, endpoint: str, outcome: str) -> None:
-        with self._lock:
-            self.requests[endpoint, outcome] = self.requests.get((endpoint, outcome), 0) + 1
+        def counter(name, help, labels=()):
+            return Counter(f"specpar:{name}", help, [*m, *labels], registry=r)
 
-    def observe(self, endpoint: str, prompt_len: int, result, latency_s: float, ttft_s: float | None) -> None:
-        """One finished request: its GenerationResult and its wall latency and time to first token (s)."""
-        busy = wasted = 0.0
+        self.running = Gauge("specpar:num_requests_running", "Requests generating now.", m, registry=r)
+        self.waiting = Gauge("specpar:num_requests_waiting", "Requests queued for the engine.", m, registry=r)
+        self.success = counter("request_success", "Choices finished, by endpoint and finish reason.",
+                               ("endpoint", "finished_reason"))  # fmt: skip
+        self.errors = counter("request_errors", "Requests refused or failed, by endpoint and status.",
+                              ("endpoint", "status"))  # fmt: skip
+        self.prompt_tokens = counter("prompt_tokens", "Prompt tokens processed.")
+        self.generation_tokens = counter("generation_tokens", "Tokens generated.")
+        self.drafts = counter("spec_decode_num_drafts", "Verification tasks that tested drafts.")
+        self.draft_tokens = counter("spec_decode_num_draft_tokens", "Draft tokens tested.")
+        self.accepted = counter("spec_decode_num_accepted_tokens", "Draft tokens accepted.")
+        self.accepted_per_pos = counter("spec_decode_num_accepted_tokens_per_pos",
+                                        "Draft tokens accepted, by their index in the lookahead window.",
+                                        ("position",))  # fmt: skip
+        Gauge("specpar:target_servers", "Target servers (sp_degree).", m, registry=r).labels(model_name).set(sp_degree)
+        self.busy = Gauge("specpar:target_servers_busy", "Mean target servers busy over the last request.", m,
+                          registry=r)  # fmt: skip
+        self.busy_s = counter("target_busy_seconds", "Target server time, summed over the servers (runtime clock).")
+        self.generation_s = counter("request_generation_seconds", "Generation time of the requests (runtime clock).")
+        self.cancelled = counter("cancelled_tasks", "Server tasks cancelled (work following a rejected draft).",
+                                 ("pool",))  # fmt: skip
+        self.wasted_s = counter("target_time_wasted_seconds",
+                                "Target server time spent in tasks then cancelled (runtime clock).")  # fmt: skip
+
+        def histogram(name, help, buckets):
+            return Histogram(f"specpar:{name}", help, m, registry=r, buckets=buckets).labels(model_name)
+
+        self.latency = histogram("e2e_request_latency_seconds", "Request latency (wall), arrival to last token.",
+                                 LATENCY_BUCKETS)  # fmt: skip
+        self.ttft = histogram("time_to_first_token_seconds", "Time to first token (wall), from arrival.",
+                              LATENCY_BUCKETS)  # fmt: skip
+        self.tpot = histogram("time_per_output_token_seconds", "Time per output token after the first (wall).",
+                              TOKEN_BUCKETS)  # fmt: skip
+        self.queue = histogram("request_queue_time_seconds", "Time a request waited for the engine (wall).",
+                               LATENCY_BUCKETS)  # fmt: skip
+        for pool in ("target", "drafter"):
+            self.cancelled.labels(model_name, pool)
+        self.running.labels(model_name), self.waiting.labels(model_name)
+
+    def error(self, endpoint: str, status) -> None:
+        self.errors.labels(self.model_name, endpoint, str(status)).inc()
+
+    def aborted(self, endpoint: str) -> None:
+        self.success.labels(self.model_name, endpoint, "abort").inc()
+
+    def queued(self, waiting: int, running: int) -> None:
+        self.waiting.labels(self.model_name).set(waiting)
+        self.running.labels(self.model_name).set(running)
+
+    def observe(self, endpoint: str, prompt_tokens: int, results, times) -> None:
+        """A finished request: its GenerationResults (one per choice), and ``times`` (a Timing, seconds)."""
+        name = self.model_name
+        self.prompt_tokens.labels(name).inc(prompt_tokens)
+        tokens = sum(len(r.tokens) for r in results)
+        for r in results:
+            self.success.labels(name, endpoint, r.finish_reason).inc()
+            self._speculation(r)
+        self.generation_tokens.labels(name).inc(tokens)
+        self.latency.observe(times.end - times.arrival)
+        if times.started is not None:
+            self.queue.observe(times.started - times.arrival)
+        if times.first_token is not None:
+            self.ttft.observe(times.first_token - times.arrival)
+            if tokens > 1:
+                self.tpot.observe((times.end - times.first_token) / (tokens - 1))
+
+    def _speculation(self, result) -> None:
+        name, busy, wasted = self.model_name, 0.0, 0.0
         cancelled = {"target": 0, "drafter": 0}
-        for r in result.timeline:
-            pool = "target" if r.server in self.target_servers else "drafter"
+        for t in result.timeline:
+            pool = "target" if t.server in self.target_servers else "drafter"
             if pool == "target":
-                busy += r.end_ms - r.start_ms
-            if r.cancelled:
+                busy += t.end_ms - t.start_ms
+            if t.cancelled:
                 cancelled[pool] += 1
                 if pool == "target":
-                    wasted += r.end_ms - r.start_ms
-        with self._lock:
-            self.requests[endpoint, result.finish_reason] = self.requests.get((endpoint, result.finish_reason), 0) + 1
-            self.prompt_tokens += prompt_len
-            self.generation_tokens += len(result.tokens)
-            self.drafts += result.verifications if result.drafted else 0
-            self.draft_tokens += result.drafted
-            self.accepted_tokens += result.accepted
-            per_pos = result.position_accepted
-            if len(per_pos) > len(self.accepted_per_pos):
-                self.accepted_per_pos += [0] * (len(per_pos) - len(self.accepted_per_pos))
-            for j, a in enumerate(per_pos):
-                self.accepted_per_pos[j] += a
-            self.target_busy_s += busy / 1e3
-            self.wasted_s += wasted / 1e3
-            self.generation_s += result.time_ms / 1e3
-            self.last_busy = busy / result.time_ms if result.time_ms > 0 else 0.0
-            for pool, n in cancelled.items():
-                self.cancelled[pool] += n
-            self.latency.observe(latency_s)
-            if ttft_s is not None:
-                self.ttft.observe(ttft_s)
+                    wasted += t.end_ms - t.start_ms
+        self.drafts.labels(name).inc(result.verifications if result.drafted else 0)
+        self.draft_tokens.labels(name).inc(result.drafted)
+        self.accepted.labels(name).inc(result.accepted)
+        for j, a in enumerate(result.position_accepted):
+            self.accepted_per_pos.labels(name, str(j)).inc(a)
+        self.busy_s.labels(name).inc(busy / 1e3)
+        self.wasted_s.labels(name).inc(wasted / 1e3)
+        self.generation_s.labels(name).inc(result.time_ms / 1e3)
+        self.busy.labels(name).set(busy / result.time_ms if result.time_ms > 0 else 0.0)
+        for pool, n in cancelled.items():
+            self.cancelled.labels(name, pool).inc(n)
 
-    def text(self) -> str:
+    def text(self) -> bytes:
         """The Prometheus text exposition of every metric."""
-        out: list[str] = []
-
-        def metric(name, kind, help, samples):
-            out.append(f"# HELP {name} {help}")
-            out.append(f"# TYPE {name} {kind}")
-            for labels, value in samples:
-                label = "{" + ",".join(f'{k}="{v}"' for k, v in labels.items()) + "}" if labels else ""
-                out.append(f"{name}{label} {_number(value)}")
-
-        with self._lock:
-            metric("specpar:num_requests_running", "gauge", "Requests generating now.", [({}, self.running)])
-            metric("specpar:num_requests_waiting", "gauge", "Requests queued for the engine.", [({}, self.waiting)])
-            metric(
-                "specpar:request_success_total",
-                "counter",
-                "Requests answered, by endpoint and finish reason (or error code).",
-                [({"endpoint": e, "finished_reason": o}, n) for (e, o), n in sorted(self.requests.items())],
-            )
-            metric("specpar:prompt_tokens_total", "counter", "Prompt tokens processed.", [({}, self.prompt_tokens)])
-            metric("specpar:generation_tokens_total", "counter", "Tokens generated.", [({}, self.generation_tokens)])
-            metric("specpar:spec_decode_num_drafts_total", "counter", "Verification tasks that tested drafts.",
-                   [({}, self.drafts)])  # fmt: skip
-            metric("specpar:spec_decode_num_draft_tokens_total", "counter", "Draft tokens tested.",
-                   [({}, self.draft_tokens)])  # fmt: skip
-            metric("specpar:spec_decode_num_accepted_tokens_total", "counter", "Draft tokens accepted.",
-                   [({}, self.accepted_tokens)])  # fmt: skip
-            metric(
-                "specpar:spec_decode_num_accepted_tokens_per_pos_total",
-                "counter",
-                "Draft tokens accepted, by their index in the lookahead window.",
-                [({"position": j}, a) for j, a in enumerate(self.accepted_per_pos)],
-            )
-            metric("specpar:target_servers", "gauge", "Target servers (sp_degree).", [({}, self.sp_degree)])
-            metric("specpar:target_servers_busy", "gauge", "Mean target servers busy over the last request.",
-                   [({}, self.last_busy)])  # fmt: skip
-            metric("specpar:target_busy_seconds_total", "counter", "Target server time, summed over the servers "
-                   "(runtime clock).", [({}, self.target_busy_s)])  # fmt: skip
-            metric("specpar:request_generation_seconds_total", "counter", "Generation time of the requests "
-                   "(runtime clock).", [({}, self.generation_s)])  # fmt: skip
-            metric(
-                "specpar:cancelled_tasks_total",
-                "counter",
-                "Server tasks cancelled (work following a rejected draft).",
-                [({"pool": p}, n) for p, n in self.cancelled.items()],
-            )
-            metric("specpar:target_time_wasted_seconds_total", "counter", "Target server time spent in tasks "
-                   "then cancelled (runtime clock).", [({}, self.wasted_s)])  # fmt: skip
-            for name, hist, help in (
-                ("specpar:e2e_request_latency_seconds", self.latency, "Request latency (wall), arrival to last token."),
-                ("specpar:time_to_first_token_seconds", self.ttft, "Time to first token (wall), from arrival."),
-            ):
-                out += [f"# HELP {name} {help}", f"# TYPE {name} histogram", *hist.lines(name)]
-        return "\n".join(out) + "\n"
-
-
-def _number(v: float) -> str:
-    if isinstance(v, int):
-        return str(v)
-    if math.isinf(v):
-        return "+Inf" if v > 0 else "-Inf"
-    return repr(float(v))
+        return generate_latest(self.registry)

@@ -1,19 +1,24 @@
-"""OpenAI request bodies read into a prompt and SamplingParams, and OpenAI-style error bodies.
+"""The OpenAI request bodies as pydantic models, and OpenAI-style error bodies.
 
-Requests are plain JSON objects checked field by field here (not pydantic models), so that every refusal
-names its field the way OpenAI's API does: ``{"error": {"message", "type", "param", "code"}}``.
+Fields OpenAI refuses are refused here too (``extra="forbid"``), with values checked strictly (``"8"`` is not a
+number); a refusal's ``param`` is the field pydantic's location names (:func:`param_of`). Fields an OpenAI client
+may send that this server cannot honour exactly are declared and refused with a reason unless left neutral.
 
-A target without a tokenizer (a simulated model) reads and writes *id text*: its text is its token ids in
-decimal, each preceded by a space (" 4 17 3"), so a prompt is a list of ids or such a string, streamed pieces
-join to the whole output, and a chat prompt is its messages' ids one after the other.
+specpar's own fields, beside vLLM's (``top_k``, ``min_p``, ``repetition_penalty``, ``min_tokens``,
+``stop_token_ids``, ``ignore_eos``, ``include_stop_str_in_output``): ``coupling`` ("rejection" or "gumbel", see
+:mod:`specpar.core.decoding`; default "gumbel" when a seed is given, so that a seed reproduces for every algorithm,
+else "rejection") and ``speculative`` (per-request speculation, like llama.cpp's ``speculative.n_max``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import Annotated, Any, Literal
 
-from specpar.core.errors import ConfigError
-from specpar.core.params import SamplingParams
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+MAX_N = 16  # samples per prompt (n)
+MAX_LOGPROBS = 20  # top log-probabilities per token (vLLM's default max_logprobs)
+MAX_PROMPTS = 64  # prompts in one completions request
 
 
 class RequestError(Exception):
@@ -23,12 +28,8 @@ class RequestError(Exception):
         super().__init__(message)
         self.status, self.param, self.code = status, param, code
 
-    @property
-    def type(self) -> str:
-        return ERROR_TYPES.get(self.status, "invalid_request_error")
-
     def body(self) -> dict:
-        return error_body(str(self), self.type, self.param, self.code)
+        return error_body(str(self), ERROR_TYPES.get(self.status, "invalid_request_error"), self.param, self.code)
 
 
 ERROR_TYPES = {401: "authentication_error", 404: "invalid_request_error", 429: "rate_limit_error", 500: "server_error"}
@@ -38,152 +39,209 @@ def error_body(message: str, type: str, param: str | None = None, code: str | No
     return {"error": {"message": message, "type": type, "param": param, "code": code}}
 
 
-@dataclass
-class Request:
-    """One generation asked for: the prompt's token ids, its SamplingParams, and how to answer."""
-
-    prompt_ids: list[int]
-    params: SamplingParams
-    stream: bool
-    include_usage: bool  # stream_options.include_usage: a last chunk with the usage
+def param_of(error: dict) -> str | None:
+    """The request field a pydantic error names: the first key of its location after "body"."""
+    loc = [x for x in error.get("loc", ()) if x != "body"]
+    return loc[0] if loc and isinstance(loc[0], str) else None
 
 
-# Fields an OpenAI client may send that change nothing here when left at these values; any other value is refused
-NEUTRAL = {
-    "n": (1, None),
-    "best_of": (1, None),
-    "echo": (False, None),
-    "logprobs": (None, False, 0),
-    "top_logprobs": (None, 0),
-    "presence_penalty": (0, 0.0, None),
-    "frequency_penalty": (0, 0.0, None),
-    "logit_bias": (None,),
-    "suffix": (None,),
-    "tools": (None,),
-    "tool_choice": (None, "none"),
-    "functions": (None,),
-    "function_call": (None, "none"),
-    "response_format": (None,),
-    "parallel_tool_calls": (None,),
-}
-IGNORED = {"model", "user", "stream", "stream_options", "prompt", "messages", "metadata", "store", "service_tier"}
-# OpenAI's and vLLM's names of SamplingParams fields: (the field, the JSON types accepted)
-SAMPLING = {
-    "max_tokens": ("max_tokens", (int,)),
-    "max_completion_tokens": ("max_tokens", (int,)),
-    "temperature": ("temperature", (int, float)),
-    "top_p": ("top_p", (int, float)),
-    "top_k": ("top_k", (int,)),
-    "min_p": ("min_p", (int, float)),
-    "repetition_penalty": ("repetition_penalty", (int, float)),
-    "seed": ("seed", (int,)),
-    "stop": ("stop", (str, list)),
-    "stop_token_ids": ("stop_token_ids", (list,)),
-    "ignore_eos": ("ignore_eos", (bool,)),
-}
-DEFAULTS = {"max_tokens": 16, "temperature": 1.0}  # OpenAI's defaults
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 
 
-def read_request(body, served, model_name: str, chat: bool) -> Request:
-    """The Request in an OpenAI /v1/completions (``chat`` False) or /v1/chat/completions body.
+class Speculative(Strict):
+    """Per-request speculation (each field: the server's own when left out)."""
 
-    served: the :class:`~specpar.entrypoints.server.app.Served` model (prompt encoding, chat template, context window).
-    """
-    if not isinstance(body, dict):
-        raise RequestError("the request body must be a JSON object")
-    model = body.get("model")
-    if model is not None and model != model_name:
-        raise RequestError(f"The model `{model}` does not exist.", "model", 404, "model_not_found")
-    for name, value in body.items():
-        if name in NEUTRAL:
-            if value not in NEUTRAL[name]:
-                raise RequestError(f"{name}={value!r} is not supported by this server", name)
-        elif name not in SAMPLING and name not in IGNORED:
-            raise RequestError(f"unsupported field {name!r}", name)
-    sampling = dict(DEFAULTS)
-    for name, (field, types) in SAMPLING.items():
-        value = body.get(name)
-        if value is None:
-            continue
-        if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
-            kinds = " or ".join({int: "an integer", float: "a number", str: "a string", list: "a list"}.get(t, t.__name__)
-                                for t in types)  # fmt: skip
-            raise RequestError(f"{name} must be {kinds}, got {value!r}", name)
-        sampling[field] = value
-    stream = _flag(body, "stream")
-    options = body.get("stream_options") or {}
-    if not isinstance(options, dict):
-        raise RequestError("stream_options must be an object", "stream_options")
-    include_usage = _flag(options, "include_usage")
-    prompt_ids = served.chat_ids(_messages(body)) if chat else served.prompt_ids(_prompt(body))
-    if not prompt_ids:
-        raise RequestError("the prompt is empty: give at least one token", "messages" if chat else "prompt")
-    try:
-        params = SamplingParams.from_kwargs(**sampling)
-    except ConfigError as exc:
-        raise RequestError(str(exc), _param_named(str(exc), body)) from None
-    served.check_length(len(prompt_ids), params.max_tokens)
-    return Request(prompt_ids, params, stream, include_usage)
+    algorithm: Literal["nonsi", "si", "dsi"] | None = None
+    lookahead: Annotated[int, Field(ge=1, le=64)] | None = None
+    sp_degree: Annotated[int, Field(ge=1)] | None = None
 
 
-def _flag(body: dict, name: str) -> bool:
-    value = body.get(name, False)
-    if value is None:
-        return False
-    if not isinstance(value, bool):
-        raise RequestError(f"{name} must be true or false, got {value!r}", name)
-    return value
+class StreamOptions(Strict):
+    include_usage: bool | None = False
+    continuous_usage_stats: Literal[False] | None = None
 
 
-def _prompt(body: dict):
-    """The one prompt of a completions body: a string or a list of token ids (or a list holding one of those)."""
-    if "prompt" not in body:
-        raise RequestError("prompt is required", "prompt")
-    prompt = body["prompt"]
-    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
-        prompt = prompt[0]  # the batch form with one prompt
-    if isinstance(prompt, str):
+def _refused(reason: str, neutral=(None,)):
+    """A field validator that refuses any value but the neutral ones, with ``reason``."""
+
+    def check(cls, value):
+        if value not in neutral:
+            raise ValueError(reason)
+        return value
+
+    return check
+
+
+class SamplingRequest(Strict):
+    """What completions and chat share: vLLM's sampling and stopping fields, streaming, specpar's extras."""
+
+    model: str | None = None
+    max_tokens: Annotated[int, Field(ge=1)] | None = None
+    temperature: Annotated[float, Field(ge=0, le=100)] | None = None
+    top_p: Annotated[float, Field(gt=0, le=1)] | None = None
+    top_k: Annotated[int, Field(ge=-1)] | None = None
+    min_p: Annotated[float, Field(ge=0, le=1)] | None = None
+    presence_penalty: Annotated[float, Field(ge=-2, le=2)] | None = None
+    frequency_penalty: Annotated[float, Field(ge=-2, le=2)] | None = None
+    repetition_penalty: Annotated[float, Field(gt=0, le=100)] | None = None
+    logit_bias: dict[str, Annotated[float, Field(ge=-100, le=100)]] | None = None
+    seed: Annotated[int, Field(ge=0, lt=2**63)] | None = None
+    stop: str | list[str] | None = None
+    stop_token_ids: list[Annotated[int, Field(ge=0)]] | None = None
+    ignore_eos: bool = False
+    min_tokens: Annotated[int, Field(ge=0)] = 0
+    include_stop_str_in_output: bool = False
+    n: Annotated[int, Field(ge=1, le=MAX_N)] = 1
+    stream: bool | None = False
+    stream_options: StreamOptions | None = None
+    user: str | None = None
+    metadata: dict[str, str] | None = None
+    store: bool | None = None
+    service_tier: str | None = None
+    coupling: Literal["rejection", "gumbel"] | None = None
+    speculative: Speculative | None = None
+
+    @field_validator("logit_bias")
+    @classmethod
+    def _bias_keys(cls, bias):
+        for key in bias or {}:
+            if not key.isdigit():
+                raise ValueError(f"logit_bias keys must be token ids (strings of integers >= 0), got {key!r}")
+        return bias
+
+    @field_validator("stop")
+    @classmethod
+    def _stops(cls, stop):
+        if any(not s for s in ([stop] if isinstance(stop, str) else stop or [])):
+            raise ValueError("stop strings must not be empty")
+        return stop
+
+
+class CompletionRequest(SamplingRequest):
+    """POST /v1/completions."""
+
+    prompt: str | list[int] | list[str] | list[list[int]]
+    echo: bool | None = False
+    logprobs: Annotated[int, Field(ge=0, le=MAX_LOGPROBS)] | None = None
+    best_of: Annotated[int, Field(ge=1)] | None = None
+    suffix: str | None = None
+
+    _suffix = field_validator("suffix")(_refused("suffix (insertion) is not supported by this server"))
+
+    @field_validator("prompt", mode="wrap")
+    @classmethod
+    def _prompt(cls, value, handler):
+        try:
+            prompt = handler(value)
+        except ValidationError:
+            raise ValueError("prompt must be a string, a list of token ids, or a list of either") from None
+        if isinstance(prompt, list) and prompt and isinstance(prompt[0], (str, list)) and len(prompt) > MAX_PROMPTS:
+            raise ValueError(f"at most {MAX_PROMPTS} prompts in one request")
         return prompt
-    if isinstance(prompt, list) and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
-        if prompt and isinstance(prompt[0], list):
-            raise RequestError("give one prompt per request (a batch of prompts is not supported)", "prompt")
-        return prompt
-    if isinstance(prompt, list) and prompt and all(isinstance(p, (str, list)) for p in prompt):
-        raise RequestError("give one prompt per request (a batch of prompts is not supported)", "prompt")
-    raise RequestError("prompt must be a string or a list of token ids (integers)", "prompt")
+
+    @model_validator(mode="after")
+    def _combinations(self):
+        if self.best_of is not None and self.best_of != self.n:
+            raise ValueError("best_of must equal n (every sample is returned)")
+        if self.echo and self.logprobs is not None:
+            raise ValueError("echo with logprobs (the prompt's log-probabilities) is not supported")
+        return self
 
 
-def _messages(body: dict) -> list[dict]:
-    """The chat messages, each {"role": str, "content": str} (content parts of type "text" are joined)."""
-    messages = body.get("messages")
-    if not isinstance(messages, list) or not messages:
-        raise RequestError("messages must be a non-empty list of {role, content} objects", "messages")
-    out = []
-    for i, m in enumerate(messages):
-        if not isinstance(m, dict) or not isinstance(m.get("role"), str):
-            raise RequestError(f"messages[{i}] must be an object with a string role", "messages")
-        content = m.get("content")
-        if isinstance(content, list):  # content parts: only text ones
-            if not all(isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str)
-                       for p in content):  # fmt: skip
-                raise RequestError(f"messages[{i}].content: only text parts are supported", "messages")
-            content = "".join(p["text"] for p in content)
-        if not isinstance(content, str):
-            raise RequestError(f"messages[{i}].content must be a string", "messages")
-        out.append({"role": m["role"], "content": content})
-    return out
+class TextPart(Strict):
+    type: Literal["text"]
+    text: str
 
 
-def _param_named(message: str, body: dict) -> str | None:
-    """The request field a SamplingParams error names (its message starts with the field's name)."""
-    for name, (field, _) in SAMPLING.items():
-        if message.startswith(field) and name in body:
-            return name
-    return None
+Content = str | list[TextPart]
+
+
+class SystemMessage(Strict):
+    role: Literal["system", "developer"]
+    content: Content
+    name: str | None = None
+
+
+class UserMessage(Strict):
+    role: Literal["user"]
+    content: Content
+    name: str | None = None
+
+
+class AssistantMessage(Strict):
+    role: Literal["assistant"]
+    content: Content | None = None
+    name: str | None = None
+    refusal: str | None = None
+
+
+class ToolMessage(Strict):
+    role: Literal["tool"]
+    content: Content
+    tool_call_id: str
+
+
+Message = Annotated[SystemMessage | UserMessage | AssistantMessage | ToolMessage, Field(discriminator="role")]
+
+_TOOLS = "tools and function calling are not supported by this server"
+
+
+class ChatCompletionRequest(SamplingRequest):
+    """POST /v1/chat/completions."""
+
+    messages: Annotated[list[Message], Field(min_length=1)]
+    max_completion_tokens: Annotated[int, Field(ge=1)] | None = None
+    logprobs: bool | None = False
+    top_logprobs: Annotated[int, Field(ge=0, le=MAX_LOGPROBS)] | None = None
+    response_format: dict[str, Any] | None = None
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    functions: list[dict[str, Any]] | None = None
+    function_call: str | dict[str, Any] | None = None
+    parallel_tool_calls: bool | None = None
+
+    _tools = field_validator("tools", "functions")(_refused(_TOOLS))
+    _choice = field_validator("tool_choice", "function_call")(_refused(_TOOLS, (None, "none")))
+
+    @field_validator("response_format")
+    @classmethod
+    def _format(cls, fmt):
+        if fmt is not None and fmt != {"type": "text"}:
+            raise ValueError('response_format: only {"type": "text"} (structured outputs are not supported)')
+        return fmt
+
+    @model_validator(mode="after")
+    def _combinations(self):
+        if self.top_logprobs and not self.logprobs:
+            raise ValueError("top_logprobs needs logprobs: true")
+        return self
+
+
+class TokenizeRequest(Strict):
+    """POST /tokenize: a prompt, or chat messages (vLLM's)."""
+
+    model: str | None = None
+    prompt: str | None = None
+    messages: list[Message] | None = None
+    add_generation_prompt: bool = True
+
+    @model_validator(mode="after")
+    def _one(self):
+        if (self.prompt is None) == (self.messages is None):
+            raise ValueError("give either prompt or messages")
+        return self
+
+
+class DetokenizeRequest(Strict):
+    """POST /detokenize."""
+
+    model: str | None = None
+    tokens: list[Annotated[int, Field(ge=0)]]
 
 
 def id_text(ids) -> str:
-    """Token ids as id text: " 4 17 3"."""
+    """Token ids as id text (a target without a tokenizer): " 4 17 3"."""
     return "".join(f" {t}" for t in ids)
 
 

@@ -1,0 +1,132 @@
+"""Answering a completions or chat request: its jobs generated on the engine, whole or streamed.
+
+Generation runs on a worker thread (the event loop keeps answering), one request at a time (the Ticket's turn),
+its choices one after the other. A streamed request whose client goes away closes its engine stream, which ends
+the generation at the next verified tokens, and the next request starts. A stream that asks for logprobs sends
+each choice's text in one chunk once it is generated (with its logprobs).
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass
+
+import anyio
+
+from specpar.core.errors import ConfigError, SpecparError
+from specpar.entrypoints.server.admission import Admission, Ticket, TicketedStream
+from specpar.entrypoints.server.jobs import Job, Plan
+from specpar.entrypoints.server.metrics import Metrics
+from specpar.entrypoints.server.responses import Shape
+from specpar.entrypoints.server.schemas import RequestError, error_body
+from specpar.entrypoints.server.served import Served
+
+
+@dataclass
+class Context:
+    """What every request of one app shares."""
+
+    engine: object
+    served: Served
+    metrics: Metrics
+    admission: Admission
+    model_name: str
+    created: int
+
+
+async def answer(ctx: Context, request, plan: Plan, endpoint: str, arrival: float):
+    """The response to ``plan``: a JSON body, or a TicketedStream of events."""
+    ticket = ctx.admission.admit(arrival)
+    rid = ("chatcmpl-" if plan.chat else "cmpl-") + uuid.uuid4().hex
+    shape = Shape(rid, ctx.model_name, plan.chat, int(time.time()), ctx.served)
+    if plan.stream:
+        return TicketedStream(events(ctx, request, plan, shape, ticket, endpoint), ticket)
+    try:
+        async with ticket:
+            results = await anyio.to_thread.run_sync(generate_all, ctx.engine, plan, ticket.timing)
+    except SpecparError as exc:
+        raise RequestError(str(exc), status=400 if isinstance(exc, ConfigError) else 500) from None
+    finally:
+        ticket.release()
+    ticket.timing.end = time.perf_counter()
+    ctx.metrics.observe(endpoint, plan.prompt_tokens, results, ticket.timing)
+    return shape.whole(plan, results)
+
+
+def generate_all(engine, plan: Plan, timing) -> list:
+    """Every job's GenerationResult, in order (on a worker thread)."""
+    results = []
+    for job in plan.jobs:
+        r = engine.generate(job.prompt_ids, job.params, stream=lambda _: timing.token(), **plan.speculative)
+        _ = r.timeline  # built here, not on the event loop (the metrics read it)
+        results.append(r)
+    return results
+
+
+async def events(ctx: Context, request, plan: Plan, shape: Shape, ticket: Ticket, endpoint: str):
+    """Server-sent events: each choice's chunks and finish reason, usage if asked, [DONE]."""
+    results = []
+    async with ticket:
+        try:
+            for job in plan.jobs:
+                async for event in job_events(ctx, request, plan, shape, job, ticket.timing, results):
+                    yield event
+                if len(results) <= job.index:  # the client left
+                    ctx.metrics.aborted(endpoint)
+                    return
+        except Exception as exc:  # after the 200 went out: an error event, then the end
+            kind = "invalid_request_error" if isinstance(exc, ConfigError) else "server_error"
+            ctx.metrics.error(endpoint, 400 if isinstance(exc, ConfigError) else 500)
+            yield shape.event(error_body(str(exc), kind))
+            yield "data: [DONE]\n\n"
+            return
+    ticket.timing.end = time.perf_counter()
+    ctx.metrics.observe(endpoint, plan.prompt_tokens, results, ticket.timing)
+    if plan.include_usage:
+        yield shape.usage_chunk(plan, results)
+    yield "data: [DONE]\n\n"
+
+
+async def job_events(ctx: Context, request, plan: Plan, shape: Shape, job: Job, timing, results: list):
+    """One choice's events; its GenerationResult is appended to ``results`` unless the client left."""
+    if shape.chat:
+        yield shape.chunk(job.index, {"role": "assistant", "content": ""})
+    if job.echo:
+        yield shape.chunk(job.index, job.echo)
+    if plan.logprobs is not None:  # the whole text in one chunk, with its logprobs
+        result = (await anyio.to_thread.run_sync(generate_all, ctx.engine, _one(plan, job), timing))[0]
+        text = shape.text(job, result)[len(job.echo or "") :]
+        yield shape.chunk(job.index, text, logprobs=shape.logprobs(result, len(job.echo or "")))
+    else:
+        result = None
+        pieces = ctx.engine.stream(job.prompt_ids, job.params, **plan.speculative)
+        try:
+            while True:
+                done, value = await anyio.to_thread.run_sync(_next, pieces)
+                if done:
+                    result = value
+                    break
+                timing.token()
+                yield shape.chunk(job.index, ctx.served.text(value))
+                if await request.is_disconnected():
+                    return
+        finally:
+            with anyio.CancelScope(shield=True):  # a client gone cancels us: still end the generation
+                await anyio.to_thread.run_sync(pieces.close)
+    results.append(result)
+    yield shape.chunk(job.index, None, result.finish_reason)
+
+
+def _one(plan: Plan, job: Job) -> Plan:
+    return Plan(plan.chat, [job], plan.n, speculative=plan.speculative)
+
+
+def _next(iterator):
+    """(False, the next item) or (True, the generator's return value)."""
+    try:
+        return False, next(iterator)
+    except StopIteration as stop:
+        if stop.value is not None:
+            _ = stop.value.timeline  # built on this worker thread, not on the event loop (the metrics read it)
+        return True, stop.value

@@ -1,0 +1,83 @@
+"""The OpenAI response bodies of one request: whole, or as server-sent event chunks; logprobs in OpenAI's forms."""
+
+from __future__ import annotations
+
+import json
+
+from specpar.entrypoints.server.jobs import Plan
+from specpar.entrypoints.server.schemas import id_text
+from specpar.entrypoints.server.served import Served
+
+FLOOR = -9999.0  # a removed token's log-probability (-inf) as JSON can carry it (vLLM's)
+
+
+class Shape:
+    """The bodies of one request ``rid`` to ``model``: chat or completions."""
+
+    def __init__(self, rid: str, model: str, chat: bool, created: int, served: Served):
+        self.rid, self.model, self.chat, self.created, self.served = rid, model, chat, created, served
+        self.object = "chat.completion" if chat else "text_completion"
+        self.chunk_object = "chat.completion.chunk" if chat else "text_completion"
+
+    def head(self, object: str) -> dict:
+        return {"id": self.rid, "object": object, "created": self.created, "model": self.model}
+
+    @staticmethod
+    def usage(plan: Plan, results) -> dict:
+        n = sum(len(r.tokens) for r in results)
+        return {"prompt_tokens": plan.prompt_tokens, "completion_tokens": n, "total_tokens": plan.prompt_tokens + n}
+
+    def text(self, job, result) -> str:
+        text = result.text if result.text is not None else id_text(result.tokens)
+        return (job.echo or "") + text
+
+    def whole(self, plan: Plan, results) -> dict:
+        choices = []
+        for job, r in zip(plan.jobs, results):
+            logprobs = self.logprobs(r, len(job.echo or "")) if plan.logprobs is not None else None
+            if self.chat:
+                choice = {"index": job.index, "message": {"role": "assistant", "content": self.text(job, r)}}
+            else:
+                choice = {"index": job.index, "text": self.text(job, r)}
+            choice |= {"logprobs": logprobs, "finish_reason": r.finish_reason, "token_ids": r.tokens}  # vLLM's ids
+            choices.append(choice)
+        return {**self.head(self.object), "choices": choices, "usage": self.usage(plan, results)}
+
+    def chunk(self, index: int, piece, finish_reason: str | None = None, logprobs=None) -> str:
+        """One event: ``piece`` of choice ``index`` (text; for chat a delta dict, or None for an empty one)."""
+        if self.chat:
+            delta = piece if isinstance(piece, dict) else {} if piece is None else {"content": piece}
+            choice = {"index": index, "delta": delta}
+        else:
+            choice = {"index": index, "text": piece or ""}
+        choice |= {"logprobs": logprobs, "finish_reason": finish_reason}
+        return self.event({**self.head(self.chunk_object), "choices": [choice]})
+
+    def usage_chunk(self, plan: Plan, results) -> str:
+        return self.event({**self.head(self.chunk_object), "choices": [], "usage": self.usage(plan, results)})
+
+    @staticmethod
+    def event(data: dict) -> str:
+        return f"data: {json.dumps(data)}\n\n"
+
+    def logprobs(self, result, offset: int = 0) -> dict:
+        """A result's logprobs: chat's {"content": [...]} or completions' {"tokens", "token_logprobs", ...}."""
+        token, entries = self.served.token, result.logprobs or []
+        if self.chat:
+            return {"content": [{**_entry(token(x.token), x.logprob),
+                                 "top_logprobs": [_entry(token(t), v) for t, v in x.top]} for x in entries]}  # fmt: skip
+        tokens = [token(x.token) for x in entries]
+        offsets, at = [], offset
+        for s in tokens:
+            offsets.append(at)
+            at += len(s)
+        return {
+            "tokens": tokens,
+            "token_logprobs": [max(x.logprob, FLOOR) for x in entries],
+            "top_logprobs": [{token(t): max(v, FLOOR) for t, v in x.top} for x in entries],
+            "text_offset": offsets,
+        }
+
+
+def _entry(token: str, logprob: float) -> dict:
+    return {"token": token, "logprob": max(logprob, FLOOR), "bytes": list(token.encode())}

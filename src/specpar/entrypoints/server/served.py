@@ -1,0 +1,84 @@
+"""The served model as the API sees it: prompt encoding, chat template, context window, token text."""
+
+from __future__ import annotations
+
+from specpar.core.errors import ConfigError
+from specpar.entrypoints.server.schemas import RequestError, id_text, parse_id_text
+
+
+class Served:
+    """The engine's target: prompts and messages into token ids, checked; output pieces and tokens into text.
+
+    A target without a tokenizer (a simulated model) reads and writes *id text*: its text is its token ids in
+    decimal, each preceded by a space (" 4 17 3"), so a prompt is a list of ids or such a string, streamed pieces
+    join to the whole output, and a chat prompt is its messages' ids one after the other.
+    """
+
+    def __init__(self, engine, max_model_len: int | None = None):
+        self.engine = engine
+        model = engine.target_model
+        self.tokenizer = engine.tokenizer
+        self.vocab_size = getattr(model, "vocab_size", None)
+        self.max_model_len = getattr(model, "context_window", None) or max_model_len
+
+    def prompt_ids(self, prompt, param: str = "prompt") -> list[int]:
+        """A prompt (text, or token ids) as token ids, checked against the vocabulary; never empty."""
+        if isinstance(prompt, str):
+            ids = parse_id_text(prompt, param) if self.tokenizer is None else self.engine.target_model.encode(prompt)
+        else:
+            ids = list(prompt)
+        if not ids:
+            raise RequestError("the prompt is empty: give at least one token", param)
+        return self.check_ids(ids, param)
+
+    def chat_ids(self, messages, add_generation_prompt: bool = True) -> list[int]:
+        """The messages in the target's chat template, ending where the assistant speaks; without a tokenizer,
+        the id text of every message's content, one after the other."""
+        turns = [{"role": m.role, "content": content_text(m.content)} for m in messages]
+        if self.tokenizer is None:
+            return self.prompt_ids(" ".join(t["content"] for t in turns), "messages")
+        if not getattr(self.tokenizer, "chat_template", None):
+            raise RequestError("this model's tokenizer has no chat template: use /v1/completions", "messages")
+        text = self.tokenizer.apply_chat_template(turns, tokenize=False, add_generation_prompt=add_generation_prompt)
+        return self.prompt_ids(text, "messages")
+
+    def check_ids(self, ids, param: str) -> list[int]:
+        if self.vocab_size is not None and any(t < 0 or t >= self.vocab_size for t in ids):
+            raise RequestError(f"token ids must be in [0, {self.vocab_size})", param)
+        return list(ids)
+
+    def room(self, prompt_len: int) -> int | None:
+        """Tokens that fit after a prompt of ``prompt_len`` tokens (None: no limit known)."""
+        return None if self.max_model_len is None else self.max_model_len - prompt_len
+
+    def check_length(self, prompt_len: int, max_tokens: int) -> None:
+        if self.max_model_len is not None and prompt_len + max_tokens > self.max_model_len:
+            raise RequestError(
+                f"This model's maximum context length is {self.max_model_len} tokens. However, you requested "
+                f"{prompt_len + max_tokens} tokens ({prompt_len} in the prompt, {max_tokens} for the completion).",
+                "max_tokens",
+                code="context_length_exceeded",
+            )
+        try:
+            self.engine.check_length(prompt_len, max_tokens)
+        except ConfigError as exc:
+            raise RequestError(str(exc), "max_tokens", code="context_length_exceeded") from None
+
+    def text(self, piece) -> str:
+        """A streamed piece (text, or token ids without a tokenizer) as text."""
+        return piece if isinstance(piece, str) else id_text(piece)
+
+    def decode(self, ids) -> str:
+        """The text of token ids (id text without a tokenizer)."""
+        return id_text(ids) if self.tokenizer is None else self.tokenizer.decode(ids, skip_special_tokens=True)
+
+    def token(self, t: int) -> str:
+        """One token's own text, as the logprobs name it."""
+        return f" {t}" if self.tokenizer is None else self.tokenizer.decode([t])
+
+
+def content_text(content) -> str:
+    """A message's content: a string, or its text parts joined."""
+    if content is None:
+        return ""
+    return content if isinstance(content, str) else "".join(p.text for p in content)
