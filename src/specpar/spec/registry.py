@@ -30,6 +30,7 @@ from specpar.spec.dsi import dsi
 from specpar.spec.hsd import hsd
 from specpar.spec.hsd_sp import LevelsServer, hsd_sp
 from specpar.spec.nonsi import non_si
+from specpar.spec.proposers import ModelDrafter, Proposer
 from specpar.spec.si import si
 
 log = logging.getLogger(__name__)
@@ -73,17 +74,23 @@ def _nonsi(job: Job) -> GenerationResult:
     )
 
 
+def proposer_of(job: Job) -> Proposer:
+    """What SI and DSI draft with: the drafter pool's model (one, or several whose trees are merged), drafting the
+    config's token tree where it has one, else chains (specpar.spec.proposers)."""
+    return ModelDrafter(job.runtime, job.pools["drafter"], job.spec.tree)
+
+
 def _si(job: Job) -> GenerationResult:
-    p, s = job.pools, job.spec
-    return si(job.runtime, p["target"], p["drafter"], job.prompt, job.max_new_tokens, s.lookahead, job.decoding,
-              job.stream, job.stopping, tree=s.tree)  # fmt: skip
+    s = job.spec
+    return si(job.runtime, job.pools["target"], proposer_of(job), job.prompt, job.max_new_tokens, s.lookahead,
+              job.decoding, job.stream, job.stopping)  # fmt: skip
 
 
 def _dsi(job: Job) -> GenerationResult:
-    p, s = job.pools, job.spec
-    return dsi(job.runtime, p["target"], p["drafter"], job.prompt, job.max_new_tokens, s.lookahead, job.decoding,
-               job.stream, job.stopping, prefill_all=s.prefill_replicas, dedicated_cursor=s.dedicated_cursor,
-               tree=s.tree)  # fmt: skip
+    s = job.spec
+    return dsi(job.runtime, job.pools["target"], proposer_of(job), job.prompt, job.max_new_tokens, s.lookahead,
+               job.decoding, job.stream, job.stopping, prefill_all=s.prefill_replicas,
+               dedicated_cursor=s.dedicated_cursor)  # fmt: skip
 
 
 def _hsd(job: Job) -> GenerationResult:
