@@ -162,6 +162,11 @@ class SpeculativeConfig:
         """Whether the algorithm drafts (everything but non-SI)."""
         return self.algorithm != "nonsi"
 
+    @property
+    def uses_drafter(self) -> bool:
+        """Whether a drafter model drafts: every algorithm that speculates, unless the n-gram proposer drafts alone."""
+        return self.speculates and (self.proposer is None or parse_proposer(self.proposer).uses_drafter)
+
     def replace(self, **changes) -> SpeculativeConfig:
         """A copy with ``changes`` (None values leave a field as it is), checked again."""
         return replace(self, **{k: v for k, v in changes.items() if v is not None}) if changes else self

@@ -252,7 +252,7 @@ class Engine:
         if self.closed:
             raise ConfigError("this engine is closed")
         ids = self.prompt_ids(prompt)
-        if spec.speculates and self.drafters is None:
+        if spec.uses_drafter and self.drafters is None:
             raise ConfigError(f"algorithm {spec.algorithm!r} needs a drafter: give the engine one")
         if spec.lookahead == "auto":
             spec = spec.replace(lookahead=self.auto_lookahead(spec, params.max_tokens))

@@ -22,6 +22,7 @@ costs one lookup.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 
@@ -39,26 +40,20 @@ DEFAULT_PRIOR = 0.7  # the estimate before any test, when nothing better is know
 class AdaptiveLookahead:
     """The lookahead for the next window, from the acceptance estimate (module docstring).
 
-    candidates: the lookaheads to choose from. predict(a, k): predicted ms per token at acceptance rate a.
+    best: the table, the best lookahead at acceptance rate i / GRID for i = 0..GRID (:func:`tabulate`).
     prior: the estimate before any draft is tested. horizon: about how many of the latest tests the estimate weighs.
     chosen: the lookahead of each window so far, in order (for reports).
     """
 
-    def __init__(
-        self,
-        candidates: Sequence[int],
-        predict: Callable[[float, int], float],
-        prior: float = DEFAULT_PRIOR,
-        horizon: float = DEFAULT_HORIZON,
-    ):
-        if not candidates:
-            raise ConfigError("an adaptive lookahead needs at least one candidate lookahead")
+    def __init__(self, best: Sequence[int], prior: float = DEFAULT_PRIOR, horizon: float = DEFAULT_HORIZON):
+        if len(best) != GRID + 1:
+            raise ConfigError(f"an adaptive lookahead's table has one lookahead per rate i / {GRID}, i = 0..{GRID}")
         if not 0.0 <= prior <= 1.0:
             raise ConfigError(f"the prior acceptance rate must be in [0, 1], got {prior!r}")
         if not isinstance(horizon, (int, float)) or not 1.0 <= horizon < math.inf:
             raise ConfigError(f"the estimate's horizon must be a number of tests >= 1, got {horizon!r}")
-        self.candidates = sorted(candidates)
-        self.best = [min(self.candidates, key=lambda k: (predict(i / GRID, k), k)) for i in range(GRID + 1)]
+        self.best = tuple(best)
+        self.candidates = sorted(set(self.best))
         self.estimate = float(prior)
         self.weight = 1.0 / horizon
         self.tested = 0
@@ -79,6 +74,14 @@ class AdaptiveLookahead:
         return f"AdaptiveLookahead(k in {self.candidates[0]}..{self.candidates[-1]}, estimate {self.estimate:.2f})"
 
 
+def tabulate(candidates: Sequence[int], predict: Callable[[float, int], float]) -> tuple[int, ...]:
+    """The best of ``candidates`` at each acceptance rate i / GRID: the least ``predict(a, k)`` (ms per token), the
+    smaller k at a tie."""
+    if not candidates:
+        raise ConfigError("an adaptive lookahead needs at least one candidate lookahead")
+    return tuple(min(candidates, key=lambda k: (predict(i / GRID, k), k)) for i in range(GRID + 1))
+
+
 def adaptive_lookahead(
     algorithm: str,
     target: LatencyProfile,
@@ -97,11 +100,18 @@ def adaptive_lookahead(
         raise ConfigError(f"an adaptive lookahead is for 'si' or 'dsi', not {algorithm!r}")
     if isinstance(max_lookahead, bool) or not isinstance(max_lookahead, int) or max_lookahead < 1:
         raise ConfigError(f"max_lookahead must be a positive integer, got {max_lookahead!r}")
-    t, d, per_token = target.tpot_ms, drafter.tpot_ms, target.per_token_ms
-    if t <= 0 or d <= 0:
+    if target.tpot_ms <= 0 or drafter.tpot_ms <= 0:
         raise ConfigError("an adaptive lookahead needs target and drafter latencies > 0 ms (a cost model to weigh)")
+    best = _table(algorithm, target.tpot_ms, drafter.tpot_ms, target.per_token_ms, sp_degree, max_lookahead,
+                  dedicated_cursor)  # fmt: skip
+    return AdaptiveLookahead(best, prior, horizon)
+
+
+@functools.lru_cache(maxsize=256)
+def _table(algorithm: str, t: float, d: float, per_token: float, sp_degree: int, max_lookahead: int, kept):
+    """:func:`tabulate` for adaptive_lookahead's arguments (the same table for every generation of one setup)."""
     ks = list(range(1, max_lookahead + 1))
     if algorithm == "si":
-        return AdaptiveLookahead(ks, lambda a, k: si_ms_per_token(t, d, a, k, per_token), prior, horizon)
-    valid = [k for k in ks if satisfies_eq1(t, d, k, sp_degree, per_token, dedicated_cursor)]
-    return AdaptiveLookahead(valid or ks, lambda a, k: dsi_ms_per_token(t, d, a, k, per_token), prior, horizon)
+        return tabulate(ks, lambda a, k: si_ms_per_token(t, d, a, k, per_token))
+    valid = [k for k in ks if satisfies_eq1(t, d, k, sp_degree, per_token, kept)]
+    return tabulate(valid or ks, lambda a, k: dsi_ms_per_token(t, d, a, k, per_token))

@@ -28,6 +28,7 @@ from specpar.core.config import NGRAM_SIZES, check_ngram_sizes
 from specpar.core.decoding import Decoding
 from specpar.core.errors import ConfigError
 from specpar.core.trees import BestFirst, TokenTree, check_tree, tree_depth, tree_size
+from specpar.spec.proposers import Proposer
 
 DEFAULT_MIN_N, DEFAULT_MAX_N = NGRAM_SIZES
 
@@ -110,7 +111,7 @@ def point_masses(tokens: Sequence[int], width: int) -> np.ndarray:
     return rows
 
 
-class NgramProposer:
+class NgramProposer(Proposer):
     """Drafts by prompt lookup at no cost (module docstring): a chain of at most k tokens, or with ``tree`` a token
     tree of the continuations found (as deep as the tree's depth, at most as many nodes as the tree shape has).
 
@@ -118,8 +119,6 @@ class NgramProposer:
     matches (a drafter model's; it must draft trees where this one does), else the proposal is empty and the target
     goes on alone. proposed, fell_back: proposals made by lookup and handed to the fallback, for reports.
     """
-
-    feedback = None
 
     def __init__(self, width: int, min_n: int = DEFAULT_MIN_N, max_n: int = DEFAULT_MAX_N, tree=None, fallback=None):
         self.matcher = NgramMatcher(min_n, max_n)
