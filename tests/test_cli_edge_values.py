@@ -39,7 +39,7 @@ CLI_CASES = [
         "must be an integer of at most",
     ),
     (
-        ["simulate", "--algo", "hsd", "--costs", "1,2", "--chain", "0.5", "--t-max", "2147483647"],
+        ["simulate", "--algorithm", "hsd", "--costs", "1,2", "--chain", "0.5", "--t-max", "2147483647"],
         "T_max must be at most",
     ),
     (["simulate", "--sp-degree", "99999"], "argument --sp-degree: at most 1024 servers"),

@@ -22,7 +22,7 @@ CASES = {
     "virtual clock": ["simulate", *HUGE, "-k", "4"],
     "threads": ["simulate", *HUGE, "-k", "4", "--runtime", "threads", "--target-tpot", "1"],
     "choosing the lookahead": ["simulate", *HUGE],
-    "hsd": ["simulate", "--algo", "hsd", *HUGE],
+    "hsd": ["simulate", "--algorithm", "hsd", *HUGE],
     "heatmap": ["heatmap", "--resolution", "200", "-o", os.devnull + "/never"],
 }
 STARTED = (

@@ -40,7 +40,7 @@ def test_vllms_ngram_method_selects_the_ngram_proposer_with_its_sizes():
         (lambda: SpeculativeConfig(algorithm="hsd", proposer="ngram"), "'si' or 'dsi', not 'hsd'"),
         (lambda: SpeculativeConfig.from_vllm({"method": "si", "prompt_lookup_max": 3}), "go with method 'ngram'"),
         (lambda: SpeculativeConfig.from_vllm({"method": "ngram", "proposer": "ngram"}), "twice"),
-        (lambda: SpeculativeConfig(lookahead="sometimes"), "'auto', 'adaptive'"),
+        (lambda: SpeculativeConfig(lookahead="sometimes"), "'auto' or 'adaptive'"),
     ],
 )
 def test_bad_proposer_settings_are_one_config_error(make, needle):

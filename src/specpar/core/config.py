@@ -27,15 +27,35 @@ PLACEMENTS = ("PACK", "SPREAD")
 DRAFTER_PLACEMENTS = ("driver", "actor")
 
 
-def flag(name: str, help: str, *, short: str | None = None, aliases: Sequence[str] = (), metavar: str | None = None):
-    """A field's command-line spelling: ``name`` (and ``short``), with ``aliases`` its deprecated spellings."""
-    return {"flag": name, "short": short, "aliases": tuple(aliases), "help": help, "metavar": metavar}
+def flag(
+    name: str,
+    help: str,
+    *,
+    default: str | None = None,
+    short: str | None = None,
+    aliases: Sequence[str] = (),
+    metavar: str | None = None,
+    choices: Mapping[str, str] | None = None,
+):
+    """A field's command-line spelling: ``name`` (and ``short``), with ``aliases`` its deprecated spellings (they
+    still work for one release, with a warning). help: what the field does; default: the rule its default follows,
+    in words (else the help shows the default value); choices: the values a text field takes, each with what it
+    means."""
+    return {
+        "flag": name,
+        "short": short,
+        "aliases": tuple(aliases),
+        "help": help,
+        "default": default,
+        "metavar": metavar,
+        "choices": None if choices is None else dict(choices),
+    }
 
 
 def _positive_int(name: str, value, lo: int = 1, hi: int | None = None) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < lo or (hi is not None and value > hi):
-        bound = f">= {lo}" if hi is None else f"in [{lo}, {hi}]"
-        raise ConfigError(f"{name} must be an integer {bound}, got {value!r}")
+        bound = f">= {lo}" if hi is None else f">= {lo} and <= {hi}"
+        raise ConfigError(f"{name} must be {bound} (an integer), got {value!r}")
     return value
 
 
@@ -57,20 +77,27 @@ class SpeculativeConfig:
         default="dsi",
         metadata=flag(
             "--algorithm",
-            "nonsi (the target alone), si, dsi, hsd (a stack of drafters) or hsd-sp (HSD with DSI on top)",
+            "the algorithm",
             aliases=("--algo",),
+            choices={
+                "nonsi": "the target alone",
+                "si": "a drafter proposes k tokens, the target verifies them in one pass",
+                "dsi": "SI whose verifications run on --sp-degree target servers while drafting goes on",
+                "hsd": "a stack of drafters, each verifying the one below",
+                "hsd-sp": "HSD with DSI's parallel verification at the top",
+            },
         ),
     )
     lookahead: int | str | None = field(
         default=None,
         metadata=flag(
             "--lookahead",
-            "draft tokens per verification (k), or 'auto': the fastest valid one by simulation of the models' "
-            "latencies and acceptance rate, or 'adaptive': re-chosen at each window from the acceptance seen so far "
-            "(SI and DSI, among the lookaheads valid for the servers); default: the smallest that keeps the target "
-            "servers busy (Eq. 1)",
+            "draft tokens per verification (k; vLLM's num_speculative_tokens), or 'auto': the fastest by a "
+            "simulation of the models' latencies and acceptance rate, or 'adaptive': re-chosen at each window (an "
+            "SI round, a DSI chunk) from the acceptance seen so far, DSI's among those valid for its servers",
+            default="the smallest that satisfies Eq. 1 on --sp-degree target servers when both models' latencies "
+            "are known, else 5; a token tree's depth",
             short="-k",
-            aliases=("--num-speculative-tokens",),
             metavar="K|auto|adaptive",
         ),
     )
@@ -78,7 +105,8 @@ class SpeculativeConfig:
         default=None,
         metadata=flag(
             "--sp-degree",
-            "target servers DSI verifies on at once (SI and non-SI use one); default: every target server",
+            "speculation parallelism: target servers DSI and HSD-SP verify on at once (SI, non-SI and HSD use one)",
+            default="every target server of the engine",
             metavar="SP",
         ),
     )
@@ -86,8 +114,9 @@ class SpeculativeConfig:
         default=None,
         metadata=flag(
             "--tree",
-            "SI and DSI over token trees: widths k1,...,km (SpecInfer's expansion; the lookahead is then m) or "
-            "best:B[:W] (B nodes grown best-first by the drafter's path probability)",
+            "SI and DSI draft token trees, verified in one target pass: widths k1,...,km (SpecInfer's expansion, "
+            "k_i candidates at depth i; the lookahead is then m) or best:B[:W] (B nodes grown best-first by the "
+            "drafter's path probability, W per drafter pass)",
             metavar="K1,...,KM|best:B",
         ),
     )
@@ -105,8 +134,8 @@ class SpeculativeConfig:
         default=None,
         metadata=flag(
             "--buffers",
-            "HSD: T_0,...,T_{K-1}, draft tokens each level gathers before the level above verifies them "
-            "(default: the lookahead at every level)",
+            "HSD: T_0,...,T_{K-1}, draft tokens each level gathers before the level above verifies them",
+            default="the lookahead at every level",
             metavar="T0,...",
         ),
     )
@@ -114,16 +143,16 @@ class SpeculativeConfig:
         default=None,
         metadata=flag(
             "--prefill-replicas",
-            "DSI: every target server prefills the prompt at the start, in parallel; default: when the target's "
-            "TTFT exceeds its TPOT or is unknown",
+            "DSI: every target server prefills the prompt at the start, in parallel",
+            default="when the target's TTFT exceeds its TPOT or is unknown",
         ),
     )
     dedicated_cursor: bool | None = field(
         default=None,
         metadata=flag(
             "--dedicated-cursor",
-            "DSI: keep one target server for passes on the verified prefix; default: when verification costs grow "
-            "with the drafts fed (a per-token cost) or are unknown",
+            "DSI: keep one target server for passes on the verified prefix",
+            default="when verification costs grow with the drafts fed, a per-token cost, or are unknown",
         ),
     )
 
@@ -131,11 +160,8 @@ class SpeculativeConfig:
         if self.algorithm not in ALGORITHMS:
             raise ConfigError(f"algorithm must be one of {', '.join(ALGORITHMS)}, got {self.algorithm!r}")
         k = self.lookahead
-        if isinstance(k, str):
-            if k not in LOOKAHEAD_MODES:
-                raise ConfigError(f"lookahead must be a positive integer or one of {LOOKAHEAD_MODES}, got {k!r}")
-        elif k is not None:
-            _positive_int("lookahead (k)", k)
+        if k is not None and k not in LOOKAHEAD_MODES and (isinstance(k, bool) or not isinstance(k, int) or k < 1):
+            raise ConfigError(f"lookahead must be an integer >= 1, 'auto' or 'adaptive', got {k!r}")
         if self.sp_degree is not None:
             _positive_int("sp_degree", self.sp_degree, hi=1024)
         if self.buffers is not None:
@@ -279,25 +305,30 @@ class RuntimeConfig:
         default=None,
         metadata=flag(
             "--runtime",
-            "virtual: a discrete-event clock, exact and fast (offline); threads: real wall time, one thread per "
-            "server in this process; ray: real wall time, each server a Ray actor in its own process "
-            "(pip install 'specpar[ray]'); default: virtual for simulated models, threads for real ones",
+            "where the servers run",
+            default="virtual for simulated models, threads for real ones",
+            choices={
+                "virtual": "a discrete-event clock, exact and fast (offline)",
+                "threads": "real wall time, one thread per server in this process",
+                "ray": "real wall time, each server a Ray actor in its own process (pip install 'specpar[ray]')",
+            },
         ),
     )
     cancel_frees: str | Mapping[str, str] = field(
         default="now",
         metadata=flag(
             "--cancel-frees",
-            "virtual clock: a cancelled task frees its server now (preemptible servers) or at the end of its pass "
-            "(as a real forward pass does); default now",
+            "virtual clock: when a cancelled task frees its server",
+            choices={"now": "at once (preemptible servers)", "end": "at the end of its pass, as a forward pass does"},
         ),
     )
     link_ms: float | Mapping[str, float] = field(
         default=0.0,
         metadata=flag(
             "--link-ms",
-            "one-way latency between the driver and the target servers, as on other nodes: the virtual clock adds "
-            "2 x MS to every target call, on Ray each actor injects the delay (default 0)",
+            "one-way latency between the driver and the target servers, as on other nodes (the drafter stays "
+            "beside the driver): the virtual clock adds 2 x MS to every target call, on Ray each target actor "
+            "injects the delay",
             metavar="MS",
         ),
     )
@@ -305,7 +336,8 @@ class RuntimeConfig:
         default=None,
         metadata=flag(
             "--call-timeout",
-            "threads and Ray: seconds a call may run before its server counts as stalled (default: the runtime's)",
+            "threads and Ray: seconds a call may run before its server counts as stalled",
+            default="the runtime's",
             metavar="S",
         ),
     )
@@ -314,7 +346,8 @@ class RuntimeConfig:
         metadata=flag(
             "--ray-address",
             "Ray: join a running cluster (`ray start --head` on one node, `ray start --address HOST:PORT` on the "
-            "others); default: start a local Ray for this run (loopback only) and stop it at the end",
+            "others)",
+            default="a local Ray, loopback only, started for this run and stopped at its end",
             metavar="auto|HOST:PORT",
         ),
     )
@@ -322,8 +355,8 @@ class RuntimeConfig:
         default=1.0,
         metadata=flag(
             "--cpus-per-server",
-            "Ray: CPUs reserved for each server's actor, and its torch threads (default 1); target replicas also "
-            "get one GPU each when the cluster has GPUs",
+            "Ray: CPUs reserved for each server's actor, and its torch threads; target replicas also get one GPU "
+            "each when the cluster has GPUs",
             metavar="CPUS",
         ),
     )
@@ -331,15 +364,19 @@ class RuntimeConfig:
         default="PACK",
         metadata=flag(
             "--placement",
-            "Ray: placement group strategy for the servers, PACK on as few nodes as fit (default) or SPREAD",
+            "Ray: placement group strategy for the servers",
+            choices={"PACK": "on as few nodes as fit", "SPREAD": "across nodes"},
         ),
     )
     drafter_placement: str = field(
         default="driver",
         metadata=flag(
             "--drafter-placement",
-            "Ray: driver (default): the drafter runs on a thread of this process, no round trip per draft call; "
-            "actor: in its own actor like the targets",
+            "Ray: where the drafter runs",
+            choices={
+                "driver": "on a thread of this process, no round trip per draft call",
+                "actor": "in its own actor, like the targets",
+            },
         ),
     )
     options: Mapping[str, Any] = field(default_factory=dict)

@@ -540,7 +540,8 @@ def reproduce(
             check_table2(
                 rows,
                 results,
-                "specpar reproduce --only table2 " + (given or "--starcoder-drafter-latency C --phi3-acceptance A"),
+                "specpar reproduce --only table2 "
+                + (given or "--starcoder-drafter-latency C --phi3-acceptance-rate A"),
             )
         )
         if progress:

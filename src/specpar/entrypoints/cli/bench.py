@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
-import argparse
 import sys
 
 from specpar.core.errors import ConfigError
 from specpar.core.json_output import JsonLines, print_json
 from specpar.core.params import SamplingParams
 from specpar.core.results import METRICS_FOOTNOTE, fmt
+from specpar.core.trees import parse_tree
 from specpar.entrypoints.cli import real_models
+from specpar.entrypoints.cli.aliases import add_deprecated
+from specpar.entrypoints.cli.command_args import add_json, add_max_new_tokens, add_prompt_count, command_parser
 from specpar.entrypoints.cli.generate import NAMES
-from specpar.entrypoints.cli.options import integer, number, seed, server_count
+from specpar.entrypoints.cli.options import number, seed
 from specpar.entrypoints.cli.progress import TokenProgress
-from specpar.entrypoints.cli.runtime_args import add_runtime_arguments
+from specpar.entrypoints.cli.runtime_args import REAL_TIME_FIELDS, add_runtime_arguments
 from specpar.experiments.loop import run_arms
 
 DESCRIPTION = """\
@@ -31,39 +33,28 @@ with the spread of the per-prompt ratios; a note says when they straddle 1.
 
 
 def register(sub) -> None:
-    p = sub.add_parser(
-        "bench",
-        help="non-SI vs SI vs DSI on real models over N prompts",
-        description=DESCRIPTION,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p = command_parser(sub, "bench", "non-SI vs SI vs DSI on real models over N prompts", DESCRIPTION)
     real_models.add_prompt_args(p, default="humaneval")
-    p.add_argument(
-        "-n", "--prompts", type=integer, default=10, help="prompts to run, the dataset's first n (default 10)"
+    add_prompt_count(p, 10, "prompts to run, the dataset's first n")
+    add_max_new_tokens(p, 64, "tokens per prompt")
+    real_models.add_speculation_arguments(p, fields=("lookahead", "sp_degree", "tree", "proposer", "prefill_replicas",
+                                                     "dedicated_cursor"))  # fmt: skip
+    algorithms = p.add_argument(
+        "--algorithms", default="nonsi,si,dsi", metavar="LIST", help="comma-separated algorithms (default nonsi,si,dsi)"
     )
-    p.add_argument("-N", "--max-new-tokens", type=integer, default=64, help="tokens per prompt (default 64)")
-    p.add_argument("-k", "--lookahead", type=integer, default=5, help="draft tokens per verification (default 5)")
-    p.add_argument("--sp-degree", type=server_count, default=2, help="target servers DSI may use at once (default 2)")
-    p.add_argument(
-        "--tree",
-        metavar="K1,...,KM|best:B",
-        default=None,
-        help="SI and DSI draft SpecInfer token trees <k1,...,km> instead of k-token chains (e.g. 2,2,1), or best:B: "
-        "B nodes grown best-first by the drafter's path probability (best:B:W expands W nodes per drafter pass)",
-    )
-    p.add_argument("--algos", default="nonsi,si,dsi", help="comma-separated algorithms (default nonsi,si,dsi)")
+    add_deprecated(p, algorithms, "--algos")
     p.add_argument(
         "--arm",
         action="append",
         metavar='"ALGO [k=K] [tree=SHAPE]"',
-        help="instead of --algos: one arm, repeatable, e.g. --arm nonsi --arm 'si k=8' --arm 'si tree=best:8' "
+        help="instead of --algorithms: one arm, repeatable, e.g. --arm nonsi --arm 'si k=8' --arm 'si tree=best:8' "
         "--arm 'si tree=2,2,1' (chains and trees side by side, interleaved per prompt; k and tree default to -k and "
         "--tree)",
     )
-    p.add_argument("--temperature", type=number, default=0.0, help="0 (default) greedy; > 0 sampling")
+    p.add_argument("--temperature", type=number, default=0.0, metavar="T", help="0 (default) greedy; > 0 sampling")
     p.add_argument("--seed", type=seed, default=0, help="prompt i samples with seed + i")
     p.add_argument("--out", metavar="FILE.jsonl", help="write one JSON line per prompt and algorithm")
-    p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
+    add_json(p, "print the summary as one JSON object")
     p.add_argument(
         "--timeline",
         action="store_true",
@@ -71,7 +62,7 @@ def register(sub) -> None:
         "tokens, drafts, tokens cached at its start, cancelled)",
     )
     real_models.add_model_args(p)
-    add_runtime_arguments(p, choices=("threads", "ray"), default="threads")
+    add_runtime_arguments(p, choices=("threads", "ray"), default="threads", fields=REAL_TIME_FIELDS)
     p.set_defaults(func=run)
 
 
@@ -82,13 +73,9 @@ def run(args) -> int:
     real_models.check_common(args)
     if args.out:
         args.out = check_output_file(args.out, "--out")
-    if args.tree is not None:
-        from specpar.core.trees import parse_tree
-
-        args.tree = parse_tree(args.tree)
     arms = _arms(args)
     algorithms = list(arms)
-    uses_dsi = any(algo == "dsi" for algo, _, _ in arms.values())
+    uses_dsi = any(algo == "dsi" for algo, _ in arms.values())
     chosen = prompts.load(args.dataset, args.prompts)
     target, drafter, servers = real_models.load(args, args.sp_degree if uses_dsi else 1, max_tokens=4096)
     encoded = [(p.id, p.token_ids(target)) for p in chosen]
@@ -99,13 +86,14 @@ def run(args) -> int:
 
     def run(arm, prompt):
         i, _, ids = prompt
-        algo, lookahead, tree = arms[arm]
+        algo, changes = arms[arm]
         servers.reset()
         # every arm generates N tokens, past the end of text (vLLM's benchmarks do the same)
         params = SamplingParams(
             temperature=args.temperature, seed=args.seed + i, max_tokens=args.max_new_tokens, ignore_eos=True
         )
-        return servers.generate(ids, params, algorithm=algo, lookahead=lookahead, tree=tree, stream=bar.callback)
+        spec = real_models.arm(args.spec, servers, algo, **changes)
+        return servers.generate(ids, params, speculative_config=spec, stream=bar.callback)
 
     def on_result(arm, i, res):
         seen[arm, i] = res
@@ -117,7 +105,7 @@ def run(args) -> int:
     with JsonLines(args.out) as out, TokenProgress(total, "benchmarking", not args.json) as bar:
         by_algo = run_arms(algorithms, len(encoded), run, setup=lambda i: (i, *encoded[i]), on_result=on_result)
     summary = summarize(by_algo, args.temperature == 0)
-    why = real_models.why_line(by_algo, args.lookahead)
+    why = real_models.why_line(by_algo)
     if args.json:
         print_json({"config": _config(args, target, drafter, servers), "summary": summary, "why": why})
         return 0
@@ -126,33 +114,31 @@ def run(args) -> int:
 
 
 def _arms(args) -> dict:
-    """{label: (algorithm, lookahead, tree)}: one per --algos entry (with -k and --tree), or per --arm."""
-    from specpar.core.trees import parse_tree
-
+    """{label: (algorithm, its changes to the speculation)}: one per --algorithms entry, or per --arm."""
     if not args.arm:
-        algorithms = [a.strip() for a in args.algos.split(",") if a.strip()]
+        algorithms = [a.strip() for a in args.algorithms.split(",") if a.strip()]
         bad = [a for a in algorithms if a not in NAMES]
         if bad or not algorithms:
-            raise ConfigError(f"--algos must list some of nonsi, si, dsi, got {args.algos!r}")
-        return {a: (a, args.lookahead, args.tree if a != "nonsi" else None) for a in algorithms}
+            raise ConfigError(f"--algorithms must list some of nonsi, si, dsi, got {args.algorithms!r}")
+        return {a: (a, {}) for a in algorithms}
     arms = {}
-    for spec in args.arm:
-        words = spec.split()
+    for text in args.arm:
+        words = text.split()
         if not words or words[0] not in NAMES:
-            raise ConfigError(f"--arm is 'ALGO [k=K] [tree=SHAPE]' with ALGO one of nonsi, si, dsi, got {spec!r}")
-        algo, lookahead, tree = words[0], args.lookahead, args.tree if words[0] != "nonsi" else None
+            raise ConfigError(f"--arm is 'ALGO [k=K] [tree=SHAPE]' with ALGO one of nonsi, si, dsi, got {text!r}")
+        algo, changes = words[0], {}
         for word in words[1:]:
             key, _, value = word.partition("=")
             if key == "k" and value.isdigit() and int(value) > 0:
-                lookahead = int(value)
+                changes["lookahead"] = int(value)
             elif key == "tree" and algo != "nonsi":
-                tree = parse_tree(value)
+                changes["tree"] = parse_tree(value)
             else:
-                raise ConfigError(f"--arm {spec!r}: {word!r} is not k=K (a positive integer) or tree=SHAPE (si, dsi)")
+                raise ConfigError(f"--arm {text!r}: {word!r} is not k=K (a positive integer) or tree=SHAPE (si, dsi)")
         label = " ".join(words)
         if label in arms:
-            raise ConfigError(f"--arm {spec!r} is given twice")
-        arms[label] = (algo, lookahead, tree)
+            raise ConfigError(f"--arm {text!r} is given twice")
+        arms[label] = (algo, changes)
     return arms
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import sys
 
@@ -10,9 +9,10 @@ from specpar.core.errors import ConfigError
 from specpar.core.json_output import print_json
 from specpar.core.results import METRICS_FOOTNOTE
 from specpar.entrypoints.cli import real_models
-from specpar.entrypoints.cli.options import integer, number, seed, server_count
+from specpar.entrypoints.cli.command_args import add_json, add_max_new_tokens, add_repeats, command_parser
+from specpar.entrypoints.cli.options import integer, number, seed
 from specpar.entrypoints.cli.progress import TokenProgress
-from specpar.entrypoints.cli.runtime_args import add_runtime_arguments
+from specpar.entrypoints.cli.runtime_args import REAL_TIME_FIELDS, add_runtime_arguments
 from specpar.experiments.loop import run_arms
 
 DESCRIPTION = """\
@@ -27,47 +27,22 @@ NAMES = real_models.NAMES
 
 
 def register(sub) -> None:
-    p = sub.add_parser(
-        "generate",
-        help="generate text with real models (non-SI, SI or DSI), streamed",
-        description=DESCRIPTION,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p = command_parser(sub, "generate", "generate text with real models (non-SI, SI or DSI), streamed", DESCRIPTION)
     p.add_argument(
         "prompt", nargs="?", default=None, help="the prompt text; with --dataset, an index or id in it (default 0)"
     )
     real_models.add_prompt_args(p)
     p.add_argument("--chat", action="store_true", help="put the prompt text in the target's chat template")
-    p.add_argument("--algo", choices=("nonsi", "si", "dsi"), default="dsi", help="algorithm (default dsi)")
-    p.add_argument("-k", "--lookahead", type=integer, default=5, help="draft tokens per verification (default 5)")
-    p.add_argument(
-        "--tree",
-        metavar="K1,...,KM|best:B",
-        default=None,
-        help="SI and DSI draft SpecInfer token trees <k1,...,km> (k_i candidates at depth i) instead of k-token "
-        "chains, verified in one target pass with a tree attention mask: e.g. --tree 2,2,1; or best:B, B nodes grown "
-        "best-first by the drafter's path probability (best:B:W expands W nodes per drafter pass)",
-    )
-    p.add_argument(
-        "--sp-degree",
-        type=server_count,
-        default=2,
-        help="target servers DSI may use at once; they share one copy of the weights per device (default 2)",
-    )
-    p.add_argument("-N", "--max-new-tokens", type=integer, default=64, help="tokens to generate (default 64)")
-    p.add_argument("--temperature", type=number, default=0.0, help="0 (default) greedy; > 0 sampling")
+    real_models.add_speculation_arguments(p)
+    add_max_new_tokens(p, 64, "tokens to generate")
+    p.add_argument("--temperature", type=number, default=0.0, metavar="T", help="0 (default) greedy; > 0 sampling")
     p.add_argument("--seed", type=seed, default=0, help="keys every random draw when sampling")
     add_sampling_args(p)
     p.add_argument("--compare", action="store_true", help="also run the other algorithms and print all side by side")
-    p.add_argument(
-        "--repeats",
-        type=integer,
-        default=1,
-        help="with --compare: runs of each algorithm, interleaved, for the spread of the ratios (default 1)",
-    )
-    p.add_argument("--json", action="store_true", help="print one JSON object instead of text and tables")
+    add_repeats(p, 1, "with --compare: runs of each algorithm, interleaved, for the spread of the ratios")
+    add_json(p, "print one JSON object instead of text and tables")
     real_models.add_model_args(p)
-    add_runtime_arguments(p, choices=("threads", "ray"), default="threads")
+    add_runtime_arguments(p, choices=("threads", "ray"), default="threads", fields=REAL_TIME_FIELDS)
     p.set_defaults(func=run)
 
 
@@ -94,11 +69,21 @@ def prompt_ids(args, target, chosen=None) -> tuple[str, list[int]]:
 
 def add_sampling_args(p) -> None:
     g = p.add_argument_group("sampling and stopping (vLLM's SamplingParams)")
-    g.add_argument("--top-k", type=integer, default=0, help="keep the k most likely tokens (default 0: all)")
-    g.add_argument("--top-p", type=number, default=1.0, help="keep the most likely tokens up to this probability")
-    g.add_argument("--min-p", type=number, default=0.0, help="drop tokens below min-p x the top token's probability")
     g.add_argument(
-        "--repetition-penalty", type=number, default=1.0, help="> 1 makes tokens already seen less likely (default 1)"
+        "--top-k", type=integer, default=0, metavar="K", help="keep the k most likely tokens (default 0: all)"
+    )
+    g.add_argument(
+        "--top-p", type=number, default=1.0, metavar="P", help="keep the most likely tokens up to this probability"
+    )
+    g.add_argument(
+        "--min-p", type=number, default=0.0, metavar="P", help="drop tokens below min-p x the top token's probability"
+    )
+    g.add_argument(
+        "--repetition-penalty",
+        type=number,
+        default=1.0,
+        metavar="R",
+        help="> 1 makes tokens already seen less likely (default 1)",
     )
     g.add_argument("--stop", action="append", default=None, metavar="TEXT", help="stop at this text (repeatable)")
     g.add_argument(
@@ -158,11 +143,8 @@ def run(args) -> int:
         raise ConfigError("--repeats is for --compare (it repeats the comparison)")
     params = sampling_params(args)
     chosen = chosen_prompt(args)
-    if args.tree is not None:
-        from specpar.core.trees import parse_tree
-
-        args.tree = parse_tree(args.tree)
-    algorithms = [args.algo] + ([a for a in ("nonsi", "si", "dsi") if a != args.algo] if args.compare else [])
+    main = args.algorithm
+    algorithms = [main] + ([a for a in ("nonsi", "si", "dsi") if a != main] if args.compare else [])
     sp = args.sp_degree if "dsi" in algorithms else 1
     target, drafter, servers = real_models.load(args, sp, max_tokens=4096)
     what, ids = prompt_ids(args, target, chosen)
@@ -175,7 +157,7 @@ def run(args) -> int:
 
     def run(algo, r):
         stream = None
-        if r == 0 and algo == args.algo and not args.json:
+        if r == 0 and algo == main and not args.json:
             print(
                 f"[{NAMES[algo]} on {what}: {len(ids)} prompt tokens, {args.max_new_tokens} new, "
                 f"{'greedy' if args.temperature == 0 else f'temperature {args.temperature:g}'}]",
@@ -186,10 +168,8 @@ def run(args) -> int:
         res = servers.generate(
             ids,
             params,
-            algorithm=algo,
-            lookahead=args.lookahead,
+            speculative_config=real_models.arm(args.spec, servers, algo),
             stream=stream or (bar.callback if bar else None),
-            tree=args.tree if algo != "nonsi" else None,
         )
         if stream is not None:
             stream.finish()
@@ -214,8 +194,8 @@ def run(args) -> int:
             {
                 "prompt": what,
                 "prompt_tokens": len(ids),
-                "text": results[args.algo].text,
-                "finish_reason": results[args.algo].finish_reason,
+                "text": results[main].text,
+                "finish_reason": results[main].finish_reason,
                 "results": {a: dict(r.to_dict(), overhead=r.overhead) for a, r in results.items()},
                 "repeats": repeats,
                 "time_ms": {a: [r.time_ms for r in rs] for a, rs in runs.items()},
@@ -236,14 +216,14 @@ def _report(args, results, runs, speedups) -> None:
     from specpar.core.results import fmt
 
     console = Console(stderr=True, width=None if sys.stderr.isatty() else 120)
-    main = results[args.algo]
+    main = results[args.algorithm]
     console.print(
-        f"{NAMES[args.algo]}: {len(main.tokens)} tokens in {main.time_ms / 1000:.2f} s = "
+        f"{NAMES[args.algorithm]}: {len(main.tokens)} tokens in {main.time_ms / 1000:.2f} s = "
         f"{fmt(main.tokens_per_second)} tokens/s"
         f" (first token {main.ttft_ms / 1000:.2f} s); "
         + (
             ""
-            if args.algo == "nonsi"
+            if args.algorithm == "nonsi"
             else f"acceptance rate {fmt(main.acceptance_rate)}, mean acceptance length "
             f"{fmt(main.mean_acceptance_length)}, lookahead {main.lookahead}, "
         )
@@ -285,7 +265,7 @@ def _report(args, results, runs, speedups) -> None:
         )
     console.print(table)
     console.print(METRICS_FOOTNOTE, style="dim")
-    why = real_models.why_line(runs, args.lookahead)
+    why = real_models.why_line(runs)
     if why:
         console.print(why)
     for line in real_models.inconclusive_lines(speedups):

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import time
 
-from specpar.entrypoints.cli.options import integer, seed, server_count
+from specpar.core.config import SpeculativeConfig
+from specpar.entrypoints.cli.command_args import add_max_new_tokens, add_repeats, command_parser
+from specpar.entrypoints.cli.config_args import PAPER_SP_DEGREE, ConfigOptions
+from specpar.entrypoints.cli.options import integer
+from specpar.entrypoints.cli.pair_args import add_pair_arguments
 
 DESCRIPTION = """\
 Offline simulation on the virtual clock, as in the DSI paper's Fig. 2: speedups
@@ -23,11 +26,8 @@ Cells where the first algorithm is slower appear pink.
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser(
-        "heatmap",
-        help="the paper's offline heatmaps (Fig. 2 / Fig. 7) as PNG and CSV",
-        description=DESCRIPTION,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+    p = command_parser(
+        subparsers, "heatmap", "the paper's offline heatmaps (Fig. 2 / Fig. 7) as PNG and CSV", DESCRIPTION
     )
     add_grid_arguments(p)
     p.add_argument(
@@ -71,17 +71,9 @@ def add_grid_arguments(p, resolution: int = 100) -> None:
         help="R drafter latencies c from 0.01 to 1 and R+1 acceptance rates a from 0 to 1, evenly spaced "
         f"(default {resolution}: {note})",
     )
-    p.add_argument(
-        "-N", "--max-new-tokens", type=integer, default=100, metavar="N", help="tokens per run (default 100)"
-    )
-    p.add_argument("--repeats", type=integer, default=5, help="runs per cell and algorithm (default 5)")
-    p.add_argument(
-        "--sp-degree",
-        type=server_count,
-        default=7,
-        metavar="SP",
-        help="target servers DSI may use (default 7: an 8-GPU node, the drafter on the eighth)",
-    )
+    add_max_new_tokens(p, 100, "tokens per run")
+    add_repeats(p, 5, "runs per cell and algorithm")
+    ConfigOptions(SpeculativeConfig, "spec", fields=("sp_degree",), defaults={"sp_degree": PAPER_SP_DEGREE}).add_to(p)
     p.add_argument(
         "--lookahead-range",
         type=integer,
@@ -90,7 +82,7 @@ def add_grid_arguments(p, resolution: int = 100) -> None:
         metavar=("FIRST", "LAST"),
         help="lookaheads SI may choose from in each cell, and DSI those of them satisfying Eq. 1 (default 1 200)",
     )
-    p.add_argument("--seed", type=seed, default=0, help="seed of the acceptance draws (default 0)")
+    add_pair_arguments(p, fields=("seed",))
 
 
 def output_prefix(given: str | None, default: str) -> str:

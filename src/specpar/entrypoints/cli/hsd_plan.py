@@ -11,6 +11,7 @@ from pathlib import Path
 from specpar.core.errors import ConfigError
 from specpar.core.json_output import print_json
 from specpar.core.paths import read_text
+from specpar.entrypoints.cli.command_args import add_json, command_parser
 from specpar.entrypoints.cli.options import integer, number
 
 DESCRIPTION = """\
@@ -27,14 +28,10 @@ alpha[i][j] = 1 - TV(q_i, q_j) (entries above the diagonal are used), as JSON
 
 
 def register(sub) -> None:
-    p = sub.add_parser(
-        "hsd-plan",
-        help="best HSD hierarchy and buffer sizes for given costs and acceptance rates",
-        description=DESCRIPTION,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p = command_parser(sub, "hsd-plan", "best HSD hierarchy and buffer sizes for given costs and acceptance rates",
+                       DESCRIPTION)  # fmt: skip
     add_plan_arguments(p, required=True)
-    p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    add_json(p)
     p.set_defaults(func=run)
 
 

@@ -6,6 +6,8 @@ that ``specpar --help`` and ``specpar simulate`` start fast.
 
 :func:`main` is the one place where a user's mistake becomes one line on stderr and exit status 2 (a bad flag, a
 :class:`~specpar.core.errors.SpecparError`, a file the system refuses), and Ctrl-C becomes "interrupted" and 130.
+It builds the configuration objects a command's flags describe (:mod:`.config_args`) before the command runs, then
+prints one warning line per deprecated flag spelling used (:mod:`.aliases`).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import signal
 import sys
 
 from specpar.core.errors import SpecparError
+from specpar.entrypoints.cli import config_args
 
 COMMANDS = [
     "specpar.entrypoints.cli.simulate",
@@ -74,6 +77,9 @@ def main(argv: list[str] | None = None, *, exit_on_interrupt: bool = False) -> i
         except SystemExit as exc:  # --help, or a bad flag (the parser has printed its one line)
             return exc.code
         prog = f"specpar {args.command}"
+        config_args.build_all(args)  # the config objects the flags describe: a bad value stops here, in one line
+        for line in config_args.warnings_of(args):
+            _say(f"{prog}: warning: {line}")
         if args.verbose:
             handler = logging.StreamHandler()
             handler.setFormatter(logging.Formatter("[%(name)s] %(message)s"))

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import argparse
 import sys
 
+from specpar.core.config import SpeculativeConfig
 from specpar.core.errors import ConfigError
 from specpar.core.json_output import print_json
-from specpar.entrypoints.cli.options import integer, seed, server_count
-from specpar.entrypoints.cli.simulate import add_pair_arguments, pair_from_args
+from specpar.entrypoints.cli.command_args import add_json, add_max_new_tokens, command_parser
+from specpar.entrypoints.cli.config_args import PAPER_SP_DEGREE, ConfigOptions
+from specpar.entrypoints.cli.pair_args import LATENCY_FIELDS, add_pair_arguments, add_profile_arguments, pair_from_args
 
 SHOWN = 10  # the fastest candidates shown in the table
 
@@ -24,31 +25,24 @@ per-token cost) the event-driven simulator. This is what `simulate -k auto` uses
 
 
 def register(sub) -> None:
-    p = sub.add_parser(
-        "plan",
-        help="DSI's fastest valid lookahead for a latency profile (what -k auto picks)",
-        description=DESCRIPTION,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    add_pair_arguments(p)
-    p.add_argument(
-        "--sp-degree", type=server_count, default=7, metavar="SP", help="target servers DSI may use (default 7)"
-    )
-    p.add_argument(
-        "-N", "--max-new-tokens", type=integer, default=100, metavar="N", help="tokens to plan for (default 100)"
-    )
-    p.add_argument("--seed", type=seed, default=0, help="seed of the simulated runs")
-    p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    p = command_parser(sub, "plan", "DSI's fastest valid lookahead for a latency profile (what -k auto picks)",
+                       DESCRIPTION)  # fmt: skip
+    add_pair_arguments(p, fields=(*LATENCY_FIELDS, "acceptance_rate", "seed"))
+    add_profile_arguments(p)
+    spec = ConfigOptions(SpeculativeConfig, "spec", fields=("sp_degree",), defaults={"sp_degree": PAPER_SP_DEGREE})
+    spec.add_to(p)
+    add_max_new_tokens(p, 100, "tokens to plan for")
+    add_json(p)
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
     from specpar.experiments.lookahead_choice import choose_lookahead
 
-    for name in ("sp_degree", "max_new_tokens"):
-        if getattr(args, name) < 1:
-            raise ConfigError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
-    target, drafter, a = pair_from_args(args)
+    if args.max_new_tokens < 1:
+        raise ConfigError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
+    pair = pair_from_args(args)
+    (target, drafter), a = pair.latencies(), pair.acceptance_rate
     if drafter.tpot_ms <= 0:
         raise ConfigError("a drafter with zero latency drafts infinitely fast: there is no lookahead to plan")
     dsi = choose_lookahead(target, drafter, a, args.sp_degree, args.max_new_tokens, seed=args.seed)

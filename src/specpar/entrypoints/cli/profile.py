@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import argparse
-
+from specpar.core.errors import ConfigError
 from specpar.core.json_output import print_json
 from specpar.entrypoints.cli import real_models
+from specpar.entrypoints.cli.command_args import add_json, add_prompt_count, command_parser
 from specpar.entrypoints.cli.options import integer
 
 DESCRIPTION = """\
@@ -24,16 +24,10 @@ speedups for this pair at any sp_degree.
 
 
 def register(sub) -> None:
-    p = sub.add_parser(
-        "profile",
-        help="TTFT, TPOT and acceptance rate of a real model pair, as a JSON profile",
-        description=DESCRIPTION,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p = command_parser(sub, "profile", "TTFT, TPOT and acceptance rate of a real model pair, as a JSON profile",
+                       DESCRIPTION)  # fmt: skip
     real_models.add_prompt_args(p, default="humaneval")
-    p.add_argument(
-        "-n", "--prompts", type=integer, default=5, help="prompts, the dataset's first n (paper: 50; default 5)"
-    )
+    add_prompt_count(p, 5, "prompts, the dataset's first n (paper: 50)")
     p.add_argument("--tokens", type=integer, default=20, help="tokens timed per prompt (paper: 20; default 20)")
     p.add_argument(
         "--accept-tokens",
@@ -47,7 +41,7 @@ def register(sub) -> None:
     p.add_argument(
         "--out", metavar="FILE.json", default="profile.json", help="where to write the profile (default profile.json)"
     )
-    p.add_argument("--json", action="store_true", help="print the profile as JSON instead of a summary")
+    add_json(p, "print the profile as JSON instead of a summary")
     real_models.add_model_args(p)
     p.set_defaults(func=run)
 
@@ -58,6 +52,8 @@ def run(args) -> int:
     from specpar.experiments import prompts
 
     real_models.check_common(args)
+    if args.lookahead < 1:
+        raise ConfigError(f"--lookahead must be >= 1, got {args.lookahead}")
     args.out = check_output_file(args.out, "--out")  # before an hour of profiling, not after
     chosen = prompts.load(args.dataset, args.prompts)
     target, drafter, servers = real_models.load(args, 1, max_tokens=4096)

@@ -1,13 +1,17 @@
-"""What ``specpar generate | bench | profile`` share: model and prompt options, loading servers once, timings."""
+"""What ``specpar generate | bench | profile | serve`` share: model, prompt and speculation options, loading servers
+once, timings."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import statistics
 import sys
 
+from specpar.core.config import SpeculativeConfig
 from specpar.core.decoding import check_temperature
 from specpar.core.errors import ConfigError
+from specpar.entrypoints.cli.config_args import ConfigOptions, Default
 
 PAIR_HELP = (
     "default: Qwen2.5-Coder-1.5B-Instruct (target) and -0.5B-Instruct (drafter) from the PyPI model "
@@ -61,9 +65,42 @@ def devices(args) -> list[str]:
     return available_devices() if names is None else [check_device(d) for d in names]
 
 
+def add_speculation_arguments(
+    p,
+    fields=("algorithm", "lookahead", "sp_degree", "tree", "proposer", "prefill_replicas", "dedicated_cursor"),
+    algorithms=("nonsi", "si", "dsi"),
+) -> ConfigOptions:
+    """SpeculativeConfig's flags for ``fields`` (--algorithm among ``algorithms``) and --speculative-config."""
+    options = ConfigOptions(
+        SpeculativeConfig,
+        "spec",
+        fields=fields,
+        defaults={
+            "algorithm": "dsi",
+            "lookahead": 5,
+            "sp_degree": Default(2, "they share one copy of the weights per device"),
+        },
+        choices={"algorithm": tuple(algorithms)},
+        speculative_config=True,
+    )
+    options.add_to(p, "speculation")
+    return options
+
+
+def arm(spec: SpeculativeConfig, engine, algorithm: str, **changes) -> SpeculativeConfig:
+    """``spec`` for one run of ``algorithm`` on ``engine``: no token tree or proposer for non-SI, at most the engine's
+    target servers (it made one when no run verifies in parallel)."""
+    tree = None if algorithm == "nonsi" else changes.pop("tree", spec.tree)
+    proposer = None if algorithm == "nonsi" else changes.pop("proposer", spec.proposer)
+    sp = min(spec.sp_degree or engine.sp_degree, engine.sp_degree)
+    return dataclasses.replace(spec, algorithm=algorithm, tree=tree, proposer=proposer, sp_degree=sp, **changes)
+
+
 def load(args, sp_degree: int, max_tokens: int):
-    """(target, drafter, an Engine with sp_degree target servers), loaded once."""
+    """(target, drafter, an Engine with sp_degree target servers, the speculation and runtime the flags give),
+    loaded once."""
     from specpar.entrypoints.engine import Engine, load_pair
+    from specpar.spec.registry import ALGORITHMS
 
     devs = devices(args)
     # the drafter on the first device, the target where the Engine puts its replicas (the others, if any)
@@ -75,27 +112,22 @@ def load(args, sp_degree: int, max_tokens: int):
         progress=sys.stderr.isatty(),
         target_device=devs[1] if len(devs) > 1 else devs[0],
     )
-    from specpar.entrypoints.cli.runtime_args import runtime_options
-
-    runtime = getattr(args, "runtime", "threads")
+    spec = getattr(args, "spec", None) or SpeculativeConfig()
+    hierarchy = ALGORITHMS[spec.algorithm].hierarchy  # HSD's drafter is a list of levels: here one
     engine = Engine(
         target,
-        drafter,
-        sp_degree=sp_degree,
+        [drafter] if hierarchy else drafter,
+        speculative_config=dataclasses.replace(spec, sp_degree=sp_degree),
+        runtime=getattr(args, "runtime_config", None),
         devices=devs,
         max_tokens=max_tokens,
-        runtime=runtime,
-        runtime_options=runtime_options(args),
     )
     return target, drafter, engine
 
 
 def check_common(args) -> None:
-    for name in ("max_new_tokens", "sp_degree"):
-        if getattr(args, name, 1) < 1:
-            raise ConfigError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
-    if getattr(args, "lookahead", None) is not None and args.lookahead < 1:
-        raise ConfigError(f"--lookahead must be >= 1, got {args.lookahead}")
+    if getattr(args, "max_new_tokens", 1) < 1:
+        raise ConfigError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
     check_temperature(getattr(args, "temperature", 0.0))
     device_names(args)
 
@@ -110,8 +142,8 @@ def task_ms(results, kind: str, server_prefix: str) -> list[float]:
     ]
 
 
-def why_line(by_algo: dict, lookahead: int) -> str | None:
-    """Measured forward-pass costs that explain the ratios: decode step, verification pass, drafter token."""
+def why_line(by_algo: dict) -> str | None:
+    """Measured forward-pass costs that explain the ratios: decode step, verification pass (SI's), drafter token."""
     decode = task_ms(by_algo.get("nonsi", []), "verify", "target")
     verify = task_ms(by_algo.get("si", []), "verify", "target")
     drafts = [
@@ -123,6 +155,7 @@ def why_line(by_algo: dict, lookahead: int) -> str | None:
     if not decode or not verify:
         return None
     d, v = statistics.median(decode), statistics.median(verify)
+    lookahead = by_algo["si"][0].lookahead
     line = (
         f"measured: target decode step {d:.0f} ms; target verification pass over up to {lookahead + 1} tokens "
         f"{v:.0f} ms (= {v / d:.2f} decode steps)"

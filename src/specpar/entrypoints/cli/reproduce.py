@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import time
 
 from specpar.core.json_output import print_json
+from specpar.entrypoints.cli.aliases import add_deprecated
+from specpar.entrypoints.cli.command_args import add_json, command_parser
 from specpar.entrypoints.cli.options import number
 
 DESCRIPTION = """\
@@ -23,12 +24,7 @@ def register(subparsers) -> None:
     from specpar.entrypoints.cli.heatmap import add_grid_arguments
     from specpar.experiments.claims import CLAIM_KEYS
 
-    p = subparsers.add_parser(
-        "reproduce",
-        help="check the DSI paper's claims (PASS/FAIL with figures)",
-        description=DESCRIPTION,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p = command_parser(subparsers, "reproduce", "check the DSI paper's claims (PASS/FAIL with figures)", DESCRIPTION)
     add_grid_arguments(p, resolution=50)
     p.add_argument(
         "--only",
@@ -45,13 +41,14 @@ def register(subparsers) -> None:
         metavar="C",
         help="Table 2: StarCoder-168M's latency as a fraction of StarCoder-15B's (not in our copy)",
     )
-    p.add_argument(
-        "--phi3-acceptance",
+    phi3 = p.add_argument(
+        "--phi3-acceptance-rate",
         type=number,
         default=None,
         metavar="A",
         help="Table 2: Phi3-4B's acceptance rate against Phi3-14B (not in our copy)",
     )
+    add_deprecated(p, phi3, "--phi3-acceptance")
     p.add_argument(
         "--table2-row",
         nargs=3,
@@ -66,7 +63,7 @@ def register(subparsers) -> None:
         metavar="DIR",
         help="also write the Fig. 2 and Fig. 7 heatmaps (PNG + CSV) measured for the report into DIR",
     )
-    p.add_argument("--json", action="store_true", help="print the claims as JSON")
+    add_json(p, "print the claims as JSON")
     p.set_defaults(func=run)
 
 
@@ -75,10 +72,10 @@ def _table2_rows(args):
     from specpar.experiments.claims import TABLE2_KNOWN, Table2Row, check_table2_inputs
 
     star, phi = TABLE2_KNOWN
-    c, a = args.starcoder_drafter_latency, args.phi3_acceptance
+    c, a = args.starcoder_drafter_latency, args.phi3_acceptance_rate
     rows = [
         Table2Row(star.name, c, star.a, star.source, f"--starcoder-drafter-latency {c:g}" if c is not None else ""),
-        Table2Row(phi.name, phi.c, a, phi.source, f"--phi3-acceptance {a:g}" if a is not None else ""),
+        Table2Row(phi.name, phi.c, a, phi.source, f"--phi3-acceptance-rate {a:g}" if a is not None else ""),
     ]
     for name, c, a in args.table2_row:
         try:

@@ -6,8 +6,12 @@ import argparse
 import os
 import socket
 
+from specpar.core.config import ALGORITHMS, SPECULATIVE_FIELDS
 from specpar.core.errors import ConfigError
+from specpar.entrypoints.cli.command_args import command_parser
 from specpar.entrypoints.cli.options import MAX_INTEGER, integer, number
+from specpar.entrypoints.cli.pair_args import LATENCY_FIELDS, add_pair_arguments
+from specpar.entrypoints.cli.runtime_args import REAL_TIME_FIELDS, add_runtime_arguments
 
 DESCRIPTION = """\
 Serve a target and drafter over HTTP with the OpenAI API: POST /v1/completions,
@@ -21,6 +25,7 @@ decimal separated by spaces (prompts: a list of ids, or such a string).
 
 
 MAX_SERVE_SERVERS = 64  # target servers (threads on the threads runtime; a KV cache each on real models)
+MAX_SERVE_LOOKAHEAD = 64
 
 
 def ranged(kind, lo, hi=None, what: str | None = None):
@@ -45,17 +50,8 @@ def api_key(text: str) -> str:
 def register(sub) -> None:
     from specpar.entrypoints.cli import real_models
 
-    p = sub.add_parser(
-        "serve",
-        help="an OpenAI-compatible HTTP server (completions, chat, streaming, /metrics)",
-        description=DESCRIPTION,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    p.add_argument("--algorithm", "--algo", dest="algo", choices=("nonsi", "si", "dsi"), default="dsi",
-                   help="algorithm (default dsi)")  # fmt: skip
-    p.add_argument("-k", "--lookahead", type=ranged(int, 1, 64), default=5,
-                   help="draft tokens per verification (default 5)")  # fmt: skip
-    p.add_argument("--sp-degree", type=ranged(int, 1, MAX_SERVE_SERVERS), default=2, help="target servers (default 2)")
+    p = command_parser(sub, "serve", "an OpenAI-compatible HTTP server (completions, chat, streaming, /metrics)",
+                       DESCRIPTION)  # fmt: skip
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     p.add_argument("--port", type=ranged(int, 1, 65535), default=8000, help="port (default 8000)")
     p.add_argument("--api-key", type=api_key, default=None,
@@ -67,31 +63,31 @@ def register(sub) -> None:
                    help="prompt + max_tokens limit for a target without a context window (default 2048)")  # fmt: skip
     p.add_argument("--shutdown-timeout", type=ranged(float, 0, 86400), default=30.0,
                    help="seconds in-flight requests may take to finish on SIGTERM (default 30)")  # fmt: skip
+    real_models.add_speculation_arguments(p, fields=SPECULATIVE_FIELDS, algorithms=ALGORITHMS)
+    add_runtime_arguments(p, choices=("threads", "ray"), default="threads", fields=REAL_TIME_FIELDS)
     g = p.add_argument_group("simulated models")
     g.add_argument("--simulated", action="store_true", help="serve simulated models (no weights)")
-    g.add_argument("--vocab", type=ranged(int, 2, 1 << 16), default=32, help="simulated vocabulary size (default 32)")
-    g.add_argument("--acceptance", type=ranged(float, 0, 1), default=0.8,
-                   help="simulated drafter acceptance rate (default 0.8)")  # fmt: skip
-    g.add_argument("--target-ms", type=ranged(float, 0, 60000), default=2.0,
-                   help="simulated target forward pass, ms (default 2)")  # fmt: skip
-    g.add_argument("--drafter-ms", type=ranged(float, 0, 60000), default=0.2,
-                   help="simulated drafter forward pass, ms (default 0.2)")  # fmt: skip
+    add_pair_arguments(g, fields=(*LATENCY_FIELDS, "acceptance_rate", "vocab_size", "seed"),
+                       defaults={"target_tpot_ms": 2.0, "vocab_size": 32}, title=None)  # fmt: skip
     real_models.add_model_args(p)
     p.set_defaults(func=run)
 
 
 def build_engine(args):
-    """The Engine that ``args`` describe: simulated models on the threads runtime (wall time), or a real pair."""
-    from specpar import Engine, LatencyProfile, SimulatedModel
+    """The Engine that ``args`` describe: simulated models on the threads runtime (wall time), or a real pair;
+    with the speculation and runtime the flags give (HSD's drafter: a list of one level)."""
+    from specpar import Engine
+    from specpar.spec.registry import ALGORITHMS as REGISTRY
 
-    common = dict(sp_degree=args.sp_degree, algorithm=args.algo, lookahead=args.lookahead)
     if args.simulated:
-        target = SimulatedModel(args.vocab, seed=0, latency=LatencyProfile.uniform(args.target_ms))
-        drafter = target.drafter(args.acceptance, LatencyProfile.uniform(args.drafter_ms))
-        return Engine(target, drafter, runtime="threads", **common), "specpar-simulated"
-    from specpar.entrypoints.cli.real_models import devices
+        target, drafter = args.pair.models()
+        levels = REGISTRY[args.spec.algorithm].hierarchy
+        engine = Engine(target, [drafter] if levels else drafter, speculative_config=args.spec,
+                        runtime=args.runtime_config)  # fmt: skip
+        return engine, "specpar-simulated"
+    from specpar.entrypoints.cli.real_models import load
 
-    engine = Engine(args.target, args.drafter, devices=devices(args), dtype=args.dtype, **common)
+    _, _, engine = load(args, args.sp_degree, max_tokens=4096)
     return engine, args.target or engine.target_model.name
 
 
@@ -99,6 +95,10 @@ def check(args) -> str | None:
     """What the flags leave to check before anything loads; returns the API key (None: open)."""
     if args.simulated and (args.target or args.drafter):
         raise ConfigError("give either --simulated or --target/--drafter, not both")
+    if args.sp_degree > MAX_SERVE_SERVERS:
+        raise ConfigError(f"--sp-degree must be at most {MAX_SERVE_SERVERS} to serve, got {args.sp_degree}")
+    if isinstance(args.lookahead, int) and args.lookahead > MAX_SERVE_LOOKAHEAD:
+        raise ConfigError(f"--lookahead must be at most {MAX_SERVE_LOOKAHEAD} to serve, got {args.lookahead}")
     key = args.api_key if args.api_key is not None else os.environ.get("SPECPAR_API_KEY")
     if key is not None and not key.strip():
         raise ConfigError("SPECPAR_API_KEY is set but empty: unset it to serve without a key")
@@ -123,7 +123,7 @@ def run(args) -> int:
     engine, name = build_engine(args)
     app = create_app(engine, args.served_model_name or name, api_key=api_key, max_queue=args.max_queue,
                      max_model_len=args.max_model_len)  # fmt: skip
-    print(f"specpar serve: {name} on http://{args.host}:{args.port}/v1 ({args.algo}, sp_degree {args.sp_degree})",
+    print(f"specpar serve: {name} on http://{args.host}:{args.port}/v1 ({args.algorithm}, sp_degree {args.sp_degree})",
           flush=True)  # fmt: skip
     serve(app, args.host, args.port, args.shutdown_timeout)
     return 0

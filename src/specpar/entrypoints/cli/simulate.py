@@ -2,22 +2,20 @@
 
 from __future__ import annotations
 
-import argparse
-import random
 import sys
 import warnings
 
-from specpar.backends import LatencyProfile, SimulatedModel
+from specpar.core.config import SpeculativeConfig
 from specpar.core.decoding import check_temperature
 from specpar.core.errors import ConfigError, SpecparWarning
-from specpar.core.latency import MAX_LATENCY_MS
 from specpar.core.results import METRICS_FOOTNOTE, fmt
 from specpar.core.trees import BestFirst, shape_text
-from specpar.entrypoints.cli.options import integer, number, seed, server_count
-from specpar.entrypoints.cli.runtime_args import CLOCKS, add_runtime_arguments, runtime_options
+from specpar.entrypoints.cli.command_args import add_json, add_max_new_tokens, add_repeats, command_parser
+from specpar.entrypoints.cli.config_args import PAPER_SP_DEGREE, ConfigOptions, Default
+from specpar.entrypoints.cli.options import number
+from specpar.entrypoints.cli.pair_args import LATENCY_FIELDS, add_pair_arguments, add_profile_arguments, pair_from_args
+from specpar.entrypoints.cli.runtime_args import CLOCKS, add_runtime_arguments, experiment_runtime
 from specpar.planning.lookahead import sp_degree_needed, verification_servers
-
-MAX_SIMULATED = 1_000_000  # the largest simulated vocabulary and prompt: larger ones take hours before a token
 
 DESCRIPTION = """\
 Simulate lossless speculative inference with a simulated target and drafter.
@@ -31,38 +29,61 @@ regimes (--acceptance-regimes).
 
 
 def register(sub) -> None:
-    p = sub.add_parser(
-        "simulate",
-        help="non-SI vs SI vs DSI with simulated models",
-        description=DESCRIPTION,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+    p = command_parser(sub, "simulate", "non-SI vs SI vs DSI with simulated models", DESCRIPTION)
+    add_pair_arguments(p, fields=PAIR_FIELDS, defaults={"vocab_size": 8})
+    add_profile_arguments(p)
+    spec = ConfigOptions(
+        SpeculativeConfig,
+        "spec",
+        fields=("algorithm", "lookahead", "sp_degree", "tree", "buffers"),
+        defaults={
+            "algorithm": "dsi",
+            "lookahead": Default(
+                "auto",
+                "each algorithm's fastest by simulation, DSI's among those that satisfy "
+                "Eq. 1 for --sp-degree; `specpar plan` lists them",
+            ),
+            "sp_degree": PAPER_SP_DEGREE,
+            "buffers": Default(None, "the optimizer's"),
+        },  # fmt: skip
+        choices={"algorithm": ("dsi", "hsd")},
+        old_values={"algorithm": {"compare": "dsi"}},
+        helps={
+            "algorithm": "what to compare: dsi, non-SI vs SI vs DSI; hsd, hierarchical speculative decoding on a "
+            "simulated stack, the optimizer's plan vs the best single drafter vs the target alone",
+            "tree": "{help}; SI and DSI run over it beside the chains",
+            "buffers": "{help}: the sizes for --levels, one per level below the target",
+        },
     )
-    add_pair_arguments(p)
+    spec.add_to(p, None, ("algorithm", "lookahead", "sp_degree", "tree"))
+    add_max_new_tokens(p, 100, "tokens to generate")
+    add_runtime_arguments(p)
+    add_sampling_mode(p)
+    add_repeats(p, 5, "runs per algorithm, interleaved")
+    add_json(p)
     p.add_argument(
-        "-k",
-        "--lookahead",
-        default="auto",
-        metavar="K",
-        help="draft tokens per verification task (vLLM num_speculative_tokens, HF num_assistant_tokens). "
-        "'auto' (default): each algorithm's fastest, predicted by simulation; DSI's among the lookaheads "
-        "satisfying the paper's Eq. 1 for --sp-degree (`specpar plan` shows the candidates)",
+        "--timeline",
+        metavar="PNG",
+        default=None,
+        help="also draw the first repeat of each algorithm as a Gantt chart of its tasks per server "
+        "(drafts, verifications, cancelled work) to this PNG file",
     )
-    p.add_argument(
-        "--sp-degree",
-        type=server_count,
-        default=7,
-        metavar="SP",
-        help="speculation parallelism degree: target servers DSI may use at once (default 7: "
-        "an 8-GPU node with the drafter on the eighth, as in the paper)",
-    )
-    p.add_argument(
-        "-N", "--max-new-tokens", type=integer, default=100, metavar="N", help="tokens to generate (default 100)"
-    )
-    add_runtime_arguments(p, link=True)
+    from specpar.entrypoints.cli import simulate_hsd
+
+    simulate_hsd.add_arguments(p, spec)
+    p.set_defaults(func=run)
+
+
+PAIR_FIELDS = (*LATENCY_FIELDS, "acceptance_rate", "acceptance_regimes", "vocab_size", "seed", "prompt_length")
+
+
+def add_sampling_mode(p) -> None:
+    """--temperature and --coupling of a simulated comparison."""
     p.add_argument(
         "--temperature",
         type=number,
         default=0.0,
+        metavar="T",
         help="0 for greedy (exact-match verification), > 0 for sampling (rejection sampling)",
     )
     p.add_argument(
@@ -72,172 +93,13 @@ def register(sub) -> None:
         help="sampling: rejection (the papers' rejection sampling) or gumbel (drafter-invariant: every algorithm "
         "gives non-SI's tokens for a seed, on every runtime; lower acceptance)",
     )
-    p.add_argument("--seed", type=seed, default=0, help="repeat r uses models, prompt and draws from seed + r")
-    p.add_argument("--repeats", type=integer, default=5, help="runs per algorithm, interleaved (default 5)")
-    p.add_argument("--vocab-size", type=integer, default=8, help="vocabulary of the simulated models (default 8)")
-    p.add_argument("--prompt-length", type=integer, default=8, help="prompt tokens (default 8)")
-    p.add_argument(
-        "--tree",
-        metavar="K1,...,KM|best:B",
-        default=None,
-        help="also run SI and DSI over SpecInfer token trees <k1,...,km> (k_i candidates at depth i, one target "
-        "pass per tree), beside the chains: e.g. --tree 2,2,1; or best:B (B nodes grown best-first by the "
-        "drafter's path probability)",
-    )
-    p.add_argument(
-        "--acceptance-regimes",
-        metavar="A1,A2,...:T",
-        default=None,
-        help="a drifting acceptance rate instead of -a: the drafter agrees at rate A1 for T tokens, then A2, ..., "
-        "cycling (positions counted from the prompt's start), e.g. 0.9,0.4:50; -k auto and the closed forms use "
-        "their mean",
-    )
-    p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
-    p.add_argument(
-        "--timeline",
-        metavar="PNG",
-        default=None,
-        help="also draw the first repeat of each algorithm as a Gantt chart of its tasks per server "
-        "(drafts, verifications, cancelled work) to this PNG file",
-    )
-    p.add_argument(
-        "--algo",
-        choices=("compare", "hsd"),
-        default="compare",
-        help="compare: non-SI vs SI vs DSI (default); hsd: hierarchical speculative decoding on a "
-        "simulated stack, the optimizer's plan vs the best single drafter vs the target alone",
-    )
-    from specpar.entrypoints.cli import simulate_hsd
-
-    simulate_hsd.add_arguments(p)
-    p.set_defaults(func=run)
-
-
-def add_pair_arguments(p) -> None:
-    """The simulated pair's latencies and acceptance rate (simulate, plan)."""
-    lat = p.add_argument_group("latencies (ms per forward pass)")
-    lat.add_argument(
-        "--target-tpot",
-        type=number,
-        default=30.0,
-        metavar="MS",
-        help="target's time per output token: one forward pass with the prefix cached (default 30)",
-    )
-    lat.add_argument(
-        "--target-ttft",
-        type=number,
-        default=None,
-        metavar="MS",
-        help="target's time to first token: the prefill pass (default: same as --target-tpot)",
-    )
-    lat.add_argument(
-        "--target-per-token",
-        type=number,
-        default=0.0,
-        metavar="MS",
-        help="target's extra time per additional token in one pass (verifying k drafts, or catching up on unseen "
-        "tokens): 0 models a memory-bound GPU (default), CPUs cost a good fraction of a TPOT",
-    )
-    lat.add_argument(
-        "-c",
-        "--drafter-latency",
-        type=number,
-        default=0.1,
-        metavar="C",
-        help="drafter latency as a fraction c of the target's, for both TTFT and TPOT (default 0.1)",
-    )
-    lat.add_argument(
-        "--drafter-tpot",
-        type=number,
-        default=None,
-        metavar="MS",
-        help="drafter's time per output token in ms (overrides -c)",
-    )
-    lat.add_argument(
-        "--drafter-ttft",
-        type=number,
-        default=None,
-        metavar="MS",
-        help="drafter's time to first token in ms (default: same as --drafter-tpot)",
-    )
-    p.add_argument(
-        "-a",
-        "--acceptance-rate",
-        type=number,
-        default=0.8,
-        metavar="A",
-        help="probability that a draft token is accepted, iid per position (default 0.8)",
-    )
-    p.add_argument(
-        "--profile",
-        metavar="FILE",
-        default=None,
-        help="take both latency profiles (TTFT, TPOT, per-token cost) and the acceptance rate from a "
-        'JSON profile: the file `specpar profile` writes, or the plain form {"target": {"ttft_ms", '
-        '"tpot_ms", "per_token_ms"}, "drafter": {...}, "acceptance_rate": a} (overrides the '
-        "latency flags and -a)",
-    )
-    p.add_argument(
-        "--acceptance-estimate",
-        choices=("geometric", "direct"),
-        default="geometric",
-        help="with --profile: the paper's geometric fit (default) or the direct per-token rate",
-    )
-
-
-def _profiles(args) -> tuple[LatencyProfile, LatencyProfile]:
-    for flag in ("target_tpot", "target_ttft", "target_per_token", "drafter_tpot", "drafter_ttft"):
-        value = getattr(args, flag)
-        if value is not None and not 0 <= value <= MAX_LATENCY_MS:
-            raise ConfigError(
-                f"--{flag.replace('_', '-')} must be a latency in [0, {MAX_LATENCY_MS:g}] ms, got {value}"
-            )
-    target = LatencyProfile(
-        args.target_ttft if args.target_ttft is not None else args.target_tpot, args.target_tpot, args.target_per_token
-    )
-    if args.drafter_tpot is not None:
-        ttft = args.drafter_ttft if args.drafter_ttft is not None else args.drafter_tpot
-        drafter = LatencyProfile(ttft, args.drafter_tpot)
-    else:
-        c = args.drafter_latency
-        if not 0 <= c * max(target.ttft_ms, target.tpot_ms) <= MAX_LATENCY_MS:
-            raise ConfigError(
-                f"drafter latency fraction c must be >= 0 and give a drafter latency <= {MAX_LATENCY_MS:g} ms, got {c!r}"
-            )
-        drafter = target.scaled(c)
-    return target, drafter
-
-
-def pair_from_args(args) -> tuple[LatencyProfile, LatencyProfile, float]:
-    """(target latency, drafter latency, acceptance rate) from the flags of add_pair_arguments, or --profile."""
-    target_lat, drafter_lat = _profiles(args)
-    if args.profile:
-        from specpar.experiments.pair_profile import PairProfile
-
-        pair = PairProfile.load(args.profile, args.acceptance_estimate)  # either form: `specpar profile`'s or save()'s
-        target_lat, drafter_lat, args.acceptance_rate = pair.target, pair.drafter, pair.acceptance_rate
-    a = args.acceptance_rate
-    if not 0.0 <= a <= 1.0:
-        raise ConfigError(f"acceptance rate a must be in [0, 1], got {a!r}")
-    return target_lat, drafter_lat, a
-
-
-def parse_lookahead(text) -> int | str:
-    """-k/--lookahead: "auto" or an integer >= 1 (a ConfigError otherwise)."""
-    if text == "auto":
-        return text
-    try:
-        k = int(text)
-    except (TypeError, ValueError):
-        k = 0
-    if k < 1:
-        raise ConfigError(f"--lookahead must be 'auto' or an integer >= 1, got {text!r}")
-    return k
 
 
 def _lookaheads(args, target_lat, drafter_lat, a) -> tuple[dict[str, int], str]:
     """Each algorithm's lookahead ({"si": k, "dsi": k}) and a line saying how it was chosen."""
-    k = parse_lookahead(args.lookahead)
+    k = args.lookahead
+    if k == "adaptive":
+        return {"si": k, "dsi": k}, "adaptive: re-chosen at each window from the acceptance seen so far"
     if k != "auto":
         t, d, pt = target_lat.tpot_ms, drafter_lat.tpot_ms, target_lat.per_token_ms
         if d > 0 and verification_servers(t, d, k, pt) is None:
@@ -259,15 +121,10 @@ def _lookaheads(args, target_lat, drafter_lat, a) -> tuple[dict[str, int], str]:
 
 def run(args) -> int:
     check_temperature(args.temperature)
-    for name in ("max_new_tokens", "repeats", "sp_degree", "prompt_length"):
+    for name in ("max_new_tokens", "repeats"):
         if getattr(args, name) < 1:
             raise ConfigError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
-    for name in ("prompt_length", "vocab_size"):  # simulated models score every token of the vocabulary in Python
-        if getattr(args, name) > MAX_SIMULATED:
-            raise ConfigError(
-                f"--{name.replace('_', '-')} must be at most {MAX_SIMULATED:,}, got {getattr(args, name)}"
-            )
-    if args.algo == "hsd":
+    if args.algorithm == "hsd":
         from specpar.entrypoints.cli import simulate_hsd
 
         return simulate_hsd.run(args)
@@ -279,34 +136,16 @@ def run(args) -> int:
         from specpar.core.paths import check_output_file, image_suffixes
 
         args.timeline = check_output_file(args.timeline, "--timeline", image_suffixes())
-    target_lat, drafter_lat, a = pair_from_args(args)
-    regimes = None
-    if args.acceptance_regimes is not None:
-        from specpar.backends import Regimes
-
-        regimes = Regimes.parse(args.acceptance_regimes)
-        a = args.acceptance_rate = regimes.mean
+    pair = pair_from_args(args)
+    (target_lat, drafter_lat), a = pair.latencies(), pair.mean_acceptance_rate
     c = drafter_lat.tpot_ms / target_lat.tpot_ms if target_lat.tpot_ms > 0 else None  # undefined: printed "-"
     from specpar.entrypoints.cli.progress import status
 
     with status("choosing each algorithm's lookahead (-k auto)", args.lookahead == "auto" and not args.json):
         k, why = _lookaheads(args, target_lat, drafter_lat, a)
-    if args.tree is not None:
-        from specpar.core.trees import parse_tree
-
-        args.tree = parse_tree(args.tree)
-
-    def make_models(seed):
-        target = SimulatedModel(args.vocab_size, seed=seed, latency=target_lat)
-        return target, target.drafter(regimes or a, drafter_lat, seed=seed + 7919)
-
-    def make_prompt(seed):
-        rng = random.Random(seed)
-        return [rng.randrange(args.vocab_size) for _ in range(args.prompt_length)]
-
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", SpecparWarning)
-        summary = _run_with_progress(compare, args, make_models, make_prompt, k)
+        summary = _run_with_progress(compare, args, pair.models, pair.prompt, k)
     messages = sorted({str(w.message) for w in caught if issubclass(w.category, SpecparWarning)})
 
     closed = {}
@@ -314,6 +153,7 @@ def run(args) -> int:
         target_lat.ttft_ms == target_lat.tpot_ms
         and drafter_lat.ttft_ms == drafter_lat.tpot_ms
         and target_lat.per_token_ms == 0
+        and isinstance(k["si"], int)  # a fixed lookahead (not "adaptive")
     ):
         n, t, d = args.max_new_tokens, target_lat.tpot_ms, drafter_lat.tpot_ms
         closed = {
@@ -346,7 +186,7 @@ def run(args) -> int:
                     },
                     "drafter_latency_fraction": c,
                     "acceptance_rate": a,
-                    "acceptance_regimes": args.acceptance_regimes,
+                    "acceptance_regimes": pair.acceptance_regimes,
                     "lookahead": k,
                     "lookahead_choice": why,
                     "sp_degree": args.sp_degree,
@@ -379,9 +219,8 @@ def _run_with_progress(compare, args, make_models, make_prompt, k):
         seed=args.seed,
         temperature=args.temperature,
         coupling=args.coupling,
-        runtime=args.runtime,
-        runtime_options=runtime_options(args),
         tree=args.tree,
+        **experiment_runtime(args),
     )
     from specpar.entrypoints.cli.progress import TokenProgress
 
@@ -401,10 +240,13 @@ def _print_table(args, summary, target_lat, drafter_lat, c, k, why, closed, mess
     mode = "greedy" if args.temperature == 0 else f"sampling at temperature {args.temperature:g}"
     console.print(
         f"target {target_lat.tpot_ms:g} ms/token (TTFT {target_lat.ttft_ms:g} ms), "
-        f"drafter {drafter_lat.tpot_ms:g} ms/token (c = {fmt(c, '.3g')}), a = {args.acceptance_rate:g}"
-        + (f" (regimes {args.acceptance_regimes})" if args.acceptance_regimes else "")
-        + ", "
-        f"N = {args.max_new_tokens}, {args.repeats} repeats, {clock}, {mode}"
+        f"drafter {drafter_lat.tpot_ms:g} ms/token (c = {fmt(c, '.3g')}), "
+        + (
+            f"a = {args.acceptance_regimes} (regimes), "
+            if args.acceptance_regimes
+            else f"a = {args.acceptance_rate:g}, "
+        )
+        + f"N = {args.max_new_tokens}, {args.repeats} repeats, {clock}, {mode}"
     )
     ks = f"k = {k['dsi']}" if k["si"] == k["dsi"] else f"SI k = {k['si']}, DSI k = {k['dsi']}"
     console.print(f"lookahead {ks} ({why})")

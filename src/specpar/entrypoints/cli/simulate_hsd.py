@@ -1,4 +1,4 @@
-"""``specpar simulate --algo hsd``: the optimizer's HSD stack vs the best single drafter vs the target alone.
+"""``specpar simulate --algorithm hsd``: the optimizer's HSD stack vs the best single drafter vs the target alone.
 
 A simulated stack (specpar.backends.stack) with the given costs (ms per forward pass)
 and pairwise acceptance rates runs the three plans on the virtual clock or on
@@ -15,17 +15,18 @@ from specpar.core.errors import ConfigError
 from specpar.core.json_output import print_json
 from specpar.entrypoints.cli.options import integers
 from specpar.entrypoints.cli.progress import TokenProgress
-from specpar.entrypoints.cli.runtime_args import CLOCKS, runtime_options
+from specpar.entrypoints.cli.runtime_args import CLOCKS, experiment_runtime
 from specpar.experiments.loop import run_arms, speedup
 
 DEFAULT_COSTS = [0.2, 1.5, 6.0, 30.0]
 DEFAULT_CHAIN = [0.7, 0.85, 0.9]
 
 
-def add_arguments(p) -> None:
+def add_arguments(p, spec) -> None:
+    """The HSD group of ``specpar simulate``; ``spec``: the command's SpeculativeConfig options (for --buffers)."""
     from specpar.entrypoints.cli.hsd_plan import add_plan_arguments, parse_costs
 
-    g = p.add_argument_group("HSD (--algo hsd)")
+    g = p.add_argument_group("HSD (--algorithm hsd)")
     add_plan_arguments(g, required=False)
     g.add_argument(
         "--chain",
@@ -42,13 +43,7 @@ def add_arguments(p) -> None:
         metavar="I,J,...",
         help="run this hierarchy (model indices, the target last) instead of the optimizer's",
     )
-    g.add_argument(
-        "--buffers",
-        type=integers,
-        default=None,
-        metavar="T0,T1,...",
-        help="buffer sizes of --levels (one per level below the target)",
-    )
+    spec.add_to(g, None, ["buffers"])
 
 
 def _stack_parameters(args):
@@ -165,9 +160,8 @@ def _run_plans(args, plans, make_stack, bar) -> dict:
             max_new_tokens=args.max_new_tokens,
             temperature=args.temperature,
             seed=args.seed + r,
-            runtime=args.runtime,
-            runtime_options=runtime_options(args),
             stream=bar.callback,
+            **experiment_runtime(args),
         )
         if len(plan.levels) == 1:
             return generate(prompt, stack.target, algorithm="nonsi", **kw)

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
-import argparse
 import sys
 
-from specpar.entrypoints.cli.options import integer, number, seed, server_count
-from specpar.entrypoints.cli.runtime_args import add_runtime_arguments, runtime_options
+from specpar.backends.simulated_pair import SimulatedPair
+from specpar.core.config import SpeculativeConfig
+from specpar.entrypoints.cli.command_args import add_json, add_max_new_tokens, add_repeats, command_parser
+from specpar.entrypoints.cli.config_args import PAPER_SP_DEGREE, ConfigOptions
+from specpar.entrypoints.cli.options import integer
+from specpar.entrypoints.cli.pair_args import add_profile_arguments
+from specpar.entrypoints.cli.runtime_args import REAL_TIME_FIELDS, add_runtime_arguments, experiment_runtime
 
 DESCRIPTION = """\
 Non-SI, SI and DSI on real threads in wall time, with servers that sleep for a
@@ -23,34 +27,17 @@ model pair's profile measured on this machine when it exists.
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser(
-        "table",
-        help="the online experiment (Table 2 style): threads vs virtual clock",
-        description=DESCRIPTION,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+    p = command_parser(subparsers, "table", "the online experiment (Table 2 style): threads vs virtual clock",
+                       DESCRIPTION)  # fmt: skip
+    add_profile_arguments(p, repeated=True)
+    numbers = ConfigOptions(
+        SimulatedPair, "pair", fields=NUMBERS, optional="a pair given by numbers", required=REQUIRED
     )
-    p.add_argument(
-        "--profile",
-        action="append",
-        default=[],
-        metavar="JSON",
-        help="a pair profile (target/drafter ttft_ms, tpot_ms, acceptance_rate); may be repeated",
-    )
-    p.add_argument(
-        "--acceptance-estimate",
-        choices=("geometric", "direct"),
-        default="geometric",
-        help="for `specpar profile` files: App. F.2's geometric fit (default) or the per-token rate",
-    )
-    p.add_argument("--target-tpot", type=number, default=None, metavar="MS", help="target's time per output token")
-    p.add_argument("--target-ttft", type=number, default=None, metavar="MS", help="target's prefill (default: TPOT)")
-    p.add_argument("--drafter-tpot", type=number, default=None, metavar="MS", help="drafter's time per output token")
-    p.add_argument("--drafter-ttft", type=number, default=None, metavar="MS", help="drafter's prefill (default: TPOT)")
-    p.add_argument("-a", "--acceptance-rate", type=number, default=None, metavar="A", help="drafter's acceptance rate")
+    numbers.add_to(p, "a pair given by numbers (ms per forward pass)")
     p.add_argument("--name", default="command line", help="label for the pair given by numbers")
     p.add_argument("--no-default-pair", action="store_true", help="leave out the default pair's measured profile")
-    p.add_argument("-N", "--max-new-tokens", type=integer, default=50, metavar="N", help="tokens per run (default 50)")
-    p.add_argument("--repeats", type=integer, default=3, help="runs per algorithm and lookahead (default 3)")
+    add_max_new_tokens(p, 50, "tokens per run")
+    add_repeats(p, 3, "runs per algorithm and lookahead")
     p.add_argument(
         "--lookaheads",
         type=integer,
@@ -59,28 +46,25 @@ def register(subparsers) -> None:
         metavar="K",
         help="lookaheads to try; those Eq. 1 rules out on --sp-degree servers are skipped (default 1 5 10)",
     )
-    p.add_argument(
-        "--sp-degree", type=server_count, default=7, metavar="SP", help="target servers DSI may use (default 7)"
-    )
-    p.add_argument("--seed", type=seed, default=0)
-    p.add_argument("--json", action="store_true", help="print one JSON object")
-    add_runtime_arguments(p, choices=("threads", "ray"), default="threads")
+    ConfigOptions(SpeculativeConfig, "spec", fields=("sp_degree",), defaults={"sp_degree": PAPER_SP_DEGREE}).add_to(p)
+    ConfigOptions(SimulatedPair, "models", fields=("seed",)).add_to(p)
+    add_json(p, "print one JSON object")
+    add_runtime_arguments(p, choices=("threads", "ray"), default="threads", fields=REAL_TIME_FIELDS)
     p.set_defaults(func=run)
 
 
+NUMBERS = ("target_tpot_ms", "target_ttft_ms", "drafter_tpot_ms", "drafter_ttft_ms", "acceptance_rate")
+REQUIRED = ("target_tpot_ms", "drafter_tpot_ms", "acceptance_rate")
+
+
 def _profiles(args):
-    from specpar.backends import LatencyProfile
     from specpar.core.errors import ConfigError
     from specpar.experiments.pair_profile import PairProfile, default_profile_path, load_default_profile
 
     pairs = [PairProfile.load(path, args.acceptance_estimate) for path in args.profile]
-    numbers = (args.target_tpot, args.drafter_tpot, args.acceptance_rate)
-    if any(x is not None for x in numbers):
-        if any(x is None for x in numbers):
-            raise ConfigError("a pair given by numbers needs --target-tpot, --drafter-tpot and -a/--acceptance-rate")
-        t = LatencyProfile(args.target_ttft if args.target_ttft is not None else args.target_tpot, args.target_tpot)
-        d = LatencyProfile(args.drafter_ttft if args.drafter_ttft is not None else args.drafter_tpot, args.drafter_tpot)
-        pairs.append(PairProfile(args.name, "", t, d, args.acceptance_rate, {"source": "command line"}))
+    if args.pair is not None:
+        target, drafter = args.pair.latencies()
+        pairs.append(PairProfile(args.name, "", target, drafter, args.pair.acceptance_rate, {"source": "command line"}))
     note = None
     if not args.no_default_pair:
         default = load_default_profile(args.acceptance_estimate)
@@ -123,8 +107,7 @@ def run(args) -> int:
             sp_degree=args.sp_degree,
             lookaheads=args.lookaheads,
             seed=args.seed,
-            runtime=args.runtime,
-            runtime_options=runtime_options(args),
+            **experiment_runtime(args),
         )
         runs = args.repeats * (1 + 2 * len(feasible_lookaheads(pair, args.lookaheads, args.sp_degree)))
         with TokenProgress(runs * args.max_new_tokens, f"{pair.label}: {args.runtime}", not args.json) as bar:
