@@ -162,3 +162,30 @@ def test_vllms_speculative_config_and_a_requests_override_reach_the_proposer():
         assert engine.generate(REPEATING, max_tokens=30, temperature=0, proposer="ngram").tokens == expected
         with pytest.raises(ConfigError, match="needs a drafter"):
             engine.generate(REPEATING, max_tokens=30, temperature=0)
+
+
+def test_a_served_request_picks_the_ngram_proposer():
+    """A server with no drafter model speculates per request with the n-gram proposer (and without it, cannot)."""
+    pytest.importorskip("uvicorn")
+    from specpar.entrypoints.server.app import create_app
+    from test_server import post, running
+
+    target, _ = _pair()
+    expected = target.greedy_tokens(REPEATING, 20)
+    with Engine(target, None, sp_degree=2, runtime="threads", algorithm="nonsi") as engine:
+        with running(create_app(engine, "sim", max_model_len=512)) as url:
+            body = {"model": "sim", "prompt": REPEATING, "max_tokens": 20, "temperature": 0}
+            for speculative in (
+                {"proposer": "ngram", "algorithm": "si"},
+                {"proposer": "ngram:1:2", "algorithm": "dsi"},
+            ):
+                status, data = post(url, "/v1/completions", {**body, "speculative": speculative}, key=None)
+                assert status == 200, data
+                assert [int(t) for t in data["choices"][0]["text"].split()] == expected
+            for speculative, needle in (
+                ({"algorithm": "dsi"}, "no drafter"),
+                ({"proposer": "eagle"}, "proposer must"),
+                ({"proposer": "ngram"}, "'si' or 'dsi', not 'nonsi'"),  # the server's algorithm is non-SI
+            ):
+                status, data = post(url, "/v1/completions", {**body, "speculative": speculative}, key=None)
+                assert status == 400 and needle in data["error"]["message"], data
