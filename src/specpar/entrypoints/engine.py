@@ -261,7 +261,7 @@ class Engine:
         with self._lock, collector_paused(self.runtime == "virtual"):
             local = self.real and self.runtime != "ray"  # on Ray the forward passes run in the actors
             marks = [len(s.forward_log) for s in self.all] if local else None
-            with torch_threads(self.threads_for(spec.algorithm)) if self.real else nullcontext():
+            with torch_threads(self.threads_for(spec.algorithm, spec.uses_drafter)) if self.real else nullcontext():
                 t0 = time.perf_counter()
                 result = run_generation(
                     ids,
@@ -300,12 +300,14 @@ class Engine:
         return result
 
     # -- real models: threads and memory ---------------------------------------------------------
-    def threads_for(self, algorithm: str) -> int:
+    def threads_for(self, algorithm: str, uses_drafter: bool = True) -> int:
         """torch threads so that the CPU servers running at once share the cores without oversubscribing them
-        (on Ray, the drafter in this process gets a server's CPU bundle, as each actor does)."""
+        (on Ray, the drafter in this process gets a server's CPU bundle, as each actor does); a drafter model that
+        does not draft (the n-gram proposer alone) takes no share."""
         if self.runtime == "ray":
             return max(1, int(self.runtime_config.cpus_per_server))
-        cpu = [s for s in self.all if getattr(s, "device", None) == "cpu"]
+        running = self.all if uses_drafter else self.targets.servers
+        cpu = [s for s in running if getattr(s, "device", None) == "cpu"]
         busy = len(cpu) if algorithm in ("dsi", "hsd-sp") else 1  # non-SI and SI run one server at a time
         return max(1, cpu_cores() // max(1, busy))
 
