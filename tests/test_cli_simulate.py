@@ -72,3 +72,36 @@ def test_plan_prints_the_candidates_and_picks_the_fastest_valid(capsys):
     assert main(["plan", "--target-per-token", "3", "-a", "0.8", "--sp-degree", "4", "-N", "40"]) == 0
     text = capsys.readouterr().out
     assert "virtual clock" in text and "chosen" in text and "DSI / SI" in text
+
+
+def test_under_load_every_policy_per_rate_and_the_plot(capsys, tmp_path):
+    """--load: one row per rate and policy, the adaptive policy at least the best fixed one's throughput."""
+    png = tmp_path / "load.png"
+    argv = ["simulate", "--json", "-N", "20", "--units", "4", "--load", "0.5x,2x", "--requests", "12", "-k", "3"]
+    assert main([*argv, "--plot", str(png)]) == 0
+    out = json.loads(capsys.readouterr().out)
+    rows = out["results"]
+    assert [(r["load_x_nonsi_capacity"], r["policy"]) for r in rows] == [
+        (x, p) for x in (0.5, 2.0) for p in ("adaptive", "dsi", "si", "nonsi")
+    ]
+    for x in (0.5, 2.0):
+        thr = {r["policy"]: r["throughput_tokens_per_s"] for r in rows if r["load_x_nonsi_capacity"] == x}
+        assert thr["adaptive"] >= max(thr["dsi"], thr["si"], thr["nonsi"]) * 0.99
+    assert all(r["requests"] == 12 and r["latency_p50_ms"] <= r["latency_p99_ms"] for r in rows)
+    assert png.stat().st_size > 10_000
+    assert (
+        main(["simulate", "-N", "10", "--units", "2", "--clients", "1,3", "--requests", "6", "--policies", "si"]) == 0
+    )
+    text = capsys.readouterr().out
+    assert "1 clients" in text and "3 clients" in text and "tokens/s" in text
+
+
+def test_under_load_refuses_bad_flags():
+    from cli_check import assert_one_line_error, run_cli
+
+    r = run_cli("simulate", "--load", "1x", "--clients", "2")
+    assert_one_line_error(r.returncode, r.stderr, "either --load or --clients")
+    r = run_cli("simulate", "--load", "-1")
+    assert_one_line_error(r.returncode, r.stderr, "--load")
+    r = run_cli("simulate", "--load", "1", "--policies", "fastest")
+    assert_one_line_error(r.returncode, r.stderr, "--policies")

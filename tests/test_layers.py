@@ -12,7 +12,7 @@ from pathlib import Path
 SRC = Path(__file__).resolve().parents[1] / "src" / "specpar"
 
 # from the top down: a package may import its own modules and those of any layer below it
-LAYERS = ["entrypoints", "experiments", "spec", "runtimes", "backends", "planning", "core"]
+LAYERS = ["entrypoints", "experiments", "scheduling", "spec", "runtimes", "backends", "planning", "core"]
 
 
 def module_name(path: Path) -> str:

@@ -169,6 +169,12 @@ class Stopping:
         self.floor = 0  # the text of the first min_tokens - 1 tokens: no stop string ends in it
         self.text = ""  # the output's text so far (kept only for stop strings)
 
+    def pauses_here(self) -> bool:
+        """Whether the generation ends at the round that just ended, to go on from its output later (a scheduler
+        changing a request's configuration at a safe point: specpar.scheduling.pausing). A request's own stop
+        conditions never pause."""
+        return False
+
     def stops_at(self, token: int) -> bool:
         """Whether the output ends with ``token`` (the next output token, in order)."""
         self.count += 1

@@ -66,6 +66,7 @@ def generate(
         runtime=runtime,
         runtime_options=runtime_options,
         keep_actors=_is_pool(target) or _is_pool(drafter),
+        units=1,  # one request: all the servers its configuration needs, no other to share them with
         **spec_fields,
         **runtime_fields,
     )

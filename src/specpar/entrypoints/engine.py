@@ -1,16 +1,20 @@
-"""``Engine``: models loaded once, their servers and a runtime, serving many requests.
+"""``Engine``: models loaded once, their servers and a runtime, serving many requests at once.
 
     with Engine(target, drafter, sp_degree=2) as engine:
         result = engine.generate("def fib(n):", SamplingParams(max_tokens=64, stop=["\\n\\n"]))
         for piece in engine.stream("Once upon a time", SamplingParams(temperature=0.8, top_p=0.9)):
             print(piece, end="")
 
-An engine owns one pool of ``sp_degree`` target servers and one drafter server (a pool per level for HSD),
-made once: real models keep their weights and KV caches across requests (a prompt that shares a prefix
-with the previous request reuses its cache). Requests take turns (a lock): two requests never run on
-one server, and so never on one KV cache, whichever threads they come from.
+An engine owns ``units`` processing units (default: sp_degree + 1, the servers one DSI request uses), each with a
+target server and a drafter server (one per level for HSD), made once: real models keep their weights (shared by
+the servers of one model on one device) and each server its KV cache across requests. A scheduler
+(:mod:`specpar.scheduling`) gives each request units of its own, so no two requests ever share a cache: alone, a
+request runs DSI on as many units as help it; as more requests arrive their shares shrink (fewer target replicas,
+then SI, then non-SI) and grow back when they leave, changing only at safe points (:class:`Engine`'s ``policy``).
+Servers given as ready-made Pools form one unit: requests take turns on them.
 
-The runtime: the threads runtime for real models (wall time), the virtual clock for simulated ones.
+The runtime: the threads runtime for real models (wall time), the virtual clock for simulated ones (each request
+on a clock of its own).
 """
 
 from __future__ import annotations
@@ -29,9 +33,12 @@ from specpar.core.errors import ConfigError
 from specpar.core.params import SAMPLING_FIELDS, SamplingParams
 from specpar.core.results import GenerationResult
 from specpar.core.stopping import Stopping, TextStream, detokenize, end_of_text_ids
+from specpar.planning.load import POLICIES, Option, ShareCurve, fixed
 from specpar.runtimes import Pool
 from specpar.runtimes.virtual import collector_paused
-from specpar.spec.registry import check_context_window, model_of, run_generation
+from specpar.scheduling import LoadMetrics, Scheduler, Unit
+from specpar.scheduling.request import Request
+from specpar.spec.registry import check_context_window, model_of
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +70,13 @@ class Engine:
     max_tokens: real models: the longest sequence a server holds (prompt + output), for the memory check.
     keep_actors: Ray: keep each server's actor for the engine's next request (killed at close() when the engine
         made the servers; servers given as Pools keep theirs for whoever owns them).
+    units: processing units (default: sp_degree + 1 with a drafter, else sp_degree), each with a target and a
+        drafter server; requests run at once on units of their own. Real models: set it to the cores or devices
+        the servers may use at once (each server then runs one torch thread per core it has). units=1: one unit of
+        sp_degree target servers and a drafter, one request at a time on all of them (as ready-made Pools are).
+    policy: how requests share the units (:mod:`specpar.planning.load`): "adaptive" (default: each request's
+        fastest option on its share, shares chosen for the most tokens per second in all), or one fixed option
+        for every request: "dsi" (each waits for its whole DSI share), "si" (one unit each), "nonsi".
     """
 
     def __init__(
@@ -77,6 +91,8 @@ class Engine:
         dtype: str | None = None,
         max_tokens: int = 4096,
         keep_actors: bool = True,
+        units: int | None = None,
+        policy: str = "adaptive",
         **options,
     ):
         spec_fields, runtime_fields, _ = split_options(options)
@@ -104,12 +120,26 @@ class Engine:
             first = self.drafter_model if self.drafter_model is not None else self.target_model
             devices = list(dict.fromkeys(getattr(m, "device", "cpu") for m in (first, self.target_model)))
         target_devices = devices[1:] if len(devices) > 1 else devices
-        self.targets = self._servers(target, sp_degree, "target", target_devices, max_tokens)
+        if policy not in POLICIES:
+            raise ConfigError(f"policy must be one of {', '.join(POLICIES)}, got {policy!r}")
+        self.policy = policy
+        n = self._unit_count(units, target, drafter, sp_degree)
+        targets, drafters = (n, n) if n else (sp_degree, 1)  # ready-made Pools: one unit, as many servers as today
+        self.targets = self._servers(target, targets, "target", target_devices, max_tokens)
         if isinstance(drafter, (list, tuple)):  # HSD's levels (or merged drafters), the smallest first
-            self.drafters = [self._servers(m, 1, f"level{i}", devices[:1], max_tokens) for i, m in enumerate(drafter)]
+            self.drafters = [
+                self._servers(m, drafters, f"level{i}", devices[:1], max_tokens) for i, m in enumerate(drafter)
+            ]
         else:
-            self.drafters = None if drafter is None else self._servers(drafter, 1, "drafter", devices[:1], max_tokens)
-        self._lock = threading.Lock()
+            self.drafters = None if drafter is None else self._servers(drafter, drafters, "drafter", devices[:1],
+                                                                        max_tokens)  # fmt: skip
+        self.units = self._units(n)
+        self.scheduler = Scheduler(self.units)
+        self._curves: dict = {}
+        self._gate = threading.Condition()  # requests run at once; reset() and close() wait for them
+        self._active = 0
+        self._exclusive = False
+        self._threads = _SharedTorchThreads()
         self.closed = False
         if log.isEnabledFor(logging.INFO):
             for s in self.all:
@@ -117,7 +147,7 @@ class Engine:
 
     @property
     def sp_degree(self) -> int:
-        """Target servers the engine made (the most a request's DSI verifies on at once)."""
+        """The most target servers a request's DSI verifies on at once."""
         return self.spec.sp_degree
 
     @property
@@ -142,6 +172,36 @@ class Engine:
             pool = Pool([source.server(f"{name}{i}") for i in range(n)], name)
         pool.model = source  # what the servers were made from (lookahead="auto" reads its acceptance rate)
         return pool
+
+    def _unit_count(self, units, target, drafter, sp_degree: int) -> int:
+        """Units of one target and one drafter server each; 0: one unit of every server (Pools, or units=1)."""
+        if units is not None and (isinstance(units, bool) or not isinstance(units, int) or not 1 <= units <= 1024):
+            raise ConfigError(f"units must be an integer in [1, 1024], got {units!r}")
+        if any(isinstance(x, Pool) for x in (target, *(drafter if isinstance(drafter, (list, tuple)) else [drafter]))):
+            if units not in (None, 1):
+                raise ConfigError("servers given as Pools form one processing unit: give models for units > 1")
+            return 0
+        if units == 1:
+            return 0
+        if units is None:
+            return sp_degree + 1 if drafter is not None else sp_degree
+        return units
+
+    def _units(self, n: int) -> list[Unit]:
+        """The processing units: one per target server, each with its drafter server(s); one for ready-made Pools."""
+        levels = self.drafters if isinstance(self.drafters, list) else []
+        drafters = self.drafters if isinstance(self.drafters, Pool) else None
+        if n == 0:
+            return [Unit(0, self.targets.servers, drafters.servers if drafters else [], [p.servers for p in levels])]
+        return [
+            Unit(
+                i,
+                [self.targets.servers[i]],
+                [drafters.servers[i]] if drafters else [],
+                [[p.servers[i]] for p in levels],
+            )
+            for i in range(n)
+        ]
 
     @property
     def all(self) -> list:
@@ -254,30 +314,31 @@ class Engine:
         ids = self.prompt_ids(prompt)
         if spec.uses_drafter and self.drafters is None:
             raise ConfigError(f"algorithm {spec.algorithm!r} needs a drafter: give the engine one")
-        if spec.lookahead == "auto":
-            spec = spec.replace(lookahead=self.auto_lookahead(spec, params.max_tokens))
-        # one request at a time on these servers (their caches); on the virtual clock the collector stays paused
-        # until the result is made (specpar.runtimes.virtual.collector_paused)
-        with self._lock, collector_paused(self.runtime == "virtual"):
+        curve = self.curve(spec, params.max_tokens)
+        if spec.lookahead == "auto" and curve.option(curve.max_units).ms_per_token is None:
+            spec = spec.replace(lookahead=self.auto_lookahead(spec, params.max_tokens))  # (or its clear error)
+        request = Request(
+            self.scheduler,
+            ids,
+            spec,
+            curve,
+            self.runtime_config,
+            params.decoding(len(ids), self.end_of_text),
+            params.max_tokens,
+            stream=stream,
+            stopping=self.stopping(ids, params),
+            ready_made=self.keep_actors,
+        )
+        # on the virtual clock the collector stays paused until the result is made (collector_paused)
+        with self._running(), collector_paused(self.runtime == "virtual"):
             local = self.real and self.runtime != "ray"  # on Ray the forward passes run in the actors
-            marks = [len(s.forward_log) for s in self.all] if local else None
-            with torch_threads(self.threads_for(spec.algorithm, spec.uses_drafter)) if self.real else nullcontext():
+            marks = {id(s): len(s.forward_log) for s in self.all} if local else None
+            with self._threads(self.threads_for(spec.algorithm, spec.uses_drafter)) if self.real else nullcontext():
                 t0 = time.perf_counter()
-                result = run_generation(
-                    ids,
-                    self.targets,
-                    self.drafters,
-                    spec,
-                    self.runtime_config,
-                    params.decoding(len(ids), self.end_of_text),
-                    params.max_tokens,
-                    stream=stream,
-                    stopping=self.stopping(ids, params),
-                    ready_made=self.keep_actors,
-                )
+                result = request.run()
                 t1 = time.perf_counter()
-            if local:
-                intervals = [iv for s, m in zip(self.all, marks) for iv in s.forward_log[m:]]
+            if local:  # the forward passes of the servers this request ran on
+                intervals = [iv for s in request.servers for iv in s.forward_log[marks[id(s)] :]]
                 result.overhead = overhead(intervals, t0, t1)
             else:  # on Ray the forward passes run in the actors: no forward log here to measure from
                 result.overhead = None
@@ -299,13 +360,69 @@ class Engine:
             )
         return result
 
+    # -- the scheduler ----------------------------------------------------------------------------
+    def curve(self, spec: SpeculativeConfig, max_tokens: int) -> ShareCurve:
+        """A request's options per share of the units (:mod:`specpar.experiments.shares`), per config and length."""
+        key = (spec, min(max_tokens, 100))
+        curve = self._curves.get(key)
+        if curve is None:
+            if len(self.units) == 1:  # ready-made servers: the request's own configuration on all of them
+                k = spec.lookahead if isinstance(spec.lookahead, int) else None
+                curve = fixed(Option(1, spec.algorithm, spec.sp_degree or 1, k))
+            else:
+                from specpar.experiments.shares import share_curve
+
+                curve = share_curve(self.policy, spec, self.targets, self.drafters, len(self.units), max_tokens)
+            self._curves[key] = curve
+        return curve
+
+    def load_metrics(self) -> LoadMetrics:
+        """Requests running and waiting, units in use and per request, output tokens and goodput
+        (:class:`specpar.scheduling.LoadMetrics`), for an exporter."""
+        return self.scheduler.metrics()
+
+    @contextmanager
+    def _running(self):
+        """A request runs (many may at once); reset() and close() wait until none does."""
+        with self._gate:
+            while self._exclusive:
+                self._gate.wait()
+            if self.closed:
+                raise ConfigError("this engine is closed")
+            self._active += 1
+        try:
+            yield
+        finally:
+            with self._gate:
+                self._active -= 1
+                self._gate.notify_all()
+
+    @contextmanager
+    def _alone(self):
+        """No request runs inside (those running finish first; new ones wait)."""
+        with self._gate:
+            while self._exclusive:
+                self._gate.wait()
+            self._exclusive = True
+            while self._active:
+                self._gate.wait()
+        try:
+            yield
+        finally:
+            with self._gate:
+                self._exclusive = False
+                self._gate.notify_all()
+
     # -- real models: threads and memory ---------------------------------------------------------
     def threads_for(self, algorithm: str, uses_drafter: bool = True) -> int:
-        """torch threads so that the CPU servers running at once share the cores without oversubscribing them
-        (on Ray, the drafter in this process gets a server's CPU bundle, as each actor does); a drafter model that
-        does not draft (the n-gram proposer alone) takes no share."""
+        """torch threads per forward pass, so that the servers running at once share the cores without
+        oversubscribing them: one unit's worth of cores (on Ray, a server's CPU bundle, as each actor has); with
+        ready-made servers (one unit), as before the scheduler: all cores for the one server SI and non-SI run at a
+        time, a share of them for DSI's (a drafter model the n-gram proposer leaves idle takes none)."""
         if self.runtime == "ray":
             return max(1, int(self.runtime_config.cpus_per_server))
+        if len(self.units) > 1:
+            return max(1, cpu_cores() // len(self.units))
         running = self.all if uses_drafter else self.targets.servers
         cpu = [s for s in running if getattr(s, "device", None) == "cpu"]
         busy = len(cpu) if algorithm in ("dsi", "hsd-sp") else 1  # non-SI and SI run one server at a time
@@ -327,8 +444,9 @@ class Engine:
 
     # -- lifetime --------------------------------------------------------------------------------
     def reset(self) -> None:
-        """Empty every server's cache (the next request starts with a prefill), the Ray actors' too."""
-        with self._lock:
+        """Empty every server's cache (the next request starts with a prefill), the Ray actors' too, once the
+        requests running have finished (new ones wait)."""
+        with self._alone():
             for s in self.all:
                 if hasattr(s, "reset"):
                     s.reset()
@@ -338,9 +456,10 @@ class Engine:
                 reset_kept(self.all)
 
     def close(self) -> None:
-        """Refuse further requests (after the one running, if any) and free the servers' caches."""
-        with self._lock:
+        """Refuse further requests (after those running) and free the servers' caches."""
+        with self._gate:
             self.closed = True
+        with self._alone():
             for s in self.all:
                 if hasattr(s, "reset"):
                     s.reset()
@@ -448,6 +567,33 @@ def cpu_cores() -> int:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # pragma: no cover - not Linux
         return os.cpu_count() or 1
+
+
+class _SharedTorchThreads:
+    """torch's thread count (process-wide) set while any request of an engine runs, restored when the last ends:
+    requests that run at once share the one setting."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._count = 0
+        self._before = None
+
+    @contextmanager
+    def __call__(self, n: int):
+        import torch
+
+        with self._lock:
+            if self._count == 0:
+                self._before = torch.get_num_threads()
+                torch.set_num_threads(n)
+            self._count += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._count -= 1
+                if self._count == 0:
+                    torch.set_num_threads(self._before)
 
 
 @contextmanager

@@ -158,6 +158,27 @@ def choose_lookahead(
     return LookaheadChoice(best, sp_degree, n, method, predicted, valid, algorithm)
 
 
+def predict_ms(
+    algorithm: str,
+    target: LatencyProfile,
+    drafter: LatencyProfile,
+    acceptance_rate: float,
+    sp_degree: int,
+    n: int,
+    lookaheads: list[int],
+    seed: int = 0,
+    dedicated_cursor: bool | None = None,
+) -> dict[int, float]:
+    """``algorithm``'s ("dsi" or "si") predicted mean latency (ms) for ``n`` tokens at each of ``lookaheads``, as
+    :func:`choose_lookahead` predicts its candidates' (the fast path for uniform profiles and no server kept for
+    the cursor, else the virtual clock)."""
+    kept = algorithm == "dsi" and keeps_cursor_server(target.per_token_ms, dedicated_cursor)
+    if uniform_profiles(target, drafter) and not kept:
+        c = drafter.tpot_ms / target.tpot_ms
+        return _fast_path(algorithm, target.tpot_ms, c, acceptance_rate, sp_degree, n, lookaheads, seed)
+    return _event(algorithm, target, drafter, acceptance_rate, sp_degree, n, lookaheads, seed, kept)
+
+
 def _fast_path(
     algorithm: str, target_ms: float, c: float, a: float, sp: int, n: int, ks: list[int], seed: int
 ) -> dict[int, float]:

@@ -26,6 +26,10 @@ def make_runtime(config: RuntimeConfig, pools: Sequence[Pool], ready_made: bool 
     if config.call_timeout_s is not None and config.name != "virtual":
         options["call_timeout_s"] = config.call_timeout_s
     if config.name == "virtual":
+        if options.get("clock") is not None:  # one generation among many on a shared clock (under load)
+            from specpar.runtimes.shared_clock import ClockRuntime
+
+            return ClockRuntime(pools, config.cancel_frees, link_ms=config.link_ms, **options)
         return VirtualRuntime(pools, config.cancel_frees, link_ms=config.link_ms, **options)
     if config.name == "ray":
         local = ("drafter",) if config.drafter_placement == "driver" else ()  # no round trip per draft call

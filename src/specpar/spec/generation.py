@@ -191,6 +191,11 @@ class Generation:
     def _end_round(self) -> None:
         self.accepted_per_round.append(self._run)
         self._run = 0
+        if self.stopping is not None and self.stopping.pauses_here():
+            # a safe point (the target's own token ends the round: nothing verified waits): the output ends here
+            # and whoever asked for the pause goes on from it (specpar.scheduling.pausing)
+            self.stop = len(self.out)
+            self.done = True
 
     def result(
         self, algorithm: str, lookahead: int | None = None, sp_degree: int = 1, warm_ups: int = 0

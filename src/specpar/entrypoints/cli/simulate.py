@@ -68,9 +68,10 @@ def register(sub) -> None:
         help="also draw the first repeat of each algorithm as a Gantt chart of its tasks per server "
         "(drafts, verifications, cancelled work) to this PNG file",
     )
-    from specpar.entrypoints.cli import simulate_hsd
+    from specpar.entrypoints.cli import simulate_hsd, simulate_load
 
     simulate_hsd.add_arguments(p, spec)
+    simulate_load.add_arguments(p)
     p.set_defaults(func=run)
 
 
@@ -128,6 +129,10 @@ def run(args) -> int:
         from specpar.entrypoints.cli import simulate_hsd
 
         return simulate_hsd.run(args)
+    if args.load is not None or args.clients is not None:
+        from specpar.entrypoints.cli import simulate_load
+
+        return simulate_load.run(args, pair_from_args(args))
     from specpar.core.json_output import print_json
     from specpar.experiments.comparison import compare
     from specpar.planning import analytic

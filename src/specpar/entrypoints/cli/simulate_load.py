@@ -1,0 +1,165 @@
+"""``specpar simulate --load RATE`` / ``--clients N``: many requests on a fixed number of processing units, per
+policy (adaptive, fixed DSI, fixed SI, non-SI), on one virtual clock (:mod:`specpar.experiments.load`)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from specpar.core.errors import ConfigError
+from specpar.entrypoints.cli.options import integer, integers
+from specpar.planning.load import POLICIES
+
+
+def load_rates(text: str) -> list[str]:
+    """--load: comma-separated rates, requests per second ("2.5") or times the non-SI capacity ("0.5x")."""
+    out = []
+    for part in text.split(","):
+        part = part.strip()
+        try:
+            x = float(part[:-1] if part.endswith("x") else part)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"a rate is a number of requests/s or a multiple like 0.5x: {part!r}"
+            ) from None
+        if not 0 < x < 1e9:
+            raise argparse.ArgumentTypeError(f"a rate must be > 0, got {part!r}")
+        out.append(part)
+    return out
+
+
+def add_arguments(p) -> None:
+    g = p.add_argument_group("under load (--load or --clients)")
+    g.add_argument(
+        "--load",
+        type=load_rates,
+        default=None,
+        metavar="RATE[,RATE...]",
+        help="Poisson arrivals at RATE requests/s, or at a multiple of the non-SI capacity (0.5x: half of what "
+        "non-SI serves on the units); one row per rate and policy",
+    )
+    g.add_argument(
+        "--clients",
+        type=integers,
+        default=None,
+        metavar="N[,N...]",
+        help="closed-loop clients instead: each sends its next request when the last one ends",
+    )
+    g.add_argument("--units", type=integer, default=8, help="processing units (GPUs, cores) the requests share (8)")
+    g.add_argument("--requests", type=integer, default=100, help="requests per rate and policy (default 100)")
+    g.add_argument(
+        "--policies",
+        default=",".join(POLICIES),
+        metavar="P,...",
+        help=f"policies to compare (default all: {', '.join(POLICIES)})",
+    )
+    g.add_argument("--plot", metavar="PNG", default=None, help="also draw throughput and latency per load to this PNG")
+
+
+def run(args, pair) -> int:
+    """pair: the SimulatedPair of simulate's flags (and --profile)."""
+    from specpar.core.json_output import print_json
+    from specpar.experiments.load import PERCENTILES, LoadSetting, LoadSimulation
+
+    if args.load is not None and args.clients is not None:
+        raise ConfigError("give either --load or --clients, not both")
+    policies = [p.strip() for p in args.policies.split(",") if p.strip()]
+    for p in policies:
+        if p not in POLICIES:
+            raise ConfigError(f"--policies: each must be one of {', '.join(POLICIES)}, got {p!r}")
+    for name in ("units", "requests"):
+        if not 1 <= getattr(args, name) <= 100_000:
+            raise ConfigError(f"--{name} must be in [1, 100000], got {getattr(args, name)}")
+    if args.clients is not None and any(n < 1 for n in args.clients):
+        raise ConfigError(f"--clients must be >= 1, got {args.clients}")
+    if args.plot:
+        from specpar.core.paths import check_output_file, image_suffixes
+
+        args.plot = check_output_file(args.plot, "--plot", image_suffixes())
+    (target, drafter), a = pair.latencies(), pair.acceptance_rate
+    setting = LoadSetting(
+        units=args.units, target=target, drafter=drafter, acceptance_rate=a, max_new_tokens=args.max_new_tokens,
+        prompt_length=pair.prompt_length, vocab_size=pair.vocab_size, lookahead=args.lookahead,
+        temperature=args.temperature,
+    )  # fmt: skip
+    sim = LoadSimulation(setting, seed=pair.seed)
+    points = []
+    if args.load is not None:
+        for text in args.load:
+            rate = float(text[:-1]) * setting.nonsi_capacity if text.endswith("x") else float(text)
+            points.append(({"rate": rate}, rate / setting.nonsi_capacity))
+    else:
+        points = [({"clients": n}, None) for n in args.clients]
+    from specpar.entrypoints.cli.progress import status
+
+    rows = []
+    with status(f"simulating {len(points) * len(policies)} runs of {args.requests} requests", not args.json):
+        for kw, x in points:
+            for policy in policies:
+                run_ = sim.run(policy, requests=args.requests, **kw)
+                rows.append({**run_.to_dict(), "load_x_nonsi_capacity": x, **kw})
+    config = {
+        "units": args.units,
+        "target": {"ttft_ms": target.ttft_ms, "tpot_ms": target.tpot_ms, "per_token_ms": target.per_token_ms},
+        "drafter": {"ttft_ms": drafter.ttft_ms, "tpot_ms": drafter.tpot_ms},
+        "acceptance_rate": a,
+        "max_new_tokens": args.max_new_tokens,
+        "requests": args.requests,
+        "nonsi_capacity_requests_per_s": setting.nonsi_capacity,
+        "seed": pair.seed,
+        "options": {p: [o.__dict__ for o in sim.curve(p).options] for p in policies},
+    }
+    if args.plot:
+        from specpar.experiments.load_plot import plot_load
+
+        plot_load(
+            rows,
+            args.plot,
+            f"{args.units} units, target {target.tpot_ms:g} ms, drafter {drafter.tpot_ms:g} ms, a = {a:g}",
+        )
+    if args.json:
+        print_json({"config": config, "results": rows})
+        return 0
+    _print(rows, config, PERCENTILES, args)
+    if args.plot:
+        print(f"curves written to {args.plot}")
+    return 0
+
+
+def _print(rows, config, percentiles, args) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(width=None if sys.stdout.isatty() else 140)
+    console.print(
+        f"{config['units']} processing units; target {config['target']['tpot_ms']:g} ms/token, drafter "
+        f"{config['drafter']['tpot_ms']:g} ms/token, a = {config['acceptance_rate']:g}; N = {args.max_new_tokens}; "
+        f"{args.requests} requests per row; non-SI capacity {config['nonsi_capacity_requests_per_s']:.3g} req/s; "
+        "virtual clock"
+    )
+    table = Table()
+    for col in ("load", "policy", "tokens/s", *(f"p{q} ms" for q in percentiles), "TTFT p50 ms", "switches/req"):
+        table.add_column(col, justify="left" if col in ("load", "policy") else "right")
+    best = {}
+    for r in rows:
+        best[r["load"]] = max(best.get(r["load"], 0.0), r["throughput_tokens_per_s"])
+    for r in rows:
+        load = r["load"] + (f" ({r['load_x_nonsi_capacity']:.2g}x)" if r.get("load_x_nonsi_capacity") else "")
+        thr = f"{r['throughput_tokens_per_s']:.1f}"
+        table.add_row(
+            load,
+            r["policy"],
+            f"[bold]{thr}[/]" if r["throughput_tokens_per_s"] >= best[r["load"]] * (1 - 1e-9) else thr,
+            *(f"{r[f'latency_p{q}_ms']:.0f}" for q in percentiles),
+            f"{r['ttft_p50_ms']:.0f}",
+            f"{r['switches_per_request']:.2f}",
+        )
+    console.print(table)
+    console.print("options per share: " + "; ".join(
+        f"{p}: " + ", ".join(f"{o['units']}u {o['algorithm']}" + (f" SP {o['sp_degree']}" if o["algorithm"] == "dsi"
+                             else "") + (f" k {o['lookahead']}" if o["lookahead"] else "") for o in opts)
+        for p, opts in config["options"].items()))  # fmt: skip
+    console.print(
+        "tokens/s: output tokens / (last completion - first arrival); latency: completion - arrival (queueing "
+        "included); bold: the highest at that load"
+    )

@@ -1,0 +1,142 @@
+"""The load policy: how many processing units each request gets, and what it runs on them.
+
+A processing unit runs one forward pass at a time (a core, a GPU). A request's *share* is a number of units u,
+and on u units it runs the fastest configuration that fits (an :class:`Option`):
+
+* non-SI: one unit (the target);
+* SI: one unit, the drafter and the target side by side on it (SI never runs them at once, as vLLM colocates them);
+* DSI with SP degree s: s + 1 units, the drafter on one and a target replica on each other (they run at once).
+
+A :class:`ShareCurve` lists a request's best option for each u it may have (its predicted time per token, from
+the simulator: :mod:`specpar.experiments.shares`), so its rate r(u) = 1 / ms per token is known for every share.
+:func:`allocate` gives the units to the requests, first come first served: the longest prefix of the queue whose
+smallest shares fit is admitted, then the units are split to maximize the total goodput sum_i r_i(u_i) (an exact
+dynamic program over the admitted requests), where a request keeps its current share unless a change gains more
+than ``keep_bonus`` of its rate (a change costs the work in flight at the safe point where it happens). A request
+is never given a share on which its best option is slower than non-SI on one unit: non-SI is always an option.
+
+Fixed policies are curves with one option: fixed DSI (every request waits for its DSI share), fixed SI, non-SI.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from specpar.core.errors import ConfigError
+
+POLICIES = ("adaptive", "dsi", "si", "nonsi")
+KEEP_BONUS = 0.05
+
+
+@dataclass(frozen=True)
+class Option:
+    """What a request runs on ``units`` processing units: ``algorithm`` with ``sp_degree`` target servers and
+    ``lookahead`` (None: the runner's default), predicted to take ``ms_per_token`` (None: unknown)."""
+
+    units: int
+    algorithm: str
+    sp_degree: int = 1
+    lookahead: int | None = None
+    ms_per_token: float | None = None
+
+
+@dataclass(frozen=True)
+class ShareCurve:
+    """A request's best option for each share it may have: ``options[i]`` on ``min_units + i`` units.
+
+    Without predictions (``ms_per_token`` None: a model without a latency profile) the rates are taken to grow
+    as the square root of the units, so that free units are split evenly.
+    """
+
+    options: tuple[Option, ...]
+    rates: tuple[float, ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self):
+        if not self.options:
+            raise ConfigError("a share curve needs at least one option")
+        units = [o.units for o in self.options]
+        if units != list(range(units[0], units[0] + len(units))):
+            raise ConfigError(f"a share curve's options must be for consecutive unit counts, got {units}")
+        rates = [0.0] * units[0]  # rates[u]: rate(u) for u = 0 .. max_units
+        for o in self.options:
+            ms = o.ms_per_token
+            rates.append(math.sqrt(o.units) if ms is None else 1.0 / ms if ms > 0 else math.inf)
+        object.__setattr__(self, "rates", tuple(rates))
+
+    @property
+    def min_units(self) -> int:
+        return self.options[0].units
+
+    @property
+    def max_units(self) -> int:
+        return self.options[-1].units
+
+    def option(self, units: int) -> Option:
+        """The option for ``units`` units (the largest one the curve has, for more)."""
+        if units < self.min_units:
+            raise ConfigError(f"{units} unit(s) is less than this request's smallest share, {self.min_units}")
+        return self.options[min(units, self.max_units) - self.min_units]
+
+    def rate(self, units: int) -> float:
+        """Tokens per ms on ``units`` units (0 below the smallest share)."""
+        rates = self.rates
+        return rates[units] if units < len(rates) else rates[-1]
+
+
+def fixed(option: Option) -> ShareCurve:
+    """A fixed policy's curve: one option, on its units only."""
+    return ShareCurve((option,))
+
+
+def allocate(
+    curves: Sequence[ShareCurve], held: Sequence[int], units: int, keep_bonus: float = KEEP_BONUS
+) -> list[int]:
+    """The units each request should have, in queue order (0: it waits).
+
+    curves[i], held[i]: request i's curve and the units it holds now (queue order: the order of arrival).
+    The longest prefix of the queue whose smallest shares fit in ``units`` is admitted (no request overtakes an
+    earlier one, so none starves); the admitted requests' shares maximize sum_i r_i(u_i) * (1 + keep_bonus if
+    u_i = held[i]). Of equal totals, the smaller share is taken (a free unit costs a newcomer no pause).
+    """
+    if len(curves) != len(held):
+        raise ConfigError("one held count per curve")
+    admitted, used = 0, 0
+    for c in curves:
+        if used + c.min_units > units:
+            break
+        used += c.min_units
+        admitted += 1
+    shares = [0] * len(curves)
+    if not admitted:
+        return shares
+    if admitted == 1:  # alone (the common case at low load): its best share
+        c, rates = curves[0], curves[0].rates
+        top, pick = -math.inf, 0
+        for u in range(c.min_units, min(c.max_units, units) + 1):
+            value = rates[u] * (1.0 + keep_bonus if u == held[0] else 1.0)
+            if pick == 0 or value > top * (1 + 1e-12):
+                top, pick = value, u
+        shares[0] = pick
+        return shares
+    # best[j][m]: the best value of requests j.. with m units left; choice[j][m]: request j's units there
+    best = [[0.0] * (units + 1) for _ in range(admitted + 1)]
+    choice = [[0] * (units + 1) for _ in range(admitted)]
+    rest = 0  # what the requests after j need at least
+    for j in range(admitted - 1, -1, -1):
+        c, keep = curves[j], held[j]
+        rates, lo, later = c.rates, c.min_units, best[j + 1]
+        for m in range(lo + rest, units + 1):
+            top, pick = -math.inf, 0
+            for u in range(lo, min(c.max_units, m - rest) + 1):
+                value = rates[u] * (1.0 + keep_bonus if u == keep else 1.0) + later[m - u]
+                if pick == 0 or value > top * (1 + 1e-12):  # a tie keeps the smaller share (units stay free)
+                    top, pick = value, u
+            best[j][m], choice[j][m] = top, pick
+        rest += lo
+    m = units
+    for j in range(admitted):
+        shares[j] = choice[j][m]
+        m -= shares[j]
+    return shares

@@ -1,0 +1,227 @@
+"""One virtual clock for many generations at once: the discrete-event simulation of a server under load.
+
+A :class:`VirtualRuntime` is one generation's clock. Under load several generations run at once on one clock,
+each still written as a loop that blocks in ``runtime.wait()``. Here each runs in its own greenlet (a coroutine
+with its own stack, switched in about a microsecond, never preempted) with a :class:`ClockRuntime`: the runtime
+contract over one heap of events that every generation shares. ``wait()`` hands control to the hub (the event
+loop, :meth:`SharedClock.run`), which pops the earliest event of any generation, moves the clock to it and
+resumes the generation it belongs to; that one runs until it waits again. So the clock advances only once every
+generation waits (a conservative discrete-event scheme), one generation runs at a time, and a run is
+deterministic: ties are broken as on a VirtualRuntime (pool rank, then submission order), wake-ups before task
+ends at one time, wake-ups in the order they were made.
+
+Besides tasks, the hub runs greenlets started at a time (:meth:`SharedClock.spawn`: a request's arrival), after a
+delay (:meth:`SharedClock.sleep`: a client's think time) or when an event is set (:meth:`SharedClock.event`: a
+request waiting for processing units). A single generation on a SharedClock gives the VirtualRuntime's tokens and
+times exactly (tests/test_shared_clock.py). Cost: one switch to the hub and back per event, about 2 us
+(benchmarks/load_simulation.py prints the simulator's speed).
+
+Servers outlive generations here (a request keeps its processing units across the configurations it runs with), so
+a cancelled task that runs to its end (``cancel_frees="end"``) keeps its server busy for the next generation that
+uses it too: the clock remembers until when (``busy_until``) and a task started on that server before then waits.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections.abc import Callable
+
+from greenlet import getcurrent, greenlet
+
+from specpar.core.errors import ServerError
+from specpar.runtimes.base import Pool, Task
+from specpar.runtimes.virtual import VirtualRuntime
+
+_WAKE_RANK = -1  # wake-ups sort before task ends at the same time
+
+
+class _Wake:
+    """A greenlet to resume (or start, with ``args``) at ``time`` ms."""
+
+    __slots__ = ("time", "glet", "args")
+
+    def __init__(self, time: float, glet: greenlet, args: tuple):
+        self.time, self.glet, self.args = time, glet, args
+
+
+class SharedClock:
+    """The hub: one event heap and one clock (ms) for every :class:`ClockRuntime` and greenlet on it.
+
+    Heap entries are (time in integer ns, rank, sequence number, payload, owner): a task's end (payload the
+    Task, owner its ClockRuntime; rank its pool's, sequence its id) or a wake-up (payload a _Wake).
+    """
+
+    def __init__(self):
+        self._now = 0.0
+        self._heap: list = []
+        self._seq = itertools.count()
+        self._hub: greenlet | None = None
+        self.busy_until: dict = {}  # server -> ms until which a cancelled pass keeps it (cancel_frees="end")
+        self.events = 0  # entries the hub has handled (the simulator's cost is per event)
+
+    def now(self) -> float:
+        return self._now
+
+    # -- greenlets -------------------------------------------------------------------------------
+    def spawn(self, fn: Callable, *args, at: float | None = None) -> greenlet:
+        """Run ``fn(*args)`` in a greenlet of its own from time ``at`` (default now); its parent is the hub, so
+        when it returns (or raises) control goes back to the hub."""
+        glet = greenlet(fn)
+        self._push(self._now if at is None else max(at, self._now), glet, args)
+        return glet
+
+    def sleep(self, ms: float) -> None:
+        """Suspend the calling greenlet for ``ms`` of virtual time."""
+        self._push(self._now + ms, getcurrent(), ())
+        self._suspend()
+
+    def event(self) -> ClockEvent:
+        """An event whose ``wait()`` suspends the calling greenlet until another sets it (threading.Event's
+        interface, on this clock)."""
+        return ClockEvent(self)
+
+    def _push(self, time: float, glet: greenlet, args: tuple) -> None:
+        heapq.heappush(self._heap, (int(time * 1e9 + 0.5), _WAKE_RANK, next(self._seq), _Wake(time, glet, args), None))
+
+    def _suspend(self):
+        """Hand control to the hub until it resumes this greenlet; returns what it was resumed with."""
+        if self._hub is None or getcurrent() is self._hub:
+            raise RuntimeError("a wait on the shared clock outside a greenlet it runs (call it from spawn()ed code)")
+        return self._hub.switch()
+
+    # -- the event loop ----------------------------------------------------------------------------
+    def run(self, until: float | None = None) -> None:
+        """Handle events in time order until none is left (or the next is after ``until`` ms).
+
+        An exception raised in a greenlet ends the run here (generations catch their own errors)."""
+        self._hub = hub = getcurrent()
+        heap, pop = self._heap, heapq.heappop
+        try:
+            while heap:
+                entry = heap[0]
+                payload = entry[3]
+                if until is not None and entry[0] > until * 1e9:
+                    break
+                pop(heap)
+                self.events += 1
+                if type(payload) is _Wake:
+                    self._now = max(self._now, payload.time)
+                    glet = payload.glet
+                    if glet.dead:
+                        continue
+                    if not glet:  # not started yet: it returns to the hub when it ends
+                        glet.parent = hub
+                    glet.switch(*payload.args)
+                    continue
+                task: Task = payload
+                if task.done:  # cancelled with cancel_frees="now": its server is already free
+                    continue
+                self._now = task.end
+                task.done = True
+                owner: ClockRuntime = entry[4]
+                owner._live.discard(task)
+                if task.cancelled:  # cancelled with cancel_frees="end": the server was busy until now
+                    owner._free(task.pool, task.server)
+                    continue
+                owner._greenlet.switch(task)  # its wait() returns the task; back here at its next wait
+        finally:
+            self._hub = None
+
+
+class ClockEvent:
+    """threading.Event on a SharedClock: ``wait()`` suspends the calling greenlet until ``set()``; waiters resume
+    at the time it is set, in the order they began waiting."""
+
+    __slots__ = ("clock", "_flag", "_waiters")
+
+    def __init__(self, clock: SharedClock):
+        self.clock, self._flag, self._waiters = clock, False, []
+
+    def is_set(self) -> bool:
+        return self._flag
+
+    def set(self) -> None:
+        self._flag = True
+        clock = self.clock
+        for glet in self._waiters:
+            clock._push(clock._now, glet, ())
+        self._waiters.clear()
+
+    def clear(self) -> None:
+        self._flag = False
+
+    def wait(self, timeout: float | None = None) -> bool:
+        if not self._flag:
+            self._waiters.append(getcurrent())
+            self.clock._suspend()
+        return True
+
+
+class ClockRuntime(VirtualRuntime):
+    """A VirtualRuntime whose tasks run on a :class:`SharedClock` (one generation among many).
+
+    Made in the greenlet of the generation it serves (``make_runtime`` with ``options={"clock": clock}``); its
+    ``wait()`` suspends that greenlet until the hub hands it the next of its tasks to finish.
+    """
+
+    name = "virtual"
+
+    def __init__(self, pools, cancel_frees="now", link_ms=0.0, *, clock: SharedClock):
+        super().__init__(pools, cancel_frees, link_ms)
+        self.clock = clock
+        self._greenlet = getcurrent()
+        self._live: set[Task] = set()  # submitted, neither finished nor cancelled
+
+    def now(self) -> float:
+        return self.clock._now
+
+    def submit(self, pool: Pool, call) -> Task:
+        task = super().submit(pool, call)
+        self._live.add(task)
+        return task
+
+    def _start(self, task: Task, server) -> None:
+        clock = self.clock
+        task.server = server
+        start = clock._now
+        busy = clock.busy_until.get(server) if clock.busy_until else None
+        if busy is not None and busy > start:  # a cancelled pass of an earlier generation still runs there
+            start = busy
+        task.start = start
+        end = start + server.duration_ms(task.call)
+        if self._linked:
+            end += self._round_trip[task.pool]
+        task.end = end
+        heapq.heappush(clock._heap, (int(end * 1e9 + 0.5), self._rank[task.pool], task.id, task, self))
+
+    def wait(self) -> Task:
+        if not self._live:
+            raise RuntimeError("wait() called with no task in flight (an algorithm bug)")
+        task = self.clock._suspend()
+        try:
+            task.result = task.server.compute(task.call)
+        except Exception as exc:
+            task.error = exc
+            self._free(task.pool, task.server)
+            raise ServerError(task.server.name, task.call.kind, exc) from exc
+        self._free(task.pool, task.server)
+        return task
+
+    def cancel(self, task: Task) -> None:
+        if task.done or task.cancelled:
+            return
+        self._live.discard(task)
+        task.cancelled = True
+        if task.server is None:  # still queued: dropped lazily by _free
+            task.done = True
+        elif self._frees_now[task.pool]:
+            task.end = self.clock._now
+            task.done = True
+            self._free(task.pool, task.server)
+        else:  # its server stays busy until the task's end, for whichever generation uses it next
+            self.clock.busy_until[task.server] = task.end
+
+    def cancel_all(self) -> None:
+        for task in sorted(self._live, key=lambda t: (t.server is not None, t.id)):  # queued ones first
+            self.cancel(task)

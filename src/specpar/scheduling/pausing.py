@@ -1,0 +1,61 @@
+"""A request's stop conditions plus the scheduler's pause: how a request changes configuration without losing a
+token.
+
+The scheduler asks a running request to pause when its share of the processing units changes (:meth:`Pausable.ask`).
+The generation then ends at its next safe point: the end of a round, where the target's own token (a bonus, a
+correction, non-SI's token) has just entered the output, so nothing verified is waiting and what is in flight is
+only speculation about later positions (``Generation._end_round`` asks :meth:`pauses_here`). Where rounds run long
+(DSI's accepted runs chain windows), it ends after ``patience`` more tokens at the latest (:meth:`stops_at`).
+The request then goes on from its verified output with the configuration of its new share. That continuation is
+exact: greedy tokens are the target's whatever the configuration, and every random draw is keyed by its position
+(:mod:`specpar.core.decoding`), so with the drafter-invariant coupling ("gumbel") a seed gives the same tokens
+across the change; with rejection sampling the output keeps the target's distribution (each position's draws
+are used once given the prefix) but a seed's tokens may differ, as they do between DSI runs on threads.
+"""
+
+from __future__ import annotations
+
+from specpar.core.stopping import Stopping
+
+DEFAULT_PATIENCE = 16
+
+
+class Pausable(Stopping):
+    """``inner`` (the request's own :class:`Stopping`, or None) plus a pause the scheduler may ask for.
+
+    paused: the last generation ended at a pause (it goes on). stopped: ``inner`` ended the output.
+    """
+
+    def __init__(self, inner: Stopping | None = None, patience: int = DEFAULT_PATIENCE):
+        self.inner = inner
+        self.patience = patience
+        self.asked = False
+        self.paused = False
+        self.stopped = False
+        self._waited = 0
+
+    def ask(self) -> None:
+        """Pause at the next safe point (from any thread)."""
+        self.asked = True
+
+    def arm(self) -> None:
+        """A new generation starts: no pause yet (the scheduler asks again if it still wants one)."""
+        self.asked = self.paused = False
+        self._waited = 0
+
+    def pauses_here(self) -> bool:
+        if self.asked:
+            self.asked, self.paused = False, True
+            return True
+        return False
+
+    def stops_at(self, token: int) -> bool:
+        if self.inner is not None and self.inner.stops_at(token):
+            self.stopped = True
+            return True
+        if self.asked:
+            self._waited += 1
+            if self._waited >= self.patience:  # no round has ended for a while: pause at this token
+                self.asked, self.paused = False, True
+                return True
+        return False

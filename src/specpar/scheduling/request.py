@@ -1,0 +1,188 @@
+"""One request under load, from arrival to its last token: one configuration after another, each on the units
+the scheduler gives it, each going on from the tokens the previous one verified.
+
+A request's ``spec`` is its ceiling: DSI may run with fewer target replicas, then as SI, then as non-SI; SI may
+run as non-SI; non-SI stays non-SI (its :class:`~specpar.planning.load.ShareCurve` says which option each share
+gets). Its own settings hold in every configuration: an integer lookahead, a token tree (for SI and DSI), HSD's
+buffers, DSI's modes. Sampling and stopping are the request's throughout: one Decoding (draws keyed by position)
+and one Stopping (its detokenizer goes on across the change).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+
+from specpar.core.calls import Context
+from specpar.core.config import RuntimeConfig, SpeculativeConfig
+from specpar.core.decoding import Decoding
+from specpar.core.results import GenerationResult
+from specpar.core.stopping import Stopping
+from specpar.planning.load import Option, ShareCurve
+from specpar.scheduling.pausing import Pausable
+from specpar.scheduling.scheduler import Scheduler, Ticket
+from specpar.scheduling.units import place
+from specpar.spec.registry import run_generation
+
+
+def configure(spec: SpeculativeConfig, option: Option) -> SpeculativeConfig:
+    """``spec`` as it runs with ``option``: its algorithm and SP degree, the request's own lookahead if it set an
+    integer (else the option's), its tree for SI and DSI only, HSD's buffers for HSD only, DSI's modes for DSI."""
+    algorithm = option.algorithm
+    lookahead = spec.lookahead if isinstance(spec.lookahead, int) else option.lookahead
+    if algorithm == spec.algorithm and option.sp_degree == spec.sp_degree and lookahead == spec.lookahead:
+        return spec  # its own configuration (a fixed share)
+    return dataclasses.replace(
+        spec,
+        algorithm=algorithm,
+        sp_degree=option.sp_degree,
+        lookahead=lookahead,
+        tree=spec.tree if algorithm in ("si", "dsi") else None,
+        buffers=spec.buffers if algorithm in ("hsd", "hsd-sp") else None,
+        prefill_replicas=spec.prefill_replicas if algorithm in ("dsi", "hsd-sp") else None,
+        dedicated_cursor=spec.dedicated_cursor if algorithm in ("dsi", "hsd-sp") else None,
+    )
+
+
+class Request:
+    """One request on a :class:`Scheduler` (see the module docstring); :meth:`run` serves it.
+
+    curve: its options per share. runtime: where each configuration's tasks run (on a shared virtual clock:
+    ``RuntimeConfig(name="virtual", options={"clock": clock})``). stream, stopping: as run_generation's.
+    ready_made: the servers outlive each configuration (Ray keeps their actors).
+    """
+
+    def __init__(
+        self,
+        scheduler: Scheduler,
+        prompt: Sequence[int],
+        spec: SpeculativeConfig,
+        curve: ShareCurve,
+        runtime: RuntimeConfig,
+        decoding: Decoding,
+        max_new_tokens: int,
+        *,
+        stream: Callable[[list[int]], None] | None = None,
+        stopping: Stopping | None = None,
+        ready_made: bool = True,
+    ):
+        self.scheduler, self.spec, self.curve, self.runtime = scheduler, spec, curve, runtime
+        self.prompt, self.decoding, self.max_new_tokens = list(prompt), decoding, max_new_tokens
+        self.stream, self.ready_made = stream, ready_made
+        self.pausable = Pausable(stopping)
+        # a share that can change needs the pause; a fixed one never pauses (its stopping goes to the runner as it
+        # is: None keeps the algorithms' fast path)
+        self.stopping = self.pausable if curve.min_units < curve.max_units else stopping
+        self.ticket: Ticket | None = None
+        self.segments: list[tuple[Option, int, GenerationResult]] = []  # (option, units, result) per configuration
+        self.arrival_ms = self.started_ms = self.end_ms = None
+
+    def run(self) -> GenerationResult:
+        scheduler, out = self.scheduler, list(self.prompt)
+        self.arrival_ms = scheduler.clock.now()
+        self.ticket = scheduler.arrive(self.curve, self.pausable, Context(out, len(out)))
+        try:
+            while True:
+                option, units = scheduler.take(self.ticket, Context(out, len(out)))
+                if self.started_ms is None:
+                    self.started_ms = scheduler.clock.now()
+                placement = place(option, units)
+                left = self.max_new_tokens - (len(out) - len(self.prompt))
+                result = run_generation(
+                    list(out),
+                    placement.target,
+                    placement.drafter,
+                    configure(self.spec, option),
+                    self.runtime,
+                    self.decoding,
+                    left,
+                    stream=self.stream,
+                    stopping=self.stopping,
+                    ready_made=self.ready_made,
+                )
+                self.segments.append((option, len(units), result))
+                out.extend(result.tokens)
+                scheduler.record(len(result.tokens))
+                p = self.pausable
+                if self.stopping is not p or p.stopped or len(result.tokens) >= left or not p.paused:
+                    break
+        finally:
+            scheduler.leave(self.ticket)
+            self.end_ms = scheduler.clock.now()
+        return self.result()
+
+    @property
+    def servers(self) -> list:
+        """Every server the request ran on."""
+        return [s for u in (self.ticket.used if self.ticket else ()) for s in u.servers]
+
+    @property
+    def queue_ms(self) -> float:
+        """Time from arrival to its first configuration's start (waiting for units)."""
+        return self.started_ms - self.arrival_ms
+
+    def result(self) -> GenerationResult:
+        """The request's result: its one configuration's as it is, or the configurations' joined (tokens in order,
+        counts summed, time from the first one's start to the end; ``details["segments"]`` lists them)."""
+        if len(self.segments) == 1:
+            result = self.segments[0][2]
+            if self.stopping is self.pausable:  # a pause may have said "stop"; the request's own stop decides
+                result.finish_reason = "stop" if self.pausable.stopped else "length"
+            return result
+        finish = "stop" if self.pausable.stopped else "length"
+        return join(self.segments, finish, self.end_ms - self.started_ms)
+
+
+def join(segments: list[tuple[Option, int, GenerationResult]], finish: str, time_ms: float) -> GenerationResult:
+    """Several configurations' results as one (see :meth:`Request.result`)."""
+    results = [r for _, _, r in segments]
+    first = results[0]
+    drafted_at: list[int] = []
+    accepted_at: list[int] = []
+    for r in results:
+        for into, counts in ((drafted_at, r.position_drafted), (accepted_at, r.position_accepted)):
+            into.extend([0] * (len(counts) - len(into)))
+            for i, n in enumerate(counts):
+                into[i] += n
+    names = list(dict.fromkeys(r.algorithm for r in results))
+    details = {
+        "segments": [
+            {
+                "algorithm": r.algorithm,
+                "units": u,
+                "sp_degree": r.sp_degree,
+                "lookahead": r.lookahead,
+                "tokens": len(r.tokens),
+                "time_ms": r.time_ms,
+            }  # fmt: skip
+            for _, u, r in segments
+        ]
+    }
+    return GenerationResult(
+        algorithm="+".join(names),
+        runtime=first.runtime,
+        tokens=[t for r in results for t in r.tokens],
+        time_ms=time_ms,
+        ttft_ms=first.ttft_ms,
+        target_forwards=sum(r.target_forwards for r in results),
+        drafter_forwards=sum(r.drafter_forwards for r in results),
+        drafted=sum(r.drafted for r in results),
+        accepted=sum(r.accepted for r in results),
+        accepted_per_round=[n for r in results for n in r.accepted_per_round],
+        position_drafted=drafted_at,
+        position_accepted=accepted_at,
+        verifications=sum(r.verifications for r in results),
+        lookahead=first.lookahead,
+        sp_degree=max(r.sp_degree for r in results),
+        finish_reason=finish,
+        details=details,
+        logprobs=None if any(r.logprobs is None for r in results) else [x for r in results for x in r.logprobs],
+        left_running=tuple(x for r in results for x in r.left_running),
+        replicas_lost=tuple(x for r in results for x in r.replicas_lost),
+        time_lost_ms=sum(r.time_lost_ms for r in results),
+    )
+
+
+def serve(scheduler: Scheduler, prompt, spec, curve, runtime, decoding, max_new_tokens, **options) -> GenerationResult:
+    """One request on ``scheduler`` (:class:`Request`'s arguments), its result."""
+    return Request(scheduler, prompt, spec, curve, runtime, decoding, max_new_tokens, **options).run()

@@ -1,0 +1,226 @@
+"""The scheduler: owns the processing units and splits them among the requests, at safe points.
+
+Requests queue in arrival order. Whenever one arrives, leaves or reaches a safe point, the scheduler asks the
+policy (:func:`specpar.planning.load.allocate`) how many units each request should have, then:
+
+* a request waiting for units gets free ones at once (those whose servers hold most of its sequence), and starts
+  when it has its smallest share;
+* a running request that should have fewer units, or for which more are now free, is asked to pause at its next
+  safe point (:class:`~specpar.scheduling.pausing.Pausable`); there it gives back what it no longer needs, takes
+  what was kept for it, and goes on with the option of its new share. Units kept for a running request wait
+  for it (at most a round), so that no later request takes them first.
+
+Nothing here blocks while holding the lock; ``take`` waits on an event of the clock it was given: a
+:class:`WallClock` (threads, real time) or a :class:`~specpar.runtimes.shared_clock.SharedClock` (greenlets on the
+virtual clock). So one Scheduler serves an Engine's threads and the simulator's greenlets alike.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from specpar.core.calls import Context
+from specpar.core.errors import ConfigError
+from specpar.planning.load import KEEP_BONUS, Option, ShareCurve, allocate
+from specpar.scheduling.pausing import Pausable
+from specpar.scheduling.units import Unit
+
+GOODPUT_WINDOW_MS = 10_000.0
+
+
+class WallClock:
+    """Real time for a Scheduler: ms from perf_counter, threading events."""
+
+    def now(self) -> float:
+        return time.perf_counter() * 1000.0
+
+    def event(self) -> threading.Event:
+        return threading.Event()
+
+
+@dataclass(eq=False)
+class Ticket:
+    """A request in the scheduler's queue: its curve, the units it holds and should hold, and how to reach it.
+
+    held: the units it owns (those its running generation uses, and any kept for its next one). in_use: how many
+    of them the running generation uses (0 while it waits). target: how many the policy gives it.
+    """
+
+    id: int
+    curve: ShareCurve
+    pausable: Pausable
+    event: object  # the clock's event it waits on in take() (made when it first waits)
+    arrival_ms: float
+    held: list[Unit] = field(default_factory=list)
+    in_use: int = 0
+    target: int = 0
+    context: Context | None = None
+    used: set = field(default_factory=set)  # every unit it ran on
+    switches: int = 0  # configurations after the first
+
+    @property
+    def running(self) -> bool:
+        return self.in_use > 0
+
+
+@dataclass(frozen=True)
+class LoadMetrics:
+    """The scheduler's state, for an exporter (vLLM's names where it has one).
+
+    requests_running: requests generating. requests_waiting: requests queued for units (vLLM's
+    num_requests_waiting). units, units_in_use: processing units, and those held by requests.
+    units_per_request: units held per running request (mean; 0 when none runs). output_tokens: tokens verified
+    since the start. goodput_tokens_per_s: output tokens per second over the last ``window_s`` seconds (or since
+    the start, if shorter). switches: configuration changes at safe points since the start.
+    """
+
+    requests_running: int
+    requests_waiting: int
+    units: int
+    units_in_use: int
+    units_per_request: float
+    output_tokens: int
+    goodput_tokens_per_s: float
+    window_s: float
+    switches: int
+
+    def to_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+class Scheduler:
+    """Processing units shared by requests (see the module docstring).
+
+    units: the units, each with its servers. clock: ``now()`` in ms and ``event()`` (default: a WallClock).
+    keep_bonus: the policy's hysteresis (:func:`~specpar.planning.load.allocate`).
+    """
+
+    def __init__(self, units: Sequence[Unit], clock=None, keep_bonus: float = KEEP_BONUS):
+        if not units:
+            raise ConfigError("a scheduler needs at least one processing unit")
+        self.units = list(units)
+        self.clock = clock or WallClock()
+        self.keep_bonus = keep_bonus
+        self._lock = threading.Lock()
+        self._free: list[Unit] = list(self.units)
+        self._queue: list[Ticket] = []  # arrival order, until each leaves
+        self._ids = itertools.count()
+        self._t0 = self.clock.now()
+        self._tokens = 0
+        self._recent: deque = deque()  # (ms, tokens) verified in the goodput window
+        self._switches = 0
+
+    # -- a request's life ------------------------------------------------------------------------------
+    def arrive(self, curve: ShareCurve, pausable: Pausable, context: Context | None = None) -> Ticket:
+        """Queue a request (its units come with :meth:`take`)."""
+        if curve.min_units > len(self.units):
+            raise ConfigError(
+                f"the request needs {curve.min_units} processing units; this scheduler has {len(self.units)}"
+            )
+        with self._lock:
+            ticket = Ticket(next(self._ids), curve, pausable, None, self.clock.now(), context=context)
+            self._queue.append(ticket)
+            self._rebalance()
+        return ticket
+
+    def take(self, ticket: Ticket, context: Context) -> tuple[Option, list[Unit]]:
+        """At the start and at each safe point: give back what the request no longer needs, wait until it holds at
+        least its smallest share, and return its option and units (those holding most of ``context`` first)."""
+        while True:
+            with self._lock:
+                if ticket not in self._queue:
+                    raise ConfigError("this request has left the scheduler")
+                was = ticket.in_use
+                ticket.context, ticket.in_use = context, 0
+                extra = len(ticket.held) - ticket.target
+                if extra > 0:
+                    _by_cache(ticket.held, context)
+                    self._free.extend(ticket.held[-extra:])
+                    del ticket.held[-extra:]
+                self._rebalance()
+                if len(ticket.held) >= ticket.curve.min_units:
+                    _by_cache(ticket.held, context)
+                    ticket.in_use = len(ticket.held)
+                    ticket.used.update(ticket.held)
+                    if was:
+                        ticket.switches += 1
+                        self._switches += 1
+                    ticket.pausable.arm()
+                    return ticket.curve.option(ticket.in_use), list(ticket.held)
+                if ticket.event is None:
+                    ticket.event = self.clock.event()
+                ticket.event.clear()
+            ticket.event.wait()
+
+    def leave(self, ticket: Ticket) -> None:
+        """The request is over (done, failed or cancelled): its units go to the others at once."""
+        with self._lock:
+            if ticket in self._queue:
+                self._queue.remove(ticket)
+                self._free.extend(ticket.held)
+                ticket.held, ticket.in_use = [], 0
+                self._rebalance()
+
+    def record(self, tokens: int) -> None:
+        """``tokens`` more output tokens verified (for the goodput)."""
+        now = self.clock.now()
+        with self._lock:
+            self._tokens += tokens
+            self._recent.append((now, tokens))
+            while self._recent[0][0] < now - GOODPUT_WINDOW_MS:  # kept for the longest window metrics() reads
+                self._recent.popleft()
+
+    # -- the policy --------------------------------------------------------------------------------
+    def _rebalance(self) -> None:
+        """Targets from the policy; free units to the requests short of theirs, in arrival order; a pause asked of
+        every running request whose units should change."""
+        queue = self._queue
+        if not queue:
+            return
+        targets = allocate([t.curve for t in queue], [len(t.held) for t in queue], len(self.units), self.keep_bonus)
+        for ticket, n in zip(queue, targets):
+            ticket.target = n
+        for ticket in queue:
+            want = ticket.target - len(ticket.held)
+            if want > 0 and self._free:
+                if ticket.context is not None and len(self._free) > want:
+                    _by_cache(self._free, ticket.context)
+                ticket.held.extend(self._free[:want])
+                del self._free[:want]
+                if not ticket.running and ticket.event is not None:
+                    ticket.event.set()  # it waits in take()
+            if ticket.running and (len(ticket.held) != ticket.in_use or ticket.target < ticket.in_use):
+                ticket.pausable.ask()  # units kept for it, or some to give back: at its next safe point
+
+    # -- metrics -----------------------------------------------------------------------------------
+    def metrics(self, window_ms: float = GOODPUT_WINDOW_MS) -> LoadMetrics:
+        """The state now; goodput over the last ``window_ms`` (at most GOODPUT_WINDOW_MS)."""
+        now = self.clock.now()
+        window_ms = min(window_ms, GOODPUT_WINDOW_MS)
+        with self._lock:
+            recent = [(t, n) for t, n in self._recent if t >= now - window_ms]
+            span = min(window_ms, now - self._t0)
+            running = [t for t in self._queue if t.running]
+            return LoadMetrics(
+                requests_running=len(running),
+                requests_waiting=len(self._queue) - len(running),
+                units=len(self.units),
+                units_in_use=len(self.units) - len(self._free),
+                units_per_request=sum(t.in_use for t in running) / len(running) if running else 0.0,
+                output_tokens=self._tokens,
+                goodput_tokens_per_s=sum(n for _, n in recent) / (span / 1000.0) if span > 0 else 0.0,
+                window_s=span / 1000.0,
+                switches=self._switches,
+            )
+
+
+def _by_cache(units: list[Unit], context: Context) -> None:
+    """Sort ``units`` by how much of ``context`` their servers hold, most first (stable: ties keep their order)."""
+    if len(units) > 1 and any(u.caching for u in units):
+        cached = {id(u): u.cached(context) for u in units}
+        units.sort(key=lambda u: cached[id(u)], reverse=True)

@@ -1,0 +1,77 @@
+"""Processing units and the servers on them, and the pools a request's units give its algorithm."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from specpar.core.calls import Context
+from specpar.planning.load import Option
+from specpar.runtimes.base import Pool
+
+
+@dataclass(eq=False)
+class Unit:
+    """One processing unit (a core, a GPU) and the servers placed on it, each with its own KV cache; it runs one of
+    them at a time. An engine that makes its servers puts one target and one drafter server (one per level for
+    HSD) on each unit; servers given ready-made form a single unit that holds them all (requests take turns).
+
+    targets, drafters: the servers by role. levels: HSD's drafter levels, the smallest first, or several drafters
+    whose token trees are merged (one list of servers per drafter).
+    """
+
+    index: int
+    targets: list = field(default_factory=list)
+    drafters: list = field(default_factory=list)
+    levels: list[list] = field(default_factory=list)
+
+    def __post_init__(self):
+        # servers whose times depend on what they hold (the others need not be asked: see cached)
+        self.caching = [s for s in self.servers if getattr(getattr(s, "latency", None), "cache_matters", True)]
+
+    def cached(self, context: Context) -> tuple[int, int]:
+        """How much of ``context`` the unit's target and drafter servers hold (a request prefers its own). Servers
+        whose times cannot depend on their cache (``LatencyProfile.cache_matters`` False, the paper's time-unit
+        model) count 0 without being asked, as the virtual clock skips Pool.pick for them."""
+        if not self.caching:
+            return 0, 0
+        return _cached(self.targets, context), _cached(self.drafters, context)
+
+    @property
+    def servers(self) -> list:
+        return [*self.targets, *self.drafters, *(s for level in self.levels for s in level)]
+
+
+@dataclass
+class Placement:
+    """The pools one configuration of a request runs on: ``target`` and ``drafter`` as run_generation takes them (a
+    Pool, a list of level Pools for HSD, or None)."""
+
+    target: Pool
+    drafter: Pool | list[Pool] | None
+
+
+def place(option: Option, units: Sequence[Unit]) -> Placement:
+    """The pools of ``option`` on ``units`` (the request's, best first).
+
+    One unit: its servers as they are (SI and HSD colocate drafter and target; a unit of ready-made servers holds
+    every replica). Several: the drafter (or HSD's levels) on the first unit, a target replica on each other.
+    """
+    first = units[0]
+    if len(units) == 1:
+        targets, drafter_unit = first.targets, first
+    else:
+        targets, drafter_unit = [s for u in units[1:] for s in u.targets], first
+    target = Pool(targets, "target")
+    if option.algorithm == "nonsi":
+        return Placement(target, None)
+    if option.algorithm in ("hsd", "hsd-sp") or not drafter_unit.drafters:  # HSD's levels, or drafters to merge
+        return Placement(target, [Pool(level, f"level{i}") for i, level in enumerate(drafter_unit.levels)])
+    return Placement(target, Pool(drafter_unit.drafters, "drafter"))
+
+
+def _cached(servers, context: Context) -> int:
+    return max(
+        (s.cached_len(context) for s in servers if getattr(getattr(s, "latency", None), "cache_matters", True)),
+        default=0,
+    )
