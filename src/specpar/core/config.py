@@ -176,6 +176,9 @@ class SpeculativeConfig:
             object.__setattr__(self, "tree", tree)
             if self.algorithm not in ("si", "dsi"):
                 raise ConfigError(f"token trees (tree=) work with algorithm 'si' or 'dsi', not {self.algorithm!r}")
+        if self.lookahead == "adaptive" and (self.tree is not None or self.algorithm in ("hsd", "hsd-sp")):
+            what = "token trees (their shape fixes the depth)" if self.tree is not None else repr(self.algorithm)
+            raise ConfigError(f'lookahead="adaptive" is for SI and DSI over chains, not {what}')
         if self.proposer is not None:
             object.__setattr__(self, "proposer", str(parse_proposer(self.proposer)))
             if self.algorithm not in ("si", "dsi") and parse_proposer(self.proposer).ngram:

@@ -242,9 +242,6 @@ def resolve(spec: SpeculativeConfig, target, drafter, prompt_len: int) -> Specul
     k = spec.lookahead
     if k == "auto":
         raise ConfigError('lookahead="auto" is chosen by the Engine or generate() (a simulation of the models)')
-    if k == "adaptive" and (spec.tree is not None or not algorithm.drafts or algorithm.hierarchy):
-        what = "token trees (their shape fixes the depth)" if spec.tree is not None else f"{spec.algorithm!r}"
-        raise ConfigError(f'lookahead="adaptive" is for SI and DSI over chains, not {what}')
     if spec.tree is not None:
         model = model_of(target)
         window = getattr(model, "context_window", None)
@@ -304,6 +301,7 @@ def check_request(prompt, max_new_tokens: int, decoding: Decoding, spec: Specula
             "token trees (tree=) do not take logits processors yet (top_k, top_p, min_p, repetition_penalty): drop "
             "them or the tree"
         )
+    merged = merged and spec.uses_drafter  # the n-gram proposer alone drafts with no model
     if merged and spec.tree is None and algorithm.drafts:
         raise ConfigError("several drafters draft only token trees (merge-based): give tree=<k1,...,km>")
     if merged and not drafters and algorithm.drafts:
@@ -350,7 +348,7 @@ def run_generation(
     if algorithm.drafts and not algorithm.hierarchy and spec.uses_drafter:
         check_drafter_faster(target, drafters[0])
     policy = None
-    if spec.lookahead == "adaptive":
+    if spec.lookahead == "adaptive" and algorithm.drafts:
         policy = adaptive_policy(spec, target, drafters[0] if drafters and spec.uses_drafter else None, max_new_tokens)
         spec = spec.replace(lookahead=policy.candidates[-1])
     pools = make_pools(algorithm, spec, target, drafters, merged)
