@@ -34,6 +34,8 @@ from pathlib import Path
 RUNNER = r"""
 import json, sys, traceback
 sys.path.insert(0, SRC)
+import specpar
+assert specpar.__file__.startswith(SRC), f"specpar imported from {specpar.__file__}, not from {SRC}"
 from specpar.backends.merged import MergedDrafters
 from specpar.backends.simulated import SimulatedModel
 from specpar.backends.stack import SimulatedStack
@@ -215,6 +217,9 @@ def main() -> None:
     args = parser.parse_args()
     if len(args.src) != 2:
         raise SystemExit("give --src twice: the checkout before and the one after")
+    for src in args.src:
+        if not (src / "src" / "specpar").is_dir():
+            raise SystemExit(f"{src} is not a specpar checkout (no src/specpar)")
     rng = random.Random(args.seed)
     configs = [configuration(rng) for _ in range(args.configs)]
     with tempfile.TemporaryDirectory() as tmp:

@@ -21,11 +21,12 @@ task that works on the cursor, the first position not yet verified.
 
 Theorem 1 (DSI is never slower than non-SI): before every event a target server
 works on the cursor, or its row there is already known (:meth:`DSI.cover_cursor`).
-So the verified output grows by at least one token per target forward pass, as
-non-SI's does, and every accepted draft and every row a verification delivers ahead
-of the cursor only moves it further; a rejection costs no pass that non-SI would
-not have made, since the pass that rejects is the one on the cursor. The drafter
-never delays a target: drafts only ever add rows ahead of the cursor.
+The passes on the cursor, one after another, are non-SI's own passes on the same
+prefixes, each started no later than non-SI would start it (a verification that
+covers the cursor is such a pass that also scores drafts, in the same time while
+verifying costs no more than a pass); an accepted draft, or a row a verification
+delivers ahead of the cursor, only moves the cursor sooner. So the last token is
+verified no later than non-SI verifies it. Drafting never delays a target pass.
 
 When verifying costs more than a pass on the verified prefix (a per-token cost, as on
 CPUs; ``dedicated_cursor``), a verification that covers the cursor no longer stands in
