@@ -50,6 +50,18 @@ def perturbed(module, noise: float, seed: int):
     return out
 
 
+def with_rows(module, rows: int):
+    """``module`` (a copy) with ``rows`` rows in its input and output embeddings: the first rows kept, rows beyond
+    the original added (transformers' own initialization: padding with some probability), others cut off. A drafter
+    whose vocabulary differs from its target's only by padding, as Qwen2.5-0.5B's 151,936 rows vs 7B's 152,064."""
+    import copy
+
+    out = copy.deepcopy(module)
+    torch.manual_seed(rows)
+    out.resize_token_embeddings(rows, mean_resizing=False)
+    return out
+
+
 def tiny_pair(vocab: int = 64, seed: int = 0, noise: float = 0.3, latencies=(None, None), **kw):
     """(target, drafter) TransformersModels; latencies: their LatencyProfiles for the virtual clock."""
     target = tiny_module(vocab, seed, **kw)

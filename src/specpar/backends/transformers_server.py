@@ -41,6 +41,18 @@ from specpar.core.logits_processors import rows
 from specpar.core.prefix import common_prefix_len
 from specpar.core.trees import BestFirst, TokenTree, expand, grow_best_first, tree_depth
 
+UNREADABLE_AS = 0  # what a fitted drafter reads for an id beyond its embedding (any id keeps drafting lossless)
+
+
+def fit_width(logits, width: int):
+    """Logits [n, V] as [n, width]: columns beyond ``width`` dropped, missing ones added at -inf (probability 0)."""
+    import torch
+
+    n = logits.shape[-1]
+    if n >= width:
+        return logits[:, :width]
+    return torch.cat([logits, logits.new_full((logits.shape[0], width - n), -torch.inf)], dim=-1)
+
 
 class _Cancelled(Exception):
     """A tree draft's ``cancelled`` was set between its passes."""
@@ -67,6 +79,11 @@ class TransformersServer:
         self.device = device
         self.module = model.module_on(device)
         self.latency = model.latency
+        # a drafter fitted to its target's width (specpar.backends.vocabulary): rows cut or widened to it, and ids
+        # beyond its embedding (the target's padding ids, which no text maps to) read as UNREADABLE_AS
+        self.width = model.vocab_size
+        self.fitted = self.width != model.native_rows
+        self.readable = model.embedding_rows
         self.forward_s = 0.0
         self.forward_log = ForwardLog()
         self.forwards = 0
@@ -126,11 +143,14 @@ class TransformersServer:
 
         if self._cache is None:
             self._cache = DynamicCache(config=self.module.config)
-        ids = torch.tensor([[*new, *tree.tokens[lo:hi]] if tree is not None else list(new)], device=self.device)
+        ids = [*new, *tree.tokens[lo:hi]] if tree is not None else list(new)
+        if self.fitted:
+            ids = [t if t < self.readable else UNREADABLE_AS for t in ids]
+        ids = torch.tensor([ids], device=self.device)
         kw = {} if tree is None else self._tree_inputs(len(new), tree, lo, hi)
         t0 = time.perf_counter()
         out = self.module(input_ids=ids, cache=self._cache, use_cache=True, **kw)  # transformers >= 5.24: cache=
-        logits = out.logits[0]
+        logits = out.logits[0] if not self.fitted else fit_width(out.logits[0], self.width)
         t1 = time.perf_counter()
         self.forward_s += t1 - t0
         self.forward_log.append((t0, t1))

@@ -228,11 +228,11 @@ def load_default_pair(
         drafter = LlamaModel(drafter_path, name="qwen2.5-coder-0.5b")
         check_same_vocabulary(target, drafter)
         return target, drafter
-    from specpar.backends.transformers_model import TransformersModel, check_same_tokenizer
+    from specpar.backends.transformers_model import TransformersModel
+    from specpar.backends.vocabulary import fit_drafter
 
     # convert both before loading either: the peak memory is one conversion's, not a conversion plus a loaded model
     target_dir, drafter_dir = ensure_converted(TARGET, progress), ensure_converted(DRAFTER, progress)
     target = TransformersModel(str(target_dir), device=target_device or device, name="qwen2.5-coder-1.5b")
     drafter = TransformersModel(str(drafter_dir), device=device, name="qwen2.5-coder-0.5b")
-    check_same_tokenizer(target, drafter)
-    return target, drafter
+    return target, fit_drafter(target, drafter)

@@ -27,6 +27,7 @@ import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, nullcontext
 
+from specpar.backends.vocabulary import fit_drafters
 from specpar.core.config import RuntimeConfig, SpeculativeConfig, split_options
 from specpar.core.errors import ConfigError
 from specpar.core.params import SAMPLING_FIELDS, SamplingParams
@@ -113,6 +114,7 @@ class Engine:
         self._owns_servers = not isinstance(target, Pool)
         if target is None or isinstance(target, str) or hasattr(target, "__fspath__"):
             target, drafter = self._load(target, drafter, devices, dtype, backend)
+        drafter = fit_drafters(target, drafter)  # rows that differ from the target's only by padding
         check_model("target", target)
         for d in drafter if isinstance(drafter, (list, tuple)) else [] if drafter is None else [drafter]:
             check_model("drafter", d)
@@ -330,7 +332,7 @@ class Engine:
         if self.closed:
             raise ConfigError("this engine is closed")
         ids = self.prompt_ids(prompt)
-        if spec.speculates and self.drafters is None:
+        if spec.uses_drafter and self.drafters is None:
             raise ConfigError(f"algorithm {spec.algorithm!r} needs a drafter: give the engine one")
         curve = self.curve(spec, params.max_tokens)
         if spec.lookahead == "auto" and curve.option(curve.max_units).ms_per_token is None:
@@ -351,7 +353,7 @@ class Engine:
         with self._running(), collector_paused(self.runtime == "virtual"):
             local = self.real and self.runtime != "ray"  # on Ray the forward passes run in the actors
             marks = {id(s): len(s.forward_log) for s in self.all} if local else None
-            with self._threads(self.threads_for(spec.algorithm)) if self.real else nullcontext():
+            with self._threads(self.threads_for(spec.algorithm, spec.uses_drafter)) if self.real else nullcontext():
                 t0 = time.perf_counter()
                 result = request.run()
                 t1 = time.perf_counter()
@@ -432,16 +434,17 @@ class Engine:
                 self._gate.notify_all()
 
     # -- real models: threads and memory ---------------------------------------------------------
-    def threads_for(self, algorithm: str) -> int:
+    def threads_for(self, algorithm: str, uses_drafter: bool = True) -> int:
         """torch threads per forward pass, so that the servers running at once share the cores without
         oversubscribing them: one unit's worth of cores (on Ray, a server's CPU bundle, as each actor has); with
         ready-made servers (one unit), as before the scheduler: all cores for the one server SI and non-SI run at a
-        time, a share of them for DSI's."""
+        time, a share of them for DSI's (a drafter model the n-gram proposer leaves idle takes none)."""
         if self.runtime == "ray":
             return max(1, int(self.runtime_config.cpus_per_server))
         if len(self.units) > 1:
             return max(1, cpu_cores() // len(self.units))
-        cpu = [s for s in self.all if getattr(s, "device", None) == "cpu"]
+        running = self.all if uses_drafter else self.targets.servers
+        cpu = [s for s in running if getattr(s, "device", None) == "cpu"]
         busy = len(cpu) if algorithm in ("dsi", "hsd-sp") else 1  # non-SI and SI run one server at a time
         return max(1, cpu_cores() // max(1, busy))
 
@@ -603,7 +606,8 @@ def load_pair(
         return _load_llama(target, drafter, dtype, progress)
     from transformers.utils import logging as transformers_logging
 
-    from specpar.backends.transformers_model import TransformersModel, check_same_tokenizer
+    from specpar.backends.transformers_model import TransformersModel, load_tokenizers
+    from specpar.backends.vocabulary import fit_drafter
 
     # transformers' and huggingface_hub's own tqdm bars (one call silences both) would pile up through
     # specpar's progress display on a terminal and be lines of noise in a log: specpar's display is the only one
@@ -617,9 +621,9 @@ def load_pair(
     else:
         if target is None or drafter is None:
             raise ConfigError("give both --target and --drafter (or neither, for the default pair)")
-        t = TransformersModel(target, device=target_device or device, dtype=dtype)
-        d = TransformersModel(drafter, device=device, dtype=dtype)
-        check_same_tokenizer(t, d)
+        target_tokenizer, drafter_tokenizer = load_tokenizers(target, drafter)  # compared before any weights load
+        t = TransformersModel(target, target_tokenizer, device=target_device or device, dtype=dtype)
+        d = fit_drafter(t, TransformersModel(drafter, drafter_tokenizer, device=device, dtype=dtype))
     log.info("loaded %s (target, %s) and %s (drafter, %s) in %.1f s", t.name, t.device, d.name, d.device,
              time.perf_counter() - t0)  # fmt: skip
     return t, d

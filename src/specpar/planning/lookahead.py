@@ -16,6 +16,11 @@ Its worked examples, which :func:`min_lookahead` and :func:`sp_degree_needed` re
 * §3.1, SP vs MP: a drafter at 10% with lookahead 2 runs on 5 target servers and 1 drafter
   (``sp_degree_needed(1.0, 0.1, 2) == 5``).
 
+A proposer that costs nothing (prompt lookup, :mod:`specpar.spec.ngram`) is Eq. 1 at ``drafter_ms -> 0``: its
+right-hand side grows without bound for every lookahead, so no number of servers keeps up and no lookahead makes it
+hold (the functions below refuse a drafter latency of 0). The drafter then no longer limits DSI: the drafts of a
+whole match exist at once, and the lookahead only caps the drafts one verification carries (docs/proposers.md).
+
 What Eq. 1 leaves out, counted only where it applies:
 
 * **the server kept for the cursor** (``dedicated_cursor``, :mod:`specpar.spec.dsi`). Where a verification costs

@@ -35,7 +35,7 @@ def register(sub) -> None:
     real_models.add_prompt_args(p, default="humaneval")
     add_prompt_count(p, 10, "prompts to run, the dataset's first n")
     add_max_new_tokens(p, 64, "tokens per prompt")
-    real_models.add_speculation_arguments(p, fields=("lookahead", "sp_degree", "tree", "prefill_replicas",
+    real_models.add_speculation_arguments(p, fields=("lookahead", "sp_degree", "tree", "proposer", "prefill_replicas",
                                                      "dedicated_cursor"))  # fmt: skip
     algorithms = p.add_argument(
         "--algorithms", default="nonsi,si,dsi", metavar="LIST", help="comma-separated algorithms (default nonsi,si,dsi)"

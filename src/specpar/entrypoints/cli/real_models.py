@@ -86,7 +86,7 @@ def backend(args) -> str:
 
 def add_speculation_arguments(
     p,
-    fields=("algorithm", "lookahead", "sp_degree", "tree", "prefill_replicas", "dedicated_cursor"),
+    fields=("algorithm", "lookahead", "sp_degree", "tree", "proposer", "prefill_replicas", "dedicated_cursor"),
     algorithms=("nonsi", "si", "dsi"),
 ) -> ConfigOptions:
     """SpeculativeConfig's flags for ``fields`` (--algorithm among ``algorithms``) and --speculative-config."""
@@ -107,11 +107,12 @@ def add_speculation_arguments(
 
 
 def arm(spec: SpeculativeConfig, engine, algorithm: str, **changes) -> SpeculativeConfig:
-    """``spec`` for one run of ``algorithm`` on ``engine``: no token tree for non-SI, at most the engine's target
-    servers (it made one when no run verifies in parallel)."""
+    """``spec`` for one run of ``algorithm`` on ``engine``: no token tree or proposer for non-SI, at most the engine's
+    target servers (it made one when no run verifies in parallel)."""
     tree = None if algorithm == "nonsi" else changes.pop("tree", spec.tree)
+    proposer = None if algorithm == "nonsi" else changes.pop("proposer", spec.proposer)
     sp = min(spec.sp_degree or engine.sp_degree, engine.sp_degree)
-    return dataclasses.replace(spec, algorithm=algorithm, tree=tree, sp_degree=sp, **changes)
+    return dataclasses.replace(spec, algorithm=algorithm, tree=tree, proposer=proposer, sp_degree=sp, **changes)
 
 
 def load(args, sp_degree: int, max_tokens: int):

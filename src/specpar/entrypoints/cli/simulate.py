@@ -22,7 +22,8 @@ Each forward pass takes the time its latency profile says: TTFT for the first
 pass over the prompt (prefill), TPOT for each later pass. On the virtual clock
 nothing sleeps (the paper's offline simulation); on threads the servers sleep
 for their latency in real time (the paper's online simulation).
-Acceptance is iid with rate a, as in the paper's analysis.
+Acceptance is iid with rate a, as in the paper's analysis, or drifts between
+regimes (--acceptance-regimes).
 """
 
 
@@ -73,7 +74,7 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
-PAIR_FIELDS = (*LATENCY_FIELDS, "acceptance_rate", "vocab_size", "seed", "prompt_length")
+PAIR_FIELDS = (*LATENCY_FIELDS, "acceptance_rate", "acceptance_regimes", "vocab_size", "seed", "prompt_length")
 
 
 def add_sampling_mode(p) -> None:
@@ -97,6 +98,8 @@ def add_sampling_mode(p) -> None:
 def _lookaheads(args, target_lat, drafter_lat, a) -> tuple[dict[str, int], str]:
     """Each algorithm's lookahead ({"si": k, "dsi": k}) and a line saying how it was chosen."""
     k = args.lookahead
+    if k == "adaptive":
+        return {"si": k, "dsi": k}, "adaptive: re-chosen at each window from the acceptance seen so far"
     if k != "auto":
         t, d, pt = target_lat.tpot_ms, drafter_lat.tpot_ms, target_lat.per_token_ms
         if d > 0 and verification_servers(t, d, k, pt) is None:
@@ -138,7 +141,7 @@ def run(args) -> int:
 
         args.timeline = check_output_file(args.timeline, "--timeline", image_suffixes())
     pair = pair_from_args(args)
-    (target_lat, drafter_lat), a = pair.latencies(), pair.acceptance_rate
+    (target_lat, drafter_lat), a = pair.latencies(), pair.mean_acceptance_rate
     c = drafter_lat.tpot_ms / target_lat.tpot_ms if target_lat.tpot_ms > 0 else None  # undefined: printed "-"
     from specpar.entrypoints.cli.progress import status
 
@@ -154,6 +157,7 @@ def run(args) -> int:
         target_lat.ttft_ms == target_lat.tpot_ms
         and drafter_lat.ttft_ms == drafter_lat.tpot_ms
         and target_lat.per_token_ms == 0
+        and isinstance(k["si"], int)  # a fixed lookahead (not "adaptive")
     ):
         n, t, d = args.max_new_tokens, target_lat.tpot_ms, drafter_lat.tpot_ms
         closed = {
@@ -186,6 +190,7 @@ def run(args) -> int:
                     },
                     "drafter_latency_fraction": c,
                     "acceptance_rate": a,
+                    "acceptance_regimes": pair.acceptance_regimes,
                     "lookahead": k,
                     "lookahead_choice": why,
                     "sp_degree": args.sp_degree,
@@ -239,8 +244,13 @@ def _print_table(args, summary, target_lat, drafter_lat, c, k, why, closed, mess
     mode = "greedy" if args.temperature == 0 else f"sampling at temperature {args.temperature:g}"
     console.print(
         f"target {target_lat.tpot_ms:g} ms/token (TTFT {target_lat.ttft_ms:g} ms), "
-        f"drafter {drafter_lat.tpot_ms:g} ms/token (c = {fmt(c, '.3g')}), a = {args.acceptance_rate:g}, "
-        f"N = {args.max_new_tokens}, {args.repeats} repeats, {clock}, {mode}"
+        f"drafter {drafter_lat.tpot_ms:g} ms/token (c = {fmt(c, '.3g')}), "
+        + (
+            f"a = {args.acceptance_regimes} (regimes), "
+            if args.acceptance_regimes
+            else f"a = {args.acceptance_rate:g}, "
+        )
+        + f"N = {args.max_new_tokens}, {args.repeats} repeats, {clock}, {mode}"
     )
     ks = f"k = {k['dsi']}" if k["si"] == k["dsi"] else f"SI k = {k['si']}, DSI k = {k['dsi']}"
     console.print(f"lookahead {ks} ({why})")
