@@ -31,6 +31,7 @@ from specpar.scheduling.pausing import Pausable
 from specpar.scheduling.units import Unit
 
 GOODPUT_WINDOW_MS = 10_000.0
+GOODPUT_BIN_MS = GOODPUT_WINDOW_MS / 100  # tokens recorded within one bin share an entry: at most ~100 entries
 
 
 class WallClock:
@@ -112,7 +113,7 @@ class Scheduler:
         self._ids = itertools.count()
         self._t0 = self.clock.now()
         self._tokens = 0
-        self._recent: deque = deque()  # (ms, tokens) verified in the goodput window
+        self._recent: deque = deque()  # [latest ms, tokens] per GOODPUT_BIN_MS bin of the goodput window
         self._switches = 0
 
     # -- a request's life ------------------------------------------------------------------------------
@@ -171,7 +172,11 @@ class Scheduler:
         now = self.clock.now()
         with self._lock:
             self._tokens += tokens
-            self._recent.append((now, tokens))
+            last = self._recent[-1] if self._recent else None
+            if last is not None and now // GOODPUT_BIN_MS == last[0] // GOODPUT_BIN_MS:
+                last[0], last[1] = now, last[1] + tokens
+            else:
+                self._recent.append([now, tokens])
             while self._recent[0][0] < now - GOODPUT_WINDOW_MS:  # kept for the longest window metrics() reads
                 self._recent.popleft()
 
