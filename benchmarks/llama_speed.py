@@ -1,16 +1,25 @@
 """The default pair on the llama backend: non-SI, SI and DSI (Ray, a process per target server, SP 1 and 2) beside
-llama.cpp's own draft-model speculative decoding, on the same HumanEval prompts, arms interleaved per prompt.
+llama.cpp's own draft-model speculative decoding and plain decoding, on the same HumanEval prompts, arms interleaved
+per prompt, every arm on the same threads and cores.
 
 Per prompt every arm runs once from a cold cache, in an order that rotates from prompt to prompt (a drift of a
 shared machine does not favour one arm): specpar's arms on one Ray engine whose actors are built once (the target
 servers in actors, the drafter in the driver: Ray's default here), and llama.cpp's own tools, built from the
 source vendored in the llama-cpp-python sdist (benchmarks/llama_cpp_tools.py): ``llama-speculative-simple`` (the
-draft-model speculative decoding of llama-server) and ``llama-completion`` (its plain decoding), both greedy with
-``-t`` threads. Times: specpar's generation wall time (prefill included); llama.cpp's own encode + decode timings
-(model load excluded). Tokens: each specpar arm against non-SI's; llama.cpp's speculative text against its plain
-decoding's and against specpar's non-SI text.
+draft-model speculative decoding of llama-server) and ``llama-completion`` (its plain decoding), both greedy.
 
-    .venv/bin/python benchmarks/llama_speed.py [-n 10] [-N 64] [-k 4] [--threads 2] [--out FILE]
+Equal resources: every model computation of every arm runs ``--threads`` threads (default 1: specpar's exact
+setting for one-token passes, one per server; llama.cpp's -t, -tb, -td, -tbd get the same number), and every arm
+runs on the same cores (``--cores``, default all of the machine's, through ``taskset`` for llama.cpp's tools and
+the CPU affinity of this process, which Ray's actors inherit, for specpar's). Times: specpar's generation wall time
+(prefill included); llama.cpp's own encode + decode timings (model load excluded). Tokens: each specpar arm against
+non-SI's; llama.cpp's texts against specpar's non-SI text (and its speculative text against its plain text).
+
+Writes the per-prompt rows (jsonl) and a text table (--txt) with the command, ``uptime`` before and after, the
+threads and cores, per-prompt and overall ratios to non-SI and whether each arm's output equals non-SI's.
+Wrap it in ``flock /tmp/specpar-measure.lock`` where others measure on the same machine.
+
+    .venv/bin/python benchmarks/llama_speed.py [-n 10] [-N 64] [-k 4] [--threads 1] [--cores 0,1] [--out FILE]
 """
 
 from __future__ import annotations
@@ -47,6 +56,7 @@ def run_llama_cpp(arm: str, bindir: Path, target: Path, drafter: Path, prompt: s
                "-td", threads, "-tbd", threads, *common]  # fmt: skip
     else:
         cmd = [str(bindir / "llama-completion"), "-m", str(target), "-no-cnv", "--no-display-prompt", *common]
+    cmd = ["taskset", "-c", args.cores, *cmd]
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, stdin=subprocess.DEVNULL)
     wall = time.perf_counter() - t0
@@ -65,6 +75,22 @@ def run_llama_cpp(arm: str, bindir: Path, target: Path, drafter: Path, prompt: s
     return {"text": text, "time_ms": ms, "process_s": wall, **extra}
 
 
+def load_models(threads: int):
+    """The default pair on llama.cpp, every forward pass on ``threads`` threads (1: specpar's exact default)."""
+    from specpar.backends import weights
+    from specpar.backends.llama.model import LlamaModel
+    from specpar.backends.llama.settings import LlamaSettings
+    from specpar.entrypoints.engine import load_pair
+
+    target, drafter = load_pair(backend="llama", progress=False)
+    paths = weights.joined_path(weights.TARGET), weights.joined_path(weights.DRAFTER)
+    if threads != 1:  # equal threads for specpar: the same count in one-token passes (exact here: contexts < 257)
+        settings = LlamaSettings(threads=threads, batch_threads=threads)
+        target = LlamaModel(paths[0], name=target.name, settings=settings)
+        drafter = LlamaModel(paths[1], name=drafter.name, settings=settings)
+    return target, drafter, paths
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("-n", type=int, default=10, help="HumanEval prompts (default 10)")
@@ -74,21 +100,39 @@ def main() -> None:
         "--threads",
         type=int,
         default=1,
-        help="llama.cpp's -t, -tb, -td, -tbd (default 1: a thread per process, as specpar's servers; OpenMP's spinning "
-        "threads slow it down 10x when other work shares the cores)",
+        help="threads of every model computation in every arm: llama.cpp's -t, -tb, -td, -tbd and specpar's servers' "
+        "(default 1: specpar's exact setting, a thread per process)",
+    )
+    ap.add_argument(
+        "--cores",
+        default=",".join(str(c) for c in sorted(os.sched_getaffinity(0))),
+        help="the CPUs every arm runs on (taskset list; default all this process may use)",
     )
     ap.add_argument("--out", default="benchmarks/results/llama_speed.jsonl")
+    ap.add_argument("--txt", default=None, help="the text table (default: --out with .txt)")
     args = ap.parse_args()
+    txt = Path(args.txt or str(Path(args.out).with_suffix(".txt")))
+    cores = {int(c) for part in args.cores.split(",") for c in _cpu_range(part)}
+    os.sched_setaffinity(0, cores)  # specpar's arms: this process, and Ray's actors (they inherit it)
 
-    from specpar.backends import weights
-    from specpar.entrypoints.engine import Engine, load_pair
+    from specpar.entrypoints.engine import Engine
     from specpar.experiments import prompts
 
-    print(f"command: {' '.join(sys.argv)}\nuptime: {_uptime()}", flush=True)
+    lines = [
+        f"command: {' '.join(sys.argv)}",
+        f"uptime before: {_uptime()}",
+        f"resources, every arm: {args.threads} thread(s) per model computation (specpar: per server process, "
+        f"one-token and batched passes; llama.cpp: -t/-tb/-td/-tbd {args.threads}), cores {args.cores} "
+        f"({len(cores)} of {os.cpu_count()}; specpar by this process's affinity, llama.cpp by taskset); "
+        f"k = {args.k}, {args.N} tokens, greedy",
+    ]
+    for line in lines:
+        print(line, flush=True)
     bindir = tools()
-    target, drafter = load_pair(backend="llama", progress=False)
-    paths = weights.joined_path(weights.TARGET), weights.joined_path(weights.DRAFTER)
-    engine = Engine(target, drafter, sp_degree=2, runtime="ray", max_tokens=2048)
+    target, drafter, paths = load_models(args.threads)
+    # units=1: the two target servers and the drafter are one unit, each request on all of them (the default of
+    # sp_degree + 1 units would make a third target actor, more than 2 cores can place)
+    engine = Engine(target, drafter, sp_degree=2, runtime="ray", max_tokens=2048, cpus_per_server=args.threads, units=1)
     params = SamplingParams(temperature=0, max_tokens=args.N)
     arms = SPECPAR_ARMS + LLAMA_ARMS
     rows = []
@@ -96,7 +140,7 @@ def main() -> None:
     with open(args.out, "w") as out:
         for i, prompt in enumerate(prompts.load("humaneval", args.n)):
             ids = prompt.token_ids(target)
-            row = {"prompt": i, "prompt_tokens": len(ids)}
+            row = {"prompt": i, "prompt_tokens": len(ids), "threads": args.threads, "cores": args.cores}
             for arm in arms[i % len(arms) :] + arms[: i % len(arms)]:
                 if arm in LLAMA_ARMS:
                     row[arm] = run_llama_cpp(arm, bindir, *paths, prompt.text, args)
@@ -109,48 +153,63 @@ def main() -> None:
                     "tokens": res.tokens,
                     "text": res.text,
                     "time_ms": res.time_ms,
+                    "algorithm": res.algorithm,
                     "acceptance_rate": res.acceptance_rate if algorithm != "nonsi" else None,
                 }
             row["load_avg"] = os.getloadavg()[0]
             rows.append(row)
             out.write(json.dumps(row) + "\n")
             out.flush()
-            base = row["nonsi"]["time_ms"]
-            print(
-                f"prompt {i} ({len(ids)} tokens, load {row['load_avg']:.1f}): "
-                + ", ".join(f"{a} {row[a]['time_ms'] / 1000:.2f} s ({base / row[a]['time_ms']:.2f}x)" for a in arms),
-                flush=True,
-            )
+            print(prompt_line(row, arms), flush=True)
     engine.close()
-    print(f"uptime: {_uptime()}")
-    report(rows, arms)
+    lines.append(f"uptime after: {_uptime()}")
+    lines += ["", "per prompt: seconds (speed vs non-SI: non-SI time / arm time; * = output differs from non-SI's)"]
+    lines += [prompt_line(r, arms) for r in rows]
+    lines += report(rows, arms)
+    txt.write_text("\n".join(lines) + "\n")
+    print("\n".join(lines[-len(arms) - 3 :]))
+    print(f"wrote {args.out} and {txt}")
 
 
-def report(rows: list[dict], arms) -> None:
-    print("\n| arm | mean s | vs non-SI (mean) | per-prompt vs non-SI | acceptance | same output |")
-    print("|---|---|---|---|---|---|")
+def same_as_nonsi(row: dict, arm: str) -> bool:
+    """Whether an arm's output equals non-SI's: its tokens (specpar's arms) or its text (llama.cpp's tools)."""
+    if arm in SPECPAR_ARMS:
+        return row[arm]["tokens"] == row["nonsi"]["tokens"]
+    return _same_text(row[arm]["text"], row["nonsi"]["text"])
+
+
+def prompt_line(row: dict, arms) -> str:
+    base = row["nonsi"]["time_ms"]
+    return f"prompt {row['prompt']} ({row['prompt_tokens']} tokens, load {row['load_avg']:.1f}): " + ", ".join(
+        f"{a} {row[a]['time_ms'] / 1000:.2f} s ({base / row[a]['time_ms']:.2f}x){'' if same_as_nonsi(row, a) else '*'}"
+        for a in arms
+    )
+
+
+def report(rows: list[dict], arms) -> list[str]:
+    """The overall table: mean time, ratio of means and per-prompt ratios to non-SI, outputs equal to non-SI's."""
+    out = [
+        "",
+        "| arm | mean s | vs non-SI (ratio of means) | per prompt vs non-SI (min-max) | prompts >= 0.98x | acceptance "
+        "| output = non-SI's |",
+        "|---|---|---|---|---|---|---|",
+    ]
     base = [r["nonsi"]["time_ms"] for r in rows]
     for arm in arms:
         times = [r[arm]["time_ms"] for r in rows]
         per = [b / t for b, t in zip(base, times)]
-        if arm in SPECPAR_ARMS:
-            same = all(r[arm]["tokens"] == r["nonsi"]["tokens"] for r in rows)
-            same_text = f"{'yes' if same else 'NO'} (tokens = non-SI's)"
-        elif arm == "llama.cpp speculative":
-            equal = sum(_same_text(r[arm]["text"], r["llama.cpp plain"]["text"]) for r in rows)
-            specpar = sum(_same_text(r[arm]["text"], r["nonsi"]["text"]) for r in rows)
-            same_text = f"{equal}/{len(rows)} = llama.cpp plain, {specpar}/{len(rows)} = specpar non-SI"
-        else:
-            specpar = sum(_same_text(r[arm]["text"], r["nonsi"]["text"]) for r in rows)
-            same_text = f"{specpar}/{len(rows)} = specpar non-SI"
+        same = sum(same_as_nonsi(r, arm) for r in rows)
+        same_text = f"{same}/{len(rows)} ({'tokens' if arm in SPECPAR_ARMS else 'text'})"
+        if arm == "llama.cpp speculative":
+            plain = sum(_same_text(r[arm]["text"], r["llama.cpp plain"]["text"]) for r in rows)
+            same_text += f"; {plain}/{len(rows)} = llama.cpp plain's text"
         acc = [r[arm].get("acceptance_rate") for r in rows if r[arm].get("acceptance_rate") is not None]
-        print(
+        out.append(
             f"| {arm} | {statistics.mean(times) / 1000:.2f} | {statistics.mean(base) / statistics.mean(times):.2f}x "
-            f"| {min(per):.2f}-{max(per):.2f} | {statistics.mean(acc):.2f} | {same_text} |"
-            if acc
-            else f"| {arm} | {statistics.mean(times) / 1000:.2f} | "
-            f"{statistics.mean(base) / statistics.mean(times):.2f}x | {min(per):.2f}-{max(per):.2f} | - | {same_text} |"
+            f"| {min(per):.2f}-{max(per):.2f} | {sum(p >= 0.98 for p in per)}/{len(rows)} "
+            f"| {f'{statistics.mean(acc):.2f}' if acc else '-'} | {same_text} |"
         )
+    return out
 
 
 def _same_text(a: str, b: str) -> bool:
@@ -159,6 +218,11 @@ def _same_text(a: str, b: str) -> bool:
     a, b = a.rstrip("\n"), b.rstrip("\n")
     n = min(len(a), len(b))
     return n > 0 and a[:n] == b[:n]
+
+
+def _cpu_range(part: str) -> range:
+    lo, _, hi = part.partition("-")
+    return range(int(lo), int(hi or lo) + 1)
 
 
 def _uptime() -> str:
