@@ -4,7 +4,8 @@ Per-component costs of the default pair on llama.cpp, measured in one process, g
 
 * a one-token pass (decode) of the target (t) and of the drafter (d), their ratio c = d / t;
 * a pass over k + 1 tokens (a verification of k drafts) for k = 1, 2, 4, 8: its time over t;
-* the prompt's prefill in specpar's exact passes (at most 63 tokens) and in llama.cpp's default (512);
+* the prompt's prefill in specpar's exact passes (at most 63 tokens; 1 and 2 batch threads) and in llama.cpp's
+  default (512);
 * the same decode, verification and prefill in llama.cpp's default, inexact settings (weights repacked for its gemm
   kernels, passes of 512): what exactness costs;
 * the target's decode while the drafter decodes on the other core (two threads at once: what memory bandwidth
@@ -48,6 +49,9 @@ def component_costs(model, ids: list[int], n: int, repeats: int) -> dict:
     """Prefill, decode and verification costs (ms) of one server of ``model`` on the prompt ``ids``."""
     server = model.server(n_ctx=1024)
     prefill = median_ms(lambda: (server.reset(), server._forward(ids, len(ids) - 1)), max(1, repeats // 2))
+    before = server.set_batch_threads(2)  # the engine's batch threads for non-SI on 2 cores (exact at any count)
+    prefill2 = median_ms(lambda: (server.reset(), server._forward(ids, len(ids) - 1)), max(1, repeats // 2))
+    server.set_batch_threads(before)
     server.reset()
     row = server._forward(ids, len(ids) - 1)
     seq = list(ids)
@@ -66,7 +70,13 @@ def component_costs(model, ids: list[int], n: int, repeats: int) -> dict:
 
         verify[k] = median_ms(one, repeats)
     server.close()
-    return {"prefill_ms": prefill, "prompt_tokens": len(ids), "decode_ms": decode, "verify_ms": verify}
+    return {
+        "prefill_ms": prefill,
+        "prefill_2_threads_ms": prefill2,
+        "prompt_tokens": len(ids),
+        "decode_ms": decode,
+        "verify_ms": verify,
+    }
 
 
 def decode_while(model, other, ids: list[int], n: int) -> float:
@@ -205,7 +215,8 @@ def main() -> None:
         f"{dt['decode_ms']:.1f} ms/token; "
         + ", ".join(f"k={k} {v:.1f} ms ({v / dt['decode_ms']:.2f} t)" for k, v in dt["verify_ms"].items()),
         f"prefill of {len(ids)} tokens: exact (passes of 63) {out['target']['prefill_ms']:.0f} ms; llama.cpp defaults "
-        f"(passes of 512, repacked) {dt['prefill_ms']:.0f} ms ({out['target']['prefill_ms'] / dt['prefill_ms']:.2f}x)",
+        f"(passes of 512, repacked) {dt['prefill_ms']:.0f} ms ({out['target']['prefill_ms'] / dt['prefill_ms']:.2f}x); "
+        f"exact on 2 batch threads {out['target']['prefill_2_threads_ms']:.0f} ms",
         f"target decode while the drafter decodes on the other core: {out['target decode beside drafter decode']:.1f}"
         f" ms/token ({t / out['target decode beside drafter decode']:.2f}x its speed alone); while another target "
         f"decodes: {out['target decode beside target decode']:.1f} ms/token",
