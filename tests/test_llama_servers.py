@@ -175,28 +175,44 @@ def test_draft_rows_are_the_drafters_processed_distributions(pair):
 
 
 def _logprobs_by_definition(model: LlamaModel, params: SamplingParams, prompt, tokens) -> list[float]:
-    """Each token's log-probability from one-token rows: the log-softmax of the processed logits at its prefix."""
+    """Each token's log-probability from one-token rows: the log-softmax of the processed logits at its prefix (at
+    the request's temperature)."""
     server, out, want = model.server("definition"), list(prompt), []
-    proc = params.processors_for(len(prompt))
+    proc, temperature = params.processors_for(len(prompt)), params.temperature
     for t in tokens:
         z = np.log(server.run(Score(tuple(out), 0, Decoding(1.0, 0))).rows)  # the logits up to a constant
-        z = proc.apply(z, out, len(out), 0.0) if proc is not None else z
+        if proc is not None:
+            z = proc.apply(z, out, len(out), temperature)
+        elif temperature > 0:
+            z = z / temperature
         want.append(float(log_softmax(z)[0, t]))
         out.append(t)
     server.close()
     return want
 
 
-@pytest.mark.parametrize("processed", [False, True])
-def test_logprobs_are_the_one_token_rows_and_equal_non_si_for_every_algorithm(pair, processed):
+LOGPROB_CASES = {
+    "greedy": dict(temperature=0),
+    "greedy, penalized": dict(temperature=0, frequency_penalty=0.7),
+    # sampled: the gumbel coupling draws the same tokens whatever the algorithm, so their rows compare bitwise too
+    "sampled (gumbel), top-k": dict(temperature=0.8, seed=3, coupling="gumbel", top_k=4),
+}
+
+
+@pytest.mark.parametrize("case", sorted(LOGPROB_CASES))
+def test_logprobs_are_the_one_token_rows_and_equal_non_si_for_every_algorithm(pair, case):
     target, drafter = pair
     prompt = PROMPTS[1]
-    extra = dict(frequency_penalty=0.7) if processed else {}
-    params = SamplingParams(temperature=0, max_tokens=12, logprobs=2, ignore_eos=True, **extra)
+    extra = LOGPROB_CASES[case]
+    processed = case != "greedy"
+    params = SamplingParams(max_tokens=12, logprobs=2, ignore_eos=True, **extra)
     with Engine(target, drafter, sp_degree=2) as engine:
         base = engine.generate(prompt, params, algorithm="nonsi")
         want = _logprobs_by_definition(target, params, prompt, base.tokens)
         assert np.allclose([x.logprob for x in base.logprobs], want, atol=1e-9)
+        if params.temperature > 0:  # power: rows that ignored the temperature would not pass the check above
+            at_one = _logprobs_by_definition(target, dataclasses.replace(params, temperature=1.0), prompt, base.tokens)
+            assert not np.allclose([x.logprob for x in base.logprobs], at_one, atol=1e-9)
         runs = [("si", None), ("dsi", None)] + ([] if processed else [("si", (2, 2, 1)), ("dsi", "best:6")])
         for algorithm, tree in runs:  # trees take no processors
             r = engine.generate(prompt, params, algorithm=algorithm, lookahead=3, tree=tree)
