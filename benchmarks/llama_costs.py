@@ -7,7 +7,7 @@ Per-component costs of the default pair on llama.cpp, measured in one process, g
 * the prompt's prefill in specpar's exact passes (at most 63 tokens; 1 and 2 batch threads) and in llama.cpp's
   default (512);
 * the same decode, verification and prefill in llama.cpp's default, inexact settings (weights repacked for its gemm
-  kernels, passes of 512): what exactness costs;
+  kernels, passes of 512; GGML_CPU_TILED_MM stays 0 in this process, as specpar sets it): what exactness costs;
 * the target's decode while the drafter decodes on the other core (two threads at once: what memory bandwidth
   leaves of the second core);
 * a Ray actor call's round trip with a Score call's payload (the context's ids in, k + 1 ids out), no forward;
