@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import os
+import subprocess
 import sys
 import threading
 import time
@@ -27,6 +29,7 @@ from specpar.core.errors import ConfigError  # noqa: E402
 from specpar.core.latency import LatencyProfile  # noqa: E402
 from specpar.core.logits_processors import log_softmax  # noqa: E402
 from specpar.core.stopping import end_of_text_ids  # noqa: E402
+from specpar.entrypoints import engine as engine_module  # noqa: E402
 from specpar.entrypoints.engine import choose_backend  # noqa: E402
 from stats import chi_square_p_value  # noqa: E402
 from tiny_gguf import write_tiny_gguf  # noqa: E402
@@ -400,3 +403,19 @@ def test_a_reset_waits_for_the_call_running_on_the_server_and_its_log_is_bounded
         server.tokens = ()
     assert type(server.forward_log).__name__ == "ForwardLog" and len(server.forward_log) == 2
     server.close()
+
+
+_CHOOSE = (
+    "import sys; from specpar.entrypoints import engine; engine.GPU_DEVICE_FILES = {files!r}; "
+    "print(engine.choose_backend(None, None, None, None), 'torch' in sys.modules)"
+)
+
+
+@pytest.mark.skipif(any(os.path.exists(f) for f in engine_module.GPU_DEVICE_FILES), reason="a GPU driver is present")
+def test_the_default_pair_on_a_machine_without_a_gpu_driver_chooses_llama_without_importing_torch():
+    run = lambda files: subprocess.run(  # noqa: E731
+        [sys.executable, "-c", _CHOOSE.format(files=files)], capture_output=True, text=True, timeout=120, check=True
+    ).stdout.split()
+    assert run(engine_module.GPU_DEVICE_FILES) == ["llama", "False"]
+    # control: where a driver's device file exists, torch is asked (and imported) whether it sees a GPU
+    assert run(("/",)) == ["llama", "True"]
