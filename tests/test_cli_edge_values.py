@@ -54,7 +54,14 @@ CLI_CASES = [
     (["bench", "--devices", " , ", "-n", "1"], "--devices must name at least one device"),
     (["generate", "--repeats", "3", "hi"], "--repeats is for --compare"),
     (["generate", "--repeats", "0", "--compare", "hi"], "--repeats must be >= 1, got 0"),  # an IndexError before
-    (["profile", "--seed", "1"], "unrecognized arguments: --seed 1"),
+    (
+        ["profile", "--seed", "1"],
+        "specpar profile: error: unrecognized arguments: --seed 1 (see `specpar profile --help`)",
+    ),
+    (
+        ["simulate", "--bogus"],
+        "specpar simulate: error: unrecognized arguments: --bogus (see `specpar simulate --help`)",
+    ),
 ]
 
 
