@@ -54,6 +54,11 @@ CLI_CASES = [
     (["bench", "--devices", " , ", "-n", "1"], "--devices must name at least one device"),
     (["generate", "--repeats", "3", "hi"], "--repeats is for --compare"),
     (["generate", "--repeats", "0", "--compare", "hi"], "--repeats must be >= 1, got 0"),  # an IndexError before
+    # -k auto/adaptive weigh latency profiles that a pair loaded from files has not: refused before loading (serve
+    # started and refused every request, generate failed after loading)
+    (["generate", "-k", "auto", "hi"], "-k auto weighs the models' latency profiles"),
+    (["bench", "-k", "adaptive", "-n", "1"], "-k adaptive weighs the models' latency profiles"),
+    (["serve", "-k", "adaptive"], "-k adaptive weighs the models' latency profiles"),
     (
         ["profile", "--seed", "1"],
         "specpar profile: error: unrecognized arguments: --seed 1 (see `specpar profile --help`)",

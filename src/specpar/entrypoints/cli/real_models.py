@@ -150,6 +150,19 @@ def check_common(args) -> None:
         raise ConfigError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
     check_temperature(getattr(args, "temperature", 0.0))
     device_names(args)
+    check_lookahead(args)
+
+
+def check_lookahead(args) -> None:
+    """Refuse -k auto and -k adaptive before the models load: both weigh the models' latency profiles, which a pair
+    loaded from files has not (the engine would refuse them only after loading)."""
+    spec = getattr(args, "spec", None)
+    if spec is not None and spec.lookahead in ("auto", "adaptive"):
+        raise ConfigError(
+            f"-k {spec.lookahead} weighs the models' latency profiles, which real models loaded here do not have: "
+            "measure the pair with `specpar profile --out pair.json`, then `specpar plan --profile pair.json` names "
+            "the fastest lookahead; give it as -k K"
+        )
 
 
 def task_ms(results, kind: str, server_prefix: str) -> list[float]:
