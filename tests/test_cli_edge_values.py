@@ -117,6 +117,7 @@ API_CASES = [
     (dict(temperature=math.inf), "temperature must be a finite number >= 0"),
     (dict(temperature=math.nan), "temperature must be a finite number >= 0"),
     (dict(temperature="1"), "temperature must be a finite number >= 0"),
+    (dict(logit_bias={99: 1.0}), "logit_bias names token 99"),  # a ServerError from the first task before
 ]
 
 
