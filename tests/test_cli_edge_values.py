@@ -59,6 +59,7 @@ CLI_CASES = [
     (["generate", "-k", "auto", "hi"], "-k auto weighs the models' latency profiles"),
     (["bench", "-k", "adaptive", "-n", "1"], "-k adaptive weighs the models' latency profiles"),
     (["serve", "-k", "adaptive"], "-k adaptive weighs the models' latency profiles"),
+    (["generate", "--tree", "2,2", "--top-p", "0.5", "--temperature", "1", "hi"], "token trees (tree=) do not take"),
     (
         ["profile", "--seed", "1"],
         "specpar profile: error: unrecognized arguments: --seed 1 (see `specpar profile --help`)",

@@ -293,17 +293,22 @@ def adaptive_policy(spec: SpeculativeConfig, target, drafter, max_new_tokens: in
     )
 
 
+def check_tree_processors(spec: SpeculativeConfig, processors) -> None:
+    """Token trees are drafted and verified on raw rows: refuse them with logits processors."""
+    if spec.tree is not None and processors is not None:
+        raise ConfigError(
+            "token trees (tree=) do not take logits processors yet (top_k, top_p, min_p, repetition_penalty): drop "
+            "them or the tree"
+        )
+
+
 def check_request(prompt, max_new_tokens: int, decoding: Decoding, spec: SpeculativeConfig, target, drafters: list,
                   merged: bool) -> None:  # fmt: skip
     """Refuse up front what this generation cannot do with these models (each check's message says why)."""
     algorithm = ALGORITHMS[spec.algorithm]
     check_tokens(prompt, decoding, target, *(drafters if spec.uses_drafter else ()))
     check_context_window(len(prompt), max_new_tokens, target, *drafters)
-    if spec.tree is not None and decoding.processors is not None:
-        raise ConfigError(
-            "token trees (tree=) do not take logits processors yet (top_k, top_p, min_p, repetition_penalty): drop "
-            "them or the tree"
-        )
+    check_tree_processors(spec, decoding.processors)
     merged = merged and spec.uses_drafter  # the n-gram proposer alone drafts with no model
     if merged and spec.tree is None and algorithm.drafts:
         raise ConfigError("several drafters draft only token trees (merge-based): give tree=<k1,...,km>")
