@@ -159,3 +159,27 @@ def test_a_prompt_that_encodes_to_nothing_is_named():
 
     with pytest.raises(ConfigError, match="prompt p1 encodes to no tokens for blank-model"):
         Prompt("p1", text="   ").token_ids(Blank())
+
+
+def test_the_measured_costs_line_keeps_sub_millisecond_steps():
+    """A tiny model's decode step of 0.3 ms printed as "decode step 0 ms ... (= 9.90 decode steps)"."""
+    from types import SimpleNamespace
+
+    from specpar.entrypoints.cli.real_models import why_line
+
+    def result(kind_ms, lookahead=3):
+        timeline = [SimpleNamespace(kind=k, server=s, start_ms=0.0, end_ms=ms, cancelled=False) for k, s, ms in kind_ms]
+        return SimpleNamespace(timeline=timeline, lookahead=lookahead)
+
+    line = why_line(
+        {
+            "nonsi": [result([("verify", "target0", 0.3)])],
+            "si": [result([("verify", "target0", 2.97), ("draft", "drafter0", 0.9)])],
+        }
+    )
+    assert "decode step 0.3 ms" in line and "up to 4 tokens 3 ms (= 9.90 decode steps)" in line
+    assert "drafter about 0.3 ms/token (c = 1.00)" in line
+    big = why_line(
+        {"nonsi": [result([("verify", "target0", 1234.0)])], "si": [result([("verify", "target0", 2500.0)])]}
+    )
+    assert "decode step 1234 ms" in big and "tokens 2500 ms" in big

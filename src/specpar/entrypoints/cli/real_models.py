@@ -175,8 +175,14 @@ def task_ms(results, kind: str, server_prefix: str) -> list[float]:
     ]
 
 
+def _ms(x: float) -> str:
+    """A duration in ms to two significant digits below 10 ms, whole ms above (0.31, 3, 1234)."""
+    return f"{x:.2g}" if x < 10 else f"{x:.0f}"
+
+
 def why_line(by_algo: dict) -> str | None:
-    """Measured forward-pass costs that explain the ratios: decode step, verification pass (SI's), drafter token."""
+    """Measured forward-pass costs that explain the ratios: decode step, verification pass (SI's), drafter token,
+    each to two significant digits (a tiny model's 0.3 ms step printed as "0 ms" beside a ratio of 9.9)."""
     decode = task_ms(by_algo.get("nonsi", []), "verify", "target")
     verify = task_ms(by_algo.get("si", []), "verify", "target")
     drafts = [
@@ -190,12 +196,12 @@ def why_line(by_algo: dict) -> str | None:
     d, v = statistics.median(decode), statistics.median(verify)
     lookahead = by_algo["si"][0].lookahead
     line = (
-        f"measured: target decode step {d:.0f} ms; target verification pass over up to {lookahead + 1} tokens "
-        f"{v:.0f} ms (= {v / d:.2f} decode steps)"
+        f"measured: target decode step {_ms(d)} ms; target verification pass over up to {lookahead + 1} tokens "
+        f"{_ms(v)} ms (= {v / d:.2f} decode steps)"
     )
     if drafts:
         per = statistics.median(drafts) / lookahead
-        line += f"; drafter about {per:.0f} ms/token (c = {per / d:.2f})"
+        line += f"; drafter about {_ms(per)} ms/token (c = {per / d:.2f})"
     if v / d > 1.5:
         line += (
             ". Verifying k tokens costs several decode steps on this device (compute-bound, as on a CPU), "
