@@ -13,6 +13,7 @@ prints one warning line per deprecated flag spelling used (:mod:`.aliases`).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import importlib
 import logging
@@ -77,6 +78,25 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+@contextlib.contextmanager
+def _verbose_log(verbose: bool):
+    """While a command runs with -v: specpar's INFO records to the stderr of that moment, one line each."""
+    if not verbose:
+        yield
+        return
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("[%(name)s] %(message)s"))
+    logger = logging.getLogger("specpar")
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+
+
 def main(argv: list[str] | None = None, *, exit_on_interrupt: bool = False) -> int:
     """Run one command; returns its exit status (0, 1 for a FAIL of `reproduce`, 2 for a mistake, 130 for Ctrl-C).
 
@@ -92,18 +112,13 @@ def main(argv: list[str] | None = None, *, exit_on_interrupt: bool = False) -> i
         config_args.build_all(args)  # the config objects the flags describe: a bad value stops here, in one line
         for line in config_args.warnings_of(args):
             _say(f"{prog}: warning: {line}")
-        if args.verbose:
-            handler = logging.StreamHandler()
-            handler.setFormatter(logging.Formatter("[%(name)s] %(message)s"))
-            logger = logging.getLogger("specpar")
-            logger.addHandler(handler)
-            logger.setLevel(logging.INFO)
-        if getattr(args, "runtime", None) == "ray":
-            from specpar.runtimes.ray_cluster import ray_session
+        with _verbose_log(args.verbose):  # removed when the command ends: main() may run again in one process
+            if getattr(args, "runtime", None) == "ray":
+                from specpar.runtimes.ray_cluster import ray_session
 
-            with ray_session(args.ray_address, ray_cpus(args)):  # a local Ray it starts is stopped, Ctrl-C included
-                return args.func(args) or 0
-        return args.func(args) or 0
+                with ray_session(args.ray_address, ray_cpus(args)):  # a local Ray it starts is stopped, Ctrl-C too
+                    return args.func(args) or 0
+            return args.func(args) or 0
     except KeyboardInterrupt:
         _say(f"{prog}: interrupted")
         if exit_on_interrupt:  # here, while the traceback still holds the run: leaving this block would free it
