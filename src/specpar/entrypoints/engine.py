@@ -25,7 +25,7 @@ import queue
 import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager
 
 from specpar.core.config import RuntimeConfig, SpeculativeConfig, split_options
 from specpar.core.errors import ConfigError
@@ -40,6 +40,8 @@ from specpar.scheduling.request import Request
 from specpar.spec.registry import check_context_window, model_of
 
 log = logging.getLogger(__name__)
+
+MAX_SPECS = 1024  # requests' SpeculativeConfigs an engine keeps made (each a set of changed fields)
 
 
 def is_real(source) -> bool:
@@ -134,7 +136,10 @@ class Engine:
         self.units = self._units(n)
         self.scheduler = Scheduler(self.units)
         self._curves: dict = {}
-        self._gate = threading.Condition()  # requests run at once; reset() and close() wait for them
+        self._specs: dict = {}  # a request's changed fields -> its SpeculativeConfig (see _request_config)
+        # requests run at once; reset() and close() wait for them (a plain lock: a request takes it twice)
+        self._lock = threading.Lock()
+        self._gate = threading.Condition(self._lock)
         self._active = 0
         self._exclusive = False
         self._threads = _SharedTorchThreads()
@@ -278,15 +283,34 @@ class Engine:
         spec_fields, runtime_fields, sampling = split_options(options, sampling=SAMPLING_FIELDS)
         if runtime_fields:
             raise ConfigError(f"the runtime is the engine's: {sorted(runtime_fields)} cannot change per request")
+        if speculative_config is None and spec_fields:  # the engine's defaults with a few fields changed: made once
+            try:
+                key = tuple(spec_fields.items())
+                spec = self._specs.get(key)
+            except TypeError:  # an unhashable value (a list): made each time
+                key = spec = None
+            if spec is None:
+                spec = self._spec(None, spec_fields)
+                if key is not None:
+                    if len(self._specs) >= MAX_SPECS:
+                        self._specs.clear()
+                    self._specs[key] = spec
+        else:
+            spec = self._spec(speculative_config, spec_fields)
+        return spec, _params(params, sampling)
+
+    def _spec(self, speculative_config, spec_fields: dict) -> SpeculativeConfig:
         base = self.spec if speculative_config is None else SpeculativeConfig.coerce(speculative_config)
         spec = base.replace(**spec_fields)
         if spec.sp_degree is None:
             spec = spec.replace(sp_degree=self.sp_degree)
         if spec.sp_degree > self.sp_degree:
             raise ConfigError(f"sp_degree {spec.sp_degree} is more than the engine's {self.sp_degree} target servers")
-        return spec, _params(params, sampling)
+        return spec
 
     def prompt_ids(self, prompt) -> list[int]:
+        if type(prompt) is list and prompt:  # the common case, without the abstract classes' checks
+            return list(prompt)
         if isinstance(prompt, str):
             if self.tokenizer is None:
                 raise ConfigError("a text prompt needs a target with a tokenizer: give token ids")
@@ -328,18 +352,11 @@ class Engine:
             ready_made=self.keep_actors,
         )
         # on the virtual clock the collector stays paused until the result is made (collector_paused)
-        with self._running(), collector_paused(self.runtime == "virtual"):
-            local = self.real and self.runtime != "ray"  # on Ray the forward passes run in the actors
-            marks = {id(s): len(s.forward_log) for s in self.all} if local else None
-            with self._threads(self.threads_for(spec.algorithm)) if self.real else nullcontext():
-                t0 = time.perf_counter()
-                result = request.run()
-                t1 = time.perf_counter()
-            if local:  # the forward passes of the servers this request ran on
-                intervals = [iv for s in request.servers for iv in s.forward_log[marks[id(s)] :]]
-                result.overhead = overhead(intervals, t0, t1)
-            else:  # on Ray the forward passes run in the actors: no forward log here to measure from
-                result.overhead = None
+        self._enter()
+        try:
+            result = self._run(request, ids, spec)
+        finally:
+            self._leave()
         if self.tokenizer is not None:
             result.text = detokenize(self.tokenizer, ids, result.tokens, *_texts(params))
         if log.isEnabledFor(logging.INFO):
@@ -356,6 +373,28 @@ class Engine:
                 result.mean_acceptance_length,
                 result.lookahead,
             )
+        return result
+
+    def _run(self, request: Request, ids: list[int], spec: SpeculativeConfig) -> GenerationResult:
+        """``request`` run; its result with the time outside forward passes (``overhead``) and waiting for units
+        (``queue_ms``)."""
+        if not self.real:
+            with collector_paused(self.runtime == "virtual"):
+                result = request.run()
+                result.overhead = None  # no forward log here to measure from
+        else:
+            local = self.runtime != "ray"  # on Ray the forward passes run in the actors
+            marks = {id(s): len(s.forward_log) for s in self.all} if local else None
+            with self._threads(self.threads_for(spec.algorithm)):
+                t0 = time.perf_counter()
+                result = request.run()
+                t1 = time.perf_counter()
+            if local:  # the forward passes of the servers this request ran on
+                intervals = [iv for s in request.servers for iv in s.forward_log[marks[id(s)] :]]
+                result.overhead = overhead(intervals, t0, t1)
+            else:  # on Ray the forward passes run in the actors: no forward log here to measure from
+                result.overhead = None
+        result.queue_ms = request.queue_ms
         return result
 
     # -- the scheduler ----------------------------------------------------------------------------
@@ -379,21 +418,20 @@ class Engine:
         (:class:`specpar.scheduling.LoadMetrics`), for an exporter."""
         return self.scheduler.metrics()
 
-    @contextmanager
-    def _running(self):
-        """A request runs (many may at once); reset() and close() wait until none does."""
-        with self._gate:
+    def _enter(self) -> None:
+        """A request starts (many may run at once); reset() and close() wait until none runs."""
+        with self._lock:
             while self._exclusive:
                 self._gate.wait()
             if self.closed:
                 raise ConfigError("this engine is closed")
             self._active += 1
-        try:
-            yield
-        finally:
-            with self._gate:
-                self._active -= 1
-                self._gate.notify_all()
+
+    def _leave(self) -> None:
+        with self._lock:
+            self._active -= 1
+            if not self._active and self._exclusive:
+                self._gate.notify_all()  # reset() or close() waits for the last request
 
     @contextmanager
     def _alone(self):
@@ -506,6 +544,8 @@ def _texts(params: SamplingParams) -> tuple:
 
 
 def _one_prompt(prompts) -> bool:
+    if type(prompts) is list:  # the common case, without the abstract classes' checks
+        return not prompts or not isinstance(prompts[0], (str, list, tuple))
     if isinstance(prompts, str) or not isinstance(prompts, Iterable):
         return True  # one prompt (prompt_ids refuses what is not one)
     seq = list(prompts) if not isinstance(prompts, Sequence) else prompts
