@@ -224,16 +224,72 @@ class Engine:
     ) -> GenerationResult | list[GenerationResult]:
         """One result for one prompt (text, or token ids), a list of results for a list of prompts, in order.
 
-        params: the request's SamplingParams (or give its fields as keywords). speculative_config (or its fields
-        as keywords: ``algorithm=``, ``lookahead=``, ``tree=``, ``sp_degree=`` up to the engine's, ...): this
-        request's speculation, over the engine's defaults. stream: called with each run of newly verified token
-        ids.
+        params: the request's SamplingParams (or give its fields as keywords); with a list of prompts, one
+        SamplingParams for all or a list of them, one per prompt (as vLLM's LLM.generate). speculative_config (or
+        its fields as keywords: ``algorithm=``, ``lookahead=``, ``tree=``, ``sp_degree=`` up to the engine's, ...):
+        this request's speculation, over the engine's defaults. stream: called with each run of newly verified
+        token ids (with a list of prompts, from the thread of whichever request verified them).
+
+        A list of prompts runs at once, as that many requests from as many clients, on the threads and Ray
+        runtimes: the scheduler shares the processing units among them (:class:`Engine`'s ``policy``). On the
+        virtual clock (simulated models) they run one after another, each alone on the units as a single call
+        would: a simulation is CPU work that threads would not speed up, and running at once would make each
+        one's share, and so its timing, depend on the threads' timing (``specpar simulate --load`` simulates
+        requests sharing the units, on one virtual clock).
         """
-        spec, params = self._request_config(speculative_config, params, options)
-        check_stream(stream)
+        if isinstance(prompts, Iterator):  # (read once)
+            prompts = list(prompts)
         if _one_prompt(prompts):
+            spec, params = self._request_config(speculative_config, params, options)
+            check_stream(stream)
             return self._request(prompts, params, spec, stream)
-        return [self._request(p, params, spec, stream) for p in prompts]
+        prompts = list(prompts)
+        many = isinstance(params, (list, tuple))
+        spec, one = self._request_config(speculative_config, None if many else params, options)
+        check_stream(stream)
+        if many:
+            if len(params) != len(prompts) or options.keys() & set(SAMPLING_FIELDS):
+                raise ConfigError(
+                    f"give one SamplingParams per prompt ({len(prompts)}), without sampling keywords; got {len(params)}"
+                )
+            each = [_params(p, {}) for p in params]
+        else:
+            each = [one] * len(prompts)
+        ids = [self.prompt_ids(p) for p in prompts]  # every prompt checked before any runs
+        return self._many(ids, each, spec, stream)
+
+    def _many(self, prompts: list[list[int]], params: list[SamplingParams], spec, stream) -> list[GenerationResult]:
+        """Requests at once (see :meth:`generate`): at most one per processing unit in the scheduler at a time (more
+        would only wait there), taken in order; the first error (by prompt) is raised once the others have
+        ended, and no request starts after it."""
+        n = len(prompts)
+        workers = 1 if self.runtime == "virtual" else min(n, len(self.units))
+        if workers <= 1:
+            return [self._request(p, q, spec, stream) for p, q in zip(prompts, params)]
+        results: list = [None] * n
+        failed: dict[int, BaseException] = {}
+        order = iter(range(n))
+        lock = threading.Lock()
+
+        def work() -> None:
+            while not failed:
+                with lock:
+                    i = next(order, None)
+                if i is None:
+                    return
+                try:
+                    results[i] = self._request(prompts[i], params[i], spec, stream)
+                except BaseException as exc:  # raised in the caller's thread below
+                    failed[i] = exc
+
+        threads = [threading.Thread(target=work, name="specpar-request", daemon=True) for _ in range(workers)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        if failed:
+            raise failed[min(failed)]
+        return results
 
     def stream(self, prompt, params: SamplingParams | None = None, *, speculative_config=None, **options) -> Iterator:
         """The output as it is verified: text pieces where the target has a tokenizer (joined, exactly the
