@@ -6,13 +6,14 @@ import os
 import subprocess
 import sys
 
+from processes import run
+
 
 def run_cli(*argv: str, timeout: float = 60, cwd=None) -> subprocess.CompletedProcess:
-    """``python -m specpar ARGV`` in a subprocess (stdout and stderr captured as text)."""
+    """``python -m specpar ARGV`` in a subprocess (stdout and stderr captured as text), ended with its process group
+    on the timeout (the test then fails) and in any case (tests/processes.py)."""
     env = dict(os.environ, COLUMNS="120")
-    return subprocess.run(
-        [sys.executable, "-m", "specpar", *argv], capture_output=True, text=True, timeout=timeout, cwd=cwd, env=env
-    )
+    return run([sys.executable, "-m", "specpar", *argv], timeout, env=env, cwd=cwd)
 
 
 def error_line(stderr: str) -> str:

@@ -6,6 +6,7 @@ import threading
 
 import pytest
 
+from processes import Processes
 from specpar import LatencyProfile, SimulatedModel
 
 
@@ -25,6 +26,17 @@ def no_thread_leak():
     assert specpar_threads() == [], "threads left over from an earlier test"
     yield
     assert specpar_threads() == [], f"worker threads left running: {specpar_threads()}"
+
+
+@pytest.fixture
+def processes():
+    """Start a test's subprocesses with ``processes.start(argv, **popen_kw)``: each in a process group of its own,
+    with default signal dispositions, killed with its group at teardown whatever happened (tests/processes.py)."""
+    tracker = Processes()
+    try:
+        yield tracker
+    finally:
+        tracker.end_all()
 
 
 @pytest.fixture(scope="session")

@@ -31,22 +31,21 @@ STARTED = (
 
 
 @pytest.mark.parametrize("argv", list(CASES.values()), ids=list(CASES))
-def test_ctrl_c_stops_a_long_command_in_one_line(argv, tmp_path):
+def test_ctrl_c_stops_a_long_command_in_one_line(argv, tmp_path, processes):
+    """The command runs with SIGINT at its default whatever the shell that launched the suite ignores, and is
+    killed with its process group at teardown whatever happens (tests/processes.py)."""
     if argv[0] == "heatmap":
         argv = [*argv[:-1], str(tmp_path / "fig")]
-    p = subprocess.Popen(
+    p = processes.start(
         [sys.executable, "-c", STARTED, *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
-    try:
-        assert p.stdout.readline() == "ready\n"
-        time.sleep(1.0)  # into the work
-        assert p.poll() is None, "the command ended by itself"
-        p.send_signal(signal.SIGINT)
-        t0 = time.monotonic()
-        out, err = p.communicate(timeout=30)
-        stopped_in = time.monotonic() - t0
-    finally:
-        p.kill()
+    assert p.stdout.readline() == "ready\n"
+    time.sleep(1.0)  # into the work
+    assert p.poll() is None, "the command ended by itself"
+    p.send_signal(signal.SIGINT)
+    t0 = time.monotonic()
+    out, err = p.communicate(timeout=30)
+    stopped_in = time.monotonic() - t0
     assert_one_line_error(p.returncode, err, f"specpar {argv[0]}: interrupted", status=130)
     assert stopped_in < 5, f"took {stopped_in:.1f} s to stop"
     assert out == ""
@@ -59,7 +58,8 @@ def test_a_huge_request_shows_its_progress_in_tokens_on_a_terminal():
     import select
 
     pid, fd = pty.fork()
-    if pid == 0:  # the child: the command line on a pseudo-terminal
+    if pid == 0:  # the child: the command line on a pseudo-terminal, SIGINT at its default (not the shell's)
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
         os.environ["COLUMNS"] = "120"
         os.execv(sys.executable, [sys.executable, "-c", STARTED, "simulate", *HUGE, "-k", "4"])
     screen, t0, interrupted = b"", time.monotonic(), None

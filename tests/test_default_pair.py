@@ -1,7 +1,8 @@
 """The default model pair end to end (Qwen2.5-Coder 1.5B target, 0.5B drafter, from the PyPI chunk packages).
 
-Skipped when the model packages are not installed (CI does not install them: 1.6 GB).
-The first run converts the GGUF files (about 3 minutes and 9 GB of memory), later runs load the cache.
+Skipped when the model packages are not installed (CI does not install them: 1.6 GB). On each backend: llama.cpp
+(the joined GGUF files, seconds) and transformers, whose first run converts the GGUF files to float32 (about 3
+minutes and 9 GB of memory); later runs load the cache.
 """
 
 from __future__ import annotations
@@ -28,12 +29,15 @@ pytestmark = [
 ]
 
 
-def test_default_pair_runs_every_algorithm_on_a_humaneval_prompt_with_the_same_output():
+@pytest.mark.parametrize("backend", ["llama", "transformers"])
+def test_default_pair_runs_every_algorithm_on_a_humaneval_prompt_with_the_same_output(backend):
     from specpar import Engine, SamplingParams
     from specpar.entrypoints.engine import load_pair
     from specpar.experiments import prompts
 
-    target, drafter = load_pair(progress=False)
+    if backend == "llama":
+        pytest.importorskip("llama_cpp")
+    target, drafter = load_pair(progress=False, backend=backend)
     assert target.vocab_size == drafter.vocab_size == 151936
     servers = Engine(target, drafter, sp_degree=2, devices=["cpu"], max_tokens=512, runtime="threads")
     ids = prompts.load("humaneval", 1)[0].token_ids(target)

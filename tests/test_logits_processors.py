@@ -46,7 +46,8 @@ def test_rows_are_hugging_faces_processed_logits_each_with_its_own_prefix(penalt
     for i in range(3):
         want = hf_processed(logits[i], context[: start + i], 0.8, penalty, top_k, top_p, min_p)
         assert np.array_equal(np.isinf(got[i]), np.isinf(want))
-        assert np.allclose(got[i][np.isfinite(got[i])], want[np.isfinite(want)])
+        # equal up to a constant per row (specpar shifts them so that the largest is 0: no T overflows them)
+        assert np.allclose((got[i] - got[i].max())[np.isfinite(got[i])], (want - want.max())[np.isfinite(want)])
 
 
 def test_greedy_applies_only_the_penalty():

@@ -1,17 +1,18 @@
 """Ray is optional: specpar never imports it until a Ray runtime is made, and says how to install it if missing."""
 
-import subprocess
 import sys
 
 import pytest
 
 from conftest import make_pair
+from processes import run_python
 from specpar import ConfigError, generate
 
 
 def test_importing_specpar_and_its_runtimes_does_not_import_ray():
     code = "import sys, specpar, specpar.runtimes, specpar.entrypoints.cli; assert 'ray' not in sys.modules, 'ray imported'"
-    subprocess.run([sys.executable, "-c", code], check=True)
+    done = run_python(code, 60)
+    assert done.returncode == 0, done.stderr
 
 
 def test_without_ray_the_ray_runtime_is_a_one_line_config_error(monkeypatch):

@@ -15,7 +15,7 @@ from specpar.planning import min_lookahead, sp_degree_needed
 def run_pair(seed, a, c, ttft, per_token, n, **kw):
     target = SimulatedModel(8, seed=seed, latency=LatencyProfile(ttft, 1.0, per_token))
     drafter = target.drafter(a, LatencyProfile(ttft * c, c), seed=seed + 5)
-    prompt = [seed, 3]
+    prompt = [seed % 8, 3]  # ids in the vocabulary of 8
     nonsi = generate(prompt, target, algorithm="nonsi", max_new_tokens=n, **kw)
     return target, drafter, prompt, nonsi
 

@@ -175,6 +175,24 @@ def test_a_stalled_replica_is_lost_after_the_call_timeout_and_its_task_redone():
     assert alive_hosts() == 0
 
 
+def test_without_a_call_timeout_a_stalled_replica_is_lost_after_its_derived_stall_limit():
+    """call_timeout_s=None (the default): the limit is a multiple of the call's expected time (25 ms calls) with a
+    floor, here 0.5 s; the stalled replica is lost and its task redone on the other."""
+    import ray.cloudpickle
+
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    slow = model(25.0)
+    targets = Pool([StalledServer(slow, "target0"), slow.server("target1")], "target")
+    rt = RayRuntime([targets], stall_floor_s=0.5, **RAY_OPTIONS)
+    with rt:
+        task = rt.submit(targets, Score(as_context([2, 7]), 0, GREEDY))
+        assert rt.wait() is task
+    assert task.limit_s == 0.5 and task.result.rows == [slow.greedy_tokens([2, 7], 1)[0]]
+    assert [x.server for x in rt.lost] == ["target0"] and "its stall limit" in rt.lost[0].reason
+    assert 450 <= rt.lost[0].lost_ms < 5000
+    assert alive_hosts() == 0
+
+
 def test_a_generation_leaves_no_actor_behind():
     target = model(0.5)
     out = generate(
@@ -232,22 +250,18 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def test_ctrl_c_exits_promptly_and_leaves_no_ray_process():
+def test_ctrl_c_exits_promptly_and_leaves_no_ray_process(processes):
     """`specpar simulate --runtime ray` starts its own local Ray; Ctrl-C (SIGINT) mid-run exits with 130 and
     every process it started (raylet, GCS, workers, actors) is gone."""
-    proc = subprocess.Popen([sys.executable, "-c", CTRL_C], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        assert proc.stdout.readline().strip() == "RAY"
-        time.sleep(1.5)  # actors up, generating
-        started = _descendants(proc.pid)
-        assert started, "the run started no process"
-        t0 = time.perf_counter()
-        proc.send_signal(signal.SIGINT)
-        rc = proc.wait(timeout=30)
-        exit_s = time.perf_counter() - t0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    proc = processes.start([sys.executable, "-c", CTRL_C], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "RAY"
+    time.sleep(1.5)  # actors up, generating
+    started = _descendants(proc.pid)
+    assert started, "the run started no process"
+    t0 = time.perf_counter()
+    proc.send_signal(signal.SIGINT)
+    rc = proc.wait(timeout=30)
+    exit_s = time.perf_counter() - t0
     assert rc == 130, proc.stderr.read()[-2000:]
     deadline = time.time() + 10
     while time.time() < deadline and any(_alive(p) for p in started):

@@ -220,6 +220,7 @@ BAD = [
     (b'{"prompt": [1, 2', 400, None),  # malformed JSON
     ({"prompt": [1], "max_tokens": "8"}, 400, "max_tokens"),  # wrong type
     ({"prompt": [1], "temperature": -1}, 400, "temperature"),
+    ({"prompt": [1], "temperature": 1e-310}, 400, "temperature"),  # subnormal: logits / T cannot be computed
     ({"prompt": [1], "max_tokens": 5000}, 400, "max_tokens"),  # past the context window (2048)
     ({"prompt": [1], "model": "gpt-4"}, 404, "model"),
     ({"prompt": []}, 400, "prompt"),
@@ -369,11 +370,11 @@ def test_metrics_parse_and_count_the_requests_sent():
     assert one("target_servers") == 2
 
 
-def test_sigterm_finishes_the_stream_in_flight_then_exits():
+def test_sigterm_finishes_the_stream_in_flight_then_exits(processes):
     port = free_port()
     env = dict(os.environ, SPECPAR_API_KEY=KEY)
     cmd = [sys.executable, "-m", "specpar", "serve", "--simulated", "--port", str(port), "--target-ms", "2", "-v"]
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = processes.start(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert "specpar serve" in proc.stdout.readline()
         url = f"http://127.0.0.1:{port}"

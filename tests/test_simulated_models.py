@@ -1,13 +1,12 @@
 """Layer 5: simulated models are deterministic, have the acceptance rate they are built with, and a cache that behaves."""
 
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
 from conftest import make_pair
+from processes import run_python
 from specpar import ConfigError, LatencyProfile, SimulatedModel
 from specpar.core.calls import Draft, Score
 from specpar.core.decoding import Decoding
@@ -28,16 +27,9 @@ def test_distributions_do_not_depend_on_the_interpreters_hash_seed():
         "from specpar import SimulatedModel; m = SimulatedModel(32, seed=5); d = m.drafter(0.5, seed=2); "
         "print(m.greedy_tokens([1, 2], 30), d.greedy_tokens([1, 2], 30), m.prefix_hash([7, 8, 9]))"
     )
-    outputs = {
-        subprocess.run(
-            [sys.executable, "-c", script],
-            capture_output=True,
-            text=True,
-            check=True,
-            env={**os.environ, "PYTHONHASHSEED": seed},
-        ).stdout
-        for seed in ("0", "1", "12345")
-    }
+    runs = [run_python(script, 60, env={**os.environ, "PYTHONHASHSEED": seed}) for seed in ("0", "1", "12345")]
+    assert [r.returncode for r in runs] == [0, 0, 0], [r.stderr for r in runs]
+    outputs = {r.stdout for r in runs}
     assert len(outputs) == 1 and outputs.pop().strip()
 
 

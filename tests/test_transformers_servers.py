@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from specpar import generate
-from specpar.backends.transformers_model import TransformersModel, check_fits, check_same_tokenizer
+from specpar.backends.transformers_model import TransformersModel, check_fits
 from specpar.core.calls import Draft, Score
 from specpar.core.decoding import Decoding
 from specpar.core.errors import ConfigError
@@ -227,23 +227,6 @@ def test_sampling_follows_the_targets_distribution(small_vocab_pair, algorithm, 
     assert chi_square_p_value(counts, target_joint) > 1e-3
     # power: the same samples reject the drafter's own distribution (what a sampler that skipped verification gives)
     assert chi_square_p_value(counts, drafter_joint) < 1e-6
-
-
-def test_tokenizers_that_differ_are_refused():
-    class Tok:
-        def __init__(self, vocab):
-            self.vocab = vocab
-
-        def get_vocab(self):
-            return self.vocab
-
-    a = TransformersModel(tiny_module(vocab=8, seed=0, layers=1), Tok({"a": 0, "b": 1}), name="t")
-    b = TransformersModel(tiny_module(vocab=8, seed=1, layers=1), Tok({"a": 1, "b": 0}), name="d")
-    with pytest.raises(ConfigError, match="tokenizers .* differ"):
-        check_same_tokenizer(a, b)
-    c = TransformersModel(tiny_module(vocab=9, seed=1, layers=1), name="d9")
-    with pytest.raises(ConfigError, match="share one tokenizer"):
-        check_same_tokenizer(a, c)
 
 
 def test_a_context_longer_than_the_window_is_a_clear_error():

@@ -74,8 +74,8 @@ def test_unknown_algorithm_runtime_and_missing_drafter(pair):
     [
         (["-a", "1.5"], "acceptance rate a must be in [0, 1]"),
         (["-N", "0"], "--max-new-tokens must be >= 1"),
-        (["-k", "0"], "--lookahead must be 'auto' or an integer >= 1"),
-        (["-k", "many"], "--lookahead must be 'auto' or an integer >= 1"),
+        (["-k", "0"], "--lookahead must be an integer >= 1, 'auto' or 'adaptive'"),
+        (["-k", "many"], "--lookahead must be an integer >= 1, 'auto' or 'adaptive'"),
         (["--sp-degree", "0"], "--sp-degree must be >= 1"),
         (["--target-tpot", "-5"], "--target-tpot must be a latency in [0, 1e+09] ms"),
         (["-c", "0"], "zero latency"),

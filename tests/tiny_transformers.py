@@ -50,6 +50,18 @@ def perturbed(module, noise: float, seed: int):
     return out
 
 
+def with_rows(module, rows: int):
+    """``module`` (a copy) with ``rows`` rows in its input and output embeddings: the first rows kept, rows beyond
+    the original added (transformers' own initialization: padding with some probability), others cut off. A drafter
+    whose vocabulary differs from its target's only by padding, as Qwen2.5-0.5B's 151,936 rows vs 7B's 152,064."""
+    import copy
+
+    out = copy.deepcopy(module)
+    torch.manual_seed(rows)
+    out.resize_token_embeddings(rows, mean_resizing=False)
+    return out
+
+
 def tiny_pair(vocab: int = 64, seed: int = 0, noise: float = 0.3, latencies=(None, None), **kw):
     """(target, drafter) TransformersModels; latencies: their LatencyProfiles for the virtual clock."""
     target = tiny_module(vocab, seed, **kw)
@@ -118,3 +130,41 @@ def tiny_model(role: str = "target", vocab: int = 64, seed: int = 0, noise: floa
         module = perturbed(module, noise, seed + 1)
     factory = functools.partial(tiny_model, role, vocab, seed, noise, **kw)
     return TransformersModel(module, name=f"tiny-{role}", factory=factory)
+
+
+def burn(seconds: float) -> None:
+    """Keep this thread inside torch's C++ code (matrix products, the GIL released) for ``seconds``: what a large
+    model's forward pass does."""
+    import time
+
+    a = torch.ones(128, 128)
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        a @ a
+
+
+def slow_down(module, tree_s: float, plain_s: float):
+    """Make ``module``'s forward pass first spend ``tree_s`` (a tree pass: one with an attention mask) or
+    ``plain_s`` (any other) inside torch: a large model's passes, in a tiny one (returns the module)."""
+    if getattr(module, "slowed_down", False):
+        return module
+    forward = module.forward
+
+    def slow_forward(*args, **kwargs):
+        burn(tree_s if "attention_mask" in kwargs else plain_s)
+        return forward(*args, **kwargs)
+
+    module.forward = slow_forward
+    module.slowed_down = True
+    return module
+
+
+def slowed(module_on, tree_s: float, plain_s: float, who: str = "target"):
+    """A TransformersModel.module_on whose modules, for models named ``who...``, are slowed down (slow_down): for
+    tests that load models from disk (the command line), so that every server of the target has slow passes."""
+
+    def slow_module_on(self, device):
+        module = module_on(self, device)
+        return slow_down(module, tree_s, plain_s) if self.name.startswith(who) else module
+
+    return slow_module_on

@@ -1,8 +1,10 @@
 """Several drafters as one server: each expands the same token tree configuration, the trees are merged.
 
 SpecInfer's merge-based construction: every drafter proposes from its own view of the context, and shared
-prefixes become one node (:func:`specpar.core.trees.merge`). Algorithms see one drafter server that answers a
-:class:`~specpar.core.calls.DraftTree` with the merged tree, so SI and DSI need no code of their own for merges.
+prefixes become one node (:func:`specpar.core.trees.merge`). It is one drafter server that answers a
+:class:`~specpar.core.calls.DraftTree` with the merged tree, so its drafters run as one runtime task (side by side:
+the slowest one's time on the virtual clock) and SI and DSI draft on it through the same proposer as on one model
+(:class:`specpar.spec.proposers.ModelDrafter` with a tree), with no code of their own for merges.
 """
 
 from __future__ import annotations

@@ -27,6 +27,7 @@ under threads it sleeps for them.
 
 from __future__ import annotations
 
+import copy
 import functools
 import itertools
 import math
@@ -39,7 +40,7 @@ from specpar.core.calls import Context, Draft, DraftTree, Proposal, Score, Score
 from specpar.core.decoding import Decoding, mix64
 from specpar.core.errors import ConfigError
 from specpar.core.latency import LatencyProfile
-from specpar.core.logits_processors import rows
+from specpar.core.logits_processors import rows, scaled
 from specpar.core.prefix import common_prefix_len, shared_base_lcp
 from specpar.core.trees import BestFirst, TokenTree, expand, grow_best_first
 
@@ -77,9 +78,8 @@ def peaked_logits(h: int, vocab_size: int, spread: float, mode: int, zeros) -> n
 
 
 def peaked_probs(h: int, vocab_size: int, spread: float, mode: int, zeros, temperature: float) -> np.ndarray:
-    """[V] softmax(peaked_logits / T) at prefix hash h."""
-    z = peaked_logits(h, vocab_size, spread, mode, zeros) / temperature
-    e = np.exp(z - z.max())
+    """[V] softmax(peaked_logits / T) at prefix hash h (scaled as every server does: logits_processors.scaled)."""
+    e = np.exp(scaled(peaked_logits(h, vocab_size, spread, mode, zeros), temperature))
     return e / e.sum()
 
 
@@ -91,6 +91,11 @@ class SimulatedLM:
     h0: int
 
     extend = staticmethod(extend)
+
+    @property
+    def max_token_id(self) -> int:
+        """The largest id a prompt may hold: the vocabulary is 0 .. vocab_size - 1 (generate() refuses others)."""
+        return self.vocab_size - 1
 
     def prefix_hash(self, tokens) -> int:
         h = self.h0
@@ -108,11 +113,22 @@ class SimulatedLM:
         """argmax at each of the prefixes ``hashes`` (a greedy verification's rows)."""
         return [self.argmax(h) for h in hashes]
 
-    def greedy_run(self, h: int, k: int, hashes: list[int]) -> list[int]:
-        """The k greedy tokens after the prefix with hash h; appends each longer prefix's hash to ``hashes``."""
+    # A drafter may depend on the position it drafts at (a drifting acceptance rate: Regimes); these two are what
+    # drafting reads, the target's own rows (argmax, probs) never depend on it.
+    def argmax_at(self, h: int, position: int | None) -> int:
+        """The greedy draft at prefix hash h, at ``position`` (None: wherever)."""
+        return self.argmax(h)
+
+    def probs_at(self, h: int, temperature: float, position: int | None) -> np.ndarray:
+        """The row a draft at ``position`` (None: wherever) is drawn from, at prefix hash h."""
+        return self.probs(h, temperature)
+
+    def greedy_run(self, h: int, k: int, hashes: list[int], position: int | None = None) -> list[int]:
+        """The k greedy tokens after the prefix with hash h (the first at ``position``); appends each longer
+        prefix's hash to ``hashes``."""
         tokens = []
-        for _ in range(k):
-            tok = self.argmax(h)
+        for i in range(k):
+            tok = self.argmax_at(h, None if position is None else position + i)
             tokens.append(tok)
             h = extend(h, tok)
             hashes.append(h)
@@ -132,25 +148,27 @@ class SimulatedLM:
     def draft_token(self, h: int, position: int, decoding: Decoding):
         """One drafted token at ``position`` and the row it was drawn from (None when greedy)."""
         if decoding.greedy:
-            return self.argmax(h), None
-        row = self.probs(h, decoding.temperature)
+            return self.argmax_at(h, position), None
+        row = self.probs_at(h, decoding.temperature, position)
         return decoding.draft(row, position), row
 
-    def ranked(self, h: int, k: int) -> list[int]:
+    def ranked(self, h: int, k: int, position: int | None = None) -> list[int]:
         """The drafter's k best candidates at prefix hash h, best first (greedy token trees): the argmax, then
         the other tokens by decreasing probability."""
-        first = self.argmax(h)
-        rest = [int(t) for t in np.argsort(-self.probs(h, 1.0), kind="stable") if t != first]
+        first = self.argmax_at(h, position)
+        rest = [int(t) for t in np.argsort(-self.probs_at(h, 1.0, position), kind="stable") if t != first]
         return [first, *rest][:k]
 
-    def candidates(self, h: int, k: int, decoding: Decoding) -> tuple[list[int], list[float]]:
+    def candidates(
+        self, h: int, k: int, decoding: Decoding, position: int | None = None
+    ) -> tuple[list[int], list[float]]:
         """Best-first token trees: the drafter's k best tokens at prefix hash h and its probability of each (greedy:
         :meth:`ranked` with the probabilities at temperature 1; sampling: the top of the row at the temperature)."""
         if decoding.greedy:
-            tokens = self.ranked(h, k)
-            row = self.probs(h, 1.0)
+            tokens = self.ranked(h, k, position)
+            row = self.probs_at(h, 1.0, position)
         else:
-            row = self.probs(h, decoding.temperature)
+            row = self.probs_at(h, decoding.temperature, position)
             tokens = [int(t) for t in np.argsort(-row, kind="stable")[:k]]
         return tokens, [float(row[t]) for t in tokens]
 
@@ -216,39 +234,152 @@ class SimulatedModel(SimulatedLM):
 
     def drafter(
         self,
-        acceptance_rate: float,
+        acceptance_rate: float | Regimes,
         latency: LatencyProfile | None = None,
         seed: int = 1,
+        rows: int | None = None,
     ) -> SimulatedDrafter:
-        """A drafter for this target with iid acceptance rate ``a`` (see module docstring)."""
-        return SimulatedDrafter(self, acceptance_rate, latency, seed)
+        """A drafter for this target with acceptance rate ``a`` (see module docstring): iid, or drifting between
+        :class:`Regimes`; ``rows``: its own output rows, padding beyond the target's vocabulary (or short of it)."""
+        return SimulatedDrafter(self, acceptance_rate, latency, seed, rows)
+
+
+class Regimes:
+    """A drifting acceptance process: the drafter agrees with rate ``rates[i]`` in regime i, and regimes last
+    ``every`` positions each (positions in the sequence, the prompt's included).
+
+    seed: None: the regimes follow each other in order, cycling (0.9, 0.4, 0.9, ... for rates (0.9, 0.4)); an
+    integer: each span of ``every`` positions draws its regime uniformly at random, deterministically by the seed.
+    """
+
+    __slots__ = ("rates", "every", "seed")
+
+    def __init__(self, rates: Sequence[float], every: int, seed: int | None = None):
+        if isinstance(rates, (str, bytes)) or not isinstance(rates, Sequence) or not rates:
+            raise ConfigError(f"regimes need a non-empty list of acceptance rates, got {rates!r}")
+        for r in rates:
+            if isinstance(r, bool) or not isinstance(r, (int, float)) or math.isnan(r) or not 0.0 <= r <= 1.0:
+                raise ConfigError(f"each regime's acceptance rate must be in [0, 1], got {r!r}")
+        if isinstance(every, bool) or not isinstance(every, int) or every < 1:
+            raise ConfigError(f"a regime lasts a positive number of tokens, got {every!r}")
+        self.rates = tuple(float(r) for r in rates)
+        self.every = every
+        self.seed = seed
+
+    def regime_at(self, position: int) -> int:
+        span = position // self.every
+        if self.seed is None:
+            return span % len(self.rates)
+        return unit(mix64(self.seed & _MASK), span) % len(self.rates)
+
+    def rate_at(self, position: int) -> float:
+        return self.rates[self.regime_at(position)]
+
+    @property
+    def mean(self) -> float:
+        """The long-run acceptance rate (each regime equally often)."""
+        return sum(self.rates) / len(self.rates)
+
+    @classmethod
+    def parse(cls, text: str, seed: int | None = None) -> Regimes:
+        """``"0.9,0.4:50"``: rates 0.9 and 0.4, switching every 50 tokens."""
+        try:
+            rates, every = text.replace(" ", "").split(":")
+            return cls([float(r) for r in rates.split(",")], int(every), seed)
+        except ValueError:
+            raise ConfigError(
+                f"regimes are A1,A2,...:T (acceptance rates, switching every T tokens), e.g. 0.9,0.4:50; got {text!r}"
+            ) from None
+
+    def __repr__(self) -> str:
+        return f"Regimes({','.join(f'{r:g}' for r in self.rates)}:{self.every})"
+
+
+PADDING_MASS = 0.05  # what a padded drafter's native rows give its padding rows, together (a real model gives some)
+
+
+def fit_probs(row: np.ndarray, width: int) -> np.ndarray:
+    """A probability row [n] as [width]: columns beyond ``width`` dropped (and the rest renormalized), missing ones
+    added at probability 0."""
+    n = len(row)
+    if n >= width:
+        kept = row[:width]
+        return kept / kept.sum()
+    return np.concatenate([row, np.zeros(width - n)])
 
 
 class SimulatedDrafter(SimulatedLM):
-    """A drafter derived from a :class:`SimulatedModel` with acceptance rate ``a`` in [0, 1]."""
+    """A drafter derived from a :class:`SimulatedModel` with acceptance rate ``a`` in [0, 1], or drifting between
+    the rates of :class:`Regimes` (the rate at the position drafted).
+
+    rows: its own output rows R (default: the target's vocabulary V). R > V: rows V.. are padding, to which its
+    native rows give PADDING_MASS; R < V: it cannot say the tokens from R on (its native rows are q cut there,
+    renormalized; a greedy draft t >= R becomes t mod R). Its servers return rows ``vocab_size`` wide: R, or the
+    target's width after :meth:`with_rows` (padding at probability 0: :mod:`specpar.backends.vocabulary`).
+    """
 
     def __init__(
-        self, target: SimulatedModel, acceptance_rate: float, latency: LatencyProfile | None = None, seed: int = 1
+        self,
+        target: SimulatedModel,
+        acceptance_rate: float | Regimes,
+        latency: LatencyProfile | None = None,
+        seed: int = 1,
+        rows: int | None = None,
     ):
-        a = acceptance_rate
-        if not isinstance(a, (int, float)) or math.isnan(a) or not 0.0 <= a <= 1.0:
+        self.regimes = acceptance_rate if isinstance(acceptance_rate, Regimes) else None
+        a = self.regimes.mean if self.regimes is not None else acceptance_rate
+        if isinstance(a, bool) or not isinstance(a, (int, float)) or math.isnan(a) or not 0.0 <= a <= 1.0:
             raise ConfigError(f"acceptance_rate must be in [0, 1], got {a!r}")
+        if rows is not None and (isinstance(rows, bool) or not isinstance(rows, int) or rows < 2):
+            raise ConfigError(f"a drafter's rows must be an integer >= 2, got {rows!r}")
         self.target = target
-        self.acceptance_rate = float(a)
-        self.vocab_size = target.vocab_size
+        self.acceptance_rate = float(a)  # with regimes, their long-run mean
+        self.native_rows = rows or target.vocab_size
+        self.vocab_size = self.native_rows  # the width of the rows its servers return
         self.latency = latency if latency is not None else target.latency.scaled(0.1)
         self.seed = seed
         self.h0 = target.h0  # the drafter reads the same prefix as the target
         self._agree_salt = mix64((seed * _GOLD + _AGREE_SALT) & _MASK)
         self._wrong_salt = mix64((seed * _GOLD + _WRONG_SALT) & _MASK)
         self._agree_below = math.ceil(self.acceptance_rate * _TWO64)  # agree iff unit(h, agree salt) < this
+        if self.regimes is not None:
+            self._regime_below = [math.ceil(r * _TWO64) for r in self.regimes.rates]
+        self._plain = self.regimes is None and self.native_rows == target.vocab_size  # greedy_run's fast path
+
+    @property
+    def token_count(self) -> int:
+        """Its real tokens: its target's that it has rows for (the rest of its rows are padding)."""
+        return min(self.native_rows, self.target.vocab_size)
+
+    def with_rows(self, rows: int) -> SimulatedDrafter:
+        """This drafter with servers that return rows ``rows`` wide (its padding at probability 0)."""
+        fitted = copy.copy(self)
+        fitted.vocab_size = rows
+        fitted._plain = False
+        return fitted
+
+    def rate(self, position: int | None) -> float:
+        """The acceptance rate at ``position`` (None: the long-run rate)."""
+        if self.regimes is None or position is None:
+            return self.acceptance_rate
+        return self.regimes.rate_at(position)
+
+    def _below(self, position: int | None) -> int:
+        if self.regimes is None or position is None:
+            return self._agree_below
+        return self._regime_below[self.regimes.regime_at(position)]
 
     def argmax(self, h: int) -> int:
         return self.disagree(h, self.target.argmax(h))
 
-    def greedy_run(self, h: int, k: int, hashes: list[int]) -> list[int]:
+    def argmax_at(self, h: int, position: int | None) -> int:
+        return self.disagree(h, self.target.argmax(h), position)
+
+    def greedy_run(self, h: int, k: int, hashes: list[int], position: int | None = None) -> list[int]:
         """SimulatedLM.greedy_run with argmax, the target's mode and extend written out: a drafter spends most
         of a virtual-clock run here (tests/test_simulated_models.py checks that both give the same tokens)."""
+        if not self._plain:
+            return SimulatedLM.greedy_run(self, h, k, hashes, position)
         v, below, agree_salt, wrong_salt = self.vocab_size, self._agree_below, self._agree_salt, self._wrong_salt
         tokens = []
         for _ in range(k):
@@ -260,40 +391,65 @@ class SimulatedDrafter(SimulatedLM):
             hashes.append(h)
         return tokens
 
-    def ranked(self, h: int, k: int) -> list[int]:
+    def ranked(self, h: int, k: int, position: int | None = None) -> list[int]:
         """Greedy token trees: candidate 0 is :meth:`argmax`; each later candidate is the target's mode with
         probability a (a fresh hash per rank) unless already listed, else a wrong token not yet listed. So every
         candidate hits with rate a, independently, and k candidates hold the mode with probability 1 - (1 - a)^k."""
-        out, m, v = [self.argmax(h)], self.target.argmax(h), self.vocab_size
+        out, m, v = [self.argmax_at(h, position)], self.target.argmax(h), self._sayable()
+        below = self._below(position)
         for r in range(1, min(k, v)):
-            if m not in out and unit(h, self._agree_salt ^ (r * _GOLD)) < self._agree_below:
+            if m not in out and m < v and unit(h, self._agree_salt ^ (r * _GOLD)) < below:
                 out.append(m)
                 continue
             wrong = [t for t in range(v) if t not in out and t != m] or [m]
             out.append(wrong[unit(h, self._wrong_salt ^ (r * _GOLD)) % len(wrong)])
         return out
 
-    def candidates(self, h: int, k: int, decoding: Decoding) -> tuple[list[int], list[float]]:
+    def candidates(
+        self, h: int, k: int, decoding: Decoding, position: int | None = None
+    ) -> tuple[list[int], list[float]]:
         """Greedy: :meth:`ranked` with probability a (1 - a)^r for candidate r, the chance that it is the target's
         token (candidates hit independently at rate a). That is all this drafter knows: its greedy hits carry no
         per-position confidence, so best-first trees are the same shape at every position here (a real drafter's
         probabilities vary). Sampling: the top of q, as for any model."""
         if not decoding.greedy:
-            return super().candidates(h, k, decoding)
-        a = self.acceptance_rate
-        tokens = self.ranked(h, k)
+            return super().candidates(h, k, decoding, position)
+        a = self.rate(position)
+        tokens = self.ranked(h, k, position)
         return tokens, [a * (1.0 - a) ** r for r in range(len(tokens))]
 
     def probs(self, h: int, temperature: float = 1.0) -> np.ndarray:
-        q = self.acceptance_rate * self.target.probs(h, temperature)
-        q[self.target.excluded(h)] += 1.0 - self.acceptance_rate
-        return q
+        return self.probs_at(h, temperature, None)
 
-    def disagree(self, h: int, mode: int) -> int:
+    def probs_at(self, h: int, temperature: float, position: int | None) -> np.ndarray:
+        a = self.rate(position)
+        q = a * self.target.probs(h, temperature)
+        q[self.target.excluded(h)] += 1.0 - a
+        return self._rows(q)
+
+    def _rows(self, q: np.ndarray) -> np.ndarray:
+        """q over the target's vocabulary [V] -> the row its servers return [vocab_size] (class docstring)."""
+        v, r = len(q), self.native_rows
+        if r == v == self.vocab_size:
+            return q
+        if r > v:
+            q = np.concatenate([(1.0 - PADDING_MASS) * q, np.full(r - v, PADDING_MASS / (r - v))])
+        elif r < v:
+            q = q[:r] / q[:r].sum()
+        return fit_probs(q, self.vocab_size)
+
+    def _sayable(self) -> int:
+        """Greedy drafts are below this: the target's vocabulary, its own rows and the width it returns allowing."""
+        return min(self.target.vocab_size, self.native_rows, self.vocab_size)
+
+    def disagree(self, h: int, mode: int, position: int | None = None) -> int:
         """The greedy drafter's token at h given the target's greedy token ``mode`` there."""
-        if unit(h, self._agree_salt) < self._agree_below:
-            return mode
-        return (mode + 1 + unit(h, self._wrong_salt) % (self.vocab_size - 1)) % self.vocab_size
+        if unit(h, self._agree_salt) < self._below(position):
+            token = mode
+        else:
+            v = self.target.vocab_size
+            token = (mode + 1 + unit(h, self._wrong_salt) % (v - 1)) % v
+        return token if self._plain else token % self._sayable()
 
     def processed_rows(self, hashes, context, start: int, decoding: Decoding):
         """The module docstring's definition over the target's *processed* rows: greedy, the processed target's
@@ -301,10 +457,13 @@ class SimulatedDrafter(SimulatedLM):
         (processing keeps p(z) = 0, so the acceptance rate stays exactly a)."""
         p = self.target.processed_rows(hashes, context, start, decoding)
         if decoding.greedy:
-            return [self.disagree(h, m) for h, m in zip(hashes, p)]
-        q = self.acceptance_rate * p
+            return [self.disagree(h, m, start + i) for i, (h, m) in enumerate(zip(hashes, p))]
+        q = np.empty((len(hashes), self.vocab_size))
         for i, h in enumerate(hashes):
-            q[i, self.target.excluded(h)] += 1.0 - self.acceptance_rate
+            a = self.rate(start + i)
+            row = a * p[i]
+            row[self.target.excluded(h)] += 1.0 - a
+            q[i] = self._rows(row)
         return q
 
 
@@ -402,7 +561,7 @@ class SimulatedServer:
                 return self._score_tree(call, hashes)
             return self._draft_tree(call, hashes)
         if dec.greedy:  # no rows
-            tokens, rows = model.greedy_run(hashes[-1], call.k, hashes), None
+            tokens, rows = model.greedy_run(hashes[-1], call.k, hashes, len(ctx)), None
         else:
             h, tokens, rows, pos = hashes[-1], [], [], len(ctx)
             for i in range(call.k):
@@ -467,7 +626,7 @@ class SimulatedServer:
 
     def _grow(self, call: DraftTree, root: int):
         """specpar.core.trees.grow_best_first on the prefix hashes: (tree, fed, passes)."""
-        model, dec = self.model, call.decoding
+        model, dec, at = self.model, call.decoding, len(call.context)
         fed_hashes: list[int] = []
 
         def ranked(fed: TokenTree, frontier: list[int], k: int) -> list:
@@ -475,7 +634,10 @@ class SimulatedServer:
                 if n >= 0:
                     parent = fed.parents[n]
                     fed_hashes.append(hash((fed_hashes[parent] if parent >= 0 else root, fed.tokens[n])))
-            return [model.candidates(fed_hashes[n] if n >= 0 else root, k, dec) for n in frontier]
+            return [
+                model.candidates(fed_hashes[n] if n >= 0 else root, k, dec, at + (fed.depths[n] if n >= 0 else 0))
+                for n in frontier
+            ]
 
         return grow_best_first(call.shape, ranked, dec, model.vocab_size, call.source)
 
@@ -494,10 +656,11 @@ class SimulatedServer:
                 parent = tree.parents[n]
                 node_hashes.append(hash((node_hashes[parent] if parent >= 0 else root, tree.tokens[n])))
             at = [node_hashes[n] if n >= 0 else root for n in frontier]
-            k = call.shape[tree.depths[frontier[0]] if frontier[0] >= 0 else 0]
+            depth = tree.depths[frontier[0]] if frontier[0] >= 0 else 0
+            k, position = call.shape[depth], len(call.context) + depth
             if dec.greedy:
-                return [model.ranked(h, k) for h in at]
-            return [model.probs(h, dec.temperature) for h in at]
+                return [model.ranked(h, k, position) for h in at]
+            return [model.probs_at(h, dec.temperature, position) for h in at]
 
         tree = expand(call.shape, level_rows, dec, len(call.context), call.source)
         self._hold_tree(call.context, tree, root)

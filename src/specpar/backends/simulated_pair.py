@@ -16,7 +16,7 @@ import dataclasses
 import random
 from dataclasses import dataclass, field
 
-from specpar.backends.simulated import SimulatedDrafter, SimulatedModel
+from specpar.backends.simulated import Regimes, SimulatedDrafter, SimulatedModel
 from specpar.core.config import flag
 from specpar.core.errors import ConfigError
 from specpar.core.latency import MAX_LATENCY_MS, LatencyProfile
@@ -99,6 +99,16 @@ class SimulatedPair:
             metavar="A",
         ),
     )
+    acceptance_regimes: str | None = field(
+        default=None,
+        metadata=flag(
+            "--acceptance-regimes",
+            "a drifting acceptance rate instead of -a: the drafter agrees at rate A1 for T tokens, then A2, ..., "
+            "cycling (positions counted from the prompt's start), e.g. 0.9,0.4:50; -k auto and the closed forms "
+            "use their mean",
+            metavar="A1,A2,...:T",
+        ),
+    )
     vocab_size: int = field(
         default=8,
         metadata=flag("--vocab-size", "tokens in the simulated models' vocabulary", aliases=("--vocab",), metavar="V"),
@@ -131,6 +141,8 @@ class SimulatedPair:
         a = self.acceptance_rate
         if isinstance(a, bool) or not isinstance(a, (int, float)) or not 0.0 <= a <= 1.0:
             raise ConfigError(f"acceptance rate a must be in [0, 1], got {a!r}")
+        if self.acceptance_regimes is not None:
+            Regimes.parse(self.acceptance_regimes)  # a ConfigError naming the form when it is not one
         for name, lo, hi in (("vocab_size", 2, MAX_SIMULATED), ("prompt_length", 1, MAX_SIMULATED), ("seed", 0, None)):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < lo:
@@ -164,12 +176,23 @@ class SimulatedPair:
             acceptance_rate=acceptance_rate,
         )
 
+    @property
+    def acceptance(self) -> float | Regimes:
+        """The drafter's acceptance: the rate, or the regimes it drifts between."""
+        return self.acceptance_rate if self.acceptance_regimes is None else Regimes.parse(self.acceptance_regimes)
+
+    @property
+    def mean_acceptance_rate(self) -> float:
+        """The acceptance rate, or its regimes' long-run mean."""
+        a = self.acceptance
+        return a.mean if isinstance(a, Regimes) else a
+
     def models(self, seed: int | None = None) -> tuple[SimulatedModel, SimulatedDrafter]:
         """A target and its drafter made from ``seed`` (default: the pair's), with the pair's latencies."""
         s = self.seed if seed is None else seed
         target_latency, drafter_latency = self.latencies()
         target = SimulatedModel(self.vocab_size, seed=s, latency=target_latency)
-        return target, target.drafter(self.acceptance_rate, drafter_latency, seed=s + DRAFTER_SEED_OFFSET)
+        return target, target.drafter(self.acceptance, drafter_latency, seed=s + DRAFTER_SEED_OFFSET)
 
     def prompt(self, seed: int | None = None) -> list[int]:
         """``prompt_length`` token ids drawn from ``seed`` (default: the pair's)."""

@@ -66,6 +66,8 @@ class TransformersModel:
     device: where the weights live first ("cpu", "cuda:N"); servers on other devices get a copy there.
     dtype: "float32" (default for loading), "float64", "bfloat16", "float16".
     latency: a measured LatencyProfile (from ``specpar profile``), used only by the virtual clock.
+    rows: the width of the rows its servers return (default: its output layer's, ``native_rows``); a drafter whose
+        rows differ from its target's only by padding is given the target's (:mod:`specpar.backends.vocabulary`).
     factory: a picklable function returning this model, for the Ray runtime's actors to build their own copy
         (weights never travel); set for a model loaded from a directory, None for a module in memory unless given.
     """
@@ -79,6 +81,7 @@ class TransformersModel:
         dtype=None,
         name: str | None = None,
         latency: LatencyProfile | None = None,
+        rows: int | None = None,
         factory=None,
     ):
         import torch
@@ -86,7 +89,7 @@ class TransformersModel:
         device = check_device(device)
         if isinstance(source, (str, os.PathLike)):
             module, tokenizer = _load(str(source), tokenizer, torch_dtype(dtype) or torch.float32)
-            name = name or os.path.basename(os.path.normpath(str(source)))
+            name = name or _name(source)
             if factory is None:
                 factory = functools.partial(TransformersModel, str(source), dtype=dtype, name=name, latency=latency)
         else:
@@ -101,11 +104,26 @@ class TransformersModel:
         self.name = name or getattr(self.config, "_name_or_path", None) or f"model{next(_names)}"
         self.latency = latency
         self.factory = factory
+        self.native_rows = module.get_output_embeddings().weight.shape[0]
+        self.embedding_rows = module.get_input_embeddings().weight.shape[0]  # the ids it can read
+        if rows is not None and (isinstance(rows, bool) or not isinstance(rows, int) or rows < 1):
+            raise ConfigError(f"rows must be a positive integer, got {rows!r}")
+        self.rows = rows or self.native_rows
 
     # -- facts ---------------------------------------------------------------------------------
     @property
     def vocab_size(self) -> int:
-        return self.module_on(self.device).get_output_embeddings().weight.shape[0]
+        """The width of the rows its servers return (its output layer's, or the target's it was fitted to)."""
+        return self.rows
+
+    def with_rows(self, rows: int) -> TransformersModel:
+        """This model (the same weights, not copied) with servers that return rows of width ``rows``: the output
+        layer's rows beyond it dropped (padding: probability 0), missing ones added at probability 0."""
+        fitted = copy.copy(self)
+        fitted.rows = rows
+        if self.factory is not None:
+            fitted.factory = functools.partial(_with_rows, self.factory, rows)
+        return fitted
 
     @property
     def generation_config(self):
@@ -114,8 +132,8 @@ class TransformersModel:
 
     @property
     def max_token_id(self) -> int:
-        """The largest id a prompt may hold (the embedding has vocab_size rows); simulated models take any id."""
-        return self.vocab_size - 1
+        """The largest id a prompt may hold (the rows of its input embedding); simulated models take any id."""
+        return self.embedding_rows - 1
 
     @property
     def context_window(self) -> int:
@@ -234,18 +252,27 @@ def check_fits(model: TransformersModel, device: str, n_servers: int, max_tokens
         )
 
 
-def check_same_tokenizer(target: TransformersModel, drafter: TransformersModel) -> None:
-    """A drafter must speak the target's vocabulary: same token ids for the same strings, same row size."""
-    if target.vocab_size != drafter.vocab_size:
-        raise ConfigError(
-            f"drafter {drafter.name} has {drafter.vocab_size} output rows but target {target.name} has "
-            f"{target.vocab_size}: the drafter and target must share one tokenizer"
-        )
-    t, d = target.tokenizer, drafter.tokenizer
-    if t is None or d is None:
-        return
-    if t.get_vocab() != d.get_vocab():
-        raise ConfigError(
-            f"the tokenizers of target {target.name} and drafter {drafter.name} differ: speculative inference "
-            "needs a drafter with the target's tokenizer (same vocabulary, same ids)"
-        )
+def _with_rows(factory, rows: int) -> TransformersModel:
+    return factory().with_rows(rows)
+
+
+def load_tokenizers(target: str, drafter: str) -> tuple:
+    """The tokenizers of two model directories (or hub ids), compared before any weights load: different ones are
+    refused (:func:`specpar.backends.vocabulary.check_tokenizers`). None for one that cannot be read here (loading
+    the model then says why)."""
+    from transformers import AutoTokenizer
+
+    from specpar.backends.vocabulary import check_tokenizers
+
+    tokenizers = []
+    for source in (target, drafter):
+        try:
+            tokenizers.append(AutoTokenizer.from_pretrained(str(source)))
+        except Exception:  # no tokenizer files, or no such model: TransformersModel names the problem
+            tokenizers.append(None)
+    check_tokenizers(*tokenizers, _name(target), _name(drafter))
+    return tokenizers[0], tokenizers[1]
+
+
+def _name(source) -> str:
+    return os.path.basename(os.path.normpath(str(source)))

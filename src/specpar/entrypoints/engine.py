@@ -27,6 +27,7 @@ import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 
+from specpar.backends.vocabulary import fit_drafters
 from specpar.core.config import RuntimeConfig, SpeculativeConfig, split_options
 from specpar.core.errors import ConfigError
 from specpar.core.params import SAMPLING_FIELDS, SamplingParams
@@ -45,19 +46,29 @@ MAX_SPECS = 1024  # requests' SpeculativeConfigs an engine keeps made (each a se
 
 
 def is_real(source) -> bool:
-    """Whether a model (or a Pool of servers) runs real forward passes (transformers), not a simulation."""
+    """Whether a model (or a Pool of servers) runs real forward passes (transformers, llama.cpp), not a simulation."""
     if isinstance(source, (list, tuple)):
         return any(is_real(s) for s in source)
     if isinstance(source, Pool):
         return hasattr(source.servers[0], "forward_log")
+    return hasattr(source, "module_on") or hasattr(source, "tokenizer") and hasattr(source, "weights")
+
+
+def uses_torch(source) -> bool:
+    """Whether a model (or a Pool of servers) computes with torch (its thread count is torch's)."""
+    if isinstance(source, (list, tuple)):
+        return any(uses_torch(s) for s in source)
+    if isinstance(source, Pool):
+        return hasattr(source.servers[0], "module")
     return hasattr(source, "module_on")
 
 
 class Engine:
     """Loaded models, their servers and a runtime, for many requests (see the module docstring).
 
-    target, drafter: models (SimulatedModel and its drafter, TransformersModel), ready-made Pools of servers,
-        local directories / hub ids of transformers models, or neither (the default pair, `specpar[models]`).
+    target, drafter: models (SimulatedModel and its drafter, TransformersModel, LlamaModel), ready-made Pools of
+        servers, GGUF files or local directories / hub ids of transformers models, or neither (the default pair,
+        `specpar[models]`).
         drafter: a list of models, the smallest first, for HSD (or to merge their token trees); None for non-SI.
     speculative_config: each request's default :class:`SpeculativeConfig` (or vLLM's shape of it, ``{"method":
         "dsi", "num_speculative_tokens": 5, "sp_degree": 4}``); its fields may also be given as keywords
@@ -71,6 +82,8 @@ class Engine:
     max_tokens: real models: the longest sequence a server holds (prompt + output), for the memory check.
     keep_actors: Ray: keep each server's actor for the engine's next request (killed at close() when the engine
         made the servers; servers given as Pools keep theirs for whoever owns them).
+    backend: for models given as paths or the default pair: "llama" (GGUF files on llama.cpp, CPU) or
+        "transformers"; default: llama for GGUF files on the CPU when llama-cpp-python is installed.
     units: processing units (default: sp_degree + 1 with a drafter, else sp_degree), each with a target and a
         drafter server; requests run at once on units of their own. Real models: set it to the cores or devices
         the servers may use at once (each server then runs one torch thread per core it has). units=1: one unit of
@@ -94,6 +107,7 @@ class Engine:
         keep_actors: bool = True,
         units: int | None = None,
         policy: str = "adaptive",
+        backend: str | None = None,
         **options,
     ):
         spec_fields, runtime_fields, _ = split_options(options)
@@ -101,11 +115,13 @@ class Engine:
         runtime_config = RuntimeConfig.coerce(runtime, runtime_options, **runtime_fields)
         self._owns_servers = not isinstance(target, Pool)
         if target is None or isinstance(target, str) or hasattr(target, "__fspath__"):
-            target, drafter = self._load(target, drafter, devices, dtype)
+            target, drafter = self._load(target, drafter, devices, dtype, backend)
+        drafter = fit_drafters(target, drafter)  # rows that differ from the target's only by padding
         check_model("target", target)
         for d in drafter if isinstance(drafter, (list, tuple)) else [] if drafter is None else [drafter]:
             check_model("drafter", d)
         self.real = is_real(target)
+        self.torch = uses_torch([target, drafter])  # torch's threads are set per request (threads_for)
         sp_degree = spec.sp_degree or (len(target) if isinstance(target, Pool) else 2 if self.real else 4)
         self.spec = spec.replace(sp_degree=sp_degree)  # each request's defaults
         self.runtime_config = runtime_config.replace(
@@ -142,7 +158,8 @@ class Engine:
         self._gate = threading.Condition(self._lock)
         self._active = 0
         self._exclusive = False
-        self._threads = _SharedTorchThreads()
+        # torch's threads only for torch models; llama.cpp servers here (on Ray their actors set their own)
+        self._threads = _SharedThreads(self.torch, self.all if self.runtime != "ray" else [])
         self.closed = False
         if log.isEnabledFor(logging.INFO):
             for s in self.all:
@@ -160,11 +177,16 @@ class Engine:
 
     # -- loading -------------------------------------------------------------------------------
     @staticmethod
-    def _load(target, drafter, devices, dtype):
-        from specpar.backends.transformers_model import available_devices
+    def _load(target, drafter, devices, dtype, backend=None):
+        backend = choose_backend(backend, target, drafter, devices)
+        if backend == "llama":
+            devices = list(devices or ["cpu"])
+        else:
+            from specpar.backends.transformers_model import available_devices
 
-        devices = list(devices) if devices else available_devices()
-        return load_pair(target, drafter, devices[0], dtype, target_device=devices[1] if len(devices) > 1 else None)
+            devices = list(devices) if devices else available_devices()
+        target_device = devices[1] if len(devices) > 1 else None
+        return load_pair(target, drafter, devices[0], dtype, target_device=target_device, backend=backend)
 
     def _servers(self, source, n: int, name: str, devices, max_tokens: int) -> Pool:
         if isinstance(source, Pool):
@@ -390,7 +412,7 @@ class Engine:
         if self.closed:
             raise ConfigError("this engine is closed")
         ids = self.prompt_ids(prompt)
-        if spec.speculates and self.drafters is None:
+        if spec.uses_drafter and self.drafters is None:
             raise ConfigError(f"algorithm {spec.algorithm!r} needs a drafter: give the engine one")
         curve = self.curve(spec, params.max_tokens)
         if spec.lookahead == "auto" and curve.option(curve.max_units).ms_per_token is None:
@@ -441,7 +463,7 @@ class Engine:
         else:
             local = self.runtime != "ray"  # on Ray the forward passes run in the actors
             marks = {id(s): len(s.forward_log) for s in self.all} if local else None
-            with self._threads(self.threads_for(spec.algorithm)):
+            with self._threads(self.threads_for(spec.algorithm, spec.uses_drafter)):
                 t0 = time.perf_counter()
                 result = request.run()
                 t1 = time.perf_counter()
@@ -506,16 +528,17 @@ class Engine:
                 self._gate.notify_all()
 
     # -- real models: threads and memory ---------------------------------------------------------
-    def threads_for(self, algorithm: str) -> int:
+    def threads_for(self, algorithm: str, uses_drafter: bool = True) -> int:
         """torch threads per forward pass, so that the servers running at once share the cores without
         oversubscribing them: one unit's worth of cores (on Ray, a server's CPU bundle, as each actor has); with
         ready-made servers (one unit), as before the scheduler: all cores for the one server SI and non-SI run at a
-        time, a share of them for DSI's."""
+        time, a share of them for DSI's (a drafter model the n-gram proposer leaves idle takes none)."""
         if self.runtime == "ray":
             return max(1, int(self.runtime_config.cpus_per_server))
         if len(self.units) > 1:
             return max(1, cpu_cores() // len(self.units))
-        cpu = [s for s in self.all if getattr(s, "device", None) == "cpu"]
+        running = self.all if uses_drafter else self.targets.servers
+        cpu = [s for s in running if getattr(s, "device", None) == "cpu"]
         busy = len(cpu) if algorithm in ("dsi", "hsd-sp") else 1  # non-SI and SI run one server at a time
         return max(1, cpu_cores() // max(1, busy))
 
@@ -619,6 +642,47 @@ def _params(params: SamplingParams | None, sampling: dict) -> SamplingParams:
 
 
 # -- real models ---------------------------------------------------------------------------------
+BACKENDS = ("llama", "transformers")
+
+
+def choose_backend(backend: str | None, target=None, drafter=None, devices=None) -> str:
+    """The backend that loads models given as paths (or the default pair): ``backend`` when given; else llama for
+    GGUF files (and the default pair, which ships as GGUF) on the CPU when llama-cpp-python is installed, else
+    transformers."""
+    from specpar.backends.llama import available
+
+    if backend is not None:
+        if backend not in BACKENDS:
+            raise ConfigError(f"backend must be one of {BACKENDS}, got {backend!r}")
+        if backend == "llama" and any(d != "cpu" for d in devices or ()):
+            raise ConfigError(f"the llama backend runs on the CPU here; got devices {list(devices)}")
+        return backend
+    paths = [str(p) for p in (target, drafter) if p is not None]
+    gguf = [p.lower().endswith(".gguf") for p in paths]
+    if paths and not all(gguf):
+        if any(gguf):
+            raise ConfigError("give the target and the drafter in one format: both GGUF files or both directories")
+        return "transformers"
+    on_cpu = all(d == "cpu" for d in devices or ("cpu",)) and (devices is not None or not _cuda_visible())
+    if paths and not available():
+        raise ConfigError(f"GGUF files run on the llama backend: install it with `{LLAMA_EXTRA}`")
+    return "llama" if available() and (paths or on_cpu) else "transformers"
+
+
+LLAMA_EXTRA = "pip install 'specpar[llama]'"
+
+
+def _cuda_visible() -> bool:
+    """Whether torch is installed and sees a GPU (then the default pair goes to transformers on it)."""
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is None:
+        return False
+    import torch
+
+    return torch.cuda.is_available()
+
+
 def load_pair(
     target: str | None = None,
     drafter: str | None = None,
@@ -626,13 +690,20 @@ def load_pair(
     dtype: str | None = None,
     progress: bool = True,
     target_device: str | None = None,
+    backend: str | None = None,
 ):
-    """(target, drafter) TransformersModels: the default pair when neither is given, else the two given;
-    the drafter is loaded on ``device``, the target on ``target_device`` (default: the same)."""
+    """(target, drafter): the default pair when neither is given, else the two given; LlamaModels (GGUF files on
+    llama.cpp) or TransformersModels, as :func:`choose_backend` says; the drafter is loaded on ``device``, the
+    target on ``target_device`` (default: the same)."""
+    from specpar.backends.weights import load_default_pair
+
+    backend = choose_backend(backend, target, drafter, [d for d in (device, target_device) if d])
+    if backend == "llama":
+        return _load_llama(target, drafter, dtype, progress)
     from transformers.utils import logging as transformers_logging
 
-    from specpar.backends.transformers_model import TransformersModel, check_same_tokenizer
-    from specpar.backends.weights import load_default_pair
+    from specpar.backends.transformers_model import TransformersModel, load_tokenizers
+    from specpar.backends.vocabulary import fit_drafter
 
     # transformers' and huggingface_hub's own tqdm bars (one call silences both) would pile up through
     # specpar's progress display on a terminal and be lines of noise in a log: specpar's display is the only one
@@ -646,11 +717,33 @@ def load_pair(
     else:
         if target is None or drafter is None:
             raise ConfigError("give both --target and --drafter (or neither, for the default pair)")
-        t = TransformersModel(target, device=target_device or device, dtype=dtype)
-        d = TransformersModel(drafter, device=device, dtype=dtype)
-        check_same_tokenizer(t, d)
+        target_tokenizer, drafter_tokenizer = load_tokenizers(target, drafter)  # compared before any weights load
+        t = TransformersModel(target, target_tokenizer, device=target_device or device, dtype=dtype)
+        d = fit_drafter(t, TransformersModel(drafter, drafter_tokenizer, device=device, dtype=dtype))
     log.info("loaded %s (target, %s) and %s (drafter, %s) in %.1f s", t.name, t.device, d.name, d.device,
              time.perf_counter() - t0)  # fmt: skip
+    return t, d
+
+
+def _load_llama(target, drafter, dtype, progress: bool):
+    """(target, drafter) LlamaModels: the default pair's GGUF files, or the two files given."""
+    from specpar.backends.llama.model import LlamaModel, check_same_vocabulary
+    from specpar.backends.weights import load_default_pair
+
+    if dtype is not None:
+        raise ConfigError("--dtype is for the transformers backend: a GGUF file carries its own quantization")
+    t0 = time.perf_counter()
+    if target is None and drafter is None:
+        t, d = load_default_pair(progress=progress, backend="llama")
+    else:
+        if target is None or drafter is None:
+            raise ConfigError("give both --target and --drafter (or neither, for the default pair)")
+        t, d = LlamaModel(target), LlamaModel(drafter)
+        check_same_vocabulary(t, d)
+    log.info("loaded %s (target) and %s (drafter) on llama.cpp in %.1f s", t.name, d.name, time.perf_counter() - t0)
+    for m in (t, d):
+        for line in m.describe().splitlines():
+            log.info("%s", line)
     return t, d
 
 
@@ -661,23 +754,28 @@ def cpu_cores() -> int:
         return os.cpu_count() or 1
 
 
-class _SharedTorchThreads:
-    """torch's thread count (process-wide) set while any request of an engine runs, restored when the last ends:
-    requests that run at once share the one setting."""
+class _SharedThreads:
+    """The CPU threads of a forward pass, set while any request of an engine runs and restored when the last ends
+    (requests that run at once share the one setting): torch's (process-wide) when the models use torch, and each
+    llama.cpp server's for its passes of 2+ tokens (its one-token passes keep one thread: exactness,
+    :mod:`specpar.backends.llama.settings`).
 
-    def __init__(self):
+    torch: whether to set torch's count (never imported for models that do not use it).
+    servers: the servers whose ``set_batch_threads`` (llama.cpp) takes the count.
+    """
+
+    def __init__(self, torch: bool, servers: Sequence = ()):
+        self._torch = torch
+        self._servers = [s for s in servers if hasattr(s, "set_batch_threads")]
         self._lock = threading.Lock()
         self._count = 0
-        self._before = None
+        self._before: tuple = (None, [])
 
     @contextmanager
     def __call__(self, n: int):
-        import torch
-
         with self._lock:
             if self._count == 0:
-                self._before = torch.get_num_threads()
-                torch.set_num_threads(n)
+                self._before = self._set(n)
             self._count += 1
         try:
             yield
@@ -685,7 +783,25 @@ class _SharedTorchThreads:
             with self._lock:
                 self._count -= 1
                 if self._count == 0:
-                    torch.set_num_threads(self._before)
+                    self._restore(*self._before)
+
+    def _set(self, n: int) -> tuple:
+        """Set ``n`` threads; returns what was set before (torch's count or None, each server's count)."""
+        torch_before = None
+        if self._torch:
+            import torch
+
+            torch_before = torch.get_num_threads()
+            torch.set_num_threads(n)
+        return torch_before, [s.set_batch_threads(n) for s in self._servers]
+
+    def _restore(self, torch_before, server_before) -> None:
+        if torch_before is not None:
+            import torch
+
+            torch.set_num_threads(torch_before)
+        for s, n in zip(self._servers, server_before):
+            s.set_batch_threads(n)
 
 
 @contextmanager

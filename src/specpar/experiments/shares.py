@@ -86,6 +86,7 @@ class _Predictor:
             and self.t.tpot_ms > 0
             and spec.tree is None
             and (spec.algorithm == "nonsi" or (self.d is not None and self.d.tpot_ms > 0 and self.a is not None))
+            and spec.proposer is None  # the drafter model's latency and rate say nothing of the n-gram proposer
         )
         self._memo: dict = {}
 

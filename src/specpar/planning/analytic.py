@@ -7,6 +7,10 @@ per drafter token.
 
 from __future__ import annotations
 
+import math
+
+import numpy as np
+
 
 def nonsi_latency(target_ms: float, n: int) -> float:
     """non-SI: n target forward passes."""
@@ -47,3 +51,36 @@ def dsi_latency_bound(target_ms: float, drafter_ms: float, a: float, n: int) -> 
     """Proposition 1: DSI (lookahead 1, enough target servers) takes at most
     t1 a (N - 1) + t2 ((1 - a)(N - 1) + 1) in expectation, vs t2 N for non-SI."""
     return drafter_ms * a * (n - 1) + target_ms * ((1.0 - a) * (n - 1) + 1.0)
+
+
+# -- time per token in steady state (n -> infinity), for choosing a lookahead as the acceptance rate drifts ---------
+def si_ms_per_token(target_ms: float, drafter_ms: float, a: float, k: int, per_token_ms: float = 0.0) -> float:
+    """SI's expected time per token with lookahead k: a round drafts k tokens (k drafter passes) and verifies them
+    in one target pass (``per_token_ms`` per draft scored), for (1 - a^(k+1)) / (1 - a) tokens."""
+    return (k * drafter_ms + target_ms + per_token_ms * k) / expected_tokens_per_round(a, k)
+
+
+def dsi_ms_per_token(target_ms: float, drafter_ms: float, a: float, k: int, per_token_ms: float = 0.0) -> float:
+    """DSI's expected time per token with lookahead k on enough target servers (Eq. 1 holds: no verification waits
+    for a server), a renewal model of :mod:`specpar.spec.dsi`.
+
+    From a restart at time 0 (the cursor corrected: a target pass on it and the drafter's first chunk begin), draft
+    j = m k + i (chunk m, index i) exists at (m + 1) k d and is judged when its target row is there: at t for j = 0
+    (the pass on the cursor), at m k d + v for i = 0 (the extra row of chunk m - 1's verification, which took v =
+    t + per_token_ms k), else at (m + 1) k d + v; never before the draft exists. The first rejected draft, at j
+    with probability a^j (1 - a), ends the round at that time with j + 1 tokens (j accepted and the correction):
+    time per token = E[round time] / E[tokens] = (1 - a) sum_j a^j (1 - a) J(j). With a = 1 every token costs d.
+
+    Exact for k d <= t (what the fast path's recurrence gives: ``tests/test_adaptive_lookahead.py``); where a chunk
+    takes longer than a target pass the target takes tokens itself meanwhile, which this model ignores, so it is
+    pessimistic there and capped at t (Theorem 1: never slower than non-SI).
+    """
+    if a >= 1.0:
+        return drafter_ms
+    verify = target_ms + per_token_ms * k
+    j = np.arange(min(10**6, max(64, math.ceil(30.0 / (1.0 - a)))))  # the terms beyond weigh less than e^-30
+    m, i = j // k, j % k
+    row = np.where(j == 0, target_ms, np.where(i == 0, m * k * drafter_ms + verify, (m + 1) * k * drafter_ms + verify))
+    judged = np.maximum(row, (m + 1) * k * drafter_ms)
+    weights = a**j * (1.0 - a)
+    return min(target_ms, float((1.0 - a) * (weights * judged).sum()))

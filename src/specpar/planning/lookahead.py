@@ -16,6 +16,11 @@ Its worked examples, which :func:`min_lookahead` and :func:`sp_degree_needed` re
 * §3.1, SP vs MP: a drafter at 10% with lookahead 2 runs on 5 target servers and 1 drafter
   (``sp_degree_needed(1.0, 0.1, 2) == 5``).
 
+A proposer that costs nothing (prompt lookup, :mod:`specpar.spec.ngram`) is Eq. 1 at ``drafter_ms -> 0``: its
+right-hand side grows without bound for every lookahead, so no number of servers keeps up and no lookahead makes it
+hold (the functions below refuse a drafter latency of 0). The drafter then no longer limits DSI: the drafts of a
+whole match exist at once, and the lookahead only caps the drafts one verification carries (docs/proposers.md).
+
 What Eq. 1 leaves out, counted only where it applies:
 
 * **the server kept for the cursor** (``dedicated_cursor``, :mod:`specpar.spec.dsi`). Where a verification costs
@@ -64,10 +69,10 @@ def _check(target_ms: float, drafter_ms: float, per_token_ms: float = 0.0) -> No
         raise ConfigError(f"drafter latency must be a finite number >= 0 ms, got {drafter_ms!r}")
     if not per_token_ms >= 0 or math.isinf(per_token_ms):
         raise ConfigError(f"per_token_ms must be a finite number >= 0 ms, got {per_token_ms!r}")
-    if drafter_ms == 0:
+    if drafter_ms == 0 or math.isinf(target_ms / drafter_ms):  # so small a latency that the ratio overflows
         raise ConfigError(
-            "a drafter with zero latency drafts infinitely fast: no finite SP degree or lookahead satisfies Eq. 1 "
-            "(give the drafter a latency > 0)"
+            f"a drafter with {'zero latency' if drafter_ms == 0 else f'a latency of {drafter_ms!r} ms'} drafts "
+            "infinitely fast: no finite SP degree or lookahead satisfies Eq. 1 (give the drafter a latency > 0)"
         )
 
 

@@ -8,9 +8,11 @@ methods; importing it does not import Ray (an optional dependency), constructing
 :func:`make_runtime` builds the one a :class:`~specpar.core.config.RuntimeConfig` names.
 """
 
+import inspect
 from collections.abc import Sequence
 
 from specpar.core.config import RuntimeConfig
+from specpar.core.errors import ConfigError
 from specpar.runtimes.base import Pool, Runtime, Task, TaskRecord
 from specpar.runtimes.ray_runtime import RayRuntime
 from specpar.runtimes.threads import ThreadRuntime
@@ -23,6 +25,7 @@ def make_runtime(config: RuntimeConfig, pools: Sequence[Pool], ready_made: bool 
     """The runtime ``config`` names, over ``pools``. ready_made: the servers outlive this generation (an Engine's, a
     ready-made Pool), so their Ray actors are kept for later runs."""
     options = dict(config.options)
+    _check_options(RUNTIMES.get(config.name, ThreadRuntime), {k: v for k, v in options.items() if k != "clock"})
     if config.call_timeout_s is not None and config.name != "virtual":
         options["call_timeout_s"] = config.call_timeout_s
     if config.name == "virtual":
@@ -37,6 +40,18 @@ def make_runtime(config: RuntimeConfig, pools: Sequence[Pool], ready_made: bool 
         options = {"reuse_actors": ready_made, "local_pools": local, "inject_link_ms": link, **options}
         return RayRuntime(pools, cpus_per_server=config.cpus_per_server, placement=config.placement, **options)
     return ThreadRuntime(pools, **options)
+
+
+def _check_options(cls, options) -> None:
+    """A ConfigError naming the runtime options ``cls`` does not take (before: a TypeError from its constructor)."""
+    params = inspect.signature(cls.__init__).parameters
+    kinds = (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    known = [n for n, p in params.items() if n not in ("self", "pools") and p.kind in kinds]
+    unknown = sorted(str(k) for k in options if k not in known)
+    if unknown:
+        raise ConfigError(
+            f"the {cls.name} runtime takes no option {', '.join(map(repr, unknown))}: its options are {', '.join(known)}"
+        )
 
 
 __all__ = [

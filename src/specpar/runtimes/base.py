@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import itertools
+import threading
+import weakref
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import Any, Protocol
 
+from specpar.core.errors import ConfigError
+from specpar.core.latency import STALL_FACTOR, STALL_FLOOR_S, stall_limit_s
 from specpar.core.results import TaskRecord
 
 
@@ -85,6 +89,7 @@ class Task:
         "done",
         "cancel_event",
         "cached",
+        "limit_s",
     )
 
     def __init__(self, pool: Pool, call):
@@ -96,21 +101,124 @@ class Task:
         self.result = self.error = None
         self.cancelled = self.done = False
         self.cancel_event = None
-        # cached: tokens of the context the server held when the call started; set by the real runtimes when it
-        # starts, never on the virtual clock (left unset here: one attribute less per simulated task)
+        # cached: tokens of the context the server held when the call started; limit_s: how long it may run before
+        # its server counts as stalled (CallLimits). Both set by the real runtimes when it starts, never on the
+        # virtual clock (left unset here: attributes less per simulated task)
 
     def __repr__(self) -> str:
         return f"Task({self.id}, {getattr(self.call, 'kind', '?')} on {self.pool.name})"
 
 
+class CallLimits:
+    """How long each call may run on a real runtime before its server counts as stalled (seconds).
+
+    timeout_s: a fixed limit for every call; None (the default): a limit per call, derived from the server's
+        measured latency by :func:`specpar.core.latency.stall_limit_s` (``factor`` x the expected time, at least
+        ``floor_s``). The expected time is the longest of: the server's latency profile's prediction for the call
+        (where it has one), and the longest call of the same kind (draft, verify) its pool has completed so far.
+        So a replica that stalls mid-run is noticed after ~factor passes, not minutes later; a call of a kind never
+        measured on a server without a profile gets the generous UNMEASURED_LIMIT_S.
+    """
+
+    def __init__(self, timeout_s: float | None = None, factor: float = STALL_FACTOR, floor_s: float = STALL_FLOOR_S):
+        for name, v in (("call_timeout_s", timeout_s), ("stall_factor", factor), ("stall_floor_s", floor_s)):
+            if v is None and name == "call_timeout_s":
+                continue
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
+                what = " (or None: derived from the servers' latency)" if name == "call_timeout_s" else ""
+                raise ConfigError(f"{name} must be a number of seconds > 0{what}, got {v!r}")
+        self.timeout_s, self.factor, self.floor_s = timeout_s, float(factor), float(floor_s)
+        self._longest: dict[tuple[str, str], float] = {}  # (pool, kind) -> the longest completed call, ms
+
+    def record(self, task: Task) -> None:
+        """A call completed (not cancelled, no error): remember how long it took."""
+        key = (task.pool.name, task.call.kind)
+        ms = task.end - task.start
+        if ms > self._longest.get(key, 0.0):
+            self._longest[key] = ms
+
+    def expected_ms(self, task: Task, latency) -> float | None:
+        """How long ``task``'s call should take (ms), or None when nothing tells; latency: its server's profile."""
+        measured = self._longest.get((task.pool.name, task.call.kind))
+        predicted = None
+        if latency is not None:
+            cached = getattr(task, "cached", None) or 0
+            try:
+                predicted = latency.call_ms(task.call, cached if latency.cache_matters else 0)
+            except (AttributeError, TypeError):  # a call the profile cannot price
+                predicted = None
+        known = [x for x in (measured, predicted) if x is not None]
+        return max(known) if known else None
+
+    def limit_s(self, task: Task, latency) -> float:
+        """The stall limit of ``task``'s call, in seconds (set when it starts)."""
+        if self.timeout_s is not None:
+            return self.timeout_s
+        return stall_limit_s(self.expected_ms(task, latency), self.factor, self.floor_s)
+
+
+# server -> a weak reference to the runtime that runs it now (claimed at construction, released at close)
+_claims: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_claims_lock = threading.Lock()
+
+
+def _with_parts(servers) -> list:
+    """Servers and the servers they are made of (a merge of drafters, HSD's levels: their ``servers`` lists)."""
+    out = []
+    for s in servers:
+        out.append(s)
+        parts = getattr(s, "servers", None)
+        if isinstance(parts, list):
+            out.extend(_with_parts(parts))
+    return out
+
+
 class Runtime(ABC):
-    """Runs tasks on pools of servers; see the package docstring for the contract."""
+    """Runs tasks on pools of servers; see the package docstring for the contract.
+
+    A server belongs to one runtime at a time: a runtime claims the servers it runs when it is made (:meth:`claim`)
+    and releases them at :meth:`close`. A second runtime on a server still claimed by an open one (a Pool shared by
+    generations running at once from several threads, whose caches would interleave: silently wrong tokens) is a
+    ConfigError naming the server.
+    """
 
     name = "runtime"
 
     def __init__(self, pools: Sequence[Pool]):
         self.pools = list(pools)
         self.tasks: list[Task] = []  # every task submitted, in order
+        self.closed = False
+        self._claimed: list = []
+
+    def claim(self, servers) -> None:
+        """Make ``servers`` (and those they are made of) this runtime's until :meth:`close`; a ConfigError if an
+        open runtime holds one."""
+        servers = _with_parts(servers)
+        with _claims_lock:
+            for server in servers:
+                ref = _claims_get(server)
+                owner = ref() if ref is not None else None
+                if owner is not None and owner is not self and not owner.closed:
+                    raise ConfigError(
+                        f"server {getattr(server, 'name', server)!r} is already running another generation (on a "
+                        f"{owner.name} runtime not yet closed): servers, and so Pools, cannot be shared by generations "
+                        "running at once (their caches would mix); give each thread its own servers, or send the "
+                        "requests to one Engine, which runs them in turn"
+                    )
+            me = weakref.ref(self)
+            for server in servers:
+                _claims_set(server, me)
+                self._claimed.append(server)
+
+    def release(self) -> None:
+        """Give this runtime's servers back (at close)."""
+        self.closed = True
+        with _claims_lock:
+            for server in self._claimed:
+                ref = _claims_get(server)
+                if ref is not None and ref() is self:
+                    _claims_set(server, None)
+            self._claimed = []
 
     @abstractmethod
     def submit(self, pool: Pool, call) -> Task:
@@ -144,8 +252,9 @@ class Runtime(ABC):
                 self.cancel(task)
 
     def close(self) -> None:
-        """Cancel what is left and release resources (threads, actors)."""
+        """Cancel what is left and release resources (threads, actors, the servers' claim)."""
         self.cancel_all()
+        self.release()
 
     def timeline(self, since: float = 0.0) -> list[TaskRecord]:
         """Every task that started, as records relative to ``since`` (ms)."""
@@ -170,3 +279,20 @@ class Runtime(ABC):
     def __exit__(self, *exc):
         self.close()
         return False
+
+
+def _claims_get(server):
+    try:
+        return _claims.get(server)
+    except TypeError:  # a server that cannot be weakly referenced is not checked
+        return None
+
+
+def _claims_set(server, ref) -> None:
+    try:
+        if ref is None:
+            _claims.pop(server, None)
+        else:
+            _claims[server] = ref
+    except TypeError:
+        pass

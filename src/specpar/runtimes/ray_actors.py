@@ -36,7 +36,8 @@ class ServerHost:
     """Runs in the actor's process: one server, the tokens it was sent, and the cancellation flags.
 
     spec: a picklable zero-argument function that builds the server (``server.remote_spec()``).
-    threads: torch threads for the server when it uses torch (its CPU bundle).
+    threads: the server's CPU threads (its CPU bundle): torch's when it uses torch, a llama.cpp server's for passes of
+        2+ tokens.
     link_ms: a delay injected before each call and after it, as if the actor were that far away (0: none).
     """
 
@@ -47,6 +48,8 @@ class ServerHost:
             import torch
 
             torch.set_num_threads(max(1, threads))
+        if hasattr(self.server, "set_batch_threads"):  # llama.cpp: its batched passes (one-token passes keep one)
+            self.server.set_batch_threads(max(1, int(threads)))
         self.base: list[int] = []  # the verified tokens of the current generation, as sent
         self.tokens: tuple[int, ...] = ()  # the last context of a call that did not come as a Context
         self.calls = 0  # calls that ran

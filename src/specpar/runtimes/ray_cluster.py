@@ -31,7 +31,7 @@ from specpar.core.errors import ConfigError
 log = logging.getLogger(__name__)
 
 OBJECT_STORE_BYTES = 80 * 1024**2  # Ray's minimum is 75 MiB; calls and results are a few KB each
-_state = {"started": False, "atexit": False}
+_state = {"started": False, "atexit": False, "reserved": 0.0}
 # Ray starts its workers at nice 15 (background work); here they are the servers, the work itself: on a shared
 # machine a target actor at nice 15 got 60% of its core while nice-19 jobs of others ran (measured)
 SYSTEM_CONFIG = {"worker_niceness": 0}
@@ -68,7 +68,7 @@ def connect(address: str | None = None, cpus: float = 0) -> None:
         return
     ray.init(
         address="local",  # a new Ray, never one a `ray start` or a cluster_utils.Cluster left to join
-        num_cpus=max(os.cpu_count() or 1, int(-(-cpus // 1))),
+        num_cpus=max(os.cpu_count() or 1, int(-(-max(cpus, _state["reserved"]) // 1))),
         include_dashboard=False,
         object_store_memory=OBJECT_STORE_BYTES,
         _node_ip_address="127.0.0.1",
@@ -112,16 +112,23 @@ def shutdown() -> None:
 
 
 @contextlib.contextmanager
-def ray_session(address: str | None = None):
-    """Ray for the duration of a command: joined or started on entry, disconnected on exit (Ctrl-C included);
-    a Ray that was already connected before is left as it was."""
+def ray_session(address: str | None = None, cpus: float = 0):
+    """Ray for the duration of a command: joined on entry (``address``) or started by its first run, disconnected
+    on exit (Ctrl-C included); a Ray that was already connected before is left as it was.
+
+    cpus: the logical CPUs the command's largest run needs (its servers x CPUs each). A local Ray counts at least
+    that many from the start: the first run starts it, and a comparison's first arm (non-SI: one server) must not
+    size it for itself alone (then DSI's sp_degree servers did not fit: "need 4 CPUs, the cluster has 2")."""
     ray = import_ray()
     was_connected = ray.is_initialized()
+    reserved = _state["reserved"]
+    _state["reserved"] = max(reserved, cpus)
     if address and not was_connected:
         connect(address)
     try:
         yield
     finally:
+        _state["reserved"] = reserved
         if not was_connected:
             shutdown()
 

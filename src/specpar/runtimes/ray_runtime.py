@@ -5,9 +5,11 @@ hands a task to the idle replica :meth:`Pool.pick` chooses, one call per actor a
 where the servers run (:mod:`specpar.runtimes.ray_actors`: actors built from the servers' ``remote_spec()``,
 sent only the tokens they have not seen) and what can go wrong with them:
 
-* a replica whose actor dies (``ray.kill``, a crash, a lost node) or stalls past ``call_timeout_s`` is
-  *lost*: it is killed, its task goes to a live replica of the same pool, and ``lost`` records the replica
-  and the time its unfinished call cost. Lost replicas cost time, never tokens.
+* a replica whose actor dies (``ray.kill``, a crash, a lost node) or stalls (a call past its stall limit:
+  :class:`~specpar.runtimes.base.CallLimits`, by default a multiple of the time the server's latency profile and
+  its pool's completed calls say it should take; or a fixed ``call_timeout_s``) is *lost*: it is killed, its
+  task goes to a live replica of the same pool, and ``lost`` records the replica and the time its unfinished call
+  cost. Lost replicas cost time, never tokens.
 * a pool with every replica lost and work queued: ``wait()`` raises a ServerError naming them, no hang.
 * ``close()`` never hangs: calls cancelled at the end get ``join_timeout_s`` to return, actors that do not
   are killed, so no stale cache is reused.
@@ -35,14 +37,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from specpar.core.errors import ConfigError, ServerError
+from specpar.core.latency import STALL_FACTOR, STALL_FLOOR_S
 from specpar.runtimes import ray_actors
-from specpar.runtimes.base import Pool, Runtime, Task
+from specpar.runtimes.base import CallLimits, Pool, Runtime, Task
 from specpar.runtimes.ray_cluster import connect, import_ray
 from specpar.runtimes.threads import ThreadRuntime
 
 log = logging.getLogger(__name__)
 
-DEFAULT_CALL_TIMEOUT_S = 600.0  # as on threads: a cold prefill of a long prompt on a CPU takes tens of seconds
 DEFAULT_JOIN_TIMEOUT_S = 2.0
 PLACEMENT_TIMEOUT_S = 60.0
 STRATEGIES = ("PACK", "SPREAD")
@@ -65,7 +67,9 @@ class RayRuntime(Runtime):
 
     cpus_per_server: CPUs in each server's bundle (and its torch threads, at least 1).
     placement: "PACK" (one node if it fits) or "SPREAD" (across nodes).
-    call_timeout_s: a call running longer than this loses its replica (None: no limit).
+    call_timeout_s: a call running longer than this loses its replica; None (the default): each call's limit is
+        derived from its server's latency (:class:`~specpar.runtimes.base.CallLimits`, with ``stall_factor`` and
+        ``stall_floor_s``); ``math.inf``: no limit. The pools in ``local_pools`` follow the same limits.
     reuse_actors: keep the actors with their servers for later runs instead of killing them at close().
     gpu_pools: pools whose servers get one GPU each when the cluster has GPUs.
     inject_link_ms: a delay each new actor adds before and after every call, as if it were that far away (to
@@ -81,19 +85,20 @@ class RayRuntime(Runtime):
         pools: Sequence[Pool],
         cpus_per_server: float = 1.0,
         placement: str = "PACK",
-        call_timeout_s: float | None = DEFAULT_CALL_TIMEOUT_S,
+        call_timeout_s: float | None = None,
         join_timeout_s: float = DEFAULT_JOIN_TIMEOUT_S,
         reuse_actors: bool = False,
         gpu_pools: Sequence[str] = ("target",),
         inject_link_ms: float = 0.0,
         local_pools: Sequence[str] = (),
+        stall_factor: float = STALL_FACTOR,
+        stall_floor_s: float = STALL_FLOOR_S,
     ):
         if not (isinstance(cpus_per_server, (int, float)) and cpus_per_server > 0 and math.isfinite(cpus_per_server)):
             raise ConfigError(f"cpus_per_server must be > 0, got {cpus_per_server!r}")
         if placement not in STRATEGIES:
             raise ConfigError(f"placement must be one of {STRATEGIES}, got {placement!r}")
-        if call_timeout_s is not None and not call_timeout_s > 0:
-            raise ConfigError(f"call_timeout_s must be > 0 seconds (or None for no limit), got {call_timeout_s!r}")
+        self.limits = CallLimits(call_timeout_s, stall_factor, stall_floor_s)
         super().__init__(pools)
         self.cpus_per_server = float(cpus_per_server)
         self.placement = placement
@@ -109,6 +114,7 @@ class RayRuntime(Runtime):
         connect(cpus=len(servers) * self.cpus_per_server)
         self._session = self._ray.get_runtime_context().get_node_id()  # new with every Ray this process joins
         self._remote = self._actors(servers)  # local server -> RemoteServer
+        self._latency = {r: getattr(s, "latency", None) for s, r in self._remote.items()}  # for the stall limits
         self._replicas = {p: [self._remote[s] for s in p.servers] for p in remote_pools}
         self._idle = {p: list(self._replicas[p]) for p in remote_pools}  # live idle replicas, longest idle first
         self._queued = {p: deque() for p in remote_pools}
@@ -118,8 +124,14 @@ class RayRuntime(Runtime):
         # what finished: an ObjectRef (put by Ray's callback) or a Task of a local pool (put by its thread)
         self._finished: queue.SimpleQueue = queue.SimpleQueue()
         local = [p for p in self.pools if p.name in local_pools]
-        self._local = ThreadRuntime(local, call_timeout_s=None, finished=self._finished) if local else None
+        self._local = (
+            ThreadRuntime(local, call_timeout_s, finished=self._finished, stall_factor=stall_factor,
+                          stall_floor_s=stall_floor_s)
+            if local
+            else None
+        )  # fmt: skip
         self._t0 = self._local._t0 if self._local else time.perf_counter()  # one clock for both
+        self.claim([s for p in remote_pools for s in p.servers])  # the local pools': by their ThreadRuntime
 
     # -- actors ------------------------------------------------------------------------------------
     def _actors(self, servers) -> dict:
@@ -209,6 +221,7 @@ class RayRuntime(Runtime):
         task.server = replica
         task.start = self.now()
         task.cached = replica.cached_len(task.call.context)  # the mirror of what the actor was sent
+        task.limit_s = self.limits.limit_s(task, self._latency.get(replica))
         seq, ref = replica.submit(task.call)
         self._running[ref] = (task, replica, seq)
         self._ref[task] = ref
@@ -262,6 +275,7 @@ class RayRuntime(Runtime):
                 continue
             task.result = result
             self._finish(task)
+            self.limits.record(task)
             return task
 
     def _local_finished(self, task: Task) -> Task | None:
@@ -300,21 +314,25 @@ class RayRuntime(Runtime):
 
     # -- faults ------------------------------------------------------------------------------------
     def _time_left(self) -> float | None:
-        """Seconds until the oldest running call passes call_timeout_s (None: no limit)."""
-        if self.call_timeout_s is None:
+        """Seconds to wait for a finished call before looking for stalled ones: until the first running call passes
+        its limit, and at most a second (a call that starts meanwhile may have a shorter limit)."""
+        if self.limits.timeout_s == math.inf:
             return None
-        starts = [t.start for t, _, _ in self._running.values()]
-        if not starts:
-            return self.call_timeout_s
-        return max(0.0, self.call_timeout_s - (self.now() - min(starts)) / 1000.0) + 1e-3
+        ends = [t.start + t.limit_s * 1000.0 for t, _, _ in self._running.values()]
+        if not ends:
+            return 1.0
+        return min(1.0, max(0.0, (min(ends) - self.now()) / 1000.0) + 1e-3)
 
     def _lose_stuck(self) -> None:
-        limit_ms = self.call_timeout_s * 1000.0
+        now = self.now()
+        how = "call_timeout_s" if self.limits.timeout_s is not None else "its stall limit"
         for ref, (task, replica, _) in list(self._running.items()):
-            if self.now() - task.start >= limit_ms:
+            if now - task.start >= task.limit_s * 1000.0:
                 del self._running[ref]
                 self._ref.pop(task, None)
-                self._lose(task, replica, f"no answer after {self.call_timeout_s:g} s (call_timeout_s): stalled")
+                self._lose(task, replica, f"no answer after {task.limit_s:.3g} s ({how}): stalled")
+        if self._local is not None:
+            self._local._raise_stuck()  # a local pool's server (in this process) cannot be replaced: a ServerError
 
     def _lose(self, task: Task, replica, reason: str) -> None:
         """``replica`` is gone: kill it, record the loss, and resend its task (unless cancelled) to a live one."""
@@ -364,3 +382,4 @@ class RayRuntime(Runtime):
                 replica.kill()
         if self._local is not None:
             self._local.close()
+        self.release()

@@ -6,20 +6,27 @@ check it between forward passes) and its result is discarded.
 
 Nothing hangs:
 
-* a call that runs longer than ``call_timeout_s`` is a :class:`ServerError` naming its server (a stuck
-  server is treated as lost; the algorithms never wait on it again);
+* a call that runs past its stall limit (:class:`~specpar.runtimes.base.CallLimits`: by default a multiple of
+  the time the server's latency profile and its pool's completed calls say it should take, at least
+  ``stall_floor_s``; or a fixed ``call_timeout_s``) is a :class:`ServerError` naming its server (a stuck server is
+  treated as lost; the algorithms never wait on it again);
 * ``close()`` abandons every task no longer needed at once and gives running work ``join_timeout_s`` (50 ms by
   default: idle workers and cancelled sleeps end in microseconds) to stop, then leaves the threads that did not
   (a model server finishing the forward pass it was in, or a server stuck in a call that ignores cancellation)
-  behind as daemons, listed in ``left_running`` and logged; each ends on its own once its call returns. Their
-  servers stay reserved: a later runtime on the same server waits for the old thread first (up to
-  ``call_timeout_s``), so two threads never share a KV cache. So a generation returns as soon as its last
-  token is known, whatever a stalled server is doing.
+  behind as daemons, listed in ``left_running`` and logged; each ends on its own once its call returns.
+
+A server belongs to one worker thread at a time: a later runtime on the same server waits for the earlier
+thread to finish its call first (up to that call's stall limit), so two threads never share a KV cache; and a
+server's own ``reset()`` waits for the call running on it (see TransformersServer). At the interpreter's exit,
+:func:`finish_left_calls` waits for the calls left running (up to their stall limits), so that the process never
+exits with a thread inside a forward pass (torch aborts the process then: exit status 134).
 """
 
 from __future__ import annotations
 
+import atexit
 import logging
+import math
 import queue
 import threading
 import time
@@ -28,13 +35,21 @@ from collections import deque
 from collections.abc import Sequence
 
 from specpar.core.errors import ConfigError, ServerError
-from specpar.runtimes.base import Pool, Runtime, Task
+from specpar.core.latency import STALL_FACTOR, STALL_FLOOR_S
+from specpar.runtimes.base import CallLimits, Pool, Runtime, Task
 
 log = logging.getLogger(__name__)
 
 _STOP = object()
-DEFAULT_CALL_TIMEOUT_S = 600.0  # generous: a cold prefill of a long prompt on a CPU takes tens of seconds
 DEFAULT_JOIN_TIMEOUT_S = 0.05
+
+
+class _Worker(threading.Thread):
+    """A server's worker thread; ``until``: the perf_counter time (s) by which the call it runs should end (its
+    stall limit), None between calls."""
+
+    until: float | None = None
+
 
 # server -> the worker thread that last ran it, while that thread may still be running a call
 _owners: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -44,7 +59,9 @@ _owners_lock = threading.Lock()
 class ThreadRuntime(Runtime):
     """Runtime on OS threads; times are wall-clock ms since construction.
 
-    call_timeout_s: a call running longer than this raises ServerError from ``wait()`` (None: no limit).
+    call_timeout_s: a call running longer than this raises ServerError from ``wait()``; None (the default): each
+        call's limit is derived from its server's latency (:class:`~specpar.runtimes.base.CallLimits`, with
+        ``stall_factor`` and ``stall_floor_s``); ``math.inf``: no limit.
     join_timeout_s: how long ``close()`` waits for running work to stop before leaving it behind.
     finished: the queue finished tasks are put on (default: its own); a runtime that runs some pools on these
         threads and others elsewhere (Ray) shares one, and waits on it instead of calling ``wait()``.
@@ -55,12 +72,15 @@ class ThreadRuntime(Runtime):
     def __init__(
         self,
         pools: Sequence[Pool],
-        call_timeout_s: float | None = DEFAULT_CALL_TIMEOUT_S,
+        call_timeout_s: float | None = None,
         join_timeout_s: float = DEFAULT_JOIN_TIMEOUT_S,
         finished: queue.SimpleQueue | None = None,
+        stall_factor: float = STALL_FACTOR,
+        stall_floor_s: float = STALL_FLOOR_S,
     ):
-        if call_timeout_s is not None and not call_timeout_s > 0:
-            raise ConfigError(f"call_timeout_s must be > 0 seconds (or None for no limit), got {call_timeout_s!r}")
+        self.limits = CallLimits(call_timeout_s, stall_factor, stall_floor_s)
+        if isinstance(join_timeout_s, bool) or not isinstance(join_timeout_s, (int, float)) or not join_timeout_s >= 0:
+            raise ConfigError(f"join_timeout_s must be a number of seconds >= 0, got {join_timeout_s!r}")
         super().__init__(pools)
         self.call_timeout_s = call_timeout_s
         self.join_timeout_s = join_timeout_s
@@ -73,9 +93,14 @@ class ThreadRuntime(Runtime):
         self._in_flight = 0
         servers = [s for p in self.pools for s in p.servers]
         self._inbox = {id(s): queue.SimpleQueue() for s in servers}
-        _wait_for_earlier_owners(servers, call_timeout_s)
+        self.claim(servers)
+        try:
+            _wait_for_earlier_owners(servers)
+        except BaseException:
+            self.release()
+            raise
         self._threads = [
-            threading.Thread(target=self._work, args=(p, s, self._inbox[id(s)]), name=f"specpar-{s.name}", daemon=True)
+            _Worker(target=self._work, args=(p, s, self._inbox[id(s)]), name=f"specpar-{s.name}", daemon=True)
             for p in self.pools
             for s in p.servers
         ]
@@ -90,16 +115,22 @@ class ThreadRuntime(Runtime):
         return (time.perf_counter() - self._t0) * 1000.0
 
     def _work(self, pool: Pool, server, inbox: queue.SimpleQueue) -> None:
+        me = threading.current_thread()
         task = inbox.get()
         while task is not _STOP:
             if not task.cancelled:
                 task.start = self.now()
                 try:
                     task.cached = server.cached_len(task.call.context)
+                    task.limit_s = self.limits.limit_s(task, getattr(server, "latency", None))
+                    me.until = time.perf_counter() + task.limit_s
                     task.result = server.run(task.call, task.cancel_event)
                 except BaseException as exc:  # surfaced by wait(), never lost in the worker
                     task.error = exc
                 task.end = self.now()
+                me.until = None
+                if task.error is None and not task.cancelled:
+                    self.limits.record(task)
                 self._finished.put(task)
             with self._lock:
                 self._running.discard(task)
@@ -153,26 +184,35 @@ class ThreadRuntime(Runtime):
                 raise ServerError(task.server.name, task.call.kind, task.error) from task.error
             return task
 
-    def _time_left(self) -> float | None:
-        """Seconds until the oldest running call passes call_timeout_s (None: no limit)."""
-        if self.call_timeout_s is None:
-            return None
+    def _watched(self) -> list[Task]:
+        """The running calls whose stall would hold the generation up: those it waits for, and cancelled ones that
+        work queued on their pool waits behind."""
         with self._lock:
-            starts = [t.start for t in self._running if t.start is not None and not t.cancelled]
-        if not starts:
-            return self.call_timeout_s
-        return max(0.0, self.call_timeout_s - (self.now() - min(starts)) / 1000.0) + 1e-3
+            waiting = {p for p, queued in self._queued.items() if any(not t.cancelled for t in queued)}
+            return [
+                t
+                for t in self._running
+                if getattr(t, "limit_s", None) is not None and (not t.cancelled or t.pool in waiting)
+            ]
+
+    def _time_left(self) -> float | None:
+        """Seconds to wait for a finished task before looking for stalled calls: until the first watched call
+        passes its limit, and at most a second (a call that starts meanwhile may have a shorter limit)."""
+        if self.limits.timeout_s == math.inf:
+            return None
+        ends = [t.start + t.limit_s * 1000.0 for t in self._watched()]
+        if not ends:
+            return 1.0
+        return min(1.0, max(0.0, (min(ends) - self.now()) / 1000.0) + 1e-3)
 
     def _raise_stuck(self) -> None:
-        limit_ms = self.call_timeout_s * 1000.0
-        with self._lock:
-            stuck = [
-                t for t in self._running if t.start is not None and not t.cancelled and self.now() - t.start >= limit_ms
-            ]
+        now = self.now()
+        stuck = [t for t in self._watched() if now - t.start >= t.limit_s * 1000.0]
         if stuck:
             task = min(stuck, key=lambda t: t.start)
             self.cancel(task)
-            cause = TimeoutError(f"no answer after {self.call_timeout_s:g} s (call_timeout_s); the server is stuck")
+            how = "call_timeout_s" if self.limits.timeout_s is not None else "its stall limit"
+            cause = TimeoutError(f"no answer after {task.limit_s:.3g} s ({how}): the server is stalled")
             raise ServerError(task.server.name, task.call.kind, cause) from cause
 
     def cancel(self, task: Task) -> None:
@@ -191,6 +231,7 @@ class ThreadRuntime(Runtime):
         for t in self._threads:
             t.join(max(0.0, deadline - time.perf_counter()))
         self.left_running = [t.name for t in self._threads if t.is_alive()]
+        self.release()  # a later runtime on these servers waits for the threads left running (one call each)
         if self.left_running:
             log.info(
                 "left %d worker thread(s) finishing a cancelled call after close: %s (each ends when its call "
@@ -200,15 +241,41 @@ class ThreadRuntime(Runtime):
             )
 
 
-def _wait_for_earlier_owners(servers, timeout_s: float | None) -> None:
-    """Wait until no thread of an earlier runtime is still running a call on one of ``servers``."""
+def _wait_for_earlier_owners(servers) -> None:
+    """Wait until no thread of an earlier runtime is still running a call on one of ``servers`` (each up to the
+    stall limit of the call it runs); a ServerError names a server still busy after that."""
     with _owners_lock:
         earlier = [(s, _owners.get(s)) for s in servers]
     for server, thread in earlier:
         if thread is None or not thread.is_alive():
             continue
         log.info("waiting for %s to finish a call from an earlier run", server.name)
-        thread.join(timeout_s)
-        if thread.is_alive():
-            cause = TimeoutError(f"still busy after {timeout_s:g} s in a call from an earlier run")
+        if not _join(thread):
+            cause = TimeoutError("still busy past its stall limit in a call from an earlier run")
             raise ServerError(server.name, "earlier", cause) from cause
+
+
+def _join(thread: _Worker) -> bool:
+    """Wait until a worker is in no call, as long as the call it runs is within its stall limit; False if it is
+    still in one past that limit."""
+    while thread.is_alive():
+        until = thread.until
+        if until is None:  # in no call: ending, or idle in a runtime nobody closed
+            return True
+        left = until - time.perf_counter()
+        if left <= 0:
+            return False
+        thread.join(min(left, 0.5))
+    return True
+
+
+@atexit.register
+def finish_left_calls() -> None:
+    """At the interpreter's exit, wait for the calls worker threads were left running (each up to its stall limit):
+    a thread still inside a torch forward pass when the process ends aborts it ("terminate called without an active
+    exception", exit status 134) after a correct result. A call still running past its limit is logged."""
+    with _owners_lock:
+        left = [(s, t) for s, t in _owners.items() if t.is_alive()]
+    for server, thread in left:
+        if not _join(thread):
+            log.warning("%s is still busy in a call past its stall limit at exit", server.name)

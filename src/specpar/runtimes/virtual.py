@@ -123,6 +123,7 @@ class VirtualRuntime(Runtime):
         }
         self._queued = {p: deque() for p in self.pools}
         self._paused = None
+        self.claim([s for p in self.pools for s in p.servers])
 
     def __enter__(self):
         """Pause the cyclic garbage collector until exit (:func:`collector_paused`)."""

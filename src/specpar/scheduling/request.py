@@ -26,9 +26,12 @@ from specpar.spec.registry import run_generation
 
 def configure(spec: SpeculativeConfig, option: Option) -> SpeculativeConfig:
     """``spec`` as it runs with ``option``: its algorithm and SP degree, the request's own lookahead if it set an
-    integer (else the option's), its tree for SI and DSI only, HSD's buffers for HSD only, DSI's modes for DSI."""
+    integer (or "adaptive", for SI and DSI; else the option's), its tree and proposer for SI and DSI only, HSD's
+    buffers for HSD only, DSI's modes for DSI."""
     algorithm = option.algorithm
-    lookahead = spec.lookahead if isinstance(spec.lookahead, int) else option.lookahead
+    drafts = algorithm in ("si", "dsi")
+    own = isinstance(spec.lookahead, int) or (spec.lookahead == "adaptive" and drafts)
+    lookahead = spec.lookahead if own else option.lookahead
     if algorithm == spec.algorithm and option.sp_degree == spec.sp_degree and lookahead == spec.lookahead:
         return spec  # its own configuration (a fixed share)
     return dataclasses.replace(
@@ -36,7 +39,8 @@ def configure(spec: SpeculativeConfig, option: Option) -> SpeculativeConfig:
         algorithm=algorithm,
         sp_degree=option.sp_degree,
         lookahead=lookahead,
-        tree=spec.tree if algorithm in ("si", "dsi") else None,
+        tree=spec.tree if drafts else None,
+        proposer=spec.proposer if drafts else None,
         buffers=spec.buffers if algorithm in ("hsd", "hsd-sp") else None,
         prefill_replicas=spec.prefill_replicas if algorithm in ("dsi", "hsd-sp") else None,
         dedicated_cursor=spec.dedicated_cursor if algorithm in ("dsi", "hsd-sp") else None,

@@ -32,6 +32,7 @@ from specpar.scheduling.units import Placement, Unit, place
 
 GOODPUT_WINDOW_MS = 10_000.0
 MAX_PLACEMENTS = 4096  # pools kept per scheduler (options x unit sets met so far)
+GOODPUT_BIN_MS = GOODPUT_WINDOW_MS / 100  # tokens recorded within one bin share an entry: at most ~100 entries
 
 
 class WallClock:
@@ -117,7 +118,7 @@ class Scheduler:
         self._ids = itertools.count()
         self._t0 = self.clock.now()
         self._tokens = 0
-        self._recent: deque = deque()  # (ms, tokens) verified in the goodput window
+        self._recent: deque = deque()  # [latest ms, tokens] per GOODPUT_BIN_MS bin of the goodput window
         self._switches = 0
         # units whose servers' times depend on what they hold (else their order does not matter: see Unit.cached)
         self._caching = any(u.caching for u in self.units)
@@ -234,7 +235,11 @@ class Scheduler:
     def _record(self, now: float, tokens: int) -> None:
         self._tokens += tokens
         recent = self._recent
-        recent.append((now, tokens))
+        last = recent[-1] if recent else None
+        if last is not None and now // GOODPUT_BIN_MS == last[0] // GOODPUT_BIN_MS:
+            last[0], last[1] = now, last[1] + tokens
+        else:
+            recent.append([now, tokens])
         while recent[0][0] < now - GOODPUT_WINDOW_MS:  # kept for the longest window metrics() reads
             recent.popleft()
 

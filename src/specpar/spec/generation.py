@@ -36,9 +36,11 @@ class Generation:
         runtime: Runtime,
         stream: Callable[[list[int]], None] | None = None,
         stopping: Stopping | None = None,
+        feedback: Callable[[int, bool], None] | None = None,
     ):
         """stopping: ends the generation early at a stop token or string (specpar.core.stopping); None: at the
-        length only."""
+        length only. feedback: called with (index in its window, accepted) for every draft tested, in order (a
+        proposer's hook, :mod:`specpar.spec.proposers`)."""
         if len(prompt) == 0:
             raise ConfigError("prompt is empty: give at least one token (the target needs a prefix to continue)")
         check_positive_int("max_new_tokens (N)", max_new_tokens)
@@ -58,6 +60,7 @@ class Generation:
         self._run = 0  # accepted drafts since the last target token
         self._last: Context | None = None  # the Context context() made last
         self.stream = stream  # called with each run of newly verified output tokens, in order
+        self.feedback = feedback
         self._streamed = len(prompt)
         # each output token's log-probability from the target's row it came from (decoding.logprobs asks for them)
         self.logprobs: list | None = None if decoding.logprobs is None else []
@@ -95,7 +98,8 @@ class Generation:
         self._append(token, row)
         if not accepted:
             self._end_round()
-        self._emit()
+        if self.stream is not None:
+            self._emit()
         return accepted
 
     def verify(self, proposal: Proposal, scores: Scores) -> int:
@@ -172,13 +176,17 @@ class Generation:
         self.done = len(self.out) >= self.stop
 
     def _tested(self, index: int, accepted: bool) -> None:
-        while len(self.position_drafted) <= index:
-            self.position_drafted.append(0)
-            self.position_accepted.append(0)
-        self.position_drafted[index] += 1
+        drafted = self.position_drafted
+        if index >= len(drafted):
+            grow = index + 1 - len(drafted)
+            drafted += [0] * grow
+            self.position_accepted += [0] * grow
+        drafted[index] += 1
         if accepted:
             self.position_accepted[index] += 1
             self._run += 1
+        if self.feedback is not None:
+            self.feedback(index, accepted)
 
     def _end_round(self) -> None:
         self.accepted_per_round.append(self._run)

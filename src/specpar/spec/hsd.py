@@ -53,6 +53,8 @@ def level_decoding(decoding: Decoding, level: int) -> Decoding:
 
 
 def check_buffers(buffers: Sequence[int], n_drafters: int) -> list[int]:
+    if isinstance(buffers, (str, bytes)) or not isinstance(buffers, Sequence):
+        raise ConfigError(f"buffers must be a list of buffer sizes T_i, one per drafter level, got {buffers!r}")
     if len(buffers) != n_drafters:
         raise ConfigError(
             f"HSD needs one buffer size T_i per drafter level: {n_drafters} drafters, "

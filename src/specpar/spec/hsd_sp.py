@@ -1,8 +1,8 @@
 """HSD with speculation parallelism: DSI at the top of a hierarchy.
 
 The drafter levels M0 .. M_{K-1} act together as one drafter server
-(:class:`LevelsServer`): a Draft(context, k) call returns M_{K-1}'s next k tokens,
-produced by HSD's recursion (:class:`~specpar.spec.hsd.DrafterLevels`, the same
+(:class:`LevelsServer`), behind DSI's proposer :class:`LevelsDrafter`: a Draft(context, k)
+call returns M_{K-1}'s next k tokens, produced by HSD's recursion (:class:`~specpar.spec.hsd.DrafterLevels`, the same
 code :func:`~specpar.spec.hsd.hsd` runs) with M_{K-1}'s rows as their q. DSI
 then runs unchanged on top: the target verifies each batch on one of ``sp_degree``
 servers *while the levels below already produce the next batch* from the unverified
@@ -31,9 +31,10 @@ from specpar.core.calls import Proposal
 from specpar.core.decoding import GREEDY, Decoding
 from specpar.core.errors import ConfigError
 from specpar.core.results import GenerationResult
-from specpar.runtimes.base import Pool, Runtime
+from specpar.runtimes.base import Pool, Runtime, Task
 from specpar.spec.dsi import dsi
 from specpar.spec.hsd import DrafterLevels, check_buffers
+from specpar.spec.proposers import ModelDrafter
 
 
 class _Cancelled(Exception):
@@ -110,6 +111,33 @@ class LevelsServer:
         return f"LevelsServer({self.name}, {len(self.servers)} levels)"
 
 
+class LevelsDrafter(ModelDrafter):
+    """HSD's levels below the target as a proposer: each proposal is one Draft call on a pool of one
+    :class:`LevelsServer` (M_{K-1}'s next k tokens, with M_{K-1}'s rows as their q), one runtime task. It keeps its
+    tasks, for the work the levels did (:meth:`work`)."""
+
+    def __init__(self, runtime: Runtime, pool: Pool):
+        if len(pool) != 1 or not isinstance(pool.servers[0], LevelsServer):
+            raise ConfigError("hsd_sp needs a pool holding one LevelsServer (the drafter levels of the hierarchy)")
+        super().__init__(runtime, pool)
+        self.levels = pool.servers[0].levels
+        self.tasks = []
+
+    def propose(self, context, k: int, decoding: Decoding) -> Task:
+        task = super().propose(context, k, decoding)
+        self.tasks.append(task)
+        return task
+
+    def work(self) -> list[list[int]]:
+        """The levels' counts, as DrafterLevels.counts() gives them, in completed proposals only (as
+        drafter_forwards counts DSI's drafts): a cancelled one was computed whole at its start on the virtual clock,
+        and partly on threads."""
+        done = [t.result.work for t in self.tasks if t.done and not t.cancelled and t.result is not None]
+        if not done:
+            return [[0] * len(self.levels.T) for _ in range(4)]
+        return [[sum(level) for level in zip(*(w[i] for w in done))] for i in range(4)]
+
+
 def hsd_sp(
     runtime: Runtime,
     target: Pool,
@@ -122,16 +150,10 @@ def hsd_sp(
     stopping=None,
 ) -> GenerationResult:
     """DSI with ``levels`` (a pool of one :class:`LevelsServer`) as its drafter; lookahead = T_{K-1}."""
-    if len(levels) != 1 or not isinstance(levels.servers[0], LevelsServer):
-        raise ConfigError("hsd_sp needs a pool holding one LevelsServer (the drafter levels of the hierarchy)")
-    result = dsi(runtime, target, levels, prompt, max_new_tokens, lookahead, decoding, stream, stopping=stopping)
-    below = levels.servers[0].levels
-    # the levels' work in completed draft calls only, as drafter_forwards counts it for DSI: a cancelled call
-    # was computed whole at its start on the virtual clock, and partly on threads
-    done = [
-        t.result.work for t in runtime.tasks if t.pool is levels and t.done and not t.cancelled and t.result is not None
-    ]
-    counts = [[sum(level) for level in zip(*(w[i] for w in done))] if done else [0] * len(below.T) for i in range(4)]
+    proposer = LevelsDrafter(runtime, levels)
+    result = dsi(runtime, target, proposer, prompt, max_new_tokens, lookahead, decoding, stream, stopping=stopping)
+    counts = proposer.work()
+    below = proposer.levels
     result.algorithm = "hsd-sp"
     result.drafter_forwards = sum(counts[1])
     result.details = below.details(result.target_forwards, result.drafted, result.accepted, counts)

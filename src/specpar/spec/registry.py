@@ -17,18 +17,23 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from specpar.core.config import SpeculativeConfig
+from specpar.backends.vocabulary import fit_drafters
+from specpar.core.config import SpeculativeConfig, parse_proposer
 from specpar.core.decoding import Decoding
 from specpar.core.errors import ConfigError, SpecparWarning
 from specpar.core.results import GenerationResult
 from specpar.core.trees import check_tree, tree_depth
 from specpar.planning import min_lookahead
+from specpar.planning.adaptive import DEFAULT_MAX_LOOKAHEAD, DEFAULT_PRIOR, AdaptiveLookahead, adaptive_lookahead
 from specpar.runtimes import Pool, RuntimeConfig, make_runtime
 from specpar.runtimes.virtual import collector_paused
+from specpar.spec.adaptive import AdaptiveProposer
 from specpar.spec.dsi import dsi
 from specpar.spec.hsd import hsd
 from specpar.spec.hsd_sp import LevelsServer, hsd_sp
+from specpar.spec.ngram import NgramProposer
 from specpar.spec.nonsi import non_si
+from specpar.spec.proposers import ModelDrafter, Proposer
 from specpar.spec.si import si
 
 log = logging.getLogger(__name__)
@@ -49,6 +54,7 @@ class Job:
     spec: SpeculativeConfig
     stream: Callable[[list[int]], None] | None = None
     stopping: object = None
+    adaptive: AdaptiveLookahead | None = None  # lookahead="adaptive": the policy that chooses each window's
 
 
 @dataclass(frozen=True)
@@ -72,17 +78,30 @@ def _nonsi(job: Job) -> GenerationResult:
     )
 
 
+def proposer_of(job: Job) -> Proposer:
+    """What SI and DSI draft with (specpar.spec.proposers): the drafter pool's model (one, or several whose trees
+    are merged), drafting the config's token tree where it has one, else chains; or the n-gram proposer, alone or in
+    front of that model (``spec.proposer``); within the adaptive lookahead's windows where it is on."""
+    spec = job.spec
+    choice = parse_proposer(spec.proposer or "drafter")
+    proposer = ModelDrafter(job.runtime, job.pools["drafter"], spec.tree) if choice.uses_drafter else None
+    if choice.ngram:
+        width = getattr(model_of(job.pools["target"]), "vocab_size", None)
+        proposer = NgramProposer(width, choice.min_n, choice.max_n, spec.tree, fallback=proposer)
+    return proposer if job.adaptive is None else AdaptiveProposer(proposer, job.adaptive)
+
+
 def _si(job: Job) -> GenerationResult:
-    p, s = job.pools, job.spec
-    return si(job.runtime, p["target"], p["drafter"], job.prompt, job.max_new_tokens, s.lookahead, job.decoding,
-              job.stream, job.stopping, tree=s.tree)  # fmt: skip
+    s = job.spec
+    return si(job.runtime, job.pools["target"], proposer_of(job), job.prompt, job.max_new_tokens, s.lookahead,
+              job.decoding, job.stream, job.stopping)  # fmt: skip
 
 
 def _dsi(job: Job) -> GenerationResult:
-    p, s = job.pools, job.spec
-    return dsi(job.runtime, p["target"], p["drafter"], job.prompt, job.max_new_tokens, s.lookahead, job.decoding,
-               job.stream, job.stopping, prefill_all=s.prefill_replicas, dedicated_cursor=s.dedicated_cursor,
-               tree=s.tree)  # fmt: skip
+    s = job.spec
+    return dsi(job.runtime, job.pools["target"], proposer_of(job), job.prompt, job.max_new_tokens, s.lookahead,
+               job.decoding, job.stream, job.stopping, prefill_all=s.prefill_replicas,
+               dedicated_cursor=s.dedicated_cursor)  # fmt: skip
 
 
 def _hsd(job: Job) -> GenerationResult:
@@ -142,8 +161,9 @@ def check_context_window(prompt_len: int, max_new_tokens: int, *sources) -> None
 
 def check_tokens(prompt, decoding: Decoding, target, *drafters) -> None:
     """Refuse up front a prompt that is not token ids (integers >= 0, at most the target's ``max_token_id`` where it
-    has one), and a drafter whose vocabulary size differs from the target's when sampling (rejection sampling
-    compares distributions over one vocabulary)."""
+    has one), and a drafter whose rows are not as wide as the target's when sampling (rejection sampling compares
+    distributions over one vocabulary; a drafter whose rows differ only by padding has been fitted to the target's
+    width by then: :mod:`specpar.backends.vocabulary`)."""
     if isinstance(prompt, (str, bytes)) or not hasattr(prompt, "__len__"):
         raise ConfigError(f"the prompt must be a list of token ids, got {type(prompt).__name__}")
     limit = getattr(model_of(target), "max_token_id", None)
@@ -159,7 +179,8 @@ def check_tokens(prompt, decoding: Decoding, target, *drafters) -> None:
         if size is not None and size != vocab:
             raise ConfigError(
                 f"the drafter's vocabulary has {size} tokens but the target's has {vocab}: sampling needs one "
-                "vocabulary (greedy decoding does not)"
+                "vocabulary (greedy decoding does not); a drafter whose rows differ from the target's only by padding "
+                "needs with_rows() (transformers models have it)"
             )
 
 
@@ -236,7 +257,8 @@ def resolve(spec: SpeculativeConfig, target, drafter, prompt_len: int) -> Specul
             )
         changes.update(buffers=tuple(buffers), lookahead=buffers[-1])
     elif algorithm.drafts and k is None:
-        k = default_lookahead(target, drafter, spec.sp_degree or 1, spec.dedicated_cursor)
+        k = default_lookahead(target, drafter if spec.uses_drafter else None, spec.sp_degree or 1,
+                              spec.dedicated_cursor)  # fmt: skip
         log.info("lookahead %d: the smallest that keeps %d target server(s) busy (Eq. 1)", k, spec.sp_degree or 1)
         changes["lookahead"] = k
     if spec.algorithm in ("dsi", "hsd-sp"):
@@ -245,6 +267,48 @@ def resolve(spec: SpeculativeConfig, target, drafter, prompt_len: int) -> Specul
         if spec.dedicated_cursor is None:
             changes["dedicated_cursor"] = verification_costs_grow(target)
     return spec.replace(**changes)
+
+
+def adaptive_policy(spec: SpeculativeConfig, target, drafter, max_new_tokens: int) -> AdaptiveLookahead:
+    """lookahead="adaptive" (specpar.planning.adaptive): the policy for SI or DSI on these models' latency profiles,
+    from the drafter's acceptance rate where it has one (simulated drafters)."""
+    t, d = latency_of(target), latency_of(drafter)
+    if t is None or d is None:
+        raise ConfigError(
+            "lookahead=\"adaptive\" weighs the target's and the drafter model's latency profiles (simulated models, or "
+            "real ones given a measured profile: `specpar profile`); with the n-gram proposer alone, give a lookahead"
+        )
+    a = getattr(model_of(drafter), "acceptance_rate", None)
+    return adaptive_lookahead(
+        spec.algorithm,
+        t,
+        d,
+        spec.sp_degree or 1,
+        max_lookahead=max(1, min(DEFAULT_MAX_LOOKAHEAD, max_new_tokens - 1)),
+        dedicated_cursor=spec.dedicated_cursor,
+        prior=DEFAULT_PRIOR if a is None else a,
+    )
+
+
+def check_request(prompt, max_new_tokens: int, decoding: Decoding, spec: SpeculativeConfig, target, drafters: list,
+                  merged: bool) -> None:  # fmt: skip
+    """Refuse up front what this generation cannot do with these models (each check's message says why)."""
+    algorithm = ALGORITHMS[spec.algorithm]
+    check_tokens(prompt, decoding, target, *(drafters if spec.uses_drafter else ()))
+    check_context_window(len(prompt), max_new_tokens, target, *drafters)
+    if spec.tree is not None and decoding.processors is not None:
+        raise ConfigError(
+            "token trees (tree=) do not take logits processors yet (top_k, top_p, min_p, repetition_penalty): drop "
+            "them or the tree"
+        )
+    merged = merged and spec.uses_drafter  # the n-gram proposer alone drafts with no model
+    if merged and spec.tree is None and algorithm.drafts:
+        raise ConfigError("several drafters draft only token trees (merge-based): give tree=<k1,...,km>")
+    if merged and not drafters and algorithm.drafts:
+        raise ConfigError("drafter is an empty list: give at least one drafter to merge")
+    if algorithm.drafts and not drafters and spec.uses_drafter:
+        what = "a list of drafters, the smallest first (drafter=[M0, M1, ...])" if algorithm.hierarchy else "a drafter"
+        raise ConfigError(f"algorithm {spec.algorithm!r} needs {what}")
 
 
 # -- one generation ------------------------------------------------------------------------------
@@ -278,26 +342,18 @@ def run_generation(
     drafters = list(drafter) if isinstance(drafter, (list, tuple)) else [] if drafter is None else [drafter]
     if ready_made is None:
         ready_made = isinstance(target, Pool) or any(isinstance(d, Pool) for d in drafters)
-    check_tokens(prompt, decoding, target, *drafters)
-    check_context_window(len(prompt), max_new_tokens, target, *drafters)
-    if spec.tree is not None and decoding.processors is not None:
-        raise ConfigError(
-            "token trees (tree=) do not take logits processors yet (top_k, top_p, min_p, repetition_penalty): drop "
-            "them or the tree"
-        )
-    if merged and spec.tree is None and algorithm.drafts:
-        raise ConfigError("several drafters draft only token trees (merge-based): give tree=<k1,...,km>")
-    if merged and not drafters and algorithm.drafts:
-        raise ConfigError("drafter is an empty list: give at least one drafter to merge")
-    if algorithm.drafts and not drafters:
-        what = "a list of drafters, the smallest first (drafter=[M0, M1, ...])" if algorithm.hierarchy else "a drafter"
-        raise ConfigError(f"algorithm {spec.algorithm!r} needs {what}")
+    drafters = fit_drafters(model_of(target), drafters)  # rows that differ from the target's only by padding
+    check_request(prompt, max_new_tokens, decoding, spec, target, drafters, merged)
     spec = resolve(spec, target, drafters if algorithm.hierarchy else drafters[0] if drafters else None, len(prompt))
-    if algorithm.drafts and not algorithm.hierarchy:
+    if algorithm.drafts and not algorithm.hierarchy and spec.uses_drafter:
         check_drafter_faster(target, drafters[0])
+    policy = None
+    if spec.lookahead == "adaptive" and algorithm.drafts:
+        policy = adaptive_policy(spec, target, drafters[0] if drafters and spec.uses_drafter else None, max_new_tokens)
+        spec = spec.replace(lookahead=policy.candidates[-1])
     pools = make_pools(algorithm, spec, target, drafters, merged)
     rt = make_runtime(runtime, list(pools.values()), ready_made)
-    job = Job(rt, pools, list(prompt), max_new_tokens, decoding, spec, stream, stopping)
+    job = Job(rt, pools, list(prompt), max_new_tokens, decoding, spec, stream, stopping, policy)
     # on the virtual clock the collector stays paused until the result is made (collector_paused's docstring)
     with collector_paused(runtime.name == "virtual"), rt:
         result = algorithm.run(job)
@@ -320,7 +376,7 @@ def make_pools(algorithm: Algorithm, spec: SpeculativeConfig, target, drafters: 
     if algorithm.name == "hsd-sp":
         servers = [pool_of(m, 1, f"level{i}").servers[0] for i, m in enumerate(drafters)]
         pools["levels"] = Pool([LevelsServer(servers, spec.buffers[:-1])], "levels")
-    elif algorithm.drafts:
+    elif algorithm.drafts and spec.uses_drafter:
         if merged:
             from specpar.backends.merged import MergedDrafters
 

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import sys
-
 from specpar.core.errors import ConfigError
 from specpar.core.json_output import JsonLines, print_json
 from specpar.core.params import SamplingParams
-from specpar.core.results import METRICS_FOOTNOTE, fmt
+from specpar.core.results import fmt, metrics_footnote
 from specpar.core.trees import parse_tree
 from specpar.entrypoints.cli import real_models
 from specpar.entrypoints.cli.aliases import add_deprecated
@@ -37,7 +35,7 @@ def register(sub) -> None:
     real_models.add_prompt_args(p, default="humaneval")
     add_prompt_count(p, 10, "prompts to run, the dataset's first n")
     add_max_new_tokens(p, 64, "tokens per prompt")
-    real_models.add_speculation_arguments(p, fields=("lookahead", "sp_degree", "tree", "prefill_replicas",
+    real_models.add_speculation_arguments(p, fields=("lookahead", "sp_degree", "tree", "proposer", "prefill_replicas",
                                                      "dedicated_cursor"))  # fmt: skip
     algorithms = p.add_argument(
         "--algorithms", default="nonsi,si,dsi", metavar="LIST", help="comma-separated algorithms (default nonsi,si,dsi)"
@@ -227,10 +225,10 @@ def _config(args, target, drafter, servers) -> dict:
 
 
 def _print(args, summary, why, target, drafter, servers) -> None:
-    from rich.console import Console
-    from rich.table import Table
 
-    console = Console(width=None if sys.stdout.isatty() else 130)
+    from specpar.entrypoints.cli.console import print_table, table_console
+
+    console = table_console()
     mode = "greedy" if args.temperature == 0 else f"sampling at temperature {args.temperature:g}"
     console.print(
         f"{target.name} (target) + {drafter.name} (drafter) on {', '.join(sorted({s.device for s in servers.all}))}; "
@@ -238,36 +236,36 @@ def _print(args, summary, why, target, drafter, servers) -> None:
         f"{'arms as named' if args.arm else f'lookahead {args.lookahead}'}, "
         f"SP {args.sp_degree}; {mode}; each algorithm from a cold cache"
     )
-    table = Table()
-    for col in (
+    columns = (
         "algorithm",
         "wall time s",
-        "tokens/s",
+        "tokens /s",
         "vs non-SI",
         "vs SI",
         "accept rate",
-        "mean accept len",
-        "tokens/target pass",
-        "same tokens as non-SI",
+        "run len",
+        "tokens/pass",
+        "same as non-SI",
         "outside fwd",
-    ):
-        table.add_column(col, justify="left" if col == "algorithm" else "right")
-
+    )
+    rows = []
     for algo, s in summary.items():
-        table.add_row(
-            NAMES.get(algo, algo),
-            fmt(s["wall_time_s"], ".1f"),
-            fmt(s["tokens_per_second"]),
-            real_models.speedup_cell(s, "nonsi"),
-            real_models.speedup_cell(s, "si"),
-            fmt(s["acceptance_rate"]),
-            fmt(s["mean_acceptance_length"]),
-            fmt(s["tokens_per_target_pass"]),
-            "-" if s["same_tokens_as_nonsi"] is None else ("yes" if s["same_tokens_as_nonsi"] else "[red]NO[/red]"),
-            fmt(None if s["outside_forward_fraction"] is None else 100 * s["outside_forward_fraction"], ".2f", "%"),
+        rows.append(
+            [
+                NAMES.get(algo, algo),
+                fmt(s["wall_time_s"], ".1f"),
+                fmt(s["tokens_per_second"]),
+                real_models.speedup_cell(s, "nonsi"),
+                real_models.speedup_cell(s, "si"),
+                fmt(s["acceptance_rate"]),
+                fmt(s["mean_run_length"]),
+                fmt(s["mean_acceptance_length"]),
+                "-" if s["same_tokens_as_nonsi"] is None else ("yes" if s["same_tokens_as_nonsi"] else "[red]NO[/red]"),
+                fmt(None if s["outside_forward_fraction"] is None else 100 * s["outside_forward_fraction"], ".2f", "%"),
+            ]
         )
-    console.print(table)
-    console.print(METRICS_FOOTNOTE, style="dim")
+    print_table(console, columns, rows)
+    console.print(metrics_footnote(columns), style="dim")
     if why:
         console.print(why)
     for line in real_models.inconclusive_lines(summary):

@@ -7,7 +7,7 @@ import sys
 
 from specpar.core.errors import ConfigError
 from specpar.core.json_output import print_json
-from specpar.core.results import METRICS_FOOTNOTE
+from specpar.core.results import metrics_footnote
 from specpar.entrypoints.cli import real_models
 from specpar.entrypoints.cli.command_args import add_json, add_max_new_tokens, add_repeats, command_parser
 from specpar.entrypoints.cli.options import integer, number, seed
@@ -139,6 +139,8 @@ class Streamer:
 
 def run(args) -> int:
     real_models.check_common(args)
+    if args.repeats < 1:
+        raise ConfigError(f"--repeats must be >= 1, got {args.repeats}")
     if args.repeats > 1 and not args.compare:
         raise ConfigError("--repeats is for --compare (it repeats the comparison)")
     params = sampling_params(args)
@@ -210,12 +212,11 @@ def run(args) -> int:
 def _report(args, results, runs, speedups) -> None:
     """The main algorithm's statistics (its first run); with --compare a table of all, times the mean over
     the repeats and ratios with their spread."""
-    from rich.console import Console
-    from rich.table import Table
 
     from specpar.core.results import fmt
+    from specpar.entrypoints.cli.console import print_table, table_console
 
-    console = Console(stderr=True, width=None if sys.stderr.isatty() else 120)
+    console = table_console(stderr=True, wide=120)
     main = results[args.algorithm]
     console.print(
         f"{NAMES[args.algorithm]}: {len(main.tokens)} tokens in {main.time_ms / 1000:.2f} s = "
@@ -224,8 +225,9 @@ def _report(args, results, runs, speedups) -> None:
         + (
             ""
             if args.algorithm == "nonsi"
-            else f"acceptance rate {fmt(main.acceptance_rate)}, mean acceptance length "
-            f"{fmt(main.mean_acceptance_length)}, lookahead {main.lookahead}, "
+            else f"acceptance rate {fmt(main.acceptance_rate)}, run length {fmt(main.mean_run_length)} "
+            f"(tokens per target-made token), {fmt(main.mean_acceptance_length)} tokens per target pass, "
+            f"lookahead {main.lookahead}, "
         )
         + (
             f"time outside forward passes {100 * main.overhead['outside_forward_fraction']:.2f}%"
@@ -236,35 +238,39 @@ def _report(args, results, runs, speedups) -> None:
     if len(results) == 1:
         return
     n = len(runs["nonsi"])
-    table = Table(title=f"same prompt, same loaded servers, {n} interleaved run{'s' if n > 1 else ''} each")
-    for col in (
+    title = f"same prompt, same loaded servers, {n} interleaved run{'s' if n > 1 else ''} each"
+    columns = (
         "algorithm",
         "time s",
-        "tokens/s",
+        "tokens /s",
         "vs non-SI",
         "vs SI",
         "accept rate",
-        "mean accept len",
-        "same tokens as non-SI",
-    ):
-        table.add_column(col, justify="left" if col == "algorithm" else "right")
+        "run len",
+        "tokens/pass",
+        "same as non-SI",
+    )
+    rows = []
     base = runs.get("nonsi")
     for algo in ("nonsi", "si", "dsi"):
         r = results[algo]
         mean_ms = sum(x.time_ms for x in runs[algo]) / len(runs[algo])
         same = all(x.tokens == b.tokens for x, b in zip(runs[algo], base))
-        table.add_row(
-            NAMES[algo],
-            f"{mean_ms / 1000:.2f}",
-            fmt(len(r.tokens) / (mean_ms / 1000) if mean_ms > 0 else None),
-            real_models.speedup_cell(speedups[algo], "nonsi"),
-            real_models.speedup_cell(speedups[algo], "si"),
-            "-" if algo == "nonsi" else fmt(r.acceptance_rate),
-            "-" if algo == "nonsi" else fmt(r.mean_acceptance_length),
-            "-" if algo == "nonsi" or args.temperature else ("yes" if same else "[red]NO[/red]"),
+        rows.append(
+            [
+                NAMES[algo],
+                f"{mean_ms / 1000:.2f}",
+                fmt(len(r.tokens) / (mean_ms / 1000) if mean_ms > 0 else None),
+                real_models.speedup_cell(speedups[algo], "nonsi"),
+                real_models.speedup_cell(speedups[algo], "si"),
+                "-" if algo == "nonsi" else fmt(r.acceptance_rate),
+                "-" if algo == "nonsi" else fmt(r.mean_run_length),
+                fmt(r.mean_acceptance_length),
+                "-" if algo == "nonsi" or args.temperature else ("yes" if same else "[red]NO[/red]"),
+            ]
         )
-    console.print(table)
-    console.print(METRICS_FOOTNOTE, style="dim")
+    print_table(console, columns, rows, title)
+    console.print(metrics_footnote(columns), style="dim")
     why = real_models.why_line(runs)
     if why:
         console.print(why)

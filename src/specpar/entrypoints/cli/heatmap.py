@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import sys
 import time
 
 from specpar.core.config import SpeculativeConfig
@@ -116,12 +115,11 @@ def compute_with_progress(args, fixed_lookahead, label: str):
 
 
 def run(args) -> int:
-    from rich.console import Console
-
+    from specpar.entrypoints.cli.console import table_console
     from specpar.experiments.heatmap import PANELS
     from specpar.experiments.plots import plot_heatmap
 
-    console = Console(width=None if sys.stdout.isatty() else 120, highlight=False)
+    console = table_console(wide=120, highlight=False)
     prefix = output_prefix(args.output, "dsi-fig2" if args.lookahead is None else f"dsi-fig7-k{args.lookahead}")
     t0 = time.perf_counter()
     h = compute_with_progress(args, args.lookahead, f"{args.resolution} x {args.resolution + 1} cells")

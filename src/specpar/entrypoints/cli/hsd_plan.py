@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import sys
 from pathlib import Path
 
 from specpar.core.errors import ConfigError
@@ -115,8 +114,9 @@ def run(args) -> int:
     if args.json:
         print_json({"costs": args.costs, "alpha": alpha, **report})
         return 0
-    from rich.console import Console
     from rich.table import Table
+
+    from specpar.entrypoints.cli.console import table_console
 
     n = len(args.costs)
     table = Table(title=f"HSD plan for {n} models (T <= {args.t_max})")
@@ -141,7 +141,7 @@ def run(args) -> int:
         "",
     )
     table.add_row("target alone", "target", "-", f"{report['target_alone_latency']:.4g}", "1.000x", "1")
-    Console(width=None if sys.stdout.isatty() else 130).print(table)
+    table_console().print(table)
     s = report["speedup_vs_best_single_drafter"]
     print(
         f"HSD is {s:.3f}x faster than the best single drafter (predicted; latency in the costs' unit per output token)"

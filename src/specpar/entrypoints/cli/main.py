@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None, *, exit_on_interrupt: bool = False) -> i
         if getattr(args, "runtime", None) == "ray":
             from specpar.runtimes.ray_cluster import ray_session
 
-            with ray_session(args.ray_address):  # a local Ray this run starts is stopped, Ctrl-C included
+            with ray_session(args.ray_address, ray_cpus(args)):  # a local Ray it starts is stopped, Ctrl-C included
                 return args.func(args) or 0
         return args.func(args) or 0
     except KeyboardInterrupt:
@@ -111,6 +111,14 @@ def main(argv: list[str] | None = None, *, exit_on_interrupt: bool = False) -> i
         where = f" {str(exc.filename)!r}:" if exc.filename else ""
         _say(f"{prog}: error:{where} {exc.strerror or exc}")
         return USAGE_ERROR
+
+
+def ray_cpus(args) -> float:
+    """The logical CPUs a command's largest Ray run needs: its sp_degree target servers and a drafter level or two,
+    at --cpus-per-server each."""
+    sp = getattr(args, "sp_degree", None)
+    servers = (sp if isinstance(sp, int) and not isinstance(sp, bool) else 1) + 2
+    return servers * float(getattr(args, "cpus_per_server", 1.0) or 1.0)
 
 
 def entry() -> None:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import sys
-
 from specpar.core.config import SpeculativeConfig
 from specpar.core.errors import ConfigError
 from specpar.core.json_output import print_json
@@ -50,10 +48,11 @@ def run(args) -> int:
     if args.json:
         print_json({"dsi": dsi.to_dict(), "si": si.to_dict()})
         return 0
-    from rich.console import Console
     from rich.table import Table
 
-    console = Console(width=None if sys.stdout.isatty() else 120, highlight=False)
+    from specpar.entrypoints.cli.console import table_console
+
+    console = table_console(wide=120, highlight=False)
     console.print(
         f"target {target.tpot_ms:g} ms/pass (TTFT {target.ttft_ms:g}, +{target.per_token_ms:g} per extra token), "
         f"drafter {drafter.tpot_ms:g} ms/token, a = {a:g}, SP = {args.sp_degree}, N = {args.max_new_tokens}"

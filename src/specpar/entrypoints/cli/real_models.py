@@ -21,8 +21,17 @@ PAIR_HELP = (
 
 def add_model_args(p) -> None:
     g = p.add_argument_group("models", PAIR_HELP)
-    g.add_argument("--target", metavar="DIR", help="target model: a local directory (or a hub id when online)")
-    g.add_argument("--drafter", metavar="DIR", help="drafter model with the target's tokenizer")
+    g.add_argument(
+        "--target", metavar="PATH", help="target model: a GGUF file, or a local directory (or a hub id when online)"
+    )
+    g.add_argument("--drafter", metavar="PATH", help="drafter model with the target's tokenizer")
+    g.add_argument(
+        "--backend",
+        choices=("llama", "transformers"),
+        default=None,
+        help="llama: GGUF files on llama.cpp (CPU), bitwise exact; transformers: float32 torch models (any device). "
+        "Default: llama for GGUF files and the default pair on the CPU when `specpar[llama]` is installed",
+    )
     g.add_argument(
         "--devices",
         default=None,
@@ -59,15 +68,25 @@ def device_names(args) -> list[str] | None:
 
 
 def devices(args) -> list[str]:
+    names = device_names(args)
+    if backend(args) == "llama":
+        return names or ["cpu"]  # checked by the engine: llama.cpp runs on the CPU here
     from specpar.backends.transformers_model import available_devices, check_device
 
-    names = device_names(args)
     return available_devices() if names is None else [check_device(d) for d in names]
+
+
+def backend(args) -> str:
+    """The backend the command's models load on (--backend, else the engine's choice for them)."""
+    from specpar.entrypoints.engine import choose_backend
+
+    args.backend = choose_backend(getattr(args, "backend", None), args.target, args.drafter, device_names(args))
+    return args.backend
 
 
 def add_speculation_arguments(
     p,
-    fields=("algorithm", "lookahead", "sp_degree", "tree", "prefill_replicas", "dedicated_cursor"),
+    fields=("algorithm", "lookahead", "sp_degree", "tree", "proposer", "prefill_replicas", "dedicated_cursor"),
     algorithms=("nonsi", "si", "dsi"),
 ) -> ConfigOptions:
     """SpeculativeConfig's flags for ``fields`` (--algorithm among ``algorithms``) and --speculative-config."""
@@ -88,11 +107,12 @@ def add_speculation_arguments(
 
 
 def arm(spec: SpeculativeConfig, engine, algorithm: str, **changes) -> SpeculativeConfig:
-    """``spec`` for one run of ``algorithm`` on ``engine``: no token tree for non-SI, at most the engine's target
-    servers (it made one when no run verifies in parallel)."""
+    """``spec`` for one run of ``algorithm`` on ``engine``: no token tree or proposer for non-SI, at most the engine's
+    target servers (it made one when no run verifies in parallel)."""
     tree = None if algorithm == "nonsi" else changes.pop("tree", spec.tree)
+    proposer = None if algorithm == "nonsi" else changes.pop("proposer", spec.proposer)
     sp = min(spec.sp_degree or engine.sp_degree, engine.sp_degree)
-    return dataclasses.replace(spec, algorithm=algorithm, tree=tree, sp_degree=sp, **changes)
+    return dataclasses.replace(spec, algorithm=algorithm, tree=tree, proposer=proposer, sp_degree=sp, **changes)
 
 
 def load(args, sp_degree: int, max_tokens: int, **engine_options):
@@ -110,6 +130,7 @@ def load(args, sp_degree: int, max_tokens: int, **engine_options):
         args.dtype,
         progress=sys.stderr.isatty(),
         target_device=devs[1] if len(devs) > 1 else devs[0],
+        backend=args.backend,
     )
     spec = getattr(args, "spec", None) or SpeculativeConfig()
     hierarchy = ALGORITHMS[spec.algorithm].hierarchy  # HSD's drafter is a list of levels: here one

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import sys
 import time
 
 from specpar.core.json_output import print_json
@@ -89,15 +88,14 @@ def _table2_rows(args):
 
 
 def run(args) -> int:
-    from rich.console import Console
-
+    from specpar.entrypoints.cli.console import table_console
     from specpar.experiments.claims import FAIL, reproduce
 
     if args.output_dir:
         from specpar.core.paths import check_output_dir
 
         check_output_dir(args.output_dir, "--output-dir")
-    console = Console(width=None if sys.stdout.isatty() else 120, highlight=False)
+    console = table_console(wide=120, highlight=False)
     figures: dict = {}
     t0 = time.perf_counter()
     kwargs = dict(

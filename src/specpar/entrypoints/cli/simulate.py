@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import sys
 import warnings
 
 from specpar.core.config import SpeculativeConfig
 from specpar.core.decoding import check_temperature
 from specpar.core.errors import ConfigError, SpecparWarning
-from specpar.core.results import METRICS_FOOTNOTE, fmt
+from specpar.core.results import fmt, metrics_footnote
 from specpar.core.trees import BestFirst, shape_text
 from specpar.entrypoints.cli.command_args import add_json, add_max_new_tokens, add_repeats, command_parser
 from specpar.entrypoints.cli.config_args import PAPER_SP_DEGREE, ConfigOptions, Default
@@ -23,7 +22,8 @@ Each forward pass takes the time its latency profile says: TTFT for the first
 pass over the prompt (prefill), TPOT for each later pass. On the virtual clock
 nothing sleeps (the paper's offline simulation); on threads the servers sleep
 for their latency in real time (the paper's online simulation).
-Acceptance is iid with rate a, as in the paper's analysis.
+Acceptance is iid with rate a, as in the paper's analysis, or drifts between
+regimes (--acceptance-regimes).
 """
 
 
@@ -74,7 +74,7 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
-PAIR_FIELDS = (*LATENCY_FIELDS, "acceptance_rate", "vocab_size", "seed", "prompt_length")
+PAIR_FIELDS = (*LATENCY_FIELDS, "acceptance_rate", "acceptance_regimes", "vocab_size", "seed", "prompt_length")
 
 
 def add_sampling_mode(p) -> None:
@@ -98,6 +98,8 @@ def add_sampling_mode(p) -> None:
 def _lookaheads(args, target_lat, drafter_lat, a) -> tuple[dict[str, int], str]:
     """Each algorithm's lookahead ({"si": k, "dsi": k}) and a line saying how it was chosen."""
     k = args.lookahead
+    if k == "adaptive":
+        return {"si": k, "dsi": k}, "adaptive: re-chosen at each window from the acceptance seen so far"
     if k != "auto":
         t, d, pt = target_lat.tpot_ms, drafter_lat.tpot_ms, target_lat.per_token_ms
         if d > 0 and verification_servers(t, d, k, pt) is None:
@@ -139,7 +141,7 @@ def run(args) -> int:
 
         args.timeline = check_output_file(args.timeline, "--timeline", image_suffixes())
     pair = pair_from_args(args)
-    (target_lat, drafter_lat), a = pair.latencies(), pair.acceptance_rate
+    (target_lat, drafter_lat), a = pair.latencies(), pair.mean_acceptance_rate
     c = drafter_lat.tpot_ms / target_lat.tpot_ms if target_lat.tpot_ms > 0 else None  # undefined: printed "-"
     from specpar.entrypoints.cli.progress import status
 
@@ -155,6 +157,7 @@ def run(args) -> int:
         target_lat.ttft_ms == target_lat.tpot_ms
         and drafter_lat.ttft_ms == drafter_lat.tpot_ms
         and target_lat.per_token_ms == 0
+        and isinstance(k["si"], int)  # a fixed lookahead (not "adaptive")
     ):
         n, t, d = args.max_new_tokens, target_lat.tpot_ms, drafter_lat.tpot_ms
         closed = {
@@ -187,6 +190,7 @@ def run(args) -> int:
                     },
                     "drafter_latency_fraction": c,
                     "acceptance_rate": a,
+                    "acceptance_regimes": pair.acceptance_regimes,
                     "lookahead": k,
                     "lookahead_choice": why,
                     "sp_degree": args.sp_degree,
@@ -232,21 +236,25 @@ def _run_with_progress(compare, args, make_models, make_prompt, k):
 
 
 def _print_table(args, summary, target_lat, drafter_lat, c, k, why, closed, messages) -> None:
-    from rich.console import Console
-    from rich.table import Table
 
-    console = Console(width=None if sys.stdout.isatty() else 130)
+    from specpar.entrypoints.cli.console import print_table, table_console
+
+    console = table_console()
     clock = CLOCKS[args.runtime] + (f", {args.link_ms:g} ms links" if args.link_ms else "")
     mode = "greedy" if args.temperature == 0 else f"sampling at temperature {args.temperature:g}"
     console.print(
         f"target {target_lat.tpot_ms:g} ms/token (TTFT {target_lat.ttft_ms:g} ms), "
-        f"drafter {drafter_lat.tpot_ms:g} ms/token (c = {fmt(c, '.3g')}), a = {args.acceptance_rate:g}, "
-        f"N = {args.max_new_tokens}, {args.repeats} repeats, {clock}, {mode}"
+        f"drafter {drafter_lat.tpot_ms:g} ms/token (c = {fmt(c, '.3g')}), "
+        + (
+            f"a = {args.acceptance_regimes} (regimes), "
+            if args.acceptance_regimes
+            else f"a = {args.acceptance_rate:g}, "
+        )
+        + f"N = {args.max_new_tokens}, {args.repeats} repeats, {clock}, {mode}"
     )
     ks = f"k = {k['dsi']}" if k["si"] == k["dsi"] else f"SI k = {k['si']}, DSI k = {k['dsi']}"
     console.print(f"lookahead {ks} ({why})")
-    table = Table()
-    for col in (
+    columns = (
         "algorithm",
         "k",
         "SP",
@@ -254,33 +262,35 @@ def _print_table(args, summary, target_lat, drafter_lat, c, k, why, closed, mess
         "vs non-SI",
         "vs SI",
         "accept rate",
-        "mean accept len",
         "run len",
+        "tokens/pass",
         "target fwd",
         "drafter fwd",
         "same tokens",
-    ):
-        table.add_column(col, justify="right" if col != "algorithm" else "left")
+    )
+    rows = []
     tree = "<" + shape_text(args.tree) + ">" if args.tree else ""
     names = {"nonsi": "non-SI", "si": "SI", "dsi": "DSI", "si-tree": f"SI {tree}", "dsi-tree": f"DSI {tree}"}
     for name, s in summary.items():
         speed = fmt(s.speedup_vs_nonsi, ".2f", "x")
-        table.add_row(
-            names[name],
-            str(s.lookahead or "-"),
-            str(s.sp_degree),
-            f"{s.mean_ms:.1f}±{s.std_ms:.1f}",
-            f"[red]{speed}[/red]" if s.speedup_vs_nonsi < 1 - 1e-9 else speed,
-            fmt(s.speedup_vs_si, ".2f", "x"),
-            fmt(s.acceptance_rate),
-            fmt(s.mean_acceptance_length),
-            fmt(s.mean_run_length),
-            f"{s.target_forwards:.1f}",
-            f"{s.drafter_forwards:.1f}",
-            "-" if s.same_tokens_as_nonsi is None else ("yes" if s.same_tokens_as_nonsi else "[red]NO[/red]"),
+        rows.append(
+            [
+                names[name],
+                str(s.lookahead or "-"),
+                str(s.sp_degree),
+                f"{s.mean_ms:.1f}±{s.std_ms:.1f}",
+                f"[red]{speed}[/red]" if s.speedup_vs_nonsi < 1 - 1e-9 else speed,
+                fmt(s.speedup_vs_si, ".2f", "x"),
+                fmt(s.acceptance_rate),
+                fmt(s.mean_run_length),
+                fmt(s.mean_acceptance_length),
+                f"{s.target_forwards:.1f}",
+                f"{s.drafter_forwards:.1f}",
+                "-" if s.same_tokens_as_nonsi is None else ("yes" if s.same_tokens_as_nonsi else "[red]NO[/red]"),
+            ]
         )
-    console.print(table)
-    console.print(METRICS_FOOTNOTE, style="dim")
+    print_table(console, columns, rows)
+    console.print(metrics_footnote(columns), style="dim")
     if closed:
         console.print(
             f"closed forms (iid acceptance): non-SI {closed['nonsi_ms']:.1f} ms; "

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import random
 import statistics
-import sys
 
 from specpar.core.errors import ConfigError
 from specpar.core.json_output import print_json
@@ -187,13 +186,13 @@ def _run_plans(args, plans, make_stack, bar) -> dict:
 
 
 def _print_table(args, costs, rows) -> None:
-    from rich.console import Console
     from rich.table import Table
 
     from specpar.core.results import fmt
+    from specpar.entrypoints.cli.console import table_console
     from specpar.entrypoints.cli.hsd_plan import describe
 
-    console = Console(width=None if sys.stdout.isatty() else 150)
+    console = table_console(wide=150)
     clock = CLOCKS[args.runtime]
     mode = "greedy" if args.temperature == 0 else f"sampling at temperature {args.temperature:g}"
     console.print(

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import sys
-
 from specpar.backends.simulated_pair import SimulatedPair
 from specpar.core.config import SpeculativeConfig
 from specpar.entrypoints.cli.command_args import add_json, add_max_new_tokens, add_repeats, command_parser
@@ -84,16 +82,16 @@ def _profiles(args):
 
 
 def run(args) -> int:
-    from rich.console import Console
     from rich.table import Table
 
     from specpar.core.json_output import print_json
     from specpar.entrypoints.cli import real_models
+    from specpar.entrypoints.cli.console import table_console
     from specpar.entrypoints.cli.progress import TokenProgress
     from specpar.experiments.loop import inconclusive_line
     from specpar.experiments.online import feasible_lookaheads, run_online
 
-    console = Console(width=None if sys.stdout.isatty() else 130, stderr=args.json, highlight=False)
+    console = table_console(stderr=args.json, highlight=False)
     pairs, note = _profiles(args)
     if args.runtime != "virtual":
         real_models.warn_load()

@@ -77,8 +77,12 @@ def _plan(req, chat: bool, jobs: list[Job], logprobs, served: Served) -> Plan:
         raise RequestError("stream_options is only allowed when stream is true", "stream_options")
     spec = req.speculative
     speculative = {} if spec is None else {k: v for k, v in spec.model_dump().items() if v is not None}
-    if "algorithm" in speculative and speculative["algorithm"] != "nonsi" and served.engine.drafters is None:
-        raise RequestError("this server has no drafter: only algorithm 'nonsi'", "speculative")
+    try:
+        request_spec = served.engine.spec.replace(**speculative)
+    except ConfigError as exc:  # fields that do not go together (an n-gram proposer for non-SI)
+        raise RequestError(str(exc), "speculative") from None
+    if served.engine.drafters is None and request_spec.uses_drafter:
+        raise RequestError("this server has no drafter: only algorithm 'nonsi', or proposer 'ngram'", "speculative")
     sp = speculative.get("sp_degree")
     if sp is not None and sp > served.engine.sp_degree:
         raise RequestError(f"speculative.sp_degree is at most the server's, {served.engine.sp_degree}", "speculative")

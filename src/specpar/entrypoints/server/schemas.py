@@ -55,6 +55,20 @@ class Speculative(Strict):
     algorithm: Literal["nonsi", "si", "dsi"] | None = None
     lookahead: Annotated[int, Field(ge=1, le=64)] | None = None
     sp_degree: Annotated[int, Field(ge=1)] | None = None
+    proposer: str | None = None  # "drafter", "ngram[:MIN:MAX]", either with "+drafter" (SpeculativeConfig.proposer)
+
+    @field_validator("proposer")
+    @classmethod
+    def _proposer(cls, value):
+        from specpar.core.config import parse_proposer
+        from specpar.core.errors import ConfigError
+
+        if value is None:
+            return value
+        try:
+            return str(parse_proposer(value))
+        except ConfigError as exc:
+            raise ValueError(str(exc)) from None
 
 
 class StreamOptions(Strict):

@@ -1,0 +1,255 @@
+"""Same tokens, same times, same forward counts: SI, DSI and HSD(-SP) in two checkouts, over a fixed random set
+of configurations on the virtual clock.
+
+A refactor of an algorithm (issue 20: DSI as an explicit state machine, the proposer seam) must not change what
+it does. This draws ``--configs`` configurations from a fixed seed (vocabulary, acceptance rate, latencies with
+TTFT and per-token costs, lookahead, SP degree, prefill_all / dedicated_cursor, cancel modes and link latency,
+chains, uniform and best-first token trees, merged drafters, greedy and sampled decoding with both couplings,
+logits processors, stop ids, HSD levels), runs every one in each checkout (a subprocess per checkout, with that
+checkout's ``src`` first on the path), and compares the results field by field: tokens, finish reason, time
+and TTFT (exactly: floats compared by their repr), target and drafter forward counts, verifications, drafted and
+accepted counts per position and per round, HSD's per-level details, and the whole timeline (every task's
+server, kind, start, end, cancelled flag, tokens and drafts). A configuration that raises must raise the same
+error in both.
+
+    git worktree add /tmp/dsi_before 460d16d
+    .venv/bin/python benchmarks/dsi_equivalence.py --src /tmp/dsi_before --src .
+
+The algorithms are called directly (``dsi(runtime, target_pool, drafter, ...)`` and the others; the drafter is a
+``ModelDrafter`` where the checkout has proposers, else the drafter pool and ``tree=`` as at 460d16d), not through
+``generate``, so that the script measures the algorithms and not the option plumbing above them. Exit status 1 when any configuration differs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+RUNNER = r"""
+import json, sys, traceback
+sys.path.insert(0, SRC)
+import specpar
+assert specpar.__file__.startswith(SRC), f"specpar imported from {specpar.__file__}, not from {SRC}"
+from specpar.backends.merged import MergedDrafters
+from specpar.backends.simulated import SimulatedModel
+from specpar.backends.stack import SimulatedStack
+from specpar.core.decoding import Decoding
+from specpar.core.latency import LatencyProfile
+from specpar.core.logits_processors import LogitsProcessors
+from specpar.core.stopping import Stopping
+from specpar.core.trees import BestFirst
+from specpar.runtimes.base import Pool
+from specpar.runtimes.virtual import VirtualRuntime
+from specpar.spec.dsi import dsi
+from specpar.spec.hsd import hsd
+from specpar.spec.hsd_sp import LevelsServer, hsd_sp
+from specpar.spec.si import si
+
+try:  # since issue 20: a proposer carries the tree (before, the algorithms took tree= beside a drafter pool)
+    from specpar.spec.proposers import ModelDrafter
+except ImportError:
+    ModelDrafter = None
+
+
+def latency(spec):
+    return LatencyProfile(*spec)
+
+
+def run(c):
+    target = SimulatedModel(c["vocab"], seed=c["seed"], latency=latency(c["target_latency"]))
+    drafters = [target.drafter(a, latency(lat), seed=s) for a, lat, s in c["drafters"]]
+    processors = LogitsProcessors(**c["processors"]) if c["processors"] else None
+    decoding = Decoding(c["temperature"], c["decoding_seed"], processors, c["coupling"])
+    stopping = Stopping(stop_ids=c["stop_ids"]) if c["stop_ids"] else None
+    tree = c["tree"]
+    if isinstance(tree, list) and tree and tree[0] == "best":
+        tree = BestFirst(*tree[1:])
+    elif tree is not None:
+        tree = tuple(tree)
+    algorithm, n, k, sp = c["algorithm"], c["max_new_tokens"], c["lookahead"], c["sp_degree"]
+    if algorithm in ("si", "dsi"):
+        if len(drafters) > 1:
+            drafter = Pool([MergedDrafters([d.server(f"drafter{i}") for i, d in enumerate(drafters)])], "drafter")
+        else:
+            drafter = Pool([drafters[0].server("drafter0")], "drafter")
+        target_pool = Pool([target.server(f"target{i}") for i in range(sp if algorithm == "dsi" else 1)], "target")
+        pools = [drafter, target_pool]
+    elif algorithm == "hsd-sp":
+        drafter = Pool([LevelsServer([d.server(f"level{i}") for i, d in enumerate(drafters)], c["buffers"][:-1])], "levels")
+        target_pool = Pool([target.server(f"target{i}") for i in range(sp)], "target")
+        pools = [drafter, target_pool]
+    else:
+        pools = [Pool([m.server(f"level{i}")], f"level{i}") for i, m in enumerate(drafters + [target])]
+    rt = VirtualRuntime(pools, cancel_frees=c["cancel_frees"], link_ms=c["link_ms"])
+    prompt = c["prompt"]
+    trees = {}
+    if algorithm in ("si", "dsi"):
+        if ModelDrafter is not None:
+            drafter = ModelDrafter(rt, drafter, tree)
+        else:
+            trees["tree"] = tree
+    with rt:
+        if algorithm == "dsi":
+            r = dsi(rt, target_pool, drafter, prompt, n, k, decoding, None, stopping,
+                    prefill_all=c["prefill_all"], dedicated_cursor=c["dedicated_cursor"], **trees)
+        elif algorithm == "si":
+            r = si(rt, target_pool, drafter, prompt, n, k, decoding, None, stopping, **trees)
+        elif algorithm == "hsd-sp":
+            r = hsd_sp(rt, target_pool, drafter, prompt, n, c["buffers"][-1], decoding, None, stopping)
+        else:
+            r = hsd(rt, pools, prompt, n, c["buffers"], decoding, None, stopping)
+    return {
+        "tokens": r.tokens,
+        "finish_reason": r.finish_reason,
+        "time_ms": repr(r.time_ms),
+        "ttft_ms": repr(r.ttft_ms),
+        "target_forwards": r.target_forwards,
+        "drafter_forwards": r.drafter_forwards,
+        "verifications": r.verifications,
+        "drafted": r.drafted,
+        "accepted": r.accepted,
+        "accepted_per_round": r.accepted_per_round,
+        "position_drafted": r.position_drafted,
+        "position_accepted": r.position_accepted,
+        "lookahead": r.lookahead,
+        "sp_degree": r.sp_degree,
+        "details": r.details,
+        "timeline": [
+            [x.server, x.kind, repr(x.start_ms), repr(x.end_ms), x.cancelled, x.tokens, x.drafts] for x in r.timeline
+        ],
+    }
+
+
+with open(sys.argv[1]) as f, open(sys.argv[2], "w") as out:
+    for line in f:
+        c = json.loads(line)
+        try:
+            result = run(c)
+        except Exception as exc:
+            result = {"error": f"{type(exc).__name__}: {exc}"}
+        out.write(json.dumps(result) + "\n")
+"""
+
+
+def latency(rng: random.Random, scale: float = 1.0) -> list[float]:
+    """[ttft, tpot, per_token] in ms: uniform (the paper's time unit), a costly prefill, or a cost per token."""
+    tpot = round(rng.uniform(0.05, 20.0) * scale, 3)
+    kind = rng.random()
+    if kind < 0.4:
+        return [tpot, tpot, 0.0]
+    ttft = round(tpot * rng.uniform(1.0, 30.0), 3)
+    per_token = round(tpot * rng.uniform(0.0, 0.5), 3) if kind > 0.7 else 0.0
+    return [ttft, tpot, per_token]
+
+
+def configuration(rng: random.Random) -> dict:
+    """One configuration, as JSON, drawn from ``rng``."""
+    algorithm = rng.choices(["dsi", "si", "hsd-sp", "hsd"], weights=[70, 20, 6, 4])[0]
+    vocab = rng.choice([2, 3, 5, 8, 16, 32, 100])
+    target = latency(rng)
+    n_drafters = 1
+    tree = None
+    if algorithm in ("si", "dsi") and rng.random() < 0.4:
+        if rng.random() < 0.6:
+            tree = [rng.randint(1, 3) for _ in range(rng.randint(1, 4))]
+        else:
+            tree = ["best", rng.randint(1, 10), rng.randint(1, 3)]
+        n_drafters = rng.choices([1, 2, 3], weights=[6, 3, 1])[0]
+    elif algorithm in ("hsd", "hsd-sp"):
+        n_drafters = rng.randint(1, 3)
+    c = [rng.uniform(0.01, 0.9) for _ in range(n_drafters)]
+    if algorithm in ("hsd", "hsd-sp"):
+        c.sort()  # smaller (faster) levels first
+    drafters = [
+        [rng.choice([0.0, 0.3, 0.5, 0.8, 0.9, 1.0, round(rng.random(), 3)]), latency(rng, ci * target[1] / 10), i + 1]
+        for i, ci in enumerate(c)
+    ]
+    sampled = rng.random() < 0.5
+    processors = {}
+    if tree is None and rng.random() < 0.15:
+        processors = rng.choice(
+            [{"top_k": rng.randint(1, 4)}, {"top_p": 0.8}, {"min_p": 0.1}, {"repetition_penalty": 1.3}]
+        )
+    return {
+        "algorithm": algorithm,
+        "vocab": vocab,
+        "seed": rng.randrange(1 << 30),
+        "target_latency": target,
+        "drafters": drafters,
+        "temperature": rng.choice([0.5, 1.0, 1.5]) if sampled else 0.0,
+        "decoding_seed": rng.randrange(1 << 30),
+        "coupling": rng.choice(["rejection", "gumbel"]) if sampled else "rejection",
+        "processors": processors,
+        "stop_ids": rng.sample(range(vocab), min(vocab - 1, rng.randint(1, 2))) if rng.random() < 0.25 else [],
+        "tree": tree,
+        "max_new_tokens": rng.choice([1, 2, 3, rng.randint(1, 40), rng.randint(20, 80)]),
+        "lookahead": rng.randint(1, 8),
+        "sp_degree": rng.randint(1, 8),
+        "prefill_all": rng.random() < 0.4,
+        "dedicated_cursor": rng.random() < 0.4,
+        "buffers": [rng.randint(1, 5) for _ in range(n_drafters)],
+        "cancel_frees": rng.choice(["now", "now", "end", {"target": "end"}]),
+        "link_ms": rng.choice([0.0, 0.0, 0.0, 0.3, {"target": 1.5}]),
+        "prompt": [rng.randrange(vocab) for _ in range(rng.randint(1, 6))],
+    }
+
+
+def run_checkout(src: Path, configs: Path, out: Path) -> None:
+    env = dict(os.environ, PYTHONHASHSEED="0", OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
+    code = f"SRC = {str(src / 'src')!r}\n" + RUNNER
+    done = subprocess.run([sys.executable, "-c", code, str(configs), str(out)], env=env)
+    if done.returncode != 0:
+        raise SystemExit(f"the run in {src} failed (exit {done.returncode})")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--src", action="append", type=Path, required=True, help="a checkout (give two)")
+    parser.add_argument("--configs", type=int, default=10_000)
+    parser.add_argument("--seed", type=int, default=20, help="of the configurations' draw")
+    parser.add_argument("--show", type=int, default=3, help="differing configurations to print")
+    args = parser.parse_args()
+    if len(args.src) != 2:
+        raise SystemExit("give --src twice: the checkout before and the one after")
+    for src in args.src:
+        if not (src / "src" / "specpar").is_dir():
+            raise SystemExit(f"{src} is not a specpar checkout (no src/specpar)")
+    rng = random.Random(args.seed)
+    configs = [configuration(rng) for _ in range(args.configs)]
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "configs.jsonl"
+        path.write_text("".join(json.dumps(c) + "\n" for c in configs))
+        results = []
+        for i, src in enumerate(args.src):
+            out = Path(tmp) / f"out{i}.jsonl"
+            run_checkout(src.resolve(), path, out)
+            results.append([json.loads(line) for line in out.read_text().splitlines()])
+    before, after = results
+    differ = [i for i, (x, y) in enumerate(zip(before, after)) if x != y]
+    errors = sum("error" in x for x in before)
+    counts = {}
+    for c in configs:
+        counts[c["algorithm"]] = counts.get(c["algorithm"], 0) + 1
+    print(f"{len(configs)} configurations (seed {args.seed}; {counts}; {errors} raise in the first checkout)")
+    print(f"{len(differ)} differ between {args.src[0]} and {args.src[1]}")
+    for i in differ[: args.show]:
+        fields = sorted(k for k in set(before[i]) | set(after[i]) if before[i].get(k) != after[i].get(k))
+        print(f"  #{i}: {json.dumps(configs[i])}\n    fields: {fields}")
+        for k in fields[:3]:
+            print(f"    {k}: {str(before[i].get(k))[:300]}\n    {' ' * len(k)}  {str(after[i].get(k))[:300]}")
+    kinds = sorted({x["error"].split(":")[0] for x in before if "error" in x})
+    if errors:
+        print(f"  errors raised: {kinds}")
+    if errors > len(configs) // 10:  # configurations are drawn valid but for a few (e.g. a tree too wide)
+        raise SystemExit(f"{errors} of {len(configs)} configurations raise: the runner is broken, nothing was compared")
+    sys.exit(1 if differ else 0)
+
+
+if __name__ == "__main__":
+    main()

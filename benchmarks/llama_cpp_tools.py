@@ -1,0 +1,67 @@
+"""llama.cpp's own command-line tools, built for the benchmarks from the llama.cpp source vendored in the
+llama-cpp-python sdist (the version specpar pins). Never a dependency of specpar, and none of its code is in this
+repository: the sdist is fetched with pip into the cache and built there once.
+
+    .venv/bin/python benchmarks/llama_cpp_tools.py   # builds, then prints the tools' directory
+
+``tools()`` returns the directory holding ``llama-speculative-simple`` (llama.cpp's draft-model speculative
+decoding, the code path of llama-server's ``--model-draft``), ``llama-speculative`` (its older example with
+drafted trees) and ``llama-completion`` (plain decoding); about 5 minutes of 2 cores the first time.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+VERSION = "0.3.36"
+TARGETS = ("llama-speculative-simple", "llama-speculative", "llama-completion")
+
+
+def cache() -> Path:
+    from specpar.backends.weights import cache_dir
+
+    return cache_dir() / f"llama.cpp-{VERSION}"
+
+
+def source() -> Path:
+    """The llama.cpp source tree of the llama-cpp-python sdist, fetched with pip and unpacked once."""
+    root = cache()
+    tree = root / f"llama_cpp_python-{VERSION}" / "vendor" / "llama.cpp"
+    if (tree / "CMakeLists.txt").is_file():
+        return tree
+    root.mkdir(parents=True, exist_ok=True)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", "-d", str(root),
+         f"llama-cpp-python=={VERSION}"],
+        check=True,
+    )  # fmt: skip
+    sdist = next(root.glob(f"llama_cpp_python-{VERSION}.tar.gz"))
+    with tarfile.open(sdist) as tar:
+        tar.extractall(root, filter="data")
+    return tree
+
+
+def tools() -> Path:
+    """The directory of the built tools (built on first use)."""
+    build = cache() / "build"
+    bindir = build / "bin"
+    if all((bindir / t).is_file() for t in TARGETS):
+        return bindir
+    src = source()
+    generator = ["-G", "Ninja"] if shutil.which("ninja") else []
+    subprocess.run(
+        ["cmake", "-S", str(src), "-B", str(build), *generator, "-DCMAKE_BUILD_TYPE=Release",
+         "-DBUILD_SHARED_LIBS=OFF", "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_SERVER=OFF", "-DLLAMA_BUILD_APP=OFF",
+         "-DLLAMA_BUILD_TOOLS=ON", "-DLLAMA_BUILD_EXAMPLES=ON", "-DLLAMA_OPENSSL=OFF"],
+        check=True,
+    )  # fmt: skip
+    subprocess.run(["cmake", "--build", str(build), "--parallel", "--target", *TARGETS], check=True)
+    return bindir
+
+
+if __name__ == "__main__":
+    print(tools())

@@ -1,0 +1,127 @@
+"""The n-gram (prompt lookup) proposer on the default pair, beside the drafter model and non-SI.
+
+Qwen2.5-Coder 1.5B (target) and 0.5B (drafter), float32 transformers on this machine's CPU (``pip install
+'specpar[models]'``), greedy, every arm generating N tokens (ignore_eos), from a cold cache, interleaved per prompt
+(the arms' order rotates from one prompt to the next). Prompts: the first n HumanEval prompts, and the prompts of
+benchmarks/prompts/edit_function.jsonl, which ask to edit a function they give (the answer repeats most of it).
+
+Arms: non-SI; SI with the drafter model (k = 5); SI and DSI with the n-gram proposer alone; DSI with the n-gram
+proposer in front of the drafter model. Per arm: wall time, tokens per target pass (output tokens / target forward
+passes, the cursor's passes included), acceptance rate; per prompt, each arm's speedup over non-SI. Goal (issue 25):
+DSI with the n-gram proposer >= 0.98x non-SI on every prompt.
+
+    .venv/bin/python benchmarks/ngram_default_pair.py [-n 10] [-N 64] [--ngram-k 8] [--out FILE.jsonl]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import time
+from pathlib import Path
+
+from specpar.core.params import SamplingParams
+from specpar.entrypoints.engine import Engine
+from specpar.experiments import prompts
+
+EDITS = Path(__file__).parent / "prompts" / "edit_function.jsonl"
+
+
+def arms(args) -> dict[str, dict]:
+    lookup = f"ngram:{args.min_n}:{args.max_n}"
+    return {
+        "nonsi": dict(algorithm="nonsi"),
+        "si-model": dict(algorithm="si", lookahead=args.k),
+        "si-ngram": dict(algorithm="si", proposer=lookup, lookahead=args.ngram_k),
+        "dsi-ngram": dict(algorithm="dsi", proposer=lookup, lookahead=args.ngram_k, sp_degree=args.sp_degree),
+        "dsi-ngram+model": dict(
+            algorithm="dsi", proposer=lookup + "+drafter", lookahead=args.k, sp_degree=args.sp_degree
+        ),  # fmt: skip
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("-n", type=int, default=10, help="HumanEval prompts (default 10)")
+    ap.add_argument("--edits", type=int, default=5, help="edit prompts (default 5)")
+    ap.add_argument("-N", type=int, default=64, help="tokens per prompt (default 64)")
+    ap.add_argument("-k", type=int, default=5, help="the drafter model's lookahead (default 5)")
+    ap.add_argument("--ngram-k", type=int, default=8, help="the n-gram proposer's lookahead (default 8)")
+    ap.add_argument("--min-n", type=int, default=2)
+    ap.add_argument("--max-n", type=int, default=4)
+    ap.add_argument("--sp-degree", type=int, default=2)
+    ap.add_argument("--arms", default=None, help="comma-separated subset of the arms")
+    ap.add_argument("--out", default="benchmarks/results/ngram_default_pair.jsonl")
+    args = ap.parse_args()
+    chosen = arms(args)
+    if args.arms:
+        chosen = {a: chosen[a] for a in args.arms.split(",")}
+    names = list(chosen)
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    print(f"load average at the start {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores", flush=True)
+    t0 = time.time()
+    engine = Engine(sp_degree=args.sp_degree, runtime="threads")
+    print(f"loaded {engine.target_model.name} and {engine.drafter_model.name} in {time.time() - t0:.0f} s", flush=True)
+    todo = [*prompts.load("humaneval", args.n), *prompts.load(str(EDITS), args.edits)]
+    params = SamplingParams(temperature=0, max_tokens=args.N, ignore_eos=True)
+    rows: dict[str, dict[str, dict]] = {}
+    loads = []
+    with open(args.out, "w") as out:
+        for i, prompt in enumerate(todo):
+            ids = prompt.token_ids(engine.target_model)
+            order = names[i % len(names) :] + names[: i % len(names)]
+            for arm in order:
+                engine.reset()
+                loads.append(os.getloadavg()[0])
+                t = time.perf_counter()
+                res = engine.generate(ids, params, **chosen[arm])
+                wall = time.perf_counter() - t
+                row = {
+                    "prompt": prompt.id, "arm": arm, "wall_s": wall, "tokens": len(res.tokens),
+                    "target_passes": res.target_forwards, "tokens_per_target_pass": len(res.tokens) / res.target_forwards,
+                    "drafter_passes": res.drafter_forwards, "drafted": res.drafted, "accepted": res.accepted,
+                    "output": res.tokens, "load": loads[-1],
+                }  # fmt: skip
+                rows.setdefault(prompt.id, {})[arm] = row
+                out.write(json.dumps(row) + "\n")
+                out.flush()
+                print(f"{prompt.id:14s} {arm:16s} {wall:6.1f} s  {row['tokens_per_target_pass']:.2f} tokens/pass  "
+                      f"accepted {res.accepted}/{res.drafted}", flush=True)  # fmt: skip
+    report(rows, names, args, loads, time.time() - t0)
+
+
+def report(rows: dict, names: list[str], args, loads: list[float], elapsed: float) -> None:
+    print(f"\ndefault pair, {len(rows)} prompts x {args.N} tokens, greedy, threads, SP {args.sp_degree}; model k = "
+          f"{args.k}, n-gram {args.min_n}..{args.max_n} k = {args.ngram_k}; load average {min(loads):.1f}..{max(loads):.1f} "
+          f"(median {statistics.median(loads):.1f}) on {os.cpu_count()} cores; {elapsed / 60:.0f} min")  # fmt: skip
+    for group, keep in (("HumanEval", lambda p: p.startswith("HumanEval")), ("edit", lambda p: p.startswith("edit"))):
+        ids = [p for p in rows if keep(p)]
+        if not ids:
+            continue
+        print(
+            f"\n{group} ({len(ids)} prompts)      wall s   tokens/pass   accept   vs non-SI (mean, min)  same as non-SI"
+        )
+        for arm in names:
+            rs = [rows[p][arm] for p in ids if arm in rows[p]]
+            wall = sum(r["wall_s"] for r in rs)
+            per_pass = sum(r["tokens"] for r in rs) / sum(r["target_passes"] for r in rs)
+            drafted = sum(r["drafted"] for r in rs)
+            accept = sum(r["accepted"] for r in rs) / drafted if drafted else float("nan")
+            if "nonsi" in names:
+                ratios = [rows[p]["nonsi"]["wall_s"] / rows[p][arm]["wall_s"] for p in ids]
+                base = sum(rows[p]["nonsi"]["wall_s"] for p in ids) / wall
+                same = all(rows[p][arm]["output"] == rows[p]["nonsi"]["output"] for p in ids)
+                vs = f"{base:5.2f}x  {min(ratios):5.2f}x         {'yes' if same else 'NO'}"
+            else:
+                vs = "-"
+            print(f"  {arm:18s} {wall:8.1f}   {per_pass:8.2f}   {accept:6.2f}   {vs}")
+    if "nonsi" in names and "dsi-ngram" in names:
+        worst = min(rows[p]["nonsi"]["wall_s"] / rows[p]["dsi-ngram"]["wall_s"] for p in rows)
+        print(f"\nDSI with the n-gram proposer vs non-SI, worst prompt: {worst:.3f}x (goal >= 0.98x on every prompt): "
+              f"{'MET' if worst >= 0.98 else 'NOT MET'}")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,107 @@
+"""llama.cpp, loaded once per process through llama-cpp-python's ctypes bindings, in its exact settings.
+
+``lib()`` returns the ``llama_cpp`` module (the C functions and structs) after three things that must happen
+before the first forward pass of the process:
+
+* ``GGML_CPU_TILED_MM=0`` in the environment: ggml's tiled K-quant matmul (taken from 8 batch rows up) sums in
+  another order than the one-row kernel, so a verification row would differ from the same position decoded alone.
+  ggml reads the variable once per process, at its first matmul: a value a user set before is kept and named in
+  a warning (:mod:`specpar.backends.llama.settings`).
+* llama.cpp's log goes to the ``specpar.llama`` logger (debug), and its last error lines are kept so that a model
+  that will not load is refused with llama.cpp's own reason (:func:`recent_errors`).
+* ``llama_backend_init()``.
+
+ctypes releases the GIL for the length of every C call, so a forward pass on one thread leaves the others free.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import os
+import threading
+
+from specpar.core.errors import ConfigError
+
+INSTALL = "pip install 'specpar[llama]'"
+log = logging.getLogger("specpar.llama")
+
+_lock = threading.Lock()
+_lib = None
+_errors: collections.deque[str] = collections.deque(maxlen=8)
+_callback = None  # the C callback object: kept alive as long as llama.cpp may call it
+TILED_MM = "GGML_CPU_TILED_MM"
+LOG_ERROR, LOG_CONT = 4, 5  # ggml_log_level (ggml.h): an error line, and the continuation of the line before
+_tiled_before: str | None = None  # the user's own value of GGML_CPU_TILED_MM, if any
+
+
+def available() -> bool:
+    """Whether llama-cpp-python is installed (without loading it)."""
+    import importlib.util
+
+    return importlib.util.find_spec("llama_cpp") is not None
+
+
+def lib():
+    """The ``llama_cpp`` bindings, initialised for exact use (see the module docstring); a ConfigError saying how to
+    install them when they are missing."""
+    global _lib
+    if _lib is not None:
+        return _lib
+    with _lock:
+        if _lib is None:
+            _lib = _load()
+    return _lib
+
+
+def _load():
+    global _callback, _tiled_before
+    _tiled_before = os.environ.get(TILED_MM)
+    if _tiled_before is None:
+        os.environ[TILED_MM] = "0"
+    try:
+        import llama_cpp
+    except ImportError as exc:
+        raise ConfigError(
+            f"the llama.cpp backend needs llama-cpp-python: install it with `{INSTALL}` (built from source, about 4 "
+            f"minutes on 2 cores), or choose --backend transformers ({exc})"
+        ) from exc
+
+    last = [0]
+
+    def on_log(level, text, _data):
+        if level != LOG_CONT:
+            last[0] = level
+        line = (text or b"").decode("utf-8", "replace").rstrip()
+        if line:
+            if last[0] == LOG_ERROR:
+                _errors.append(line)
+            log.debug("%s", line)
+
+    _callback = llama_cpp.llama_log_callback(on_log)
+    llama_cpp.llama_log_set(_callback, None)
+    llama_cpp.llama_backend_init()
+    return llama_cpp
+
+
+def tiled_mm_setting() -> str | None:
+    """The user's own value of GGML_CPU_TILED_MM when llama.cpp was loaded (None: specpar set it to 0)."""
+    return _tiled_before
+
+
+def recent_errors(clear: bool = False) -> list[str]:
+    """llama.cpp's last error lines (at most 8), oldest first; ``clear``: forget them after reading."""
+    out = list(_errors)
+    if clear:
+        _errors.clear()
+    return out
+
+
+def system_info() -> str:
+    """llama.cpp's one-line account of its build: SIMD features, LLAMAFILE, OPENMP, REPACK."""
+    return lib().llama_print_system_info().decode("utf-8", "replace").strip()
+
+
+def build_has(feature: str) -> bool:
+    """Whether llama.cpp's build reports ``feature = 1`` (e.g. "LLAMAFILE")."""
+    return f"{feature} = 1" in system_info()

@@ -1,0 +1,226 @@
+"""A GGUF model on llama.cpp as a specpar model: weights mapped once per process, servers with their own caches.
+
+``LlamaModel(path)`` checks the file (:mod:`specpar.backends.llama.gguf_file`), loads it through llama.cpp
+(memory-mapped: servers in other processes on the machine share the file's pages) and reads its tokenizer.
+``model.server(name)`` makes a :class:`~specpar.backends.llama.server.LlamaServer` with its own context; every
+server of one model in a process shares one loaded copy of the weights.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import os
+import threading
+import warnings
+import weakref
+from collections.abc import Sequence
+
+from specpar.backends.llama.gguf_file import read_header
+from specpar.backends.llama.library import build_has, lib, recent_errors, tiled_mm_setting
+from specpar.backends.llama.server import LlamaServer
+from specpar.backends.llama.settings import LlamaSettings, model_warnings
+from specpar.backends.llama.tokenizer import GGUFTokenizer
+from specpar.core.errors import ConfigError, SpecparWarning
+from specpar.core.latency import LatencyProfile
+
+_names = itertools.count()
+TREE_SEQS = 64  # sequence ids per server: token trees of up to 64 leaves score in one pass
+CELL_PAD = 256  # llama.cpp pads a cache's size to a multiple of 256 cells
+COMPUTE_BYTES = 64 << 20  # a rough allowance for a context's compute buffers (passes of <= 63 tokens)
+
+
+class _Weights:
+    """A loaded ``llama_model`` (freed when the last model and server using it are gone)."""
+
+    def __init__(self, ptr, path: str):
+        self.ptr, self.path = ptr, path
+
+    def __del__(self):
+        try:
+            lib().llama_model_free(self.ptr)
+        except Exception:  # interpreter shutdown
+            pass
+
+
+_loaded: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+_load_lock = threading.Lock()
+
+
+def _load_weights(path: str, repack: bool) -> _Weights:
+    """The file's weights, loaded once per process (and per repacking choice)."""
+    st = os.stat(path)
+    key = (os.path.realpath(path), st.st_size, st.st_mtime_ns, repack)
+    with _load_lock:
+        weights = _loaded.get(key)
+        if weights is None:
+            L = lib()
+            params = L.llama_model_default_params()
+            params.n_gpu_layers = 0
+            params.use_mmap = True
+            params.use_extra_bufts = repack  # repacking changes the kernel with the batch size
+            recent_errors(clear=True)
+            ptr = L.llama_model_load_from_file(path.encode(), params)
+            if not ptr:
+                why = "; ".join(recent_errors(clear=True)) or "llama.cpp gave no reason"
+                raise ConfigError(f"llama.cpp cannot load {path!r}: {why}")
+            weights = _loaded[key] = _Weights(ptr, path)
+    return weights
+
+
+class LlamaModel:
+    """A GGUF model with its tokenizer, run by llama.cpp on the CPU.
+
+    path: the .gguf file.
+    settings: how its servers compute (default: the exact settings, :class:`LlamaSettings`); settings that break
+        exactness are named in a :class:`~specpar.core.errors.SpecparWarning`, and so are weights that this build
+        of llama.cpp multiplies with batch-size-dependent kernels.
+    latency: a measured LatencyProfile (from ``specpar profile``), used only by the virtual clock.
+    n_ctx: tokens a server's cache holds by default (default: the context window, at most 4096).
+    """
+
+    device = "cpu"
+
+    def __init__(
+        self,
+        path,
+        *,
+        name: str | None = None,
+        settings: LlamaSettings | None = None,
+        latency: LatencyProfile | None = None,
+        n_ctx: int | None = None,
+    ):
+        path = os.fspath(path)
+        self.path = path
+        self.header = read_header(path)  # a clear refusal for a missing, truncated or foreign file
+        self.settings = settings or LlamaSettings()
+        self.weights = _load_weights(path, self.settings.repack)
+        L = lib()
+        ptr = self.weights.ptr
+        vocab = L.llama_model_get_vocab(ptr)
+        self.vocab_size = int(L.llama_vocab_n_tokens(vocab))
+        self.tokenizer = None  # a GGUF without a tokenizer ("none": ids only) speaks token ids
+        if L.llama_vocab_type(vocab) != L.LLAMA_VOCAB_TYPE_NONE:
+            template = L.llama_model_chat_template(ptr, None)
+            self.tokenizer = GGUFTokenizer(
+                ptr,
+                template.decode("utf-8", "replace") if template else None,
+                self.header.metadata.get("tokenizer.ggml.token_type"),
+            )
+        self.context_window = int(L.llama_model_n_ctx_train(ptr))
+        self.layers = int(L.llama_model_n_layer(ptr))
+        self.kv_heads = int(L.llama_model_n_head_kv(ptr))
+        self.head_dim = int(L.llama_model_n_embd(ptr)) // max(1, int(L.llama_model_n_head(ptr)))
+        self.weight_bytes = int(L.llama_model_size(ptr))
+        self.n_ctx = n_ctx or min(self.context_window, 4096)
+        self.name = name or os.path.splitext(os.path.basename(path))[0] or f"gguf{next(_names)}"
+        self.latency = latency
+        self.tree_seqs = TREE_SEQS
+        self.factory = functools.partial(LlamaModel, path, name=self.name, settings=self.settings, latency=latency)
+        self.exactness_warnings = self.settings.warnings(tiled_mm_setting()) + model_warnings(
+            self.header.matrix_types(), build_has("LLAMAFILE")
+        )
+        for line in self.exactness_warnings:
+            warnings.warn(f"{self.name}: not bitwise exact: {line}", SpecparWarning, stacklevel=2)
+
+    # -- facts ---------------------------------------------------------------------------------------------
+    @property
+    def max_token_id(self) -> int:
+        """The largest id a prompt may hold."""
+        return self.vocab_size - 1
+
+    @property
+    def exact(self) -> bool:
+        """Whether its servers' rows are bitwise those of one-token decoding (no exactness warning)."""
+        return not self.exactness_warnings
+
+    def kv_bytes_per_token(self) -> int:
+        """Bytes one cached token costs in one server's cache (f16 keys and values, every layer)."""
+        return 2 * self.layers * self.kv_heads * self.head_dim * 2
+
+    def describe(self) -> str:
+        """A few lines for ``-v``: the file, the settings, whether it is exact and why (or why not)."""
+        lines = [
+            f"{self.name}: {self.header.architecture}, {self.weight_bytes / 2**20:.0f} MiB of weights "
+            f"({', '.join(sorted(self.header.matrix_types()))}) from {self.path}",
+            self.settings.describe(),
+        ]
+        if self.exact:
+            lines.append("bitwise exact: every row equals one-token decoding's, whatever the pass that computed it")
+        lines += [f"NOT exact: {w}" for w in self.exactness_warnings]
+        return "\n".join(lines)
+
+    # -- servers -------------------------------------------------------------------------------------------
+    def server(self, name: str | None = None, device: str | None = None, n_ctx: int | None = None) -> LlamaServer:
+        """A new server (its own empty cache of ``n_ctx`` tokens, default the model's)."""
+        if device not in (None, "cpu"):
+            raise ConfigError(f"the llama.cpp backend runs on the CPU here; got device {device!r}")
+        return LlamaServer(self, name or f"{self.name}-{next(_names)}", n_ctx or self.n_ctx)
+
+    def servers(
+        self, n: int, devices: Sequence[str] | None = None, prefix: str = "server", max_tokens: int = 0
+    ) -> list[LlamaServer]:
+        """``n`` servers whose caches hold ``max_tokens`` tokens each (default: the model's n_ctx), after checking
+        that they fit in memory."""
+        for d in devices or ():
+            if d != "cpu":
+                raise ConfigError(f"the llama.cpp backend runs on the CPU here; got device {d!r}")
+        n_ctx = self.cache_tokens(max_tokens)
+        self.check_fits(n, n_ctx)
+        return [self.server(f"{prefix}{i}", n_ctx=n_ctx) for i in range(n)]
+
+    def cache_tokens(self, max_tokens: int) -> int:
+        """A server's cache size for sequences of up to ``max_tokens`` (0: the default), in llama.cpp's padding."""
+        if not max_tokens:
+            return self.n_ctx
+        return min(self.context_window, -(-max_tokens // CELL_PAD) * CELL_PAD)
+
+    def check_fits(self, n_servers: int, n_ctx: int) -> None:
+        """Refuse, before allocating, servers whose caches and buffers would not fit in the memory available."""
+        from specpar.backends.transformers_model import available_memory
+
+        per_server = n_ctx * self.kv_bytes_per_token() + self.settings.ubatch * self.vocab_size * 4 + COMPUTE_BYTES
+        need, free = n_servers * per_server, available_memory("cpu")
+        if need > free:
+            raise ConfigError(
+                f"{n_servers} llama.cpp server(s) of {self.name} need about {need / 2**30:.2f} GiB for their caches "
+                f"of {n_ctx} tokens but only {free / 2**30:.2f} GiB is free: lower sp_degree or max_new_tokens"
+            )
+
+    # -- text ----------------------------------------------------------------------------------------------
+    def _need_tokenizer(self) -> GGUFTokenizer:
+        if self.tokenizer is None:
+            raise ConfigError(f"{self.name} has no tokenizer in its GGUF file: give token ids")
+        return self.tokenizer
+
+    def encode(self, text: str) -> list[int]:
+        return self._need_tokenizer().encode(text)
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return self._need_tokenizer().decode(ids, skip_special_tokens=True)
+
+    def chat_prompt(self, turns: Sequence[str]) -> list[int]:
+        """Token ids of user ``turns`` in the model's chat template, ending where the assistant speaks."""
+        if not self._need_tokenizer().chat_template:
+            raise ConfigError(f"{self.name} has no chat template")
+        messages = [{"role": "user", "content": t} for t in turns]
+        return self.encode(self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True))
+
+    def __repr__(self) -> str:
+        return f"LlamaModel({self.name}, {self.path})"
+
+
+def check_same_vocabulary(target: LlamaModel, drafter: LlamaModel) -> None:
+    """A drafter must speak the target's vocabulary: same size, same token texts for the same ids."""
+    if target.vocab_size != drafter.vocab_size:
+        raise ConfigError(
+            f"drafter {drafter.name} has {drafter.vocab_size} tokens but target {target.name} has "
+            f"{target.vocab_size}: the drafter and target must share one tokenizer"
+        )
+    if (target.tokenizer is None) != (drafter.tokenizer is None) or (
+        target.tokenizer is not None and target.tokenizer.get_vocab() != drafter.tokenizer.get_vocab()
+    ):
+        raise ConfigError(
+            f"the tokenizers of target {target.name} and drafter {drafter.name} differ: speculative inference "
+            "needs a drafter with the target's tokenizer (same vocabulary, same ids)"
+        )

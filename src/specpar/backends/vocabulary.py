@@ -1,0 +1,86 @@
+"""A drafter's vocabulary against the target's: one tokenizer, output rows that may differ only by padding.
+
+Models of one family often share a tokenizer but not the size of their output layer: Qwen2.5-0.5B has 151,936 output
+rows and Qwen2.5-7B 152,064, for a tokenizer of 151,665 tokens; the rows beyond the tokenizer's ids are padding (no
+text maps to them). Speculative sampling compares the drafter's row q with the target's row p token by token, so it
+needs rows of one width. A drafter whose rows differ from the target's only by padding is *fitted* to the target's
+width (:func:`fit_drafter`): its padding rows get probability 0 (logits -inf before its softmax, so it never drafts
+one) and the target's extra rows, which it lacks, get probability 0 too. Verification is unchanged and lossless (a
+draft distribution with zeros is still a distribution; the target's rows are the target's own).
+
+Two models whose tokenizers map text to different ids cannot speculate for each other: that is refused
+(:func:`check_tokenizers`), and :func:`~specpar.entrypoints.engine.load_pair` does it before loading any weights.
+
+A model takes part through three optional attributes: ``tokenizer`` (with ``get_vocab()``), ``vocab_size`` (the
+width of the rows its servers return) and ``with_rows(n)`` (a copy whose servers return rows of width n; models
+without it, as simulated drafters of another target, are never fitted).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from specpar.core.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+
+def check_tokenizers(target_tokenizer, drafter_tokenizer, target_name: str = "target", drafter_name: str = "drafter"):
+    """Refuse two tokenizers that map some text to different ids (either None: nothing to compare)."""
+    if target_tokenizer is None or drafter_tokenizer is None:
+        return
+    if target_tokenizer.get_vocab() != drafter_tokenizer.get_vocab():
+        raise ConfigError(
+            f"the tokenizers of target {target_name} and drafter {drafter_name} differ: speculative inference needs "
+            "a drafter with the target's tokenizer (the same ids for the same text); output rows that differ only by "
+            "padding are fine, a different tokenizer is not"
+        )
+
+
+def token_count(model) -> int | None:
+    """How many ids are real tokens: the model's ``token_count`` where it says, else one more than its tokenizer's
+    largest id; None when unknown."""
+    count = getattr(model, "token_count", None)
+    if count is not None:
+        return count
+    tokenizer = getattr(model, "tokenizer", None)
+    if tokenizer is None:
+        return None
+    ids = tokenizer.get_vocab().values()
+    return max(ids) + 1 if ids else 0
+
+
+def fit_drafter(target, drafter):
+    """The drafter to pair with ``target``: ``drafter.with_rows(target's width)`` when their rows differ only by
+    padding (every real token id below both widths, where known), else ``drafter`` itself (one width already, no
+    ``with_rows``, or rows that differ by more than padding: greedy decoding still works, sampling is refused by
+    :func:`specpar.spec.registry.check_tokens`). Different tokenizers are refused (:func:`check_tokenizers`)."""
+    check_tokenizers(
+        getattr(target, "tokenizer", None),
+        getattr(drafter, "tokenizer", None),
+        getattr(target, "name", "target"),
+        getattr(drafter, "name", "drafter"),
+    )
+    width, own = getattr(target, "vocab_size", None), getattr(drafter, "vocab_size", None)
+    if width is None or own is None or width == own or not hasattr(drafter, "with_rows"):
+        return drafter
+    tokens = max((n for n in (token_count(target), token_count(drafter)) if n is not None), default=None)
+    if tokens is not None and tokens > min(width, getattr(drafter, "native_rows", own)):
+        log.info("drafter rows %d vs target rows %d for %d tokens: more than padding, not fitted", own, width, tokens)
+        return drafter
+    log.info(
+        "drafter %s has %d output rows, target %s %d: the rows beyond %s are padding, fitted to the target's width",
+        getattr(drafter, "name", "drafter"), own, getattr(target, "name", "target"), width,
+        tokens if tokens is not None else "the narrower model's",
+    )  # fmt: skip
+    return drafter.with_rows(width)
+
+
+def fit_drafters(target, drafter):
+    """:func:`fit_drafter` over what an entry point takes as the drafter: None, one model, or a list of them (HSD's
+    levels, merged drafters); Pools of servers and models without ``with_rows`` pass as they are."""
+    if drafter is None:
+        return None
+    if isinstance(drafter, (list, tuple)):
+        return [fit_drafter(target, d) for d in drafter]
+    return fit_drafter(target, drafter)

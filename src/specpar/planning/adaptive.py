@@ -1,0 +1,117 @@
+"""``lookahead="adaptive"``: the lookahead re-chosen during a generation from a running acceptance estimate.
+
+A fixed lookahead is chosen for one acceptance rate; within a generation the rate drifts (code vs prose, a copied
+passage vs a new one). :class:`AdaptiveLookahead` keeps an estimate â of the acceptance rate, updated with each draft
+the target tests (an exponential average over about ``horizon`` tests), and at every window boundary (SI: each round;
+DSI: each chunk the drafter starts) takes the candidate lookahead with the least predicted time per token at â:
+
+* SI: every k from 1 to ``max_lookahead``, by :func:`~specpar.planning.analytic.si_ms_per_token`;
+* DSI: the lookaheads valid for its target servers (Eq. 1, :func:`~specpar.planning.lookahead.satisfies_eq1`; all
+  of them where none is), by :func:`~specpar.planning.analytic.dsi_ms_per_token`.
+
+Both predictions take the latency model of the simulator (a :class:`~specpar.core.latency.LatencyProfile`: TPOT per
+pass, ``per_token_ms`` per draft verified). In the paper's time-unit model DSI's fastest valid lookahead is the
+smallest at every acceptance rate (a longer chunk only delays the verification of its first drafts), so there the
+policy keeps Eq. 1's smallest; SI's best lookahead moves with the rate (k = 1 at a = 0.4, about 5 at a = 0.9 for a
+drafter at 10% of the target's latency). Others adapt by heuristics: HF's dynamic speculation adds 2 after a round
+whose drafts were all accepted and takes 1 away otherwise; this policy asks the cost model instead.
+
+The best lookahead for each acceptance rate is tabulated once (a grid of ``GRID + 1`` rates), so a window boundary
+costs one lookup.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable, Sequence
+
+from specpar.core.errors import ConfigError
+from specpar.core.latency import LatencyProfile
+from specpar.planning.analytic import dsi_ms_per_token, si_ms_per_token
+from specpar.planning.lookahead import satisfies_eq1
+
+GRID = 100  # acceptance rates 0, 0.01, ..., 1 in the table
+DEFAULT_MAX_LOOKAHEAD = 16
+DEFAULT_HORIZON = 8.0  # tests the estimate averages over (its weight on the newest is 1 / horizon)
+DEFAULT_PRIOR = 0.7  # the estimate before any test, when nothing better is known
+
+
+class AdaptiveLookahead:
+    """The lookahead for the next window, from the acceptance estimate (module docstring).
+
+    best: the table, the best lookahead at acceptance rate i / GRID for i = 0..GRID (:func:`tabulate`).
+    prior: the estimate before any draft is tested. horizon: about how many of the latest tests the estimate weighs.
+    chosen: the lookahead of each window so far, in order (for reports).
+    """
+
+    def __init__(self, best: Sequence[int], prior: float = DEFAULT_PRIOR, horizon: float = DEFAULT_HORIZON):
+        if len(best) != GRID + 1:
+            raise ConfigError(f"an adaptive lookahead's table has one lookahead per rate i / {GRID}, i = 0..{GRID}")
+        if not 0.0 <= prior <= 1.0:
+            raise ConfigError(f"the prior acceptance rate must be in [0, 1], got {prior!r}")
+        if not isinstance(horizon, (int, float)) or not 1.0 <= horizon < math.inf:
+            raise ConfigError(f"the estimate's horizon must be a number of tests >= 1, got {horizon!r}")
+        self.best = tuple(best)
+        self.candidates = sorted(set(self.best))
+        self.estimate = float(prior)
+        self.weight = 1.0 / horizon
+        self.tested = 0
+        self.chosen: list[int] = []
+
+    def feedback(self, index: int, accepted: bool) -> None:
+        """One draft tested (index: its place in its window, unused: every test weighs the same)."""
+        self.estimate += self.weight * ((1.0 if accepted else 0.0) - self.estimate)
+        self.tested += 1
+
+    def lookahead(self) -> int:
+        """The lookahead for the window that starts now."""
+        k = self.best[round(self.estimate * GRID)]
+        self.chosen.append(k)
+        return k
+
+    def __repr__(self) -> str:
+        return f"AdaptiveLookahead(k in {self.candidates[0]}..{self.candidates[-1]}, estimate {self.estimate:.2f})"
+
+
+def tabulate(candidates: Sequence[int], predict: Callable[[float, int], float]) -> tuple[int, ...]:
+    """The best of ``candidates`` at each acceptance rate i / GRID: the least ``predict(a, k)`` (ms per token), the
+    smaller k at a tie."""
+    if not candidates:
+        raise ConfigError("an adaptive lookahead needs at least one candidate lookahead")
+    return tuple(min(candidates, key=lambda k: (predict(i / GRID, k), k)) for i in range(GRID + 1))
+
+
+def adaptive_lookahead(
+    algorithm: str,
+    target: LatencyProfile,
+    drafter: LatencyProfile,
+    sp_degree: int = 1,
+    *,
+    max_lookahead: int = DEFAULT_MAX_LOOKAHEAD,
+    dedicated_cursor: bool | None = None,
+    prior: float = DEFAULT_PRIOR,
+    horizon: float = DEFAULT_HORIZON,
+) -> AdaptiveLookahead:
+    """The policy for ``algorithm`` ("si" or "dsi") on these latency profiles: SI chooses among 1..max_lookahead,
+    DSI among those that ``sp_degree`` target servers keep up with (keeping one for the cursor as
+    ``dedicated_cursor`` says; all where none does)."""
+    if algorithm not in ("si", "dsi"):
+        raise ConfigError(f"an adaptive lookahead is for 'si' or 'dsi', not {algorithm!r}")
+    if isinstance(max_lookahead, bool) or not isinstance(max_lookahead, int) or max_lookahead < 1:
+        raise ConfigError(f"max_lookahead must be a positive integer, got {max_lookahead!r}")
+    if target.tpot_ms <= 0 or drafter.tpot_ms <= 0:
+        raise ConfigError("an adaptive lookahead needs target and drafter latencies > 0 ms (a cost model to weigh)")
+    best = _table(algorithm, target.tpot_ms, drafter.tpot_ms, target.per_token_ms, sp_degree, max_lookahead,
+                  dedicated_cursor)  # fmt: skip
+    return AdaptiveLookahead(best, prior, horizon)
+
+
+@functools.lru_cache(maxsize=256)
+def _table(algorithm: str, t: float, d: float, per_token: float, sp_degree: int, max_lookahead: int, kept):
+    """:func:`tabulate` for adaptive_lookahead's arguments (the same table for every generation of one setup)."""
+    ks = list(range(1, max_lookahead + 1))
+    if algorithm == "si":
+        return tabulate(ks, lambda a, k: si_ms_per_token(t, d, a, k, per_token))
+    valid = [k for k in ks if satisfies_eq1(t, d, k, sp_degree, per_token, kept)]
+    return tabulate(valid or ks, lambda a, k: dsi_ms_per_token(t, d, a, k, per_token))

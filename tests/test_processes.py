@@ -1,0 +1,108 @@
+"""tests/processes.py: a test's subprocesses end whatever happens (timeout, teardown, the test process killed), and
+do not inherit the launching shell's ignored signals (the Ctrl-C tests hung, and their `simulate -N 10^7` child grew
+to 11.8 GB, when the suite was launched with SIGINT ignored)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+import processes as procs
+
+REPORT_SIGINT = (
+    "import signal, time; print(signal.getsignal(signal.SIGINT) is signal.default_int_handler, flush=True); "
+    "time.sleep(60)"
+)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _gone(pid: int, within_s: float = 10.0) -> bool:
+    deadline = time.monotonic() + within_s
+    while _alive(pid):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def test_a_child_gets_sigint_at_its_default_when_the_launching_shell_ignores_it(processes):
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # as `nohup` or a shell's background job leaves it
+    try:
+        plain = subprocess.Popen([sys.executable, "-c", REPORT_SIGINT], stdout=subprocess.PIPE, text=True)
+        child = processes.start([sys.executable, "-c", REPORT_SIGINT], stdout=subprocess.PIPE, text=True)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    try:
+        assert plain.stdout.readline() == "False\n"  # the control: a plain child inherits the ignored SIGINT
+    finally:
+        procs.end(plain)
+    assert child.stdout.readline() == "True\n"
+    child.send_signal(signal.SIGINT)
+    assert child.wait(10) == -signal.SIGINT  # Ctrl-C ends it
+
+
+def test_ending_a_process_ends_what_it_started(processes):
+    child = processes.start(
+        [
+            sys.executable,
+            "-c",
+            "import subprocess, time; p = subprocess.Popen(['sleep', '60']); print(p.pid, flush=True); time.sleep(60)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    grandchild = int(child.stdout.readline())
+    procs.end(child)
+    assert _gone(child.pid) and _gone(grandchild)
+
+
+def test_run_kills_the_group_on_its_timeout_and_fails_the_test():
+    marker = "import os, subprocess, time; subprocess.Popen(['sleep', '60.5']); time.sleep(60)"
+    t0 = time.monotonic()
+    with pytest.raises(pytest.fail.Exception, match="still running after 0.5 s: killed with its group"):
+        procs.run_python(marker, timeout=0.5)
+    assert time.monotonic() - t0 < 10
+    assert not [p for p in _sleepers() if _alive(p)], "its child was left running"
+
+
+def _sleepers() -> list[int]:
+    """Processes `sleep 60.5` (only the test above starts one)."""
+    out = []
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    if f.read() == b"sleep\x0060.5\x00":
+                        out.append(int(pid))
+            except OSError:
+                pass
+    return out
+
+
+def test_a_child_dies_with_the_process_that_started_it(processes):
+    """What pytest-timeout's thread method or a kill of pytest leaves: the kernel ends the children (PDEATHSIG)."""
+    code = (
+        f"import sys; sys.path.insert(0, {os.path.dirname(os.path.abspath(__file__))!r}); import time, processes; "
+        "p = processes.start(['sleep', '60']); print(p.pid, flush=True); time.sleep(60)"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        child = int(parent.stdout.readline())
+        assert _alive(child)
+    finally:
+        parent.kill()
+        parent.wait()
+        parent.stdout.close()
+    assert _gone(child)
