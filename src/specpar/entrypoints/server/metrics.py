@@ -8,12 +8,11 @@ first token, the time per output token after the first (TPOT) and the time spent
 wall time measured by the server (seconds).
 
 The engine's load (:meth:`~specpar.entrypoints.engine.Engine.load_metrics`, read when /metrics is scraped:
-:class:`LoadCollector`): gauges ``specpar:requests_running`` (generations running), ``specpar:requests_waiting``
-(queued for processing units; vLLM's names for these two, ``specpar:num_requests_running`` and
-``specpar:num_requests_waiting``, carry the same numbers), ``specpar:units``, ``specpar:units_in_use``,
-``specpar:units_per_request`` (mean units held by a running request), ``specpar:goodput_tokens_per_second``
-(output tokens per second over the last 10 s), and counters ``specpar:output_tokens_total`` (tokens verified) and
-``specpar:share_switches_total`` (configuration changes at safe points as shares changed).
+:class:`LoadCollector`), named in vLLM's style: gauges ``specpar:num_requests_running`` (generations running),
+``specpar:num_requests_waiting`` (queued for processing units), ``specpar:num_units``, ``specpar:num_units_in_use``,
+``specpar:units_per_request`` (mean units held by a running request), ``specpar:goodput_tokens_per_second`` (output
+tokens per second over the last 10 s), and counters ``specpar:output_tokens_total`` (tokens verified, as they are)
+and ``specpar:share_switches_total`` (configuration changes at safe points as shares changed).
 
 vLLM's speculative-decoding counters, from each GenerationResult:
 
@@ -150,12 +149,10 @@ class LoadCollector(Collector):
 
     # (LoadMetrics field, series name, help, counter?)
     SERIES = (
-        ("requests_running", "requests_running", "Requests generating now.", False),
-        ("requests_waiting", "requests_waiting", "Requests queued for processing units.", False),
-        ("requests_running", "num_requests_running", "Requests generating now (vLLM's name).", False),
-        ("requests_waiting", "num_requests_waiting", "Requests queued for processing units (vLLM's name).", False),
-        ("units", "units", "Processing units the engine schedules.", False),
-        ("units_in_use", "units_in_use", "Processing units held by requests.", False),
+        ("requests_running", "num_requests_running", "Requests generating now.", False),
+        ("requests_waiting", "num_requests_waiting", "Requests queued for processing units.", False),
+        ("units", "num_units", "Processing units the engine schedules.", False),
+        ("units_in_use", "num_units_in_use", "Processing units held by requests.", False),
         ("units_per_request", "units_per_request", "Mean processing units held per running request.", False),
         ("goodput_tokens_per_s", "goodput_tokens_per_second", "Output tokens per second over the last 10 s.",
          False),
