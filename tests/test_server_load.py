@@ -207,3 +207,26 @@ def test_metrics_names_are_vllms():
         assert f"# TYPE specpar:{name} gauge" in text
     for name in ("output_tokens_total", "share_switches_total"):
         assert f"# TYPE specpar:{name} counter" in text
+
+
+def test_engine_generate_runs_a_list_at_once_on_the_virtual_clock():
+    """Simulated models on the virtual clock: a list arrives at once on one shared clock, so the last ends well
+    before the sum of the requests' times alone (which one after the other would take, to the microsecond)."""
+    engine = simulated_engine("virtual", units=4)
+    prompts = [[i + 1, (3 * i) % 7 + 1] for i in range(8)]
+    params = [
+        SamplingParams(temperature=0 if i % 3 else 0.9, seed=i, coupling="gumbel", max_tokens=20 + 3 * i)
+        for i in range(8)
+    ]
+    with engine:
+        alone = [engine.generate(p, q, algorithm=a) for p, q, a in zip(prompts, params, ["dsi", "si", "nonsi"] * 3)]
+        together = engine.generate(prompts[:3], params[:3], algorithm="dsi") + engine.generate(prompts, params)
+        again = engine.generate(prompts, params)
+    assert [r.tokens for r in together[3:]] == [r.tokens for r in alone]
+    assert [r.tokens for r in together[:3]] == [r.tokens for r in alone[:3]]
+    assert [(r.tokens, r.time_ms, r.queue_ms) for r in again] == [
+        (r.tokens, r.time_ms, r.queue_ms) for r in together[3:]
+    ]
+    makespan = max(r.queue_ms + r.time_ms for r in together[3:])
+    assert makespan < 0.8 * sum(r.time_ms for r in alone)
+    assert max(r.queue_ms for r in together[3:]) > 0  # 8 requests, 4 units: some waited

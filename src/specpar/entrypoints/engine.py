@@ -252,12 +252,11 @@ class Engine:
         this request's speculation, over the engine's defaults. stream: called with each run of newly verified
         token ids (with a list of prompts, from the thread of whichever request verified them).
 
-        A list of prompts runs at once, as that many requests from as many clients, on the threads and Ray
-        runtimes: the scheduler shares the processing units among them (:class:`Engine`'s ``policy``). On the
-        virtual clock (simulated models) they run one after another, each alone on the units as a single call
-        would: a simulation is CPU work that threads would not speed up, and running at once would make each
-        one's share, and so its timing, depend on the threads' timing (``specpar simulate --load`` simulates
-        requests sharing the units, on one virtual clock).
+        A list of prompts runs at once, as that many requests from as many clients: the scheduler shares the
+        processing units among them (:class:`Engine`'s ``policy``). On the threads and Ray runtimes they are taken
+        in order by one thread per unit; on the virtual clock (simulated models) they all arrive at time 0 on one
+        shared virtual clock (as ``specpar simulate --load`` runs requests), so that each one's share, and so its
+        times, do not depend on the threads' timing.
         """
         if isinstance(prompts, Iterator):  # (read once)
             prompts = list(prompts)
@@ -285,7 +284,9 @@ class Engine:
         would only wait there), taken in order; the first error (by prompt) is raised once the others have
         ended, and no request starts after it."""
         n = len(prompts)
-        workers = 1 if self.runtime == "virtual" else min(n, len(self.units))
+        if self.runtime == "virtual" and n > 1:
+            return self._burst(prompts, params, spec, stream)
+        workers = min(n, len(self.units))
         if workers <= 1:
             return [self._request(p, q, spec, stream) for p, q in zip(prompts, params)]
         results: list = [None] * n
@@ -411,6 +412,18 @@ class Engine:
     def _request(self, prompt, params: SamplingParams, spec: SpeculativeConfig, stream) -> GenerationResult:
         if self.closed:
             raise ConfigError("this engine is closed")
+        request, spec = self._make(prompt, params, spec, stream, self.scheduler, self.runtime_config)
+        # on the virtual clock the collector stays paused until the result is made (collector_paused)
+        self._enter()
+        try:
+            result = self._run(request, request.prompt, spec)
+        finally:
+            self._leave()
+        return self._finished(result, request.prompt, params)
+
+    def _make(self, prompt, params: SamplingParams, spec: SpeculativeConfig, stream, scheduler: Scheduler,
+              runtime: RuntimeConfig) -> tuple[Request, SpeculativeConfig]:  # fmt: skip
+        """A request on ``scheduler`` and ``runtime`` (not yet run), and its speculation (lookahead "auto" chosen)."""
         ids = self.prompt_ids(prompt)
         if spec.uses_drafter and self.drafters is None:
             raise ConfigError(f"algorithm {spec.algorithm!r} needs a drafter: give the engine one")
@@ -418,23 +431,21 @@ class Engine:
         if spec.lookahead == "auto" and curve.option(curve.max_units).ms_per_token is None:
             spec = spec.replace(lookahead=self.auto_lookahead(spec, params.max_tokens))  # (or its clear error)
         request = Request(
-            self.scheduler,
+            scheduler,
             ids,
             spec,
             curve,
-            self.runtime_config,
+            runtime,
             params.decoding(len(ids), self.end_of_text),
             params.max_tokens,
             stream=stream,
             stopping=self.stopping(ids, params),
             ready_made=self.keep_actors,
         )
-        # on the virtual clock the collector stays paused until the result is made (collector_paused)
-        self._enter()
-        try:
-            result = self._run(request, ids, spec)
-        finally:
-            self._leave()
+        return request, spec
+
+    def _finished(self, result: GenerationResult, ids: list[int], params: SamplingParams) -> GenerationResult:
+        """``result`` with its text, logged."""
         if self.tokenizer is not None:
             result.text = detokenize(self.tokenizer, ids, result.tokens, *_texts(params))
         if log.isEnabledFor(logging.INFO):
@@ -452,6 +463,38 @@ class Engine:
                 result.lookahead,
             )
         return result
+
+    def _burst(self, prompts: list[list[int]], params: list[SamplingParams], spec, stream) -> list[GenerationResult]:
+        """The virtual clock's requests at once: every one arrives at time 0 on one shared clock, on a scheduler of
+        the engine's units of its own (as ``specpar simulate --load`` runs them), while no other request runs; each
+        result's times are those under this load. The first error (by prompt) is raised once every request ended."""
+        from specpar.runtimes.shared_clock import SharedClock
+
+        clock = SharedClock()
+        scheduler = Scheduler(self.units, clock)
+        runtime = self.runtime_config.replace(options={**self.runtime_config.options, "clock": clock})
+        made = [self._make(p, q, spec, stream, scheduler, runtime) for p, q in zip(prompts, params)]
+        results: list = [None] * len(made)
+        failed: dict[int, BaseException] = {}
+
+        def one(i: int) -> None:
+            try:
+                results[i] = made[i][0].run()
+            except BaseException as exc:  # raised in the caller's thread below
+                failed[i] = exc
+
+        with self._alone(), collector_paused(True):
+            if self.closed:
+                raise ConfigError("this engine is closed")
+            for i in range(len(made)):
+                clock.spawn(one, i)
+            clock.run()
+        if failed:
+            raise failed[min(failed)]
+        for (request, _), result, p in zip(made, results, params):
+            result.overhead, result.queue_ms = None, request.queue_ms
+            self._finished(result, request.prompt, p)
+        return results
 
     def _run(self, request: Request, ids: list[int], spec: SpeculativeConfig) -> GenerationResult:
         """``request`` run; its result with the time outside forward passes (``overhead``) and waiting for units
