@@ -329,3 +329,14 @@ def test_a_simulated_pair_makes_its_models_prompt_and_latencies():
     ]:
         with pytest.raises(ConfigError, match=words.replace("[", r"\[").replace("]", r"\]")):
             SimulatedPair(**bad)
+
+
+def test_serve_takes_units_and_policy():
+    args, _ = parse(build_parser(), ["serve", "--simulated", "--units", "5", "--policy", "si"])
+    engine, _ = serve.build_engine(args)
+    with engine:
+        assert (len(engine.units), engine.policy, engine.load_metrics().units) == (5, "si", 5)
+    args, _ = parse(build_parser(), ["serve", "--simulated"])
+    engine, _ = serve.build_engine(args)
+    with engine:  # the default: sp_degree + 1 units, the adaptive policy
+        assert (len(engine.units), engine.policy) == (engine.sp_degree + 1, "adaptive")
