@@ -340,3 +340,22 @@ def test_serve_takes_units_and_policy():
     engine, _ = serve.build_engine(args)
     with engine:  # the default: sp_degree + 1 units, the adaptive policy
         assert (len(engine.units), engine.policy) == (engine.sp_degree + 1, "adaptive")
+
+
+def test_verbose_leaves_no_log_handler_behind(monkeypatch, capsys):
+    """-v's handler writes to the stderr of its own call: main() called in-process (as here) takes it off after,
+    else a later call's log would go to a stream closed by then (logging's errors on the next test's stderr)."""
+    import logging
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    from specpar.entrypoints.server import app
+
+    monkeypatch.setattr(app, "serve", lambda *a, **k: None)  # the app is made (the engine logs), not served
+    logger = logging.getLogger("specpar")
+    before = (list(logger.handlers), logger.level)
+    assert main(["serve", "--simulated", "--port", str(port), "-v"]) == 0
+    assert "[specpar." in capsys.readouterr().err  # the handler was on during the command
+    assert (list(logger.handlers), logger.level) == before

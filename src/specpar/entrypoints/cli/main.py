@@ -19,6 +19,7 @@ import logging
 import os
 import signal
 import sys
+from contextlib import contextmanager
 
 from specpar.core.errors import SpecparError
 from specpar.entrypoints.cli import config_args
@@ -65,6 +66,26 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+@contextmanager
+def _verbose(on: bool):
+    """-v: specpar's INFO log on stderr for the command, taken off after it (main() called in-process, as by the
+    tests, leaves no handler on a stream that may be closed by then, and the logger's level as it was)."""
+    if not on:
+        yield
+        return
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("[%(name)s] %(message)s"))
+    logger = logging.getLogger("specpar")
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+
+
 def main(argv: list[str] | None = None, *, exit_on_interrupt: bool = False) -> int:
     """Run one command; returns its exit status (0, 1 for a FAIL of `reproduce`, 2 for a mistake, 130 for Ctrl-C).
 
@@ -80,18 +101,13 @@ def main(argv: list[str] | None = None, *, exit_on_interrupt: bool = False) -> i
         config_args.build_all(args)  # the config objects the flags describe: a bad value stops here, in one line
         for line in config_args.warnings_of(args):
             _say(f"{prog}: warning: {line}")
-        if args.verbose:
-            handler = logging.StreamHandler()
-            handler.setFormatter(logging.Formatter("[%(name)s] %(message)s"))
-            logger = logging.getLogger("specpar")
-            logger.addHandler(handler)
-            logger.setLevel(logging.INFO)
-        if getattr(args, "runtime", None) == "ray":
-            from specpar.runtimes.ray_cluster import ray_session
+        with _verbose(args.verbose):
+            if getattr(args, "runtime", None) == "ray":
+                from specpar.runtimes.ray_cluster import ray_session
 
-            with ray_session(args.ray_address, ray_cpus(args)):  # a local Ray it starts is stopped, Ctrl-C included
-                return args.func(args) or 0
-        return args.func(args) or 0
+                with ray_session(args.ray_address, ray_cpus(args)):  # a local Ray it starts is stopped, Ctrl-C too
+                    return args.func(args) or 0
+            return args.func(args) or 0
     except KeyboardInterrupt:
         _say(f"{prog}: interrupted")
         if exit_on_interrupt:  # here, while the traceback still holds the run: leaving this block would free it
