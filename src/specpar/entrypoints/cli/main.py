@@ -13,13 +13,13 @@ prints one warning line per deprecated flag spelling used (:mod:`.aliases`).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import importlib
 import logging
 import os
 import signal
 import sys
-from contextlib import contextmanager
 
 from specpar.core.errors import SpecparError
 from specpar.entrypoints.cli import config_args
@@ -66,11 +66,10 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-@contextmanager
-def _verbose(on: bool):
-    """-v: specpar's INFO log on stderr for the command, taken off after it (main() called in-process, as by the
-    tests, leaves no handler on a stream that may be closed by then, and the logger's level as it was)."""
-    if not on:
+@contextlib.contextmanager
+def _verbose_log(verbose: bool):
+    """While a command runs with -v: specpar's INFO records to the stderr of that moment, one line each."""
+    if not verbose:
         yield
         return
     handler = logging.StreamHandler()
@@ -101,7 +100,7 @@ def main(argv: list[str] | None = None, *, exit_on_interrupt: bool = False) -> i
         config_args.build_all(args)  # the config objects the flags describe: a bad value stops here, in one line
         for line in config_args.warnings_of(args):
             _say(f"{prog}: warning: {line}")
-        with _verbose(args.verbose):
+        with _verbose_log(args.verbose):  # removed when the command ends: main() may run again in one process
             if getattr(args, "runtime", None) == "ray":
                 from specpar.runtimes.ray_cluster import ray_session
 
