@@ -380,7 +380,7 @@ class Engine:
 
     def _spec(self, speculative_config, spec_fields: dict) -> SpeculativeConfig:
         base = self.spec if speculative_config is None else SpeculativeConfig.coerce(speculative_config)
-        spec = base.replace(**spec_fields)
+        spec = base.for_request(**spec_fields)
         if spec.sp_degree is None:
             spec = spec.replace(sp_degree=self.sp_degree)
         if spec.sp_degree > self.sp_degree:
