@@ -60,11 +60,16 @@ def main() -> None:
     ap.add_argument("--backend", default="llama", choices=("llama", "transformers"))
     ap.add_argument("--arms", default=None, help="comma-separated subset of the arms")
     ap.add_argument("--out", default="benchmarks/results/ngram_default_pair.jsonl")
+    ap.add_argument("--report", metavar="JSONL", help="print the tables of a run's rows (one cut short: its prompts "
+                    "with every arm) and exit")  # fmt: skip
     args = ap.parse_args()
     chosen = arms(args)
     if args.arms:
         chosen = {a: chosen[a] for a in args.arms.split(",")}
     names = list(chosen)
+    if args.report:
+        report_file(args.report, names, args)
+        return
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     print(f"command: {' '.join(sys.argv)}\nuptime: {_uptime()}", flush=True)
     t0 = time.time()
@@ -118,10 +123,22 @@ def interleave(first: list, second: list) -> list:
     return out + rest
 
 
-def report(rows: dict, names: list[str], args, loads: list[float], elapsed: float) -> None:
+def report_file(path: str, names: list[str], args) -> None:
+    """The tables of the rows in ``path``, for the prompts every arm of ``names`` ran on."""
+    rows: dict[str, dict[str, dict]] = {}
+    for line in Path(path).read_text().splitlines():
+        row = json.loads(line)
+        rows.setdefault(row["prompt"], {})[row["arm"]] = row
+    rows = {p: r for p, r in rows.items() if all(a in r for a in names)}
+    loads = [r[a]["load"] for r in rows.values() for a in names]
+    report(rows, names, args, loads, None)
+
+
+def report(rows: dict, names: list[str], args, loads: list[float], elapsed: float | None) -> None:
+    took = f"; {elapsed / 60:.0f} min" if elapsed is not None else ""
     print(f"\ndefault pair, {len(rows)} prompts x {args.N} tokens, greedy, threads, SP {args.sp_degree}; model k = "
           f"{args.k}, n-gram {args.min_n}..{args.max_n} k = {args.ngram_k}; load average {min(loads):.1f}..{max(loads):.1f} "
-          f"(median {statistics.median(loads):.1f}) on {os.cpu_count()} cores; {elapsed / 60:.0f} min")  # fmt: skip
+          f"(median {statistics.median(loads):.1f}) on {os.cpu_count()} cores{took}")  # fmt: skip
     for group, keep in (("HumanEval", lambda p: p.startswith("HumanEval")), ("edit", lambda p: p.startswith("edit"))):
         ids = [p for p in rows if keep(p)]
         if not ids:
