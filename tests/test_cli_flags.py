@@ -329,3 +329,14 @@ def test_a_simulated_pair_makes_its_models_prompt_and_latencies():
     ]:
         with pytest.raises(ConfigError, match=words.replace("[", r"\[").replace("]", r"\]")):
             SimulatedPair(**bad)
+
+
+def test_verbose_logging_ends_with_the_command():
+    """-v's handler and level are taken back after the command: an in-process caller's later commands (the test
+    suite's) must not log into the stderr of a command that has ended (a closed stream under pytest's capture)."""
+    import logging
+
+    logger = logging.getLogger("specpar")
+    before = (list(logger.handlers), logger.level)
+    assert main(["simulate", "-N", "5", "--repeats", "1", "-v"]) == 0
+    assert (list(logger.handlers), logger.level) == before

@@ -19,6 +19,7 @@ import logging
 import os
 import signal
 import sys
+from contextlib import contextmanager
 
 from specpar.core.errors import SpecparError
 from specpar.entrypoints.cli import config_args
@@ -80,18 +81,13 @@ def main(argv: list[str] | None = None, *, exit_on_interrupt: bool = False) -> i
         config_args.build_all(args)  # the config objects the flags describe: a bad value stops here, in one line
         for line in config_args.warnings_of(args):
             _say(f"{prog}: warning: {line}")
-        if args.verbose:
-            handler = logging.StreamHandler()
-            handler.setFormatter(logging.Formatter("[%(name)s] %(message)s"))
-            logger = logging.getLogger("specpar")
-            logger.addHandler(handler)
-            logger.setLevel(logging.INFO)
-        if getattr(args, "runtime", None) == "ray":
-            from specpar.runtimes.ray_cluster import ray_session
+        with _verbose(args.verbose):
+            if getattr(args, "runtime", None) == "ray":
+                from specpar.runtimes.ray_cluster import ray_session
 
-            with ray_session(args.ray_address, ray_cpus(args)):  # a local Ray it starts is stopped, Ctrl-C included
-                return args.func(args) or 0
-        return args.func(args) or 0
+                with ray_session(args.ray_address, ray_cpus(args)):  # a local Ray it starts is stopped, Ctrl-C too
+                    return args.func(args) or 0
+            return args.func(args) or 0
     except KeyboardInterrupt:
         _say(f"{prog}: interrupted")
         if exit_on_interrupt:  # here, while the traceback still holds the run: leaving this block would free it
@@ -111,6 +107,26 @@ def main(argv: list[str] | None = None, *, exit_on_interrupt: bool = False) -> i
         where = f" {str(exc.filename)!r}:" if exc.filename else ""
         _say(f"{prog}: error:{where} {exc.strerror or exc}")
         return USAGE_ERROR
+
+
+@contextmanager
+def _verbose(on: bool):
+    """-v: specpar's log to stderr (the stderr of the moment) while the command runs; the handler and the level are
+    taken back after it, so that a caller's next in-process command (tests) does not log into a closed stream."""
+    if not on:
+        yield
+        return
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("[%(name)s] %(message)s"))
+    logger = logging.getLogger("specpar")
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
 
 
 def ray_cpus(args) -> float:
