@@ -374,3 +374,43 @@ def test_generate_on_gguf_files_gives_the_targets_tokens_and_says_it_is_exact(pa
         ("dsi", "nonsi", "si"), expected
     )
     assert "flash attention on" in err and "bitwise exact" in err  # -v: the settings, and what they guarantee
+
+
+def test_a_reset_waits_for_the_call_running_on_the_server_and_its_log_is_bounded(pair):
+    """The lifecycle every cached server shares (backends/cached_server.py): reset() while a pass runs on another
+    thread waits for the pass, then clears (a llama.cpp context cleared under a running decode is undefined);
+    forward_log is the bounded ring. Control: the context's clear() alone does not wait."""
+    server = pair[0].server("lifecycle")
+    ctx, events = server._ctx, []
+    decode, clear = ctx.decode, ctx.clear
+
+    def slow_decode(*args, **kwargs):
+        events.append("decode starts")
+        time.sleep(0.3)
+        out = decode(*args, **kwargs)
+        events.append("decode ends")
+        return out
+
+    def logged_clear():
+        events.append("clear")
+        clear()
+
+    ctx.decode, ctx.clear = slow_decode, logged_clear
+    prompt = tuple(PROMPTS[0])
+    for reset in (server.reset, logged_clear):  # the server's reset, then the control
+        events.clear()
+        call = threading.Thread(target=server.run, args=(Score(prompt, 0, Decoding()),))
+        call.start()
+        while not events:
+            time.sleep(0.01)
+        reset()
+        call.join()
+        order = events[:]
+        if reset is logged_clear:
+            assert order == ["decode starts", "clear", "decode ends"], order  # the control: a clear under the pass
+        else:
+            assert order == ["decode starts", "decode ends", "clear"], order
+            assert server.tokens == ()
+        server.tokens = ()
+    assert type(server.forward_log).__name__ == "ForwardLog" and len(server.forward_log) == 2
+    server.close()

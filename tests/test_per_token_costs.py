@@ -60,12 +60,16 @@ def test_theorem1_on_threads_with_per_token_costs(per_token, no_thread_leak):
         target, drafter, prompt, _ = run_pair(seed, a, 0.1, 1.0, per_token, 12)
         target.latency = LatencyProfile(4.0, 4.0, 4.0 * per_token)  # ms: long enough for the threads' overhead
         drafter.latency = LatencyProfile(0.4, 0.4)
-        nonsi = generate(prompt, target, algorithm="nonsi", max_new_tokens=12, runtime="threads")
-        dsi = generate(
-            prompt, target, drafter, algorithm="dsi", max_new_tokens=12, lookahead=3, sp_degree=4, runtime="threads"
-        )
-        assert dsi.tokens == nonsi.tokens
-        assert dsi.time_ms <= nonsi.time_ms * 1.15 + 2.0  # wall clock: thread hand-offs and scheduling noise
+        nonsi_ms, dsi_ms = [], []
+        for _ in range(3):  # interleaved; a loaded machine only adds time, so the fastest of each arm is compared
+            nonsi = generate(prompt, target, algorithm="nonsi", max_new_tokens=12, runtime="threads")
+            dsi = generate(
+                prompt, target, drafter, algorithm="dsi", max_new_tokens=12, lookahead=3, sp_degree=4, runtime="threads"
+            )
+            assert dsi.tokens == nonsi.tokens
+            nonsi_ms.append(nonsi.time_ms)
+            dsi_ms.append(dsi.time_ms)
+        assert min(dsi_ms) <= min(nonsi_ms) * 1.15 + 2.0  # wall clock: thread hand-offs and scheduling noise
 
 
 def test_the_issue_repro_no_longer_loses(tmp_path, capsys):

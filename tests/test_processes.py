@@ -69,7 +69,7 @@ def test_ending_a_process_ends_what_it_started(processes):
 
 
 def test_run_kills_the_group_on_its_timeout_and_fails_the_test():
-    marker = "import os, subprocess, time; subprocess.Popen(['sleep', '60.5']); time.sleep(60)"
+    marker = f"import os, subprocess, time; subprocess.Popen(['sleep', '{SLEEP}']); time.sleep(60)"
     t0 = time.monotonic()
     with pytest.raises(pytest.fail.Exception, match="still running after 0.5 s: killed with its group"):
         procs.run_python(marker, timeout=0.5)
@@ -77,14 +77,17 @@ def test_run_kills_the_group_on_its_timeout_and_fails_the_test():
     assert not [p for p in _sleepers() if _alive(p)], "its child was left running"
 
 
+SLEEP = f"60.{os.getpid()}"  # this session's own: other sessions on the machine may run this test at the same time
+
+
 def _sleepers() -> list[int]:
-    """Processes `sleep 60.5` (only the test above starts one)."""
+    """Processes `sleep SLEEP` (only the test above starts one)."""
     out = []
     for pid in os.listdir("/proc"):
         if pid.isdigit():
             try:
                 with open(f"/proc/{pid}/cmdline", "rb") as f:
-                    if f.read() == b"sleep\x0060.5\x00":
+                    if f.read() == f"sleep\x00{SLEEP}\x00".encode():
                         out.append(int(pid))
             except OSError:
                 pass

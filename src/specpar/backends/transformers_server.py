@@ -26,17 +26,15 @@ depend on which thread drafted it.
 from __future__ import annotations
 
 import functools
-import threading
 import time
 from collections.abc import Sequence
 
 import numpy as np
 
-from specpar.backends.forward_log import ForwardLog
-from specpar.core.calls import Draft, DraftTree, Proposal, Score, Scores, ScoreTree, as_context
+from specpar.backends.cached_server import CachedServer
+from specpar.core.calls import Draft, DraftTree, Proposal, Scores, ScoreTree, as_context
 from specpar.core.decoding import Decoding
-from specpar.core.errors import ConfigError, ServerError
-from specpar.core.latency import stall_limit_s
+from specpar.core.errors import ConfigError
 from specpar.core.logits_processors import rows
 from specpar.core.prefix import common_prefix_len
 from specpar.core.trees import BestFirst, TokenTree, expand, grow_best_first, tree_depth
@@ -58,24 +56,17 @@ class _Cancelled(Exception):
     """A tree draft's ``cancelled`` was set between its passes."""
 
 
-class TransformersServer:
+class TransformersServer(CachedServer):
     """One instance of a model (a :class:`~specpar.backends.transformers_model.TransformersModel`, which makes
     its servers: this module does not import it) on one device, with its own KV cache.
 
     Several servers of one model on one device share the weights (one module);
-    only their caches are separate. Implements the runtime's server contract.
-
-    One call at a time: a call holds the server while it runs, and :meth:`reset` waits for it, so a cache is never
-    wiped under a pass still writing to it (a cancelled call finishes its pass, or stops between two, first).
-
-    forward_s: seconds spent inside forward passes so far; forward_log: their (start, end)
-        perf_counter times (a :class:`ForwardLog`: the latest passes, bounded), for the time a generation spends
-        outside forward passes.
+    only their caches are separate. One call at a time, reset, the forward account: :class:`CachedServer`.
     """
 
     def __init__(self, model, name: str, device: str):
+        super().__init__(name)
         self.model = model
-        self.name = name
         self.device = device
         self.module = model.module_on(device)
         self.latency = model.latency
@@ -84,28 +75,10 @@ class TransformersServer:
         self.width = model.vocab_size
         self.fitted = self.width != model.native_rows
         self.readable = model.embedding_rows
-        self.forward_s = 0.0
-        self.forward_log = ForwardLog()
-        self.forwards = 0
-        self.tokens: tuple[int, ...] = ()  # the tokens whose keys and values the cache holds
         self._cache = None
         self._tree: tuple[TokenTree, int] | None = None  # a token tree whose first n nodes the cache holds after tokens
-        self._in_call = threading.Lock()  # held by the call running on this server
-        self._longest_call_ms: float | None = None  # the longest call so far (how long reset() may have to wait)
 
     # -- the cache ---------------------------------------------------------------------------
-    def reset(self) -> None:
-        """Forget everything cached (the next call is a prefill); first waits for a call still running here (a
-        cancelled one finishing its pass), up to its stall limit (specpar.core.latency.stall_limit_s)."""
-        limit = stall_limit_s(self._longest_call_ms)
-        if not self._in_call.acquire(timeout=limit):
-            cause = TimeoutError(f"a call still runs on it after {limit:.3g} s: its cache cannot be reset")
-            raise ServerError(self.name, "reset", cause) from cause
-        try:
-            self._clear()
-        finally:
-            self._in_call.release()
-
     def _clear(self) -> None:
         self._cache, self.tokens, self._tree = None, (), None
 
@@ -151,10 +124,7 @@ class TransformersServer:
         t0 = time.perf_counter()
         out = self.module(input_ids=ids, cache=self._cache, use_cache=True, **kw)  # transformers >= 5.24: cache=
         logits = out.logits[0] if not self.fitted else fit_width(out.logits[0], self.width)
-        t1 = time.perf_counter()
-        self.forward_s += t1 - t0
-        self.forward_log.append((t0, t1))
-        self.forwards += 1
+        self._passed(t0, time.perf_counter())
         self.tokens += tuple(new)
         if tree is not None:
             self._tree = (tree, hi)
@@ -220,35 +190,10 @@ class TransformersServer:
         return self._probs(logits, decoding.temperature)
 
     # -- the contract --------------------------------------------------------------------------
-    def run(self, call, cancelled=None):
-        """The result of ``call`` from real forward passes; None when ``cancelled`` was set mid-draft."""
+    def _inside_call(self):
         import torch
 
-        with self._in_call, torch.inference_mode():
-            t0 = time.perf_counter()
-            if type(call) is Score:
-                result = self._score(call)
-            elif type(call) is Draft:
-                result = self._draft(call, cancelled)
-            elif type(call) is ScoreTree:
-                result = self._score_tree(call)
-            elif type(call) is DraftTree:
-                result = self._draft_tree(call, cancelled)
-            else:
-                raise TypeError(f"unknown call {call!r}")
-            ms = (time.perf_counter() - t0) * 1000.0
-            if self._longest_call_ms is None or ms > self._longest_call_ms:
-                self._longest_call_ms = ms
-            return result
-
-    def compute(self, call):
-        """The result of ``call`` at once (virtual clock)."""
-        return self.run(call, None)
-
-    def _score(self, call: Score) -> Scores:
-        ctx = call.context
-        logits = self._sync(ctx, len(ctx) - call.n_drafts - 1)
-        return Scores(call.start, self._rows(logits, call.decoding, ctx, call.start))
+        return torch.inference_mode()
 
     def _draft(self, call: Draft, cancelled) -> Proposal | None:
         ctx, dec = call.context, call.decoding

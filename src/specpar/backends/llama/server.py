@@ -30,9 +30,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from specpar.backends.cached_server import CachedServer
 from specpar.backends.llama.context import LlamaContext
 from specpar.backends.llama.tree_seqs import TreeSeqs
-from specpar.core.calls import Draft, DraftTree, Proposal, Score, Scores, ScoreTree, as_context
+from specpar.core.calls import Draft, DraftTree, Proposal, Scores, ScoreTree, as_context
 from specpar.core.decoding import Decoding
 from specpar.core.errors import ConfigError
 from specpar.core.logits_processors import rows, softmax
@@ -44,29 +45,22 @@ class _Cancelled(Exception):
     """``cancelled`` was set between two passes of a tree draft."""
 
 
-class LlamaServer:
+class LlamaServer(CachedServer):
     """One instance of a :class:`~specpar.backends.llama.model.LlamaModel` with its own context and KV cache of
     ``n_ctx`` tokens; every server of one model in a process shares its weights (one mapping of the file).
-    Implements the runtime's server contract.
-
-    forward_s: seconds inside forward passes so far; forward_log: their (start, end) perf_counter times.
+    One call at a time, reset, the forward account: :class:`CachedServer`.
     """
 
     def __init__(self, model, name: str, n_ctx: int):
+        super().__init__(name)
         self.model = model
-        self.name = name
         self.device = "cpu"
         self.latency = model.latency
         self.n_ctx = n_ctx
-        self.forward_s = 0.0
-        self.forward_log: list[tuple[float, float]] = []
-        self.forwards = 0
-        self.tokens: tuple[int, ...] = ()  # what the cache holds, at positions 0 .. len - 1 of sequence 0
         self._ctx = LlamaContext(model.weights.ptr, model.settings, n_ctx, model.vocab_size, model.tree_seqs)
 
     # -- the cache ---------------------------------------------------------------------------------------
-    def reset(self) -> None:
-        """Forget everything cached (the next call is a prefill)."""
+    def _clear(self) -> None:
         self._ctx.clear()
         self.tokens = ()
 
@@ -89,10 +83,7 @@ class LlamaServer:
         held = len(self.tokens)
         t0 = time.perf_counter()
         out = self._ctx.decode(new, range(held, held + len(new)), range(rows_from, len(new)), None, cancelled)
-        t1 = time.perf_counter()
-        self.forward_s += t1 - t0
-        self.forward_log.append((t0, t1))
-        self.forwards += 1
+        self._passed(t0, time.perf_counter())
         if out is None:  # stopped between passes: the cache holds the passes that ran
             self.tokens += tuple(new[: self._ctx.fed])
             return None
@@ -116,29 +107,7 @@ class LlamaServer:
             return logits.argmax(axis=-1).tolist()
         return rows(logits, context, start, decoding)
 
-    # -- the contract --------------------------------------------------------------------------------------
-    def run(self, call, cancelled=None):
-        """The result of ``call`` from real forward passes; None when ``cancelled`` was set mid-call."""
-        kind = type(call)
-        if kind is Score:
-            return self._score(call)
-        if kind is Draft:
-            return self._draft(call, cancelled)
-        if kind is ScoreTree:
-            return self._score_tree(call)
-        if kind is DraftTree:
-            return self._draft_tree(call, cancelled)
-        raise TypeError(f"unknown call {call!r}")
-
-    def compute(self, call):
-        """The result of ``call`` at once (virtual clock)."""
-        return self.run(call, None)
-
-    def _score(self, call: Score) -> Scores:
-        ctx = call.context
-        logits = self._sync(ctx, len(ctx) - call.n_drafts - 1)
-        return Scores(call.start, self._rows(logits, call.decoding, ctx, call.start))
-
+    # -- the contract (run, compute, _score: CachedServer) ---------------------------------------------------
     def _draft(self, call: Draft, cancelled) -> Proposal | None:
         ctx, dec = call.context, call.decoding
         logits = self._sync(ctx, len(ctx) - 1, cancelled)
@@ -175,10 +144,7 @@ class LlamaServer:
         first = len(new) - 1 if new else 0
         t0 = time.perf_counter()
         out = self._ctx.decode(tokens, positions, range(first, len(tokens)), ids, cancelled)
-        t1 = time.perf_counter()
-        self.forward_s += t1 - t0
-        self.forward_log.append((t0, t1))
-        self.forwards += 1
+        self._passed(t0, time.perf_counter())
         self.tokens += tuple(new)  # the tree's cells go at the call's end (TreeSeqs.close)
         if out is None:
             raise _Cancelled

@@ -13,13 +13,13 @@ prints one warning line per deprecated flag spelling used (:mod:`.aliases`).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import importlib
 import logging
 import os
 import signal
 import sys
-from contextlib import contextmanager
 
 from specpar.core.errors import SpecparError
 from specpar.entrypoints.cli import config_args
@@ -66,6 +66,25 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+@contextlib.contextmanager
+def _verbose_log(verbose: bool):
+    """While a command runs with -v: specpar's INFO records to the stderr of that moment, one line each."""
+    if not verbose:
+        yield
+        return
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("[%(name)s] %(message)s"))
+    logger = logging.getLogger("specpar")
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+
+
 def main(argv: list[str] | None = None, *, exit_on_interrupt: bool = False) -> int:
     """Run one command; returns its exit status (0, 1 for a FAIL of `reproduce`, 2 for a mistake, 130 for Ctrl-C).
 
@@ -81,7 +100,7 @@ def main(argv: list[str] | None = None, *, exit_on_interrupt: bool = False) -> i
         config_args.build_all(args)  # the config objects the flags describe: a bad value stops here, in one line
         for line in config_args.warnings_of(args):
             _say(f"{prog}: warning: {line}")
-        with _verbose(args.verbose):
+        with _verbose_log(args.verbose):  # removed when the command ends: main() may run again in one process
             if getattr(args, "runtime", None) == "ray":
                 from specpar.runtimes.ray_cluster import ray_session
 
@@ -107,26 +126,6 @@ def main(argv: list[str] | None = None, *, exit_on_interrupt: bool = False) -> i
         where = f" {str(exc.filename)!r}:" if exc.filename else ""
         _say(f"{prog}: error:{where} {exc.strerror or exc}")
         return USAGE_ERROR
-
-
-@contextmanager
-def _verbose(on: bool):
-    """-v: specpar's log to stderr (the stderr of the moment) while the command runs; the handler and the level are
-    taken back after it, so that a caller's next in-process command (tests) does not log into a closed stream."""
-    if not on:
-        yield
-        return
-    handler = logging.StreamHandler()
-    handler.setFormatter(logging.Formatter("[%(name)s] %(message)s"))
-    logger = logging.getLogger("specpar")
-    level = logger.level
-    logger.addHandler(handler)
-    logger.setLevel(logging.INFO)
-    try:
-        yield
-    finally:
-        logger.removeHandler(handler)
-        logger.setLevel(level)
 
 
 def ray_cpus(args) -> float:
