@@ -54,7 +54,20 @@ CLI_CASES = [
     (["bench", "--devices", " , ", "-n", "1"], "--devices must name at least one device"),
     (["generate", "--repeats", "3", "hi"], "--repeats is for --compare"),
     (["generate", "--repeats", "0", "--compare", "hi"], "--repeats must be >= 1, got 0"),  # an IndexError before
-    (["profile", "--seed", "1"], "unrecognized arguments: --seed 1"),
+    # -k auto/adaptive weigh latency profiles that a pair loaded from files has not: refused before loading (serve
+    # started and refused every request, generate failed after loading)
+    (["generate", "-k", "auto", "hi"], "-k auto weighs the models' latency profiles"),
+    (["bench", "-k", "adaptive", "-n", "1"], "-k adaptive weighs the models' latency profiles"),
+    (["serve", "-k", "adaptive"], "-k adaptive weighs the models' latency profiles"),
+    (["generate", "--tree", "2,2", "--top-p", "0.5", "--temperature", "1", "hi"], "token trees (tree=) do not take"),
+    (
+        ["profile", "--seed", "1"],
+        "specpar profile: error: unrecognized arguments: --seed 1 (see `specpar profile --help`)",
+    ),
+    (
+        ["simulate", "--bogus"],
+        "specpar simulate: error: unrecognized arguments: --bogus (see `specpar simulate --help`)",
+    ),
 ]
 
 
@@ -105,6 +118,7 @@ API_CASES = [
     (dict(temperature=math.inf), "temperature must be a finite number >= 0"),
     (dict(temperature=math.nan), "temperature must be a finite number >= 0"),
     (dict(temperature="1"), "temperature must be a finite number >= 0"),
+    (dict(logit_bias={99: 1.0}), "logit_bias names token 99"),  # a ServerError from the first task before
 ]
 
 
@@ -145,3 +159,27 @@ def test_a_prompt_that_encodes_to_nothing_is_named():
 
     with pytest.raises(ConfigError, match="prompt p1 encodes to no tokens for blank-model"):
         Prompt("p1", text="   ").token_ids(Blank())
+
+
+def test_the_measured_costs_line_keeps_sub_millisecond_steps():
+    """A tiny model's decode step of 0.3 ms printed as "decode step 0 ms ... (= 9.90 decode steps)"."""
+    from types import SimpleNamespace
+
+    from specpar.entrypoints.cli.real_models import why_line
+
+    def result(kind_ms, lookahead=3):
+        timeline = [SimpleNamespace(kind=k, server=s, start_ms=0.0, end_ms=ms, cancelled=False) for k, s, ms in kind_ms]
+        return SimpleNamespace(timeline=timeline, lookahead=lookahead)
+
+    line = why_line(
+        {
+            "nonsi": [result([("verify", "target0", 0.3)])],
+            "si": [result([("verify", "target0", 2.97), ("draft", "drafter0", 0.9)])],
+        }
+    )
+    assert "decode step 0.3 ms" in line and "up to 4 tokens 3 ms (= 9.90 decode steps)" in line
+    assert "drafter about 0.3 ms/token (c = 1.00)" in line
+    big = why_line(
+        {"nonsi": [result([("verify", "target0", 1234.0)])], "si": [result([("verify", "target0", 2500.0)])]}
+    )
+    assert "decode step 1234 ms" in big and "tokens 2500 ms" in big

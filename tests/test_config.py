@@ -98,6 +98,25 @@ def test_the_engine_takes_the_vllm_shape_and_a_request_overrides_it(pair):
             e.generate(PROMPT, max_tokens=20, cancel_frees="end")
 
 
+def test_a_request_for_non_si_or_hsd_leaves_the_engines_tree_and_ngram_proposer(pair):
+    """An engine (or `specpar serve --tree ...`) whose default speculation drafts trees or n-grams still serves a
+    request for non-SI (and HSD): they were refused ("token trees work with algorithm 'si' or 'dsi'"), so a server
+    started with --tree answered every {"speculative": {"algorithm": "nonsi"}} with a 400. A tree or proposer the
+    request names itself is still checked."""
+    target, drafter = pair
+    want = target.greedy_tokens(PROMPT, 12)
+    for defaults in ({"tree": (2, 2, 1)}, {"proposer": "ngram"}):
+        with Engine(target, drafter, sp_degree=2, **defaults) as e:
+            r = e.generate(PROMPT, max_tokens=12, temperature=0, algorithm="nonsi")
+            assert (r.algorithm, r.tokens) == ("nonsi", want)
+            assert e.generate(PROMPT, max_tokens=12, temperature=0).tokens == want  # the defaults still apply
+            with pytest.raises(ConfigError, match="not 'nonsi'"):
+                e.generate(PROMPT, max_tokens=12, algorithm="nonsi", **defaults)
+    spec = SpeculativeConfig(algorithm="dsi", tree=(2, 2), proposer="ngram+drafter")
+    assert spec.for_request(algorithm="hsd").tree is None
+    assert spec.for_request(algorithm="si") == spec.replace(algorithm="si")  # a tree stays for SI and DSI
+
+
 def test_generate_takes_config_objects_or_their_fields(pair):
     target, drafter = pair
     want = target.greedy_tokens(PROMPT, 16)

@@ -22,6 +22,15 @@ def test_heatmap_writes_png_and_csv(tmp_path, capsys):
     assert "(d) DSI vs the faster of SI and non-SI" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("given", ["fig.png", "fig.csv", "fig.PNG"])
+def test_an_output_named_with_its_extension_is_not_doubled(tmp_path, given, capsys):
+    """-o fig.png wrote fig.png.png and fig.png.csv (and a missing directory was reported as 'fig.png.png')."""
+    assert main(["heatmap", "--resolution", "2", "-N", "5", "--repeats", "1", "-o", str(tmp_path / given)]) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fig.csv", "fig.png"]
+    assert main(["heatmap", "--resolution", "2", "-o", str(tmp_path / "missing" / given)]) == 2
+    assert "fig.png'" in capsys.readouterr().err
+
+
 def test_fixed_lookahead_reports_where_eq1_fails(tmp_path, capsys):
     prefix = str(tmp_path / "fig7")
     assert main(["heatmap", "--resolution", "3", "-N", "20", "--repeats", "2", "-k", "5", "-o", prefix]) == 0

@@ -175,3 +175,18 @@ def test_per_request_speculation(sim):
         assert status == 200 and ids(body["choices"][0]["text"]) == want, spec
     status, body = post(url, "/v1/completions", {"prompt": [6, 1], "speculative": {"algorithm": "hsd"}})
     assert status == 400 and body["error"]["param"] == "speculative"
+
+
+def test_a_server_started_with_a_tree_serves_a_non_si_request():
+    """`specpar serve --tree 2,2,1` answered every {"speculative": {"algorithm": "nonsi"}} with a 400 ("token trees
+    work with algorithm 'si' or 'dsi'"): the request now leaves the server's tree behind."""
+    from specpar import Engine, LatencyProfile, SimulatedModel
+
+    target = SimulatedModel(32, seed=0, latency=LatencyProfile.uniform(1.0))
+    engine = Engine(target, target.drafter(0.8, LatencyProfile.uniform(0.1)), sp_degree=2, tree=(2, 2, 1))
+    with running(create_app(engine, "sim")) as url:
+        body = {"prompt": [1, 2], "max_tokens": 8, "temperature": 0}
+        status, reply = post(url, "/v1/completions", {**body, "speculative": {"algorithm": "nonsi"}}, key=None)
+        assert status == 200 and reply["choices"][0]["token_ids"] == target.greedy_tokens([1, 2], 8)
+        status, reply = post(url, "/v1/completions", body, key=None)  # the server's tree, for DSI
+        assert status == 200 and reply["choices"][0]["token_ids"] == target.greedy_tokens([1, 2], 8)

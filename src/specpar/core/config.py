@@ -200,6 +200,20 @@ class SpeculativeConfig:
         """A copy with ``changes`` (None values leave a field as it is), checked again."""
         return replace(self, **{k: v for k, v in changes.items() if v is not None}) if changes else self
 
+    def for_request(self, **changes) -> SpeculativeConfig:
+        """A request's speculation over these defaults (an engine's or a server's): :meth:`replace`, except that a
+        request switching to an algorithm that takes no token tree or n-gram proposer (non-SI, HSD) leaves the
+        defaults' tree and n-gram proposer behind instead of being refused for them; ones it names are checked."""
+        algorithm = changes.get("algorithm")
+        if algorithm is not None and algorithm not in ("si", "dsi"):
+            kept = {k: v for k, v in changes.items() if v is not None}
+            if "tree" not in kept:
+                kept["tree"] = None
+            if "proposer" not in kept and self.proposer is not None and parse_proposer(self.proposer).ngram:
+                kept["proposer"] = None
+            return replace(self, **kept)
+        return self.replace(**changes)
+
     @classmethod
     def from_vllm(cls, config: Mapping[str, Any]) -> SpeculativeConfig:
         """vLLM's ``speculative_config`` shape: ``method`` (an algorithm, or "ngram": the n-gram proposer, with

@@ -301,7 +301,7 @@ class Engine:
         if runtime_fields:
             raise ConfigError(f"the runtime is the engine's: {sorted(runtime_fields)} cannot change per request")
         base = self.spec if speculative_config is None else SpeculativeConfig.coerce(speculative_config)
-        spec = base.replace(**spec_fields)
+        spec = base.for_request(**spec_fields)
         if spec.sp_degree is None:
             spec = spec.replace(sp_degree=self.sp_degree)
         if spec.sp_degree > self.sp_degree:

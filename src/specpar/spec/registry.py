@@ -161,7 +161,7 @@ def check_context_window(prompt_len: int, max_new_tokens: int, *sources) -> None
 
 def check_tokens(prompt, decoding: Decoding, target, *drafters) -> None:
     """Refuse up front a prompt that is not token ids (integers >= 0, at most the target's ``max_token_id`` where it
-    has one), and a drafter whose rows are not as wide as the target's when sampling (rejection sampling compares
+    has one), a logit_bias for an id past that (each server would refuse it in its first task), and a drafter whose rows are not as wide as the target's when sampling (rejection sampling compares
     distributions over one vocabulary; a drafter whose rows differ only by padding has been fitted to the target's
     width by then: :mod:`specpar.backends.vocabulary`)."""
     if isinstance(prompt, (str, bytes)) or not hasattr(prompt, "__len__"):
@@ -171,6 +171,9 @@ def check_tokens(prompt, decoding: Decoding, target, *drafters) -> None:
         if isinstance(t, bool) or not isinstance(t, (int, np.integer)) or t < 0 or (limit is not None and t > limit):
             where = f"integers in [0, {limit}]" if limit is not None else "integers >= 0"
             raise ConfigError(f"the prompt's token ids must be {where}; position {i} holds {t!r}")
+    bias = decoding.processors.logit_bias if decoding.processors is not None else ()
+    if bias and limit is not None and max(t for t, _ in bias) > limit:
+        raise ConfigError(f"logit_bias names token {max(t for t, _ in bias)}: the target's ids are 0 .. {limit}")
     vocab = getattr(model_of(target), "vocab_size", None)
     if decoding.greedy or vocab is None:
         return
@@ -290,17 +293,22 @@ def adaptive_policy(spec: SpeculativeConfig, target, drafter, max_new_tokens: in
     )
 
 
+def check_tree_processors(spec: SpeculativeConfig, processors) -> None:
+    """Token trees are drafted and verified on raw rows: refuse them with logits processors."""
+    if spec.tree is not None and processors is not None:
+        raise ConfigError(
+            "token trees (tree=) do not take logits processors yet (top_k, top_p, min_p, repetition_penalty): drop "
+            "them or the tree"
+        )
+
+
 def check_request(prompt, max_new_tokens: int, decoding: Decoding, spec: SpeculativeConfig, target, drafters: list,
                   merged: bool) -> None:  # fmt: skip
     """Refuse up front what this generation cannot do with these models (each check's message says why)."""
     algorithm = ALGORITHMS[spec.algorithm]
     check_tokens(prompt, decoding, target, *(drafters if spec.uses_drafter else ()))
     check_context_window(len(prompt), max_new_tokens, target, *drafters)
-    if spec.tree is not None and decoding.processors is not None:
-        raise ConfigError(
-            "token trees (tree=) do not take logits processors yet (top_k, top_p, min_p, repetition_penalty): drop "
-            "them or the tree"
-        )
+    check_tree_processors(spec, decoding.processors)
     merged = merged and spec.uses_drafter  # the n-gram proposer alone drafts with no model
     if merged and spec.tree is None and algorithm.drafts:
         raise ConfigError("several drafters draft only token trees (merge-based): give tree=<k1,...,km>")

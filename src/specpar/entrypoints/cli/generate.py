@@ -144,6 +144,9 @@ def run(args) -> int:
     if args.repeats > 1 and not args.compare:
         raise ConfigError("--repeats is for --compare (it repeats the comparison)")
     params = sampling_params(args)
+    from specpar.spec.registry import check_tree_processors
+
+    check_tree_processors(args.spec, params.processors)  # before the models load (the engine checks it again)
     chosen = chosen_prompt(args)
     main = args.algorithm
     algorithms = [main] + ([a for a in ("nonsi", "si", "dsi") if a != main] if args.compare else [])

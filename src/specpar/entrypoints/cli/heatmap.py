@@ -43,7 +43,8 @@ def register(subparsers) -> None:
         "--output",
         default=None,
         metavar="PREFIX",
-        help="write PREFIX.png and PREFIX.csv (default: dsi-fig2, or dsi-fig7-kK with --lookahead)",
+        help="write PREFIX.png and PREFIX.csv (fig.png names the prefix fig too; default: dsi-fig2, or "
+        "dsi-fig7-kK with --lookahead)",
     )
     p.add_argument(
         "--check-cells",
@@ -85,12 +86,16 @@ def add_grid_arguments(p, resolution: int = 100) -> None:
 
 
 def output_prefix(given: str | None, default: str) -> str:
-    """Where PREFIX.png and PREFIX.csv go: ``given`` (a directory: ``default`` in it), checked before any work."""
+    """Where PREFIX.png and PREFIX.csv go: ``given`` (a directory: ``default`` in it; a name ending in .png or .csv:
+    the name without it, so that ``-o fig.png`` writes fig.png and fig.csv, not fig.png.png), checked before any
+    work."""
     from specpar.core.paths import check_output_file
 
     prefix = given or default
     if prefix.endswith(os.sep) or os.path.isdir(prefix):
         prefix = os.path.join(prefix, default)
+    elif prefix.lower().endswith((".png", ".csv")) and len(os.path.basename(prefix)) > 4:
+        prefix = prefix[:-4]
     for suffix in (".png", ".csv"):
         check_output_file(prefix + suffix, "-o")
     return prefix

@@ -48,12 +48,24 @@ class ArgumentParser(argparse.ArgumentParser):
         self.exit(USAGE_ERROR, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
 
 
+class CommandLine(ArgumentParser):
+    """The top parser: arguments no subcommand knows are refused by that subcommand's parser, so the line names
+    ``specpar <command>`` and its ``--help`` (argparse itself leaves them to the top parser, which names neither)."""
+
+    def parse_known_args(self, args=None, namespace=None):
+        args, extra = super().parse_known_args(args, namespace)
+        command = self._subparsers._group_actions[0].choices.get(getattr(args, "command", None))
+        if extra and command is not None:
+            command.error(f"unrecognized arguments: {' '.join(extra)}")
+        return args, extra
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = ArgumentParser(
+    parser = CommandLine(
         prog="specpar",
         description="Lossless speculative inference: non-SI, SI and DSI, on a virtual clock, threads or real models.",
     )
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")  # subparsers share the class
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=ArgumentParser)
     for name in COMMANDS:
         importlib.import_module(name).register(sub)
     for command in sub.choices.values():

@@ -150,6 +150,19 @@ def check_common(args) -> None:
         raise ConfigError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
     check_temperature(getattr(args, "temperature", 0.0))
     device_names(args)
+    check_lookahead(args)
+
+
+def check_lookahead(args) -> None:
+    """Refuse -k auto and -k adaptive before the models load: both weigh the models' latency profiles, which a pair
+    loaded from files has not (the engine would refuse them only after loading)."""
+    spec = getattr(args, "spec", None)
+    if spec is not None and spec.lookahead in ("auto", "adaptive"):
+        raise ConfigError(
+            f"-k {spec.lookahead} weighs the models' latency profiles, which real models loaded here do not have: "
+            "measure the pair with `specpar profile --out pair.json`, then `specpar plan --profile pair.json` names "
+            "the fastest lookahead; give it as -k K"
+        )
 
 
 def task_ms(results, kind: str, server_prefix: str) -> list[float]:
@@ -162,8 +175,14 @@ def task_ms(results, kind: str, server_prefix: str) -> list[float]:
     ]
 
 
+def _ms(x: float) -> str:
+    """A duration in ms to two significant digits below 10 ms, whole ms above (0.31, 3, 1234)."""
+    return f"{x:.2g}" if x < 10 else f"{x:.0f}"
+
+
 def why_line(by_algo: dict) -> str | None:
-    """Measured forward-pass costs that explain the ratios: decode step, verification pass (SI's), drafter token."""
+    """Measured forward-pass costs that explain the ratios: decode step, verification pass (SI's), drafter token,
+    each to two significant digits (a tiny model's 0.3 ms step printed as "0 ms" beside a ratio of 9.9)."""
     decode = task_ms(by_algo.get("nonsi", []), "verify", "target")
     verify = task_ms(by_algo.get("si", []), "verify", "target")
     drafts = [
@@ -177,12 +196,12 @@ def why_line(by_algo: dict) -> str | None:
     d, v = statistics.median(decode), statistics.median(verify)
     lookahead = by_algo["si"][0].lookahead
     line = (
-        f"measured: target decode step {d:.0f} ms; target verification pass over up to {lookahead + 1} tokens "
-        f"{v:.0f} ms (= {v / d:.2f} decode steps)"
+        f"measured: target decode step {_ms(d)} ms; target verification pass over up to {lookahead + 1} tokens "
+        f"{_ms(v)} ms (= {v / d:.2f} decode steps)"
     )
     if drafts:
         per = statistics.median(drafts) / lookahead
-        line += f"; drafter about {per:.0f} ms/token (c = {per / d:.2f})"
+        line += f"; drafter about {_ms(per)} ms/token (c = {per / d:.2f})"
     if v / d > 1.5:
         line += (
             ". Verifying k tokens costs several decode steps on this device (compute-bound, as on a CPU), "

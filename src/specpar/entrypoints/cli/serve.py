@@ -95,6 +95,10 @@ def check(args) -> str | None:
     """What the flags leave to check before anything loads; returns the API key (None: open)."""
     if args.simulated and (args.target or args.drafter):
         raise ConfigError("give either --simulated or --target/--drafter, not both")
+    if not args.simulated:
+        from specpar.entrypoints.cli.real_models import check_lookahead
+
+        check_lookahead(args)
     if args.sp_degree > MAX_SERVE_SERVERS:
         raise ConfigError(f"--sp-degree must be at most {MAX_SERVE_SERVERS} to serve, got {args.sp_degree}")
     if isinstance(args.lookahead, int) and args.lookahead > MAX_SERVE_LOOKAHEAD:
@@ -120,6 +124,14 @@ def run(args) -> int:
             f"specpar serve needs FastAPI, uvicorn, pydantic and prometheus_client: pip install 'specpar[serve]' ({exc})"
         ) from None
     api_key = check(args)
+    if args.runtime == "ray":
+        # Ray now, in the main thread, before uvicorn takes SIGTERM: started by the first request's worker thread,
+        # Ray's own SIGTERM handler (a stack dump) came after uvicorn's and ended the server at once, without
+        # draining requests or stopping the local Ray (its agents were left running)
+        from specpar.entrypoints.cli.main import ray_cpus
+        from specpar.runtimes.ray_cluster import connect
+
+        connect(args.ray_address, ray_cpus(args))
     engine, name = build_engine(args)
     app = create_app(engine, args.served_model_name or name, api_key=api_key, max_queue=args.max_queue,
                      max_model_len=args.max_model_len)  # fmt: skip

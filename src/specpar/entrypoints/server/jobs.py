@@ -78,7 +78,7 @@ def _plan(req, chat: bool, jobs: list[Job], logprobs, served: Served) -> Plan:
     spec = req.speculative
     speculative = {} if spec is None else {k: v for k, v in spec.model_dump().items() if v is not None}
     try:
-        request_spec = served.engine.spec.replace(**speculative)
+        request_spec = served.engine.spec.for_request(**speculative)
     except ConfigError as exc:  # fields that do not go together (an n-gram proposer for non-SI)
         raise RequestError(str(exc), "speculative") from None
     if served.engine.drafters is None and request_spec.uses_drafter:
