@@ -770,7 +770,7 @@ def load_pair(
 
 def _load_llama(target, drafter, dtype, progress: bool):
     """(target, drafter) LlamaModels: the default pair's GGUF files, or the two files given."""
-    from specpar.backends.llama.model import LlamaModel, check_same_vocabulary
+    from specpar.backends.llama.model import LlamaModel, check_same_tokenizer_files, check_same_vocabulary
     from specpar.backends.weights import load_default_pair
 
     if dtype is not None:
@@ -781,6 +781,7 @@ def _load_llama(target, drafter, dtype, progress: bool):
     else:
         if target is None or drafter is None:
             raise ConfigError("give both --target and --drafter (or neither, for the default pair)")
+        check_same_tokenizer_files(target, drafter)  # from the headers, before any weights load
         t, d = LlamaModel(target), LlamaModel(drafter)
         check_same_vocabulary(t, d)
     log.info("loaded %s (target) and %s (drafter) on llama.cpp in %.1f s", t.name, d.name, time.perf_counter() - t0)
