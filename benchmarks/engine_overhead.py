@@ -12,13 +12,27 @@ harshest case for a fixed per-request cost. The overhead is the median of paired
 call minus the bare call just before it), over the median bare time. Goal: < 2%.
 
     .venv/bin/python benchmarks/engine_overhead.py [--requests 300] [-N 200] [--algo dsi]
+
+``--instructions`` counts instead of timing, with valgrind's callgrind (the same on every run, so two checkouts
+compare exactly, whatever the machine's load): per checkout (``--src``, repeatable: side by side), the
+instructions per request of the engine arm and of the bare arm, each the steady-state slope (a process making
+2R requests minus one making R, after the same warm-up, over R), and their difference, the engine's own cost:
+
+    git worktree add /tmp/base 3b7a143
+    .venv/bin/python benchmarks/engine_overhead.py --instructions --src /tmp/base --src . -N 20
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import re
+import shutil
 import statistics
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 from specpar import Engine, LatencyProfile, SamplingParams, SimulatedModel, generate
 from specpar.core.config import RuntimeConfig, SpeculativeConfig
@@ -33,12 +47,78 @@ def timed(fn):
     return time.thread_time() - t0, out
 
 
+# One process of the --instructions mode: the arm's requests after a warm-up, the checkout's code first on the path.
+WORKLOAD = """
+import gc, sys
+sys.path.insert(0, {src!r})
+gc.disable()
+from specpar import Engine, LatencyProfile, SamplingParams, SimulatedModel
+from specpar.core.config import RuntimeConfig, SpeculativeConfig
+from specpar.spec.registry import run_generation
+target = SimulatedModel(32, seed=1, latency=LatencyProfile.uniform(20.0))
+drafter = target.drafter(0.8, LatencyProfile.uniform(1.0), seed=2)
+params = SamplingParams(temperature=0, max_tokens={n})
+engine = Engine(target, drafter, sp_degree=4)
+spec, virtual = SpeculativeConfig(algorithm={algo!r}, lookahead=5, sp_degree=4), RuntimeConfig(name="virtual")
+want = target.greedy_tokens([1, 2, 3], {n})
+def engine_arm():
+    return engine.generate([1, 2, 3], params, algorithm={algo!r}, lookahead=5)
+def bare_arm():
+    return run_generation([1, 2, 3], engine.targets, engine.drafters, spec, virtual, params.decoding(), {n})
+arm = {arm}_arm
+for _ in range({warmup} + {requests}):
+    assert arm().tokens == want
+"""
+
+
+def instructions(src: Path, arm: str, requests: int, args) -> int:
+    """Instructions callgrind counts for one process making ``requests`` requests of ``arm`` after the warm-up."""
+    env = dict(os.environ, PYTHONHASHSEED="0", OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
+    code = WORKLOAD.format(src=str(src / "src"), n=args.N, algo=args.algo, arm=arm, warmup=args.warmup,
+                           requests=requests)  # fmt: skip
+    cmd = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable, "-c", code]
+    if shutil.which("setarch"):
+        cmd = ["setarch", "-R", *cmd]  # no address randomization: dict and set layouts repeat
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    found = re.search(r"Collected : (\d+)", out.stderr)
+    if out.returncode != 0 or not found:
+        raise SystemExit(f"callgrind run failed for {src}:\n{out.stderr[-2000:]}")
+    return int(found.group(1))
+
+
+def count_instructions(args) -> None:
+    if not shutil.which("valgrind"):
+        raise SystemExit("valgrind is not installed (Debian: apt-get install valgrind)")
+    trees = [p.resolve() for p in (args.src or [Path(__file__).resolve().parent.parent])]
+    r = args.requests
+    print(f"{args.algo}, N = {args.N}, virtual clock, gc off: instructions per request (slope over {r} requests "
+          f"after {args.warmup})")  # fmt: skip
+    rows = []
+    for tree in trees:
+        per = {arm: (instructions(tree, arm, 2 * r, args) - instructions(tree, arm, r, args)) / r
+               for arm in ("engine", "bare")}  # fmt: skip
+        rows.append(per)
+        print(f"{str(tree):<40} engine {per['engine']:>12,.0f}  bare {per['bare']:>12,.0f}  "
+              f"engine - bare {per['engine'] - per['bare']:>10,.0f}", flush=True)  # fmt: skip
+    if len(rows) > 1:
+        first, last = rows[0], rows[-1]
+        print(f"last / first: engine {last['engine'] / first['engine']:.4f}, bare {last['bare'] / first['bare']:.4f}, "
+              f"engine - bare {(last['engine'] - last['bare']) / (first['engine'] - first['bare']):.4f}")  # fmt: skip
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--requests", type=int, default=300, help="requests per arm")
+    ap.add_argument("--requests", type=int, default=None, help="requests per arm (default 300; --instructions 50)")
     ap.add_argument("-N", type=int, default=200)
     ap.add_argument("--algo", default="dsi", choices=("nonsi", "si", "dsi"))
+    ap.add_argument("--instructions", action="store_true", help="count instructions with callgrind (see above)")
+    ap.add_argument("--src", action="append", type=Path, help="--instructions: a checkout (repeat: side by side)")
+    ap.add_argument("--warmup", type=int, default=20, help="--instructions: requests before those counted")
     args = ap.parse_args()
+    if args.instructions:
+        args.requests = args.requests or 50
+        return count_instructions(args)
+    args.requests = args.requests or 300
     target = SimulatedModel(32, seed=1, latency=LatencyProfile.uniform(20.0))
     drafter = target.drafter(0.8, LatencyProfile.uniform(1.0), seed=2)
     params = SamplingParams(temperature=0, max_tokens=args.N)

@@ -331,6 +331,17 @@ def test_a_simulated_pair_makes_its_models_prompt_and_latencies():
             SimulatedPair(**bad)
 
 
+def test_serve_takes_units_and_policy():
+    args, _ = parse(build_parser(), ["serve", "--simulated", "--units", "5", "--policy", "si"])
+    engine, _ = serve.build_engine(args)
+    with engine:
+        assert (len(engine.units), engine.policy, engine.load_metrics().units) == (5, "si", 5)
+    args, _ = parse(build_parser(), ["serve", "--simulated"])
+    engine, _ = serve.build_engine(args)
+    with engine:  # the default: sp_degree + 1 units, the adaptive policy
+        assert (len(engine.units), engine.policy) == (engine.sp_degree + 1, "adaptive")
+
+
 def test_verbose_logging_ends_with_its_command(capsys):
     """-v logs to the stderr of its own command only: a second main() in the same process (a test, a notebook)
     found the first one's handler still attached, writing to a stream that pytest had closed ("--- Logging

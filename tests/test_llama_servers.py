@@ -21,8 +21,9 @@ pytest.importorskip("llama_cpp")
 from conftest import RAY_OPTIONS  # noqa: E402
 from specpar import Engine, SamplingParams, generate  # noqa: E402
 from specpar.backends.llama import library  # noqa: E402
+from specpar.backends.llama import model as llama_model  # noqa: E402
 from specpar.backends.llama import server as llama_server  # noqa: E402
-from specpar.backends.llama.model import LlamaModel, check_same_vocabulary  # noqa: E402
+from specpar.backends.llama.model import LlamaModel, check_same_tokenizer_files, check_same_vocabulary  # noqa: E402
 from specpar.core.calls import Draft, Score  # noqa: E402
 from specpar.core.decoding import Decoding  # noqa: E402
 from specpar.core.errors import ConfigError  # noqa: E402
@@ -339,6 +340,35 @@ def test_a_drafter_with_another_vocabulary_is_refused(pair, tmp_path):
         check_same_vocabulary(target, other)
     with pytest.raises(ConfigError, match="must share one tokenizer"):
         Engine(str(target.path), str(other.path))
+
+
+@pytest.mark.parametrize(
+    "drafter,needle",
+    [
+        (dict(swapped=True), "tokenizers of target t.gguf and drafter d.gguf differ"),
+        (dict(padding=5), "267 token ids and target t.gguf 262, the same tokens below 262: their rows differ only by"),
+        (dict(vocab=9), "tokenizers of target t.gguf and drafter d.gguf differ"),
+    ],
+)
+def test_a_drafter_file_with_another_tokenizer_is_refused_before_any_weights_load(tmp_path, monkeypatch, drafter,
+                                                                                   needle):  # fmt: skip
+    target = write_tiny_gguf(tmp_path / "t.gguf")
+    other = write_tiny_gguf(tmp_path / "d.gguf", **drafter)
+    loaded = []
+    monkeypatch.setattr(llama_model, "_load_weights", lambda path, repack: loaded.append(path))
+    with pytest.raises(ConfigError, match="must share one tokenizer") as refused:
+        Engine(str(target), str(other), backend="llama")
+    assert needle in str(refused.value) and loaded == []
+
+
+def test_the_header_check_passes_one_tokenizer_and_tokenless_files_of_one_size(tmp_path):
+    """The control: the same tokenizer (weights that differ) and two tokenless files of one size pass; two tokenless
+    files of different sizes do not."""
+    check_same_tokenizer_files(write_tiny_gguf(tmp_path / "a.gguf"), write_tiny_gguf(tmp_path / "b.gguf", noise=0.1))
+    nine, other_nine = write_tiny_gguf(tmp_path / "n.gguf", vocab=9), write_tiny_gguf(tmp_path / "m.gguf", vocab=9)
+    check_same_tokenizer_files(nine, other_nine)
+    with pytest.raises(ConfigError, match="has 12 token ids but target n.gguf has 9"):
+        check_same_tokenizer_files(nine, write_tiny_gguf(tmp_path / "twelve.gguf", vocab=12))
 
 
 def test_the_backend_not_installed_names_the_install_command(monkeypatch):

@@ -131,19 +131,37 @@ def _samples(algorithm: str, proposer: str, tree=None, samples: int = 3000) -> t
 @pytest.mark.parametrize(
     "algorithm,proposer,tree",
     [("si", "ngram", None), ("dsi", "ngram", None), ("si", "ngram:2:2+drafter", None), ("dsi", "ngram", (2, 1)),
-     ("si", "ngram:1:1", (3,))],
+     ("si", "ngram:1:1", (3,)), ("dsi", "ngram:2:2+drafter", None), ("si", "ngram:2:2+drafter", (2, 1)),
+     ("dsi", "ngram:2:2+drafter", "best:4")],
 )  # fmt: skip
 def test_point_mass_proposals_sample_the_targets_law(algorithm, proposer, tree):
     counts, law = _samples(algorithm, proposer, tree)
     assert chi_square_p_value(counts, law) > 1e-3
 
 
-@pytest.mark.parametrize("algorithm,tree", [("si", None), ("dsi", (2, 1))])
-def test_the_sampling_test_catches_a_biased_verifier(monkeypatch, algorithm, tree):
-    """The control: a rejected point-mass draft x replaced from p (x included) instead of p without x."""
+@pytest.mark.parametrize(
+    "algorithm,proposer,tree",
+    [("si", "ngram", None), ("dsi", "ngram", (2, 1)), ("dsi", "ngram:2:2+drafter", None),
+     ("si", "ngram:2:2+drafter", (2, 1))],
+)  # fmt: skip
+def test_the_sampling_test_catches_a_biased_verifier(monkeypatch, algorithm, proposer, tree):
+    """The control: a rejected draft x replaced from p (x included) instead of the residual (p without x for a
+    point-mass proposal)."""
     monkeypatch.setattr(verification, "residual", lambda p, q: p)
-    counts, law = _samples(algorithm, "ngram", tree)
+    counts, law = _samples(algorithm, proposer, tree)
     assert chi_square_p_value(counts, law) < 1e-6
+
+
+def test_the_sampled_runs_in_front_of_a_drafter_use_both_proposers():
+    """The sampling cases with "+drafter" test what they say: lookups draft where the context repeats, the drafter
+    model where it does not (PROMPT's last 2-gram matches; most sampled continuations do not)."""
+    target = SimulatedModel(V, seed=21, latency=LatencyProfile.uniform(1.0), spread=1.5)
+    drafter = target.drafter(0.5, LatencyProfile.uniform(0.1), seed=4)
+    for algorithm, tree in (("dsi", None), ("si", (2, 1)), ("dsi", "best:4")):
+        runs = [generate(PROMPT, target, drafter, algorithm=algorithm, proposer="ngram:2:2+drafter", tree=tree,
+                         lookahead=2, sp_degree=3, max_new_tokens=N, temperature=1.0, seed=i) for i in range(40)]  # fmt: skip
+        assert sum(r.drafter_forwards == 0 and r.drafted > 0 for r in runs) > 0, (algorithm, tree)  # lookups alone
+        assert sum(r.drafter_forwards > 0 for r in runs) > 0, (algorithm, tree)  # the drafter model
 
 
 # -- the config's spellings ----------------------------------------------------------------------

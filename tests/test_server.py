@@ -51,10 +51,10 @@ def running(app):
         assert not thread.is_alive()
 
 
-def simulated_engine(runtime: str = "threads") -> Engine:
+def simulated_engine(runtime: str = "threads", **options) -> Engine:
     target = SimulatedModel(32, seed=0, latency=LatencyProfile.uniform(TASK_MS))
     drafter = target.drafter(0.8, LatencyProfile.uniform(TASK_MS / 10))
-    return Engine(target, drafter, sp_degree=2, runtime=runtime, lookahead=3)
+    return Engine(target, drafter, sp_degree=2, runtime=runtime, lookahead=3, **options)
 
 
 @pytest.fixture(scope="module")
@@ -279,7 +279,8 @@ def test_a_request_without_the_key_gets_401(sim):
 
 
 def test_past_the_queue_bound_429():
-    with simulated_engine() as engine, running(create_app(engine, "sim", max_queue=2)) as url:
+    # one processing unit: the stream holds it, the next request waits in the engine's scheduler
+    with simulated_engine(units=1) as engine, running(create_app(engine, "sim", max_queue=2)) as url:
         f, sock = stream_socket(url, {"prompt": [2], "max_tokens": 300, "temperature": 0, "stream": True})
         next_event(f)  # running
         waiting = threading.Thread(target=post, args=(url, "/v1/completions", {"prompt": [1], "max_tokens": 2}))
@@ -333,7 +334,9 @@ def test_metrics_parse_and_count_the_requests_sent():
         c = client(url)
         results = [engine.generate([i + 1], SamplingParams(temperature=0, max_tokens=5 + 4 * i)) for i in range(3)]
         for i in range(3):
-            c.completions.create(model="sim", prompt=[i + 1], max_tokens=5 + 4 * i, temperature=0, stream=i == 1)
+            out = c.completions.create(model="sim", prompt=[i + 1], max_tokens=5 + 4 * i, temperature=0, stream=i == 1)
+            if i == 1:
+                list(out)  # the stream read to its end (requests no longer wait for each other)
         post(url, "/v1/completions", {"prompt": []})
         m = parse_prometheus(metrics_text(url))
 
@@ -410,8 +413,13 @@ def test_sigterm_finishes_the_stream_in_flight_then_exits(processes, runtime):
             proc.wait()
 
 
-def test_requests_are_served_first_come_first_served(sim):
-    url, _ = sim
+def test_requests_are_served_first_come_first_served():
+    # one processing unit: the requests that do not fit wait in the engine's scheduler, first come first served
+    with simulated_engine(units=1) as engine, running(create_app(engine, "sim")) as url:
+        served_in_arrival_order(url)
+
+
+def served_in_arrival_order(url: str) -> None:
     f, sock = stream_socket(url, {"prompt": [2], "max_tokens": 200, "temperature": 0, "stream": True})
     next_event(f)  # the engine is busy: the requests below queue
     done = []

@@ -71,6 +71,8 @@ def write_tiny_gguf(
     truncate: int = 0,
     noise: float = 0.0,
     noise_seed: int = 1,
+    padding: int = 0,
+    swapped: bool = False,
 ) -> Path:
     """A random-weight ``arch`` (qwen2 or llama) model at ``path``; returns the path.
 
@@ -79,6 +81,8 @@ def write_tiny_gguf(
         only, as small as the sampling tests need).
     quantized: Q4_K / Q6_K / Q8_0 weights as in a Q4_K_M file; False: float32 (the llamafile kernels' type).
     truncate: cut that many bytes off the end of the file (a damaged download).
+    padding: that many "[PAD<id>]" tokens after the tokenizer's (rows no text maps to, as Qwen's GGUFs have).
+    swapped: another tokenizer of the same size: the texts of ids 0 and 1 exchanged.
     noise: a drafter of the model of the same ``seed``: this fraction of its weight bytes (and values) redrawn
         with ``noise_seed``, so that it agrees with the target often but not always.
     """
@@ -104,7 +108,7 @@ def write_tiny_gguf(
     w.add_rope_freq_base(10000.0)
     w.add_layer_norm_rms_eps(1e-6)
     w.add_file_type(gguf.LlamaFileType.MOSTLY_Q4_K_M if quantized else gguf.LlamaFileType.ALL_F32)
-    n_vocab = _add_vocab(w, vocab)
+    n_vocab = _add_vocab(w, vocab, padding, swapped)
     head_dim = hidden // heads
     Q = gguf.GGMLQuantizationType
 
@@ -168,7 +172,7 @@ def write_tiny_gguf(
     return path
 
 
-def _add_vocab(w, vocab: int | None) -> int:
+def _add_vocab(w, vocab: int | None, padding: int = 0, swapped: bool = False) -> int:
     """Write the tokenizer keys; returns the number of ids."""
     if vocab is not None:
         w.add_tokenizer_model("none")
@@ -179,6 +183,10 @@ def _add_vocab(w, vocab: int | None) -> int:
     merges = ["Ġ t", "Ġ a", "e r"]
     tokens += [m.replace(" ", "") for m in merges] + list(SPECIAL)
     types = [1] * (len(tokens) - len(SPECIAL)) + [3] * len(SPECIAL)  # normal, then control
+    if swapped:
+        tokens[0], tokens[1] = tokens[1], tokens[0]
+    types += [4] * padding  # user-defined, as llama.cpp's converter marks padding
+    tokens += [f"[PAD{len(tokens) + i}]" for i in range(padding)]
     w.add_tokenizer_model("gpt2")
     w.add_tokenizer_pre("qwen2")
     w.add_token_list(tokens)

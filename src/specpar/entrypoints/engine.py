@@ -26,7 +26,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager
 
 from specpar.backends.vocabulary import fit_drafters
 from specpar.core.config import RuntimeConfig, SpeculativeConfig, split_options
@@ -42,6 +42,8 @@ from specpar.scheduling.request import Request
 from specpar.spec.registry import check_context_window, model_of
 
 log = logging.getLogger(__name__)
+
+MAX_SPECS = 1024  # requests' SpeculativeConfigs an engine keeps made (each a set of changed fields)
 
 
 def is_real(source) -> bool:
@@ -151,7 +153,10 @@ class Engine:
         self.units = self._units(n)
         self.scheduler = Scheduler(self.units)
         self._curves: dict = {}
-        self._gate = threading.Condition()  # requests run at once; reset() and close() wait for them
+        self._specs: dict = {}  # a request's changed fields -> its SpeculativeConfig (see _request_config)
+        # requests run at once; reset() and close() wait for them (a plain lock: a request takes it twice)
+        self._lock = threading.Lock()
+        self._gate = threading.Condition(self._lock)
         self._active = 0
         self._exclusive = False
         # torch's threads only for torch models; llama.cpp servers here (on Ray their actors set their own)
@@ -242,16 +247,73 @@ class Engine:
     ) -> GenerationResult | list[GenerationResult]:
         """One result for one prompt (text, or token ids), a list of results for a list of prompts, in order.
 
-        params: the request's SamplingParams (or give its fields as keywords). speculative_config (or its fields
-        as keywords: ``algorithm=``, ``lookahead=``, ``tree=``, ``sp_degree=`` up to the engine's, ...): this
-        request's speculation, over the engine's defaults. stream: called with each run of newly verified token
-        ids.
+        params: the request's SamplingParams (or give its fields as keywords); with a list of prompts, one
+        SamplingParams for all or a list of them, one per prompt (as vLLM's LLM.generate). speculative_config (or
+        its fields as keywords: ``algorithm=``, ``lookahead=``, ``tree=``, ``sp_degree=`` up to the engine's, ...):
+        this request's speculation, over the engine's defaults. stream: called with each run of newly verified
+        token ids (with a list of prompts, from the thread of whichever request verified them).
+
+        A list of prompts runs at once, as that many requests from as many clients: the scheduler shares the
+        processing units among them (:class:`Engine`'s ``policy``). On the threads and Ray runtimes they are taken
+        in order by one thread per unit; on the virtual clock (simulated models) they all arrive at time 0 on one
+        shared virtual clock (as ``specpar simulate --load`` runs requests), so that each one's share, and so its
+        times, do not depend on the threads' timing.
         """
-        spec, params = self._request_config(speculative_config, params, options)
-        check_stream(stream)
+        if isinstance(prompts, Iterator):  # (read once)
+            prompts = list(prompts)
         if _one_prompt(prompts):
+            spec, params = self._request_config(speculative_config, params, options)
+            check_stream(stream)
             return self._request(prompts, params, spec, stream)
-        return [self._request(p, params, spec, stream) for p in prompts]
+        prompts = list(prompts)
+        many = isinstance(params, (list, tuple))
+        spec, one = self._request_config(speculative_config, None if many else params, options)
+        check_stream(stream)
+        if many:
+            if len(params) != len(prompts) or options.keys() & set(SAMPLING_FIELDS):
+                raise ConfigError(
+                    f"give one SamplingParams per prompt ({len(prompts)}), without sampling keywords; got {len(params)}"
+                )
+            each = [_params(p, {}) for p in params]
+        else:
+            each = [one] * len(prompts)
+        ids = [self.prompt_ids(p) for p in prompts]  # every prompt checked before any runs
+        return self._many(ids, each, spec, stream)
+
+    def _many(self, prompts: list[list[int]], params: list[SamplingParams], spec, stream) -> list[GenerationResult]:
+        """Requests at once (see :meth:`generate`): at most one per processing unit in the scheduler at a time (more
+        would only wait there), taken in order; the first error (by prompt) is raised once the others have
+        ended, and no request starts after it."""
+        n = len(prompts)
+        if self.runtime == "virtual" and n > 1:
+            return self._burst(prompts, params, spec, stream)
+        workers = min(n, len(self.units))
+        if workers <= 1:
+            return [self._request(p, q, spec, stream) for p, q in zip(prompts, params)]
+        results: list = [None] * n
+        failed: dict[int, BaseException] = {}
+        order = iter(range(n))
+        lock = threading.Lock()
+
+        def work() -> None:
+            while not failed:
+                with lock:
+                    i = next(order, None)
+                if i is None:
+                    return
+                try:
+                    results[i] = self._request(prompts[i], params[i], spec, stream)
+                except BaseException as exc:  # raised in the caller's thread below
+                    failed[i] = exc
+
+        threads = [threading.Thread(target=work, name="specpar-request", daemon=True) for _ in range(workers)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        if failed:
+            raise failed[min(failed)]
+        return results
 
     def stream(self, prompt, params: SamplingParams | None = None, *, speculative_config=None, **options) -> Iterator:
         """The output as it is verified: text pieces where the target has a tokenizer (joined, exactly the
@@ -301,15 +363,34 @@ class Engine:
         spec_fields, runtime_fields, sampling = split_options(options, sampling=SAMPLING_FIELDS)
         if runtime_fields:
             raise ConfigError(f"the runtime is the engine's: {sorted(runtime_fields)} cannot change per request")
+        if speculative_config is None and spec_fields:  # the engine's defaults with a few fields changed: made once
+            try:
+                key = tuple(spec_fields.items())
+                spec = self._specs.get(key)
+            except TypeError:  # an unhashable value (a list): made each time
+                key = spec = None
+            if spec is None:
+                spec = self._spec(None, spec_fields)
+                if key is not None:
+                    if len(self._specs) >= MAX_SPECS:
+                        self._specs.clear()
+                    self._specs[key] = spec
+        else:
+            spec = self._spec(speculative_config, spec_fields)
+        return spec, _params(params, sampling)
+
+    def _spec(self, speculative_config, spec_fields: dict) -> SpeculativeConfig:
         base = self.spec if speculative_config is None else SpeculativeConfig.coerce(speculative_config)
         spec = base.for_request(**spec_fields)
         if spec.sp_degree is None:
             spec = spec.replace(sp_degree=self.sp_degree)
         if spec.sp_degree > self.sp_degree:
             raise ConfigError(f"sp_degree {spec.sp_degree} is more than the engine's {self.sp_degree} target servers")
-        return spec, _params(params, sampling)
+        return spec
 
     def prompt_ids(self, prompt) -> list[int]:
+        if type(prompt) is list and prompt:  # the common case, without the abstract classes' checks
+            return list(prompt)
         if isinstance(prompt, str):
             if self.tokenizer is None:
                 raise ConfigError("a text prompt needs a target with a tokenizer: give token ids")
@@ -332,6 +413,18 @@ class Engine:
     def _request(self, prompt, params: SamplingParams, spec: SpeculativeConfig, stream) -> GenerationResult:
         if self.closed:
             raise ConfigError("this engine is closed")
+        request, spec = self._make(prompt, params, spec, stream, self.scheduler, self.runtime_config)
+        # on the virtual clock the collector stays paused until the result is made (collector_paused)
+        self._enter()
+        try:
+            result = self._run(request, request.prompt, spec)
+        finally:
+            self._leave()
+        return self._finished(result, request.prompt, params)
+
+    def _make(self, prompt, params: SamplingParams, spec: SpeculativeConfig, stream, scheduler: Scheduler,
+              runtime: RuntimeConfig) -> tuple[Request, SpeculativeConfig]:  # fmt: skip
+        """A request on ``scheduler`` and ``runtime`` (not yet run), and its speculation (lookahead "auto" chosen)."""
         ids = self.prompt_ids(prompt)
         if spec.uses_drafter and self.drafters is None:
             raise ConfigError(f"algorithm {spec.algorithm!r} needs a drafter: give the engine one")
@@ -339,30 +432,21 @@ class Engine:
         if spec.lookahead == "auto" and curve.option(curve.max_units).ms_per_token is None:
             spec = spec.replace(lookahead=self.auto_lookahead(spec, params.max_tokens))  # (or its clear error)
         request = Request(
-            self.scheduler,
+            scheduler,
             ids,
             spec,
             curve,
-            self.runtime_config,
+            runtime,
             params.decoding(len(ids), self.end_of_text),
             params.max_tokens,
             stream=stream,
             stopping=self.stopping(ids, params),
             ready_made=self.keep_actors,
         )
-        # on the virtual clock the collector stays paused until the result is made (collector_paused)
-        with self._running(), collector_paused(self.runtime == "virtual"):
-            local = self.real and self.runtime != "ray"  # on Ray the forward passes run in the actors
-            marks = {id(s): len(s.forward_log) for s in self.all} if local else None
-            with self._threads(self.threads_for(spec.algorithm, spec.uses_drafter)) if self.real else nullcontext():
-                t0 = time.perf_counter()
-                result = request.run()
-                t1 = time.perf_counter()
-            if local:  # the forward passes of the servers this request ran on
-                intervals = [iv for s in request.servers for iv in s.forward_log[marks[id(s)] :]]
-                result.overhead = overhead(intervals, t0, t1)
-            else:  # on Ray the forward passes run in the actors: no forward log here to measure from
-                result.overhead = None
+        return request, spec
+
+    def _finished(self, result: GenerationResult, ids: list[int], params: SamplingParams) -> GenerationResult:
+        """``result`` with its text, logged."""
         if self.tokenizer is not None:
             result.text = detokenize(self.tokenizer, ids, result.tokens, *_texts(params))
         if log.isEnabledFor(logging.INFO):
@@ -379,6 +463,60 @@ class Engine:
                 result.mean_acceptance_length,
                 result.lookahead,
             )
+        return result
+
+    def _burst(self, prompts: list[list[int]], params: list[SamplingParams], spec, stream) -> list[GenerationResult]:
+        """The virtual clock's requests at once: every one arrives at time 0 on one shared clock, on a scheduler of
+        the engine's units of its own (as ``specpar simulate --load`` runs them), while no other request runs; each
+        result's times are those under this load. The first error (by prompt) is raised once every request ended."""
+        from specpar.runtimes.shared_clock import SharedClock
+
+        clock = SharedClock()
+        scheduler = Scheduler(self.units, clock)
+        runtime = self.runtime_config.replace(options={**self.runtime_config.options, "clock": clock})
+        made = [self._make(p, q, spec, stream, scheduler, runtime) for p, q in zip(prompts, params)]
+        results: list = [None] * len(made)
+        failed: dict[int, BaseException] = {}
+
+        def one(i: int) -> None:
+            try:
+                results[i] = made[i][0].run()
+            except BaseException as exc:  # raised in the caller's thread below
+                failed[i] = exc
+
+        with self._alone(), collector_paused(True):
+            if self.closed:
+                raise ConfigError("this engine is closed")
+            for i in range(len(made)):
+                clock.spawn(one, i)
+            clock.run()
+        if failed:
+            raise failed[min(failed)]
+        for (request, _), result, p in zip(made, results, params):
+            result.overhead, result.queue_ms = None, request.queue_ms
+            self._finished(result, request.prompt, p)
+        return results
+
+    def _run(self, request: Request, ids: list[int], spec: SpeculativeConfig) -> GenerationResult:
+        """``request`` run; its result with the time outside forward passes (``overhead``) and waiting for units
+        (``queue_ms``)."""
+        if not self.real:
+            with collector_paused(self.runtime == "virtual"):
+                result = request.run()
+                result.overhead = None  # no forward log here to measure from
+        else:
+            local = self.runtime != "ray"  # on Ray the forward passes run in the actors
+            marks = {id(s): len(s.forward_log) for s in self.all} if local else None
+            with self._threads(self.threads_for(spec.algorithm, spec.uses_drafter)):
+                t0 = time.perf_counter()
+                result = request.run()
+                t1 = time.perf_counter()
+            if local:  # the forward passes of the servers this request ran on
+                intervals = [iv for s in request.servers for iv in s.forward_log[marks[id(s)] :]]
+                result.overhead = overhead(intervals, t0, t1)
+            else:  # on Ray the forward passes run in the actors: no forward log here to measure from
+                result.overhead = None
+        result.queue_ms = request.queue_ms
         return result
 
     # -- the scheduler ----------------------------------------------------------------------------
@@ -402,21 +540,20 @@ class Engine:
         (:class:`specpar.scheduling.LoadMetrics`), for an exporter."""
         return self.scheduler.metrics()
 
-    @contextmanager
-    def _running(self):
-        """A request runs (many may at once); reset() and close() wait until none does."""
-        with self._gate:
+    def _enter(self) -> None:
+        """A request starts (many may run at once); reset() and close() wait until none runs."""
+        with self._lock:
             while self._exclusive:
                 self._gate.wait()
             if self.closed:
                 raise ConfigError("this engine is closed")
             self._active += 1
-        try:
-            yield
-        finally:
-            with self._gate:
-                self._active -= 1
-                self._gate.notify_all()
+
+    def _leave(self) -> None:
+        with self._lock:
+            self._active -= 1
+            if not self._active and self._exclusive:
+                self._gate.notify_all()  # reset() or close() waits for the last request
 
     @contextmanager
     def _alone(self):
@@ -530,6 +667,8 @@ def _texts(params: SamplingParams) -> tuple:
 
 
 def _one_prompt(prompts) -> bool:
+    if type(prompts) is list:  # the common case, without the abstract classes' checks
+        return not prompts or not isinstance(prompts[0], (str, list, tuple))
     if isinstance(prompts, str) or not isinstance(prompts, Iterable):
         return True  # one prompt (prompt_ids refuses what is not one)
     seq = list(prompts) if not isinstance(prompts, Sequence) else prompts
@@ -639,7 +778,7 @@ def load_pair(
 
 def _load_llama(target, drafter, dtype, progress: bool):
     """(target, drafter) LlamaModels: the default pair's GGUF files, or the two files given."""
-    from specpar.backends.llama.model import LlamaModel, check_same_vocabulary
+    from specpar.backends.llama.model import LlamaModel, check_same_tokenizer_files, check_same_vocabulary
     from specpar.backends.weights import load_default_pair
 
     if dtype is not None:
@@ -650,6 +789,7 @@ def _load_llama(target, drafter, dtype, progress: bool):
     else:
         if target is None or drafter is None:
             raise ConfigError("give both --target and --drafter (or neither, for the default pair)")
+        check_same_tokenizer_files(target, drafter)  # from the headers, before any weights load
         t, d = LlamaModel(target), LlamaModel(drafter)
         check_same_vocabulary(t, d)
     log.info("loaded %s (target) and %s (drafter) on llama.cpp in %.1f s", t.name, d.name, time.perf_counter() - t0)

@@ -52,6 +52,9 @@ class ShareCurve:
 
     options: tuple[Option, ...]
     rates: tuple[float, ...] = field(init=False, repr=False, compare=False)
+    min_units: int = field(init=False, repr=False, compare=False)  # the smallest share, and the largest
+    max_units: int = field(init=False, repr=False, compare=False)
+    _first: dict = field(init=False, repr=False, compare=False)  # units -> first_share(units), as asked
 
     def __post_init__(self):
         if not self.options:
@@ -64,20 +67,22 @@ class ShareCurve:
             ms = o.ms_per_token
             rates.append(math.sqrt(o.units) if ms is None else 1.0 / ms if ms > 0 else math.inf)
         object.__setattr__(self, "rates", tuple(rates))
-
-    @property
-    def min_units(self) -> int:
-        return self.options[0].units
-
-    @property
-    def max_units(self) -> int:
-        return self.options[-1].units
+        object.__setattr__(self, "min_units", units[0])
+        object.__setattr__(self, "max_units", units[-1])
+        object.__setattr__(self, "_first", {})
 
     def option(self, units: int) -> Option:
         """The option for ``units`` units (the largest one the curve has, for more)."""
         if units < self.min_units:
             raise ConfigError(f"{units} unit(s) is less than this request's smallest share, {self.min_units}")
         return self.options[min(units, self.max_units) - self.min_units]
+
+    def first_share(self, units: int) -> int:
+        """The share this request takes when it arrives alone on ``units`` free units (see :func:`alone`)."""
+        share = self._first.get(units)
+        if share is None:
+            share = self._first[units] = alone(self, 0, units)
+        return share
 
     def rate(self, units: int) -> float:
         """Tokens per ms on ``units`` units (0 below the smallest share)."""
@@ -88,6 +93,18 @@ class ShareCurve:
 def fixed(option: Option) -> ShareCurve:
     """A fixed policy's curve: one option, on its units only."""
     return ShareCurve((option,))
+
+
+def alone(curve: ShareCurve, held: int, units: int, keep_bonus: float = KEEP_BONUS) -> int:
+    """The share of a request alone in the queue, holding ``held`` of ``units`` units: :func:`allocate`'s answer
+    for a queue of one (the smallest of its fastest shares, with ``keep_bonus`` on ``held``)."""
+    rates = curve.rates
+    top, pick = -math.inf, 0
+    for u in range(curve.min_units, min(curve.max_units, units) + 1):
+        value = rates[u] * (1.0 + keep_bonus if u == held else 1.0)
+        if pick == 0 or value > top * (1 + 1e-12):
+            top, pick = value, u
+    return pick
 
 
 def allocate(
@@ -112,13 +129,7 @@ def allocate(
     if not admitted:
         return shares
     if admitted == 1:  # alone (the common case at low load): its best share
-        c, rates = curves[0], curves[0].rates
-        top, pick = -math.inf, 0
-        for u in range(c.min_units, min(c.max_units, units) + 1):
-            value = rates[u] * (1.0 + keep_bonus if u == held[0] else 1.0)
-            if pick == 0 or value > top * (1 + 1e-12):
-                top, pick = value, u
-        shares[0] = pick
+        shares[0] = alone(curves[0], held[0], units, keep_bonus)
         return shares
     # best[j][m]: the best value of requests j.. with m units left; choice[j][m]: request j's units there
     best = [[0.0] * (units + 1) for _ in range(admitted + 1)]

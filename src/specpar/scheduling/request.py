@@ -21,7 +21,6 @@ from specpar.core.stopping import Stopping
 from specpar.planning.load import Option, ShareCurve
 from specpar.scheduling.pausing import Pausable
 from specpar.scheduling.scheduler import Scheduler, Ticket
-from specpar.scheduling.units import place
 from specpar.spec.registry import run_generation
 
 
@@ -53,7 +52,8 @@ class Request:
 
     curve: its options per share. runtime: where each configuration's tasks run (on a shared virtual clock:
     ``RuntimeConfig(name="virtual", options={"clock": clock})``). stream, stopping: as run_generation's.
-    ready_made: the servers outlive each configuration (Ray keeps their actors).
+    ready_made: the servers outlive each configuration (Ray keeps their actors). ``prompt`` is not changed (nor
+    copied: the caller's list must stay as it is until the request ends).
     """
 
     def __init__(
@@ -71,7 +71,7 @@ class Request:
         ready_made: bool = True,
     ):
         self.scheduler, self.spec, self.curve, self.runtime = scheduler, spec, curve, runtime
-        self.prompt, self.decoding, self.max_new_tokens = list(prompt), decoding, max_new_tokens
+        self.prompt, self.decoding, self.max_new_tokens = prompt, decoding, max_new_tokens
         self.stream, self.ready_made = stream, ready_made
         self.pausable = Pausable(stopping)
         # a share that can change needs the pause; a fixed one never pauses (its stopping goes to the runner as it
@@ -79,21 +79,20 @@ class Request:
         self.stopping = self.pausable if curve.min_units < curve.max_units else stopping
         self.ticket: Ticket | None = None
         self.segments: list[tuple[Option, int, GenerationResult]] = []  # (option, units, result) per configuration
-        self.arrival_ms = self.started_ms = self.end_ms = None
+        self.end_ms = None
 
     def run(self) -> GenerationResult:
-        scheduler, out = self.scheduler, list(self.prompt)
-        self.arrival_ms = scheduler.clock.now()
-        self.ticket = scheduler.arrive(self.curve, self.pausable, Context(out, len(out)))
+        scheduler, prompt, result = self.scheduler, self.prompt, None
+        out = prompt  # the verified sequence (copied before the first continuation: run_generation copies its own)
+        context = Context(out, len(out))
+        self.ticket = ticket = scheduler.arrive(self.curve, self.pausable, context)
         try:
             while True:
-                option, units = scheduler.take(self.ticket, Context(out, len(out)))
-                if self.started_ms is None:
-                    self.started_ms = scheduler.clock.now()
-                placement = place(option, units)
-                left = self.max_new_tokens - (len(out) - len(self.prompt))
+                option, units = scheduler.take(ticket, context)
+                placement = scheduler.placement(option, units)
+                left = self.max_new_tokens - (len(out) - len(prompt))
                 result = run_generation(
-                    list(out),
+                    out,
                     placement.target,
                     placement.drafter,
                     configure(self.spec, option),
@@ -105,20 +104,31 @@ class Request:
                     ready_made=self.ready_made,
                 )
                 self.segments.append((option, len(units), result))
-                out.extend(result.tokens)
-                scheduler.record(len(result.tokens))
                 p = self.pausable
                 if self.stopping is not p or p.stopped or len(result.tokens) >= left or not p.paused:
                     break
-        finally:
-            scheduler.leave(self.ticket)
-            self.end_ms = scheduler.clock.now()
+                out = [*out, *result.tokens]  # paused: the next configuration goes on from here
+                context = Context(out, len(out))
+                scheduler.record(len(result.tokens))
+                result = None
+        finally:  # the last configuration's tokens recorded as it leaves
+            self.end_ms = scheduler.leave(ticket, len(result.tokens) if result is not None else 0)
         return self.result()
+
+    @property
+    def arrival_ms(self) -> float | None:
+        """The scheduler clock's time when it arrived."""
+        return self.ticket.arrival_ms if self.ticket else None
+
+    @property
+    def started_ms(self) -> float | None:
+        """When its first configuration started (it had waited for units since its arrival)."""
+        return self.ticket.started_ms if self.ticket else None
 
     @property
     def servers(self) -> list:
         """Every server the request ran on."""
-        return [s for u in (self.ticket.used if self.ticket else ()) for s in u.servers]
+        return [s for u in dict.fromkeys(self.ticket.used if self.ticket else ()) for s in u.servers]
 
     @property
     def queue_ms(self) -> float:

@@ -22,15 +22,16 @@ import threading
 import time
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from specpar.core.calls import Context
 from specpar.core.errors import ConfigError
 from specpar.planning.load import KEEP_BONUS, Option, ShareCurve, allocate
 from specpar.scheduling.pausing import Pausable
-from specpar.scheduling.units import Unit
+from specpar.scheduling.units import Placement, Unit, place
 
 GOODPUT_WINDOW_MS = 10_000.0
+MAX_PLACEMENTS = 4096  # pools kept per scheduler (options x unit sets met so far)
 GOODPUT_BIN_MS = GOODPUT_WINDOW_MS / 100  # tokens recorded within one bin share an entry: at most ~100 entries
 
 
@@ -44,29 +45,33 @@ class WallClock:
         return threading.Event()
 
 
-@dataclass(eq=False)
 class Ticket:
     """A request in the scheduler's queue: its curve, the units it holds and should hold, and how to reach it.
 
     held: the units it owns (those its running generation uses, and any kept for its next one). in_use: how many
-    of them the running generation uses (0 while it waits). target: how many the policy gives it.
+    of them the running generation uses (0 while it waits). target: how many the policy gives it. event: the
+    clock's event it waits on in take() (made when it first waits). arrival_ms, started_ms: the clock's time at
+    arrive() and when take() first gave it units. used: the units it ran on (again at each configuration).
+    switches: configurations after the first. ready: the option and units arrive() started it on, for its first
+    take().
     """
 
-    id: int
-    curve: ShareCurve
-    pausable: Pausable
-    event: object  # the clock's event it waits on in take() (made when it first waits)
-    arrival_ms: float
-    held: list[Unit] = field(default_factory=list)
-    in_use: int = 0
-    target: int = 0
-    context: Context | None = None
-    used: set = field(default_factory=set)  # every unit it ran on
-    switches: int = 0  # configurations after the first
+    __slots__ = ("id", "curve", "pausable", "event", "arrival_ms", "started_ms", "held", "in_use", "target", "context",
+                 "used", "switches", "ready")  # fmt: skip
+
+    def __init__(self, id: int, curve: ShareCurve, pausable: Pausable, arrival_ms: float, context: Context | None):
+        self.id, self.curve, self.pausable, self.arrival_ms, self.context = id, curve, pausable, arrival_ms, context
+        self.event = self.started_ms = self.ready = None
+        self.held: list[Unit] = []
+        self.in_use = self.target = self.switches = 0
+        self.used: list[Unit] = []
 
     @property
     def running(self) -> bool:
         return self.in_use > 0
+
+    def __repr__(self) -> str:
+        return f"Ticket({self.id}, held {len(self.held)}, in use {self.in_use}, target {self.target})"
 
 
 @dataclass(frozen=True)
@@ -115,70 +120,128 @@ class Scheduler:
         self._tokens = 0
         self._recent: deque = deque()  # [latest ms, tokens] per GOODPUT_BIN_MS bin of the goodput window
         self._switches = 0
+        # units whose servers' times depend on what they hold (else their order does not matter: see Unit.cached)
+        self._caching = any(u.caching for u in self.units)
+        self._placements: dict = {}
+
+    def _by_cache(self, units: list[Unit], context: Context) -> None:
+        if self._caching:
+            _by_cache(units, context)
 
     # -- a request's life ------------------------------------------------------------------------------
     def arrive(self, curve: ShareCurve, pausable: Pausable, context: Context | None = None) -> Ticket:
-        """Queue a request (its units come with :meth:`take`)."""
+        """Queue a request (its units come with :meth:`take`).
+
+        The fast path: a request that arrives alone (every unit free) starts at once on its first share, with no
+        policy run (what :func:`~specpar.planning.load.allocate` gives a queue of one); its first :meth:`take`
+        only returns those units. It is running from here on, so a later arrival may ask it to pause.
+        """
         if curve.min_units > len(self.units):
             raise ConfigError(
                 f"the request needs {curve.min_units} processing units; this scheduler has {len(self.units)}"
             )
         with self._lock:
-            ticket = Ticket(next(self._ids), curve, pausable, None, self.clock.now(), context=context)
-            self._queue.append(ticket)
-            self._rebalance()
+            now = self.clock.now()
+            ticket = Ticket(next(self._ids), curve, pausable, now, context)
+            queue = self._queue
+            queue.append(ticket)
+            if len(queue) > 1:
+                self._rebalance()
+            else:
+                n = ticket.target = ticket.in_use = curve.first_share(len(self.units))
+                free = self._free
+                if context is not None and len(free) > n:
+                    self._by_cache(free, context)
+                held = ticket.held = free[:n]
+                del free[:n]
+                ticket.used = units = list(held)
+                ticket.started_ms = now
+                pausable.arm()
+                ticket.ready = curve.options[min(n, curve.max_units) - curve.min_units], units
         return ticket
 
     def take(self, ticket: Ticket, context: Context) -> tuple[Option, list[Unit]]:
         """At the start and at each safe point: give back what the request no longer needs, wait until it holds at
         least its smallest share, and return its option and units (those holding most of ``context`` first)."""
+        ready = ticket.ready
+        if ready is not None:  # started in arrive()
+            ticket.ready = None
+            return ready
+        waited = False
         while True:
             with self._lock:
                 if ticket not in self._queue:
                     raise ConfigError("this request has left the scheduler")
-                was = ticket.in_use
+                was, held = ticket.in_use, ticket.held
                 ticket.context, ticket.in_use = context, 0
-                extra = len(ticket.held) - ticket.target
+                extra = len(held) - ticket.target
                 if extra > 0:
-                    _by_cache(ticket.held, context)
-                    self._free.extend(ticket.held[-extra:])
-                    del ticket.held[-extra:]
-                self._rebalance()
-                if len(ticket.held) >= ticket.curve.min_units:
-                    _by_cache(ticket.held, context)
-                    ticket.in_use = len(ticket.held)
-                    ticket.used.update(ticket.held)
+                    self._by_cache(held, context)
+                    self._free.extend(held[-extra:])
+                    del held[-extra:]
+                if extra or len(self._queue) > 1:
+                    self._rebalance()  # (alone with its target's units, the policy would change nothing)
+                    held = ticket.held
+                if len(held) >= ticket.curve.min_units:
+                    self._by_cache(held, context)
+                    ticket.in_use = len(held)
+                    ticket.used = [*ticket.used, *held]  # (a new list: the first is also returned)
                     if was:
                         ticket.switches += 1
                         self._switches += 1
+                    elif ticket.started_ms is None:
+                        ticket.started_ms = self.clock.now() if waited else ticket.arrival_ms
                     ticket.pausable.arm()
-                    return ticket.curve.option(ticket.in_use), list(ticket.held)
+                    curve = ticket.curve
+                    return curve.options[min(len(held), curve.max_units) - curve.min_units], list(held)
                 if ticket.event is None:
                     ticket.event = self.clock.event()
                 ticket.event.clear()
             ticket.event.wait()
+            waited = True
 
-    def leave(self, ticket: Ticket) -> None:
-        """The request is over (done, failed or cancelled): its units go to the others at once."""
+    def leave(self, ticket: Ticket, tokens: int = 0) -> float:
+        """The request is over (done, failed or cancelled): its units go to the others at once; ``tokens`` more
+        output tokens verified (as :meth:`record`). Returns the clock's time."""
+        now = self.clock.now()
         with self._lock:
+            if tokens:
+                self._record(now, tokens)
             if ticket in self._queue:
                 self._queue.remove(ticket)
                 self._free.extend(ticket.held)
                 ticket.held, ticket.in_use = [], 0
-                self._rebalance()
+                if self._queue:
+                    self._rebalance()
+        return now
+
+    def placement(self, option: Option, units: Sequence[Unit]) -> Placement:
+        """The pools of ``option`` on ``units`` (:func:`~specpar.scheduling.units.place`), made once per algorithm
+        and units (pools hold no state of a run)."""
+        key = (option.algorithm, *units)
+        placement = self._placements.get(key)
+        if placement is None:
+            if len(self._placements) >= MAX_PLACEMENTS:
+                self._placements.clear()
+            placement = self._placements[key] = place(option, units)
+        return placement
 
     def record(self, tokens: int) -> None:
         """``tokens`` more output tokens verified (for the goodput)."""
         now = self.clock.now()
         with self._lock:
-            self._tokens += tokens
-            last = self._recent[-1] if self._recent else None
-            if last is not None and now // GOODPUT_BIN_MS == last[0] // GOODPUT_BIN_MS:
-                last[0], last[1] = now, last[1] + tokens
-            else:
-                self._recent.append([now, tokens])
-            while self._recent[0][0] < now - GOODPUT_WINDOW_MS:  # kept for the longest window metrics() reads
-                self._recent.popleft()
+            self._record(now, tokens)
+
+    def _record(self, now: float, tokens: int) -> None:
+        self._tokens += tokens
+        recent = self._recent
+        last = recent[-1] if recent else None
+        if last is not None and now // GOODPUT_BIN_MS == last[0] // GOODPUT_BIN_MS:
+            last[0], last[1] = now, last[1] + tokens
+        else:
+            recent.append([now, tokens])
+        while recent[0][0] < now - GOODPUT_WINDOW_MS:  # kept for the longest window metrics() reads
+            recent.popleft()
 
     # -- the policy --------------------------------------------------------------------------------
     def _rebalance(self) -> None:
@@ -194,7 +257,7 @@ class Scheduler:
             want = ticket.target - len(ticket.held)
             if want > 0 and self._free:
                 if ticket.context is not None and len(self._free) > want:
-                    _by_cache(self._free, ticket.context)
+                    self._by_cache(self._free, ticket.context)
                 ticket.held.extend(self._free[:want])
                 del self._free[:want]
                 if not ticket.running and ticket.event is not None:
@@ -226,6 +289,6 @@ class Scheduler:
 
 def _by_cache(units: list[Unit], context: Context) -> None:
     """Sort ``units`` by how much of ``context`` their servers hold, most first (stable: ties keep their order)."""
-    if len(units) > 1 and any(u.caching for u in units):
+    if len(units) > 1:
         cached = {id(u): u.cached(context) for u in units}
         units.sort(key=lambda u: cached[id(u)], reverse=True)

@@ -3,7 +3,8 @@
 GGUF (llama.cpp's format, version 2 or 3): the magic ``GGUF``, a version, the tensor and key counts, the key-value
 metadata, one record per tensor (name, dimensions, type, offset), then the tensor data from the next multiple of
 ``general.alignment`` (32 by default). :func:`read_header` reads the metadata keys (strings and numbers; arrays,
-such as a tokenizer's 150k tokens, are skipped over, but for the token types) and every tensor record, and checks that the data
+such as a tokenizer's 150k tokens, are skipped over, but for the token types, and the tokens themselves when asked
+for: :func:`read_header`'s ``tokens``) and every tensor record, and checks that the data
 of every tensor lies inside the file, so that a truncated download is named as such before llama.cpp maps it.
 """
 
@@ -34,6 +35,7 @@ TYPES = {
 SCALARS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
 STRING, ARRAY = 8, 9
 KEPT_ARRAYS = ("tokenizer.ggml.token_type",)  # arrays read into the metadata (the others are skipped)
+TOKENS = "tokenizer.ggml.tokens"  # the tokenizer's token texts by id: read only when asked for (150k strings)
 _U64 = struct.Struct("<Q")
 
 
@@ -77,7 +79,7 @@ class _Reader:
 
     def value(self, kind: int, keep: bool = False):
         """The value of type ``kind`` at the cursor; arrays are skipped (None), or with ``keep`` an array of numbers
-        is returned as a NumPy array."""
+        is returned as a NumPy array and an array of strings as a list."""
         if kind in SCALARS:
             return self.take(SCALARS[kind])
         if kind == STRING:
@@ -93,6 +95,8 @@ class _Reader:
                 return out
             if item in SCALARS:  # skipped at once
                 self.at += n * struct.calcsize(SCALARS[item])
+            elif item == STRING and keep:
+                return [self.string() for _ in range(n)]
             elif item == STRING:  # a tokenizer's tokens and merges: 150k strings, skipped by their lengths
                 data, at, length = self.data, self.at, _U64.unpack_from
                 for _ in range(n):
@@ -107,9 +111,10 @@ class _Reader:
         raise ValueError(f"unknown metadata value type {kind}")
 
 
-def read_header(path) -> GGUFHeader:
+def read_header(path, tokens: bool = False) -> GGUFHeader:
     """The header of the GGUF file at ``path``; a ConfigError naming the problem when it is missing, not a file,
-    not GGUF, or cut short (its header, or the data of a tensor, runs past the end of the file)."""
+    not GGUF, or cut short (its header, or the data of a tensor, runs past the end of the file). tokens: also keep
+    the tokenizer's token texts (``metadata[TOKENS]``, a list by id), to compare two files' tokenizers."""
     path = Path(path)
     if not path.exists():
         raise ConfigError(f"no GGUF file at {str(path)!r}: give the path of a .gguf model file")
@@ -123,7 +128,7 @@ def read_header(path) -> GGUFHeader:
                 "GGUF models; for a transformers directory use --backend transformers"
             )
         try:
-            return _parse(path, f, size)
+            return _parse(path, f, size, KEPT_ARRAYS + ((TOKENS,) if tokens else ()))
         except ConfigError:
             raise
         except (EOFError, ValueError, struct.error) as exc:
@@ -131,12 +136,12 @@ def read_header(path) -> GGUFHeader:
             raise ConfigError(f"{str(path)!r} is not a readable GGUF file: {why} (a truncated download?)") from exc
 
 
-def _parse(path: Path, f, size: int) -> GGUFHeader:
+def _parse(path: Path, f, size: int, kept: tuple[str, ...]) -> GGUFHeader:
     chunk = 16 << 20  # a 150k-token tokenizer's header is about 6 MB
     data = MAGIC + f.read(chunk)
     while True:  # read on until the header parses (it is a few MB for a 150k-token tokenizer)
         try:
-            return _parse_bytes(path, data, size)
+            return _parse_bytes(path, data, size, kept)
         except EOFError:
             more = f.read(chunk)
             if not more:
@@ -145,7 +150,7 @@ def _parse(path: Path, f, size: int) -> GGUFHeader:
             chunk *= 2
 
 
-def _parse_bytes(path: Path, data: bytes, size: int) -> GGUFHeader:
+def _parse_bytes(path: Path, data: bytes, size: int, kept: tuple[str, ...]) -> GGUFHeader:
     r = _Reader(data)
     r.at = 4
     version = r.take("I")
@@ -155,7 +160,7 @@ def _parse_bytes(path: Path, data: bytes, size: int) -> GGUFHeader:
     header = GGUFHeader(path, version)
     for _ in range(n_kv):
         key, kind = r.string(), r.take("I")
-        value = r.value(kind, keep=key in KEPT_ARRAYS)
+        value = r.value(kind, keep=key in kept)
         if value is not None:
             header.metadata[key] = value
     ends = []

@@ -16,7 +16,7 @@ import warnings
 import weakref
 from collections.abc import Sequence
 
-from specpar.backends.llama.gguf_file import read_header
+from specpar.backends.llama.gguf_file import TOKENS, GGUFHeader, read_header
 from specpar.backends.llama.library import build_has, lib, recent_errors, tiled_mm_setting
 from specpar.backends.llama.server import LlamaServer
 from specpar.backends.llama.settings import LlamaSettings, model_warnings
@@ -224,3 +224,44 @@ def check_same_vocabulary(target: LlamaModel, drafter: LlamaModel) -> None:
             f"the tokenizers of target {target.name} and drafter {drafter.name} differ: speculative inference "
             "needs a drafter with the target's tokenizer (same vocabulary, same ids)"
         )
+
+
+def check_same_tokenizer_files(target_path, drafter_path) -> None:
+    """Refuse a drafter GGUF whose tokenizer is not the target's, from the two files' headers, before any weights
+    load (:func:`check_same_vocabulary` checks the loaded models again). Token lists that differ only by ids past
+    the shorter one's end (padding rows, as Qwen2.5-0.5B's 151,936 against Qwen2.5-7B's 152,064) are named as such:
+    the llama backend has no padded-vocabulary fitting (the transformers backend has)."""
+    target, drafter = read_header(target_path, tokens=True), read_header(drafter_path, tokens=True)
+    t_tokens, d_tokens = target.metadata.get(TOKENS), drafter.metadata.get(TOKENS)
+    t_name, d_name = os.path.basename(os.fspath(target_path)), os.path.basename(os.fspath(drafter_path))
+    if t_tokens is None and d_tokens is None:  # tokenless ("none") vocabularies: ids only, compare their counts
+        if _id_count(target) == _id_count(drafter):
+            return
+        raise ConfigError(
+            f"drafter {d_name} has {_id_count(drafter)} token ids but target {t_name} has {_id_count(target)}: the "
+            "drafter and target must share one tokenizer"
+        )
+    if t_tokens == d_tokens:
+        return
+    if t_tokens is not None and d_tokens is not None:
+        n = min(len(t_tokens), len(d_tokens))
+        if t_tokens[:n] == d_tokens[:n]:
+            raise ConfigError(
+                f"drafter {d_name} has {len(d_tokens)} token ids and target {t_name} {len(t_tokens)}, the same "
+                f"tokens below {n}: their rows differ only by padding, which the llama backend does not fit (use "
+                "--backend transformers); the drafter and target must share one tokenizer here"
+            )
+    raise ConfigError(
+        f"the tokenizers of target {t_name} and drafter {d_name} differ (read from their GGUF headers, before loading "
+        "any weights): speculative inference needs a drafter with the target's tokenizer (same vocabulary, same "
+        "ids); the drafter and target must share one tokenizer"
+    )
+
+
+def _id_count(header: GGUFHeader) -> int | None:
+    """A tokenless GGUF's ids: its ``<arch>.vocab_size``, else its embedding's rows."""
+    size = header.metadata.get(f"{header.architecture}.vocab_size")
+    if size is not None:
+        return int(size)
+    embedding = header.tensors.get("token_embd.weight")
+    return embedding[1][-1] if embedding else None

@@ -115,9 +115,9 @@ def arm(spec: SpeculativeConfig, engine, algorithm: str, **changes) -> Speculati
     return dataclasses.replace(spec, algorithm=algorithm, tree=tree, proposer=proposer, sp_degree=sp, **changes)
 
 
-def load(args, sp_degree: int, max_tokens: int):
-    """(target, drafter, an Engine with sp_degree target servers, the speculation and runtime the flags give),
-    loaded once."""
+def load(args, sp_degree: int, max_tokens: int, **engine_options):
+    """(target, drafter, an Engine with sp_degree target servers, the speculation and runtime the flags give, and
+    ``engine_options``: Engine's keywords, e.g. units, policy), loaded once."""
     from specpar.entrypoints.engine import Engine, load_pair
     from specpar.spec.registry import ALGORITHMS
 
@@ -141,6 +141,7 @@ def load(args, sp_degree: int, max_tokens: int):
         runtime=getattr(args, "runtime_config", None),
         devices=devs,
         max_tokens=max_tokens,
+        **engine_options,
     )
     return target, drafter, engine
 

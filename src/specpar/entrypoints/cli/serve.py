@@ -12,13 +12,16 @@ from specpar.entrypoints.cli.command_args import command_parser
 from specpar.entrypoints.cli.options import MAX_INTEGER, integer, number
 from specpar.entrypoints.cli.pair_args import LATENCY_FIELDS, add_pair_arguments
 from specpar.entrypoints.cli.runtime_args import REAL_TIME_FIELDS, add_runtime_arguments
+from specpar.planning.load import POLICIES
 
 DESCRIPTION = """\
 Serve a target and drafter over HTTP with the OpenAI API: POST /v1/completions,
 POST /v1/chat/completions (stream: true gives server-sent events), GET /v1/models,
 /health and /metrics (Prometheus text, vLLM's spec-decode counter names). Requests
-are served one at a time, first come first served; past --max-queue in the server
-(generating or waiting), 429. POST /tokenize and /detokenize, GET /version.
+run at once: the engine's scheduler gives each a share of --units processing units
+(DSI when there is room, fewer target replicas, SI or non-SI when there is not) and
+queues first come first served those that do not fit; past --max-queue in the
+server (generating or waiting), 429. POST /tokenize and /detokenize, GET /version.
 --simulated serves simulated models without weights: their text is token ids in
 decimal separated by spaces (prompts: a list of ids, or such a string).
 """
@@ -58,6 +61,13 @@ def register(sub) -> None:
                    help="require 'Authorization: Bearer KEY' (default: env SPECPAR_API_KEY)")  # fmt: skip
     p.add_argument("--max-queue", type=ranged(int, 1, 1 << 20), default=64,
                    help="requests in the server at once (generating or waiting); more get 429 (default 64)")  # fmt: skip
+    p.add_argument("--units", type=ranged(int, 1, MAX_SERVE_SERVERS + 1), default=None,
+                   help="processing units the requests share, each with a target and a drafter server (default: "
+                        "--sp-degree + 1; 1: one request at a time on every server)")  # fmt: skip
+    p.add_argument("--policy", choices=POLICIES, default="adaptive",
+                   help="how requests share the units: adaptive (each its fastest option on its share, shares for "
+                        "the most tokens per second), or the same option for all: dsi, si, nonsi (default "
+                        "adaptive)")  # fmt: skip
     p.add_argument("--served-model-name", default=None, help="the model's name in the API (default: the target's)")
     p.add_argument("--max-model-len", type=ranged(int, 1, MAX_INTEGER), default=2048,
                    help="prompt + max_tokens limit for a target without a context window (default 2048)")  # fmt: skip
@@ -83,11 +93,11 @@ def build_engine(args):
         target, drafter = args.pair.models()
         levels = REGISTRY[args.spec.algorithm].hierarchy
         engine = Engine(target, [drafter] if levels else drafter, speculative_config=args.spec,
-                        runtime=args.runtime_config)  # fmt: skip
+                        runtime=args.runtime_config, units=args.units, policy=args.policy)  # fmt: skip
         return engine, "specpar-simulated"
     from specpar.entrypoints.cli.real_models import load
 
-    _, _, engine = load(args, args.sp_degree, max_tokens=4096)
+    _, _, engine = load(args, args.sp_degree, max_tokens=4096, units=args.units, policy=args.policy)
     return engine, args.target or engine.target_model.name
 
 
@@ -135,7 +145,7 @@ def run(args) -> int:
     engine, name = build_engine(args)
     app = create_app(engine, args.served_model_name or name, api_key=api_key, max_queue=args.max_queue,
                      max_model_len=args.max_model_len)  # fmt: skip
-    print(f"specpar serve: {name} on http://{args.host}:{args.port}/v1 ({args.algorithm}, sp_degree {args.sp_degree})",
-          flush=True)  # fmt: skip
+    print(f"specpar serve: {name} on http://{args.host}:{args.port}/v1 ({args.algorithm}, sp_degree {args.sp_degree}, "
+          f"{len(engine.units)} processing units, {args.policy})", flush=True)  # fmt: skip
     serve(app, args.host, args.port, args.shutdown_timeout)
     return 0

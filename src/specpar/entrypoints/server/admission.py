@@ -1,6 +1,7 @@
-"""Backpressure: at most ``limit`` requests in the server at once (the one generating and those waiting for the
-engine), every kind alike, streams included; more are answered 429 at once. Admitted requests take the engine in
-the order they arrived (an asyncio lock, which is FIFO).
+"""Backpressure: at most ``limit`` requests in the server at once (generating, or waiting for the engine's
+processing units), every kind alike, streams included; more are answered 429 at once. The requests admitted run
+at once: the engine's scheduler gives each its share of the units and queues, first come first served, those
+that do not fit (:mod:`specpar.scheduling`).
 
 A request is admitted when it arrives (:meth:`Admission.admit`, before any answer starts, so fifty streams sent at
 once count as fifty) and holds a :class:`Ticket` until it ends, whatever ends it: its answer, an error, or a
@@ -9,7 +10,6 @@ client gone before its stream began (:class:`TicketedStream` releases it after t
 
 from __future__ import annotations
 
-import asyncio
 import time
 from dataclasses import dataclass
 
@@ -21,7 +21,8 @@ from specpar.entrypoints.server.schemas import RequestError
 
 @dataclass
 class Timing:
-    """A request's wall times (time.perf_counter(), seconds): arrival, engine taken, first token, last token."""
+    """A request's wall times (time.perf_counter(), seconds): arrival, generation started (its first choice had
+    units), first token, last token."""
 
     arrival: float
     started: float | None = None
@@ -32,14 +33,21 @@ class Timing:
         if self.first_token is None:
             self.first_token = time.perf_counter()
 
+    def engine_started(self, called: float, results) -> None:
+        """The generation's start: when the first of ``results`` (GenerationResults of engine calls made at
+        ``called``) got its units, each having waited ``queue_ms``."""
+        waits = [r.queue_ms for r in results if getattr(r, "queue_ms", None) is not None]
+        started = called + (min(waits) / 1e3 if waits else 0.0)
+        if self.started is None or started < self.started:
+            self.started = started
+
 
 class Admission:
-    """The requests in the server: ``admitted`` of at most ``limit``, one of them generating."""
+    """The requests in the server: ``admitted`` of at most ``limit``."""
 
-    def __init__(self, limit: int, metrics):
-        self.limit, self.metrics = limit, metrics
-        self.turn = asyncio.Lock()
-        self.admitted = self.running = 0
+    def __init__(self, limit: int):
+        self.limit = limit
+        self.admitted = 0
 
     def admit(self, arrival: float) -> Ticket:
         """A Ticket for a request that arrived at ``arrival``, or a 429 when ``limit`` are in already."""
@@ -47,45 +55,20 @@ class Admission:
             raise RequestError(f"the server is full ({self.limit} requests in): retry later", status=429,
                                code="queue_full")  # fmt: skip
         self.admitted += 1
-        self._show()
         return Ticket(self, Timing(arrival))
-
-    def _show(self) -> None:
-        self.metrics.queued(self.admitted - self.running, self.running)
 
 
 class Ticket:
-    """One admitted request: ``async with ticket`` waits for the engine and holds it; :meth:`release` (once,
-    whatever calls it first) frees the request's place."""
+    """One admitted request's place in the server: :meth:`release` (once, whatever calls it first) frees it."""
 
     def __init__(self, admission: Admission, timing: Timing):
         self.admission, self.timing = admission, timing
-        self.holding = self.released = False
-
-    async def __aenter__(self) -> Ticket:
-        a = self.admission
-        await a.turn.acquire()
-        self.holding, self.timing.started = True, time.perf_counter()
-        a.running += 1
-        a._show()
-        return self
-
-    async def __aexit__(self, *exc) -> None:
-        self._leave_turn()
-
-    def _leave_turn(self) -> None:
-        if self.holding:
-            self.holding = False
-            self.admission.running -= 1
-            self.admission.turn.release()
-            self.admission._show()
+        self.released = False
 
     def release(self) -> None:
-        self._leave_turn()
         if not self.released:
             self.released = True
             self.admission.admitted -= 1
-            self.admission._show()
 
 
 class TicketedStream(StreamingResponse):

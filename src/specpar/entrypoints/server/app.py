@@ -61,18 +61,19 @@ def create_app(
     """The ASGI app serving ``engine`` as ``model_name``; it closes the engine when it shuts down.
 
     api_key: the /v1 routes, /tokenize and /detokenize ask for ``Authorization: Bearer <api_key>`` (None: open).
-    max_queue: requests in the server at once (the one generating and those waiting); more are answered 429.
+    max_queue: requests in the server at once (generating, or waiting for the engine's processing units); more are
+        answered 429.
     max_model_len: prompt + max_tokens limit for a target without a context window of its own.
     max_body_bytes: larger request bodies are answered 413.
     """
-    metrics = Metrics(model_name, {s.name for s in engine.targets.servers}, engine.sp_degree)
-    ctx = handlers.Context(engine, Served(engine, max_model_len), metrics, Admission(max_queue, metrics), model_name,
+    metrics = Metrics(model_name, {s.name for s in engine.targets.servers}, engine.sp_degree, engine.load_metrics)
+    ctx = handlers.Context(engine, Served(engine, max_model_len), metrics, Admission(max_queue), model_name,
                            int(time.time()))  # fmt: skip
 
     @asynccontextmanager
     async def lifespan(app):
         yield
-        await anyio.to_thread.run_sync(engine.close)  # after the running request, if any
+        await anyio.to_thread.run_sync(engine.close)  # after the running requests, if any
         log.info("stopped: requests finished, engine closed")
 
     app = FastAPI(title="specpar", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None)

@@ -1,9 +1,11 @@
 """Answering a completions or chat request: its jobs generated on the engine, whole or streamed.
 
-Generation runs on a worker thread (the event loop keeps answering), one request at a time (the Ticket's turn),
-its choices one after the other. A streamed request whose client goes away closes its engine stream, which ends
-the generation at the next verified tokens, and the next request starts. A stream that asks for logprobs sends
-each choice's text in one chunk once it is generated (with its logprobs).
+Generation runs on worker threads (the event loop keeps answering). Requests run at once: the engine's scheduler
+gives each its share of the processing units, queueing first come first served those that do not fit. A whole
+answer's choices run at once too (one engine call with every prompt); a stream's choices one after the other. A
+streamed request whose client goes away closes its engine stream, which ends the generation at the next verified
+tokens and gives its units to the others. A stream that asks for logprobs sends each choice's text in one chunk
+once it is generated (with its logprobs).
 """
 
 from __future__ import annotations
@@ -43,8 +45,7 @@ async def answer(ctx: Context, request, plan: Plan, endpoint: str, arrival: floa
     if plan.stream:
         return TicketedStream(events(ctx, request, plan, shape, ticket, endpoint), ticket)
     try:
-        async with ticket:
-            results = await anyio.to_thread.run_sync(generate_all, ctx.engine, plan, ticket.timing)
+        results = await anyio.to_thread.run_sync(generate_all, ctx.engine, plan, ticket.timing)
     except SpecparError as exc:
         raise RequestError(str(exc), status=400 if isinstance(exc, ConfigError) else 500) from None
     finally:
@@ -55,32 +56,36 @@ async def answer(ctx: Context, request, plan: Plan, endpoint: str, arrival: floa
 
 
 def generate_all(engine, plan: Plan, timing) -> list:
-    """Every job's GenerationResult, in order (on a worker thread)."""
-    results = []
-    for job in plan.jobs:
-        r = engine.generate(job.prompt_ids, job.params, stream=lambda _: timing.token(), **plan.speculative)
+    """Every job's GenerationResult, in order (on a worker thread; the jobs at once)."""
+    called, jobs = time.perf_counter(), plan.jobs
+    if len(jobs) == 1:
+        results = [engine.generate(jobs[0].prompt_ids, jobs[0].params, stream=lambda _: timing.token(),
+                                   **plan.speculative)]  # fmt: skip
+    else:
+        results = engine.generate([j.prompt_ids for j in jobs], [j.params for j in jobs],
+                                  stream=lambda _: timing.token(), **plan.speculative)  # fmt: skip
+    timing.engine_started(called, results)
+    for r in results:
         _ = r.timeline  # built here, not on the event loop (the metrics read it)
-        results.append(r)
     return results
 
 
 async def events(ctx: Context, request, plan: Plan, shape: Shape, ticket: Ticket, endpoint: str):
     """Server-sent events: each choice's chunks and finish reason, usage if asked, [DONE]."""
     results = []
-    async with ticket:
-        try:
-            for job in plan.jobs:
-                async for event in job_events(ctx, request, plan, shape, job, ticket.timing, results):
-                    yield event
-                if len(results) <= job.index:  # the client left
-                    ctx.metrics.aborted(endpoint)
-                    return
-        except Exception as exc:  # after the 200 went out: an error event, then the end
-            kind = "invalid_request_error" if isinstance(exc, ConfigError) else "server_error"
-            ctx.metrics.error(endpoint, 400 if isinstance(exc, ConfigError) else 500)
-            yield shape.event(error_body(str(exc), kind))
-            yield "data: [DONE]\n\n"
-            return
+    try:
+        for job in plan.jobs:
+            async for event in job_events(ctx, request, plan, shape, job, ticket.timing, results):
+                yield event
+            if len(results) <= job.index:  # the client left
+                ctx.metrics.aborted(endpoint)
+                return
+    except Exception as exc:  # after the 200 went out: an error event, then the end
+        kind = "invalid_request_error" if isinstance(exc, ConfigError) else "server_error"
+        ctx.metrics.error(endpoint, 400 if isinstance(exc, ConfigError) else 500)
+        yield shape.event(error_body(str(exc), kind))
+        yield "data: [DONE]\n\n"
+        return
     ticket.timing.end = time.perf_counter()
     ctx.metrics.observe(endpoint, plan.prompt_tokens, results, ticket.timing)
     if plan.include_usage:
@@ -99,13 +104,14 @@ async def job_events(ctx: Context, request, plan: Plan, shape: Shape, job: Job, 
         text = shape.text(job, result)[len(job.echo or "") :]
         yield shape.chunk(job.index, text, logprobs=shape.logprobs(result, len(job.echo or "")))
     else:
-        result = None
+        result, called = None, time.perf_counter()
         pieces = ctx.engine.stream(job.prompt_ids, job.params, **plan.speculative)
         try:
             while True:
                 done, value = await anyio.to_thread.run_sync(_next, pieces)
                 if done:
                     result = value
+                    timing.engine_started(called, [result])
                     break
                 timing.token()
                 yield shape.chunk(job.index, ctx.served.text(value))

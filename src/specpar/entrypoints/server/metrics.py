@@ -3,9 +3,16 @@
 
 Requests: ``specpar:request_success_total{endpoint, finished_reason}`` counts the choices that finished ("length",
 "stop", or "abort" when the client left a stream); ``specpar:request_errors_total{endpoint, status}`` the refused or
-failed requests (4xx, 5xx, or an error event inside a stream); gauges of the requests running and waiting;
-histograms of the end-to-end latency, the time to first token, the time per output token after the first (TPOT)
-and the time spent queued, all wall time measured by the server (seconds).
+failed requests (4xx, 5xx, or an error event inside a stream); histograms of the end-to-end latency, the time to
+first token, the time per output token after the first (TPOT) and the time spent queued for processing units, all
+wall time measured by the server (seconds).
+
+The engine's load (:meth:`~specpar.entrypoints.engine.Engine.load_metrics`, read when /metrics is scraped:
+:class:`LoadCollector`), named in vLLM's style: gauges ``specpar:num_requests_running`` (generations running),
+``specpar:num_requests_waiting`` (queued for processing units), ``specpar:num_units``, ``specpar:num_units_in_use``,
+``specpar:units_per_request`` (mean units held by a running request), ``specpar:goodput_tokens_per_second`` (output
+tokens per second over the last 10 s), and counters ``specpar:output_tokens_total`` (tokens verified, as they are)
+and ``specpar:share_switches_total`` (configuration changes at safe points as shares changed).
 
 vLLM's speculative-decoding counters, from each GenerationResult:
 
@@ -28,6 +35,8 @@ clock, reported in seconds):
 from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 TOKEN_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
@@ -37,16 +46,17 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 class Metrics:
     """Every metric of one served model, in a registry of its own (several apps in one process stay apart)."""
 
-    def __init__(self, model_name: str, target_servers: set[str], sp_degree: int):
+    def __init__(self, model_name: str, target_servers: set[str], sp_degree: int, load=None):
+        """load: a function returning the engine's LoadMetrics (Engine.load_metrics), read at each scrape."""
         self.model_name, self.target_servers = model_name, target_servers
         self.registry = r = CollectorRegistry()
+        if load is not None:
+            r.register(LoadCollector(model_name, load))
         m = ["model_name"]
 
         def counter(name, help, labels=()):
             return Counter(f"specpar:{name}", help, [*m, *labels], registry=r)
 
-        self.running = Gauge("specpar:num_requests_running", "Requests generating now.", m, registry=r)
-        self.waiting = Gauge("specpar:num_requests_waiting", "Requests queued for the engine.", m, registry=r)
         self.success = counter("request_success", "Choices finished, by endpoint and finish reason.",
                                ("endpoint", "finished_reason"))  # fmt: skip
         self.errors = counter("request_errors", "Requests refused or failed, by endpoint and status.",
@@ -78,21 +88,16 @@ class Metrics:
                               LATENCY_BUCKETS)  # fmt: skip
         self.tpot = histogram("time_per_output_token_seconds", "Time per output token after the first (wall).",
                               TOKEN_BUCKETS)  # fmt: skip
-        self.queue = histogram("request_queue_time_seconds", "Time a request waited for the engine (wall).",
+        self.queue = histogram("request_queue_time_seconds", "Time a request waited for processing units (wall).",
                                LATENCY_BUCKETS)  # fmt: skip
         for pool in ("target", "drafter"):
             self.cancelled.labels(model_name, pool)
-        self.running.labels(model_name), self.waiting.labels(model_name)
 
     def error(self, endpoint: str, status) -> None:
         self.errors.labels(self.model_name, endpoint, str(status)).inc()
 
     def aborted(self, endpoint: str) -> None:
         self.success.labels(self.model_name, endpoint, "abort").inc()
-
-    def queued(self, waiting: int, running: int) -> None:
-        self.waiting.labels(self.model_name).set(waiting)
-        self.running.labels(self.model_name).set(running)
 
     def observe(self, endpoint: str, prompt_tokens: int, results, times) -> None:
         """A finished request: its GenerationResults (one per choice), and ``times`` (a Timing, seconds)."""
@@ -137,3 +142,36 @@ class Metrics:
     def text(self) -> bytes:
         """The Prometheus text exposition of every metric."""
         return generate_latest(self.registry)
+
+
+class LoadCollector(Collector):
+    """The engine's LoadMetrics as Prometheus series, read when the registry is collected (a scrape)."""
+
+    # (LoadMetrics field, series name, help, counter?)
+    SERIES = (
+        ("requests_running", "num_requests_running", "Requests generating now.", False),
+        ("requests_waiting", "num_requests_waiting", "Requests queued for processing units.", False),
+        ("units", "num_units", "Processing units the engine schedules.", False),
+        ("units_in_use", "num_units_in_use", "Processing units held by requests.", False),
+        ("units_per_request", "units_per_request", "Mean processing units held per running request.", False),
+        ("goodput_tokens_per_s", "goodput_tokens_per_second", "Output tokens per second over the last 10 s.",
+         False),
+        ("output_tokens", "output_tokens", "Output tokens verified.", True),
+        ("switches", "share_switches", "Configuration changes at safe points as requests' shares changed.", True),
+    )  # fmt: skip
+
+    def __init__(self, model_name: str, load):
+        self.model_name, self.load = model_name, load
+
+    def collect(self):
+        m = self.load()
+        for field, name, help, counter in self.SERIES:
+            kind = CounterMetricFamily if counter else GaugeMetricFamily
+            family = kind(f"specpar:{name}", help, labels=["model_name"])
+            family.add_metric([self.model_name], getattr(m, field))
+            yield family
+
+    def describe(self):  # the series' names without reading the engine (at registration)
+        for _, name, help, counter in self.SERIES:
+            kind = CounterMetricFamily if counter else GaugeMetricFamily
+            yield kind(f"specpar:{name}", help, labels=["model_name"])

@@ -1,0 +1,59 @@
+"""The proposer and the adaptive lookahead from the command line: `--proposer ngram[:MIN:MAX][+drafter]` on
+`generate`, `-k adaptive` on `simulate` (with drifting acceptance) and its refusal where no latency profile exists."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from specpar.backends.transformers_model import TransformersModel
+from specpar.entrypoints import cli
+from tiny_transformers import reference_greedy, save_tiny_pair
+
+PROMPT = "w1 w7 w3 w1 w7 w3 w1"  # repeats itself: the lookups match
+
+
+@pytest.fixture(scope="module")
+def pair_dirs(tmp_path_factory):
+    return save_tiny_pair(tmp_path_factory.mktemp("tiny"))
+
+
+def _models(pair_dirs):
+    return ["--target", pair_dirs[0], "--drafter", pair_dirs[1], "--dtype", "float64", "--devices", "cpu"]
+
+
+@pytest.mark.parametrize("proposer,drafter_passes", [("ngram", False), ("ngram:1:2+drafter", True)])
+def test_generate_with_the_ngram_proposer_gives_the_targets_greedy_tokens(pair_dirs, capsys, proposer, drafter_passes):
+    args = ["generate", PROMPT, "-N", "10", "--proposer", proposer, "-k", "3", "--sp-degree", "2", "--compare"]
+    assert cli.main(args + ["--json"] + _models(pair_dirs)) == 0
+    results = json.loads(capsys.readouterr().out)["results"]
+    target = TransformersModel(pair_dirs[0], dtype="float64")
+    expected = reference_greedy(target, target.encode(PROMPT), 10)
+    assert {a: r["tokens"] for a, r in results.items()} == {"nonsi": expected, "si": expected, "dsi": expected}
+    for algorithm in ("si", "dsi"):
+        assert results[algorithm]["drafted"] > 0
+        assert (results[algorithm]["drafter_forwards"] > 0) == drafter_passes, (algorithm, results[algorithm])
+
+
+def test_generate_names_a_bad_proposer(pair_dirs, capsys):
+    assert cli.main(["generate", PROMPT, "-N", "4", "--proposer", "ngram:3:1"] + _models(pair_dirs)) == 2
+    err = capsys.readouterr().err
+    assert "prompt_lookup_min (3) must be at most" in err and "Traceback" not in err
+
+
+def test_an_adaptive_lookahead_on_real_models_without_a_profile_is_refused_clearly(pair_dirs, capsys):
+    assert cli.main(["generate", PROMPT, "-N", "4", "-k", "adaptive", "--algorithm", "si"] + _models(pair_dirs)) == 2
+    err = capsys.readouterr().err
+    assert "latency profiles" in err and "specpar profile" in err and "Traceback" not in err
+
+
+def test_simulate_with_an_adaptive_lookahead_under_drifting_acceptance(capsys):
+    args = ["simulate", "--json", "-N", "60", "--repeats", "1", "-k", "adaptive", "--sp-degree", "4"]
+    assert cli.main(args + ["--acceptance-regimes", "0.9,0.4:20"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["config"]["lookahead"] == {"si": "adaptive", "dsi": "adaptive"}
+    assert out["config"]["acceptance_regimes"] == "0.9,0.4:20"
+    results = out["results"]
+    assert all(results[a]["same_tokens_as_nonsi"] for a in ("si", "dsi"))
+    assert results["si"]["speedup_vs_nonsi"] > 1 and results["dsi"]["speedup_vs_nonsi"] > 1
