@@ -6,6 +6,8 @@ import math
 from collections import Counter
 from collections.abc import Hashable, Mapping
 
+from specpar import generate
+
 
 def chi_square_p_value(observed: Counter, expected_probs: Mapping[Hashable, float], min_expected: float = 5.0) -> float:
     """P-value of observed counts against expected probabilities; rare cells are pooled into one."""
@@ -28,3 +30,8 @@ def chi_square_p_value(observed: Counter, expected_probs: Mapping[Hashable, floa
     df = cells - 1
     z = ((stat / df) ** (1 / 3) - (1 - 2 / (9 * df))) / math.sqrt(2 / (9 * df))
     return 0.5 * math.erfc(z / math.sqrt(2))
+
+
+def output_counts(prompt, target, drafter, samples: int, **generate_kwargs) -> Counter:
+    """How often each output (its tuple of tokens) comes out of ``samples`` generations seeded 0 .. samples - 1."""
+    return Counter(tuple(generate(prompt, target, drafter, seed=i, **generate_kwargs).tokens) for i in range(samples))

@@ -12,7 +12,7 @@ import specpar.spec.verification as verification
 from specpar import LatencyProfile, SimulatedModel, generate
 from specpar.core.errors import ConfigError
 from specpar.entrypoints.engine import Engine
-from stats import chi_square_p_value
+from stats import chi_square_p_value, output_counts
 
 REPEATING = [1, 2, 3, 4, 1, 2, 3, 4, 5, 6, 1, 2]  # the prompt repeats itself: the n-grams find matches
 CASES = [
@@ -107,23 +107,18 @@ def _law(target):
 def _samples(algorithm: str, proposer: str, tree=None, samples: int = 3000) -> tuple[Counter, dict]:
     target = SimulatedModel(V, seed=21, latency=LatencyProfile.uniform(1.0), spread=1.5)
     drafter = target.drafter(0.5, LatencyProfile.uniform(0.1), seed=4)
-    counts = Counter(
-        tuple(
-            generate(
-                PROMPT,
-                target,
-                drafter,
-                algorithm=algorithm,
-                proposer=proposer,
-                tree=tree,
-                lookahead=2,
-                sp_degree=3,
-                max_new_tokens=N,
-                temperature=1.0,
-                seed=i,
-            ).tokens
-        )  # fmt: skip
-        for i in range(samples)
+    counts = output_counts(
+        PROMPT,
+        target,
+        drafter,
+        samples,
+        algorithm=algorithm,
+        proposer=proposer,
+        tree=tree,
+        lookahead=2,
+        sp_degree=3,
+        max_new_tokens=N,
+        temperature=1.0,
     )
     return counts, _law(target)
 

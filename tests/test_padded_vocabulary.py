@@ -9,7 +9,6 @@ a model's untrained rows have) and with fewer (the target's last ids are padding
 from __future__ import annotations
 
 import itertools
-from collections import Counter
 
 import numpy as np
 import pytest
@@ -22,7 +21,7 @@ from specpar.backends.vocabulary import fit_drafter
 from specpar.core.calls import Draft
 from specpar.core.decoding import Decoding
 from specpar.core.errors import ConfigError
-from stats import chi_square_p_value
+from stats import chi_square_p_value, output_counts
 from tiny_transformers import perturbed, reference_greedy, tiny_module, tiny_tokenizer, with_rows
 
 LATENCIES = (LatencyProfile(1.0, 1.0, 0.1), LatencyProfile(0.3, 0.3))
@@ -180,22 +179,17 @@ def _simulated(rows: int):
 
 def _counts(target, drafter, algorithm, samples, runtime="virtual"):
     lookahead = {"si": 2, "dsi": 1}[algorithm]
-    return Counter(
-        tuple(
-            generate(
-                PROMPT,
-                target,
-                drafter,
-                algorithm=algorithm,
-                max_new_tokens=N,
-                lookahead=lookahead,
-                sp_degree=3,
-                temperature=1.0,
-                seed=i,
-                runtime=runtime,
-            ).tokens
-        )  # fmt: skip
-        for i in range(samples)
+    return output_counts(
+        PROMPT,
+        target,
+        drafter,
+        samples,
+        algorithm=algorithm,
+        max_new_tokens=N,
+        lookahead=lookahead,
+        sp_degree=3,
+        temperature=1.0,
+        runtime=runtime,
     )
 
 
@@ -239,22 +233,17 @@ def _transformers_counts(algorithm: str, rows: int, samples: int):
     target = TransformersModel(target_module, latency=LATENCIES[0])
     drafter = TransformersModel(with_rows(tiny_module(vocab=V, seed=12, layers=1, scale=0.3), rows),
                                 latency=LATENCIES[1])  # fmt: skip
-    counts = Counter(
-        tuple(
-            generate(
-                PROMPT,
-                target,
-                drafter,
-                algorithm=algorithm,
-                max_new_tokens=2,
-                lookahead=2,
-                sp_degree=2,
-                temperature=0.9,
-                seed=s,
-                runtime="virtual",
-            ).tokens
-        )  # fmt: skip
-        for s in range(samples)
+    counts = output_counts(
+        PROMPT,
+        target,
+        drafter,
+        samples,
+        algorithm=algorithm,
+        max_new_tokens=2,
+        lookahead=2,
+        sp_degree=2,
+        temperature=0.9,
+        runtime="virtual",
     )
     return counts, _joint(target_module, 0.9)
 

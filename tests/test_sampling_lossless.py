@@ -5,13 +5,12 @@ verifiers must fail the same tests, so they have the power to catch a bug.
 """
 
 import itertools
-from collections import Counter
 
 import pytest
 
 import specpar.spec.verification as verification
 from specpar import LatencyProfile, SimulatedModel, generate
-from stats import chi_square_p_value
+from stats import chi_square_p_value, output_counts
 
 V, N, PROMPT, SAMPLES = 4, 3, [0, 1], 4000
 # SI verifies chains of 2; DSI uses lookahead 1 so that its second token is judged against the
@@ -38,22 +37,17 @@ def exact_joint(target, temperature):
 
 
 def sample_outputs(target, drafter, algorithm, temperature, runtime="virtual"):
-    return Counter(
-        tuple(
-            generate(
-                PROMPT,
-                target,
-                drafter,
-                algorithm=algorithm,
-                max_new_tokens=N,
-                lookahead=LOOKAHEAD[algorithm],
-                sp_degree=3,
-                temperature=temperature,
-                seed=i,
-                runtime=runtime,
-            ).tokens
-        )
-        for i in range(SAMPLES)
+    return output_counts(
+        PROMPT,
+        target,
+        drafter,
+        SAMPLES,
+        algorithm=algorithm,
+        max_new_tokens=N,
+        lookahead=LOOKAHEAD[algorithm],
+        sp_degree=3,
+        temperature=temperature,
+        runtime=runtime,
     )
 
 

@@ -8,7 +8,6 @@ always accepted and every path (accept, reject, crop, cancel) runs.
 from __future__ import annotations
 
 import itertools
-from collections import Counter
 
 import numpy as np
 import pytest
@@ -21,7 +20,7 @@ from specpar.core.decoding import Decoding
 from specpar.core.errors import ConfigError
 from specpar.core.latency import LatencyProfile
 from specpar.core.prefix import common_prefix_len
-from stats import chi_square_p_value
+from stats import chi_square_p_value, output_counts
 from tiny_transformers import reference_greedy, tiny_module, tiny_pair
 
 # target 1 ms per pass, drafter 0.3 ms (c = 0.3), verification of k drafts costs 0.1 ms per draft
@@ -207,21 +206,16 @@ def _joint(model: TransformersModel, temperature: float) -> dict:
 def test_sampling_follows_the_targets_distribution(small_vocab_pair, algorithm, lookahead):
     target, drafter = small_vocab_pair
     temperature = 0.9
-    counts = Counter(
-        tuple(
-            generate(
-                PROMPT,
-                target,
-                drafter,
-                algorithm=algorithm,
-                max_new_tokens=N,
-                lookahead=lookahead,
-                sp_degree=2,
-                temperature=temperature,
-                seed=s,
-            ).tokens
-        )
-        for s in range(SAMPLES)
+    counts = output_counts(
+        PROMPT,
+        target,
+        drafter,
+        SAMPLES,
+        algorithm=algorithm,
+        max_new_tokens=N,
+        lookahead=lookahead,
+        sp_degree=2,
+        temperature=temperature,
     )
     target_joint, drafter_joint = _joint(target, temperature), _joint(drafter, temperature)
     assert chi_square_p_value(counts, target_joint) > 1e-3

@@ -10,8 +10,9 @@ import time
 
 from specpar.backends.forward_log import ForwardLog
 from specpar.core.calls import Draft, DraftTree, Score, Scores, ScoreTree
-from specpar.core.errors import ServerError
+from specpar.core.errors import ConfigError, ServerError
 from specpar.core.latency import stall_limit_s
+from specpar.core.prefix import common_prefix_len
 
 
 class CachedServer:
@@ -25,7 +26,7 @@ class CachedServer:
     forward_log: their (start, end) ``time.perf_counter()`` times (a :class:`ForwardLog`: the latest passes,
     bounded), for the time a generation spends outside forward passes; forwards: how many passes ran.
 
-    A subclass gives ``_clear()`` (forget the cache), ``_sync(context, need_from)`` (bring the cache to ``context``,
+    A subclass sets ``model`` and ``latency`` (its profile, or None) and gives ``_clear()`` (forget the cache), ``_sync(context, need_from)`` (bring the cache to ``context``,
     return the logits of its inputs from ``need_from`` on), ``_rows``, the other three calls ``_draft``,
     ``_score_tree`` and ``_draft_tree``, and where it needs one, a context every call runs in (``_inside_call``).
     """
@@ -54,6 +55,20 @@ class CachedServer:
 
     def _clear(self) -> None:
         raise NotImplementedError
+
+    def cached_len(self, context) -> int:
+        """How many of ``context``'s first tokens the cache holds."""
+        return common_prefix_len(self.tokens, context)
+
+    def duration_ms(self, call) -> float:
+        """Predicted time of ``call`` from the model's measured latency profile (virtual clock)."""
+        lat = self.latency
+        if lat is None:
+            raise ConfigError(
+                f"{self.model.name} has no latency profile, so the virtual clock cannot time it: run real models on "
+                "the threads runtime, or measure a profile with `specpar profile` and give it as latency="
+            )
+        return lat.call_ms(call, self.cached_len(call.context) if lat.cache_matters else 0)
 
     def _passed(self, t0: float, t1: float) -> None:
         """One forward pass ran from ``t0`` to ``t1`` (perf_counter seconds)."""

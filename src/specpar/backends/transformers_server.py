@@ -302,16 +302,6 @@ class TransformersServer(CachedServer):
             )
         return functools.partial(build_server, factory, self.name, self.device)
 
-    def duration_ms(self, call) -> float:
-        """Predicted time of ``call`` from the model's measured latency profile (virtual clock)."""
-        lat = self.latency
-        if lat is None:
-            raise ConfigError(
-                f"{self.model.name} has no latency profile, so the virtual clock cannot time it: run real models on "
-                "the threads runtime, or measure a profile with `specpar profile` and give it as latency="
-            )
-        return lat.call_ms(call, self.cached_len(call.context) if lat.cache_matters else 0)
-
     def __repr__(self) -> str:
         return f"TransformersServer({self.name} on {self.device})"
 

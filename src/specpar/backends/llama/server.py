@@ -213,23 +213,10 @@ class LlamaServer(CachedServer):
         return grow_best_first(call.shape, ranked, dec, self.model.vocab_size, call.source)[0]
 
     # -- what runtimes ask ---------------------------------------------------------------------------------
-    def cached_len(self, context) -> int:
-        return common_prefix_len(self.tokens, context)
-
     def remote_spec(self):
         """How a Ray actor builds this server: the model's ``factory`` loads the GGUF in the actor's process (the
         weights never travel; processes on one machine share the file's pages), then a server of this name."""
         return functools.partial(build_server, self.model.factory, self.name, self.n_ctx)
-
-    def duration_ms(self, call) -> float:
-        """Predicted time of ``call`` from the model's measured latency profile (virtual clock)."""
-        lat = self.latency
-        if lat is None:
-            raise ConfigError(
-                f"{self.model.name} has no latency profile, so the virtual clock cannot time it: run it on the "
-                "threads runtime, or measure a profile with `specpar profile` and give it as latency="
-            )
-        return lat.call_ms(call, self.cached_len(call.context) if lat.cache_matters else 0)
 
     def set_batch_threads(self, n: int) -> int:
         """Threads for passes of 2+ tokens from now on (exact at any count); returns the count before."""
