@@ -25,18 +25,15 @@ instructions per request of the engine arm and of the bare arm, each the steady-
 from __future__ import annotations
 
 import argparse
-import os
-import re
 import shutil
 import statistics
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 from specpar import Engine, LatencyProfile, SamplingParams, SimulatedModel, generate
 from specpar.core.config import RuntimeConfig, SpeculativeConfig
 from specpar.spec.registry import run_generation
+from virtual_instructions import callgrind_instructions
 
 
 def timed(fn):
@@ -73,17 +70,9 @@ for _ in range({warmup} + {requests}):
 
 def instructions(src: Path, arm: str, requests: int, args) -> int:
     """Instructions callgrind counts for one process making ``requests`` requests of ``arm`` after the warm-up."""
-    env = dict(os.environ, PYTHONHASHSEED="0", OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
     code = WORKLOAD.format(src=str(src / "src"), n=args.N, algo=args.algo, arm=arm, warmup=args.warmup,
                            requests=requests)  # fmt: skip
-    cmd = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable, "-c", code]
-    if shutil.which("setarch"):
-        cmd = ["setarch", "-R", *cmd]  # no address randomization: dict and set layouts repeat
-    out = subprocess.run(cmd, env=env, capture_output=True, text=True)
-    found = re.search(r"Collected : (\d+)", out.stderr)
-    if out.returncode != 0 or not found:
-        raise SystemExit(f"callgrind run failed for {src}:\n{out.stderr[-2000:]}")
-    return int(found.group(1))
+    return callgrind_instructions(code, src)
 
 
 def count_instructions(args) -> None:

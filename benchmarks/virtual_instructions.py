@@ -55,24 +55,23 @@ for seed in range({runs}):
 """
 
 
-def instructions(src: Path, setting: tuple, runs: int, no_gc: bool = False) -> int:
-    """Instructions callgrind counts for one process that runs ``runs`` generations at ``setting``."""
+def callgrind_instructions(code: str, label: str) -> int:
+    """Instructions callgrind counts for one ``python -c code`` process (one thread for BLAS and OpenMP, fixed hash
+    seed, no address randomization where ``setarch`` exists: dict and set layouts repeat)."""
     env = dict(os.environ, PYTHONHASHSEED="0", OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
-    cmd = [
-        "valgrind",
-        "--tool=callgrind",
-        "--callgrind-out-file=/dev/null",
-        sys.executable,
-        "-c",
-        WORKLOAD.format(src=str(src / "src"), setting=setting, runs=runs, no_gc=no_gc),
-    ]
+    cmd = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable, "-c", code]
     if shutil.which("setarch"):
-        cmd = ["setarch", "-R", *cmd]  # no address randomization: dict and set layouts repeat
+        cmd = ["setarch", "-R", *cmd]
     out = subprocess.run(cmd, env=env, capture_output=True, text=True)
     found = re.search(r"Collected : (\d+)", out.stderr)
     if out.returncode != 0 or not found:
-        raise SystemExit(f"callgrind run failed for {src}:\n{out.stderr[-2000:]}")
+        raise SystemExit(f"callgrind run failed for {label}:\n{out.stderr[-2000:]}")
     return int(found.group(1))
+
+
+def instructions(src: Path, setting: tuple, runs: int, no_gc: bool = False) -> int:
+    """Instructions callgrind counts for one process that runs ``runs`` generations at ``setting``."""
+    return callgrind_instructions(WORKLOAD.format(src=str(src / "src"), setting=setting, runs=runs, no_gc=no_gc), src)
 
 
 def main() -> None:
