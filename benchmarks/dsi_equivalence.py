@@ -46,13 +46,13 @@ from specpar.core.stopping import Stopping
 from specpar.core.trees import BestFirst
 from specpar.runtimes.base import Pool
 from specpar.runtimes.virtual import VirtualRuntime
-from specpar.spec.dsi import dsi
-from specpar.spec.hsd import hsd
-from specpar.spec.hsd_sp import LevelsServer, hsd_sp
-from specpar.spec.si import si
+from specpar.algorithms.dsi import dsi
+from specpar.algorithms.hsd import hsd
+from specpar.algorithms.hsd_sp import LevelsServer, hsd_sp
+from specpar.algorithms.si import si
 
 try:  # since issue 20: a proposer carries the tree (before, the algorithms took tree= beside a drafter pool)
-    from specpar.spec.proposers import ModelDrafter
+    from specpar.algorithms.proposers import ModelDrafter
 except ImportError:
     ModelDrafter = None
 

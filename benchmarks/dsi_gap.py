@@ -37,7 +37,7 @@ import numpy as np
 from real_hardware import ALGOS, load
 from specpar import LatencyProfile, SimulatedModel, generate
 from specpar.backends.simulated import SimulatedDrafter, SimulatedLM
-from specpar.experiments.pair_profile import PairProfile
+from specpar.prediction.pair_profile import PairProfile
 
 SEEDS = 20  # iid acceptance draws per prompt
 VOCAB = 1000

@@ -3,7 +3,7 @@
 Each request: DSI (or SI / non-SI) on the virtual clock, simulated target (V = 32) and drafter (a = 0.8),
 lookahead 5, SP = 4, N tokens. The same request runs, interleaved, as
 
-* bare: :func:`specpar.spec.registry.run_generation` on the engine's own pools (the algorithm on a runtime, nothing else);
+* bare: :func:`specpar.algorithms.registry.run_generation` on the engine's own pools (the algorithm on a runtime, nothing else);
 * engine: ``Engine.generate`` (parameters checked, prompt and stop conditions, the lock, logging checks);
 * generate(): the one-call convenience (a one-off Engine: fresh servers each call);
 
@@ -31,8 +31,8 @@ import time
 from pathlib import Path
 
 from specpar import Engine, LatencyProfile, SamplingParams, SimulatedModel, generate
+from specpar.algorithms.registry import run_generation
 from specpar.core.config import RuntimeConfig, SpeculativeConfig
-from specpar.spec.registry import run_generation
 from virtual_instructions import callgrind_instructions
 
 
@@ -51,7 +51,7 @@ sys.path.insert(0, {src!r})
 gc.disable()
 from specpar import Engine, LatencyProfile, SamplingParams, SimulatedModel
 from specpar.core.config import RuntimeConfig, SpeculativeConfig
-from specpar.spec.registry import run_generation
+from specpar.algorithms.registry import run_generation
 target = SimulatedModel(32, seed=1, latency=LatencyProfile.uniform(20.0))
 drafter = target.drafter(0.8, LatencyProfile.uniform(1.0), seed=2)
 params = SamplingParams(temperature=0, max_tokens={n})

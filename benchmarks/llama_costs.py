@@ -178,9 +178,10 @@ def main() -> None:
     args = ap.parse_args()
 
     from specpar.backends import weights
+    from specpar.backends.cpu_threads import cpu_cores
     from specpar.backends.llama.model import LlamaModel
     from specpar.backends.llama.settings import LlamaSettings
-    from specpar.entrypoints.engine import cpu_cores, load_pair
+    from specpar.backends.loading import load_pair
     from specpar.experiments import prompts
 
     lines = [f"command: {' '.join(sys.argv)}", f"uptime before: {_uptime()}"]

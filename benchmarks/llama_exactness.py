@@ -46,7 +46,8 @@ def main() -> None:
     ap.add_argument("--out", default="benchmarks/results/llama_exactness.jsonl")
     args = ap.parse_args()
 
-    from specpar.entrypoints.engine import Engine, load_pair
+    from specpar.backends.loading import load_pair
+    from specpar.entrypoints.engine import Engine
     from specpar.experiments import prompts
 
     print(f"load: {os.getloadavg()[0]:.2f} (1-minute average), {os.cpu_count()} cores", flush=True)

@@ -80,7 +80,7 @@ def load_models(threads: int):
     from specpar.backends import weights
     from specpar.backends.llama.model import LlamaModel
     from specpar.backends.llama.settings import LlamaSettings
-    from specpar.entrypoints.engine import load_pair
+    from specpar.backends.loading import load_pair
 
     target, drafter = load_pair(backend="llama", progress=False)
     paths = weights.joined_path(weights.TARGET), weights.joined_path(weights.DRAFTER)

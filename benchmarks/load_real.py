@@ -5,7 +5,7 @@ an Engine of ``--units`` processing units (default: the cores), one torch thread
 
 1. profile: each server's TTFT, TPOT and per-token cost and the pair's acceptance rate (specpar profile's
    measurement, on this engine's servers with their one thread), given to the servers so the scheduler predicts
-   each share's option (:mod:`specpar.experiments.shares`);
+   each share's option (:mod:`specpar.prediction.shares`);
 2. load: C closed-loop clients (threads) each send ``--requests`` greedy requests of N tokens (HumanEval prompts),
    back to back; throughput = output tokens / wall time, per C, and its ratio to C = 1 (goal: >= 1.6 at 2 and 4);
 3. prediction: the same closed loop on the virtual clock (:class:`specpar.experiments.load.LoadSimulation`) with
@@ -54,7 +54,7 @@ def profile(engine: Engine, texts: list[str]) -> dict:
     """specpar profile's measurement on the engine's first unit, with one torch thread per server."""
     import torch
 
-    from specpar.experiments.profiling import profile_pair
+    from specpar.prediction.profiling import profile_pair
 
     unit = engine.units[0]
     ids = [engine.prompt_ids(t) for t in texts]

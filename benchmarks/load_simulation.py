@@ -31,10 +31,10 @@ LOADS = (0.1, 0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 2.0)
 def shared_clock_cost(repeats: int = 10) -> tuple[float, float]:
     """(us per token on a VirtualRuntime, on a SharedClock) for one DSI generation of 200 tokens."""
     from specpar import LatencyProfile, SimulatedModel
+    from specpar.algorithms.registry import run_generation
     from specpar.core.config import RuntimeConfig, SpeculativeConfig
     from specpar.core.decoding import GREEDY
     from specpar.runtimes.shared_clock import SharedClock
-    from specpar.spec.registry import run_generation
 
     spec = SpeculativeConfig(algorithm="dsi", lookahead=2, sp_degree=7)
 

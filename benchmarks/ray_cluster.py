@@ -3,7 +3,7 @@ its own raylet): greedy non-SI, SI and DSI must give the target's own tokens wit
 nodes, and the table says where each actor ran and the wall time beside the virtual clock's prediction.
 
 The tests check the same on the session's 3 raylets (tests/conftest.py's ``ray_local``,
-``test_servers_spread_over_three_raylets_give_the_targets_own_tokens`` in tests/test_ray_runtime.py), with shorter
+``test_servers_spread_over_three_raylets_give_the_targets_own_tokens`` in tests/runtimes/test_ray_runtime.py), with shorter
 latencies; this script adds the wall time beside the prediction, at latencies where it means something. The cluster
 (:func:`specpar.runtimes.ray_cluster.local_cluster`) is started and shut down by handle (no `ray stop`).
 

@@ -65,7 +65,7 @@ def calibrated(rows: dict, profile_path: str, trace_path: str | None) -> tuple[l
     passes that run to their end when cancelled, each prompt's measured a (and with a trace, its acceptance
     pattern, on DSI's refit)."""
     from dsi_gap import refit, simulate
-    from specpar.experiments.pair_profile import PairProfile
+    from specpar.prediction.pair_profile import PairProfile
 
     pair = PairProfile.load(profile_path)
     traces = json.load(open(trace_path)) if trace_path else None

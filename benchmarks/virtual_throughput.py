@@ -14,9 +14,9 @@ from __future__ import annotations
 import time
 
 from specpar import LatencyProfile, SimulatedModel, generate
+from specpar.algorithms.dsi import dsi
 from specpar.core.calls import Draft, Proposal, Scores
 from specpar.runtimes import Pool, VirtualRuntime
-from specpar.spec.dsi import dsi
 
 SETTINGS = [
     # (label, target ms, drafter ms, a, lookahead, SP, N)

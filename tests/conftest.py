@@ -59,8 +59,8 @@ RAY_OPTIONS = {"cpus_per_server": 0.25}  # up to 16 servers in the session's 4 l
 def no_residual_update(monkeypatch):
     """The biased control of the tree distribution tests: every sibling is tested against the target's original p
     (no norm(max(0, p - q)) between siblings), in SI's whole-tree step and DSI's one-position step alike."""
-    import specpar.spec.generation as generation
-    import specpar.spec.verification as verification
+    import specpar.algorithms.generation as generation
+    import specpar.algorithms.verification as verification
 
     original = verification.judge_siblings
 

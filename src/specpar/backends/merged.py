@@ -4,7 +4,7 @@ SpecInfer's merge-based construction: every drafter proposes from its own view o
 prefixes become one node (:func:`specpar.core.trees.merge`). It is one drafter server that answers a
 :class:`~specpar.core.calls.DraftTree` with the merged tree, so its drafters run as one runtime task (side by side:
 the slowest one's time on the virtual clock) and SI and DSI draft on it through the same proposer as on one model
-(:class:`specpar.spec.proposers.ModelDrafter` with a tree), with no code of their own for merges.
+(:class:`specpar.algorithms.proposers.ModelDrafter` with a tree), with no code of their own for merges.
 """
 
 from __future__ import annotations

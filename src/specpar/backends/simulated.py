@@ -377,7 +377,7 @@ class SimulatedDrafter(SimulatedLM):
 
     def greedy_run(self, h: int, k: int, hashes: list[int], position: int | None = None) -> list[int]:
         """SimulatedLM.greedy_run with argmax, the target's mode and extend written out: a drafter spends most
-        of a virtual-clock run here (tests/test_simulated_models.py checks that both give the same tokens)."""
+        of a virtual-clock run here (tests/backends/test_simulated_models.py checks that both give the same tokens)."""
         if not self._plain:
             return SimulatedLM.greedy_run(self, h, k, hashes, position)
         v, below, agree_salt, wrong_salt = self.vocab_size, self._agree_below, self._agree_salt, self._wrong_salt

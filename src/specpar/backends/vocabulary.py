@@ -9,7 +9,7 @@ one) and the target's extra rows, which it lacks, get probability 0 too. Verific
 draft distribution with zeros is still a distribution; the target's rows are the target's own).
 
 Two models whose tokenizers map text to different ids cannot speculate for each other: that is refused
-(:func:`check_tokenizers`), and :func:`~specpar.entrypoints.engine.load_pair` does it before loading any weights.
+(:func:`check_tokenizers`), and :func:`~specpar.backends.loading.load_pair` does it before loading any weights.
 
 A model takes part through three optional attributes: ``tokenizer`` (with ``get_vocab()``), ``vocab_size`` (the
 width of the rows its servers return) and ``with_rows(n)`` (a copy whose servers return rows of width n; models
@@ -54,7 +54,7 @@ def fit_drafter(target, drafter):
     """The drafter to pair with ``target``: ``drafter.with_rows(target's width)`` when their rows differ only by
     padding (every real token id below both widths, where known), else ``drafter`` itself (one width already, no
     ``with_rows``, or rows that differ by more than padding: greedy decoding still works, sampling is refused by
-    :func:`specpar.spec.registry.check_tokens`). Different tokenizers are refused (:func:`check_tokenizers`)."""
+    :func:`specpar.algorithms.registry.check_tokens`). Different tokenizers are refused (:func:`check_tokenizers`)."""
     check_tokenizers(
         getattr(target, "tokenizer", None),
         getattr(drafter, "tokenizer", None),

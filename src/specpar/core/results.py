@@ -1,6 +1,6 @@
 """What a generation returns: the tokens, the time, and the metrics the field reports.
 
-Metric definitions (the field's, as vLLM uses them; tested in tests/test_metrics.py):
+Metric definitions (the field's, as vLLM uses them; tested in tests/experiments/test_metrics.py):
 
 * drafted: draft tokens the verifier tested (each is tested at most once; drafts
   discarded unseen after an earlier rejection are not counted).
@@ -184,3 +184,20 @@ def _json_safe(x):
     if isinstance(x, (list, tuple)):
         return [_json_safe(v) for v in x]
     return x
+
+
+def overhead(intervals: list[tuple[float, float]], t0: float, t1: float) -> dict:
+    """Time in [t0, t1] during which no forward pass ran, in ms and as a fraction of the wall time."""
+    busy, end = 0.0, t0
+    for a, b in sorted(intervals):
+        a, b = max(a, end), min(b, t1)
+        if b > a:
+            busy += b - a
+            end = b
+    wall = t1 - t0
+    outside = max(0.0, wall - busy)
+    return {
+        "wall_ms": wall * 1e3,
+        "outside_forward_ms": outside * 1e3,
+        "outside_forward_fraction": outside / wall if wall else 0.0,
+    }

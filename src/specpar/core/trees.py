@@ -7,7 +7,7 @@ parents first (a parent's index is below its children's), so node order is a val
 
 What the verifier needs to stay lossless when sampling lives in ``draws``: under each node (``-1``: the root), the
 samples drawn there in the order they were drawn, each as (child node, [V] row it was drawn from). SpecInfer's
-multi-step speculative sampling (:func:`specpar.spec.verification.verify_tree`) tests them in that order, replacing the
+multi-step speculative sampling (:func:`specpar.algorithms.verification.verify_tree`) tests them in that order, replacing the
 target's row by norm(max(0, p - q)) after each rejection; that is exact when each draw, given the earlier ones,
 follows its stored row. So
 

@@ -20,26 +20,26 @@ on a clock of its own).
 from __future__ import annotations
 
 import logging
-import os
 import queue
-import sys
 import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 
+from specpar.algorithms.registry import check_context_window, model_of
+from specpar.backends.cpu_threads import SharedThreads, cpu_cores
+from specpar.backends.loading import choose_backend, load_pair
 from specpar.backends.vocabulary import fit_drafters
 from specpar.core.config import RuntimeConfig, SpeculativeConfig, split_options
 from specpar.core.errors import ConfigError
 from specpar.core.params import SAMPLING_FIELDS, SamplingParams
-from specpar.core.results import GenerationResult
+from specpar.core.results import GenerationResult, overhead
 from specpar.core.stopping import Stopping, TextStream, detokenize, end_of_text_ids
 from specpar.planning.load import POLICIES, Option, ShareCurve, fixed
 from specpar.runtimes import Pool
 from specpar.runtimes.virtual import collector_paused
 from specpar.scheduling import LoadMetrics, Scheduler, Unit
 from specpar.scheduling.request import Request
-from specpar.spec.registry import check_context_window, model_of
 
 log = logging.getLogger(__name__)
 
@@ -160,7 +160,7 @@ class Engine:
         self._active = 0
         self._exclusive = False
         # torch's threads only for torch models; llama.cpp servers here (on Ray their actors set their own)
-        self._threads = _SharedThreads(self.torch, self.all if self.runtime != "ray" else [])
+        self._threads = SharedThreads(self.torch, self.all if self.runtime != "ray" else [])
         self.closed = False
         if log.isEnabledFor(logging.INFO):
             for s in self.all:
@@ -521,7 +521,7 @@ class Engine:
 
     # -- the scheduler ----------------------------------------------------------------------------
     def curve(self, spec: SpeculativeConfig, max_tokens: int) -> ShareCurve:
-        """A request's options per share of the units (:mod:`specpar.experiments.shares`), per config and length."""
+        """A request's options per share of the units (:mod:`specpar.prediction.shares`), per config and length."""
         key = (spec, min(max_tokens, 100))
         curve = self._curves.get(key)
         if curve is None:
@@ -529,7 +529,7 @@ class Engine:
                 k = spec.lookahead if isinstance(spec.lookahead, int) else None
                 curve = fixed(Option(1, spec.algorithm, spec.sp_degree or 1, k))
             else:
-                from specpar.experiments.shares import share_curve
+                from specpar.prediction.shares import share_curve
 
                 curve = share_curve(self.policy, spec, self.targets, self.drafters, len(self.units), max_tokens)
             self._curves[key] = curve
@@ -592,7 +592,7 @@ class Engine:
 
     def auto_lookahead(self, spec: SpeculativeConfig, max_new_tokens: int) -> int:
         """lookahead="auto": the fastest by simulation of the models' latencies and acceptance rate."""
-        from specpar.experiments.lookahead_choice import auto_lookahead
+        from specpar.prediction.lookahead_choice import auto_lookahead
 
         k = auto_lookahead(
             self.targets, self.drafters, spec.algorithm, spec.sp_degree, max_new_tokens, spec.dedicated_cursor
@@ -683,204 +683,3 @@ def _params(params: SamplingParams | None, sampling: dict) -> SamplingParams:
     if params is not None and not isinstance(params, SamplingParams):
         raise ConfigError(f"params must be a SamplingParams, got {type(params).__name__}")
     return params if params is not None else SamplingParams.from_kwargs(**sampling)
-
-
-# -- real models ---------------------------------------------------------------------------------
-BACKENDS = ("llama", "transformers")
-
-
-def choose_backend(backend: str | None, target=None, drafter=None, devices=None) -> str:
-    """The backend that loads models given as paths (or the default pair): ``backend`` when given; else llama for
-    GGUF files (and the default pair, which ships as GGUF) on the CPU when llama-cpp-python is installed, else
-    transformers."""
-    from specpar.backends.llama import available
-
-    if backend is not None:
-        if backend not in BACKENDS:
-            raise ConfigError(f"backend must be one of {BACKENDS}, got {backend!r}")
-        if backend == "llama" and any(d != "cpu" for d in devices or ()):
-            raise ConfigError(f"the llama backend runs on the CPU here; got devices {list(devices)}")
-        return backend
-    paths = [str(p) for p in (target, drafter) if p is not None]
-    gguf = [p.lower().endswith(".gguf") for p in paths]
-    if paths and not all(gguf):
-        if any(gguf):
-            raise ConfigError("give the target and the drafter in one format: both GGUF files or both directories")
-        return "transformers"
-    on_cpu = all(d == "cpu" for d in devices or ("cpu",)) and (devices is not None or not _cuda_visible())
-    if paths and not available():
-        raise ConfigError(f"GGUF files run on the llama backend: install it with `{LLAMA_EXTRA}`")
-    return "llama" if available() and (paths or on_cpu) else "transformers"
-
-
-LLAMA_EXTRA = "pip install 'specpar[llama]'"
-
-
-GPU_DEVICE_FILES = ("/dev/nvidiactl", "/dev/nvidia0", "/proc/driver/nvidia", "/dev/kfd")  # CUDA's and ROCm's drivers
-
-
-def _cuda_visible() -> bool:
-    """Whether torch is installed and sees a GPU (then the default pair goes to transformers on it). On Linux without
-    a GPU driver's device files the answer is no without importing torch (about 210 MB and 1.7 s of a llama.cpp
-    run that never uses it)."""
-    import importlib.util
-
-    if sys.platform.startswith("linux") and not any(os.path.exists(f) for f in GPU_DEVICE_FILES):
-        return False
-    if importlib.util.find_spec("torch") is None:
-        return False
-    import torch
-
-    return torch.cuda.is_available()
-
-
-def load_pair(
-    target: str | None = None,
-    drafter: str | None = None,
-    device: str = "cpu",
-    dtype: str | None = None,
-    progress: bool = True,
-    target_device: str | None = None,
-    backend: str | None = None,
-):
-    """(target, drafter): the default pair when neither is given, else the two given; LlamaModels (GGUF files on
-    llama.cpp) or TransformersModels, as :func:`choose_backend` says; the drafter is loaded on ``device``, the
-    target on ``target_device`` (default: the same)."""
-    from specpar.backends.weights import load_default_pair
-
-    backend = choose_backend(backend, target, drafter, [d for d in (device, target_device) if d])
-    if backend == "llama":
-        return _load_llama(target, drafter, dtype, progress)
-    from transformers.utils import logging as transformers_logging
-
-    from specpar.backends.transformers_model import TransformersModel, load_tokenizers
-    from specpar.backends.vocabulary import fit_drafter
-
-    # transformers' and huggingface_hub's own tqdm bars (one call silences both) would pile up through
-    # specpar's progress display on a terminal and be lines of noise in a log: specpar's display is the only one
-    transformers_logging.disable_progress_bar()
-    t0 = time.perf_counter()
-    log.info("loading %s and %s", target or "the default target", drafter or "the default drafter")
-    if target is None and drafter is None:
-        if dtype not in (None, "float32"):
-            raise ConfigError("the default pair is converted to float32; give --target/--drafter for another dtype")
-        t, d = load_default_pair(device, progress, target_device)
-    else:
-        if target is None or drafter is None:
-            raise ConfigError("give both --target and --drafter (or neither, for the default pair)")
-        target_tokenizer, drafter_tokenizer = load_tokenizers(target, drafter)  # compared before any weights load
-        t = TransformersModel(target, target_tokenizer, device=target_device or device, dtype=dtype)
-        d = fit_drafter(t, TransformersModel(drafter, drafter_tokenizer, device=device, dtype=dtype))
-    log.info("loaded %s (target, %s) and %s (drafter, %s) in %.1f s", t.name, t.device, d.name, d.device,
-             time.perf_counter() - t0)  # fmt: skip
-    return t, d
-
-
-def _load_llama(target, drafter, dtype, progress: bool):
-    """(target, drafter) LlamaModels: the default pair's GGUF files, or the two files given."""
-    from specpar.backends.llama.model import LlamaModel, check_same_tokenizer_files, check_same_vocabulary
-    from specpar.backends.weights import load_default_pair
-
-    if dtype is not None:
-        raise ConfigError("--dtype is for the transformers backend: a GGUF file carries its own quantization")
-    t0 = time.perf_counter()
-    if target is None and drafter is None:
-        t, d = load_default_pair(progress=progress, backend="llama")
-    else:
-        if target is None or drafter is None:
-            raise ConfigError("give both --target and --drafter (or neither, for the default pair)")
-        check_same_tokenizer_files(target, drafter)  # from the headers, before any weights load
-        t, d = LlamaModel(target), LlamaModel(drafter)
-        check_same_vocabulary(t, d)
-    log.info("loaded %s (target) and %s (drafter) on llama.cpp in %.1f s", t.name, d.name, time.perf_counter() - t0)
-    for m in (t, d):
-        for line in m.describe().splitlines():
-            log.info("%s", line)
-    return t, d
-
-
-def cpu_cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - not Linux
-        return os.cpu_count() or 1
-
-
-class _SharedThreads:
-    """The CPU threads of a forward pass, set while any request of an engine runs and restored when the last ends
-    (requests that run at once share the one setting): torch's (process-wide) when the models use torch, and each
-    llama.cpp server's for its passes of 2+ tokens (its one-token passes keep one thread: exactness,
-    :mod:`specpar.backends.llama.settings`).
-
-    torch: whether to set torch's count (never imported for models that do not use it).
-    servers: the servers whose ``set_batch_threads`` (llama.cpp) takes the count.
-    """
-
-    def __init__(self, torch: bool, servers: Sequence = ()):
-        self._torch = torch
-        self._servers = [s for s in servers if hasattr(s, "set_batch_threads")]
-        self._lock = threading.Lock()
-        self._count = 0
-        self._before: tuple = (None, [])
-
-    @contextmanager
-    def __call__(self, n: int):
-        with self._lock:
-            if self._count == 0:
-                self._before = self._set(n)
-            self._count += 1
-        try:
-            yield
-        finally:
-            with self._lock:
-                self._count -= 1
-                if self._count == 0:
-                    self._restore(*self._before)
-
-    def _set(self, n: int) -> tuple:
-        """Set ``n`` threads; returns what was set before (torch's count or None, each server's count)."""
-        torch_before = None
-        if self._torch:
-            import torch
-
-            torch_before = torch.get_num_threads()
-            torch.set_num_threads(n)
-        return torch_before, [s.set_batch_threads(n) for s in self._servers]
-
-    def _restore(self, torch_before, server_before) -> None:
-        if torch_before is not None:
-            import torch
-
-            torch.set_num_threads(torch_before)
-        for s, n in zip(self._servers, server_before):
-            s.set_batch_threads(n)
-
-
-@contextmanager
-def torch_threads(n: int):
-    """torch's intra-op thread count set to ``n`` (process-wide) for the block, then restored."""
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
-
-
-def overhead(intervals: list[tuple[float, float]], t0: float, t1: float) -> dict:
-    """Time in [t0, t1] during which no forward pass ran, in ms and as a fraction of the wall time."""
-    busy, end = 0.0, t0
-    for a, b in sorted(intervals):
-        a, b = max(a, end), min(b, t1)
-        if b > a:
-            busy += b - a
-            end = b
-    wall = t1 - t0
-    outside = max(0.0, wall - busy)
-    return {
-        "wall_ms": wall * 1e3,
-        "outside_forward_ms": outside * 1e3,
-        "outside_forward_fraction": outside / wall if wall else 0.0,
-    }

@@ -16,11 +16,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from specpar.core.errors import ConfigError
-from specpar.experiments.fastpath import acceptance_uniforms, dsi_latency, next_rejection, si_counts, si_time
 from specpar.experiments.heatmap import Heatmap, compute_heatmap, dsi_at_si_lookahead, theorem2_servers
 from specpar.experiments.online import TABLE2_LOOKAHEADS
 from specpar.planning import min_lookahead, sp_degree_needed
 from specpar.planning.lookahead import satisfies_eq1
+from specpar.prediction.fastpath import acceptance_uniforms, dsi_latency, next_rejection, si_counts, si_time
 
 PASS, FAIL, MISSING, PARTIAL = "PASS", "FAIL", "MISSING", "PARTIAL"
 

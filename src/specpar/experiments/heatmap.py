@@ -18,7 +18,7 @@ rate a and reports mean latencies; speedup of X over Y = mean(Y) / mean(X).
 Runs use common random numbers: repeat r draws one row of uniforms, and a
 draft at position i is right iff u[r, i] < a, for every algorithm, lookahead
 and drafter latency. Each cell still averages ``repeats`` independent runs.
-Latencies come from :mod:`specpar.experiments.fastpath`, which matches the
+Latencies come from :mod:`specpar.prediction.fastpath`, which matches the
 event-driven simulator run by run; :func:`event_cell` runs that simulator
 itself (``specpar.generate`` on the virtual clock) for cross-checks.
 """
@@ -34,8 +34,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from specpar.core.errors import ConfigError
-from specpar.experiments.fastpath import acceptance_uniforms, dsi_latency, next_rejection, si_counts, si_time
 from specpar.planning import min_lookahead, sp_degree_needed
+from specpar.prediction.fastpath import acceptance_uniforms, dsi_latency, next_rejection, si_counts, si_time
 
 PANELS = {  # name: (title, numerator, denominator) of speedup = numerator latency / denominator latency
     "si_vs_nonsi": ("(a) SI vs non-SI", "nonsi", "si"),

@@ -136,7 +136,7 @@ class LoadSimulation:
         self._curves: dict = {}
 
     def curve(self, policy: str):
-        from specpar.experiments.shares import share_curve
+        from specpar.prediction.shares import share_curve
 
         if policy not in self._curves:
             s = self.setting

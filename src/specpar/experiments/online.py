@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 from specpar.backends import SimulatedModel
 from specpar.core.errors import ConfigError
 from specpar.experiments.loop import Speedup, run_arms, speedup
-from specpar.experiments.pair_profile import PairProfile
 from specpar.experiments.runs import run_once
 from specpar.planning.lookahead import sp_degree_needed, verification_servers
+from specpar.prediction.pair_profile import PairProfile
 
 TABLE2_LOOKAHEADS = (1, 5, 10)
 

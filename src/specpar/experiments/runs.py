@@ -1,7 +1,7 @@
 """One generation as the experiments write it: keywords in, the three config objects built once, the runner called.
 
 The experiments run simulated models on token-id prompts, so they need none of the Engine's request handling
-(text, end-of-text stopping, a queue); they call :func:`specpar.spec.registry.run_generation` through
+(text, end-of-text stopping, a queue); they call :func:`specpar.algorithms.registry.run_generation` through
 :func:`run_once`, which is only the translation of keywords into a SpeculativeConfig, a RuntimeConfig and a
 Decoding.
 """
@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from specpar.algorithms.registry import run_generation
 from specpar.core.config import RuntimeConfig, SpeculativeConfig, split_options
 from specpar.core.decoding import Decoding
 from specpar.core.results import GenerationResult
-from specpar.spec.registry import run_generation
 
 
 def run_once(

@@ -62,7 +62,7 @@ def si_ms_per_token(target_ms: float, drafter_ms: float, a: float, k: int, per_t
 
 def dsi_ms_per_token(target_ms: float, drafter_ms: float, a: float, k: int, per_token_ms: float = 0.0) -> float:
     """DSI's expected time per token with lookahead k on enough target servers (Eq. 1 holds: no verification waits
-    for a server), a renewal model of :mod:`specpar.spec.dsi`.
+    for a server), a renewal model of :mod:`specpar.algorithms.dsi`.
 
     From a restart at time 0 (the cursor corrected: a target pass on it and the drafter's first chunk begin), draft
     j = m k + i (chunk m, index i) exists at (m + 1) k d and is judged when its target row is there: at t for j = 0
@@ -71,7 +71,7 @@ def dsi_ms_per_token(target_ms: float, drafter_ms: float, a: float, k: int, per_
     with probability a^j (1 - a), ends the round at that time with j + 1 tokens (j accepted and the correction):
     time per token = E[round time] / E[tokens] = (1 - a) sum_j a^j (1 - a) J(j). With a = 1 every token costs d.
 
-    Exact for k d <= t (what the fast path's recurrence gives: ``tests/test_adaptive_lookahead.py``); where a chunk
+    Exact for k d <= t (what the fast path's recurrence gives: ``tests/algorithms/test_adaptive_lookahead.py``); where a chunk
     takes longer than a target pass the target takes tokens itself meanwhile, which this model ignores, so it is
     pessimistic there and capped at t (Theorem 1: never slower than non-SI).
     """

@@ -8,7 +8,7 @@ and on u units it runs the fastest configuration that fits (an :class:`Option`):
 * DSI with SP degree s: s + 1 units, the drafter on one and a target replica on each other (they run at once).
 
 A :class:`ShareCurve` lists a request's best option for each u it may have (its predicted time per token, from
-the simulator: :mod:`specpar.experiments.shares`), so its rate r(u) = 1 / ms per token is known for every share.
+the simulator: :mod:`specpar.prediction.shares`), so its rate r(u) = 1 / ms per token is known for every share.
 :func:`allocate` gives the units to the requests, first come first served: the longest prefix of the queue whose
 smallest shares fit is admitted, then the units are split to maximize the total goodput sum_i r_i(u_i) (an exact
 dynamic program over the admitted requests), where a request keeps its current share unless a change gains more

@@ -16,14 +16,14 @@ Its worked examples, which :func:`min_lookahead` and :func:`sp_degree_needed` re
 * §3.1, SP vs MP: a drafter at 10% with lookahead 2 runs on 5 target servers and 1 drafter
   (``sp_degree_needed(1.0, 0.1, 2) == 5``).
 
-A proposer that costs nothing (prompt lookup, :mod:`specpar.spec.ngram`) is Eq. 1 at ``drafter_ms -> 0``: its
+A proposer that costs nothing (prompt lookup, :mod:`specpar.algorithms.ngram`) is Eq. 1 at ``drafter_ms -> 0``: its
 right-hand side grows without bound for every lookahead, so no number of servers keeps up and no lookahead makes it
 hold (the functions below refuse a drafter latency of 0). The drafter then no longer limits DSI: the drafts of a
 whole match exist at once, and the lookahead only caps the drafts one verification carries (docs/proposers.md).
 
 What Eq. 1 leaves out, counted only where it applies:
 
-* **the server kept for the cursor** (``dedicated_cursor``, :mod:`specpar.spec.dsi`). Where a verification costs
+* **the server kept for the cursor** (``dedicated_cursor``, :mod:`specpar.algorithms.dsi`). Where a verification costs
   more than a pass on the verified prefix (``per_token_ms > 0``, CPUs), DSI keeps one target server for passes on
   the cursor and verifies on the others, so it needs one server more than its verifications
   (:func:`keeps_cursor_server`: as given, by default where ``per_token_ms > 0``, as ``specpar.generate``
@@ -47,7 +47,7 @@ servers for them):
   server), the pass on the cursor ends before the chunk exists, the target takes that token itself (as non-SI
   would) and starts the next such pass, so on a single target server the chunk's verification queues behind it:
   DSI at c = 0.05, a = 0.94, k = 22 on one server is slower than SI at k = 22, on two faster
-  (tests/test_planning.py); Theorem 2's comparison therefore runs DSI on at least two
+  (tests/planning/test_planning.py); Theorem 2's comparison therefore runs DSI on at least two
   (:func:`specpar.experiments.heatmap.theorem2_servers`);
 * at the end of a generation the last chunk is shorter and arrives sooner: on Eq. 1's 7 servers at c = 0.01,
   a = 1, k = 15 it waits behind the pass on the cursor (2.00 target passes for N = 100, 1.99 on 8 servers).
@@ -111,7 +111,7 @@ def keeps_cursor_server(per_token_ms: float = 0.0, dedicated_cursor: bool | None
 
 def _verifying(sp_degree: int, kept: bool) -> int:
     """Of ``sp_degree`` target servers, those that verify: all but the one kept for the cursor (one server is never
-    kept: it verifies and takes the passes on the cursor in turn, as :mod:`specpar.spec.dsi` does)."""
+    kept: it verifies and takes the passes on the cursor in turn, as :mod:`specpar.algorithms.dsi` does)."""
     return sp_degree - 1 if kept and sp_degree > 1 else sp_degree
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Sequence
 
+from specpar.algorithms.registry import run_generation
 from specpar.core.calls import Context
 from specpar.core.config import RuntimeConfig, SpeculativeConfig
 from specpar.core.decoding import Decoding
@@ -21,7 +22,6 @@ from specpar.core.stopping import Stopping
 from specpar.planning.load import Option, ShareCurve
 from specpar.scheduling.pausing import Pausable
 from specpar.scheduling.scheduler import Scheduler, Ticket
-from specpar.spec.registry import run_generation
 
 
 def configure(spec: SpeculativeConfig, option: Option) -> SpeculativeConfig:

@@ -59,7 +59,7 @@ def pair_from_args(args) -> SimulatedPair:
     ``args.pair``)."""
     pair = args.pair
     if args.profile:
-        from specpar.experiments.pair_profile import PairProfile
+        from specpar.prediction.pair_profile import PairProfile
 
         profile = PairProfile.load(args.profile, args.acceptance_estimate)  # `specpar profile`'s form or save()'s
         pair = args.pair = pair.with_latencies(profile.target, profile.drafter, profile.acceptance_rate)

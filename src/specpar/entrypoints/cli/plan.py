@@ -35,7 +35,7 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from specpar.experiments.lookahead_choice import choose_lookahead
+    from specpar.prediction.lookahead_choice import choose_lookahead
 
     if args.max_new_tokens < 1:
         raise ConfigError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")

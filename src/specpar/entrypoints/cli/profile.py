@@ -47,8 +47,8 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
+    from specpar.backends.cpu_threads import cpu_cores, torch_threads
     from specpar.core.paths import check_output_file
-    from specpar.entrypoints.engine import cpu_cores, torch_threads
     from specpar.experiments import prompts
 
     real_models.check_common(args)
@@ -69,7 +69,7 @@ def run(args) -> int:
 
 def _measure(args, t, d, ids) -> dict:
     from specpar.entrypoints.cli.progress import TokenProgress
-    from specpar.experiments import profiling
+    from specpar.prediction import profiling
 
     with TokenProgress(2 * len(ids), "profiling", not args.json, unit="steps") as bar:
         return profiling.profile_pair(
@@ -85,7 +85,7 @@ def _measure(args, t, d, ids) -> dict:
 
 def _report(args, prof, ids) -> int:
     from specpar.core.results import fmt
-    from specpar.experiments import profiling
+    from specpar.prediction import profiling
 
     profiling.write(prof, args.out)
     if args.json:

@@ -78,7 +78,7 @@ def devices(args) -> list[str]:
 
 def backend(args) -> str:
     """The backend the command's models load on (--backend, else the engine's choice for them)."""
-    from specpar.entrypoints.engine import choose_backend
+    from specpar.backends.loading import choose_backend
 
     args.backend = choose_backend(getattr(args, "backend", None), args.target, args.drafter, device_names(args))
     return args.backend
@@ -118,8 +118,9 @@ def arm(spec: SpeculativeConfig, engine, algorithm: str, **changes) -> Speculati
 def load(args, sp_degree: int, max_tokens: int, **engine_options):
     """(target, drafter, an Engine with sp_degree target servers, the speculation and runtime the flags give, and
     ``engine_options``: Engine's keywords, e.g. units, policy), loaded once."""
-    from specpar.entrypoints.engine import Engine, load_pair
-    from specpar.spec.registry import ALGORITHMS
+    from specpar.algorithms.registry import ALGORITHMS
+    from specpar.backends.loading import load_pair
+    from specpar.entrypoints.engine import Engine
 
     devs = devices(args)
     # the drafter on the first device, the target where the Engine puts its replicas (the others, if any)

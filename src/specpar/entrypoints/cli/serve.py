@@ -87,7 +87,7 @@ def build_engine(args):
     """The Engine that ``args`` describe: simulated models on the threads runtime (wall time), or a real pair;
     with the speculation and runtime the flags give (HSD's drafter: a list of one level)."""
     from specpar import Engine
-    from specpar.spec.registry import ALGORITHMS as REGISTRY
+    from specpar.algorithms.registry import ALGORITHMS as REGISTRY
 
     if args.simulated:
         target, drafter = args.pair.models()

@@ -108,7 +108,7 @@ def _lookaheads(args, target_lat, drafter_lat, a) -> tuple[dict[str, int], str]:
             need = sp_degree_needed(t, d, k, pt) if d > 0 else 0
             why = "given" + (f"; Eq. 1 needs SP >= {need}" if need > args.sp_degree else "")
         return {"si": k, "dsi": k}, why
-    from specpar.experiments.lookahead_choice import choose_lookahead
+    from specpar.prediction.lookahead_choice import choose_lookahead
 
     if drafter_lat.tpot_ms <= 0:
         raise ConfigError("a drafter with zero latency drafts infinitely fast: -k auto has nothing to weigh; give -k K")

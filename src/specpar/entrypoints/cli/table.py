@@ -57,7 +57,7 @@ REQUIRED = ("target_tpot_ms", "drafter_tpot_ms", "acceptance_rate")
 
 def _profiles(args):
     from specpar.core.errors import ConfigError
-    from specpar.experiments.pair_profile import PairProfile, default_profile_path, load_default_profile
+    from specpar.prediction.pair_profile import PairProfile, default_profile_path, load_default_profile
 
     pairs = [PairProfile.load(path, args.acceptance_estimate) for path in args.profile]
     if args.pair is not None:

@@ -1,0 +1,161 @@
+"""HSD with speculation parallelism: DSI at the top of a hierarchy.
+
+The drafter levels M0 .. M_{K-1} act together as one drafter server
+(:class:`LevelsServer`), behind DSI's proposer :class:`LevelsDrafter`: a Draft(context, k)
+call returns M_{K-1}'s next k tokens, produced by HSD's recursion (:class:`~specpar.algorithms.hsd.DrafterLevels`, the same
+code :func:`~specpar.algorithms.hsd.hsd` runs) with M_{K-1}'s rows as their q. DSI
+then runs unchanged on top: the target verifies each batch on one of ``sp_degree``
+servers *while the levels below already produce the next batch* from the unverified
+drafts, and a rejection cancels what depends on it.
+
+Guarantees: lossless, since DSI is lossless for any drafter whose proposals carry the
+rows they were sampled from, and HSD's levels hand up exactly that. Inside the levels
+the calls run one after another: overlapping an intermediate level's verification
+with the drafting below it would need several servers per level and discarding
+verified work on every rejection at any level; it is not done here. DSI's guarantee of
+never being slower than the target alone holds when a batch of k tokens from the
+levels takes less time than k target passes would (the paper's Assumption 2 for the
+whole sub-hierarchy); the virtual clock shows the speedup either way.
+
+On the virtual clock the whole sub-hierarchy is computed when a Draft task starts
+(its duration is the sum of its calls); on threads it runs inside the task and stops
+between calls once cancelled. The runtime's timeline shows one drafter task per batch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from specpar.algorithms.dsi import dsi
+from specpar.algorithms.hsd import DrafterLevels, check_buffers
+from specpar.algorithms.proposers import ModelDrafter
+from specpar.core.calls import Proposal
+from specpar.core.decoding import GREEDY, Decoding
+from specpar.core.errors import ConfigError
+from specpar.core.results import GenerationResult
+from specpar.runtimes.base import Pool, Runtime, Task
+
+
+class _Cancelled(Exception):
+    pass
+
+
+@dataclass(slots=True)
+class LevelsProposal(Proposal):
+    """A Proposal with the work the levels did for it: DrafterLevels.counts() accrued by this one call."""
+
+    work: list[list[int]] = field(default_factory=list)
+
+
+class LevelsServer:
+    """The drafter levels of a hierarchy as one server: Draft(context, k) -> M_{K-1}'s next k tokens.
+
+    servers: [K] servers of M0 .. M_{K-1} (each with its own cache), smallest first.
+    buffers: [K - 1] T_0 .. T_{K-2}; T_{K-1} is the k of each Draft call (DSI's lookahead).
+    """
+
+    def __init__(self, servers: Sequence, buffers: Sequence[int], name: str = "levels"):
+        if not servers:
+            raise ConfigError("a LevelsServer needs at least one drafter server")
+        self.servers = list(servers)
+        self.name = name
+        self.levels = DrafterLevels(self._run_now, check_buffers(buffers, len(servers) - 1) + [1])
+        self._elapsed = 0.0
+        self._computed = (None, None)  # (call, result) computed by duration_ms for the virtual clock
+        self._cancelled = None
+
+    def _draft(self, call) -> LevelsProposal:
+        top = len(self.servers) - 1
+        before = self.levels.counts()
+        proposal = self.levels.fill(top, call.context, len(call.context) + call.k, call.decoding, want=call.k)
+        work = [[x - y for x, y in zip(now, then)] for now, then in zip(self.levels.counts(), before)]
+        return LevelsProposal(proposal.tokens, proposal.q, work)
+
+    def _run_now(self, m: int, call):
+        server = self.servers[m]
+        self._elapsed += server.duration_ms(call)
+        return server.compute(call)
+
+    def _run_real(self, m: int, call):
+        result = self.servers[m].run(call, self._cancelled)
+        if result is None:
+            raise _Cancelled
+        return result
+
+    # The runtime's server contract.
+    def cached_len(self, context) -> int:
+        return self.servers[-1].cached_len(context)
+
+    def duration_ms(self, call) -> float:
+        self._elapsed, self.levels.run = 0.0, self._run_now
+        self._computed = (call, self._draft(call))
+        return self._elapsed
+
+    def compute(self, call):
+        done, result = self._computed
+        self._computed = (None, None)
+        if done is call:
+            return result
+        self.levels.run = self._run_now
+        return self._draft(call)
+
+    def run(self, call, cancelled):
+        self._cancelled, self.levels.run = cancelled, self._run_real
+        try:
+            return self._draft(call)
+        except _Cancelled:
+            return None
+
+    def __repr__(self) -> str:
+        return f"LevelsServer({self.name}, {len(self.servers)} levels)"
+
+
+class LevelsDrafter(ModelDrafter):
+    """HSD's levels below the target as a proposer: each proposal is one Draft call on a pool of one
+    :class:`LevelsServer` (M_{K-1}'s next k tokens, with M_{K-1}'s rows as their q), one runtime task. It keeps its
+    tasks, for the work the levels did (:meth:`work`)."""
+
+    def __init__(self, runtime: Runtime, pool: Pool):
+        if len(pool) != 1 or not isinstance(pool.servers[0], LevelsServer):
+            raise ConfigError("hsd_sp needs a pool holding one LevelsServer (the drafter levels of the hierarchy)")
+        super().__init__(runtime, pool)
+        self.levels = pool.servers[0].levels
+        self.tasks = []
+
+    def propose(self, context, k: int, decoding: Decoding) -> Task:
+        task = super().propose(context, k, decoding)
+        self.tasks.append(task)
+        return task
+
+    def work(self) -> list[list[int]]:
+        """The levels' counts, as DrafterLevels.counts() gives them, in completed proposals only (as
+        drafter_forwards counts DSI's drafts): a cancelled one was computed whole at its start on the virtual clock,
+        and partly on threads."""
+        done = [t.result.work for t in self.tasks if t.done and not t.cancelled and t.result is not None]
+        if not done:
+            return [[0] * len(self.levels.T) for _ in range(4)]
+        return [[sum(level) for level in zip(*(w[i] for w in done))] for i in range(4)]
+
+
+def hsd_sp(
+    runtime: Runtime,
+    target: Pool,
+    levels: Pool,
+    prompt: Sequence[int],
+    max_new_tokens: int,
+    lookahead: int,
+    decoding: Decoding = GREEDY,
+    stream=None,
+    stopping=None,
+) -> GenerationResult:
+    """DSI with ``levels`` (a pool of one :class:`LevelsServer`) as its drafter; lookahead = T_{K-1}."""
+    proposer = LevelsDrafter(runtime, levels)
+    result = dsi(runtime, target, proposer, prompt, max_new_tokens, lookahead, decoding, stream, stopping=stopping)
+    counts = proposer.work()
+    below = proposer.levels
+    result.algorithm = "hsd-sp"
+    result.drafter_forwards = sum(counts[1])
+    result.details = below.details(result.target_forwards, result.drafted, result.accepted, counts)
+    result.details["buffers"] = below.T[:-1] + [lookahead]
+    return result

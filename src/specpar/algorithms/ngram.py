@@ -1,0 +1,152 @@
+"""Prompt lookup (n-gram) drafting: drafts copied from where the context's last n tokens appeared before.
+
+The matcher (Saxena's prompt lookup decoding; HF's ``prompt_lookup_num_tokens``, vLLM's ``ngram``, llama.cpp's
+``ngram-*``): take the last n tokens of the context (prompt + output so far + drafts), n from ``max_n`` down to
+``min_n``; every earlier place those n tokens occur proposes the k tokens that followed them there (fewer where the
+context ends first). The most recent occurrence comes first, and the first n that matches anywhere decides a chain;
+for a token tree, distinct continuations are gathered (longer n first, each most recent first) until ``branches``
+of them: they become the tree's branches, shared prefixes merged.
+
+A lookup costs no model pass. :class:`NgramMatcher` keeps an index of the n-grams of the verified tokens, which only
+grow during a generation (a :class:`~specpar.core.calls.Context`'s ``base``), so a lookup reads one dictionary entry
+per n plus the few n-grams that end among the drafts, not the whole context.
+
+Drafts are deterministic given the context, so when sampling each one is a *point-mass proposal*: its q row is 1 at
+its token. Rejection sampling then accepts draft x with probability p(x) and otherwise resamples from
+norm(max(0, p - onehot(x))), p without x: exactly the target's law (for siblings in a tree, SpecInfer's multi-step
+sampling removes each rejected sibling in turn, which is sampling p without replacement over them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from specpar.algorithms.proposers import Proposer
+from specpar.core.calls import Context, Proposal
+from specpar.core.config import NGRAM_SIZES, check_ngram_sizes
+from specpar.core.decoding import Decoding
+from specpar.core.errors import ConfigError
+from specpar.core.trees import BestFirst, TokenTree, check_tree, tree_depth, tree_size
+
+DEFAULT_MIN_N, DEFAULT_MAX_N = NGRAM_SIZES
+
+
+class NgramMatcher:
+    """Continuations of a context's last n-gram found earlier in it (module docstring), n in [min_n, max_n].
+
+    Index: for each n, the n-gram ending at each position ``e`` of the verified tokens (``base[e - n:e]``) maps to
+    those ends in increasing order. It follows one ``base`` list (a generation's verified tokens) as it grows, and
+    starts again for another.
+    """
+
+    def __init__(self, min_n: int = DEFAULT_MIN_N, max_n: int = DEFAULT_MAX_N):
+        self.min_n, self.max_n = check_ngram_sizes(min_n, max_n)
+        self._base: list[int] | None = None
+        self._indexed = 0  # n-grams ending at positions <= this are in the index
+        self._ends: dict[int, dict[tuple[int, ...], list[int]]] = {}
+
+    def _index(self, base: list[int], upto: int) -> None:
+        if base is not self._base or upto < self._indexed:  # another generation (or a base that shrank)
+            self._base, self._indexed = base, 0
+            self._ends = {n: {} for n in range(self.min_n, self.max_n + 1)}
+        for e in range(self._indexed + 1, upto + 1):
+            for n, ends in self._ends.items():
+                if e >= n:
+                    ends.setdefault(tuple(base[e - n : e]), []).append(e)
+        self._indexed = max(self._indexed, upto)
+
+    def continuations(self, context: Sequence[int], k: int, branches: int = 1) -> list[list[int]]:
+        """Up to ``branches`` distinct continuations of at most ``k`` tokens, best first (module docstring); none
+        when the last n tokens occur nowhere earlier for any n. A continuation that is the start of an earlier one
+        adds nothing and is skipped."""
+        ctx = context if isinstance(context, Context) else Context(list(context), len(context))
+        total = len(ctx)
+        self._index(ctx.base, ctx.n)
+        out: list[list[int]] = []
+        for n in range(min(self.max_n, total - 1), self.min_n - 1, -1):
+            suffix = tuple(ctx[total - n :])
+            # ends among the drafts first (the most recent), then the verified tokens' from the index
+            tail = [e for e in range(total - 1, max(ctx.n, n - 1), -1) if tuple(ctx[e - n : e]) == suffix]
+            for e in tail + [e for e in reversed(self._ends[n].get(suffix, ())) if e < total]:
+                found = list(ctx[e : e + k])
+                if any(have[: len(found)] == found for have in out):
+                    continue
+                out.append(found)
+                if len(out) == branches:
+                    return out
+        return out
+
+
+def chain_proposal(tokens: Sequence[int], decoding: Decoding, width: int) -> Proposal:
+    """Deterministic drafts as a chain: q is None when greedy, else one point-mass row [width] per draft."""
+    return Proposal(list(tokens), None if decoding.greedy else point_masses(tokens, width))
+
+
+def tree_proposal(
+    continuations: Sequence[Sequence[int]], decoding: Decoding, width: int, max_nodes: int | None = None
+) -> TokenTree:
+    """Deterministic drafts as a token tree: each continuation a path from the root (shared prefixes one node), the
+    earlier continuation's child drawn first under a shared node; point-mass rows when sampling. At most
+    ``max_nodes`` nodes: a continuation that does not fit is cut short."""
+    tree = TokenTree()
+    for tokens in continuations:
+        node = -1
+        rows = None if decoding.greedy else point_masses(tokens, width)
+        for i, token in enumerate(tokens):
+            child = tree.child(node, token)
+            if child is None:
+                if max_nodes is not None and len(tree) >= max_nodes:
+                    return tree
+                child = tree.add(node, int(token), 0, None if rows is None else rows[i])
+            node = child
+    return tree
+
+
+def point_masses(tokens: Sequence[int], width: int) -> np.ndarray:
+    """[len(tokens), width]: row i is 1 at tokens[i] (a draft that was certain)."""
+    rows = np.zeros((len(tokens), width))
+    rows[np.arange(len(tokens)), list(tokens)] = 1.0
+    return rows
+
+
+class NgramProposer(Proposer):
+    """Drafts by prompt lookup at no cost (module docstring): a chain of at most k tokens, or with ``tree`` a token
+    tree of the continuations found (as deep as the tree's depth, at most as many nodes as the tree shape has).
+
+    width: the target's row width (point-mass rows when sampling). fallback: a proposer that drafts where no n-gram
+    matches (a drafter model's; it must draft trees where this one does), else the proposal is empty and the target
+    goes on alone. proposed, fell_back: proposals made by lookup and handed to the fallback, for reports.
+    """
+
+    def __init__(self, width: int, min_n: int = DEFAULT_MIN_N, max_n: int = DEFAULT_MAX_N, tree=None, fallback=None):
+        self.matcher = NgramMatcher(min_n, max_n)
+        self.width = width
+        self.trees = tree is not None
+        self.depth = None
+        self.budget = 1
+        if tree is not None:
+            shape = check_tree(tree)
+            self.depth = tree_depth(shape)
+            self.budget = shape.nodes if isinstance(shape, BestFirst) else tree_size(shape)
+        if fallback is not None and fallback.trees != self.trees:
+            raise ConfigError("the n-gram proposer and the drafter behind it must both draft chains or both trees")
+        self.fallback = fallback
+        self.proposed = self.fell_back = 0
+
+    def propose(self, context, k: int, decoding: Decoding):
+        found = self.matcher.continuations(context, k, self.budget)
+        if found:
+            self.proposed += 1
+            if self.trees:
+                return tree_proposal(found, decoding, self.width, self.budget)
+            return chain_proposal(found[0], decoding, self.width)
+        if self.fallback is not None:
+            self.fell_back += 1
+            return self.fallback.propose(context, k, decoding)
+        return TokenTree() if self.trees else Proposal([])
+
+    def __repr__(self) -> str:
+        m = self.matcher
+        return f"NgramProposer({m.min_n}..{m.max_n}" + (f", then {self.fallback!r})" if self.fallback else ")")

@@ -1,0 +1,48 @@
+"""SI: speculative inference (Leviathan et al. 2023; Chen et al. 2023).
+
+Repeat: the drafter proposes k tokens, the target scores all of them in one
+forward pass, the verifier keeps the accepted prefix plus one target token.
+Drafting waits for verification and verification waits for drafting.
+
+With token trees (SpecInfer; a proposer that drafts trees, e.g. a ModelDrafter with ``tree=<k1, ..., km>``, several
+drafters behind a :class:`~specpar.backends.merged.MergedDrafters` merging theirs) the target scores every node in one pass
+(tree attention), and the verifier keeps the longest accepted path plus one target token
+(:mod:`specpar.algorithms.tree_drafts`; chains: :mod:`specpar.algorithms.drafts`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from specpar.algorithms.drafts import Chains
+from specpar.algorithms.generation import Generation, check_positive_int
+from specpar.algorithms.proposers import Proposer, lookahead_of, proposer_for, wait_for
+from specpar.algorithms.tree_drafts import Trees
+from specpar.core.decoding import GREEDY, Decoding
+from specpar.core.results import GenerationResult
+from specpar.runtimes.base import Pool, Runtime
+
+
+def si(
+    runtime: Runtime,
+    target: Pool,
+    drafter: Proposer | Pool,
+    prompt: Sequence[int],
+    max_new_tokens: int,
+    lookahead: int,
+    decoding: Decoding = GREEDY,
+    stream=None,
+    stopping=None,
+) -> GenerationResult:
+    """drafter: a proposer (:mod:`specpar.algorithms.proposers`; one that drafts token trees makes each round a tree and
+    the lookahead its depth), or the pool of a drafter model's servers (chains)."""
+    proposer = proposer_for(runtime, drafter)
+    lookahead = check_positive_int("lookahead (k)", lookahead_of(proposer, lookahead))
+    shape = Trees() if proposer.trees else Chains()
+    g = Generation(prompt, max_new_tokens, decoding, runtime, stream, stopping, feedback=proposer.feedback)
+    while not g.done:
+        k = g.lookahead_at(len(g.out), lookahead)
+        draft = wait_for(runtime, proposer.propose(g.context(), k, decoding)) if k else shape.empty()
+        scores = runtime.run(target, shape.score(g, draft, decoding))
+        shape.verify(g, draft, scores)
+    return g.result("si", lookahead=lookahead, sp_degree=1)

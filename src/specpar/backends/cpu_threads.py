@@ -1,0 +1,82 @@
+"""CPU threads for forward passes: the cores this process may use, and the thread counts set while requests run.
+
+torch's intra-op count is process-wide; a llama.cpp server keeps its own count for passes of 2+ tokens (its
+one-token passes keep one thread: exactness, :mod:`specpar.backends.llama.settings`).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Sequence
+from contextlib import contextmanager
+
+
+def cpu_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
+
+
+class SharedThreads:
+    """The CPU threads of a forward pass, set while any request of an engine runs and restored when the last ends
+    (requests that run at once share the one setting): torch's (process-wide) when the models use torch, and each
+    llama.cpp server's for its passes of 2+ tokens (its one-token passes keep one thread: exactness,
+    :mod:`specpar.backends.llama.settings`).
+
+    torch: whether to set torch's count (never imported for models that do not use it).
+    servers: the servers whose ``set_batch_threads`` (llama.cpp) takes the count.
+    """
+
+    def __init__(self, torch: bool, servers: Sequence = ()):
+        self._torch = torch
+        self._servers = [s for s in servers if hasattr(s, "set_batch_threads")]
+        self._lock = threading.Lock()
+        self._count = 0
+        self._before: tuple = (None, [])
+
+    @contextmanager
+    def __call__(self, n: int):
+        with self._lock:
+            if self._count == 0:
+                self._before = self._set(n)
+            self._count += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._count -= 1
+                if self._count == 0:
+                    self._restore(*self._before)
+
+    def _set(self, n: int) -> tuple:
+        """Set ``n`` threads; returns what was set before (torch's count or None, each server's count)."""
+        torch_before = None
+        if self._torch:
+            import torch
+
+            torch_before = torch.get_num_threads()
+            torch.set_num_threads(n)
+        return torch_before, [s.set_batch_threads(n) for s in self._servers]
+
+    def _restore(self, torch_before, server_before) -> None:
+        if torch_before is not None:
+            import torch
+
+            torch.set_num_threads(torch_before)
+        for s, n in zip(self._servers, server_before):
+            s.set_batch_threads(n)
+
+
+@contextmanager
+def torch_threads(n: int):
+    """torch's intra-op thread count set to ``n`` (process-wide) for the block, then restored."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)

@@ -1,0 +1,128 @@
+"""Loading real models given as paths (or the default pair): which backend, then the pair on it.
+
+:func:`choose_backend` decides between llama.cpp (GGUF files on the CPU) and transformers; :func:`load_pair`
+loads a target and a drafter on it, checking before any weights load that they share a tokenizer.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import time
+
+from specpar.core.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+BACKENDS = ("llama", "transformers")
+
+
+def choose_backend(backend: str | None, target=None, drafter=None, devices=None) -> str:
+    """The backend that loads models given as paths (or the default pair): ``backend`` when given; else llama for
+    GGUF files (and the default pair, which ships as GGUF) on the CPU when llama-cpp-python is installed, else
+    transformers."""
+    from specpar.backends.llama import available
+
+    if backend is not None:
+        if backend not in BACKENDS:
+            raise ConfigError(f"backend must be one of {BACKENDS}, got {backend!r}")
+        if backend == "llama" and any(d != "cpu" for d in devices or ()):
+            raise ConfigError(f"the llama backend runs on the CPU here; got devices {list(devices)}")
+        return backend
+    paths = [str(p) for p in (target, drafter) if p is not None]
+    gguf = [p.lower().endswith(".gguf") for p in paths]
+    if paths and not all(gguf):
+        if any(gguf):
+            raise ConfigError("give the target and the drafter in one format: both GGUF files or both directories")
+        return "transformers"
+    on_cpu = all(d == "cpu" for d in devices or ("cpu",)) and (devices is not None or not _cuda_visible())
+    if paths and not available():
+        raise ConfigError(f"GGUF files run on the llama backend: install it with `{LLAMA_EXTRA}`")
+    return "llama" if available() and (paths or on_cpu) else "transformers"
+
+
+LLAMA_EXTRA = "pip install 'specpar[llama]'"
+
+
+GPU_DEVICE_FILES = ("/dev/nvidiactl", "/dev/nvidia0", "/proc/driver/nvidia", "/dev/kfd")  # CUDA's and ROCm's drivers
+
+
+def _cuda_visible() -> bool:
+    """Whether torch is installed and sees a GPU (then the default pair goes to transformers on it). On Linux without
+    a GPU driver's device files the answer is no without importing torch (about 210 MB and 1.7 s of a llama.cpp
+    run that never uses it)."""
+    import importlib.util
+
+    if sys.platform.startswith("linux") and not any(os.path.exists(f) for f in GPU_DEVICE_FILES):
+        return False
+    if importlib.util.find_spec("torch") is None:
+        return False
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def load_pair(
+    target: str | None = None,
+    drafter: str | None = None,
+    device: str = "cpu",
+    dtype: str | None = None,
+    progress: bool = True,
+    target_device: str | None = None,
+    backend: str | None = None,
+):
+    """(target, drafter): the default pair when neither is given, else the two given; LlamaModels (GGUF files on
+    llama.cpp) or TransformersModels, as :func:`choose_backend` says; the drafter is loaded on ``device``, the
+    target on ``target_device`` (default: the same)."""
+    from specpar.backends.weights import load_default_pair
+
+    backend = choose_backend(backend, target, drafter, [d for d in (device, target_device) if d])
+    if backend == "llama":
+        return _load_llama(target, drafter, dtype, progress)
+    from transformers.utils import logging as transformers_logging
+
+    from specpar.backends.transformers_model import TransformersModel, load_tokenizers
+    from specpar.backends.vocabulary import fit_drafter
+
+    # transformers' and huggingface_hub's own tqdm bars (one call silences both) would pile up through
+    # specpar's progress display on a terminal and be lines of noise in a log: specpar's display is the only one
+    transformers_logging.disable_progress_bar()
+    t0 = time.perf_counter()
+    log.info("loading %s and %s", target or "the default target", drafter or "the default drafter")
+    if target is None and drafter is None:
+        if dtype not in (None, "float32"):
+            raise ConfigError("the default pair is converted to float32; give --target/--drafter for another dtype")
+        t, d = load_default_pair(device, progress, target_device)
+    else:
+        if target is None or drafter is None:
+            raise ConfigError("give both --target and --drafter (or neither, for the default pair)")
+        target_tokenizer, drafter_tokenizer = load_tokenizers(target, drafter)  # compared before any weights load
+        t = TransformersModel(target, target_tokenizer, device=target_device or device, dtype=dtype)
+        d = fit_drafter(t, TransformersModel(drafter, drafter_tokenizer, device=device, dtype=dtype))
+    log.info("loaded %s (target, %s) and %s (drafter, %s) in %.1f s", t.name, t.device, d.name, d.device,
+             time.perf_counter() - t0)  # fmt: skip
+    return t, d
+
+
+def _load_llama(target, drafter, dtype, progress: bool):
+    """(target, drafter) LlamaModels: the default pair's GGUF files, or the two files given."""
+    from specpar.backends.llama.model import LlamaModel, check_same_tokenizer_files, check_same_vocabulary
+    from specpar.backends.weights import load_default_pair
+
+    if dtype is not None:
+        raise ConfigError("--dtype is for the transformers backend: a GGUF file carries its own quantization")
+    t0 = time.perf_counter()
+    if target is None and drafter is None:
+        t, d = load_default_pair(progress=progress, backend="llama")
+    else:
+        if target is None or drafter is None:
+            raise ConfigError("give both --target and --drafter (or neither, for the default pair)")
+        check_same_tokenizer_files(target, drafter)  # from the headers, before any weights load
+        t, d = LlamaModel(target), LlamaModel(drafter)
+        check_same_vocabulary(t, d)
+    log.info("loaded %s (target) and %s (drafter) on llama.cpp in %.1f s", t.name, d.name, time.perf_counter() - t0)
+    for m in (t, d):
+        for line in m.describe().splitlines():
+            log.info("%s", line)
+    return t, d

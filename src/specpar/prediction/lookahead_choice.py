@@ -1,0 +1,246 @@
+"""``lookahead="auto"``: the fastest lookahead of DSI (or SI) for a latency profile, an acceptance rate and an SP degree.
+
+Eq. 1 gives a lower bound on the lookahead (the smallest that the target servers
+keep up with, :func:`~specpar.planning.min_lookahead`: the paper's, plus a server
+kept for the cursor where DSI keeps one); the paper ran DSI over every
+configuration satisfying it. The fastest of those is not always the smallest: a
+longer chunk costs less per drafted token where drafting is cheap and acceptance
+high. :func:`choose_lookahead` predicts DSI's mean latency for every lookahead
+(up to the limit below) that satisfies Eq. 1 (all lookaheads where none does) and
+takes the fastest, on the same draws for every lookahead; where SI's best
+lookahead satisfies Eq. 1 it is among them. For SI every lookahead is a
+candidate (it uses one server).
+
+* uniform latencies (TTFT = TPOT, no per-token cost, the paper's time-unit model) and no
+  server kept for the cursor: the vectorized fast path
+  (:mod:`specpar.prediction.fastpath`), many repeats, milliseconds;
+* any other profile: the event-driven simulator itself (``specpar.generate`` on the
+  virtual clock, simulated models with the profile's latencies and iid acceptance),
+  on the same seeds for every lookahead.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from specpar.core.errors import ConfigError
+from specpar.core.latency import LatencyProfile
+from specpar.planning.lookahead import keeps_cursor_server, satisfies_eq1
+from specpar.prediction.fastpath import acceptance_uniforms, dsi_latency, next_rejection, si_counts, si_time
+
+FAST_PATH_REPEATS = 200
+EVENT_TOKENS = 2000  # event predictions average over about this many tokens (4 to 16 runs)
+EVENT_MAX_N = 200  # event predictions run on at most this many tokens
+EVENT_MAX_LOOKAHEAD = 32
+FAST_MAX_N = 1000  # fast-path predictions run on at most this many tokens: the ranking has settled by then
+
+
+@dataclass
+class LookaheadChoice:
+    """The lookahead chosen and what decided it.
+
+    predicted_ms: candidate lookahead -> DSI's predicted mean latency (ms) for ``n`` tokens (at most FAST_MAX_N on
+        the fast path, EVENT_MAX_N on the virtual clock).
+    valid: the candidates that satisfy Eq. 1 with ``sp_degree`` servers (empty: none does, all were tried).
+    method: "fast path" or "virtual clock".
+    """
+
+    lookahead: int
+    sp_degree: int
+    n: int
+    method: str
+    predicted_ms: dict[int, float] = field(default_factory=dict)
+    valid: list[int] = field(default_factory=list)
+    algorithm: str = "dsi"
+
+    @property
+    def smallest_valid(self) -> int | None:
+        return min(self.valid) if self.valid else None
+
+    @property
+    def why(self) -> str:
+        best = self.predicted_ms[self.lookahead]
+        if self.algorithm == "si":
+            return f"SI's fastest by the {self.method}: {best:.4g} ms predicted for N = {self.n}"
+        if not self.valid:
+            return (
+                f"no lookahead satisfies Eq. 1 with SP = {self.sp_degree}; the fastest by the {self.method}, "
+                f"{best:.4g} ms predicted for N = {self.n}"
+            )
+        small = self.smallest_valid
+        gain = self.predicted_ms[small] / best
+        return (
+            f"the fastest of the lookaheads satisfying Eq. 1 with SP = {self.sp_degree} ({small}..), by the "
+            f"{self.method}: {best:.4g} ms predicted for N = {self.n}"
+            + (f", {gain:.3f}x the smallest's" if self.lookahead != small else "")
+        )
+
+    def to_dict(self) -> dict:
+        return {
+            "algorithm": self.algorithm,
+            "lookahead": self.lookahead,
+            "sp_degree": self.sp_degree,
+            "n": self.n,
+            "method": self.method,
+            "valid": self.valid,
+            "predicted_ms": {str(k): v for k, v in self.predicted_ms.items()},
+        }
+
+
+def uniform_profiles(target: LatencyProfile, drafter: LatencyProfile) -> bool:
+    """Whether the fast path models these latencies exactly (the paper's time-unit model)."""
+    return (
+        target.ttft_ms == target.tpot_ms
+        and target.per_token_ms == 0
+        and drafter.ttft_ms == drafter.tpot_ms
+        and drafter.per_token_ms == 0
+        and target.tpot_ms > 0
+    )
+
+
+def candidates(
+    target: LatencyProfile,
+    drafter: LatencyProfile,
+    sp_degree: int,
+    max_lookahead: int,
+    dedicated_cursor: bool | None = None,
+) -> list[int]:
+    """The lookaheads 1..max_lookahead that satisfy Eq. 1 with ``sp_degree`` servers (see satisfies_eq1)."""
+    return [
+        k
+        for k in range(1, max_lookahead + 1)
+        if satisfies_eq1(target.tpot_ms, drafter.tpot_ms, k, sp_degree, target.per_token_ms, dedicated_cursor)
+    ]
+
+
+def choose_lookahead(
+    target: LatencyProfile,
+    drafter: LatencyProfile,
+    acceptance_rate: float,
+    sp_degree: int,
+    n: int = 100,
+    *,
+    max_lookahead: int | None = None,
+    seed: int = 0,
+    algorithm: str = "dsi",
+    dedicated_cursor: bool | None = None,
+) -> LookaheadChoice:
+    """The fastest lookahead of ``algorithm`` ("dsi" or "si"; see the module docstring) for ``n`` tokens, DSI on
+    ``sp_degree`` target servers, keeping one for the cursor as ``dedicated_cursor`` says (None: DSI's default,
+    where ``target.per_token_ms > 0``; :func:`~specpar.planning.lookahead.keeps_cursor_server`)."""
+    if algorithm not in ("dsi", "si"):
+        raise ConfigError(f"a lookahead is chosen for 'dsi' or 'si', not {algorithm!r}")
+    if not 0.0 <= acceptance_rate <= 1.0:
+        raise ConfigError(f"acceptance rate must be in [0, 1], got {acceptance_rate!r}")
+    if isinstance(sp_degree, bool) or not isinstance(sp_degree, int) or sp_degree < 1:
+        raise ConfigError(f"sp_degree must be an integer >= 1, got {sp_degree!r}")
+    if drafter.tpot_ms <= 0 or target.tpot_ms <= 0:
+        raise ConfigError("choosing a lookahead needs target and drafter latencies > 0 ms")
+    if n < 2:
+        return LookaheadChoice(1, sp_degree, n, "none needed", {1: 0.0}, [1], algorithm)
+    kept = algorithm == "dsi" and keeps_cursor_server(target.per_token_ms, dedicated_cursor)
+    fast = uniform_profiles(target, drafter) and not kept  # the fast path follows DSI without a kept server
+    limit = max_lookahead or (min(n - 1, 200) if fast else min(n - 1, EVENT_MAX_LOOKAHEAD))
+    everything = list(range(1, limit + 1))
+    valid = everything if algorithm == "si" else candidates(target, drafter, sp_degree, limit, kept)
+    ks = valid or everything
+    if fast:
+        c = drafter.tpot_ms / target.tpot_ms
+        predicted = _fast_path(algorithm, target.tpot_ms, c, acceptance_rate, sp_degree, n, ks, seed)
+        method = "fast path"
+    else:
+        predicted = _event(algorithm, target, drafter, acceptance_rate, sp_degree, n, ks, seed, kept)
+        method = "virtual clock"
+    best = min(ks, key=lambda k: (predicted[k], k))
+    return LookaheadChoice(best, sp_degree, n, method, predicted, valid, algorithm)
+
+
+def predict_ms(
+    algorithm: str,
+    target: LatencyProfile,
+    drafter: LatencyProfile,
+    acceptance_rate: float,
+    sp_degree: int,
+    n: int,
+    lookaheads: list[int],
+    seed: int = 0,
+    dedicated_cursor: bool | None = None,
+) -> dict[int, float]:
+    """``algorithm``'s ("dsi" or "si") predicted mean latency (ms) for ``n`` tokens at each of ``lookaheads``, as
+    :func:`choose_lookahead` predicts its candidates' (the fast path for uniform profiles and no server kept for
+    the cursor, else the virtual clock)."""
+    kept = algorithm == "dsi" and keeps_cursor_server(target.per_token_ms, dedicated_cursor)
+    if uniform_profiles(target, drafter) and not kept:
+        c = drafter.tpot_ms / target.tpot_ms
+        return _fast_path(algorithm, target.tpot_ms, c, acceptance_rate, sp_degree, n, lookaheads, seed)
+    return _event(algorithm, target, drafter, acceptance_rate, sp_degree, n, lookaheads, seed, kept)
+
+
+def _fast_path(
+    algorithm: str, target_ms: float, c: float, a: float, sp: int, n: int, ks: list[int], seed: int
+) -> dict[int, float]:
+    n = min(n, FAST_MAX_N)  # memory and time grow with n x lookaheads; -N 10^7 would not fit
+    nz = next_rejection(acceptance_uniforms(FAST_PATH_REPEATS, n, seed), [a])[0]  # [R, n+1]
+    R = len(nz)
+    runs = np.tile(nz, (len(ks), 1))
+    if algorithm == "si":
+        lat = si_time(*si_counts(runs, np.repeat(ks, R), n), c)
+    else:
+        lat = dsi_latency(runs, np.repeat(ks, R), np.full(len(ks) * R, c), n, sp)
+    means = lat.reshape(len(ks), R).mean(axis=1) * target_ms
+    return {k: float(m) for k, m in zip(ks, means)}
+
+
+def _event(
+    algorithm: str,
+    target: LatencyProfile,
+    drafter: LatencyProfile,
+    a: float,
+    sp: int,
+    n: int,
+    ks: list[int],
+    seed: int,
+    dedicated_cursor: bool,
+) -> dict[int, float]:
+    from specpar.algorithms.registry import run_generation
+    from specpar.backends.simulated import SimulatedModel
+    from specpar.core.config import RuntimeConfig, SpeculativeConfig
+    from specpar.core.decoding import GREEDY
+
+    n = min(n, EVENT_MAX_N)
+    pairs = []
+    for r in range(seed, seed + min(16, max(4, EVENT_TOKENS // n))):
+        model = SimulatedModel(16, seed=r, latency=target)
+        pairs.append((model, model.drafter(a, drafter, seed=r + 7919), [r % 16, 3]))
+    out, virtual = {}, RuntimeConfig(name="virtual")
+    modes = {"dedicated_cursor": dedicated_cursor} if algorithm == "dsi" else {}
+    for k in ks:
+        spec = SpeculativeConfig(algorithm=algorithm, lookahead=k, sp_degree=sp, **modes)
+        times = [run_generation(p, t, d, spec, virtual, GREEDY, n).time_ms for t, d, p in pairs]
+        out[k] = statistics.fmean(times)
+    return out
+
+
+def auto_lookahead(
+    target, drafter, algorithm: str, sp_degree: int, max_new_tokens: int, dedicated_cursor: bool | None = None
+) -> int:
+    """lookahead="auto" for ``target`` and ``drafter`` (models or Pools): :func:`choose_lookahead` on their latency
+    profiles and the drafter's acceptance rate (simulated drafters, or models given a measured latency); DSI keeps a
+    server for the cursor as ``dedicated_cursor`` says (None: its default for the target's latency profile)."""
+    from specpar.algorithms.registry import latency_of, model_of
+
+    t, d = latency_of(target), latency_of(drafter)
+    a = getattr(model_of(drafter), "acceptance_rate", None)
+    if t is None or d is None or a is None:
+        raise ConfigError(
+            'lookahead="auto" needs both latency profiles and the drafter\'s acceptance rate (a simulated drafter); '
+            "for real models run `specpar plan` on a measured profile (`specpar profile`) and pass its lookahead"
+        )
+    sp = sp_degree if algorithm == "dsi" else 1
+    algorithm = "dsi" if algorithm == "dsi" else "si"
+    return choose_lookahead(
+        t, d, a, sp, max_new_tokens, algorithm=algorithm, dedicated_cursor=dedicated_cursor
+    ).lookahead

@@ -1,0 +1,149 @@
+"""A target/drafter pair's measured latencies and acceptance rate: what the online table simulates.
+
+Two JSON forms are read:
+
+* the file ``specpar profile`` writes (``"format": "specpar-profile/1"``; read
+  through :func:`specpar.prediction.profiling.parse`, the App. F.2 geometric acceptance
+  estimate by default), names taken from its ``target``/``drafter`` objects;
+* a hand-written one::
+
+    {"target":  {"name": "T", "ttft_ms": 41.0, "tpot_ms": 22.5, "per_token_ms": 0.0},
+     "drafter": {"name": "D", "ttft_ms": 15.2, "tpot_ms": 9.1},
+     "acceptance_rate": 0.71}
+
+  (ttft_ms defaults to tpot_ms, per_token_ms to 0; latency fields may sit under
+  a "latency" object; other keys are kept as metadata).
+
+The default model pair's profile measured on this machine is looked for at
+``<cache>/profiles/default-pair.json`` (cache: ``$SPECPAR_CACHE``, else
+``$XDG_CACHE_HOME/specpar``, else ``~/.cache/specpar``); write it with
+``specpar profile --out <that path>``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from specpar.core.errors import ConfigError
+from specpar.core.json_output import dumps
+from specpar.core.latency import LatencyProfile
+from specpar.core.paths import read_text
+from specpar.prediction import profiling
+
+
+@dataclass(frozen=True)
+class PairProfile:
+    target_name: str
+    drafter_name: str
+    target: LatencyProfile
+    drafter: LatencyProfile
+    acceptance_rate: float
+    meta: dict = field(default_factory=dict, compare=False)
+
+    def __post_init__(self):
+        a = self.acceptance_rate
+        if not isinstance(a, (int, float)) or math.isnan(a) or not 0.0 <= a <= 1.0:
+            raise ConfigError(f"acceptance_rate must be in [0, 1], got {a!r}")
+        if self.target.tpot_ms <= 0:
+            raise ConfigError(f"the target's tpot_ms must be > 0, got {self.target.tpot_ms!r}")
+
+    @property
+    def label(self) -> str:
+        return f"{self.target_name} / {self.drafter_name}" if self.drafter_name else self.target_name
+
+    @property
+    def drafter_fraction(self) -> float:
+        """Drafter latency c: the drafter's TPOT as a fraction of the target's."""
+        return self.drafter.tpot_ms / self.target.tpot_ms
+
+    @classmethod
+    def from_dict(cls, d: dict, where: str = "profile") -> PairProfile:
+        if not isinstance(d, dict):
+            raise ConfigError(f"{where}: expected a JSON object with 'target', 'drafter' and 'acceptance_rate'")
+
+        def model(key):
+            m = d.get(key)
+            if not isinstance(m, dict):
+                raise ConfigError(f"{where}: missing '{key}' object with ttft_ms and tpot_ms")
+            lat = m.get("latency", m)
+            try:
+                tpot = float(lat["tpot_ms"])
+                ttft, per_token = float(lat.get("ttft_ms", tpot)), float(lat.get("per_token_ms", 0.0))
+            except (KeyError, TypeError, ValueError):
+                raise ConfigError(
+                    f"{where}: '{key}' needs a number tpot_ms (and optionally ttft_ms, per_token_ms)"
+                ) from None
+            return str(m.get("name", key)), LatencyProfile(ttft, tpot, per_token)
+
+        a = d.get(
+            "acceptance_rate",
+            (d.get("acceptance") or {}).get("rate") if isinstance(d.get("acceptance"), dict) else d.get("acceptance"),
+        )
+        if a is None:
+            raise ConfigError(f"{where}: missing 'acceptance_rate'")
+        (tn, t), (dn, dr) = model("target"), model("drafter")
+        meta = {k: v for k, v in d.items() if k not in ("target", "drafter", "acceptance_rate")}
+        try:
+            a = float(a)
+        except (TypeError, ValueError):
+            raise ConfigError(f"{where}: acceptance_rate must be a number, got {a!r}") from None
+        return cls(tn, dn, t, dr, a, meta)
+
+    def to_dict(self) -> dict:
+        def model(name, lat):
+            return {"name": name, "ttft_ms": lat.ttft_ms, "tpot_ms": lat.tpot_ms, "per_token_ms": lat.per_token_ms}
+
+        return {
+            "target": model(self.target_name, self.target),
+            "drafter": model(self.drafter_name, self.drafter),
+            "acceptance_rate": self.acceptance_rate,
+            **self.meta,
+        }
+
+    @classmethod
+    def load(cls, path: str | os.PathLike, estimate: str = "geometric") -> PairProfile:
+        """Read either JSON form; ``estimate`` picks the acceptance estimate of a ``specpar profile`` file."""
+        if not Path(path).exists():
+            raise ConfigError(
+                f"cannot read profile {str(path)!r}: it does not exist (write one with `specpar profile --out FILE`)"
+            )
+        text = read_text(path, "profile")
+        try:
+            d = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"profile {str(path)!r} is not valid JSON: {exc}") from None
+        if isinstance(d, dict) and d.get("format") == profiling.FORMAT:
+            target, drafter, a = profiling.parse(d, estimate, f"profile {str(path)!r}")
+            meta = {k: v for k, v in d.items() if k not in ("target", "drafter")}
+            return cls(
+                str(d["target"].get("name", "target")),
+                str(d["drafter"].get("name", "drafter")),
+                target,
+                drafter,
+                a,
+                meta,
+            )
+        return cls.from_dict(d, where=f"profile {str(path)!r}")
+
+    def save(self, path: str | os.PathLike) -> None:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(str(path) + ".tmp")
+        tmp.write_text(dumps(self.to_dict()) + "\n")
+        tmp.replace(path)
+
+
+def default_profile_path() -> Path:
+    """Where the default model pair's profile measured on this machine is kept (in specpar's cache)."""
+    from specpar.backends.weights import cache_dir
+
+    return cache_dir() / "profiles" / "default-pair.json"
+
+
+def load_default_profile(estimate: str = "geometric") -> PairProfile | None:
+    """The default pair's profile if it has been measured here (None if not)."""
+    path = default_profile_path()
+    return PairProfile.load(path, estimate) if path.is_file() else None

@@ -1,0 +1,54 @@
+"""The default model pair end to end (Qwen2.5-Coder 1.5B target, 0.5B drafter, from the PyPI chunk packages).
+
+Skipped when the model packages are not installed (CI does not install them: 1.6 GB). On each backend: llama.cpp
+(the joined GGUF files, seconds) and transformers, whose first run converts the GGUF files to float32 (about 3
+minutes and 9 GB of memory); later runs load the cache.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from specpar.backends import weights
+from specpar.core.errors import ConfigError
+
+
+def _installed() -> bool:
+    try:
+        weights.part_paths(weights.TARGET)
+        weights.part_paths(weights.DRAFTER)
+    except ConfigError:
+        return False
+    return True
+
+
+pytestmark = [
+    pytest.mark.real_models,
+    pytest.mark.skipif(not _installed(), reason="default pair not installed: pip install 'specpar[models]'"),
+    pytest.mark.timeout(900),
+]
+
+
+@pytest.mark.parametrize("backend", ["llama", "transformers"])
+def test_default_pair_runs_every_algorithm_on_a_humaneval_prompt_with_the_same_output(backend):
+    from specpar import Engine, SamplingParams
+    from specpar.backends.loading import load_pair
+    from specpar.experiments import prompts
+
+    if backend == "llama":
+        pytest.importorskip("llama_cpp")
+    target, drafter = load_pair(progress=False, backend=backend)
+    assert target.vocab_size == drafter.vocab_size == 151936
+    servers = Engine(target, drafter, sp_degree=2, devices=["cpu"], max_tokens=512, runtime="threads")
+    ids = prompts.load("humaneval", 1)[0].token_ids(target)
+    results = {}
+    for algorithm in ("nonsi", "si", "dsi"):
+        servers.reset()
+        results[algorithm] = servers.generate(
+            ids, SamplingParams(temperature=0, max_tokens=8), algorithm=algorithm, lookahead=3
+        )
+    assert results["si"].tokens == results["nonsi"].tokens == results["dsi"].tokens
+    assert target.decode(results["nonsi"].tokens).strip()
+    assert results["si"].acceptance_rate > 0.3  # same family, same tokenizer: drafts are mostly accepted
+    for r in results.values():
+        assert r.overhead["outside_forward_fraction"] < 0.05
