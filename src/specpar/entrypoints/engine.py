@@ -27,7 +27,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 
 from specpar.algorithms.registry import check_context_window, model_of
-from specpar.backends.cpu_threads import SharedThreads, cpu_cores
+from specpar.backends.cpu_threads import SharedThreads, cpu_cores, pass_threads
 from specpar.backends.loading import choose_backend, load_pair
 from specpar.backends.vocabulary import fit_drafters
 from specpar.core.config import RuntimeConfig, SpeculativeConfig, split_options
@@ -577,14 +577,11 @@ class Engine:
         oversubscribing them: one unit's worth of cores (on Ray, a server's CPU bundle, as each actor has); with
         ready-made servers (one unit), as before the scheduler: all cores for the one server SI and non-SI run at a
         time, a share of them for DSI's (a drafter model the n-gram proposer leaves idle takes none)."""
-        if self.runtime == "ray":
-            return max(1, int(self.runtime_config.cpus_per_server))
-        if len(self.units) > 1:
-            return max(1, cpu_cores() // len(self.units))
+        ray = self.runtime_config.cpus_per_server if self.runtime == "ray" else None
         running = self.all if uses_drafter else self.targets.servers
         cpu = [s for s in running if getattr(s, "device", None) == "cpu"]
         busy = len(cpu) if algorithm in ("dsi", "hsd-sp") else 1  # non-SI and SI run one server at a time
-        return max(1, cpu_cores() // max(1, busy))
+        return pass_threads(cpu_cores(), len(self.units), busy, ray)
 
     def check_length(self, prompt_len: int, max_new_tokens: int) -> None:
         """Refuse a prompt and output longer than the models' context windows, before any work."""
