@@ -20,6 +20,7 @@ from typing import Any
 from specpar.core.errors import ConfigError
 
 ALGORITHMS = ("nonsi", "si", "dsi", "hsd", "hsd-sp")
+AUTO = "auto"  # the fastest of the algorithms on this machine, by prediction (specpar.prediction.auto)
 LOOKAHEAD_MODES = ("auto", "adaptive")
 RUNTIMES = ("virtual", "threads", "ray")
 CANCEL_MODES = ("now", "end")
@@ -85,6 +86,8 @@ class SpeculativeConfig:
                 "dsi": "SI whose verifications run on --sp-degree target servers while drafting goes on",
                 "hsd": "a stack of drafters, each verifying the one below",
                 "hsd-sp": "HSD with DSI's parallel verification at the top",
+                "auto": "the fastest exact method and its settings on this machine, by a prediction from its "
+                "measured profile (`specpar predict` shows it)",
             },
         ),
     )
@@ -157,8 +160,8 @@ class SpeculativeConfig:
     )
 
     def __post_init__(self):
-        if self.algorithm not in ALGORITHMS:
-            raise ConfigError(f"algorithm must be one of {', '.join(ALGORITHMS)}, got {self.algorithm!r}")
+        if self.algorithm not in ALGORITHMS and self.algorithm != AUTO:
+            raise ConfigError(f"algorithm must be one of {', '.join(ALGORITHMS)} or {AUTO}, got {self.algorithm!r}")
         k = self.lookahead
         if k is not None and k not in LOOKAHEAD_MODES and (isinstance(k, bool) or not isinstance(k, int) or k < 1):
             raise ConfigError(f"lookahead must be an integer >= 1, 'auto' or 'adaptive', got {k!r}")

@@ -115,6 +115,8 @@ class GenerationResult:
     time_lost_ms: float = 0.0  # time their unfinished calls had run before being redone elsewhere
     # one per output token when asked for (SamplingParams.logprobs, Decoding.logprobs), else None
     logprobs: list[TokenLogprob] | None = None
+    # algorithm="auto": what it chose and why ({"method", "label", "predicted_ms", "reason"}: prediction.auto.Choice)
+    auto: dict | None = None
 
     @property
     def timeline(self) -> list[TaskRecord]:

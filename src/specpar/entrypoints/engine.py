@@ -92,6 +92,9 @@ class Engine:
     policy: how requests share the units (:mod:`specpar.planning.load`): "adaptive" (default: each request's
         fastest option on its share, shares chosen for the most tokens per second in all), or one fixed option
         for every request: "dsi" (each waits for its whole DSI share), "si" (one unit each), "nonsi".
+    profile: the machine profile ``algorithm="auto"`` predicts from (a MachineProfile or its JSON file; default:
+        simulated models' own latencies, else the profile measured for the models on this machine):
+        :mod:`specpar.prediction.auto`.
     """
 
     def __init__(
@@ -109,6 +112,7 @@ class Engine:
         units: int | None = None,
         policy: str = "adaptive",
         backend: str | None = None,
+        profile=None,
         **options,
     ):
         spec_fields, runtime_fields, _ = split_options(options)
@@ -153,6 +157,7 @@ class Engine:
         self.units = self._units(n)
         self.scheduler = Scheduler(self.units)
         self._curves: dict = {}
+        self.profile, self._auto = profile, None  # algorithm="auto"'s machine profile (as given) and chooser
         self._specs: dict = {}  # a request's changed fields -> its SpeculativeConfig (see _request_config)
         # requests run at once; reset() and close() wait for them (a plain lock: a request takes it twice)
         self._lock = threading.Lock()
@@ -420,12 +425,15 @@ class Engine:
             result = self._run(request, request.prompt, spec)
         finally:
             self._leave()
-        return self._finished(result, request.prompt, params)
+        return self._finished(result, request, params)
 
     def _make(self, prompt, params: SamplingParams, spec: SpeculativeConfig, stream, scheduler: Scheduler,
               runtime: RuntimeConfig) -> tuple[Request, SpeculativeConfig]:  # fmt: skip
         """A request on ``scheduler`` and ``runtime`` (not yet run), and its speculation (lookahead "auto" chosen)."""
         ids = self.prompt_ids(prompt)
+        choice = None
+        if spec.algorithm == "auto":
+            spec, choice = self.auto().resolve(spec, len(ids), params.max_tokens)
         if spec.uses_drafter and self.drafters is None:
             raise ConfigError(f"algorithm {spec.algorithm!r} needs a drafter: give the engine one")
         curve = self.curve(spec, params.max_tokens)
@@ -443,10 +451,14 @@ class Engine:
             stopping=self.stopping(ids, params),
             ready_made=self.keep_actors,
         )
+        request.choice = choice
         return request, spec
 
-    def _finished(self, result: GenerationResult, ids: list[int], params: SamplingParams) -> GenerationResult:
-        """``result`` with its text, logged."""
+    def _finished(self, result: GenerationResult, request: Request, params: SamplingParams) -> GenerationResult:
+        """``result`` with its text and what ``auto`` chose, logged."""
+        ids = request.prompt
+        if request.choice is not None:
+            result.auto = request.choice.to_dict()
         if self.tokenizer is not None:
             result.text = detokenize(self.tokenizer, ids, result.tokens, *_texts(params))
         if log.isEnabledFor(logging.INFO):
@@ -494,7 +506,7 @@ class Engine:
             raise failed[min(failed)]
         for (request, _), result, p in zip(made, results, params):
             result.overhead, result.queue_ms = None, request.queue_ms
-            self._finished(result, request.prompt, p)
+            self._finished(result, request, p)
         return results
 
     def _run(self, request: Request, ids: list[int], spec: SpeculativeConfig) -> GenerationResult:
@@ -596,6 +608,15 @@ class Engine:
         )
         log.info("lookahead %d: the fastest %s's simulation predicts (lookahead='auto')", k, spec.algorithm)
         return k
+
+    def auto(self):
+        """``algorithm="auto"``'s chooser for this engine (:class:`specpar.prediction.auto.Auto`), made on first use
+        from its machine profile."""
+        if self._auto is None:
+            from specpar.prediction.auto import for_engine
+
+            self._auto = for_engine(self)
+        return self._auto
 
     # -- lifetime --------------------------------------------------------------------------------
     def reset(self) -> None:

@@ -6,13 +6,14 @@ HSD) on a runtime (threads, Ray); its settings are the lookahead, the SP degree,
 shape. Each setting's time is :func:`specpar.prediction.simulate.predicted_ms`: the algorithm's own code on the
 virtual clock with the machine profile's costs, the passes given the threads the engine would give them
 (:func:`specpar.backends.cpu_threads.pass_threads`, the engine's own rule, for the engine's shape:
-:class:`EngineShape`). The search is exhaustive over a small grid (:data:`LOOKAHEADS`, :data:`TREES`, SP degrees up
-to the engine's target servers) and all on the same sample pairs, so settings are compared on the same draws.
+:class:`EngineShape`). The search runs over a small grid (:data:`LOOKAHEADS`, :data:`TREES`, SP degrees up to the
+engine's target servers, DSI's dedicated cursor or not; :func:`families`), every setting on the same sample pairs,
+so that settings are compared on the same draws.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from specpar.backends.cpu_threads import pass_threads
@@ -23,8 +24,9 @@ from specpar.prediction.simulate import predicted_ms
 
 LOOKAHEADS = tuple(range(1, 9))
 QUICK_PAIRS = 2  # the first round's sample pairs per setting
+PATIENCE = 2  # a family's search stops after this many longer lookaheads in a row that are no faster
 REFINE = 2  # each method's fastest settings of the first round predicted again on the full sample
-TREES = ("2,1,1", "2,2,1,1", "3,2,1", "best:8", "best:16")
+TREES = ("2,1,1", "2,2,1,1", "3,2,1", "best:8")
 METHODS = ("nonsi", "si", "dsi", "tree-si", "tree-dsi", "ngram-si", "ngram-dsi", "hsd")
 NAMES = {
     "nonsi": "non-SI",
@@ -47,6 +49,8 @@ class EngineShape:
     runtime: "threads" or "ray". cpus_per_server: Ray's CPU bundle per actor (its passes' threads).
     cpu: whether the servers run on the CPU (their passes' threads share its cores), else each on a device.
     drafter: whether it has a drafter model.
+    cancel_frees: what a cancelled task does to its server (the virtual clock's RuntimeConfig.cancel_frees): real
+        runtimes' target passes run to their end, a draft stops between passes.
     """
 
     units: int = 1
@@ -55,6 +59,7 @@ class EngineShape:
     cpus_per_server: float | None = None
     cpu: bool = True
     drafter: bool = True
+    cancel_frees: str | Mapping[str, str] = field(default_factory=lambda: {"target": "end"})
 
     def threads(self, profile: MachineProfile, spec: SpeculativeConfig) -> int:
         """The threads the engine gives each pass of a request of ``spec`` (Engine.threads_for's rule)."""
@@ -145,32 +150,40 @@ def available(profile: MachineProfile, shape: EngineShape, methods: Iterable[str
     return out
 
 
-def settings(method: str, targets: int, lookaheads: Sequence[int] = LOOKAHEADS) -> list[SpeculativeConfig]:
-    """The settings of ``method`` searched, on an engine of ``targets`` target servers."""
-    dsi = [(sp, cursor) for sp in range(1, targets + 1) for cursor in ((False, True) if sp > 1 else (False,))]
+def families(method: str, targets: int, lookaheads: Sequence[int] = LOOKAHEADS,
+             dsi: tuple[int, bool] | None = None) -> list[list[SpeculativeConfig]]:  # fmt: skip
+    """The settings of ``method`` searched on an engine of ``targets`` target servers, in families: one per SP
+    degree and cursor mode, lookaheads in increasing order (a family's search stops once longer lookaheads stop
+    paying). Token trees with DSI are tried at ``dsi``'s (SP degree, dedicated cursor): chain DSI's fastest."""
+    modes = [(sp, c) for sp in range(1, targets + 1) for c in ((False, True) if sp > 1 else (False,))]
     if method == "nonsi":
-        return [SpeculativeConfig(algorithm="nonsi")]
+        return [[SpeculativeConfig(algorithm="nonsi")]]
     if method in ("si", "ngram-si"):
         proposer = "ngram" if method == "ngram-si" else None
-        return [SpeculativeConfig(algorithm="si", lookahead=k, proposer=proposer) for k in lookaheads]
+        return [[SpeculativeConfig(algorithm="si", lookahead=k, proposer=proposer) for k in lookaheads]]
     if method in ("dsi", "ngram-dsi"):
         proposer = "ngram" if method == "ngram-dsi" else None
         return [
-            SpeculativeConfig(
-                algorithm="dsi", lookahead=k, sp_degree=sp, dedicated_cursor=c, prefill_replicas=True, proposer=proposer
-            )  # fmt: skip
-            for sp, c in dsi
-            for k in lookaheads
+            [
+                SpeculativeConfig(
+                    algorithm="dsi",
+                    lookahead=k,
+                    sp_degree=sp,
+                    dedicated_cursor=c,
+                    prefill_replicas=True,
+                    proposer=proposer,
+                )
+                for k in lookaheads
+            ]  # fmt: skip
+            for sp, c in modes
         ]
     if method == "tree-si":
-        return [SpeculativeConfig(algorithm="si", tree=t) for t in TREES]
+        return [[SpeculativeConfig(algorithm="si", tree=t)] for t in TREES]
     if method == "tree-dsi":
-        return [
-            SpeculativeConfig(algorithm="dsi", tree=t, sp_degree=sp, dedicated_cursor=c, prefill_replicas=True)
-            for sp, c in dsi
-            for t in TREES
-        ]
-    return [SpeculativeConfig(algorithm="hsd", buffers=(k,)) for k in lookaheads]
+        sp, c = dsi or (targets, False)
+        return [[SpeculativeConfig(algorithm="dsi", tree=t, sp_degree=sp, dedicated_cursor=c, prefill_replicas=True)]
+                for t in TREES]  # fmt: skip
+    return [[SpeculativeConfig(algorithm="hsd", buffers=(k,)) for k in lookaheads]]
 
 
 def predict_methods(profile: MachineProfile, prompt_tokens: int, max_tokens: int, shape: EngineShape | None = None,
@@ -178,8 +191,9 @@ def predict_methods(profile: MachineProfile, prompt_tokens: int, max_tokens: int
     """Each of ``methods`` (those :func:`available`) at its fastest setting for a prompt of ``prompt_tokens`` tokens
     and ``max_tokens`` output tokens, on each of ``runtimes`` (default: the shape's), fastest first.
 
-    Two rounds: every setting on QUICK_PAIRS sample pairs, then each method's REFINE fastest on the full sample
-    (:func:`specpar.prediction.simulate.pair_count`); a method's time is its best setting's on the full sample."""
+    Two rounds: each family of settings (:func:`families`) on QUICK_PAIRS sample pairs, in order, until PATIENCE
+    settings in a row are no faster than its fastest; then each method's REFINE fastest on the full sample
+    (:func:`specpar.prediction.simulate.pair_count`): a method's time is its best setting's there."""
     shape = shape or EngineShape()
     if prompt_tokens < 1 or max_tokens < 1:
         raise ConfigError(f"a prediction needs a prompt and an output of at least one token, got {prompt_tokens} "
@@ -187,10 +201,13 @@ def predict_methods(profile: MachineProfile, prompt_tokens: int, max_tokens: int
     tried: dict[tuple, list[Prediction]] = {}
     for runtime in runtimes or (shape.runtime,):
         on = replace(shape, runtime=runtime)
-        for method in available(profile, on, methods):
+        for method in sorted(available(profile, on, methods), key=lambda m: m == "tree-dsi"):  # after chain DSI
+            chain = min(tried.get(("dsi", runtime), ()), key=lambda p: p.ms, default=None)
+            dsi = None if chain is None else (chain.spec.sp_degree, chain.spec.dedicated_cursor)
             tried[method, runtime] = [
-                _predict(profile, method, spec, on, prompt_tokens, max_tokens, QUICK_PAIRS)
-                for spec in settings(method, on.targets, _lookaheads(max_tokens))
+                p
+                for family in families(method, on.targets, _lookaheads(max_tokens), dsi)
+                for p in _search(profile, method, family, on, prompt_tokens, max_tokens)
             ]
     best = []
     for (method, runtime), quick in tried.items():
@@ -202,10 +219,27 @@ def predict_methods(profile: MachineProfile, prompt_tokens: int, max_tokens: int
                              [p for ps in tried.values() for p in ps])  # fmt: skip
 
 
+def _search(profile, method: str, family: list[SpeculativeConfig], shape: EngineShape, prompt_tokens: int,
+            max_tokens: int) -> list[Prediction]:  # fmt: skip
+    """A family's settings in order on QUICK_PAIRS pairs, until PATIENCE in a row are no faster than the best."""
+    out, best, worse = [], None, 0
+    for spec in family:
+        p = _predict(profile, method, spec, shape, prompt_tokens, max_tokens, QUICK_PAIRS)
+        out.append(p)
+        if best is None or p.ms < best.ms:
+            best, worse = p, 0
+        else:
+            worse += 1
+            if worse >= PATIENCE:
+                break
+    return out
+
+
 def _predict(profile, method: str, spec: SpeculativeConfig, shape: EngineShape, prompt_tokens: int, max_tokens: int,
              pairs: int | None = None) -> Prediction:  # fmt: skip
     threads = shape.threads(profile, spec)
-    ms = predicted_ms(profile, spec, prompt_tokens, max_tokens, threads, shape.runtime, pairs=pairs)
+    ms = predicted_ms(profile, spec, prompt_tokens, max_tokens, threads, shape.runtime, pairs=pairs,
+                      cancel_frees=shape.cancel_frees)  # fmt: skip
     return Prediction(method, spec, shape.runtime, threads, ms)
 
 

@@ -102,12 +102,14 @@ def pair_count(spec: SpeculativeConfig, max_tokens: int) -> int:
     return max(MIN_PAIRS, min(MAX_PAIRS, SAMPLE_TOKENS // max(1, max_tokens)))
 
 
-def clock(profile: MachineProfile | None = None) -> RuntimeConfig:
-    """The virtual clock a prediction runs on: the profile's contention (when it has any), and target passes that
-    run to their end when cancelled (a real pass cannot stop; a draft stops between its passes)."""
+REAL_CANCEL = {"target": "end"}  # a real target pass cannot stop; a draft stops between its passes
+
+
+def clock(profile: MachineProfile | None = None, cancel_frees=REAL_CANCEL) -> RuntimeConfig:
+    """The virtual clock a prediction runs on: the profile's contention (when it has any), and what a cancelled task
+    does to its server (``cancel_frees``: as on real runtimes by default; "now" without a profile, the paper's)."""
     options = {"contention": profile.contention} if profile is not None and profile.has_contention else {}
-    modes = {"target": "end"} if profile is not None else "now"
-    return RuntimeConfig(name="virtual", cancel_frees=modes, options=options)
+    return RuntimeConfig(name="virtual", cancel_frees=cancel_frees if profile is not None else "now", options=options)
 
 
 def mean_time_ms(pairs: Sequence[tuple], spec: SpeculativeConfig, runtime: RuntimeConfig, max_tokens: int,
@@ -128,10 +130,12 @@ def mean_time_ms(pairs: Sequence[tuple], spec: SpeculativeConfig, runtime: Runti
 
 
 def predicted_ms(profile: MachineProfile, spec: SpeculativeConfig, prompt_tokens: int, max_tokens: int,
-                 threads: int, runtime: str = "threads", seed: int = 0, pairs: int | None = None) -> float:  # fmt: skip
+                 threads: int, runtime: str = "threads", seed: int = 0, pairs: int | None = None,
+                 cancel_frees=REAL_CANCEL) -> float:  # fmt: skip
     """``spec``'s predicted time (ms) for a prompt of ``prompt_tokens`` tokens and ``max_tokens`` output tokens on
     the machine ``profile`` describes, passes given ``threads`` threads, on ``runtime`` ("threads" or "ray"),
-    averaged over ``pairs`` sample pairs (default :func:`pair_count`'s).
+    averaged over ``pairs`` sample pairs (default :func:`pair_count`'s); a cancelled task frees its server as
+    ``cancel_frees`` says (:func:`clock`).
 
     Outputs longer than MAX_SIMULATED tokens are simulated that long and the time after the first token scaled to
     the length (the runs' steady state: their draws are iid)."""
@@ -142,5 +146,5 @@ def predicted_ms(profile: MachineProfile, spec: SpeculativeConfig, prompt_tokens
     n = min(max_tokens, MAX_SIMULATED)
     count = 1 if spec.algorithm == "nonsi" else pairs or pair_count(spec, n)
     made = sample_pairs(profile, prompt_tokens, count, threads, runtime, ngram, seed)
-    ms, first = mean_time_ms(made, sim, clock(profile), n, profile.per_token_ms)
+    ms, first = mean_time_ms(made, sim, clock(profile, cancel_frees), n, profile.per_token_ms)
     return ms if n == max_tokens else first + (ms - first) * (max_tokens - 1) / (n - 1)
