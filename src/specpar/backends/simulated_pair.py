@@ -3,7 +3,7 @@
 :class:`SimulatedPair` is what the commands that run simulated models (``simulate``, ``plan``, ``table``,
 ``heatmap``, ``serve --simulated``) take from the command line, with one spelling for each number: its fields
 carry their flags in :func:`specpar.core.config.flag` metadata, as :class:`~specpar.core.config.SpeculativeConfig`'s
-do, and ``specpar.entrypoints.cli.config_args`` builds the option group from them.
+do, and ``specpar.entrypoints.cli.arguments`` builds the option group from them.
 
     pair = SimulatedPair(target_tpot_ms=30, drafter_latency=0.1, acceptance_rate=0.8)
     target, drafter = pair.models()          # a SimulatedModel and its SimulatedDrafter

@@ -7,13 +7,20 @@ from specpar.core.json_output import JsonLines, print_json
 from specpar.core.params import SamplingParams
 from specpar.core.results import fmt, metrics_footnote
 from specpar.core.trees import parse_tree
-from specpar.entrypoints.cli import real_models
-from specpar.entrypoints.cli.aliases import add_deprecated
-from specpar.entrypoints.cli.command_args import add_json, add_max_new_tokens, add_prompt_count, command_parser
+from specpar.entrypoints.cli import arguments, real_models
+from specpar.entrypoints.cli.arguments import (
+    REAL_TIME_FIELDS,
+    add_deprecated,
+    add_json,
+    add_max_new_tokens,
+    add_prompt_count,
+    add_runtime_arguments,
+    command_parser,
+    number,
+    seed,
+)
 from specpar.entrypoints.cli.generate import NAMES
-from specpar.entrypoints.cli.options import number, seed
 from specpar.entrypoints.cli.progress import TokenProgress
-from specpar.entrypoints.cli.runtime_args import REAL_TIME_FIELDS, add_runtime_arguments
 from specpar.experiments.loop import run_arms
 
 DESCRIPTION = """\
@@ -32,10 +39,10 @@ with the spread of the per-prompt ratios; a note says when they straddle 1.
 
 def register(sub) -> None:
     p = command_parser(sub, "bench", "non-SI vs SI vs DSI on real models over N prompts", DESCRIPTION)
-    real_models.add_prompt_args(p, default="humaneval")
+    arguments.add_prompt_args(p, default="humaneval")
     add_prompt_count(p, 10, "prompts to run, the dataset's first n")
     add_max_new_tokens(p, 64, "tokens per prompt")
-    real_models.add_speculation_arguments(p, fields=("lookahead", "sp_degree", "tree", "proposer", "prefill_replicas",
+    arguments.add_speculation_arguments(p, fields=("lookahead", "sp_degree", "tree", "proposer", "prefill_replicas",
                                                      "dedicated_cursor"))  # fmt: skip
     algorithms = p.add_argument(
         "--algorithms", default="nonsi,si,dsi", metavar="LIST", help="comma-separated algorithms (default nonsi,si,dsi)"
@@ -59,7 +66,7 @@ def register(sub) -> None:
         help="with --out: each line carries its run's timeline, every server call (server, kind, start and end ms, "
         "tokens, drafts, tokens cached at its start, cancelled)",
     )
-    real_models.add_model_args(p)
+    arguments.add_model_args(p)
     add_runtime_arguments(p, choices=("threads", "ray"), default="threads", fields=REAL_TIME_FIELDS)
     p.set_defaults(func=run)
 

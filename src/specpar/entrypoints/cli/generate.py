@@ -8,11 +8,19 @@ import sys
 from specpar.core.errors import ConfigError
 from specpar.core.json_output import print_json
 from specpar.core.results import metrics_footnote
-from specpar.entrypoints.cli import real_models
-from specpar.entrypoints.cli.command_args import add_json, add_max_new_tokens, add_repeats, command_parser
-from specpar.entrypoints.cli.options import integer, number, seed
+from specpar.entrypoints.cli import arguments, real_models
+from specpar.entrypoints.cli.arguments import (
+    REAL_TIME_FIELDS,
+    add_json,
+    add_max_new_tokens,
+    add_repeats,
+    add_runtime_arguments,
+    command_parser,
+    integer,
+    number,
+    seed,
+)
 from specpar.entrypoints.cli.progress import TokenProgress
-from specpar.entrypoints.cli.runtime_args import REAL_TIME_FIELDS, add_runtime_arguments
 from specpar.experiments.loop import run_arms
 
 DESCRIPTION = """\
@@ -31,9 +39,9 @@ def register(sub) -> None:
     p.add_argument(
         "prompt", nargs="?", default=None, help="the prompt text; with --dataset, an index or id in it (default 0)"
     )
-    real_models.add_prompt_args(p)
+    arguments.add_prompt_args(p)
     p.add_argument("--chat", action="store_true", help="put the prompt text in the target's chat template")
-    real_models.add_speculation_arguments(p)
+    arguments.add_speculation_arguments(p)
     add_max_new_tokens(p, 64, "tokens to generate")
     p.add_argument("--temperature", type=number, default=0.0, metavar="T", help="0 (default) greedy; > 0 sampling")
     p.add_argument("--seed", type=seed, default=0, help="keys every random draw when sampling")
@@ -41,7 +49,7 @@ def register(sub) -> None:
     p.add_argument("--compare", action="store_true", help="also run the other algorithms and print all side by side")
     add_repeats(p, 1, "with --compare: runs of each algorithm, interleaved, for the spread of the ratios")
     add_json(p, "print one JSON object instead of text and tables")
-    real_models.add_model_args(p)
+    arguments.add_model_args(p)
     add_runtime_arguments(p, choices=("threads", "ray"), default="threads", fields=REAL_TIME_FIELDS)
     p.set_defaults(func=run)
 

@@ -6,10 +6,15 @@ import os
 import time
 
 from specpar.core.config import SpeculativeConfig
-from specpar.entrypoints.cli.command_args import add_max_new_tokens, add_repeats, command_parser
-from specpar.entrypoints.cli.config_args import PAPER_SP_DEGREE, ConfigOptions
-from specpar.entrypoints.cli.options import integer
-from specpar.entrypoints.cli.pair_args import add_pair_arguments
+from specpar.entrypoints.cli.arguments import (
+    PAPER_SP_DEGREE,
+    ConfigOptions,
+    add_max_new_tokens,
+    add_pair_arguments,
+    add_repeats,
+    command_parser,
+    integer,
+)
 
 DESCRIPTION = """\
 Offline simulation on the virtual clock, as in the DSI paper's Fig. 2: speedups

@@ -5,9 +5,17 @@ from __future__ import annotations
 from specpar.core.config import SpeculativeConfig
 from specpar.core.errors import ConfigError
 from specpar.core.json_output import print_json
-from specpar.entrypoints.cli.command_args import add_json, add_max_new_tokens, command_parser
-from specpar.entrypoints.cli.config_args import PAPER_SP_DEGREE, ConfigOptions
-from specpar.entrypoints.cli.pair_args import LATENCY_FIELDS, add_pair_arguments, add_profile_arguments, pair_from_args
+from specpar.entrypoints.cli.arguments import (
+    LATENCY_FIELDS,
+    PAPER_SP_DEGREE,
+    ConfigOptions,
+    add_json,
+    add_max_new_tokens,
+    add_pair_arguments,
+    add_profile_arguments,
+    command_parser,
+    pair_from_args,
+)
 
 SHOWN = 10  # the fastest candidates shown in the table
 

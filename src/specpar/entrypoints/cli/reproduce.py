@@ -6,9 +6,7 @@ import os
 import time
 
 from specpar.core.json_output import print_json
-from specpar.entrypoints.cli.aliases import add_deprecated
-from specpar.entrypoints.cli.command_args import add_json, command_parser
-from specpar.entrypoints.cli.options import number
+from specpar.entrypoints.cli.arguments import add_deprecated, add_json, command_parser, number
 
 DESCRIPTION = """\
 Check the DSI paper's claims by simulation and print each with the measured

@@ -9,11 +9,23 @@ from specpar.core.decoding import check_temperature
 from specpar.core.errors import ConfigError, SpecparWarning
 from specpar.core.results import fmt, metrics_footnote
 from specpar.core.trees import BestFirst, shape_text
-from specpar.entrypoints.cli.command_args import add_json, add_max_new_tokens, add_repeats, command_parser
-from specpar.entrypoints.cli.config_args import PAPER_SP_DEGREE, ConfigOptions, Default
-from specpar.entrypoints.cli.options import number
-from specpar.entrypoints.cli.pair_args import LATENCY_FIELDS, add_pair_arguments, add_profile_arguments, pair_from_args
-from specpar.entrypoints.cli.runtime_args import CLOCKS, add_runtime_arguments, experiment_runtime
+from specpar.entrypoints.cli.arguments import (
+    CLOCKS,
+    LATENCY_FIELDS,
+    PAPER_SP_DEGREE,
+    ConfigOptions,
+    Default,
+    add_json,
+    add_max_new_tokens,
+    add_pair_arguments,
+    add_profile_arguments,
+    add_repeats,
+    add_runtime_arguments,
+    command_parser,
+    experiment_runtime,
+    number,
+    pair_from_args,
+)
 from specpar.planning.lookahead import sp_degree_needed, verification_servers
 
 DESCRIPTION = """\

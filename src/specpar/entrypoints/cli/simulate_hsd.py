@@ -12,9 +12,8 @@ import statistics
 
 from specpar.core.errors import ConfigError
 from specpar.core.json_output import print_json
-from specpar.entrypoints.cli.options import integers
+from specpar.entrypoints.cli.arguments import CLOCKS, experiment_runtime, integers
 from specpar.entrypoints.cli.progress import TokenProgress
-from specpar.entrypoints.cli.runtime_args import CLOCKS, experiment_runtime
 from specpar.experiments.loop import run_arms, speedup
 
 DEFAULT_COSTS = [0.2, 1.5, 6.0, 30.0]

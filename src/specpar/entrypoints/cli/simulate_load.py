@@ -7,7 +7,7 @@ import argparse
 import sys
 
 from specpar.core.errors import ConfigError
-from specpar.entrypoints.cli.options import integer, integers
+from specpar.entrypoints.cli.arguments import integer, integers
 from specpar.planning.load import POLICIES
 
 

@@ -4,11 +4,19 @@ from __future__ import annotations
 
 from specpar.backends.simulated_pair import SimulatedPair
 from specpar.core.config import SpeculativeConfig
-from specpar.entrypoints.cli.command_args import add_json, add_max_new_tokens, add_repeats, command_parser
-from specpar.entrypoints.cli.config_args import PAPER_SP_DEGREE, ConfigOptions
-from specpar.entrypoints.cli.options import integer
-from specpar.entrypoints.cli.pair_args import add_profile_arguments
-from specpar.entrypoints.cli.runtime_args import REAL_TIME_FIELDS, add_runtime_arguments, experiment_runtime
+from specpar.entrypoints.cli.arguments import (
+    PAPER_SP_DEGREE,
+    REAL_TIME_FIELDS,
+    ConfigOptions,
+    add_json,
+    add_max_new_tokens,
+    add_profile_arguments,
+    add_repeats,
+    add_runtime_arguments,
+    command_parser,
+    experiment_runtime,
+    integer,
+)
 
 DESCRIPTION = """\
 Non-SI, SI and DSI on real threads in wall time, with servers that sleep for a
