@@ -27,6 +27,10 @@ PLACEMENTS = ("PACK", "SPREAD")
 DRAFTER_PLACEMENTS = ("driver", "actor")
 
 
+SEED_HELP = "every random draw of the run comes from this seed (an integer >= 0)"
+"""What ``--seed`` means in every command (a command's help adds how several runs use it, e.g. run r: seed + r)."""
+
+
 def flag(
     name: str,
     help: str,

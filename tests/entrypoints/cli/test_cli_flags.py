@@ -87,6 +87,7 @@ SAMPLES = {  # a value for each deprecated flag that takes one and has no choice
     "drafter_tpot": "0.5",
     "algorithms": "nonsi,si",
     "phi3_acceptance_rate": "0.6",
+    "max_tokens": "7",
 }
 
 BASE = {"table": ["--target-tpot", "2", "--drafter-tpot", "1", "-a", "0.5"]}  # what a command needs besides

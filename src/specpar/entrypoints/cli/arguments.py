@@ -37,13 +37,14 @@ import math
 import textwrap
 import types
 import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import MISSING, dataclass
 from typing import Any
 
 from specpar.backends.simulated_pair import SimulatedPair
 from specpar.core.config import RUNTIMES, VLLM_NAMES, RuntimeConfig, SpeculativeConfig
 from specpar.core.errors import ConfigError
+from specpar.core.params import SamplingParams
 
 
 # -- value types -------------------------------------------------------------------------------------------------------
@@ -179,28 +180,27 @@ def int_or_text(text: str) -> int | str:
         return text
 
 
-def argument_type(hint) -> Callable[[str], Any] | type[bool]:
-    """The argparse type of a field annotated ``hint``: bool (a --flag/--no-flag pair), integer, number, a list of
-    integers, int_or_text, or str (text the config object parses, such as a token tree)."""
+def argument_type(hint) -> tuple[Callable[[str], Any] | type[bool], bool]:
+    """(the argparse type, repeated) of a field annotated ``hint``: bool (a --flag/--no-flag pair), integer, number, a
+    list of integers, int_or_text, or str (text the config object parses, such as a token tree); repeated for a
+    sequence of them (``--stop A --stop B``)."""
     kinds = (
         typing.get_args(hint)
         if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union
         else (hint,)
     )
     kinds = {k for k in kinds if k is not type(None) and typing.get_origin(k) not in (Mapping, dict)}
+    items = {typing.get_args(k)[0] for k in kinds if typing.get_origin(k) is Sequence}
+    if items:  # a sequence (and its single value): repeated
+        kind, _ = argument_type(typing.Union[tuple(items)])  # noqa: UP007 (a union made at run time)
+        return kind, True
     kinds = {typing.get_origin(k) or k for k in kinds}
-    if kinds == {bool}:
-        return bool
-    if kinds == {int, str}:
-        return int_or_text
-    if kinds == {int}:
-        return integer
-    if kinds == {float}:
-        return number
-    if kinds == {tuple}:
-        return integers
+    for wanted, kind in (({bool}, bool), ({int, str}, int_or_text), ({int}, integer), ({float}, number),
+                         ({tuple}, integers)):  # fmt: skip
+        if kinds == wanted:
+            return kind, False
     if str in kinds:
-        return str
+        return str, False
     raise TypeError(f"no command-line type for a field annotated {hint}")
 
 
@@ -289,12 +289,15 @@ class ConfigOptions:
 
     def _add(self, container, name: str) -> None:
         meta = self.flagged[name].metadata
-        kind = FIELD_TYPES.get(name) or argument_type(self.hints[name])
+        kind, repeated = argument_type(self.hints[name])
+        kind = FIELD_TYPES.get(name, kind)
         kw: dict[str, Any] = {"dest": self.arg_dest(name), "default": None, "help": self.help(name)}
         if kind is bool:
             kw["action"] = argparse.BooleanOptionalAction
         else:
             kw["type"] = kind
+            if repeated:
+                kw["action"] = "append"
             kw["metavar"] = meta["metavar"]
             choices = self.choices.get(name, tuple(meta["choices"] or ()) or None)
             if choices is not None:
@@ -315,7 +318,7 @@ class ConfigOptions:
             words = f"default: {why}" if value is None else f"default {shown(value)}" + (f": {why}" if why else "")
         elif meta["default"]:
             words = f"default: {meta['default']}"
-        elif f.default is not MISSING and f.default is not None:
+        elif f.default is not MISSING and f.default not in (None, False):
             words = f"default {shown(f.default)}"
         else:
             words = None
@@ -438,10 +441,13 @@ def command_parser(sub, name: str, help: str, description: str) -> argparse.Argu
     return sub.add_parser(name, help=help, description=description, formatter_class=Formatter)
 
 
-def add_max_new_tokens(p, default: int, what: str) -> None:
-    p.add_argument(
-        "-N", "--max-new-tokens", type=integer, default=default, metavar="N", help=f"{what} (default {default})"
-    )
+def add_sampling_arguments(p, fields, defaults=None, helps=None, title: str | None = None) -> ConfigOptions:
+    """SamplingParams' flags for ``fields`` (``args.sampling``), in a group when ``title`` is given; ``defaults``
+    and ``helps`` as :class:`ConfigOptions` takes them (a command that generates N tokens of something:
+    ``add_sampling_arguments(p, ("max_tokens",), {"max_tokens": 100}, {"max_tokens": "tokens per run"})``)."""
+    options = ConfigOptions(SamplingParams, "sampling", fields=fields, defaults=defaults, helps=helps)
+    options.add_to(p, title)
+    return options
 
 
 def add_repeats(p, default: int, what: str) -> None:

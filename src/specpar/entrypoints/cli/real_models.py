@@ -9,7 +9,6 @@ import statistics
 import sys
 
 from specpar.core.config import SpeculativeConfig
-from specpar.core.decoding import check_temperature
 from specpar.core.errors import ConfigError
 
 
@@ -82,9 +81,6 @@ def load(args, sp_degree: int, max_tokens: int, **engine_options):
 
 
 def check_common(args) -> None:
-    if getattr(args, "max_new_tokens", 1) < 1:
-        raise ConfigError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
-    check_temperature(getattr(args, "temperature", 0.0))
     device_names(args)
     check_lookahead(args)
 

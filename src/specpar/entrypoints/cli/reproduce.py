@@ -98,7 +98,7 @@ def run(args) -> int:
     t0 = time.perf_counter()
     kwargs = dict(
         resolution=args.resolution,
-        n=args.max_new_tokens,
+        n=args.max_tokens,
         repeats=args.repeats,
         sp_degree=args.sp_degree,
         seed=args.seed,
@@ -125,7 +125,7 @@ def run(args) -> int:
         colours = {"PASS": "green", "FAIL": "red", "MISSING": "yellow", "PARTIAL": "yellow"}
         console.print(
             f"grid claims on {args.resolution} x {args.resolution + 1} cells (c x a), N = "
-            f"{args.max_new_tokens}, {args.repeats} repeats per cell, SP = {args.sp_degree}; virtual clock"
+            f"{args.max_tokens}, {args.repeats} repeats per cell, SP = {args.sp_degree}; virtual clock"
         )
         for c in claims:
             console.print(f"[bold {colours[c.status]}]{c.status:7}[/] [bold]{c.source}[/]: {c.statement}")

@@ -9,10 +9,10 @@ from specpar.entrypoints.cli.arguments import (
     REAL_TIME_FIELDS,
     ConfigOptions,
     add_json,
-    add_max_new_tokens,
     add_profile_arguments,
     add_repeats,
     add_runtime_arguments,
+    add_sampling_arguments,
     command_parser,
     experiment_runtime,
     integer,
@@ -42,7 +42,7 @@ def register(subparsers) -> None:
     numbers.add_to(p, "a pair given by numbers (ms per forward pass)")
     p.add_argument("--name", default="command line", help="label for the pair given by numbers")
     p.add_argument("--no-default-pair", action="store_true", help="leave out the default pair's measured profile")
-    add_max_new_tokens(p, 50, "tokens per run")
+    add_sampling_arguments(p, ("max_tokens",), {"max_tokens": 50}, {"max_tokens": "tokens per run"})
     add_repeats(p, 3, "runs per algorithm and lookahead")
     p.add_argument(
         "--lookaheads",
@@ -108,7 +108,7 @@ def run(args) -> int:
     tables = []
     for pair in pairs:
         kwargs = dict(
-            n=args.max_new_tokens,
+            n=args.max_tokens,
             repeats=args.repeats,
             sp_degree=args.sp_degree,
             lookaheads=args.lookaheads,
@@ -116,7 +116,7 @@ def run(args) -> int:
             **experiment_runtime(args),
         )
         runs = args.repeats * (1 + 2 * len(feasible_lookaheads(pair, args.lookaheads, args.sp_degree)))
-        with TokenProgress(runs * args.max_new_tokens, f"{pair.label}: {args.runtime}", not args.json) as bar:
+        with TokenProgress(runs * args.max_tokens, f"{pair.label}: {args.runtime}", not args.json) as bar:
             done = iter(range(1, runs + 1))
             progress = lambda arm: bar.describe(f"{pair.label}: {arm}, run {next(done)} of {runs}")  # noqa: E731
             tables.append(run_online(pair, progress=progress, stream=bar.callback, **kwargs))
