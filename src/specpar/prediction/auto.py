@@ -69,6 +69,14 @@ class Choice:
         }
 
 
+def chosen(predictions: MethodPredictions) -> Prediction:
+    """The method ``auto`` runs: the fastest, unless it beats non-SI by no more than MARGIN (then non-SI)."""
+    best, plain = predictions.fastest, predictions.of("nonsi")
+    if plain is not None and best.ms > plain.ms / (1 + MARGIN):
+        return plain
+    return best
+
+
 def reason(chosen: Prediction, predictions: MethodPredictions, profile: MachineProfile, shift: float = 0.0,
            others: int = 3) -> str:  # fmt: skip
     """The line that says what ``auto`` chose and why: the method chosen and its time, the next ``others`` methods'
@@ -118,9 +126,7 @@ class Auto:
         """The fastest method for this request, and why."""
         predictions = self.predictions(prompt_tokens, max_tokens, sp_degree)
         shift = self.profile.target.prefill(prompt_tokens) - self.profile.target.prefill(predictions.prompt_tokens)
-        best, plain = predictions.fastest, predictions.of("nonsi")
-        if plain is not None and best.ms > plain.ms / (1 + MARGIN):  # not faster by the margin: plain decoding
-            best = plain
+        best = chosen(predictions)
         return Choice(best.spec, best, best.ms + shift, reason(best, predictions, self.profile, shift), predictions)
 
     def resolve(self, spec: SpeculativeConfig, prompt_tokens: int, max_tokens: int) -> tuple[SpeculativeConfig, Choice]:
