@@ -21,6 +21,7 @@ from specpar.core.errors import ConfigError
 
 ALGORITHMS = ("nonsi", "si", "dsi", "hsd", "hsd-sp")
 AUTO = "auto"  # the fastest of the algorithms on this machine, by prediction (specpar.prediction.auto)
+AUTO_CHOOSES = ("lookahead", "tree", "proposer", "buffers", "prefill_replicas", "dedicated_cursor")
 LOOKAHEAD_MODES = ("auto", "adaptive")
 RUNTIMES = ("virtual", "threads", "ray")
 CANCEL_MODES = ("now", "end")
@@ -210,8 +211,12 @@ class SpeculativeConfig:
     def for_request(self, **changes) -> SpeculativeConfig:
         """A request's speculation over these defaults (an engine's or a server's): :meth:`replace`, except that a
         request switching to an algorithm that takes no token tree or n-gram proposer (non-SI, HSD) leaves the
-        defaults' tree and n-gram proposer behind instead of being refused for them; ones it names are checked."""
+        defaults' tree and n-gram proposer behind instead of being refused for them, and one switching to "auto"
+        the defaults' settings it chooses itself (AUTO_CHOOSES); ones it names are checked."""
         algorithm = changes.get("algorithm")
+        if algorithm == AUTO:  # auto chooses the method's settings: the defaults' own are left behind
+            kept = {k: v for k, v in changes.items() if v is not None}
+            return replace(self, **{name: kept.get(name) for name in AUTO_CHOOSES}, **kept)
         if algorithm is not None and algorithm not in ("si", "dsi"):
             kept = {k: v for k, v in changes.items() if v is not None}
             if "tree" not in kept:

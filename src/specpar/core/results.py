@@ -42,6 +42,7 @@ METRICS = {
         "tokens per token the target made itself = accepted drafts in a row + 1 (SI's equals its tokens/pass; "
         "DSI's runs go on across lookahead windows)"
     ),
+    "predicted s": "the time the machine profile predicts for the run (`specpar predict`; auto: its choice's)",
 }
 
 

@@ -24,7 +24,7 @@ import os
 import threading
 from dataclasses import dataclass, replace
 
-from specpar.core.config import SpeculativeConfig
+from specpar.core.config import AUTO_CHOOSES, SpeculativeConfig
 from specpar.core.errors import ConfigError
 from specpar.prediction.machine import MachineProfile, load_or_build
 from specpar.prediction.methods import METHODS, EngineShape, MethodPredictions, Prediction, predict_methods
@@ -131,10 +131,11 @@ class Auto:
 
     def resolve(self, spec: SpeculativeConfig, prompt_tokens: int, max_tokens: int) -> tuple[SpeculativeConfig, Choice]:
         """``spec`` with algorithm "auto" made the fastest method's configuration (its sp_degree caps DSI's)."""
-        if spec.tree is not None or spec.proposer is not None or spec.lookahead not in (None, "auto"):
+        given = [name for name in AUTO_CHOOSES if getattr(spec, name) not in (None, "auto")]
+        if given:
             raise ConfigError(
-                'algorithm="auto" chooses the method and its settings (lookahead, tree, proposer): give none of them '
-                "with it (sp_degree caps DSI's servers)"
+                f'algorithm="auto" chooses the method and its settings: give no {", ".join(given)} with it '
+                "(sp_degree caps DSI's servers)"
             )
         choice = self.choose(prompt_tokens, max_tokens, spec.sp_degree)
         log.info("auto: %s", choice.reason)
@@ -193,3 +194,24 @@ def for_engine(engine) -> Auto:
         cancel_frees=config.cancel_frees if engine.runtime == "virtual" else {"target": "end"},
     )
     return Auto(profile, shape)
+
+
+def predict_request(engine, spec: SpeculativeConfig, prompt_tokens: int, max_tokens: int) -> float:
+    """The predicted time (ms) of one request of ``spec`` on ``engine`` run alone, as the engine will run it (its
+    defaults resolved for the engine's models: :func:`specpar.algorithms.registry.resolve`); for "auto", its
+    choice's. A ConfigError when the engine has no machine profile."""
+    from specpar.algorithms.registry import resolve
+    from specpar.prediction.methods import NAMES, available, method_of
+    from specpar.prediction.simulate import predicted_ms
+
+    auto = engine.auto()
+    if spec.algorithm == "auto":
+        return auto.choose(prompt_tokens, max_tokens, spec.sp_degree).predicted_ms
+    drafter = engine.drafters if spec.speculates else None
+    resolved = resolve(spec, engine.targets, drafter, prompt_tokens)
+    threads = auto.shape.threads(auto.profile, resolved)
+    method = method_of(resolved)
+    if not available(auto.profile, auto.shape, [method]):
+        raise ConfigError(f"no prediction of {NAMES[method]} here: the engine or its profile has no drafter or rates")
+    return predicted_ms(auto.profile, resolved, prompt_tokens, max_tokens, threads, auto.shape.runtime,
+                        cancel_frees=auto.shape.cancel_frees)  # fmt: skip

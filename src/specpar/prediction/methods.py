@@ -248,5 +248,12 @@ def _lookaheads(max_tokens: int) -> tuple[int, ...]:
     return tuple(k for k in LOOKAHEADS if k < max(2, max_tokens))
 
 
-def uses_ngram(spec: SpeculativeConfig) -> bool:
-    return spec.proposer is not None and parse_proposer(spec.proposer).ngram
+def method_of(spec: SpeculativeConfig) -> str:
+    """The method (a key of NAMES) a resolved configuration runs."""
+    if spec.algorithm in ("nonsi", "hsd"):
+        return spec.algorithm
+    if spec.algorithm not in ("si", "dsi"):
+        raise ConfigError(f"no prediction of algorithm {spec.algorithm!r}")
+    if spec.proposer is not None and parse_proposer(spec.proposer).ngram:
+        return f"ngram-{spec.algorithm}"
+    return f"tree-{spec.algorithm}" if spec.tree is not None else spec.algorithm

@@ -603,6 +603,17 @@ def add_model_args(p) -> None:
     )
 
 
+def add_machine_profile(p) -> None:
+    """--profile: the machine profile ``--algorithm auto`` and the predictions read (Engine's ``profile``)."""
+    p.add_argument(
+        "--profile",
+        metavar="FILE",
+        default=None,
+        help='the machine profile --algorithm auto and the predictions use ("format": "specpar-machine/1"; '
+        "default: the one measured for the models on this machine, `specpar profile`)",
+    )
+
+
 def add_prompt_args(p, default: str | None = None) -> None:
     p.add_argument(
         "--dataset",

@@ -40,13 +40,14 @@ def register(sub) -> None:
     )
     arguments.add_prompt_args(p)
     p.add_argument("--chat", action="store_true", help="put the prompt text in the target's chat template")
-    arguments.add_speculation_arguments(p)
+    arguments.add_speculation_arguments(p, algorithms=("nonsi", "si", "dsi", "auto"))
     add_sampling_arguments(p, GENERATE_SAMPLING, {"max_tokens": 64, "temperature": 0.0, "seed": 0},
                            title="sampling and stopping (vLLM's SamplingParams)")  # fmt: skip
     p.add_argument("--compare", action="store_true", help="also run the other algorithms and print all side by side")
     add_repeats(p, 1, "with --compare: runs of each algorithm, interleaved, for the spread of the ratios")
     add_json(p, "print one JSON object instead of text and tables")
     arguments.add_model_args(p)
+    arguments.add_machine_profile(p)
     add_runtime_arguments(p, choices=("threads", "ray"), default="threads", fields=REAL_TIME_FIELDS)
     p.set_defaults(func=run)
 
@@ -106,11 +107,14 @@ def run(args) -> int:
     check_tree_processors(args.spec, params.processors)  # before the models load (the engine checks it again)
     chosen = chosen_prompt(args)
     main = args.algorithm
-    algorithms = [main] + ([a for a in ("nonsi", "si", "dsi") if a != main] if args.compare else [])
-    sp = args.sp_degree if "dsi" in algorithms else 1
+    algorithms = [main] + ([a for a in ("nonsi", "si", "dsi", "auto") if a != main] if args.compare else [])
+    sp = args.sp_degree if {"dsi", "auto"} & set(algorithms) else 1
     target, drafter, servers = real_models.load(args, sp, max_tokens=4096)
     what, ids = prompt_ids(args, target, chosen)
     servers.check_length(len(ids), args.max_tokens)
+    predicted, why_not = predictions(servers, args, algorithms, len(ids))
+    if main != "auto" and "auto" not in predicted:  # no profile to choose from: the comparison goes on without it
+        algorithms = [a for a in algorithms if a != "auto"]
     if args.compare:
         real_models.warn_load()
     repeats = args.repeats
@@ -162,14 +166,32 @@ def run(args) -> int:
                 "repeats": repeats,
                 "time_ms": {a: [r.time_ms for r in rs] for a, rs in runs.items()},
                 "speedups": speedups,
+                "predicted_ms": predicted,
             }
         )
         return 0
-    _report(args, results, runs, speedups)
+    _report(args, results, runs, speedups, predicted, why_not)
     return 0
 
 
-def _report(args, results, runs, speedups) -> None:
+def predictions(engine, args, algorithms, prompt_tokens: int) -> tuple[dict, str | None]:
+    """{algorithm: its predicted ms} for the runs of ``algorithms`` on ``engine`` (auto's: its choice's), and why
+    there are none (no machine profile for the models: the ConfigError's words), else None."""
+    from specpar.prediction.auto import predict_request
+
+    out = {}
+    try:
+        for algo in algorithms:
+            spec = real_models.arm(args.spec, engine, algo)
+            out[algo] = predict_request(engine, spec, prompt_tokens, args.max_tokens)
+    except ConfigError as exc:
+        if args.algorithm == "auto":
+            raise
+        return out, str(exc)
+    return out, None
+
+
+def _report(args, results, runs, speedups, predicted, why_not) -> None:
     """The main algorithm's statistics (its first run); with --compare a table of all, times the mean over
     the repeats and ratios with their spread."""
 
@@ -178,13 +200,18 @@ def _report(args, results, runs, speedups) -> None:
 
     console = table_console(stderr=True, wide=120)
     main = results[args.algorithm]
+    if main.auto is not None:
+        console.print(
+            f"auto ran {main.auto['label']}: predicted {main.auto['predicted_ms'] / 1000:.2f} s, measured "
+            f"{main.time_ms / 1000:.2f} s ({main.auto['reason']})"
+        )
     console.print(
         f"{NAMES[args.algorithm]}: {len(main.tokens)} tokens in {main.time_ms / 1000:.2f} s = "
         f"{fmt(main.tokens_per_second)} tokens/s"
         f" (first token {main.ttft_ms / 1000:.2f} s); "
         + (
             ""
-            if args.algorithm == "nonsi"
+            if main.algorithm == "nonsi"
             else f"acceptance rate {fmt(main.acceptance_rate)}, run length {fmt(main.mean_run_length)} "
             f"(tokens per target-made token), {fmt(main.mean_acceptance_length)} tokens per target pass, "
             f"lookahead {main.lookahead}, "
@@ -202,6 +229,7 @@ def _report(args, results, runs, speedups) -> None:
     columns = (
         "algorithm",
         "time s",
+        "predicted s",
         "tokens /s",
         "vs non-SI",
         "vs SI",
@@ -212,14 +240,15 @@ def _report(args, results, runs, speedups) -> None:
     )
     rows = []
     base = runs.get("nonsi")
-    for algo in ("nonsi", "si", "dsi"):
+    for algo in [a for a in ("nonsi", "si", "dsi", "auto") if a in results]:
         r = results[algo]
         mean_ms = sum(x.time_ms for x in runs[algo]) / len(runs[algo])
         same = all(x.tokens == b.tokens for x, b in zip(runs[algo], base))
         rows.append(
             [
-                NAMES[algo],
+                NAMES[algo] + (f": {r.auto['label']}" if r.auto else ""),
                 f"{mean_ms / 1000:.2f}",
+                f"{predicted[algo] / 1000:.2f}" if algo in predicted else "-",
                 fmt(len(r.tokens) / (mean_ms / 1000) if mean_ms > 0 else None),
                 real_models.speedup_cell(speedups[algo], "nonsi"),
                 real_models.speedup_cell(speedups[algo], "si"),
@@ -234,6 +263,8 @@ def _report(args, results, runs, speedups) -> None:
     why = real_models.why_line(runs)
     if why:
         console.print(why)
+    if why_not:
+        console.print(f"no predictions: {why_not}", style="dim")
     for line in real_models.inconclusive_lines(speedups):
         console.print(f"[yellow]note:[/yellow] {line}")
     if args.repeats == 1:

@@ -21,13 +21,7 @@ acceptance (and n-gram match) rates. `--algorithm auto` runs the first row.
 
 def register(sub) -> None:
     p = command_parser(sub, "predict", "every method's predicted time on this machine, fastest first", DESCRIPTION)
-    p.add_argument(
-        "--profile",
-        metavar="FILE",
-        default=None,
-        help='a machine profile ("format": "specpar-machine/1"; default: the one measured for the models on this '
-        "machine, `specpar profile`)",
-    )
+    arguments.add_machine_profile(p)
     p.add_argument("--prompt-length", type=integer, default=128, metavar="N", help="prompt tokens (default 128)")
     add_sampling_arguments(p, ("max_tokens",), {"max_tokens": 64}, {"max_tokens": "output tokens"})
     p.add_argument("--sp-degree", type=integer, default=2, metavar="SP",
@@ -59,7 +53,7 @@ def run(args) -> int:
     if args.json:
         print_json(dict(_json(args, profile, result), auto=chosen(result).label))
         return 0
-    _table(args, profile, result, chosen(result))
+    _table(profile, result, chosen(result), shape.cpu)
     return 0
 
 
@@ -92,7 +86,7 @@ def _json(args, profile, result) -> dict:
     }
 
 
-def _table(args, profile, result, auto) -> None:
+def _table(profile, result, auto, cpu: bool) -> None:
     from specpar.core.results import fmt
     from specpar.entrypoints.cli.console import print_table, table_console
     from specpar.prediction.auto import seconds
@@ -105,7 +99,7 @@ def _table(args, profile, result, auto) -> None:
             seconds(p.ms),
             fmt(result.max_tokens / (p.ms / 1000) if p.ms > 0 else None),
             fmt(plain.ms / p.ms if plain and p.ms > 0 else None),
-            str(p.threads),
+            str(p.threads) if cpu else "-",
         ]
         for p in result.best
     ]

@@ -41,7 +41,10 @@ def backend(args) -> str:
 
 def arm(spec: SpeculativeConfig, engine, algorithm: str, **changes) -> SpeculativeConfig:
     """``spec`` for one run of ``algorithm`` on ``engine``: no token tree or proposer for non-SI, at most the engine's
-    target servers (it made one when no run verifies in parallel)."""
+    target servers (it made one when no run verifies in parallel); for "auto", none of the settings it chooses
+    (the flags' lookahead, tree, proposer are the other algorithms')."""
+    if algorithm == "auto":
+        return spec.for_request(algorithm="auto", sp_degree=min(spec.sp_degree or engine.sp_degree, engine.sp_degree))
     tree = None if algorithm == "nonsi" else changes.pop("tree", spec.tree)
     proposer = None if algorithm == "nonsi" else changes.pop("proposer", spec.proposer)
     sp = min(spec.sp_degree or engine.sp_degree, engine.sp_degree)
@@ -67,7 +70,7 @@ def load(args, sp_degree: int, max_tokens: int, **engine_options):
         backend=args.backend,
     )
     spec = getattr(args, "spec", None) or SpeculativeConfig()
-    hierarchy = ALGORITHMS[spec.algorithm].hierarchy  # HSD's drafter is a list of levels: here one
+    hierarchy = spec.algorithm in ALGORITHMS and ALGORITHMS[spec.algorithm].hierarchy  # HSD's levels: here one
     engine = Engine(
         target,
         [drafter] if hierarchy else drafter,
@@ -75,6 +78,7 @@ def load(args, sp_degree: int, max_tokens: int, **engine_options):
         runtime=getattr(args, "runtime_config", None),
         devices=devs,
         max_tokens=max_tokens,
+        profile=getattr(args, "profile", None),
         **engine_options,
     )
     return target, drafter, engine
@@ -151,7 +155,7 @@ def warn_load() -> None:
         print(f"warning: {line}", file=sys.stderr)
 
 
-NAMES = {"nonsi": "non-SI", "si": "SI", "dsi": "DSI"}
+NAMES = {"nonsi": "non-SI", "si": "SI", "dsi": "DSI", "auto": "auto"}
 
 
 def speedups(by_algo: dict, algo: str) -> dict:
