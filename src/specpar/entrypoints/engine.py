@@ -543,7 +543,8 @@ class Engine:
             else:
                 from specpar.prediction.shares import share_curve
 
-                curve = share_curve(self.policy, spec, self.targets, self.drafters, len(self.units), max_tokens)
+                curve = share_curve(self.policy, spec, self.targets, self.drafters, len(self.units), max_tokens,
+                                    machine=self._machine())  # fmt: skip
             self._curves[key] = curve
         return curve
 
@@ -608,6 +609,15 @@ class Engine:
         )
         log.info("lookahead %d: the fastest %s's simulation predicts (lookahead='auto')", k, spec.algorithm)
         return k
+
+    def _machine(self):
+        """The machine's predictions for the scheduler's shares (those auto chooses by), once the engine has a profile:
+        given, or made for an auto request (a measured profile is not built for the shares alone); else None."""
+        if self.profile is None and self._auto is None:
+            return None
+        from specpar.prediction.auto import predict_request
+
+        return lambda spec, n: predict_request(self, spec, 16, n)
 
     def auto(self):
         """``algorithm="auto"``'s chooser for this engine (:class:`specpar.prediction.auto.Auto`), made on first use
