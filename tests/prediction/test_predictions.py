@@ -97,3 +97,15 @@ def test_every_method_is_predicted_at_its_best_settings_fastest_first():
         assert best.ms <= 1.25 * quick
     assert result.of("nonsi").ms == pytest.approx(30.0 + 29 * 10.0)
     assert result.fastest.method != "nonsi"  # a fast drafter at a = 0.7: speculation pays
+
+
+def test_ray_predictions_pay_the_round_trip_per_call_and_the_drafter_stays_beside_the_driver():
+    base = MachineProfile.from_latency(TARGET, DRAFTER, A)
+    profile = MachineProfile(key={}, target=base.target, drafter=base.drafter, acceptance_rate=A,
+                             overhead_ms={"threads": 0.0, "ray": 3.0})  # fmt: skip
+    result = predict_methods(profile, 10, 30, EngineShape(units=1, targets=2), methods=("nonsi", "si"),
+                             runtimes=("threads", "ray"))  # fmt: skip
+    by = {(p.method, p.runtime): p.ms for p in result.best}
+    assert by["nonsi", "ray"] == pytest.approx(by["nonsi", "threads"] + 30 * 3.0)  # one target call per token
+    assert by["si", "ray"] > by["si", "threads"]
+    assert all(p.label.endswith("on Ray") == (p.runtime == "ray") for p in result.best)

@@ -19,7 +19,19 @@ from specpar.entrypoints.cli import arguments, serve
 from specpar.entrypoints.cli.arguments import DeprecatedFlag
 from specpar.entrypoints.cli.main import ArgumentParser, build_parser, main
 
-COMMANDS = ("simulate", "plan", "hsd-plan", "heatmap", "reproduce", "table", "generate", "bench", "profile", "serve")
+COMMANDS = (
+    "simulate",
+    "plan",
+    "hsd-plan",
+    "heatmap",
+    "reproduce",
+    "table",
+    "generate",
+    "bench",
+    "profile",
+    "predict",
+    "serve",
+)
 
 
 def commands(parser) -> dict[str, argparse.ArgumentParser]:
@@ -229,7 +241,10 @@ def test_speculative_config_mistakes_are_one_line(capsys):
         (["serve", "--speculative-config", "{method: dsi}"], "--speculative-config is not valid JSON"),
         (["serve", "--speculative-config", '{"draft_model": "x"}'], "unknown SpeculativeConfig key 'draft_model'"),
         (["bench", "--speculative-config", '{"method": "si"}'], "this command does not take 'method'"),
-        (["generate", "hi", "--speculative-config", '{"method": "hsd"}'], "method must be one of nonsi, si, dsi here"),
+        (
+            ["generate", "hi", "--speculative-config", '{"method": "hsd"}'],
+            "method must be one of nonsi, si, dsi, auto here",
+        ),
     ]:
         assert_one_line_error(main(argv), capsys.readouterr().err, needle)
 
@@ -255,7 +270,7 @@ def test_serve_takes_hsd_tree_and_dsi_options(flags, algorithm, lookahead):
 def test_the_metadata_choices_are_the_values_the_configs_accept():
     spec = {f.name: f.metadata for f in core_config.fields(SpeculativeConfig)}
     runtime = {f.name: f.metadata for f in core_config.fields(RuntimeConfig) if f.metadata}
-    assert tuple(spec["algorithm"]["choices"]) == core_config.ALGORITHMS
+    assert tuple(spec["algorithm"]["choices"]) == (*core_config.ALGORITHMS, core_config.AUTO)
     assert tuple(runtime["name"]["choices"]) == core_config.RUNTIMES
     assert tuple(runtime["cancel_frees"]["choices"]) == core_config.CANCEL_MODES
     assert tuple(runtime["placement"]["choices"]) == core_config.PLACEMENTS

@@ -229,7 +229,7 @@ def _report(args, results, runs, speedups, predicted, why_not) -> None:
     columns = (
         "algorithm",
         "time s",
-        "predicted s",
+        *(("predicted s",) if predicted else ()),
         "tokens /s",
         "vs non-SI",
         "vs SI",
@@ -248,7 +248,7 @@ def _report(args, results, runs, speedups, predicted, why_not) -> None:
             [
                 NAMES[algo] + (f": {r.auto['label']}" if r.auto else ""),
                 f"{mean_ms / 1000:.2f}",
-                f"{predicted[algo] / 1000:.2f}" if algo in predicted else "-",
+                *((f"{predicted[algo] / 1000:.2f}" if algo in predicted else "-",) if predicted else ()),
                 fmt(len(r.tokens) / (mean_ms / 1000) if mean_ms > 0 else None),
                 real_models.speedup_cell(speedups[algo], "nonsi"),
                 real_models.speedup_cell(speedups[algo], "si"),
