@@ -188,6 +188,11 @@ class Default:
 
 
 PAPER_SP_DEGREE = Default(7, "an 8-GPU node with the drafter on the eighth, as in the paper")
+AUTO_LOOKAHEAD = Default(
+    "auto",
+    "each algorithm's fastest by simulation, DSI's among those that satisfy Eq. 1 for --sp-degree; `specpar plan` "
+    "lists them",
+)
 
 
 def int_or_text(text: str) -> int | str:

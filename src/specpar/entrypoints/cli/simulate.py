@@ -9,11 +9,11 @@ from specpar.core.errors import ConfigError, SpecparWarning
 from specpar.core.results import fmt, metrics_footnote
 from specpar.core.trees import BestFirst, shape_text
 from specpar.entrypoints.cli.arguments import (
+    AUTO_LOOKAHEAD,
     CLOCKS,
     LATENCY_FIELDS,
     PAPER_SP_DEGREE,
     ConfigOptions,
-    Default,
     add_json,
     add_output,
     add_pair_arguments,
@@ -37,13 +37,6 @@ for their latency in real time (the paper's online simulation).
 Acceptance is iid with rate a, as in the paper's analysis, or drifts between
 regimes (--acceptance-regimes).
 """
-
-
-AUTO_LOOKAHEAD = Default(
-    "auto",
-    "each algorithm's fastest by simulation, DSI's among those that satisfy Eq. 1 for --sp-degree; `specpar plan` "
-    "lists them",
-)
 
 
 def register(sub) -> None:

@@ -9,6 +9,7 @@ import sys
 from specpar.core.config import SpeculativeConfig
 from specpar.core.errors import ConfigError
 from specpar.entrypoints.cli.arguments import (
+    AUTO_LOOKAHEAD,
     LATENCY_FIELDS,
     ConfigOptions,
     add_json,
@@ -51,8 +52,6 @@ Poisson process (--load) or from closed-loop clients (--clients).
 
 
 def register(modes) -> None:
-    from specpar.entrypoints.cli.simulate import AUTO_LOOKAHEAD
-
     p = command_parser(modes, "load", "many requests on shared processing units, per policy", DESCRIPTION)
     add_pair_arguments(p, fields=PAIR_FIELDS, defaults={"vocab_size": 8})
     add_profile_arguments(p)
