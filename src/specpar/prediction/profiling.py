@@ -62,7 +62,7 @@ def profile_pair(
 ) -> dict:
     """Measure TTFT/TPOT of both servers and the pair's acceptance rate over ``prompts`` (token ids)."""
     if tokens < 2 or accept_tokens < 1 or lookahead < 1:
-        raise ConfigError("profile needs --tokens >= 2, --accept-tokens >= 1 and --lookahead >= 1")
+        raise ConfigError("profile needs -N >= 2, --accept-tokens >= 1 and --lookahead >= 1")
     n = max(tokens, accept_tokens)
     timings = {"target": {"ttft": [], "tpot": [], "verify": []}, "drafter": {"ttft": [], "tpot": [], "verify": []}}
     prefixes, direct_hits, direct_total = [], 0, 0

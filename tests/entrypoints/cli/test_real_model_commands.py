@@ -64,7 +64,7 @@ def test_bench_interleaves_algorithms_and_writes_one_line_per_prompt_and_algorit
     out_file = tmp_path / "bench.jsonl"
     assert (
         cli.main(
-            ["bench", "--dataset", prompt_file, "-n", "3", "-N", "8", "-k", "2", "--out", str(out_file), "--json"]
+            ["bench", "--dataset", prompt_file, "-n", "3", "-N", "8", "-k", "2", "-o", str(out_file), "--json"]
             + ["--timeline"]
             + _models(pair_dirs)
         )
@@ -99,11 +99,11 @@ def test_profile_writes_what_simulate_reads(pair_dirs, prompt_file, tmp_path, ca
                 prompt_file,
                 "-n",
                 "2",
-                "--tokens",
+                "-N",
                 "4",
                 "--accept-tokens",
                 "10",
-                "--out",
+                "-o",
                 str(prof),
             ]
             + _models(pair_dirs)
@@ -175,6 +175,6 @@ def test_nothing_drafted_prints_a_dash_not_nan(pair_dirs, capsys):
 def test_a_prompt_that_encodes_to_no_tokens_is_named_before_profiling(pair_dirs, tmp_path, capsys):
     blank = tmp_path / "blank.jsonl"
     blank.write_text('{"id": "blank", "prompt": "   "}\n')
-    code = cli.main(["profile", "--dataset", str(blank), "--out", str(tmp_path / "p.json")] + _models(pair_dirs))
+    code = cli.main(["profile", "--dataset", str(blank), "-o", str(tmp_path / "p.json")] + _models(pair_dirs))
     assert_one_line_error(code, capsys.readouterr().err, "prompt blank encodes to no tokens for target")
     assert not (tmp_path / "p.json").exists()

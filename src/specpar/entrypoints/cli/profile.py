@@ -5,11 +5,18 @@ from __future__ import annotations
 from specpar.core.errors import ConfigError
 from specpar.core.json_output import print_json
 from specpar.entrypoints.cli import arguments, real_models
-from specpar.entrypoints.cli.arguments import add_json, add_prompt_count, command_parser, integer
+from specpar.entrypoints.cli.arguments import (
+    add_deprecated,
+    add_json,
+    add_output,
+    add_prompt_count,
+    command_parser,
+    integer,
+)
 
 DESCRIPTION = """\
 Profile a target/drafter pair as the DSI paper does. TTFT and TPOT (App. F.1):
-each model generates --tokens tokens for each of --prompts prompts from a cold
+each model generates -N tokens for each of --prompts prompts from a cold
 cache; the first forward pass is TTFT, the others TPOT. Acceptance rate (App.
 F.2): both models generate --accept-tokens tokens greedily; the longest
 exact-match prefix n_i per prompt gives a = 1 - 1/(1 + mean n_i); the direct
@@ -27,7 +34,15 @@ def register(sub) -> None:
                        DESCRIPTION)  # fmt: skip
     arguments.add_prompt_args(p, default="humaneval")
     add_prompt_count(p, 5, "prompts, the dataset's first n (paper: 50)")
-    p.add_argument("--tokens", type=integer, default=20, help="tokens timed per prompt (paper: 20; default 20)")
+    tokens = p.add_argument(
+        "-N",
+        "--max-tokens",
+        type=integer,
+        default=20,
+        metavar="N",
+        help="tokens timed per prompt (paper: 20; default 20)",
+    )
+    add_deprecated(p, tokens, "--tokens")
     p.add_argument(
         "--accept-tokens",
         type=integer,
@@ -37,9 +52,7 @@ def register(sub) -> None:
     p.add_argument(
         "-k", "--lookahead", type=integer, default=5, help="drafts in the timed verification pass (default 5)"
     )
-    p.add_argument(
-        "--out", metavar="FILE.json", default="profile.json", help="where to write the profile (default profile.json)"
-    )
+    add_output(p, "where to write the profile (default profile.json)", "FILE.json", "profile.json", old=("--out",))
     add_json(p, "print the profile as JSON instead of a summary")
     arguments.add_model_args(p)
     p.set_defaults(func=run)
@@ -53,12 +66,12 @@ def run(args) -> int:
     real_models.check_common(args)
     if args.lookahead < 1:
         raise ConfigError(f"--lookahead must be >= 1, got {args.lookahead}")
-    args.out = check_output_file(args.out, "--out")  # before an hour of profiling, not after
+    args.output = check_output_file(args.output, "-o")  # before an hour of profiling, not after
     chosen = prompts.load(args.dataset, args.prompts)
     target, drafter, servers = real_models.load(args, 1, max_tokens=4096)
     ids = [p.token_ids(target) for p in chosen]
     for x in ids:
-        servers.check_length(len(x), max(args.tokens, args.accept_tokens) + args.lookahead + 1)
+        servers.check_length(len(x), max(args.max_tokens, args.accept_tokens) + args.lookahead + 1)
     t, d = servers.targets.servers[0], servers.drafters.servers[0]
     with torch_threads(cpu_cores()):  # one model runs at a time
         prof = _measure(args, t, d, ids)
@@ -75,7 +88,7 @@ def _measure(args, t, d, ids) -> dict:
             t,
             d,
             ids,
-            args.tokens,
+            args.max_tokens,
             args.accept_tokens,
             args.lookahead,
             progress=lambda role: bar.advance(f"profiling {role}"),
@@ -86,12 +99,12 @@ def _report(args, prof, ids) -> int:
     from specpar.core.results import fmt
     from specpar.prediction import profiling
 
-    profiling.write(prof, args.out)
+    profiling.write(prof, args.output)
     if args.json:
         print_json(prof)
         return 0
     tl, dl, acc = prof["target"], prof["drafter"], prof["acceptance_rate"]
-    print(f"{len(ids)} {args.dataset} prompts, {args.tokens} tokens timed, {args.accept_tokens} for acceptance")
+    print(f"{len(ids)} {args.dataset} prompts, {args.max_tokens} tokens timed, {args.accept_tokens} for acceptance")
     for role, r in (("target", tl), ("drafter", dl)):
         print(
             f"{role:8s} {r['name']}: TTFT {r['ttft_ms']:.0f} ms, TPOT {r['tpot_ms']:.0f} ms, verification of "
@@ -103,5 +116,5 @@ def _report(args, prof, ids) -> int:
         f"{fmt(acc['mean_exact_prefix'], '.1f')} tokens, a = 1 - 1/(1 + mean)); direct per-token rate "
         f"{fmt(acc['direct'], '.3f')}"
     )
-    print(f"wrote {args.out}; predict speedups with: specpar simulate --profile {args.out} --sp-degree 2")
+    print(f"wrote {args.output}; predict speedups with: specpar simulate --profile {args.output} --sp-degree 2")
     return 0
