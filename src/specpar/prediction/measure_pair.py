@@ -1,0 +1,201 @@
+"""Measuring a target/drafter pair on this machine into the figures of a machine profile, step by step.
+
+:func:`measure_pair` runs :mod:`specpar.prediction.measure`'s measurements in this order, each a step of the
+progress it reports (the figure it measures: a test of the pair's cost model fails if the wrong call is timed):
+
+1. per sample prompt, the target's greedy decoding by non-SI (its prefill on all cores, its one-token steps, the
+   algorithm's own time per token) and the drafter's (App. F.2), with the drafter's direct acceptance;
+2. per sample prompt, the prefill of both models with one thread (a server beside others, as DSI runs it);
+3. v(k) for k = 1..K of both models at each thread count the engine uses;
+4. the contention of 1..cores + 1 target servers at once;
+5. the runtimes' per-call overheads (threads; Ray when asked);
+6. the n-gram proposer's rates on the target's outputs (no model pass).
+
+The result is plain data (:class:`PairFigures`); :mod:`specpar.prediction.profile_cache` turns it into the
+machine profile and keeps it.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from specpar.backends.cpu_threads import cpu_cores
+from specpar.core.errors import ConfigError
+from specpar.prediction import measure, profiling
+
+
+@dataclass(frozen=True)
+class MeasureOptions:
+    """How much to measure.
+
+    tokens: greedy tokens per sample prompt (the acceptance sample, the steps); max_pass: K, the longest pass timed
+    (lookaheads up to K - 1); repeats: timings of each pass length (median); lookahead: the drafts of App. F.1's
+    verification pass; runtime: "threads" (real models) or "virtual" (simulated ones: their modelled times);
+    overheads: the runtimes whose per-call round trip is measured ("threads", "ray"); ngram_lookahead: drafts per
+    n-gram lookup.
+    """
+
+    tokens: int = 48
+    max_pass: int = 10
+    repeats: int = 3
+    lookahead: int = 5
+    runtime: str = "threads"
+    overheads: tuple[str, ...] = ("threads",)
+    ngram_lookahead: int = 8
+
+    def __post_init__(self):
+        if self.max_pass < self.lookahead + 1:
+            raise ConfigError(f"max_pass ({self.max_pass}) must cover a verification of {self.lookahead} drafts")
+        if self.tokens < self.max_pass + 1:
+            raise ConfigError(f"tokens ({self.tokens}) must exceed max_pass ({self.max_pass}): the passes reuse them")
+
+    def steps(self, prompts: int, cores: int) -> int:
+        """How many progress steps :func:`measure_pair` reports."""
+        return 2 * prompts + (prompts if cores > 1 else 0) + 2 * len(measure.thread_counts(cores)) + 1 + len(
+            self.overheads
+        )
+
+
+@dataclass
+class PairFigures:
+    """What :func:`measure_pair` measured (ms; per model "target" / "drafter").
+
+    prefill: {model: {threads: [(prompt_tokens, ms), ...]}}; passes: {model: {threads: (v(1), ..., v(K))}};
+    steps: {model: the one-token steps of the greedy decodings}; contention: (f(1), ...); overhead_ms: {runtime:
+    ms per call}; outside_ms: the non-SI generations' time outside their calls per output token; acceptance:
+    App. F.2's estimates; ngram: the n-gram proposer's rates; app_f: the App. F profile (``specpar-profile/1``).
+    """
+
+    prefill: dict = field(default_factory=lambda: {"target": {}, "drafter": {}})
+    passes: dict = field(default_factory=lambda: {"target": {}, "drafter": {}})
+    steps: dict = field(default_factory=lambda: {"target": [], "drafter": []})
+    contention: tuple = (1.0,)
+    overhead_ms: dict = field(default_factory=dict)
+    outside_ms: float = 0.0
+    acceptance: dict = field(default_factory=dict)
+    ngram: dict = field(default_factory=dict)
+    app_f: dict = field(default_factory=dict)
+    meta: dict = field(default_factory=dict)
+
+    @property
+    def per_token_ms(self) -> float:
+        """The algorithm's own time per output token, the threads runtime's hand-off per call taken out (non-SI
+        makes one call per token)."""
+        return max(0.0, self.outside_ms - self.overhead_ms.get("threads", 0.0))
+
+
+def measure_pair(
+    target,
+    drafter,
+    prompts: Sequence[Sequence[int]],
+    options: MeasureOptions = MeasureOptions(),
+    progress: Callable[[str], None] | None = None,
+) -> PairFigures:
+    """Measure ``target`` and ``drafter`` (models) on this machine over ``prompts`` (token ids; module docstring)."""
+    if not prompts:
+        raise ConfigError("measuring a pair needs at least one sample prompt")
+    step = progress or (lambda label: None)
+    t0, load0, cores = time.perf_counter(), _load(), cpu_cores()
+    fig = PairFigures()
+    outs = _decode(target, drafter, prompts, options, fig, step, cores)
+    if cores > 1:
+        for ids in prompts:
+            for role, model in (("target", target), ("drafter", drafter)):
+                ms = measure.prefill_ms(model, ids, options.runtime, 1)
+                fig.prefill[role].setdefault(1, []).append((len(ids), ms))
+            step("prefill on one thread")
+    seq, held = list(prompts[0]) + outs[0], len(prompts[0]) + options.tokens - options.max_pass
+    for role, model in (("target", target), ("drafter", drafter)):
+        for n in measure.thread_counts(cores):
+            fig.passes[role][n] = _passes(model, seq, held, n, options)
+            step(f"{role} passes over 1..{options.max_pass} tokens, {n} thread(s)")
+    fig.contention = measure.contention(target, seq, held, cores + 1, options.runtime)
+    step(f"contention of 1..{cores + 1} servers")
+    for runtime in options.overheads:
+        fig.overhead_ms[runtime] = measure.call_overhead_ms(runtime)
+        step(f"{runtime} runtime's overhead per call")
+    rates = [measure.ngram_rates(p, o, options.ngram_lookahead) for p, o in zip(prompts, outs)]
+    fig.ngram = _pooled(rates)
+    fig.app_f = _app_f(target, drafter, fig, len(prompts), options, cores)
+    fig.meta = {"when": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "load_average": [load0, _load()],
+                "seconds": time.perf_counter() - t0, "prompts": len(prompts), "tokens": options.tokens,
+                "cores": cores}  # fmt: skip
+    return fig
+
+
+def _decode(target, drafter, prompts, options: MeasureOptions, fig: PairFigures, step, cores: int) -> list[list[int]]:
+    """Step 1: both models' greedy decodings of every prompt, the drafter's direct hits; the target's outputs."""
+    outs, drafts, hits, outside = [], [], 0, []
+    for i, ids in enumerate(prompts):
+        server = target.server(f"sample{i}")
+        try:
+            run = measure.greedy_run(target, server, ids, options.tokens, options.runtime, cores)
+        finally:
+            measure.close_server(server)
+        outs.append(run["tokens"])
+        fig.prefill["target"].setdefault(cores, []).append((len(ids), run["prefill_ms"]))
+        fig.steps["target"] += run["steps_ms"]
+        outside.append(run["outside_ms"])
+        server = drafter.server(f"sample{i}")
+        try:
+            mine = measure.greedy_run(drafter, server, ids, options.tokens, options.runtime, cores)
+            hits += measure.direct_hits(server, ids, run["tokens"], options.runtime)
+        finally:
+            measure.close_server(server)
+        drafts.append(mine["tokens"])
+        fig.prefill["drafter"].setdefault(cores, []).append((len(ids), mine["prefill_ms"]))
+        fig.steps["drafter"] += mine["steps_ms"]
+        step("target and drafter decode a sample prompt")
+        step("drafter's acceptance on it")
+    fig.outside_ms = statistics.fmean(outside)
+    fig.acceptance = profiling.acceptance(outs, drafts, hits, len(prompts) * options.tokens)
+    return outs
+
+
+def _passes(model, seq, held: int, n_threads: int, options: MeasureOptions) -> tuple[float, ...]:
+    """v(1..K) of a fresh server of ``model`` holding ``seq[:held]``, its passes given ``n_threads`` threads."""
+    server = model.server("passes")
+    try:
+        with measure.runtime_over([server], options.runtime) as (rt, pools), measure.threads(model, [server], n_threads):
+            return measure.pass_costs(rt, pools[0], seq, held, options.max_pass, options.repeats)
+    finally:
+        measure.close_server(server)
+
+
+def _pooled(rates: list[dict]) -> dict:
+    """The n-gram rates of several prompts as one: counts summed, rates recomputed from them."""
+    total = {k: sum(r[k] for r in rates) for k in ("steps", "drafted", "accepted", "tested")}
+    total["matched"] = sum(round(r["match_rate"] * r["steps"]) for r in rates)
+    return {
+        "match_rate": total["matched"] / total["steps"] if total["steps"] else 0.0,
+        "acceptance_rate": total["accepted"] / total["tested"] if total["tested"] else 0.0,
+        "accepted_share": total["accepted"] / total["drafted"] if total["drafted"] else 0.0,
+        **{k: total[k] for k in ("steps", "drafted", "accepted")},
+    }
+
+
+def _app_f(target, drafter, fig: PairFigures, prompts: int, options: MeasureOptions, cores: int) -> dict:
+    """App. F's profile from the figures: TTFT the prefills on all cores, TPOT the median step, the verification of
+    ``options.lookahead`` drafts v(lookahead + 1) on all cores."""
+
+    def model(role: str, m) -> dict:
+        ttft = statistics.fmean(ms for _, ms in fig.prefill[role][cores])
+        tpot = statistics.median(fig.steps[role])
+        verify = fig.passes[role][cores][options.lookahead]
+        figures = profiling.latency(ttft, tpot, verify, options.lookahead)
+        return {"name": getattr(m, "name", role), "device": getattr(m, "device", "cpu"), **figures}
+
+    return profiling.profile(
+        model("target", target), model("drafter", drafter), fig.acceptance, prompts, options.tokens, options.lookahead
+    )
+
+
+def _load() -> list[float]:
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:  # pragma: no cover - not Unix
+        return []
