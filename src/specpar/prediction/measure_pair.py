@@ -3,9 +3,10 @@
 :func:`measure_pair` runs :mod:`specpar.prediction.measure`'s measurements in this order, each a step of the
 progress it reports (the figure it measures: a test of the pair's cost model fails if the wrong call is timed):
 
-1. per sample prompt, the target's greedy decoding by non-SI (its prefill on all cores, its one-token steps, the
-   algorithm's own time per token) and the drafter's (App. F.2), with the drafter's direct acceptance;
-2. per sample prompt, the prefill of both models with one thread (a server beside others, as DSI runs it);
+1. per sample prompt, the target's greedy decoding by non-SI (its one-token steps, the algorithm's own time per
+   token) and the drafter's (App. F.2), with the drafter's direct acceptance;
+2. both models' prefill of prompts of a few lengths (cut from the sample's prompts and outputs) at each thread
+   count the engine uses (all cores as non-SI and SI run it, one as beside other servers in DSI);
 3. v(k) for k = 1..K of both models at each thread count the engine uses;
 4. the contention of 1..cores + 1 target servers at once;
 5. the runtimes' per-call overheads (threads; Ray when asked);
@@ -32,14 +33,16 @@ from specpar.prediction import measure, profiling
 class MeasureOptions:
     """How much to measure.
 
-    tokens: greedy tokens per sample prompt (the acceptance sample, the steps); max_pass: K, the longest pass timed
-    (lookaheads up to K - 1); repeats: timings of each pass length (median); lookahead: the drafts of App. F.1's
+    tokens: greedy tokens per sample prompt (the acceptance sample, the steps); prefill_lengths: the prompt lengths
+    whose prefill is timed (those the models' context windows and the sample allow); max_pass: K, the longest pass
+    timed (lookaheads up to K - 1); repeats: timings of each pass length (median); lookahead: the drafts of App. F.1's
     verification pass; runtime: "threads" (real models) or "virtual" (simulated ones: their modelled times);
     overheads: the runtimes whose per-call round trip is measured ("threads", "ray"); ngram_lookahead: drafts per
     n-gram lookup.
     """
 
     tokens: int = 48
+    prefill_lengths: tuple[int, ...] = (32, 128, 256)
     max_pass: int = 10
     repeats: int = 3
     lookahead: int = 5
@@ -55,9 +58,7 @@ class MeasureOptions:
 
     def steps(self, prompts: int, cores: int) -> int:
         """How many progress steps :func:`measure_pair` reports."""
-        return 2 * prompts + (prompts if cores > 1 else 0) + 2 * len(measure.thread_counts(cores)) + 1 + len(
-            self.overheads
-        )
+        return 2 * prompts + 4 * len(measure.thread_counts(cores)) + 1 + len(self.overheads)
 
 
 @dataclass
@@ -65,7 +66,8 @@ class PairFigures:
     """What :func:`measure_pair` measured (ms; per model "target" / "drafter").
 
     prefill: {model: {threads: [(prompt_tokens, ms), ...]}}; passes: {model: {threads: (v(1), ..., v(K))}};
-    steps: {model: the one-token steps of the greedy decodings}; contention: (f(1), ...); overhead_ms: {runtime:
+    steps: {model: the one-token steps of the greedy decodings}; sample_prefill: {model: [(prompt_tokens, ms) of
+    each sample prompt's prefill in its decoding, on all cores]}; contention: (f(1), ...); overhead_ms: {runtime:
     ms per call}; outside_ms: the non-SI generations' time outside their calls per output token; acceptance:
     App. F.2's estimates; ngram: the n-gram proposer's rates; app_f: the App. F profile (``specpar-profile/1``).
     """
@@ -73,6 +75,7 @@ class PairFigures:
     prefill: dict = field(default_factory=lambda: {"target": {}, "drafter": {}})
     passes: dict = field(default_factory=lambda: {"target": {}, "drafter": {}})
     steps: dict = field(default_factory=lambda: {"target": [], "drafter": []})
+    sample_prefill: dict = field(default_factory=lambda: {"target": [], "drafter": []})
     contention: tuple = (1.0,)
     overhead_ms: dict = field(default_factory=dict)
     outside_ms: float = 0.0
@@ -102,15 +105,13 @@ def measure_pair(
     t0, load0, cores = time.perf_counter(), _load(), cpu_cores()
     fig = PairFigures()
     outs = _decode(target, drafter, prompts, options, fig, step, cores)
-    if cores > 1:
-        for ids in prompts:
-            for role, model in (("target", target), ("drafter", drafter)):
-                ms = measure.prefill_ms(model, ids, options.runtime, 1)
-                fig.prefill[role].setdefault(1, []).append((len(ids), ms))
-            step("prefill on one thread")
+    sample = [t for ids, out in zip(prompts, outs) for t in (*ids, *out)]
+    lengths = _lengths(options.prefill_lengths, len(sample), target, drafter)
     seq, held = list(prompts[0]) + outs[0], len(prompts[0]) + options.tokens - options.max_pass
     for role, model in (("target", target), ("drafter", drafter)):
         for n in measure.thread_counts(cores):
+            fig.prefill[role][n] = [(m, measure.prefill_ms(model, sample[:m], options.runtime, n)) for m in lengths]
+            step(f"{role} prefills of {', '.join(map(str, lengths))} tokens, {n} thread(s)")
             fig.passes[role][n] = _passes(model, seq, held, n, options)
             step(f"{role} passes over 1..{options.max_pass} tokens, {n} thread(s)")
     fig.contention = measure.contention(target, seq, held, cores + 1, options.runtime)
@@ -137,7 +138,7 @@ def _decode(target, drafter, prompts, options: MeasureOptions, fig: PairFigures,
         finally:
             measure.close_server(server)
         outs.append(run["tokens"])
-        fig.prefill["target"].setdefault(cores, []).append((len(ids), run["prefill_ms"]))
+        fig.sample_prefill["target"].append((len(ids), run["prefill_ms"]))
         fig.steps["target"] += run["steps_ms"]
         outside.append(run["outside_ms"])
         server = drafter.server(f"sample{i}")
@@ -147,13 +148,20 @@ def _decode(target, drafter, prompts, options: MeasureOptions, fig: PairFigures,
         finally:
             measure.close_server(server)
         drafts.append(mine["tokens"])
-        fig.prefill["drafter"].setdefault(cores, []).append((len(ids), mine["prefill_ms"]))
+        fig.sample_prefill["drafter"].append((len(ids), mine["prefill_ms"]))
         fig.steps["drafter"] += mine["steps_ms"]
         step("target and drafter decode a sample prompt")
         step("drafter's acceptance on it")
     fig.outside_ms = statistics.fmean(outside)
     fig.acceptance = profiling.acceptance(outs, drafts, hits, len(prompts) * options.tokens)
     return outs
+
+
+def _lengths(wanted: Sequence[int], available: int, *models) -> list[int]:
+    """The prefill lengths to time: those of ``wanted`` that the sample's ``available`` tokens and the models'
+    context windows allow, and the longest allowed when none of them is."""
+    most = min([available, *(getattr(m, "context_window", available + 1) - 1 for m in models)])
+    return sorted({n for n in wanted if n <= most} or {most})
 
 
 def _passes(model, seq, held: int, n_threads: int, options: MeasureOptions) -> tuple[float, ...]:
@@ -183,7 +191,7 @@ def _app_f(target, drafter, fig: PairFigures, prompts: int, options: MeasureOpti
     ``options.lookahead`` drafts v(lookahead + 1) on all cores."""
 
     def model(role: str, m) -> dict:
-        ttft = statistics.fmean(ms for _, ms in fig.prefill[role][cores])
+        ttft = statistics.fmean(ms for _, ms in fig.sample_prefill[role])
         tpot = statistics.median(fig.steps[role])
         verify = fig.passes[role][cores][options.lookahead]
         figures = profiling.latency(ttft, tpot, verify, options.lookahead)
