@@ -73,7 +73,7 @@ def test_unknown_algorithm_runtime_and_missing_drafter(pair):
     "argv,needle",
     [
         (["-a", "1.5"], "acceptance rate a must be in [0, 1]"),
-        (["-N", "0"], "--max-new-tokens must be >= 1"),
+        (["-N", "0"], "--max-tokens"),
         (["-k", "0"], "--lookahead must be an integer >= 1, 'auto' or 'adaptive'"),
         (["-k", "many"], "--lookahead must be an integer >= 1, 'auto' or 'adaptive'"),
         (["--sp-degree", "0"], "--sp-degree must be >= 1"),

@@ -15,8 +15,8 @@ import pytest
 from cli_check import assert_one_line_error
 from specpar.core import config as core_config
 from specpar.core.config import RuntimeConfig, SpeculativeConfig
-from specpar.entrypoints.cli import config_args, serve
-from specpar.entrypoints.cli.aliases import DeprecatedFlag
+from specpar.entrypoints.cli import arguments, serve
+from specpar.entrypoints.cli.arguments import DeprecatedFlag
 from specpar.entrypoints.cli.main import ArgumentParser, build_parser, main
 
 COMMANDS = ("simulate", "plan", "hsd-plan", "heatmap", "reproduce", "table", "generate", "bench", "profile", "serve")
@@ -37,8 +37,8 @@ def hidden(p) -> list[argparse.Action]:
 def parse(parser, argv: list[str]):
     """What main does before the command runs: parse, build the config objects; (args, warning lines)."""
     args = parser.parse_args(argv)
-    config_args.build_all(args)
-    return args, config_args.warnings_of(args)
+    arguments.build_all(args)
+    return args, arguments.warnings_of(args)
 
 
 def values(args) -> dict:
@@ -87,6 +87,7 @@ SAMPLES = {  # a value for each deprecated flag that takes one and has no choice
     "drafter_tpot": "0.5",
     "algorithms": "nonsi,si",
     "phi3_acceptance_rate": "0.6",
+    "max_tokens": "7",
 }
 
 BASE = {"table": ["--target-tpot", "2", "--drafter-tpot", "1", "-a", "0.5"]}  # what a command needs besides

@@ -162,7 +162,7 @@ def test_generate_stops_at_a_stop_token_or_string_and_compute_stops_too(pair_dir
     assert cli.main(args + ["--top-k", "2", "--temperature", "0.7", "--repetition-penalty", "1.2"]) == 0
     assert json.loads(capsys.readouterr().out)["finish_reason"] == "length"
     assert cli.main(args + ["--top-p", "0"]) == 2
-    assert "top_p must be in (0, 1]" in capsys.readouterr().err
+    assert "--top-p must be in (0, 1]" in capsys.readouterr().err  # named by its flag
 
 
 def test_nothing_drafted_prints_a_dash_not_nan(pair_dirs, capsys):

@@ -2,18 +2,24 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from specpar.core.errors import ConfigError
 from specpar.core.json_output import JsonLines, print_json
-from specpar.core.params import SamplingParams
 from specpar.core.results import fmt, metrics_footnote
 from specpar.core.trees import parse_tree
-from specpar.entrypoints.cli import real_models
-from specpar.entrypoints.cli.aliases import add_deprecated
-from specpar.entrypoints.cli.command_args import add_json, add_max_new_tokens, add_prompt_count, command_parser
+from specpar.entrypoints.cli import arguments, real_models
+from specpar.entrypoints.cli.arguments import (
+    REAL_TIME_FIELDS,
+    add_deprecated,
+    add_json,
+    add_prompt_count,
+    add_runtime_arguments,
+    add_sampling_arguments,
+    command_parser,
+)
 from specpar.entrypoints.cli.generate import NAMES
-from specpar.entrypoints.cli.options import number, seed
 from specpar.entrypoints.cli.progress import TokenProgress
-from specpar.entrypoints.cli.runtime_args import REAL_TIME_FIELDS, add_runtime_arguments
 from specpar.experiments.loop import run_arms
 
 DESCRIPTION = """\
@@ -32,10 +38,11 @@ with the spread of the per-prompt ratios; a note says when they straddle 1.
 
 def register(sub) -> None:
     p = command_parser(sub, "bench", "non-SI vs SI vs DSI on real models over N prompts", DESCRIPTION)
-    real_models.add_prompt_args(p, default="humaneval")
+    arguments.add_prompt_args(p, default="humaneval")
     add_prompt_count(p, 10, "prompts to run, the dataset's first n")
-    add_max_new_tokens(p, 64, "tokens per prompt")
-    real_models.add_speculation_arguments(p, fields=("lookahead", "sp_degree", "tree", "proposer", "prefill_replicas",
+    add_sampling_arguments(p, ("max_tokens", "temperature", "seed"), {"max_tokens": 64, "temperature": 0.0, "seed": 0},
+                           {"max_tokens": "tokens per prompt", "seed": "{help}; prompt i: seed + i"})  # fmt: skip
+    arguments.add_speculation_arguments(p, fields=("lookahead", "sp_degree", "tree", "proposer", "prefill_replicas",
                                                      "dedicated_cursor"))  # fmt: skip
     algorithms = p.add_argument(
         "--algorithms", default="nonsi,si,dsi", metavar="LIST", help="comma-separated algorithms (default nonsi,si,dsi)"
@@ -49,8 +56,6 @@ def register(sub) -> None:
         "--arm 'si tree=2,2,1' (chains and trees side by side, interleaved per prompt; k and tree default to -k and "
         "--tree)",
     )
-    p.add_argument("--temperature", type=number, default=0.0, metavar="T", help="0 (default) greedy; > 0 sampling")
-    p.add_argument("--seed", type=seed, default=0, help="prompt i samples with seed + i")
     p.add_argument("--out", metavar="FILE.jsonl", help="write one JSON line per prompt and algorithm")
     add_json(p, "print the summary as one JSON object")
     p.add_argument(
@@ -59,7 +64,7 @@ def register(sub) -> None:
         help="with --out: each line carries its run's timeline, every server call (server, kind, start and end ms, "
         "tokens, drafts, tokens cached at its start, cancelled)",
     )
-    real_models.add_model_args(p)
+    arguments.add_model_args(p)
     add_runtime_arguments(p, choices=("threads", "ray"), default="threads", fields=REAL_TIME_FIELDS)
     p.set_defaults(func=run)
 
@@ -78,7 +83,7 @@ def run(args) -> int:
     target, drafter, servers = real_models.load(args, args.sp_degree if uses_dsi else 1, max_tokens=4096)
     encoded = [(p.id, p.token_ids(target)) for p in chosen]
     for _, ids in encoded:
-        servers.check_length(len(ids), args.max_new_tokens)
+        servers.check_length(len(ids), args.max_tokens)
     real_models.warn_load()
     seen = {}  # (algorithm, prompt index): result, for the lines of --out
 
@@ -87,9 +92,7 @@ def run(args) -> int:
         algo, changes = arms[arm]
         servers.reset()
         # every arm generates N tokens, past the end of text (vLLM's benchmarks do the same)
-        params = SamplingParams(
-            temperature=args.temperature, seed=args.seed + i, max_tokens=args.max_new_tokens, ignore_eos=True
-        )
+        params = dataclasses.replace(args.sampling, seed=args.seed + i, ignore_eos=True)
         spec = real_models.arm(args.spec, servers, algo, **changes)
         return servers.generate(ids, params, speculative_config=spec, stream=bar.callback)
 
@@ -99,7 +102,7 @@ def run(args) -> int:
         out.write({"arm": arm, **_row(pid, ids, res, seen.get(("nonsi", i)), args, target)})
         bar.describe(f"{pid} {NAMES.get(arm, arm)}")
 
-    total = len(encoded) * len(algorithms) * args.max_new_tokens
+    total = len(encoded) * len(algorithms) * args.max_tokens
     with JsonLines(args.out) as out, TokenProgress(total, "benchmarking", not args.json) as bar:
         by_algo = run_arms(algorithms, len(encoded), run, setup=lambda i: (i, *encoded[i]), on_result=on_result)
     summary = summarize(by_algo, args.temperature == 0)
@@ -211,7 +214,7 @@ def _config(args, target, drafter, servers) -> dict:
     return {
         "dataset": args.dataset,
         "prompts": args.prompts,
-        "max_new_tokens": args.max_new_tokens,
+        "max_new_tokens": args.max_tokens,
         "lookahead": args.lookahead,
         "sp_degree": args.sp_degree,
         "tree": str(args.tree) if isinstance(args.tree, BestFirst) else args.tree,
@@ -232,7 +235,7 @@ def _print(args, summary, why, target, drafter, servers) -> None:
     mode = "greedy" if args.temperature == 0 else f"sampling at temperature {args.temperature:g}"
     console.print(
         f"{target.name} (target) + {drafter.name} (drafter) on {', '.join(sorted({s.device for s in servers.all}))}; "
-        f"{args.prompts} {args.dataset} prompts x {args.max_new_tokens} tokens; "
+        f"{args.prompts} {args.dataset} prompts x {args.max_tokens} tokens; "
         f"{'arms as named' if args.arm else f'lookahead {args.lookahead}'}, "
         f"SP {args.sp_degree}; {mode}; each algorithm from a cold cache"
     )

@@ -6,8 +6,8 @@ that ``specpar --help`` and ``specpar simulate`` start fast.
 
 :func:`main` is the one place where a user's mistake becomes one line on stderr and exit status 2 (a bad flag, a
 :class:`~specpar.core.errors.SpecparError`, a file the system refuses), and Ctrl-C becomes "interrupted" and 130.
-It builds the configuration objects a command's flags describe (:mod:`.config_args`) before the command runs, then
-prints one warning line per deprecated flag spelling used (:mod:`.aliases`).
+It builds the configuration objects a command's flags describe (:mod:`.arguments`) before the command runs, then
+prints one warning line per deprecated flag spelling used (:mod:`.arguments`).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import signal
 import sys
 
 from specpar.core.errors import SpecparError
-from specpar.entrypoints.cli import config_args
+from specpar.entrypoints.cli import arguments
 
 COMMANDS = [
     "specpar.entrypoints.cli.simulate",
@@ -109,8 +109,8 @@ def main(argv: list[str] | None = None, *, exit_on_interrupt: bool = False) -> i
         except SystemExit as exc:  # --help, or a bad flag (the parser has printed its one line)
             return exc.code
         prog = f"specpar {args.command}"
-        config_args.build_all(args)  # the config objects the flags describe: a bad value stops here, in one line
-        for line in config_args.warnings_of(args):
+        arguments.build_all(args)  # the config objects the flags describe: a bad value stops here, in one line
+        for line in arguments.warnings_of(args):
             _say(f"{prog}: warning: {line}")
         with _verbose_log(args.verbose):  # removed when the command ends: main() may run again in one process
             if getattr(args, "runtime", None) == "ray":

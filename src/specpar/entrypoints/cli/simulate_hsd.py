@@ -12,9 +12,8 @@ import statistics
 
 from specpar.core.errors import ConfigError
 from specpar.core.json_output import print_json
-from specpar.entrypoints.cli.options import integers
+from specpar.entrypoints.cli.arguments import CLOCKS, experiment_runtime, integers
 from specpar.entrypoints.cli.progress import TokenProgress
-from specpar.entrypoints.cli.runtime_args import CLOCKS, experiment_runtime
 from specpar.experiments.loop import run_arms, speedup
 
 DEFAULT_COSTS = [0.2, 1.5, 6.0, 30.0]
@@ -92,10 +91,10 @@ def run(args) -> int:
         plans["hsd-sp"] = hsd_plan  # the same hierarchy, its target verifying on --sp-degree servers (no model)
 
     total = len(plans) * args.repeats
-    with TokenProgress(total * args.max_new_tokens, f"simulating {total} runs", not args.json) as bar:
+    with TokenProgress(total * args.max_tokens, f"simulating {total} runs", not args.json) as bar:
         runs = _run_plans(args, plans, make_stack, bar)
 
-    n = args.max_new_tokens
+    n = args.max_tokens
     rows = {}
     for name, plan in plans.items():
         times = [x.time_ms for x in runs[name]]
@@ -156,7 +155,7 @@ def _run_plans(args, plans, make_stack, bar) -> dict:
         r, stack, prompt = repeat
         plan = plans[name]
         kw = dict(
-            max_new_tokens=args.max_new_tokens,
+            max_new_tokens=args.max_tokens,
             temperature=args.temperature,
             seed=args.seed + r,
             stream=bar.callback,
@@ -196,7 +195,7 @@ def _print_table(args, costs, rows) -> None:
     clock = CLOCKS[args.runtime]
     mode = "greedy" if args.temperature == 0 else f"sampling at temperature {args.temperature:g}"
     console.print(
-        f"costs {costs} ms per forward pass (M0 first, target last), N = {args.max_new_tokens}, "
+        f"costs {costs} ms per forward pass (M0 first, target last), N = {args.max_tokens}, "
         f"{args.repeats} repeats, {clock}, {mode}"
     )
     table = Table()

@@ -7,7 +7,7 @@ import argparse
 import sys
 
 from specpar.core.errors import ConfigError
-from specpar.entrypoints.cli.options import integer, integers
+from specpar.entrypoints.cli.arguments import integer, integers
 from specpar.planning.load import POLICIES
 
 
@@ -78,7 +78,7 @@ def run(args, pair) -> int:
         args.plot = check_output_file(args.plot, "--plot", image_suffixes())
     (target, drafter), a = pair.latencies(), pair.acceptance_rate
     setting = LoadSetting(
-        units=args.units, target=target, drafter=drafter, acceptance_rate=a, max_new_tokens=args.max_new_tokens,
+        units=args.units, target=target, drafter=drafter, acceptance_rate=a, max_new_tokens=args.max_tokens,
         prompt_length=pair.prompt_length, vocab_size=pair.vocab_size, lookahead=args.lookahead,
         temperature=args.temperature,
     )  # fmt: skip
@@ -103,7 +103,7 @@ def run(args, pair) -> int:
         "target": {"ttft_ms": target.ttft_ms, "tpot_ms": target.tpot_ms, "per_token_ms": target.per_token_ms},
         "drafter": {"ttft_ms": drafter.ttft_ms, "tpot_ms": drafter.tpot_ms},
         "acceptance_rate": a,
-        "max_new_tokens": args.max_new_tokens,
+        "max_new_tokens": args.max_tokens,
         "requests": args.requests,
         "nonsi_capacity_requests_per_s": setting.nonsi_capacity,
         "seed": pair.seed,
@@ -133,7 +133,7 @@ def _print(rows, config, percentiles, args) -> None:
     console = Console(width=None if sys.stdout.isatty() else 140)
     console.print(
         f"{config['units']} processing units; target {config['target']['tpot_ms']:g} ms/token, drafter "
-        f"{config['drafter']['tpot_ms']:g} ms/token, a = {config['acceptance_rate']:g}; N = {args.max_new_tokens}; "
+        f"{config['drafter']['tpot_ms']:g} ms/token, a = {config['acceptance_rate']:g}; N = {args.max_tokens}; "
         f"{args.requests} requests per row; non-SI capacity {config['nonsi_capacity_requests_per_s']:.3g} req/s; "
         "virtual clock"
     )
