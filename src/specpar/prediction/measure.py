@@ -105,30 +105,40 @@ def prefill_ms(model, prompt: Sequence[int], runtime: str, n_threads: int, repea
 
 
 def contention(model, seq: Sequence[int], held: int, most: int, runtime: str, passes: int = 8, rounds: int = 3):
-    """(f(1), ..., f(most)): a one-token pass's time while n servers of ``model`` run such passes at once, over
-    its time alone (f(1) = 1.0), each server given the threads the engine gives n busy servers.
+    """(f(1), ..., f(most)): how many times longer a one-token pass takes while n servers of ``model`` run such
+    passes at once than on one server alone, each given the threads the engine gives n busy servers (f(1) = 1.0;
+    a figure below 1, the machine's other load easing meanwhile, counts as 1.0).
 
-    Each server holds ``seq[:held]`` and runs ``rounds`` calls of ``passes`` one-token passes (a draft); all n
-    start together. ms per pass: the median over servers and rounds.
+    Each server holds ``seq[:held]`` and runs ``rounds`` calls of ``passes`` one-token passes (a draft); the n
+    servers start together. ms per pass: the median over servers and rounds.
     """
     servers = [model.server(f"busy{i}") for i in range(most)]
-    per_pass = []
+    alone: dict[int, float] = {}  # threads -> ms per pass of one server alone
+    out = []
     try:
         for n in range(1, most + 1):
-            busy = servers[:n]
-            with runtime_over(busy, runtime) as (rt, pools), threads(model, busy, max(1, cpu_cores() // n)):
-                for pool in pools:
-                    timed(rt, pool, Score(tuple(seq[:held]), 0, GREEDY))
-                times = []
-                for _ in range(rounds):
-                    for pool in pools:
-                        rt.submit(pool, Draft(tuple(seq[:held]), passes, GREEDY))
-                    times += [rt.wait() for _ in pools]
-                per_pass.append(statistics.median((t.end - t.start) / passes for t in times))
+            n_threads = max(1, cpu_cores() // n)
+            if n_threads not in alone:
+                alone[n_threads] = _passes_at_once(model, servers[:1], seq, held, runtime, n_threads, passes, rounds)
+            together = _passes_at_once(model, servers[:n], seq, held, runtime, n_threads, passes, rounds)
+            out.append(1.0 if n == 1 else max(1.0, together / alone[n_threads]))
     finally:
         for s in servers:
             close_server(s)
-    return tuple(ms / per_pass[0] for ms in per_pass)
+    return tuple(out)
+
+
+def _passes_at_once(model, servers, seq, held: int, runtime: str, n_threads: int, passes: int, rounds: int) -> float:
+    """ms per one-token pass while ``servers`` each run ``rounds`` drafts of ``passes`` passes at once (median)."""
+    with runtime_over(servers, runtime) as (rt, pools), threads(model, servers, n_threads):
+        for pool in pools:
+            timed(rt, pool, Score(tuple(seq[:held]), 0, GREEDY))
+        times = []
+        for _ in range(rounds):
+            for pool in pools:
+                rt.submit(pool, Draft(tuple(seq[:held]), passes, GREEDY))
+            times += [rt.wait() for _ in pools]
+    return statistics.median((t.end - t.start) / passes for t in times)
 
 
 def call_overhead_ms(runtime: str, calls: int = 200, context_tokens: int = 256) -> float:
@@ -175,13 +185,30 @@ def greedy_run(model, server, prompt: Sequence[int], tokens: int, runtime: str, 
     }
 
 
-def direct_hits(server, prompt: Sequence[int], target_out: Sequence[int], runtime: str) -> int:
-    """How many of the target's output tokens the drafter's ``server`` predicts greedily given the target's own
-    prefix (App. F.2's direct rate): one pass over the output (its cache kept where it shares the prefix)."""
+def drafter_hits(server, prompt: Sequence[int], target_out: Sequence[int], runtime: str) -> list[bool]:
+    """For each of the target's output tokens, whether the drafter's ``server`` predicts it greedily given the
+    target's own prefix (App. F.2's direct rate is their mean): one pass over the output."""
     context = tuple(prompt) + tuple(target_out)
     with runtime_over([server], runtime) as (rt, pools):
         _, scores = timed(rt, pools[0], Score(context, len(target_out), GREEDY))
-    return sum(int(r == t) for r, t in zip(scores.rows, target_out))
+    return [r == t for r, t in zip(scores.rows, target_out)]
+
+
+def walk(hits: Sequence[bool], lookahead: int) -> dict:
+    """Greedy SI with ``lookahead`` drafts over a drafter's ``hits`` (:func:`drafter_hits`): exact, since drafts
+    accepted so far are the target's tokens, so draft i is accepted iff the drafter's token given the target's
+    prefix is the target's. Returns {"steps", "accepted", "tested" (accepted plus one per rejection),
+    "acceptance_rate": accepted / tested, the per-token rate a geometric model of these steps has}."""
+    j = steps = accepted = tested = 0
+    while j < len(hits):
+        n = 0
+        while n < min(lookahead, len(hits) - j - 1) and hits[j + n]:
+            n += 1
+        cut = n < min(lookahead, len(hits) - j - 1)
+        steps, accepted, tested = steps + 1, accepted + n, tested + n + cut
+        j += n + 1
+    return {"steps": steps, "accepted": accepted, "tested": tested,
+            "acceptance_rate": accepted / tested if tested else 0.0}  # fmt: skip
 
 
 def ngram_rates(prompt: Sequence[int], out: Sequence[int], lookahead: int, min_n: int = NGRAM_SIZES[0],

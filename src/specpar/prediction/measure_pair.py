@@ -28,6 +28,9 @@ from specpar.backends.cpu_threads import cpu_cores
 from specpar.core.errors import ConfigError
 from specpar.prediction import measure, profiling
 
+WALKS = (2, 4, 8)
+"""The lookaheads at which greedy SI's per-token acceptance is computed from the drafter's hits."""
+
 
 @dataclass(frozen=True)
 class MeasureOptions:
@@ -51,10 +54,16 @@ class MeasureOptions:
     ngram_lookahead: int = 8
 
     def __post_init__(self):
+        for name in ("tokens", "max_pass", "repeats", "lookahead", "ngram_lookahead"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"measuring a pair needs {name} >= 1, got {value!r}")
         if self.max_pass < self.lookahead + 1:
-            raise ConfigError(f"max_pass ({self.max_pass}) must cover a verification of {self.lookahead} drafts")
+            raise ConfigError(f"the longest pass timed ({self.max_pass}) must cover a verification of {self.lookahead} "
+                              f"drafts ({self.lookahead + 1} tokens)")  # fmt: skip
         if self.tokens < self.max_pass + 1:
-            raise ConfigError(f"tokens ({self.tokens}) must exceed max_pass ({self.max_pass}): the passes reuse them")
+            raise ConfigError(f"the greedy tokens per prompt ({self.tokens}) must exceed the longest pass timed "
+                              f"({self.max_pass}): the passes are timed over them")  # fmt: skip
 
     def steps(self, prompts: int, cores: int) -> int:
         """How many progress steps :func:`measure_pair` reports."""
@@ -69,7 +78,7 @@ class PairFigures:
     steps: {model: the one-token steps of the greedy decodings}; sample_prefill: {model: [(prompt_tokens, ms) of
     each sample prompt's prefill in its decoding, on all cores]}; contention: (f(1), ...); overhead_ms: {runtime:
     ms per call}; outside_ms: the non-SI generations' time outside their calls per output token; acceptance:
-    App. F.2's estimates; ngram: the n-gram proposer's rates; app_f: the App. F profile (``specpar-profile/1``).
+    App. F.2's estimates, and "walk": {k: greedy SI's per-token acceptance at lookahead k}; ngram: the n-gram proposer's rates; app_f: the App. F profile (``specpar-profile/1``).
     """
 
     prefill: dict = field(default_factory=lambda: {"target": {}, "drafter": {}})
@@ -83,6 +92,34 @@ class PairFigures:
     ngram: dict = field(default_factory=dict)
     app_f: dict = field(default_factory=dict)
     meta: dict = field(default_factory=dict)
+    names: dict = field(default_factory=dict)
+
+    def profile_fields(self, key) -> dict:
+        """The machine profile's fields in their JSON form (:meth:`specpar.prediction.machine.MachineProfile
+        .from_dict` with the format added), keyed ``key``. The acceptance rate is App. F.2's geometric estimate; the
+        others (direct, greedy SI's walks) and the App. F profile are kept in ``meta``."""
+
+        def costs(role: str) -> dict:
+            prefill = {str(t): sorted(points) for t, points in sorted(self.prefill[role].items())}
+            return {"name": self.names.get(role, role), "prefill_ms": next(iter(prefill.values())),
+                    "pass_ms": {str(t): list(v) for t, v in sorted(self.passes[role].items())},
+                    "prefill_by_threads": prefill}  # fmt: skip
+
+        steps = {role: statistics.median(v) for role, v in self.steps.items() if v}
+        return {
+            "key": dict(key),
+            "target": costs("target"),
+            "drafter": costs("drafter"),
+            "contention": list(self.contention),
+            "overhead_ms": dict(self.overhead_ms),
+            "per_token_ms": self.per_token_ms,
+            "acceptance_rate": self.acceptance["geometric"],
+            "ngram": {k: self.ngram[k] for k in ("match_rate", "acceptance_rate")},
+            "cores": self.meta["cores"],
+            "meta": {**self.meta, "acceptance": self.acceptance, "ngram": self.ngram, "median_step_ms": steps,
+                     "sample_prefill_ms": self.sample_prefill, "outside_ms_per_token": self.outside_ms,
+                     "overheads_measured": sorted(self.overhead_ms), "app_f": self.app_f},
+        }  # fmt: skip
 
     @property
     def per_token_ms(self) -> float:
@@ -103,7 +140,9 @@ def measure_pair(
         raise ConfigError("measuring a pair needs at least one sample prompt")
     step = progress or (lambda label: None)
     t0, load0, cores = time.perf_counter(), _load(), cpu_cores()
-    fig = PairFigures()
+    fig = PairFigures(
+        names={"target": getattr(target, "name", "target"), "drafter": getattr(drafter, "name", "drafter")}
+    )
     outs = _decode(target, drafter, prompts, options, fig, step, cores)
     sample = [t for ids, out in zip(prompts, outs) for t in (*ids, *out)]
     lengths = _lengths(options.prefill_lengths, len(sample), target, drafter)
@@ -130,7 +169,7 @@ def measure_pair(
 
 def _decode(target, drafter, prompts, options: MeasureOptions, fig: PairFigures, step, cores: int) -> list[list[int]]:
     """Step 1: both models' greedy decodings of every prompt, the drafter's direct hits; the target's outputs."""
-    outs, drafts, hits, outside = [], [], 0, []
+    outs, drafts, hits, outside = [], [], [], []
     for i, ids in enumerate(prompts):
         server = target.server(f"sample{i}")
         try:
@@ -144,7 +183,7 @@ def _decode(target, drafter, prompts, options: MeasureOptions, fig: PairFigures,
         server = drafter.server(f"sample{i}")
         try:
             mine = measure.greedy_run(drafter, server, ids, options.tokens, options.runtime, cores)
-            hits += measure.direct_hits(server, ids, run["tokens"], options.runtime)
+            hits.append(measure.drafter_hits(server, ids, run["tokens"], options.runtime))
         finally:
             measure.close_server(server)
         drafts.append(mine["tokens"])
@@ -153,7 +192,8 @@ def _decode(target, drafter, prompts, options: MeasureOptions, fig: PairFigures,
         step("target and drafter decode a sample prompt")
         step("drafter's acceptance on it")
     fig.outside_ms = statistics.fmean(outside)
-    fig.acceptance = profiling.acceptance(outs, drafts, hits, len(prompts) * options.tokens)
+    fig.acceptance = profiling.acceptance(outs, drafts, sum(map(sum, hits)), sum(map(len, hits)))
+    fig.acceptance["walk"] = {k: _pooled([measure.walk(h, k) for h in hits])["acceptance_rate"] for k in WALKS}
     return outs
 
 
@@ -168,16 +208,20 @@ def _passes(model, seq, held: int, n_threads: int, options: MeasureOptions) -> t
     """v(1..K) of a fresh server of ``model`` holding ``seq[:held]``, its passes given ``n_threads`` threads."""
     server = model.server("passes")
     try:
-        with measure.runtime_over([server], options.runtime) as (rt, pools), measure.threads(model, [server], n_threads):
+        with (
+            measure.runtime_over([server], options.runtime) as (rt, pools),
+            measure.threads(model, [server], n_threads),
+        ):
             return measure.pass_costs(rt, pools[0], seq, held, options.max_pass, options.repeats)
     finally:
         measure.close_server(server)
 
 
 def _pooled(rates: list[dict]) -> dict:
-    """The n-gram rates of several prompts as one: counts summed, rates recomputed from them."""
-    total = {k: sum(r[k] for r in rates) for k in ("steps", "drafted", "accepted", "tested")}
-    total["matched"] = sum(round(r["match_rate"] * r["steps"]) for r in rates)
+    """The rates of several prompts' walks (:func:`measure.ngram_rates`, :func:`measure.walk`) as one: counts
+    summed, rates recomputed from them."""
+    total = {k: sum(r.get(k, 0) for r in rates) for k in ("steps", "drafted", "accepted", "tested")}
+    total["matched"] = sum(round(r.get("match_rate", 0.0) * r["steps"]) for r in rates)
     return {
         "match_rate": total["matched"] / total["steps"] if total["steps"] else 0.0,
         "acceptance_rate": total["accepted"] / total["tested"] if total["tested"] else 0.0,

@@ -22,8 +22,10 @@ import hashlib
 import json
 import os
 import platform
+import sys
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 from specpar.backends.cpu_threads import cpu_cores
@@ -163,6 +165,28 @@ def load_or_measure(key: Mapping, measure: Callable[[], dict], parse: Callable[[
     return profile
 
 
+def sample_prompts(model) -> list[list[int]]:
+    """:func:`sample_texts` in ``model``'s tokenizer; a ConfigError for a model without one."""
+    if getattr(model, "tokenizer", None) is None or not hasattr(model, "encode"):
+        raise ConfigError(f"{getattr(model, 'name', model)!r} has no tokenizer: give the sample's token ids (prompts=)")
+    return [model.encode(text) for text in sample_texts()]
+
+
+@contextmanager
+def steps_shown(total: int, progress: Callable[[str], None] | None = None) -> Iterator[Callable[[str], None]]:
+    """The step callback of a measurement: ``progress`` when given, else a bar of ``total`` steps on stderr while
+    it runs (when stderr is a terminal: a first-need measurement says what it does), taken down at the end."""
+    if progress is not None or not sys.stderr.isatty():
+        yield progress or (lambda label: None)
+        return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(TextColumn("measuring this machine: {task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), transient=True) as bar:  # fmt: skip
+        task = bar.add_task("starting", total=total)
+        yield lambda label: bar.update(task, advance=1, description=label)
+
+
 def sample_texts() -> Sequence[str]:
     """The prompts a profile is measured on when the caller gives none: short code and prose, in the style of what
     the default pair is used for."""
@@ -171,10 +195,10 @@ def sample_texts() -> Sequence[str]:
 
 SAMPLE_TEXTS = (
     'def running_mean(values: list[float], window: int) -> list[float]:\n    """Return the mean of each run of '
-    "`window` consecutive values.\n    >>> running_mean([1, 2, 3, 4], 2)\n    [1.5, 2.5, 3.5]\n    \"\"\"\n",
+    '`window` consecutive values.\n    >>> running_mean([1, 2, 3, 4], 2)\n    [1.5, 2.5, 3.5]\n    """\n',
     'def merge_intervals(intervals: list[tuple[int, int]]) -> list[tuple[int, int]]:\n    """Merge overlapping '
     "closed intervals and return them sorted by start.\n    >>> merge_intervals([(1, 3), (2, 6), (8, 10)])\n"
     '    [(1, 6), (8, 10)]\n    """\n',
-    "import json\n\n\ndef load_config(path):\n    \"\"\"Read a JSON configuration file, fill in defaults for missing "
+    'import json\n\n\ndef load_config(path):\n    """Read a JSON configuration file, fill in defaults for missing '
     'keys and\n    check that every value has the expected type.\n    """\n',
 )

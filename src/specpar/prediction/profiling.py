@@ -28,7 +28,8 @@ FORMAT = "specpar-profile/1"
 
 def acceptance(target_outs: Sequence[Sequence[int]], drafter_outs: Sequence[Sequence[int]], hits: int, total: int):
     """App. F.2's estimates: the geometric fit from each prompt's exact-match prefix of the two greedy outputs, and
-    the direct rate ``hits / total`` (drafter tokens equal to the target's given the target's prefix)."""
+    the direct rate ``hits / total`` (``hits`` of the ``total`` target tokens are the drafter's greedy token given
+    the target's prefix)."""
     prefixes = [common_prefix_len(t, d) for t, d in zip(target_outs, drafter_outs)]
     mean_prefix = statistics.fmean(prefixes)
     return {
