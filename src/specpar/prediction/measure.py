@@ -216,26 +216,29 @@ def ngram_rates(prompt: Sequence[int], out: Sequence[int], lookahead: int, min_n
     """The n-gram proposer's rates on the target's own greedy output, as SI with it would meet them.
 
     Walks the output as greedy SI does: at position j the proposer looks up ``prompt + out[:j]`` for at most
-    ``lookahead`` tokens; the drafts accepted are their common prefix with ``out[j:]``, and the target's own token
-    follows. Returns {"steps", "match_rate": share of steps with a draft, "drafted", "accepted", "tested" (accepted,
-    plus one per draft chain cut by a rejection), "acceptance_rate": accepted / tested (the per-token rate of a
-    geometric model), "accepted_share": accepted / drafted}.
+    ``lookahead`` tokens (fewer near the end, where the drafts and the target's own token must fit in the output);
+    the drafts accepted are their common prefix with ``out[j:]``, and the target's own token follows. Returns
+    {"steps", "lookups" (steps with room for a draft), "match_rate": share of lookups that found one, "drafted",
+    "accepted", "tested" (accepted, plus one per draft chain cut by a rejection), "acceptance_rate": accepted /
+    tested (the per-token rate of a geometric model), "accepted_share": accepted / drafted}.
     """
     matcher = NgramMatcher(min_n, max_n)
     base = list(prompt) + list(out)
-    j = steps = matched = drafted = accepted = tested = 0
+    j = steps = lookups = matched = drafted = accepted = tested = 0
     while j < len(out):
         steps += 1
-        found = matcher.continuations(base[: len(prompt) + j], min(lookahead, len(out) - j))
+        room = min(lookahead, len(out) - j - 1)
+        found = matcher.continuations(base[: len(prompt) + j], room) if room > 0 else []
         drafts = found[0] if found else []
         n = common_prefix_len(drafts, out[j : j + len(drafts)])
-        matched += bool(drafts)
+        lookups, matched = lookups + (room > 0), matched + bool(drafts)
         drafted, accepted = drafted + len(drafts), accepted + n
         tested += n + (n < len(drafts))
         j += n + 1
     return {
         "steps": steps,
-        "match_rate": matched / steps if steps else 0.0,
+        "lookups": lookups,
+        "match_rate": matched / lookups if lookups else 0.0,
         "drafted": drafted,
         "accepted": accepted,
         "tested": tested,

@@ -220,10 +220,10 @@ def _passes(model, seq, held: int, n_threads: int, options: MeasureOptions) -> t
 def _pooled(rates: list[dict]) -> dict:
     """The rates of several prompts' walks (:func:`measure.ngram_rates`, :func:`measure.walk`) as one: counts
     summed, rates recomputed from them."""
-    total = {k: sum(r.get(k, 0) for r in rates) for k in ("steps", "drafted", "accepted", "tested")}
-    total["matched"] = sum(round(r.get("match_rate", 0.0) * r["steps"]) for r in rates)
+    total = {k: sum(r.get(k, 0) for r in rates) for k in ("steps", "lookups", "drafted", "accepted", "tested")}
+    total["matched"] = sum(round(r.get("match_rate", 0.0) * r.get("lookups", 0)) for r in rates)
     return {
-        "match_rate": total["matched"] / total["steps"] if total["steps"] else 0.0,
+        "match_rate": total["matched"] / total["lookups"] if total["lookups"] else 0.0,
         "acceptance_rate": total["accepted"] / total["tested"] if total["tested"] else 0.0,
         "accepted_share": total["accepted"] / total["drafted"] if total["drafted"] else 0.0,
         **{k: total[k] for k in ("steps", "drafted", "accepted")},
