@@ -101,6 +101,24 @@ def integers(text: str) -> list[int]:
         raise argparse.ArgumentTypeError(f"must be integers separated by commas, got {text!r}") from None
 
 
+def lookaheads(text: str) -> list[int]:
+    """Lookaheads (--lookaheads): integers >= 1 separated by commas, each one or a range FIRST-LAST ("1,5,10",
+    "1-200", "1-4,8"), in order, each once."""
+    out: list[int] = []
+    try:
+        for part in text.replace(" ", "").split(","):
+            first, _, last = part.partition("-")
+            lo, hi = integer(first), integer(last or first)
+            if not 1 <= lo <= hi:
+                raise argparse.ArgumentTypeError(part)
+            out += [k for k in range(lo, hi + 1) if k not in out]
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(
+            f"lookaheads are integers >= 1 or ranges FIRST-LAST separated by commas, got {text!r}"
+        ) from None
+    return out
+
+
 # -- deprecated spellings ---------------------------------------------------------------------------------------------
 NOTES = "_deprecated"  # the namespace attribute that holds the notes: {dest: (old spelling, new spelling)}
 
@@ -170,6 +188,11 @@ class Default:
 
 
 PAPER_SP_DEGREE = Default(7, "an 8-GPU node with the drafter on the eighth, as in the paper")
+AUTO_LOOKAHEAD = Default(
+    "auto",
+    "each algorithm's fastest by simulation, DSI's among those that satisfy Eq. 1 for --sp-degree; `specpar plan` "
+    "lists them",
+)
 
 
 def int_or_text(text: str) -> int | str:
@@ -448,6 +471,14 @@ def add_sampling_arguments(p, fields, defaults=None, helps=None, title: str | No
     options = ConfigOptions(SamplingParams, "sampling", fields=fields, defaults=defaults, helps=helps)
     options.add_to(p, title)
     return options
+
+
+def add_output(p, help: str, metavar: str = "FILE", default: str | None = None, old: tuple[str, ...] = ()):
+    """-o/--output: the file (or directory) the command writes; ``old``: the command's former spellings of it, which
+    still work for one release and warn."""
+    action = p.add_argument("-o", "--output", default=default, metavar=metavar, help=help)
+    add_deprecated(p, action, *old)
+    return action
 
 
 def add_repeats(p, default: int, what: str) -> None:
