@@ -90,6 +90,8 @@ SAMPLES = {  # a value for each deprecated flag that takes one and has no choice
     "algorithms": "nonsi,si",
     "phi3_acceptance_rate": "0.6",
     "max_tokens": "7",
+    "starcoder_latency_ratio": "0.1",
+    "drafter_latency_ratio": "0.2",
     "output": "out.png",
 }
 

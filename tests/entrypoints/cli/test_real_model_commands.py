@@ -65,7 +65,7 @@ def test_bench_interleaves_algorithms_and_writes_one_line_per_prompt_and_algorit
     out_file = tmp_path / "bench.jsonl"
     assert (
         cli.main(
-            ["bench", "--dataset", prompt_file, "-n", "3", "-N", "8", "-k", "2", "--out", str(out_file), "--json"]
+            ["bench", "--dataset", prompt_file, "-n", "3", "-N", "8", "-k", "2", "-o", str(out_file), "--json"]
             + ["--timeline"]
             + _models(pair_dirs)
         )
@@ -93,9 +93,9 @@ def test_bench_interleaves_algorithms_and_writes_one_line_per_prompt_and_algorit
 def test_profile_writes_what_simulate_reads(pair_dirs, prompt_file, tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("SPECPAR_CACHE", str(tmp_path / "cache"))
     prof = tmp_path / "profile.json"
-    flags = ["--tokens", "8", "--max-pass", "4", "-k", "2", "--repeats", "1"]
+    flags = ["-N", "8", "--max-pass", "4", "-k", "2", "--repeats", "1"]
     assert (
-        cli.main(["profile", "--dataset", prompt_file, "-n", "2", *flags, "--out", str(prof)] + _models(pair_dirs)) == 0
+        cli.main(["profile", "--dataset", prompt_file, "-n", "2", *flags, "-o", str(prof)] + _models(pair_dirs)) == 0
     )
     shown = capsys.readouterr().out
     assert "v(k)/v(1), k = 1..4" in shown and "contention" in shown and "kept in" in shown
@@ -167,6 +167,6 @@ def test_nothing_drafted_prints_a_dash_not_nan(pair_dirs, capsys):
 def test_a_prompt_that_encodes_to_no_tokens_is_named_before_profiling(pair_dirs, tmp_path, capsys):
     blank = tmp_path / "blank.jsonl"
     blank.write_text('{"id": "blank", "prompt": "   "}\n')
-    code = cli.main(["profile", "--dataset", str(blank), "--out", str(tmp_path / "p.json")] + _models(pair_dirs))
+    code = cli.main(["profile", "--dataset", str(blank), "-o", str(tmp_path / "p.json")] + _models(pair_dirs))
     assert_one_line_error(code, capsys.readouterr().err, "prompt blank encodes to no tokens for target")
     assert not (tmp_path / "p.json").exists()

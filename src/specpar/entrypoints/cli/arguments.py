@@ -481,6 +481,35 @@ def add_output(p, help: str, metavar: str = "FILE", default: str | None = None, 
     return action
 
 
+def add_lookaheads(p, default: str, what: str) -> None:
+    """--lookaheads: the lookaheads a command tries, as :func:`lookaheads` reads them (also several words:
+    ``--lookaheads 1 5 10``); ``args.lookaheads`` is a list."""
+    p.add_argument(
+        "--lookaheads",
+        type=lookaheads,
+        nargs="+",
+        action=Flatten,
+        default=lookaheads(default),
+        metavar="K,K1-K2",
+        help=f"{what} (default {default})",
+    )
+
+
+class Flatten(argparse.Action):
+    """Store the values of several words, each a list, as one list (in order, each value once)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        setattr(namespace, self.dest, list(dict.fromkeys(k for part in values for k in part)))
+
+
+def lookahead_range(args) -> tuple[int, int]:
+    """``args.lookaheads`` as (first, last) where a command takes a range (the heatmaps: every k in it)."""
+    ks = args.lookaheads
+    if ks != list(range(ks[0], ks[0] + len(ks))):
+        raise ConfigError(f"--lookaheads is a range FIRST-LAST here (every lookahead in it), got {ks}")
+    return ks[0], ks[-1]
+
+
 def add_repeats(p, default: int, what: str) -> None:
     p.add_argument("--repeats", type=integer, default=default, metavar="R", help=f"{what} (default {default})")
 

@@ -13,6 +13,7 @@ from specpar.entrypoints.cli.arguments import (
     REAL_TIME_FIELDS,
     add_deprecated,
     add_json,
+    add_output,
     add_prompt_count,
     add_runtime_arguments,
     add_sampling_arguments,
@@ -28,7 +29,7 @@ in turn on the same loaded servers (interleaved, so a slow drift of a shared
 machine does not bias the ratios), from a cold cache. Prints per algorithm the
 wall time, tokens/s, acceptance rate, mean acceptance length, speedups, and
 whether every greedy output equals non-SI's; writes one JSON line per prompt and
-algorithm with --out.
+algorithm with -o.
 
 Metrics: acceptance rate = accepted / drafted; mean acceptance length = 1 +
 accepted / verification rounds; speedup = mean non-SI (or SI) time / mean time over the same prompts,
@@ -56,12 +57,12 @@ def register(sub) -> None:
         "--arm 'si tree=2,2,1' (chains and trees side by side, interleaved per prompt; k and tree default to -k and "
         "--tree)",
     )
-    p.add_argument("--out", metavar="FILE.jsonl", help="write one JSON line per prompt and algorithm")
+    add_output(p, "write one JSON line per prompt and algorithm", metavar="FILE.jsonl", old=("--out",))
     add_json(p, "print the summary as one JSON object")
     p.add_argument(
         "--timeline",
         action="store_true",
-        help="with --out: each line carries its run's timeline, every server call (server, kind, start and end ms, "
+        help="with -o: each line carries its run's timeline, every server call (server, kind, start and end ms, "
         "tokens, drafts, tokens cached at its start, cancelled)",
     )
     arguments.add_model_args(p)
@@ -74,8 +75,8 @@ def run(args) -> int:
     from specpar.experiments import prompts
 
     real_models.check_common(args)
-    if args.out:
-        args.out = check_output_file(args.out, "--out")
+    if args.output:
+        args.output = check_output_file(args.output, "-o")
     arms = _arms(args)
     algorithms = list(arms)
     uses_dsi = any(algo == "dsi" for algo, _ in arms.values())
@@ -85,7 +86,7 @@ def run(args) -> int:
     for _, ids in encoded:
         servers.check_length(len(ids), args.max_tokens)
     real_models.warn_load()
-    seen = {}  # (algorithm, prompt index): result, for the lines of --out
+    seen = {}  # (algorithm, prompt index): result, for the lines of -o
 
     def run(arm, prompt):
         i, _, ids = prompt
@@ -103,7 +104,7 @@ def run(args) -> int:
         bar.describe(f"{pid} {NAMES.get(arm, arm)}")
 
     total = len(encoded) * len(algorithms) * args.max_tokens
-    with JsonLines(args.out) as out, TokenProgress(total, "benchmarking", not args.json) as bar:
+    with JsonLines(args.output) as out, TokenProgress(total, "benchmarking", not args.json) as bar:
         by_algo = run_arms(algorithms, len(encoded), run, setup=lambda i: (i, *encoded[i]), on_result=on_result)
     summary = summarize(by_algo, args.temperature == 0)
     why = real_models.why_line(by_algo)
@@ -144,7 +145,7 @@ def _arms(args) -> dict:
 
 
 def _row(pid, ids, res, base, args, target) -> dict:
-    """One --out line; base: non-SI's result on the same prompt when it ran already."""
+    """One -o line; base: non-SI's result on the same prompt when it ran already."""
     same = None
     if args.temperature == 0 and base is not None and res.algorithm != "nonsi":
         same = res.tokens == base.tokens
@@ -273,5 +274,5 @@ def _print(args, summary, why, target, drafter, servers) -> None:
         console.print(why)
     for line in real_models.inconclusive_lines(summary):
         console.print(f"[yellow]note:[/yellow] {line}")
-    if args.out:
-        console.print(f"per prompt: {args.out}")
+    if args.output:
+        console.print(f"per prompt: {args.output}")

@@ -7,7 +7,14 @@ import statistics
 
 from specpar.core.json_output import print_json
 from specpar.entrypoints.cli import arguments, real_models
-from specpar.entrypoints.cli.arguments import add_json, add_prompt_count, command_parser, integer
+from specpar.entrypoints.cli.arguments import (
+    add_deprecated,
+    add_json,
+    add_output,
+    add_prompt_count,
+    command_parser,
+    integer,
+)
 
 DESCRIPTION = """\
 Measure a target/drafter pair on this machine, through the servers' own calls as
@@ -17,8 +24,8 @@ v(k), one pass over k = 1..K new tokens on a warm cache, at every thread count
 the engine gives passes; how much a pass slows while n servers run at once
 (contention); the threads runtime's overhead per call (and Ray's with --ray);
 the non-SI loop's own time per token; the drafter's acceptance rate and the
-n-gram proposer's rates on --prompts prompts of --dataset, --tokens greedy
-tokens each. The profile is kept in specpar's cache, keyed by the models'
+n-gram proposer's rates on --prompts prompts of --dataset, -N greedy tokens
+each. The profile is kept in specpar's cache, keyed by the models'
 files, the backend's settings and this machine, and used from there.
 
 Also the DSI paper's profile (App. F.1, F.2): TTFT (the sample's prefills),
@@ -26,7 +33,7 @@ TPOT (their one-token steps), a verification of -k drafts (per_token_ms: its
 extra cost per token) and the acceptance rate (App. F.2: both models decode
 greedily; the longest exact-match prefix n_i per prompt gives
 a = 1 - 1/(1 + mean n_i); the direct per-token rate beside it). It is written
-to --out with the machine profile in it: `specpar simulate --profile FILE`
+to -o with the machine profile in it: `specpar simulate --profile FILE`
 reads it.
 """
 
@@ -36,14 +43,15 @@ def register(sub) -> None:
                        DESCRIPTION)  # fmt: skip
     arguments.add_prompt_args(p, default="humaneval")
     add_prompt_count(p, 3, "sample prompts, the dataset's first n")
-    p.add_argument("--tokens", type=integer, default=48, help="greedy tokens per sample prompt (default 48)")
+    tokens = p.add_argument(
+        "-N", "--max-tokens", type=integer, default=48, metavar="N", help="greedy tokens per sample prompt (default 48)"
+    )
+    add_deprecated(p, tokens, "--tokens", "--accept-tokens")
     p.add_argument("-k", "--lookahead", type=integer, default=5, help="drafts in App. F's verification (default 5)")
     p.add_argument("--max-pass", type=integer, default=10, metavar="K", help="longest pass timed, tokens (default 10)")
     p.add_argument("--repeats", type=integer, default=3, help="timings of each pass length, median (default 3)")
     p.add_argument("--ray", action="store_true", help="also measure a Ray actor call's round trip (starts Ray)")
-    p.add_argument(
-        "--out", metavar="FILE.json", default="profile.json", help="where to write the profile (default profile.json)"
-    )
+    add_output(p, "where to write the profile (default profile.json)", "FILE.json", "profile.json", old=("--out",))
     add_json(p, "print the profile as JSON instead of a summary")
     arguments.add_model_args(p)
     p.set_defaults(func=run)
@@ -60,25 +68,25 @@ def run(args) -> int:
     from specpar.prediction.profiling import write
 
     real_models.check_common(args)
-    options = MeasureOptions(tokens=args.tokens, max_pass=args.max_pass, repeats=args.repeats,
+    options = MeasureOptions(tokens=args.max_tokens, max_pass=args.max_pass, repeats=args.repeats,
                              lookahead=args.lookahead, overheads=("threads", "ray") if args.ray else ("threads",))  # fmt: skip
-    args.out = check_output_file(args.out, "--out")  # before minutes of measuring, not after
+    args.output = check_output_file(args.output, "-o")  # before minutes of measuring, not after
     chosen = prompts.load(args.dataset, args.prompts)
     target, drafter = real_models.load_models(args)
     ids = [p.token_ids(target) for p in chosen]
     for x in ids:
-        check_context_window(len(x), args.tokens + 1, target, drafter)
+        check_context_window(len(x), args.max_tokens + 1, target, drafter)
     with TokenProgress(options.steps(len(ids), cpu_cores()), "measuring", not args.json, unit="steps") as bar:
         profile = load_or_build(target=target, drafter=drafter, prompts=ids, options=options,
                                 progress=lambda label: bar.advance(label), refresh=True)  # fmt: skip
     data = {**profile.meta["app_f"], "dataset": args.dataset, "dtype": args.dtype or "float32"}
-    write({**data, "machine": profile.to_dict()}, args.out)
+    write({**data, "machine": profile.to_dict()}, args.output)
     if args.json:
         print_json({**data, "machine": profile.to_dict()})
         return 0
     _app_f(args, data, len(ids))
     _machine(profile)
-    print(f"wrote {args.out}; predict speedups with: specpar simulate --profile {args.out} --sp-degree 2")
+    print(f"wrote {args.output}; predict speedups with: specpar simulate --profile {args.output} --sp-degree 2")
     return 0
 
 
@@ -87,7 +95,7 @@ def _app_f(args, prof: dict, n: int) -> None:
     from specpar.core.results import fmt
 
     tl, dl, acc = prof["target"], prof["drafter"], prof["acceptance_rate"]
-    print(f"{n} {args.dataset} prompts, {args.tokens} greedy tokens each")
+    print(f"{n} {args.dataset} prompts, {args.max_tokens} greedy tokens each")
     for role, r in (("target", tl), ("drafter", dl)):
         print(
             f"{role:8s} {r['name']}: TTFT {r['ttft_ms']:.0f} ms, TPOT {r['tpot_ms']:.0f} ms, verification of "

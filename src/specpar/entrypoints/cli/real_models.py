@@ -99,7 +99,7 @@ def check_lookahead(args) -> None:
     if spec is not None and spec.lookahead in ("auto", "adaptive"):
         raise ConfigError(
             f"-k {spec.lookahead} weighs the models' latency profiles, which real models loaded here do not have: "
-            "measure the pair with `specpar profile --out pair.json`, then `specpar plan --profile pair.json` names "
+            "measure the pair with `specpar profile -o pair.json`, then `specpar plan --profile pair.json` names "
             "the fastest lookahead; give it as -k K"
         )
 
