@@ -47,16 +47,13 @@ def arm(spec: SpeculativeConfig, engine, algorithm: str, **changes) -> Speculati
     return dataclasses.replace(spec, algorithm=algorithm, tree=tree, proposer=proposer, sp_degree=sp, **changes)
 
 
-def load(args, sp_degree: int, max_tokens: int, **engine_options):
-    """(target, drafter, an Engine with sp_degree target servers, the speculation and runtime the flags give, and
-    ``engine_options``: Engine's keywords, e.g. units, policy), loaded once."""
-    from specpar.algorithms.registry import ALGORITHMS
+def load_models(args, devs: list[str] | None = None):
+    """(target, drafter): the models the flags name, loaded once; the drafter on the first device, the target where
+    an Engine puts its replicas (the others, if any)."""
     from specpar.backends.loading import load_pair
-    from specpar.entrypoints.engine import Engine
 
-    devs = devices(args)
-    # the drafter on the first device, the target where the Engine puts its replicas (the others, if any)
-    target, drafter = load_pair(
+    devs = devs or devices(args)
+    return load_pair(
         args.target,
         args.drafter,
         devs[0],
@@ -65,6 +62,16 @@ def load(args, sp_degree: int, max_tokens: int, **engine_options):
         target_device=devs[1] if len(devs) > 1 else devs[0],
         backend=args.backend,
     )
+
+
+def load(args, sp_degree: int, max_tokens: int, **engine_options):
+    """(target, drafter, an Engine with sp_degree target servers, the speculation and runtime the flags give, and
+    ``engine_options``: Engine's keywords, e.g. units, policy), loaded once."""
+    from specpar.algorithms.registry import ALGORITHMS
+    from specpar.entrypoints.engine import Engine
+
+    devs = devices(args)
+    target, drafter = load_models(args, devs)
     spec = getattr(args, "spec", None) or SpeculativeConfig()
     hierarchy = ALGORITHMS[spec.algorithm].hierarchy  # HSD's drafter is a list of levels: here one
     engine = Engine(
