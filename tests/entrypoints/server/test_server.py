@@ -448,6 +448,6 @@ def test_unknown_route_and_cli_errors_are_one_line(capsys):
     with simulated_engine() as engine, running(create_app(engine, "sim")) as url:
         got, data = post(url, "/v1/embeddings", {"input": "x"})
         assert got == 404 and data["error"]["message"]
-    assert main(["serve", "--simulated", "--target", "x"]) == 2
+    assert main(["serve", "x", "--simulated"]) == 2
     assert capsys.readouterr().err.strip().count("\n") == 0
     assert main(["serve", "--simulated", "--max-queue", "-1"]) == 2
