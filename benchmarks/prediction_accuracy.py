@@ -96,9 +96,10 @@ def tiny_prompts(count: int, max_len: int) -> list[str]:
 
 
 def measure(arm: Arm, args, r: int) -> dict:
+    from specpar.prediction.auto import predict_request
+
     from specpar import SamplingParams
     from specpar.core.config import SpeculativeConfig
-    from specpar.prediction.auto import predict_request
 
     engine, prompts = setup(args.tiny, args.backend, args.sp_degree, args.profile, args.rounds, args.max_tokens)
     ids = prompts[r % len(prompts)]
@@ -126,8 +127,9 @@ def summarize(results, args) -> dict:
     out = {
         "median_abs_error": statistics.median(errors),
         "worst_abs_error": max(errors),
-        "worst_arm": max((a for a in results if a.arm.name != "auto"), key=lambda a: max(map(abs, a.values("error"))))
-        .arm.name,  # fmt: skip
+        "worst_arm": max(
+            (a for a in results if a.arm.name != "auto"), key=lambda a: max(map(abs, a.values("error")))
+        ).arm.name,  # fmt: skip
         "every_arm_same_tokens_as_nonsi": same,
     }
     fixed = [a for a in results if a.arm.name != "auto"]
