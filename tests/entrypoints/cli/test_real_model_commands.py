@@ -90,6 +90,7 @@ def test_bench_interleaves_algorithms_and_writes_one_line_per_prompt_and_algorit
             assert [c["cached"] for c in calls[1:]] == [c["tokens"] - 1 for c in calls[1:]]  # one new token each
 
 
+@pytest.mark.slow
 def test_profile_writes_what_simulate_reads(pair_dirs, prompt_file, tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("SPECPAR_CACHE", str(tmp_path / "cache"))
     prof = tmp_path / "profile.json"

@@ -6,7 +6,6 @@ import dataclasses
 
 from specpar.core.errors import ConfigError
 from specpar.core.json_output import JsonLines, print_json
-from specpar.core.results import fmt, metrics_footnote
 from specpar.core.trees import parse_tree
 from specpar.entrypoints.cli import arguments, real_models
 from specpar.entrypoints.cli.arguments import (
@@ -19,7 +18,7 @@ from specpar.entrypoints.cli.arguments import (
     add_sampling_arguments,
     command_parser,
 )
-from specpar.entrypoints.cli.generate import NAMES
+from specpar.entrypoints.cli.comparison import NAMES, speedups_of
 from specpar.entrypoints.cli.progress import TokenProgress
 from specpar.experiments.loop import run_arms
 
@@ -193,7 +192,7 @@ def summarize(by_algo: dict, greedy: bool) -> dict:
             "target_forwards": sum(r.target_forwards for r in results),
             "drafter_forwards": sum(r.drafter_forwards for r in results),
             "tokens_per_target_pass": tokens / max(1, sum(r.target_forwards for r in results)),
-            **real_models.speedups(by_algo, algo),
+            **speedups_of(by_algo, algo),
             "same_tokens_as_nonsi": (
                 all(a.tokens == b.tokens for a, b in zip(base, results))
                 if greedy and base and algo != "nonsi"
@@ -230,7 +229,8 @@ def _config(args, target, drafter, servers) -> dict:
 
 def _print(args, summary, why, target, drafter, servers) -> None:
 
-    from specpar.entrypoints.cli.console import print_table, table_console
+    from specpar.entrypoints.cli.comparison import print_comparison
+    from specpar.entrypoints.cli.console import table_console
 
     console = table_console()
     mode = "greedy" if args.temperature == 0 else f"sampling at temperature {args.temperature:g}"
@@ -240,39 +240,9 @@ def _print(args, summary, why, target, drafter, servers) -> None:
         f"{'arms as named' if args.arm else f'lookahead {args.lookahead}'}, "
         f"SP {args.sp_degree}; {mode}; each algorithm from a cold cache"
     )
-    columns = (
-        "algorithm",
-        "wall time s",
-        "tokens /s",
-        "vs non-SI",
-        "vs SI",
-        "accept rate",
-        "run len",
-        "tokens/pass",
-        "same as non-SI",
-        "outside fwd",
-    )
-    rows = []
-    for algo, s in summary.items():
-        rows.append(
-            [
-                NAMES.get(algo, algo),
-                fmt(s["wall_time_s"], ".1f"),
-                fmt(s["tokens_per_second"]),
-                real_models.speedup_cell(s, "nonsi"),
-                real_models.speedup_cell(s, "si"),
-                fmt(s["acceptance_rate"]),
-                fmt(s["mean_run_length"]),
-                fmt(s["mean_acceptance_length"]),
-                "-" if s["same_tokens_as_nonsi"] is None else ("yes" if s["same_tokens_as_nonsi"] else "[red]NO[/red]"),
-                fmt(None if s["outside_forward_fraction"] is None else 100 * s["outside_forward_fraction"], ".2f", "%"),
-            ]
-        )
-    print_table(console, columns, rows)
-    console.print(metrics_footnote(columns), style="dim")
-    if why:
-        console.print(why)
-    for line in real_models.inconclusive_lines(summary):
-        console.print(f"[yellow]note:[/yellow] {line}")
+    rows = {arm: {**s, "name": NAMES.get(arm, arm), "time_s": s["wall_time_s"]} for arm, s in summary.items()}
+    columns = ("time s", "tokens /s", "vs non-SI", "vs SI", "accept rate", "run len", "tokens/pass", "same as non-SI",
+               "outside fwd")  # fmt: skip
+    print_comparison(console, rows, columns, why=why)
     if args.output:
         console.print(f"per prompt: {args.output}")

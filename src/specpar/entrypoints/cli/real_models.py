@@ -4,7 +4,6 @@ flags before they load, and reading the timings."""
 from __future__ import annotations
 
 import dataclasses
-import math
 import statistics
 import sys
 
@@ -156,44 +155,3 @@ def warn_load() -> None:
     line = load_warning()
     if line:
         print(f"warning: {line}", file=sys.stderr)
-
-
-NAMES = {"nonsi": "non-SI", "si": "SI", "dsi": "DSI"}
-
-
-def speedups(by_algo: dict, algo: str) -> dict:
-    """``speedup_vs_nonsi`` / ``speedup_vs_si`` (values) and their ``_spread`` dicts for one algorithm's results,
-    paired repeat by repeat with the baseline's (None where the baseline did not run)."""
-    from specpar.experiments.loop import speedup
-
-    out = {}
-    for base in ("nonsi", "si"):
-        s = speedup([r.time_ms for r in by_algo[base]], [r.time_ms for r in by_algo[algo]]) if base in by_algo else None
-        out[f"speedup_vs_{base}"] = s.value if s and math.isfinite(s.value) else None
-        out[f"speedup_vs_{base}_spread"] = s.to_dict() if s else None
-    return out
-
-
-def inconclusive_lines(summary: dict) -> list[str]:
-    """One sentence per inconclusive ratio in a summary of :func:`speedups` (what ``bench`` and ``generate
-    --compare`` print under their table)."""
-    from specpar.experiments.loop import inconclusive_line
-
-    lines = []
-    for algo, s in summary.items():
-        for base in ("nonsi", "si") if algo != "nonsi" else ():  # non-SI is the baseline, not judged against SI
-            spread = s.get(f"speedup_vs_{base}_spread")
-            line = inconclusive_line(NAMES.get(algo, algo), NAMES[base], spread) if algo != base and spread else None
-            if line:
-                lines.append(line)
-    return lines
-
-
-def speedup_cell(summary_row: dict, base: str) -> str:
-    """A table cell for a :func:`speedups` entry: ``1.23x ± 0.05`` (the spread of the paired per-run ratios when
-    there are several), red below 1, "-" when the baseline did not run."""
-    spread = summary_row.get(f"speedup_vs_{base}_spread")
-    if not spread or spread["value"] is None:
-        return "-"
-    text = f"{spread['value']:.2f}x" + (f" ± {spread['ratio_std']:.2f}" if spread["repeats"] > 1 else "")
-    return f"[red]{text}[/red]" if spread["value"] < 1 - 1e-9 else text

@@ -6,7 +6,7 @@ import warnings
 
 from specpar.core.config import SpeculativeConfig
 from specpar.core.errors import ConfigError, SpecparWarning
-from specpar.core.results import fmt, metrics_footnote
+from specpar.core.results import fmt
 from specpar.core.trees import BestFirst, shape_text
 from specpar.entrypoints.cli.arguments import (
     AUTO_LOOKAHEAD,
@@ -234,7 +234,8 @@ def _run_with_progress(compare, args, make_models, make_prompt, k):
 
 def _print_table(args, summary, target_lat, drafter_lat, c, k, why, closed, messages) -> None:
 
-    from specpar.entrypoints.cli.console import print_table, table_console
+    from specpar.entrypoints.cli.comparison import print_comparison
+    from specpar.entrypoints.cli.console import table_console
 
     console = table_console()
     clock = CLOCKS[args.runtime] + (f", {args.link_ms:g} ms links" if args.link_ms else "")
@@ -251,43 +252,12 @@ def _print_table(args, summary, target_lat, drafter_lat, c, k, why, closed, mess
     )
     ks = f"k = {k['dsi']}" if k["si"] == k["dsi"] else f"SI k = {k['si']}, DSI k = {k['dsi']}"
     console.print(f"lookahead {ks} ({why})")
-    columns = (
-        "algorithm",
-        "k",
-        "SP",
-        "latency ms",
-        "vs non-SI",
-        "vs SI",
-        "accept rate",
-        "run len",
-        "tokens/pass",
-        "target fwd",
-        "drafter fwd",
-        "same tokens",
-    )
-    rows = []
     tree = "<" + shape_text(args.tree) + ">" if args.tree else ""
-    names = {"nonsi": "non-SI", "si": "SI", "dsi": "DSI", "si-tree": f"SI {tree}", "dsi-tree": f"DSI {tree}"}
-    for name, s in summary.items():
-        speed = fmt(s.speedup_vs_nonsi, ".2f", "x")
-        rows.append(
-            [
-                names[name],
-                str(s.lookahead or "-"),
-                str(s.sp_degree),
-                f"{s.mean_ms:.1f}±{s.std_ms:.1f}",
-                f"[red]{speed}[/red]" if s.speedup_vs_nonsi < 1 - 1e-9 else speed,
-                fmt(s.speedup_vs_si, ".2f", "x"),
-                fmt(s.acceptance_rate),
-                fmt(s.mean_run_length),
-                fmt(s.mean_acceptance_length),
-                f"{s.target_forwards:.1f}",
-                f"{s.drafter_forwards:.1f}",
-                "-" if s.same_tokens_as_nonsi is None else ("yes" if s.same_tokens_as_nonsi else "[red]NO[/red]"),
-            ]
-        )
-    print_table(console, columns, rows)
-    console.print(metrics_footnote(columns), style="dim")
+    names = {"si-tree": f"SI {tree}", "dsi-tree": f"DSI {tree}"}
+    rows = {arm: {**s.to_dict(), "name": names.get(arm)} for arm, s in summary.items()}
+    columns = ("k", "SP", "latency ms", "vs non-SI", "vs SI", "accept rate", "run len", "tokens/pass", "target fwd",
+               "drafter fwd", "same as non-SI")  # fmt: skip
+    print_comparison(console, rows, columns)
     if closed:
         console.print(
             f"closed forms (iid acceptance): non-SI {closed['nonsi_ms']:.1f} ms; "
