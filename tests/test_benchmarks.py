@@ -76,6 +76,7 @@ def test_thread_overhead_runs_through_the_runner():
     assert len(results["summary"]["threads_over_virtual_per_seed"]) == 1
 
 
+@pytest.mark.slow
 def test_every_benchmark_module_declares_one_benchmark():
     listed = runner.benchmarks()
     assert {"thread_overhead", "virtual_throughput"} <= set(listed)
