@@ -47,7 +47,7 @@ def sweep(seeds: int, n: int) -> list[tuple[float, float, float]]:
                     target,
                     drafter,
                     algorithm=algo,
-                    max_new_tokens=n,
+                    max_tokens=n,
                     lookahead=5,
                     sp_degree=4,
                     runtime_options={"link_ms": {"target": link}},
@@ -102,7 +102,7 @@ def validate(link: float, seeds: int, n: int, cluster: bool) -> None:
                 target, drafter, prompt = setting(seed)
                 targets = Pool([target.server(f"target{i}") for i in range(4)], "target")
                 drafters = Pool([drafter.server("drafter")], "drafter")
-                kw = dict(algorithm="dsi", max_new_tokens=n, lookahead=5, sp_degree=4)
+                kw = dict(algorithm="dsi", max_tokens=n, lookahead=5, sp_degree=4)
                 ray = generate(prompt, targets, drafters, runtime="ray", runtime_options=options, **kw)
                 virtual = generate(prompt, target, drafter, runtime_options={"link_ms": {"target": link}}, **kw)
                 assert ray.tokens == virtual.tokens

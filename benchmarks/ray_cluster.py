@@ -55,7 +55,7 @@ def main() -> None:
         print(f"actors per node: {dict(collections.Counter(where.values()))}")
         prompt = [1, 2, 3, 4]
         for algo, k, sp in (("nonsi", None, 1), ("si", 5, 1), ("dsi", 5, 4)):
-            kw = dict(algorithm=algo, max_new_tokens=args.N, lookahead=k, sp_degree=sp)
+            kw = dict(algorithm=algo, max_tokens=args.N, lookahead=k, sp_degree=sp)
             out = generate(prompt, targets, drafters, runtime="ray", runtime_options=options, **kw)
             virtual = generate(prompt, target, drafter, **kw)
             same = out.tokens == target.greedy_tokens(prompt, args.N)

@@ -39,7 +39,7 @@ def per_task_overhead(repeats: int, n: int, options: dict) -> None:
                 [1, 2, 3],
                 pool,
                 algorithm="nonsi",
-                max_new_tokens=n,
+                max_tokens=n,
                 runtime=runtime,
                 runtime_options=options if runtime == "ray" else None,
             )
@@ -77,7 +77,7 @@ def dsi_vs_virtual(repeats: int, n: int, options: dict) -> None:
     targets = Pool([target.server(f"target{i}") for i in range(4)], "target")
     drafters = Pool([drafter.server("drafter")], "drafter")
     local, actor = {**options, "local_pools": ("drafter",)}, {**options, "local_pools": ()}
-    kw = dict(algorithm="dsi", max_new_tokens=n, lookahead=5, sp_degree=4)
+    kw = dict(algorithm="dsi", max_tokens=n, lookahead=5, sp_degree=4)
     print(f"3. DSI, target 50 ms, drafter 5 ms, a = 0.8, k = 5, SP = 4, N = {n}: wall / virtual-clock prediction")
     print(f"   {'seed':>4} {'virtual ms':>11} {'threads/v':>10} {'ray/v':>7} {'ray, drafter in driver/v':>25}")
     ratios = {"threads": [], "ray": [], "ray-local": []}

@@ -27,7 +27,7 @@ def main() -> None:
     for seed in range(args.repeats):
         target = SimulatedModel(32, seed=seed, latency=LatencyProfile.uniform(20.0))
         drafter = target.drafter(0.8, LatencyProfile.uniform(1.0), seed=seed + 1)
-        kw = dict(algorithm="dsi", max_new_tokens=args.N, lookahead=5, sp_degree=4)
+        kw = dict(algorithm="dsi", max_tokens=args.N, lookahead=5, sp_degree=4)
         virtual = generate([1, 2, 3], target, drafter, runtime="virtual", **kw)
         threads = generate([1, 2, 3], target, drafter, runtime="threads", **kw)
         assert threads.tokens == virtual.tokens == target.greedy_tokens([1, 2, 3], args.N)

@@ -15,8 +15,19 @@ import time
 
 from specpar import LatencyProfile, SimulatedModel, generate
 from specpar.algorithms.dsi import dsi
+from specpar.algorithms.generation import Generation
 from specpar.core.calls import Draft, Proposal, Scores
+from specpar.core.config import SpeculativeConfig
+from specpar.core.query import Query
 from specpar.runtimes import Pool, VirtualRuntime
+
+K5 = SpeculativeConfig(lookahead=5)
+
+
+def run_dsi(rt, target: Pool, drafter: Pool, prompt: list[int], n: int):
+    """DSI with lookahead 5 on ``rt``, called as the runner calls it."""
+    return dsi(Generation(Query(prompt, n), rt), {"drafter": drafter, "target": target}, K5)
+
 
 SETTINGS = [
     # (label, target ms, drafter ms, a, lookahead, SP, N)
@@ -36,7 +47,7 @@ def main() -> None:
             target = SimulatedModel(32, seed=seed, latency=LatencyProfile.uniform(t_ms))
             drafter = target.drafter(a, LatencyProfile.uniform(d_ms), seed=seed + 1)
             t0 = time.process_time()
-            out = generate([seed % 32], target, drafter, algorithm="dsi", max_new_tokens=n, lookahead=k, sp_degree=sp)
+            out = generate([seed % 32], target, drafter, algorithm="dsi", max_tokens=n, lookahead=k, sp_degree=sp)
             cpu += time.process_time() - t0  # generate() alone: building the timeline below is not counted
             tokens += len(out.tokens)
             tasks += len(out.timeline)
@@ -71,7 +82,7 @@ def engine_floor() -> None:
         target = Pool([IdleServer(f"target{i}", 20.0) for i in range(4)], "target")
         drafter = Pool([IdleServer("drafter0", 1.0)], "drafter")
         with VirtualRuntime([drafter, target]) as rt:  # as generate() runs it
-            tokens += len(dsi(rt, target, drafter, [seed % 32], 200, 5).tokens)
+            tokens += len(run_dsi(rt, target, drafter, [seed % 32], 200).tokens)
         seed += 1
     print(f"{'engine alone (servers doing no work), issue setting':<50} {tokens / (time.process_time() - t0):>10,.0f}")
 
@@ -92,9 +103,9 @@ def collector_share() -> None:
                 rt = VirtualRuntime(pools)
                 if paused:
                     with rt:
-                        dsi(rt, pools[1], pools[0], [seed % 32], n, 5)
+                        run_dsi(rt, pools[1], pools[0], [seed % 32], n)
                 else:  # not entered: the collector keeps running
-                    dsi(rt, pools[1], pools[0], [seed % 32], n, 5)
+                    run_dsi(rt, pools[1], pools[0], [seed % 32], n)
                 cpu[paused] += time.process_time() - t0
         print(f"{f'issue setting, N={n}: collector paused / running':<50} {cpu[False] / cpu[True]:>9.2f}x")
 

@@ -84,7 +84,7 @@ def test_a_stalled_target_fails_the_generation_with_a_server_error_naming_it_soo
             Pool(servers, "target"),
             drafter,
             algorithm=algorithm,
-            max_new_tokens=200,
+            max_tokens=200,
             lookahead=3,
             sp_degree=2 if algorithm == "dsi" else 1,
             runtime="threads",

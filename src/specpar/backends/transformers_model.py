@@ -248,7 +248,7 @@ def check_fits(model: TransformersModel, device: str, n_servers: int, max_tokens
         raise ConfigError(
             f"{n_servers} server(s) of {model.name} need about {need / 2**30:.2f} GiB on {device} "
             f"({weights / 2**30:.2f} GiB of weights + {kv / 2**30:.2f} GiB of KV cache for {max_tokens} tokens each) "
-            f"but only {free / 2**30:.2f} GiB is free: lower sp_degree or max_new_tokens, or add devices"
+            f"but only {free / 2**30:.2f} GiB is free: lower sp_degree or max_tokens, or add devices"
         )
 
 

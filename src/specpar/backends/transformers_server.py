@@ -157,7 +157,7 @@ class TransformersServer(CachedServer):
         if len(context) > self.model.context_window:
             raise ConfigError(
                 f"context of {len(context)} tokens exceeds {self.model.name}'s context window of "
-                f"{self.model.context_window} tokens: shorten the prompt or lower max_new_tokens"
+                f"{self.model.context_window} tokens: shorten the prompt or lower max_tokens"
             )
         if self._tree is not None:
             self._settle_tree(context)

@@ -258,13 +258,13 @@ def event_cell(
         target = SimulatedModel(16, seed=r, latency=LatencyProfile.uniform(1.0))
         drafter = target.drafter(a, LatencyProfile.uniform(c), seed=r + 104729)
         prompt = [r % 16, 3]
-        times["nonsi"].append(run_once(prompt, target, algorithm="nonsi", max_new_tokens=n).time_ms)
+        times["nonsi"].append(run_once(prompt, target, algorithm="nonsi", max_tokens=n).time_ms)
         times["si"].append(
-            run_once(prompt, target, drafter, algorithm="si", max_new_tokens=n, lookahead=si_lookahead).time_ms
+            run_once(prompt, target, drafter, algorithm="si", max_tokens=n, lookahead=si_lookahead).time_ms
         )
         times["dsi"].append(
             run_once(
-                prompt, target, drafter, algorithm="dsi", max_new_tokens=n, lookahead=dsi_lookahead, sp_degree=sp_degree
+                prompt, target, drafter, algorithm="dsi", max_tokens=n, lookahead=dsi_lookahead, sp_degree=sp_degree
             ).time_ms
         )
     return {k: statistics.fmean(v) for k, v in times.items()}

@@ -160,7 +160,7 @@ def run_online(
             target,
             drafter,
             algorithm=algo,
-            max_new_tokens=n,
+            max_tokens=n,
             runtime=runtime,
             runtime_options=runtime_options,
             stream=stream,
@@ -168,7 +168,7 @@ def run_online(
         )
         if runtime == "virtual":  # the measurement is the prediction
             return measured.time_ms, measured.time_ms
-        predicted = run_once(prompt, target, drafter, algorithm=algo, max_new_tokens=n, runtime="virtual", **kw)
+        predicted = run_once(prompt, target, drafter, algorithm=algo, max_tokens=n, runtime="virtual", **kw)
         if measured.tokens != predicted.tokens:  # greedy: both must be the target's own output
             raise RuntimeError(f"{algo} returned different tokens on {runtime} and on the virtual clock")
         return measured.time_ms, predicted.time_ms

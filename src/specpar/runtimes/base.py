@@ -70,6 +70,20 @@ class Pool:
         return f"Pool({self.name}, {len(self.servers)} servers)"
 
 
+def model_of(source):
+    """The model behind a model or a Pool (the model its servers were made from, else its first server)."""
+    if isinstance(source, Pool):
+        return getattr(source, "model", None) or getattr(source.servers[0], "model", source.servers[0])
+    return source
+
+
+def latency_of(source):
+    """The LatencyProfile of a model or of a Pool's servers, or None when unknown."""
+    if isinstance(source, Pool):
+        source = source.servers[0]
+    return getattr(source, "latency", None)
+
+
 _ids = itertools.count()
 
 

@@ -74,7 +74,7 @@ class LlamaServer(CachedServer):
             raise ConfigError(
                 f"a sequence of {length} tokens exceeds the {self.n_ctx}-token cache of {self.model.name}'s server "
                 f"{self.name} (its context window is {self.model.context_window}): shorten the prompt or lower "
-                "max_new_tokens"
+                "max_tokens"
             )
 
     def _forward(self, new: Sequence[int], rows_from: int, cancelled=None) -> np.ndarray | None:
