@@ -46,11 +46,12 @@ from __future__ import annotations
 
 from specpar.algorithms.drafting import make_proposer
 from specpar.algorithms.drafts import Chains, DraftsView, Pending
-from specpar.algorithms.generation import Generation, check_positive_int
+from specpar.algorithms.generation import Generation
 from specpar.algorithms.proposers import Drafted, Proposer, lookahead_of
 from specpar.algorithms.tree_drafts import Trees
 from specpar.core.calls import Score, ScoreTree
 from specpar.core.config import SpeculativeConfig
+from specpar.core.numbers import positive_int
 from specpar.core.results import GenerationResult
 from specpar.runtimes.base import Pool, Task
 
@@ -263,7 +264,7 @@ def dsi(
     module docstring); for targets whose verification costs grow with the drafts fed."""
     target = pools["target"]
     proposer = make_proposer(g, pools, spec) if proposer is None else proposer
-    lookahead = check_positive_int("lookahead (k)", lookahead_of(proposer, spec.lookahead))
+    lookahead = positive_int("lookahead (k)", lookahead_of(proposer, spec.lookahead))
     g.feedback = proposer.feedback
     state = DSI(g, target, proposer, lookahead, bool(spec.dedicated_cursor))
     state.run(bool(spec.prefill_replicas))

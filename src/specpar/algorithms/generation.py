@@ -8,15 +8,10 @@ from specpar.algorithms.verification import bonus, judge, judge_siblings, verify
 from specpar.core.calls import Context, Proposal, Scores
 from specpar.core.errors import ConfigError
 from specpar.core.logits_processors import token_logprob
+from specpar.core.numbers import positive_int
 from specpar.core.query import Query
 from specpar.core.results import GenerationResult
 from specpar.runtimes.base import Runtime
-
-
-def check_positive_int(name: str, value) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ConfigError(f"{name} must be a positive integer, got {value!r}")
-    return value
 
 
 class Generation:
@@ -38,7 +33,7 @@ class Generation:
         prompt, max_tokens, decoding = query.prompt, query.max_tokens, query.decoding
         if len(prompt) == 0:
             raise ConfigError("prompt is empty: give at least one token (the target needs a prefix to continue)")
-        check_positive_int("max_tokens (N)", max_tokens)
+        positive_int("max_tokens (N)", max_tokens)
         self.out: list[int] = list(prompt)
         self.prompt_len = len(prompt)
         self.max_tokens = max_tokens

@@ -32,12 +32,13 @@ from dataclasses import replace
 
 import numpy as np
 
-from specpar.algorithms.generation import Generation, check_positive_int
+from specpar.algorithms.generation import Generation
 from specpar.algorithms.verification import verify_chain
 from specpar.core.calls import Draft, Proposal, Score
 from specpar.core.config import SpeculativeConfig
 from specpar.core.decoding import Decoding, mix64
 from specpar.core.errors import ConfigError
+from specpar.core.numbers import positive_int
 from specpar.core.results import GenerationResult
 from specpar.runtimes.base import Pool
 
@@ -61,7 +62,7 @@ def check_buffers(buffers: Sequence[int], n_drafters: int) -> list[int]:
             f"HSD needs one buffer size T_i per drafter level: {n_drafters} drafters, "
             f"got {len(buffers)} buffer sizes {list(buffers)}"
         )
-    return [check_positive_int(f"buffer size T_{i}", t) for i, t in enumerate(buffers)]
+    return [positive_int(f"buffer size T_{i}", t) for i, t in enumerate(buffers)]
 
 
 class DrafterLevels:

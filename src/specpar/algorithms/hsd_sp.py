@@ -34,13 +34,9 @@ from specpar.algorithms.proposers import ModelDrafter
 from specpar.core.calls import Proposal
 from specpar.core.config import SpeculativeConfig
 from specpar.core.decoding import Decoding
-from specpar.core.errors import ConfigError
+from specpar.core.errors import Cancelled, ConfigError
 from specpar.core.results import GenerationResult
 from specpar.runtimes.base import Pool, Runtime, Task
-
-
-class _Cancelled(Exception):
-    pass
 
 
 @dataclass(slots=True)
@@ -82,7 +78,7 @@ class LevelsServer:
     def _run_real(self, m: int, call):
         result = self.servers[m].run(call, self._cancelled)
         if result is None:
-            raise _Cancelled
+            raise Cancelled
         return result
 
     # The runtime's server contract.
@@ -106,7 +102,7 @@ class LevelsServer:
         self._cancelled, self.levels.run = cancelled, self._run_real
         try:
             return self._draft(call)
-        except _Cancelled:
+        except Cancelled:
             return None
 
     def __repr__(self) -> str:

@@ -14,10 +14,11 @@ from __future__ import annotations
 
 from specpar.algorithms.drafting import make_proposer
 from specpar.algorithms.drafts import Chains
-from specpar.algorithms.generation import Generation, check_positive_int
+from specpar.algorithms.generation import Generation
 from specpar.algorithms.proposers import Proposer, lookahead_of, wait_for
 from specpar.algorithms.tree_drafts import Trees
 from specpar.core.config import SpeculativeConfig
+from specpar.core.numbers import positive_int
 from specpar.core.results import GenerationResult
 from specpar.runtimes.base import Pool
 
@@ -30,7 +31,7 @@ def si(
     round a tree and the lookahead its depth."""
     runtime, target, decoding = g.runtime, pools["target"], g.decoding
     proposer = make_proposer(g, pools, spec) if proposer is None else proposer
-    lookahead = check_positive_int("lookahead (k)", lookahead_of(proposer, spec.lookahead))
+    lookahead = positive_int("lookahead (k)", lookahead_of(proposer, spec.lookahead))
     g.feedback = proposer.feedback
     shape = Trees() if proposer.trees else Chains()
     while not g.done:

@@ -32,6 +32,7 @@ from specpar.backends.loading import choose_backend, load_pair
 from specpar.backends.vocabulary import fit_drafters
 from specpar.core.config import RuntimeConfig, SpeculativeConfig, split_options
 from specpar.core.errors import ConfigError
+from specpar.core.numbers import is_int
 from specpar.core.params import SAMPLING_FIELDS, SamplingParams
 from specpar.core.query import Query
 from specpar.core.results import GenerationResult, overhead
@@ -203,7 +204,7 @@ class Engine:
 
     def _unit_count(self, units, target, drafter, sp_degree: int) -> int:
         """Units of one target and one drafter server each; 0: one unit of every server (Pools, or units=1)."""
-        if units is not None and (isinstance(units, bool) or not isinstance(units, int) or not 1 <= units <= 1024):
+        if units is not None and not is_int(units, 1, 1024):
             raise ConfigError(f"units must be an integer in [1, 1024], got {units!r}")
         if any(isinstance(x, Pool) for x in (target, *(drafter if isinstance(drafter, (list, tuple)) else [drafter]))):
             if units not in (None, 1):

@@ -28,6 +28,7 @@ import numpy as np
 
 from specpar.core.errors import ConfigError
 from specpar.core.latency import LatencyProfile
+from specpar.core.numbers import int_at_least
 from specpar.planning.lookahead import keeps_cursor_server, satisfies_eq1
 from specpar.prediction.fastpath import acceptance_uniforms, dsi_latency, next_rejection, si_counts, si_time
 
@@ -135,8 +136,7 @@ def choose_lookahead(
         raise ConfigError(f"a lookahead is chosen for 'dsi' or 'si', not {algorithm!r}")
     if not 0.0 <= acceptance_rate <= 1.0:
         raise ConfigError(f"acceptance rate must be in [0, 1], got {acceptance_rate!r}")
-    if isinstance(sp_degree, bool) or not isinstance(sp_degree, int) or sp_degree < 1:
-        raise ConfigError(f"sp_degree must be an integer >= 1, got {sp_degree!r}")
+    int_at_least("sp_degree", sp_degree)
     if drafter.tpot_ms <= 0 or target.tpot_ms <= 0:
         raise ConfigError("choosing a lookahead needs target and drafter latencies > 0 ms")
     if n < 2:

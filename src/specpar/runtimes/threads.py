@@ -26,16 +26,15 @@ from __future__ import annotations
 
 import atexit
 import logging
-import math
 import queue
 import threading
 import time
 import weakref
-from collections import deque
 from collections.abc import Sequence
 
 from specpar.core.errors import ConfigError, ServerError
 from specpar.core.latency import STALL_FACTOR, STALL_FLOOR_S
+from specpar.core.numbers import is_number
 from specpar.runtimes.base import CallLimits, Pool, Runtime, Task
 
 log = logging.getLogger(__name__)
@@ -79,7 +78,7 @@ class ThreadRuntime(Runtime):
         stall_floor_s: float = STALL_FLOOR_S,
     ):
         self.limits = CallLimits(call_timeout_s, stall_factor, stall_floor_s)
-        if isinstance(join_timeout_s, bool) or not isinstance(join_timeout_s, (int, float)) or not join_timeout_s >= 0:
+        if not is_number(join_timeout_s, 0):
             raise ConfigError(f"join_timeout_s must be a number of seconds >= 0, got {join_timeout_s!r}")
         super().__init__(pools)
         self.call_timeout_s = call_timeout_s
@@ -87,8 +86,7 @@ class ThreadRuntime(Runtime):
         self.left_running: list[str] = []  # threads close() left behind (stuck servers)
         self._lock = threading.Lock()
         self._finished: queue.SimpleQueue = queue.SimpleQueue() if finished is None else finished
-        self._idle = {p: list(p.servers) for p in self.pools}  # in the order they became idle
-        self._queued = {p: deque() for p in self.pools}
+        self._queues({p: p.servers for p in self.pools})
         self._running: set[Task] = set()
         self._in_flight = 0
         servers = [s for p in self.pools for s in p.servers]
@@ -134,22 +132,12 @@ class ThreadRuntime(Runtime):
                 self._finished.put(task)
             with self._lock:
                 self._running.discard(task)
-                task = self._next_queued(pool)
-                if task is None:
-                    self._idle[pool].append(server)
-                else:
+                task = self._next_queued(pool, server)
+                if task is not None:
                     task.server = server
                     self._running.add(task)
             if task is None:
                 task = inbox.get()
-
-    def _next_queued(self, pool: Pool) -> Task | None:
-        queued = self._queued[pool]
-        while queued:
-            task = queued.popleft()
-            if not task.cancelled:
-                return task
-        return None
 
     def submit(self, pool: Pool, call) -> Task:
         task = Task(pool, call)
@@ -157,11 +145,9 @@ class ThreadRuntime(Runtime):
         self.tasks.append(task)
         self._in_flight += 1
         with self._lock:
-            idle = self._idle[pool]
-            if not idle:
-                self._queued[pool].append(task)
+            server = self._take_idle(task)
+            if server is None:
                 return task
-            server = idle.pop(pool.pick(idle, call))
             task.server = server
             self._running.add(task)
         self._inbox[id(server)].put(task)
@@ -172,7 +158,7 @@ class ThreadRuntime(Runtime):
             if self._in_flight == 0:
                 raise RuntimeError("wait() called with no task in flight (an algorithm bug)")
             try:
-                task = self._finished.get(timeout=self._time_left())
+                task = self._finished.get(timeout=self.limits.wait_s(self._watched(), self.now()))
             except queue.Empty:
                 self._raise_stuck()
                 continue
@@ -188,30 +174,19 @@ class ThreadRuntime(Runtime):
         """The running calls whose stall would hold the generation up: those it waits for, and cancelled ones that
         work queued on their pool waits behind."""
         with self._lock:
-            waiting = {p for p, queued in self._queued.items() if any(not t.cancelled for t in queued)}
+            waiting = self._waiting()
             return [
                 t
                 for t in self._running
                 if getattr(t, "limit_s", None) is not None and (not t.cancelled or t.pool in waiting)
             ]
 
-    def _time_left(self) -> float | None:
-        """Seconds to wait for a finished task before looking for stalled calls: until the first watched call
-        passes its limit, and at most a second (a call that starts meanwhile may have a shorter limit)."""
-        if self.limits.timeout_s == math.inf:
-            return None
-        ends = [t.start + t.limit_s * 1000.0 for t in self._watched()]
-        if not ends:
-            return 1.0
-        return min(1.0, max(0.0, (min(ends) - self.now()) / 1000.0) + 1e-3)
-
     def _raise_stuck(self) -> None:
-        now = self.now()
-        stuck = [t for t in self._watched() if now - t.start >= t.limit_s * 1000.0]
+        stuck = self.limits.stalled(self._watched(), self.now())
         if stuck:
             task = min(stuck, key=lambda t: t.start)
             self.cancel(task)
-            how = "call_timeout_s" if self.limits.timeout_s is not None else "its stall limit"
+            how = self.limits.which
             cause = TimeoutError(f"no answer after {task.limit_s:.3g} s ({how}): the server is stalled")
             raise ServerError(task.server.name, task.call.kind, cause) from cause
 
