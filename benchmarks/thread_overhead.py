@@ -1,46 +1,64 @@
-"""Orchestration overhead of the thread runtime: wall time over the virtual clock's prediction.
+"""The thread runtime's orchestration overhead: its wall time over the virtual clock's prediction, per seed.
 
-DSI with sleep-based simulated servers (drafter 1 ms/token, target 20 ms,
-a = 0.8, lookahead 5, SP = 4, N = 200). For each seed the same generation runs
-on the virtual clock (exact prediction, nothing sleeps) and on threads (real
-sleeps, real queues); both must return the same tokens. Goal: median ratio <= 1.05.
+DSI with simulated servers that sleep for their latency (drafter 1 ms/token, target 20 ms, a = 0.8, lookahead 5,
+SP = 4, N = 200). Each round r runs the same generation (seed r) on the virtual clock (the exact prediction:
+nothing sleeps) and on threads (real sleeps, real queues); both must give the target's greedy tokens. Goal: the
+median over the rounds of threads / virtual <= 1.05.
 
-    .venv/bin/python benchmarks/thread_overhead.py [--repeats 9]
+    python -m benchmarks thread_overhead --rounds 9
 """
 
 from __future__ import annotations
 
-import argparse
 import statistics
-import time
 
+from benchmarks.runner import Arm, Benchmark
 from specpar import LatencyProfile, SimulatedModel, generate
 
-
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--repeats", type=int, default=9)
-    ap.add_argument("-N", type=int, default=200)
-    args = ap.parse_args()
-    ratios = []
-    print(f"{'seed':>4} {'virtual ms':>11} {'threads ms':>11} {'ratio':>7} {'tasks':>6} {'overhead/task us':>17}")
-    for seed in range(args.repeats):
-        target = SimulatedModel(32, seed=seed, latency=LatencyProfile.uniform(20.0))
-        drafter = target.drafter(0.8, LatencyProfile.uniform(1.0), seed=seed + 1)
-        kw = dict(algorithm="dsi", max_tokens=args.N, lookahead=5, sp_degree=4)
-        virtual = generate([1, 2, 3], target, drafter, runtime="virtual", **kw)
-        threads = generate([1, 2, 3], target, drafter, runtime="threads", **kw)
-        assert threads.tokens == virtual.tokens == target.greedy_tokens([1, 2, 3], args.N)
-        ratio = threads.time_ms / virtual.time_ms
-        ratios.append(ratio)
-        tasks = len(threads.timeline)
-        per_task = (threads.time_ms - virtual.time_ms) * 1000 / max(1, tasks)
-        print(f"{seed:>4} {virtual.time_ms:>11.1f} {threads.time_ms:>11.1f} {ratio:>7.3f} {tasks:>6} {per_task:>17.0f}")
-    med = statistics.median(ratios)
-    print(f"median wall / virtual = {med:.3f} (goal <= 1.05): {'MET' if med <= 1.05 else 'NOT MET'}")
+PROMPT = [1, 2, 3]
+GOAL = 1.05
 
 
-if __name__ == "__main__":
-    t0 = time.perf_counter()
-    main()
-    print(f"({time.perf_counter() - t0:.1f} s)")
+def options(p) -> None:
+    p.add_argument("-N", type=int, default=200, help="tokens per generation (default 200)")
+
+
+def arms(args) -> list[Arm]:
+    return [Arm(runtime, {"runtime": runtime}) for runtime in ("virtual", "threads")]
+
+
+def measure(arm: Arm, args, r: int) -> dict:
+    target = SimulatedModel(32, seed=r, latency=LatencyProfile.uniform(20.0))
+    drafter = target.drafter(0.8, LatencyProfile.uniform(1.0), seed=r + 1)
+    out = generate(PROMPT, target, drafter, algorithm="dsi", max_tokens=args.N, lookahead=5, sp_degree=4,
+                   runtime=arm.settings["runtime"])  # fmt: skip
+    if out.tokens != target.greedy_tokens(PROMPT, args.N):
+        raise AssertionError(f"seed {r}: the {arm.name} runtime's tokens are not the target's")
+    return {"time_ms": out.time_ms, "tasks": len(out.timeline)}
+
+
+def summarize(results, args) -> dict:
+    virtual, threads = (a for a in results)
+    ratios = [t / v for t, v in zip(threads.values("time_ms"), virtual.values("time_ms"))]
+    extra_us = [
+        (t - v) * 1000 / max(1, n) for t, v, n in zip(threads.values("time_ms"), virtual.values("time_ms"),
+                                                      threads.values("tasks"))
+    ]  # fmt: skip
+    median = statistics.median(ratios)
+    return {
+        "threads_over_virtual_per_seed": [round(x, 4) for x in ratios],
+        "median_threads_over_virtual": median,
+        "overhead_per_task_us": [round(x) for x in extra_us],
+        "goal": f"median <= {GOAL}: {'met' if median <= GOAL else 'not met'}",
+    }
+
+
+BENCHMARK = Benchmark(
+    description=__doc__,
+    reports={"time_ms": "generation time, ms (virtual: predicted; threads: wall)", "tasks": "server calls"},
+    arms=arms,
+    measure=measure,
+    options=options,
+    summarize=summarize,
+    rounds=9,
+)

@@ -3,7 +3,7 @@
 :class:`SimulatedPair` is what the commands that run simulated models (``simulate``, ``plan``, ``table``,
 ``heatmap``, ``serve --simulated``) take from the command line, with one spelling for each number: its fields
 carry their flags in :func:`specpar.core.config.flag` metadata, as :class:`~specpar.core.config.SpeculativeConfig`'s
-do, and ``specpar.entrypoints.cli.config_args`` builds the option group from them.
+do, and ``specpar.entrypoints.cli.arguments`` builds the option group from them.
 
     pair = SimulatedPair(target_tpot_ms=30, drafter_latency=0.1, acceptance_rate=0.8)
     target, drafter = pair.models()          # a SimulatedModel and its SimulatedDrafter
@@ -17,7 +17,7 @@ import random
 from dataclasses import dataclass, field
 
 from specpar.backends.simulated import Regimes, SimulatedDrafter, SimulatedModel
-from specpar.core.config import flag
+from specpar.core.config import SEED_HELP, flag
 from specpar.core.errors import ConfigError
 from specpar.core.latency import MAX_LATENCY_MS, LatencyProfile
 from specpar.core.numbers import is_int, is_number
@@ -58,9 +58,10 @@ class SimulatedPair:
     drafter_latency: float = field(
         default=0.1,
         metadata=flag(
-            "--drafter-latency",
-            "drafter's latency as a fraction c of the target's (TTFT, TPOT and per-token cost alike)",
+            "--drafter-latency-ratio",
+            "c, the drafter's latency over the target's (TTFT, TPOT and per-token cost alike)",
             short="-c",
+            aliases=("--drafter-latency",),
             metavar="C",
         ),
     )
@@ -116,7 +117,7 @@ class SimulatedPair:
     )
     seed: int = field(
         default=0,
-        metadata=flag("--seed", "seed of the simulated models, prompts and draws; repeat r uses seed + r", metavar="S"),
+        metadata=flag("--seed", SEED_HELP + ": the simulated models, prompts and draws", metavar="S"),
     )
     prompt_length: int = field(
         default=8, metadata=flag("--prompt-length", "prompt tokens, drawn from the seed", metavar="N")

@@ -7,7 +7,7 @@
 
 Both are frozen and checked when made, so a bad value is one :class:`ConfigError` before any work starts. Each
 field's metadata names its command-line flag, the flag's deprecated spellings and its help text: the CLI builds its
-option groups from these fields (``specpar.entrypoints.cli.config_args``), so a flag has one spelling everywhere.
+option groups from these fields (``specpar.entrypoints.cli.arguments``), so a flag has one spelling everywhere.
 """
 
 from __future__ import annotations
@@ -26,6 +26,10 @@ RUNTIMES = ("virtual", "threads", "ray")
 CANCEL_MODES = ("now", "end")
 PLACEMENTS = ("PACK", "SPREAD")
 DRAFTER_PLACEMENTS = ("driver", "actor")
+
+
+SEED_HELP = "every random draw of the run comes from this seed (an integer >= 0)"
+"""What ``--seed`` means in every command (a command's help adds how several runs use it, e.g. run r: seed + r)."""
 
 
 def flag(

@@ -5,8 +5,9 @@ from __future__ import annotations
 import math
 import secrets
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 
+from specpar.core.config import SEED_HELP, flag
 from specpar.core.decoding import COUPLINGS, Decoding, check_temperature
 from specpar.core.errors import ConfigError
 from specpar.core.logits_processors import LogitsProcessors
@@ -52,23 +53,53 @@ class SamplingParams:
     the output is the processed target's: greedy token for token, sampled in distribution.
     """
 
-    temperature: float = 1.0
-    top_k: int | None = 0
-    top_p: float = 1.0
-    min_p: float = 0.0
+    temperature: float = field(
+        default=1.0,
+        metadata=flag("--temperature", "0: greedy, token for token the target's; > 0: sampling", metavar="T"),
+    )
+    top_k: int | None = field(
+        default=0, metadata=flag("--top-k", "keep the k most likely tokens (0: all)", metavar="K")
+    )
+    top_p: float = field(
+        default=1.0, metadata=flag("--top-p", "keep the most likely tokens up to this probability", metavar="P")
+    )
+    min_p: float = field(
+        default=0.0, metadata=flag("--min-p", "drop tokens below P x the top token's probability", metavar="P")
+    )
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
-    repetition_penalty: float = 1.0
+    repetition_penalty: float = field(
+        default=1.0,
+        metadata=flag("--repetition-penalty", "> 1 makes tokens already seen less likely", metavar="R"),
+    )
     logit_bias: Mapping[int, float] | None = None
-    max_tokens: int = 16
+    max_tokens: int = field(
+        default=16,
+        metadata=flag("--max-tokens", "new tokens to generate", short="-N", aliases=("--max-new-tokens",), metavar="N"),
+    )
     min_tokens: int = 0
-    stop: str | Sequence[str] | None = None
-    stop_token_ids: Sequence[int] | None = None
+    stop: str | Sequence[str] | None = field(
+        default=None, metadata=flag("--stop", "stop at this text (repeatable)", metavar="TEXT")
+    )
+    stop_token_ids: Sequence[int] | None = field(
+        default=None, metadata=flag("--stop-token-id", "stop at this token (repeatable)", metavar="ID")
+    )
     include_stop_str_in_output: bool = False
-    ignore_eos: bool = False
-    seed: int | None = None
+    ignore_eos: bool = field(default=False, metadata=flag("--ignore-eos", "go on past the model's end-of-text tokens"))
+    seed: int | None = field(default=None, metadata=flag("--seed", SEED_HELP, metavar="S"))
     logprobs: int | None = None
-    coupling: str = "rejection"
+    coupling: str = field(
+        default="rejection",
+        metadata=flag(
+            "--coupling",
+            "how a sampled draft is judged",
+            choices={
+                "rejection": "the papers' rejection sampling",
+                "gumbel": "drafter-invariant: a seed gives non-SI's tokens for every algorithm and runtime; a lower "
+                "acceptance rate",
+            },
+        ),
+    )
 
     def __post_init__(self):
         object.__setattr__(self, "temperature", check_temperature(self.temperature))

@@ -9,6 +9,7 @@ import weakref
 from abc import ABC, abstractmethod
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from specpar.core.errors import ConfigError
@@ -88,6 +89,18 @@ def latency_of(source):
 
 
 _ids = itertools.count()
+
+
+@dataclass(frozen=True)
+class LostReplica:
+    """A replica that died or stalled (threads, Ray): its name, its pool, when (ms on the runtime's clock), why, and
+    the time its unfinished call had run (``lost_ms``, work redone elsewhere; 0 for a cancelled call)."""
+
+    server: str
+    pool: str
+    at_ms: float
+    lost_ms: float
+    reason: str
 
 
 class Task:
@@ -254,14 +267,17 @@ class Runtime(ABC):
         self._idle = {p: list(s) for p, s in servers.items()}
         self._queued = {p: deque() for p in servers}
 
-    def _take_idle(self, task: Task):
+    def _take_idle(self, task: Task, first: bool = False):
         """The idle server of ``task``'s pool that :meth:`Pool.pick` chooses for it, no longer idle; None when
-        none is idle (the task waits in the pool's queue)."""
+        none is idle (the task waits in the pool's queue: last, or ``first`` for a task whose server was lost)."""
         pool = task.pool
         idle = self._idle[pool]
         if idle:
             return idle.pop(pool.pick(idle, task.call))
-        self._queued[pool].append(task)
+        if first:
+            self._queued[pool].appendleft(task)
+        else:
+            self._queued[pool].append(task)
         return None
 
     def _next_queued(self, pool: Pool, server) -> Task | None:

@@ -33,12 +33,11 @@ import math
 import queue
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from specpar.core.errors import ConfigError, ServerError
 from specpar.core.latency import STALL_FACTOR, STALL_FLOOR_S
 from specpar.runtimes import ray_actors
-from specpar.runtimes.base import CallLimits, Pool, Runtime, Task
+from specpar.runtimes.base import CallLimits, LostReplica, Pool, Runtime, Task
 from specpar.runtimes.ray_cluster import connect, import_ray
 from specpar.runtimes.threads import ThreadRuntime
 
@@ -47,18 +46,6 @@ log = logging.getLogger(__name__)
 DEFAULT_JOIN_TIMEOUT_S = 2.0
 PLACEMENT_TIMEOUT_S = 60.0
 STRATEGIES = ("PACK", "SPREAD")
-
-
-@dataclass(frozen=True)
-class LostReplica:
-    """A replica that died or stalled: its name, its pool, when (ms on the runtime's clock), why, and the
-    time its unfinished call had run (``lost_ms``, work redone elsewhere; 0 for a cancelled call)."""
-
-    server: str
-    pool: str
-    at_ms: float
-    lost_ms: float
-    reason: str
 
 
 class RayRuntime(Runtime):
@@ -317,7 +304,7 @@ class RayRuntime(Runtime):
                 self._ref.pop(task, None)
                 self._lose(task, replica, f"no answer after {task.limit_s:.3g} s ({how}): stalled")
         if self._local is not None:
-            self._local._raise_stuck()  # a local pool's server (in this process) cannot be replaced: a ServerError
+            self._local._lose_stuck()  # a local pool's server: lost as on threads (a ServerError if it was the last)
 
     def _lose(self, task: Task, replica, reason: str) -> None:
         """``replica`` is gone: kill it, record the loss, and resend its task (unless cancelled) to a live one."""
@@ -331,11 +318,9 @@ class RayRuntime(Runtime):
         if task.cancelled:
             return
         task.server = task.start = None
-        idle = self._idle[task.pool]
-        if idle:
-            self._start(task, idle.pop(task.pool.pick(idle, task.call)))
-        else:
-            self._queued[task.pool].appendleft(task)
+        replica = self._take_idle(task, first=True)
+        if replica is not None:
+            self._start(task, replica)
 
     def _check_pools(self) -> None:
         """A ServerError when work waits on a pool whose replicas are all lost."""

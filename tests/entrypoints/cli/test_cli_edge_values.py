@@ -40,11 +40,11 @@ CLI_CASES = [
         "must be an integer of at most",
     ),
     (
-        ["simulate", "--algorithm", "hsd", "--costs", "1,2", "--chain", "0.5", "--t-max", "2147483647"],
+        ["simulate", "hsd", "--costs", "1,2", "--chain", "0.5", "--t-max", "2147483647"],
         "T_max must be at most",
     ),
     (["simulate", "--sp-degree", "99999"], "argument --sp-degree: at most 1024 servers"),
-    (["simulate", "--algo", "hsd", "--levels", "x"], "argument --levels: must be integers separated by commas"),
+    (["simulate", "hsd", "--levels", "x"], "argument --levels: must be integers separated by commas"),
     (["reproduce", "--table2-row", "x", "inf", "0.5"], "Table 2 row needs 0 < c <= 1"),
     # real-model commands: refused before any model loads (the model packages are not installed here, so
     # loading first would end in another message)

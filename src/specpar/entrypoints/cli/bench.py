@@ -2,18 +2,24 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from specpar.core.errors import ConfigError
 from specpar.core.json_output import JsonLines, print_json
-from specpar.core.params import SamplingParams
-from specpar.core.results import fmt, metrics_footnote
 from specpar.core.trees import parse_tree
-from specpar.entrypoints.cli import real_models
-from specpar.entrypoints.cli.aliases import add_deprecated
-from specpar.entrypoints.cli.command_args import add_json, add_max_new_tokens, add_prompt_count, command_parser
-from specpar.entrypoints.cli.generate import NAMES
-from specpar.entrypoints.cli.options import number, seed
+from specpar.entrypoints.cli import arguments, real_models
+from specpar.entrypoints.cli.arguments import (
+    REAL_TIME_FIELDS,
+    add_deprecated,
+    add_json,
+    add_output,
+    add_prompt_count,
+    add_runtime_arguments,
+    add_sampling_arguments,
+    command_parser,
+)
+from specpar.entrypoints.cli.comparison import NAMES, speedups_of
 from specpar.entrypoints.cli.progress import TokenProgress
-from specpar.entrypoints.cli.runtime_args import REAL_TIME_FIELDS, add_runtime_arguments
 from specpar.experiments.loop import run_arms
 
 DESCRIPTION = """\
@@ -22,7 +28,7 @@ in turn on the same loaded servers (interleaved, so a slow drift of a shared
 machine does not bias the ratios), from a cold cache. Prints per algorithm the
 wall time, tokens/s, acceptance rate, mean acceptance length, speedups, and
 whether every greedy output equals non-SI's; writes one JSON line per prompt and
-algorithm with --out.
+algorithm with -o.
 
 Metrics: acceptance rate = accepted / drafted; mean acceptance length = 1 +
 accepted / verification rounds; speedup = mean non-SI (or SI) time / mean time over the same prompts,
@@ -32,10 +38,11 @@ with the spread of the per-prompt ratios; a note says when they straddle 1.
 
 def register(sub) -> None:
     p = command_parser(sub, "bench", "non-SI vs SI vs DSI on real models over N prompts", DESCRIPTION)
-    real_models.add_prompt_args(p, default="humaneval")
+    arguments.add_prompt_args(p, default="humaneval")
     add_prompt_count(p, 10, "prompts to run, the dataset's first n")
-    add_max_new_tokens(p, 64, "tokens per prompt")
-    real_models.add_speculation_arguments(p, fields=("lookahead", "sp_degree", "tree", "proposer", "prefill_replicas",
+    add_sampling_arguments(p, ("max_tokens", "temperature", "seed"), {"max_tokens": 64, "temperature": 0.0, "seed": 0},
+                           {"max_tokens": "tokens per prompt", "seed": "{help}; prompt i: seed + i"})  # fmt: skip
+    arguments.add_speculation_arguments(p, fields=("lookahead", "sp_degree", "tree", "proposer", "prefill_replicas",
                                                      "dedicated_cursor"))  # fmt: skip
     algorithms = p.add_argument(
         "--algorithms", default="nonsi,si,dsi", metavar="LIST", help="comma-separated algorithms (default nonsi,si,dsi)"
@@ -49,17 +56,15 @@ def register(sub) -> None:
         "--arm 'si tree=2,2,1' (chains and trees side by side, interleaved per prompt; k and tree default to -k and "
         "--tree)",
     )
-    p.add_argument("--temperature", type=number, default=0.0, metavar="T", help="0 (default) greedy; > 0 sampling")
-    p.add_argument("--seed", type=seed, default=0, help="prompt i samples with seed + i")
-    p.add_argument("--out", metavar="FILE.jsonl", help="write one JSON line per prompt and algorithm")
+    add_output(p, "write one JSON line per prompt and algorithm", metavar="FILE.jsonl", old=("--out",))
     add_json(p, "print the summary as one JSON object")
     p.add_argument(
         "--timeline",
         action="store_true",
-        help="with --out: each line carries its run's timeline, every server call (server, kind, start and end ms, "
+        help="with -o: each line carries its run's timeline, every server call (server, kind, start and end ms, "
         "tokens, drafts, tokens cached at its start, cancelled)",
     )
-    real_models.add_model_args(p)
+    arguments.add_model_args(p)
     add_runtime_arguments(p, choices=("threads", "ray"), default="threads", fields=REAL_TIME_FIELDS)
     p.set_defaults(func=run)
 
@@ -69,8 +74,8 @@ def run(args) -> int:
     from specpar.experiments import prompts
 
     real_models.check_common(args)
-    if args.out:
-        args.out = check_output_file(args.out, "--out")
+    if args.output:
+        args.output = check_output_file(args.output, "-o")
     arms = _arms(args)
     algorithms = list(arms)
     uses_dsi = any(algo == "dsi" for algo, _ in arms.values())
@@ -78,18 +83,16 @@ def run(args) -> int:
     target, drafter, servers = real_models.load(args, args.sp_degree if uses_dsi else 1, max_tokens=4096)
     encoded = [(p.id, p.token_ids(target)) for p in chosen]
     for _, ids in encoded:
-        servers.check_length(len(ids), args.max_new_tokens)
+        servers.check_length(len(ids), args.max_tokens)
     real_models.warn_load()
-    seen = {}  # (algorithm, prompt index): result, for the lines of --out
+    seen = {}  # (algorithm, prompt index): result, for the lines of -o
 
     def run(arm, prompt):
         i, _, ids = prompt
         algo, changes = arms[arm]
         servers.reset()
         # every arm generates N tokens, past the end of text (vLLM's benchmarks do the same)
-        params = SamplingParams(
-            temperature=args.temperature, seed=args.seed + i, max_tokens=args.max_new_tokens, ignore_eos=True
-        )
+        params = dataclasses.replace(args.sampling, seed=args.seed + i, ignore_eos=True)
         spec = real_models.arm(args.spec, servers, algo, **changes)
         return servers.generate(ids, params, speculative_config=spec, stream=bar.callback)
 
@@ -99,8 +102,8 @@ def run(args) -> int:
         out.write({"arm": arm, **_row(pid, ids, res, seen.get(("nonsi", i)), args, target)})
         bar.describe(f"{pid} {NAMES.get(arm, arm)}")
 
-    total = len(encoded) * len(algorithms) * args.max_new_tokens
-    with JsonLines(args.out) as out, TokenProgress(total, "benchmarking", not args.json) as bar:
+    total = len(encoded) * len(algorithms) * args.max_tokens
+    with JsonLines(args.output) as out, TokenProgress(total, "benchmarking", not args.json) as bar:
         by_algo = run_arms(algorithms, len(encoded), run, setup=lambda i: (i, *encoded[i]), on_result=on_result)
     summary = summarize(by_algo, args.temperature == 0)
     why = real_models.why_line(by_algo)
@@ -141,7 +144,7 @@ def _arms(args) -> dict:
 
 
 def _row(pid, ids, res, base, args, target) -> dict:
-    """One --out line; base: non-SI's result on the same prompt when it ran already."""
+    """One -o line; base: non-SI's result on the same prompt when it ran already."""
     same = None
     if args.temperature == 0 and base is not None and res.algorithm != "nonsi":
         same = res.tokens == base.tokens
@@ -189,7 +192,7 @@ def summarize(by_algo: dict, greedy: bool) -> dict:
             "target_forwards": sum(r.target_forwards for r in results),
             "drafter_forwards": sum(r.drafter_forwards for r in results),
             "tokens_per_target_pass": tokens / max(1, sum(r.target_forwards for r in results)),
-            **real_models.speedups(by_algo, algo),
+            **speedups_of(by_algo, algo),
             "same_tokens_as_nonsi": (
                 all(a.tokens == b.tokens for a, b in zip(base, results))
                 if greedy and base and algo != "nonsi"
@@ -211,7 +214,7 @@ def _config(args, target, drafter, servers) -> dict:
     return {
         "dataset": args.dataset,
         "prompts": args.prompts,
-        "max_new_tokens": args.max_new_tokens,
+        "max_new_tokens": args.max_tokens,
         "lookahead": args.lookahead,
         "sp_degree": args.sp_degree,
         "tree": str(args.tree) if isinstance(args.tree, BestFirst) else args.tree,
@@ -226,49 +229,20 @@ def _config(args, target, drafter, servers) -> dict:
 
 def _print(args, summary, why, target, drafter, servers) -> None:
 
-    from specpar.entrypoints.cli.console import print_table, table_console
+    from specpar.entrypoints.cli.comparison import print_comparison
+    from specpar.entrypoints.cli.console import table_console
 
     console = table_console()
     mode = "greedy" if args.temperature == 0 else f"sampling at temperature {args.temperature:g}"
     console.print(
         f"{target.name} (target) + {drafter.name} (drafter) on {', '.join(sorted({s.device for s in servers.all}))}; "
-        f"{args.prompts} {args.dataset} prompts x {args.max_new_tokens} tokens; "
+        f"{args.prompts} {args.dataset} prompts x {args.max_tokens} tokens; "
         f"{'arms as named' if args.arm else f'lookahead {args.lookahead}'}, "
         f"SP {args.sp_degree}; {mode}; each algorithm from a cold cache"
     )
-    columns = (
-        "algorithm",
-        "wall time s",
-        "tokens /s",
-        "vs non-SI",
-        "vs SI",
-        "accept rate",
-        "run len",
-        "tokens/pass",
-        "same as non-SI",
-        "outside fwd",
-    )
-    rows = []
-    for algo, s in summary.items():
-        rows.append(
-            [
-                NAMES.get(algo, algo),
-                fmt(s["wall_time_s"], ".1f"),
-                fmt(s["tokens_per_second"]),
-                real_models.speedup_cell(s, "nonsi"),
-                real_models.speedup_cell(s, "si"),
-                fmt(s["acceptance_rate"]),
-                fmt(s["mean_run_length"]),
-                fmt(s["mean_acceptance_length"]),
-                "-" if s["same_tokens_as_nonsi"] is None else ("yes" if s["same_tokens_as_nonsi"] else "[red]NO[/red]"),
-                fmt(None if s["outside_forward_fraction"] is None else 100 * s["outside_forward_fraction"], ".2f", "%"),
-            ]
-        )
-    print_table(console, columns, rows)
-    console.print(metrics_footnote(columns), style="dim")
-    if why:
-        console.print(why)
-    for line in real_models.inconclusive_lines(summary):
-        console.print(f"[yellow]note:[/yellow] {line}")
-    if args.out:
-        console.print(f"per prompt: {args.out}")
+    rows = {arm: {**s, "name": NAMES.get(arm, arm), "time_s": s["wall_time_s"]} for arm, s in summary.items()}
+    columns = ("time s", "tokens /s", "vs non-SI", "vs SI", "accept rate", "run len", "tokens/pass", "same as non-SI",
+               "outside fwd")  # fmt: skip
+    print_comparison(console, rows, columns, why=why)
+    if args.output:
+        console.print(f"per prompt: {args.output}")

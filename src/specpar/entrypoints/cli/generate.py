@@ -7,12 +7,17 @@ import sys
 
 from specpar.core.errors import ConfigError
 from specpar.core.json_output import print_json
-from specpar.core.results import metrics_footnote
-from specpar.entrypoints.cli import real_models
-from specpar.entrypoints.cli.command_args import add_json, add_max_new_tokens, add_repeats, command_parser
-from specpar.entrypoints.cli.options import integer, number, seed
+from specpar.entrypoints.cli import arguments, real_models
+from specpar.entrypoints.cli.arguments import (
+    REAL_TIME_FIELDS,
+    add_json,
+    add_repeats,
+    add_runtime_arguments,
+    add_sampling_arguments,
+    command_parser,
+)
+from specpar.entrypoints.cli.comparison import NAMES, speedups_of
 from specpar.entrypoints.cli.progress import TokenProgress
-from specpar.entrypoints.cli.runtime_args import REAL_TIME_FIELDS, add_runtime_arguments
 from specpar.experiments.loop import run_arms
 
 DESCRIPTION = """\
@@ -23,7 +28,8 @@ statistics and tokens/s. With --compare, the other two algorithms run on the sam
 loaded servers and a table shows all three side by side.
 """
 
-NAMES = real_models.NAMES
+GENERATE_SAMPLING = ("max_tokens", "temperature", "top_k", "top_p", "min_p", "repetition_penalty", "stop",
+                     "stop_token_ids", "ignore_eos", "seed")  # fmt: skip
 
 
 def register(sub) -> None:
@@ -31,17 +37,15 @@ def register(sub) -> None:
     p.add_argument(
         "prompt", nargs="?", default=None, help="the prompt text; with --dataset, an index or id in it (default 0)"
     )
-    real_models.add_prompt_args(p)
+    arguments.add_prompt_args(p)
     p.add_argument("--chat", action="store_true", help="put the prompt text in the target's chat template")
-    real_models.add_speculation_arguments(p)
-    add_max_new_tokens(p, 64, "tokens to generate")
-    p.add_argument("--temperature", type=number, default=0.0, metavar="T", help="0 (default) greedy; > 0 sampling")
-    p.add_argument("--seed", type=seed, default=0, help="keys every random draw when sampling")
-    add_sampling_args(p)
+    arguments.add_speculation_arguments(p)
+    add_sampling_arguments(p, GENERATE_SAMPLING, {"max_tokens": 64, "temperature": 0.0, "seed": 0},
+                           title="sampling and stopping (vLLM's SamplingParams)")  # fmt: skip
     p.add_argument("--compare", action="store_true", help="also run the other algorithms and print all side by side")
     add_repeats(p, 1, "with --compare: runs of each algorithm, interleaved, for the spread of the ratios")
     add_json(p, "print one JSON object instead of text and tables")
-    real_models.add_model_args(p)
+    arguments.add_model_args(p)
     add_runtime_arguments(p, choices=("threads", "ray"), default="threads", fields=REAL_TIME_FIELDS)
     p.set_defaults(func=run)
 
@@ -65,54 +69,6 @@ def prompt_ids(args, target, chosen=None) -> tuple[str, list[int]]:
     if not ids:
         raise ConfigError("the prompt encodes to no tokens")
     return "prompt", ids
-
-
-def add_sampling_args(p) -> None:
-    g = p.add_argument_group("sampling and stopping (vLLM's SamplingParams)")
-    g.add_argument(
-        "--top-k", type=integer, default=0, metavar="K", help="keep the k most likely tokens (default 0: all)"
-    )
-    g.add_argument(
-        "--top-p", type=number, default=1.0, metavar="P", help="keep the most likely tokens up to this probability"
-    )
-    g.add_argument(
-        "--min-p", type=number, default=0.0, metavar="P", help="drop tokens below min-p x the top token's probability"
-    )
-    g.add_argument(
-        "--repetition-penalty",
-        type=number,
-        default=1.0,
-        metavar="R",
-        help="> 1 makes tokens already seen less likely (default 1)",
-    )
-    g.add_argument("--stop", action="append", default=None, metavar="TEXT", help="stop at this text (repeatable)")
-    g.add_argument(
-        "--stop-token-id",
-        action="append",
-        type=integer,
-        default=None,
-        metavar="ID",
-        help="stop at this token (repeatable)",
-    )
-    g.add_argument("--ignore-eos", action="store_true", help="go on past the model's end-of-text tokens")
-
-
-def sampling_params(args):
-    """The request's SamplingParams from the command's flags (a ConfigError names a bad one)."""
-    from specpar.core.params import SamplingParams
-
-    return SamplingParams(
-        temperature=args.temperature,
-        seed=args.seed,
-        max_tokens=args.max_new_tokens,
-        top_k=args.top_k,
-        top_p=args.top_p,
-        min_p=args.min_p,
-        repetition_penalty=args.repetition_penalty,
-        stop=args.stop,
-        stop_token_ids=args.stop_token_id,
-        ignore_eos=args.ignore_eos,
-    )
 
 
 class Streamer:
@@ -143,7 +99,7 @@ def run(args) -> int:
         raise ConfigError(f"--repeats must be >= 1, got {args.repeats}")
     if args.repeats > 1 and not args.compare:
         raise ConfigError("--repeats is for --compare (it repeats the comparison)")
-    params = sampling_params(args)
+    params = args.sampling
     from specpar.algorithms.checks import check_tree_processors
 
     check_tree_processors(args.spec, params.processors)  # before the models load (the engine checks it again)
@@ -153,7 +109,7 @@ def run(args) -> int:
     sp = args.sp_degree if "dsi" in algorithms else 1
     target, drafter, servers = real_models.load(args, sp, max_tokens=4096)
     what, ids = prompt_ids(args, target, chosen)
-    servers.check_length(len(ids), args.max_new_tokens)
+    servers.check_length(len(ids), args.max_tokens)
     if args.compare:
         real_models.warn_load()
     repeats = args.repeats
@@ -164,7 +120,7 @@ def run(args) -> int:
         stream = None
         if r == 0 and algo == main and not args.json:
             print(
-                f"[{NAMES[algo]} on {what}: {len(ids)} prompt tokens, {args.max_new_tokens} new, "
+                f"[{NAMES[algo]} on {what}: {len(ids)} prompt tokens, {args.max_tokens} new, "
                 f"{'greedy' if args.temperature == 0 else f'temperature {args.temperature:g}'}]",
                 file=sys.stderr,
             )
@@ -186,14 +142,14 @@ def run(args) -> int:
     def on_result(algo, r, res):
         nonlocal bar
         if bar is None and left:
-            bar = bars.enter_context(TokenProgress(left * args.max_new_tokens, "comparing", not args.json))
+            bar = bars.enter_context(TokenProgress(left * args.max_tokens, "comparing", not args.json))
         if bar is not None:
             bar.describe(f"ran {NAMES[algo]}, repeat {r + 1} of {repeats}")
 
     with contextlib.ExitStack() as bars:
         runs = run_arms(algorithms, repeats, run, on_result=on_result)
     results = {a: rs[0] for a, rs in runs.items()}
-    speedups = {a: real_models.speedups(runs, a) for a in runs} if args.compare else None
+    speedups = {a: speedups_of(runs, a) for a in runs} if args.compare else None
     if args.json:
         print_json(
             {
@@ -217,7 +173,8 @@ def _report(args, results, runs, speedups) -> None:
     the repeats and ratios with their spread."""
 
     from specpar.core.results import fmt
-    from specpar.entrypoints.cli.console import print_table, table_console
+    from specpar.entrypoints.cli.comparison import print_comparison
+    from specpar.entrypoints.cli.console import table_console
 
     console = table_console(stderr=True, wide=120)
     main = results[args.algorithm]
@@ -242,42 +199,19 @@ def _report(args, results, runs, speedups) -> None:
         return
     n = len(runs["nonsi"])
     title = f"same prompt, same loaded servers, {n} interleaved run{'s' if n > 1 else ''} each"
-    columns = (
-        "algorithm",
-        "time s",
-        "tokens /s",
-        "vs non-SI",
-        "vs SI",
-        "accept rate",
-        "run len",
-        "tokens/pass",
-        "same as non-SI",
-    )
-    rows = []
-    base = runs.get("nonsi")
+    rows = {}
     for algo in ("nonsi", "si", "dsi"):
-        r = results[algo]
-        mean_ms = sum(x.time_ms for x in runs[algo]) / len(runs[algo])
-        same = all(x.tokens == b.tokens for x, b in zip(runs[algo], base))
-        rows.append(
-            [
-                NAMES[algo],
-                f"{mean_ms / 1000:.2f}",
-                fmt(len(r.tokens) / (mean_ms / 1000) if mean_ms > 0 else None),
-                real_models.speedup_cell(speedups[algo], "nonsi"),
-                real_models.speedup_cell(speedups[algo], "si"),
-                "-" if algo == "nonsi" else fmt(r.acceptance_rate),
-                "-" if algo == "nonsi" else fmt(r.mean_run_length),
-                fmt(r.mean_acceptance_length),
-                "-" if algo == "nonsi" or args.temperature else ("yes" if same else "[red]NO[/red]"),
-            ]
-        )
-    print_table(console, columns, rows, title)
-    console.print(metrics_footnote(columns), style="dim")
-    why = real_models.why_line(runs)
-    if why:
-        console.print(why)
-    for line in real_models.inconclusive_lines(speedups):
-        console.print(f"[yellow]note:[/yellow] {line}")
+        mean_s = sum(x.time_ms for x in runs[algo]) / len(runs[algo]) / 1000
+        same = all(x.tokens == b.tokens for x, b in zip(runs[algo], runs["nonsi"]))
+        rows[algo] = {
+            **results[algo].to_dict(),
+            **speedups[algo],
+            "time_s": mean_s,
+            "tokens_per_second": len(results[algo].tokens) / mean_s if mean_s > 0 else None,
+            "same_tokens_as_nonsi": None if algo == "nonsi" or args.temperature else same,
+            **({"acceptance_rate": None, "mean_run_length": None} if algo == "nonsi" else {}),  # nothing drafted
+        }
+    columns = ("time s", "tokens /s", "vs non-SI", "vs SI", "accept rate", "run len", "tokens/pass", "same as non-SI")
+    print_comparison(console, rows, columns, title, real_models.why_line(runs))
     if args.repeats == 1:
         console.print("one run each: no spread to judge the ratios by; --repeats 3 or more gives one", style="dim")

@@ -6,10 +6,17 @@ import os
 import time
 
 from specpar.core.config import SpeculativeConfig
-from specpar.entrypoints.cli.command_args import add_max_new_tokens, add_repeats, command_parser
-from specpar.entrypoints.cli.config_args import PAPER_SP_DEGREE, ConfigOptions
-from specpar.entrypoints.cli.options import integer
-from specpar.entrypoints.cli.pair_args import add_pair_arguments
+from specpar.entrypoints.cli.arguments import (
+    PAPER_SP_DEGREE,
+    ConfigOptions,
+    add_lookaheads,
+    add_pair_arguments,
+    add_repeats,
+    add_sampling_arguments,
+    command_parser,
+    integer,
+    lookahead_range,
+)
 
 DESCRIPTION = """\
 Offline simulation on the virtual clock, as in the DSI paper's Fig. 2: speedups
@@ -71,17 +78,11 @@ def add_grid_arguments(p, resolution: int = 100) -> None:
         help="R drafter latencies c from 0.01 to 1 and R+1 acceptance rates a from 0 to 1, evenly spaced "
         f"(default {resolution}: {note})",
     )
-    add_max_new_tokens(p, 100, "tokens per run")
+    add_sampling_arguments(p, ("max_tokens",), {"max_tokens": 100}, {"max_tokens": "tokens per run"})
     add_repeats(p, 5, "runs per cell and algorithm")
     ConfigOptions(SpeculativeConfig, "spec", fields=("sp_degree",), defaults={"sp_degree": PAPER_SP_DEGREE}).add_to(p)
-    p.add_argument(
-        "--lookahead-range",
-        type=integer,
-        nargs=2,
-        default=(1, 200),
-        metavar=("FIRST", "LAST"),
-        help="lookaheads SI may choose from in each cell, and DSI those of them satisfying Eq. 1 (default 1 200)",
-    )
+    add_lookaheads(p, "1-200", "the range of lookaheads SI may choose from in each cell, and DSI those of them "
+                   "satisfying Eq. 1")  # fmt: skip
     add_pair_arguments(p, fields=("seed",))
 
 
@@ -106,10 +107,10 @@ def compute_with_progress(args, fixed_lookahead, label: str):
     from specpar.experiments.heatmap import compute_heatmap
 
     kwargs = dict(
-        n=args.max_new_tokens,
+        n=args.max_tokens,
         repeats=args.repeats,
         sp_degree=args.sp_degree,
-        lookaheads=tuple(args.lookahead_range),
+        lookaheads=lookahead_range(args),
         fixed_lookahead=fixed_lookahead,
         seed=args.seed,
     )

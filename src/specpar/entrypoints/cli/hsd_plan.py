@@ -10,8 +10,7 @@ from pathlib import Path
 from specpar.core.errors import ConfigError
 from specpar.core.json_output import print_json
 from specpar.core.paths import read_text
-from specpar.entrypoints.cli.command_args import add_json, command_parser
-from specpar.entrypoints.cli.options import integer, number
+from specpar.entrypoints.cli.arguments import add_json, command_parser, integer, number
 
 DESCRIPTION = """\
 Choose the hierarchical speculative decoding (HSD) stack with the least expected

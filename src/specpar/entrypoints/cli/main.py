@@ -6,8 +6,8 @@ that ``specpar --help`` and ``specpar simulate`` start fast.
 
 :func:`main` is the one place where a user's mistake becomes one line on stderr and exit status 2 (a bad flag, a
 :class:`~specpar.core.errors.SpecparError`, a file the system refuses), and Ctrl-C becomes "interrupted" and 130.
-It builds the configuration objects a command's flags describe (:mod:`.config_args`) before the command runs, then
-prints one warning line per deprecated flag spelling used (:mod:`.aliases`).
+It builds the configuration objects a command's flags describe (:mod:`.arguments`) before the command runs, then
+prints one warning line per deprecated flag spelling used (:mod:`.arguments`).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import signal
 import sys
 
 from specpar.core.errors import SpecparError
-from specpar.entrypoints.cli import config_args
+from specpar.entrypoints.cli import arguments
 
 COMMANDS = [
     "specpar.entrypoints.cli.simulate",
@@ -54,10 +54,35 @@ class CommandLine(ArgumentParser):
 
     def parse_known_args(self, args=None, namespace=None):
         args, extra = super().parse_known_args(args, namespace)
-        command = self._subparsers._group_actions[0].choices.get(getattr(args, "command", None))
-        if extra and command is not None:
+        command = command_parser_of(self, args)
+        if extra and command is not self:
             command.error(f"unrecognized arguments: {' '.join(extra)}")
         return args, extra
+
+
+def subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    """The parser's subcommands by name (``{}`` for one without)."""
+    actions = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    return dict(actions[0].choices) if actions else {}
+
+
+def all_commands(parser: argparse.ArgumentParser, prefix: str = "") -> dict[str, argparse.ArgumentParser]:
+    """Every command's parser by its name, modes too: ``{"simulate": ..., "simulate load": ..., ...}``."""
+    out = {}
+    for name, sub in subcommands(parser).items():
+        out[prefix + name] = sub
+        out.update(all_commands(sub, prefix + name + " "))
+    return out
+
+
+def command_parser_of(parser: argparse.ArgumentParser, args) -> argparse.ArgumentParser:
+    """The parser of the command (and mode) ``args`` ran: the one whose ``--help`` a mistake points to."""
+    for dest in ("command", "mode"):
+        sub = subcommands(parser).get(getattr(args, dest, None))
+        if sub is None:
+            break
+        parser = sub
+    return parser
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -68,7 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=ArgumentParser)
     for name in COMMANDS:
         importlib.import_module(name).register(sub)
-    for command in sub.choices.values():
+    for command in all_commands(parser).values():
         command.add_argument(
             "-v",
             "--verbose",
@@ -104,13 +129,17 @@ def main(argv: list[str] | None = None, *, exit_on_interrupt: bool = False) -> i
     """
     prog = "specpar"
     try:
+        from specpar.entrypoints.cli.simulate import legacy_modes
+
+        argv, legacy = legacy_modes(list(sys.argv[1:] if argv is None else argv))
+        parser = build_parser()
         try:
-            args = build_parser().parse_args(argv)
+            args = parser.parse_args(argv)
         except SystemExit as exc:  # --help, or a bad flag (the parser has printed its one line)
             return exc.code
-        prog = f"specpar {args.command}"
-        config_args.build_all(args)  # the config objects the flags describe: a bad value stops here, in one line
-        for line in config_args.warnings_of(args):
+        prog = command_parser_of(parser, args).prog
+        arguments.build_all(args)  # the config objects the flags describe: a bad value stops here, in one line
+        for line in ([legacy] if legacy else []) + arguments.warnings_of(args):
             _say(f"{prog}: warning: {line}")
         with _verbose_log(args.verbose):  # removed when the command ends: main() may run again in one process
             if getattr(args, "runtime", None) == "ray":

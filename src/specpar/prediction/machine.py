@@ -1,0 +1,405 @@
+"""The machine profile: what each forward pass of a model pair costs on this machine, measured, and its JSON form.
+
+A :class:`MachineProfile` holds, for one target/drafter pair on one backend with its settings:
+
+* each model's :class:`ModelCosts`: the prefill of a prompt of n tokens (measured points, interpolated) and v(k),
+  the time of one pass over k = 1..K new tokens on a warm cache, per count of threads the engine gives a pass
+  (measured, not assumed linear: on a CPU v(k) grows with k, on a GPU it stays near v(1) for small k);
+* ``contention``: how much a pass slows while n servers are busy at once on this machine (``[0] == 1.0``);
+* the runtime's overheads: per call on threads and per Ray round trip, and the engine's cost per output token;
+* the drafter's acceptance rate (App. F.2's geometric estimate) and the n-gram proposer's match and acceptance rates;
+* ``key``: what the profile is valid for (model file hashes, backend and its settings including the exact mode,
+  CPU model, cores, GPU): a cache keyed by it is invalid once any of these changes.
+
+Measuring one on real backends (and its cache file, ``specpar profile``) is issue 29 part B's job (it fills
+:func:`load_or_build`); this module only defines the type, its JSON round trip (``"format": "specpar-machine/1"``) and constructors
+for tests and what-ifs (:meth:`MachineProfile.from_latency`, :meth:`MachineProfile.gpu_like`,
+:meth:`MachineProfile.with_free_cores`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from specpar.core.errors import ConfigError
+from specpar.core.json_output import dumps
+from specpar.core.latency import MAX_LATENCY_MS, LatencyProfile
+from specpar.core.paths import read_text
+
+FORMAT = "specpar-machine/1"
+DEFAULT_MAX_PASS = 16
+"""The longest pass (new tokens) a constructed profile tabulates: lookaheads up to 15 plus the bonus row."""
+
+
+def _ms(value, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= MAX_LATENCY_MS:
+        raise ConfigError(f"{name} must be a number of ms in [0, {MAX_LATENCY_MS:g}], got {value!r}")
+    return float(value)
+
+
+def _count(value, name: str, low: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise ConfigError(f"{name} must be an integer >= {low}, got {value!r}")
+    return value
+
+
+def _rate(value, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value) or not 0 <= value <= 1:
+        raise ConfigError(f"{name} must be a number in [0, 1], got {value!r}")
+    return float(value)
+
+
+def _line(points: Sequence[tuple[float, float]], x: float) -> float:
+    """Piecewise-linear through ``points`` (sorted by x): interpolated inside, the nearest segment's line outside;
+    one point: constant."""
+    if len(points) == 1:
+        return points[0][1]
+    i = 1
+    while i < len(points) - 1 and points[i][0] < x:
+        i += 1
+    (x0, y0), (x1, y1) = points[i - 1], points[i]
+    return y0 + (y1 - y0) * (x - x0) / (x1 - x0)
+
+
+@dataclass(frozen=True)
+class ModelCosts:
+    """One model's forward-pass costs on this machine, in ms.
+
+    name: the model's name (as the backend reports it).
+    prefill_ms: measured points ((prompt_tokens, ms), ...), prompt_tokens increasing: a pass over a prompt of that
+        many tokens on an empty cache (it yields the first token's row). Interpolated linearly between points, the
+        last segment's line past the last point; one point: the same for every prompt length.
+    pass_ms: {threads: (v(1), v(2), ..., v(K))}: one pass over k new tokens on a warm cache when the engine gives
+        passes ``threads`` threads (on llama.cpp's exact settings a one-token pass runs on 1 thread whatever this
+        count: v(1) is measured as the engine runs it). Past K, the line through v(K-1) and v(K).
+    prefill_by_threads: {threads: points as in prefill_ms}: the prefill measured at each thread count the engine
+        gives passes (a prompt's pass is a batch pass: non-SI runs it on every core, DSI's servers on a share);
+        empty: ``prefill_ms`` whatever the count. Looked up as ``pass_ms`` is (:meth:`prefill_points`).
+    """
+
+    name: str
+    prefill_ms: tuple[tuple[int, float], ...]
+    pass_ms: Mapping[int, tuple[float, ...]]
+    prefill_by_threads: Mapping[int, tuple[tuple[int, float], ...]] = field(default_factory=dict)
+
+    def __post_init__(self):
+        if not isinstance(self.name, str):
+            raise ConfigError(f"a model's name must be text, got {self.name!r}")
+        points = _points(self.prefill_ms, "prefill_ms")
+        if not isinstance(self.prefill_by_threads, Mapping):
+            raise ConfigError(f"prefill_by_threads must map thread counts to points, got {self.prefill_by_threads!r}")
+        by_threads = {_threads(t): _points(p, f"prefill_by_threads[{t}]") for t, p in self.prefill_by_threads.items()}
+        object.__setattr__(self, "prefill_by_threads", dict(sorted(by_threads.items())))
+        if not isinstance(self.pass_ms, Mapping) or not self.pass_ms:
+            raise ConfigError(f"pass_ms must map thread counts to v(1..K) in ms, got {self.pass_ms!r}")
+        table = {}
+        for threads, v in sorted((_threads(t), v) for t, v in self.pass_ms.items()):
+            if isinstance(v, (str, bytes)) or not isinstance(v, Sequence) or not v:
+                raise ConfigError(f"pass_ms[{threads}] must be v(1..K) in ms, got {v!r}")
+            table[threads] = tuple(_ms(x, f"pass_ms[{threads}]") for x in v)
+        object.__setattr__(self, "prefill_ms", points)
+        object.__setattr__(self, "pass_ms", table)
+
+    @property
+    def max_pass(self) -> int:
+        """K: the longest pass measured (at every thread count)."""
+        return min(len(v) for v in self.pass_ms.values())
+
+    def table(self, threads: int) -> tuple[float, ...]:
+        """v(1..K) for passes given ``threads`` threads: the measured count, else the largest measured below it,
+        else the smallest measured."""
+        return _nearest(self.pass_ms, threads)
+
+    def prefill_points(self, threads: int | None = None) -> tuple[tuple[int, float], ...]:
+        """The prefill's points for passes given ``threads`` threads (looked up as :meth:`table`); ``prefill_ms``
+        when none were measured per count, or ``threads`` is None."""
+        if threads is None or not self.prefill_by_threads:
+            return self.prefill_ms
+        return _nearest(self.prefill_by_threads, threads)
+
+    def pass_cost(self, k: int, threads: int) -> float:
+        """v(k): one pass over ``k`` >= 1 new tokens on a warm cache, with ``threads`` threads (ms)."""
+        v = self.table(threads)
+        if k <= len(v):
+            return v[k - 1]
+        if len(v) == 1:
+            return v[0] * k  # one measured point: proportional
+        return v[-1] + (v[-1] - v[-2]) * (k - len(v))
+
+    def prefill(self, tokens: int, threads: int | None = None) -> float:
+        """A prefill of a prompt of ``tokens`` tokens (ms), never below 0, with ``threads`` threads (None: any)."""
+        return max(0.0, _line(self.prefill_points(threads), tokens))
+
+    def to_dict(self) -> dict:
+        out = {
+            "name": self.name,
+            "prefill_ms": [list(p) for p in self.prefill_ms],
+            "pass_ms": {str(t): list(v) for t, v in self.pass_ms.items()},
+        }
+        if self.prefill_by_threads:
+            out["prefill_by_threads"] = {str(t): [list(p) for p in v] for t, v in self.prefill_by_threads.items()}
+        return out
+
+    @classmethod
+    def from_dict(cls, d, where: str = "model costs") -> ModelCosts:
+        if not isinstance(d, Mapping) or not {"prefill_ms", "pass_ms"} <= set(d):
+            raise ConfigError(f"{where}: expected an object with name, prefill_ms and pass_ms, got {d!r:.80}")
+        try:
+            return cls(str(d.get("name", "")), d["prefill_ms"], d["pass_ms"], d.get("prefill_by_threads") or {})
+        except ConfigError as exc:
+            raise ConfigError(f"{where}: {exc}") from None
+
+    @classmethod
+    def from_latency(cls, name: str, latency: LatencyProfile, max_pass: int = DEFAULT_MAX_PASS,
+                     threads: int = 1) -> ModelCosts:  # fmt: skip
+        """The linear model of a :class:`LatencyProfile`: prefill ttft whatever the prompt's length, v(k) = tpot +
+        per_token_ms (k - 1)."""
+        v = tuple(latency.tpot_ms + latency.per_token_ms * (k - 1) for k in range(1, max_pass + 1))
+        return cls(name, ((1, latency.ttft_ms),), {threads: v})
+
+
+def _points(points, name: str) -> tuple[tuple[int, float], ...]:
+    """Prefill points ((prompt_tokens, ms), ...), checked: at least one, lengths increasing."""
+    out = tuple((_count(n, f"a {name} point's prompt_tokens"), _ms(ms, name)) for n, ms in _pairs(points, name))
+    if not out or any(a[0] >= b[0] for a, b in zip(out, out[1:])):
+        raise ConfigError(f"{name} needs points with increasing prompt lengths, got {points!r}")
+    return out
+
+
+def _nearest(by_threads: Mapping[int, object], threads: int):
+    """The entry for ``threads``: its own, else the largest count measured below it, else the smallest measured."""
+    if threads in by_threads:
+        return by_threads[threads]
+    below = [t for t in by_threads if t <= threads]
+    return by_threads[max(below) if below else min(by_threads)]
+
+
+def _threads(key) -> int:
+    """A pass_ms key: a thread count, as an int or (JSON) its digits."""
+    return _count(int(key) if isinstance(key, str) and key.isdigit() else key, "pass_ms's thread counts")
+
+
+def _pairs(points, name: str) -> list:
+    if isinstance(points, (str, bytes)) or not isinstance(points, Sequence):
+        raise ConfigError(f"{name} must be a list of (prompt_tokens, ms) pairs, got {points!r}")
+    out = []
+    for p in points:
+        if isinstance(p, (str, bytes)) or not isinstance(p, Sequence) or len(p) != 2:
+            raise ConfigError(f"{name} must be a list of (prompt_tokens, ms) pairs, got {p!r} in it")
+        out.append(tuple(p))
+    return out
+
+
+@dataclass(frozen=True)
+class MachineProfile:
+    """A target/drafter pair's costs on one machine with one backend and its settings (module docstring).
+
+    key: what the profile is valid for: {"target": file hash, "drafter": file hash, "backend": ..., "settings":
+        {... "exact": bool ...}, "cpu": model, "cores": n, "gpu": name or None}; compared whole by a cache.
+    contention: (f(1), f(2), ...): a pass takes f(n) times its v(k) while n servers are busy at once; f(1) == 1.0.
+        Past the last entry, f(n) grows in proportion to n. (1.0,): no contention measured (or none: a GPU each).
+    overhead_ms: {"threads": one call's round trip through the threads runtime, "ray": through a Ray actor} (ms).
+    per_token_ms: the engine's own cost per output token (Python, stopping, detokenizing), in ms.
+    acceptance_rate: the drafter's (App. F.2's geometric estimate); None without a drafter.
+    ngram: {"match_rate": share of positions where the n-gram proposer has a draft, "acceptance_rate": share of its
+        drafted tokens the target accepts}; empty when not measured.
+    cores: the CPU cores the engine may use.
+    meta: {"when": ISO time, "load_average": (1, 5, 15 min), "seconds": taken, ...}; not compared.
+    """
+
+    key: Mapping
+    target: ModelCosts
+    drafter: ModelCosts | None = None
+    contention: tuple[float, ...] = (1.0,)
+    overhead_ms: Mapping[str, float] = field(default_factory=lambda: {"threads": 0.0, "ray": 0.0})
+    per_token_ms: float = 0.0
+    acceptance_rate: float | None = None
+    ngram: Mapping[str, float] = field(default_factory=dict)
+    cores: int = 1
+    meta: Mapping = field(default_factory=dict, compare=False)
+
+    def __post_init__(self):
+        if not isinstance(self.key, Mapping):
+            raise ConfigError(f"a machine profile's key must be an object, got {self.key!r}")
+        if not isinstance(self.target, ModelCosts) or not isinstance(self.drafter, (ModelCosts, type(None))):
+            raise ConfigError("a machine profile's target (and drafter) must be ModelCosts")
+        c = self.contention
+        if isinstance(c, (str, bytes)) or not isinstance(c, Sequence) or not c:
+            raise ConfigError(f"contention must be slowdown factors for 1, 2, ... busy servers, got {c!r}")
+        c = tuple(float(_ms(f, "a contention factor")) for f in c)
+        if c[0] != 1.0 or any(f < 1.0 for f in c):
+            raise ConfigError(f"contention factors are >= 1 and the first (one busy server) is 1.0, got {c!r}")
+        object.__setattr__(self, "contention", c)
+        if not isinstance(self.overhead_ms, Mapping):
+            raise ConfigError(f"overhead_ms must map runtimes to ms, got {self.overhead_ms!r}")
+        over = {"threads": 0.0, "ray": 0.0}
+        over.update({str(r): _ms(ms, f"overhead_ms[{r!r}]") for r, ms in self.overhead_ms.items()})
+        object.__setattr__(self, "overhead_ms", over)
+        object.__setattr__(self, "per_token_ms", _ms(self.per_token_ms, "per_token_ms"))
+        if self.acceptance_rate is not None:
+            object.__setattr__(self, "acceptance_rate", _rate(self.acceptance_rate, "acceptance_rate"))
+        if not isinstance(self.ngram, Mapping):
+            raise ConfigError(f"ngram must map 'match_rate' and 'acceptance_rate' to rates, got {self.ngram!r}")
+        object.__setattr__(self, "ngram", {str(k): _rate(v, f"ngram[{k!r}]") for k, v in self.ngram.items()})
+        _count(self.cores, "cores")
+        if not isinstance(self.meta, Mapping):
+            raise ConfigError(f"meta must be an object, got {self.meta!r}")
+
+    # -- costs ----------------------------------------------------------------------------------------------
+    def slowdown(self, busy: int) -> float:
+        """f(busy): how many times longer a pass takes while ``busy`` >= 1 servers run at once."""
+        c = self.contention
+        if busy <= len(c):
+            return c[max(busy, 1) - 1]
+        return c[-1] * busy / len(c)
+
+    @property
+    def has_contention(self) -> bool:
+        return any(f != 1.0 for f in self.contention)
+
+    def with_free_cores(self, n: int) -> MachineProfile:
+        """This profile on a machine where up to ``n`` servers each have cores of their own (no contention up to n
+        busy servers, processor sharing beyond)."""
+        _count(n, "free cores")
+        return replace(self, contention=(1.0,) * n, cores=n, key={**self.key, "cores": n, "what_if": "free cores"})
+
+    # -- constructors for tests and what-ifs ------------------------------------------------------------------
+    @classmethod
+    def from_latency(
+        cls,
+        target: LatencyProfile,
+        drafter: LatencyProfile | None = None,
+        acceptance_rate: float | None = None,
+        *,
+        names: tuple[str, str] = ("target", "drafter"),
+        max_pass: int = DEFAULT_MAX_PASS,
+        cores: int = 1,
+    ) -> MachineProfile:
+        """The old linear model: LatencyProfiles (ttft, tpot, per_token_ms), no contention, no overheads."""
+        return cls(
+            key={"what_if": "latency profiles"},
+            target=ModelCosts.from_latency(names[0], target, max_pass),
+            drafter=None if drafter is None else ModelCosts.from_latency(names[1], drafter, max_pass),
+            acceptance_rate=acceptance_rate,
+            cores=cores,
+        )
+
+    @classmethod
+    def gpu_like(
+        cls,
+        step_ms: float,
+        drafter_fraction: float,
+        acceptance_rate: float,
+        *,
+        per_token_fraction: float = 0.0,
+        devices: int = 8,
+        max_pass: int = DEFAULT_MAX_PASS,
+    ) -> MachineProfile:
+        """A GPU-like device per server: a pass over k tokens costs about one step (``step_ms`` (1 +
+        per_token_fraction (k - 1))), prefill one step, the drafter ``drafter_fraction`` of the target, no
+        contention between ``devices`` servers."""
+        target = LatencyProfile(step_ms, step_ms, step_ms * per_token_fraction)
+        profile = cls.from_latency(target, target.scaled(drafter_fraction), acceptance_rate, max_pass=max_pass)
+        return replace(profile, key={"what_if": "gpu-like", "gpu": f"{devices} devices"}, cores=devices)
+
+    # -- JSON ------------------------------------------------------------------------------------------------
+    def to_dict(self) -> dict:
+        return {
+            "format": FORMAT,
+            "key": dict(self.key),
+            "target": self.target.to_dict(),
+            "drafter": None if self.drafter is None else self.drafter.to_dict(),
+            "contention": list(self.contention),
+            "overhead_ms": dict(self.overhead_ms),
+            "per_token_ms": self.per_token_ms,
+            "acceptance_rate": self.acceptance_rate,
+            "ngram": dict(self.ngram),
+            "cores": self.cores,
+            "meta": dict(self.meta),
+        }
+
+    @classmethod
+    def from_dict(cls, d, where: str = "the machine profile") -> MachineProfile:
+        if not isinstance(d, Mapping) or d.get("format") != FORMAT:
+            raise ConfigError(f'{where} is not a specpar machine profile (expected "format": "{FORMAT}")')
+        if not isinstance(d.get("target"), Mapping):
+            raise ConfigError(f"{where} has no 'target' costs (re-run `specpar profile`)")
+        drafter = d.get("drafter")
+        try:
+            return cls(
+                key=d.get("key", {}),
+                target=ModelCosts.from_dict(d["target"], f"{where}: target"),
+                drafter=None if drafter is None else ModelCosts.from_dict(drafter, f"{where}: drafter"),
+                contention=tuple(d.get("contention", (1.0,))),
+                overhead_ms=d.get("overhead_ms", {}),
+                per_token_ms=d.get("per_token_ms", 0.0),
+                acceptance_rate=d.get("acceptance_rate"),
+                ngram=d.get("ngram") or {},
+                cores=d.get("cores", 1),
+                meta=d.get("meta") or {},
+            )
+        except (TypeError, ValueError) as exc:  # ConfigError is a ValueError
+            raise ConfigError(f"{where}: {exc}") from None
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Write the JSON form (atomically: a reader never sees half a file)."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(dumps(self.to_dict()) + "\n", encoding="utf-8")
+        tmp.replace(path)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> MachineProfile:
+        """Read a profile's JSON file; a missing, unreadable or malformed file is one ConfigError naming it."""
+        if not Path(path).is_file():
+            raise ConfigError(f"machine profile {str(path)!r} does not exist (write one with `specpar profile`)")
+        text = read_text(path, "machine profile")
+        try:
+            d = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"machine profile {str(path)!r} is not valid JSON: {exc}") from None
+        if isinstance(d, dict) and isinstance(d.get("machine"), dict):  # `specpar profile --out`: App. F's file
+            d = d["machine"]
+        return cls.from_dict(d, f"machine profile {str(path)!r}")
+
+
+def load_or_build(
+    path: str | os.PathLike | None = None,
+    *,
+    target=None,
+    drafter=None,
+    prompts: Sequence[Sequence[int]] | None = None,
+    options=None,
+    progress=None,
+    refresh: bool = False,
+) -> MachineProfile:
+    """The machine profile to predict from: the file ``path`` when given; otherwise the profile of the ``target`` and
+    ``drafter`` models (their files, backend settings, this machine) from specpar's cache, measured on first need
+    (:mod:`specpar.prediction.profile_cache`; about a minute for the default pair on a quiet machine).
+
+    prompts: the sample's token ids (default: :func:`profile_cache.sample_texts` in the target's tokenizer);
+    options: a :class:`specpar.prediction.measure_pair.MeasureOptions`; progress: called with each step's label
+    (default: a bar on stderr when it is a terminal); refresh: measure again even when the cache holds one.
+    """
+    if path is not None:
+        return MachineProfile.load(path)
+    if target is None:
+        raise ConfigError("a machine profile needs a profile file or the models to measure (target=, drafter=)")
+    from specpar.prediction import measure_pair, profile_cache
+
+    key = profile_cache.profile_key(target, drafter)
+
+    def measure() -> dict:
+        ids = prompts if prompts is not None else profile_cache.sample_prompts(target)
+        opts = options or measure_pair.MeasureOptions()
+        with profile_cache.steps_shown(opts.steps(len(ids), int(key["cores"])), progress) as step:
+            fig = measure_pair.measure_pair(target, drafter, ids, opts, step)
+        return {"format": FORMAT, **fig.profile_fields(key)}
+
+    return profile_cache.load_or_measure(key, measure, MachineProfile.from_dict, refresh=refresh)
