@@ -17,6 +17,8 @@ from specpar.core.latency import STALL_FLOOR_S, UNMEASURED_LIMIT_S, stall_limit_
 from specpar.runtimes import Pool, ThreadRuntime
 from specpar.runtimes.base import CallLimits, Task
 
+pytestmark = pytest.mark.slow  # (pytest -m 'not slow' leaves it out: the fast inner loop)
+
 
 class StallingServer(SimulatedServer):
     """A simulated server whose ``stall_on``-th call hangs (ignoring cancellation) until ``release`` is set."""

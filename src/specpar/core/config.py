@@ -41,11 +41,12 @@ def flag(
     aliases: Sequence[str] = (),
     metavar: str | None = None,
     choices: Mapping[str, str] | None = None,
+    advanced: bool = False,
 ):
     """A field's command-line spelling: ``name`` (and ``short``), with ``aliases`` its deprecated spellings (they
     still work for one release, with a warning). help: what the field does; default: the rule its default follows,
     in words (else the help shows the default value); choices: the values a text field takes, each with what it
-    means."""
+    means; advanced: a finer control, listed by ``--help=all`` rather than ``--help``."""
     return {
         "flag": name,
         "short": short,
@@ -54,6 +55,7 @@ def flag(
         "default": default,
         "metavar": metavar,
         "choices": None if choices is None else dict(choices),
+        "advanced": advanced,
     }
 
 
@@ -150,6 +152,7 @@ class SpeculativeConfig:
             "--prefill-replicas",
             "DSI: every target server prefills the prompt at the start, in parallel",
             default="when the target's TTFT exceeds its TPOT or is unknown",
+            advanced=True,
         ),
     )
     dedicated_cursor: bool | None = field(
@@ -158,6 +161,7 @@ class SpeculativeConfig:
             "--dedicated-cursor",
             "DSI: keep one target server for passes on the verified prefix",
             default="when verification costs grow with the drafts fed, a per-token cost, or are unknown",
+            advanced=True,
         ),
     )
 
@@ -342,6 +346,7 @@ class RuntimeConfig:
             "--cancel-frees",
             "virtual clock: when a cancelled task frees its server",
             choices={"now": "at once (preemptible servers)", "end": "at the end of its pass, as a forward pass does"},
+            advanced=True,
         ),
     )
     link_ms: float | Mapping[str, float] = field(
@@ -352,6 +357,7 @@ class RuntimeConfig:
             "beside the driver): the virtual clock adds 2 x MS to every target call, on Ray each target actor "
             "injects the delay",
             metavar="MS",
+            advanced=True,
         ),
     )
     call_timeout_s: float | None = field(
@@ -361,6 +367,7 @@ class RuntimeConfig:
             "threads and Ray: seconds a call may run before its server counts as stalled",
             default="the runtime's",
             metavar="S",
+            advanced=True,
         ),
     )
     address: str | None = field(
@@ -371,6 +378,7 @@ class RuntimeConfig:
             "others)",
             default="a local Ray, loopback only, started for this run and stopped at its end",
             metavar="auto|HOST:PORT",
+            advanced=True,
         ),
     )
     cpus_per_server: float = field(
@@ -380,6 +388,7 @@ class RuntimeConfig:
             "Ray: CPUs reserved for each server's actor, and its torch threads; target replicas also get one GPU "
             "each when the cluster has GPUs",
             metavar="CPUS",
+            advanced=True,
         ),
     )
     placement: str = field(
@@ -388,6 +397,7 @@ class RuntimeConfig:
             "--placement",
             "Ray: placement group strategy for the servers",
             choices={"PACK": "on as few nodes as fit", "SPREAD": "across nodes"},
+            advanced=True,
         ),
     )
     drafter_placement: str = field(
@@ -399,6 +409,7 @@ class RuntimeConfig:
                 "driver": "on a thread of this process, no round trip per draft call",
                 "actor": "in its own actor, like the targets",
             },
+            advanced=True,
         ),
     )
     options: Mapping[str, Any] = field(default_factory=dict)

@@ -76,6 +76,7 @@ def test_an_edge_value_on_the_command_line_is_one_line(argv, needle, capsys):
     assert_one_line_error(main(argv), capsys.readouterr().err, needle)
 
 
+@pytest.mark.slow
 def test_the_installed_command_says_it_in_one_line():
     for argv, needle in [
         (["simulate", *QUICK, "--target-tpot", "1e308"], "--target-tpot must be a latency in [0, 1e+09] ms"),
