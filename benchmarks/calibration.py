@@ -83,7 +83,7 @@ def simulate(row: dict, target_lat, drafter_lat, a: float, cancel, trace=None) -
                 if trace is not None
                 else target.drafter(a, drafter_lat, seed=seed + 1000)
             )
-            kw = dict(algorithm=algo, lookahead=k if algo != "nonsi" else None, sp_degree=1, max_new_tokens=n)
+            kw = dict(algorithm=algo, lookahead=k if algo != "nonsi" else None, sp_degree=1, max_tokens=n)
             times.append(generate(prompt, target, drafter, cancel_frees=cancel, **kw).time_ms)
         out[algo] = statistics.mean(times)
     return out

@@ -188,7 +188,7 @@ def timeline_split(rows: dict, pair: PairProfile) -> dict:
         for seed in range(SEEDS):
             target = SimulatedModel(VOCAB, seed=seed, latency=pair.target)
             out = generate(prompt, target, target.drafter(prompt_rate(r), pair.drafter, seed=seed + 1000),
-                           algorithm="dsi", lookahead=row["lookahead"], sp_degree=1, max_new_tokens=len(row["tokens"]),
+                           algorithm="dsi", lookahead=row["lookahead"], sp_degree=1, max_tokens=len(row["tokens"]),
                            cancel_frees=END)  # fmt: skip
             v += np.array([out.time_ms, *split([asdict(x) for x in out.timeline], out.time_ms)]) / SEEDS
     n = len(rows)
