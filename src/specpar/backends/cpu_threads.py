@@ -32,6 +32,11 @@ def pass_threads(cores: int, units: int, busy: int, cpus_per_server: float | Non
     return max(1, cores // max(1, busy))
 
 
+def model_uses_torch(model) -> bool:
+    """Whether ``model`` computes with torch (a transformers model: its thread count is torch's, process-wide)."""
+    return hasattr(model, "module_on")
+
+
 class SharedThreads:
     """The CPU threads of a forward pass, set while any request of an engine runs and restored when the last ends
     (requests that run at once share the one setting): torch's (process-wide) when the models use torch, and each

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from specpar.backends.transformers_server import TransformersServer
 from specpar.core.errors import ConfigError
 from specpar.core.latency import LatencyProfile
+from specpar.core.numbers import positive_int
 
 _names = itertools.count()
 DTYPES = ("float32", "float64", "bfloat16", "float16")
@@ -87,6 +88,7 @@ class TransformersModel:
         import torch
 
         device = check_device(device)
+        self.path = str(source) if isinstance(source, (str, os.PathLike)) else None  # None: a module in memory
         if isinstance(source, (str, os.PathLike)):
             module, tokenizer = _load(str(source), tokenizer, torch_dtype(dtype) or torch.float32)
             name = name or _name(source)
@@ -106,8 +108,8 @@ class TransformersModel:
         self.factory = factory
         self.native_rows = module.get_output_embeddings().weight.shape[0]
         self.embedding_rows = module.get_input_embeddings().weight.shape[0]  # the ids it can read
-        if rows is not None and (isinstance(rows, bool) or not isinstance(rows, int) or rows < 1):
-            raise ConfigError(f"rows must be a positive integer, got {rows!r}")
+        if rows is not None:
+            positive_int("rows", rows)
         self.rows = rows or self.native_rows
 
     # -- facts ---------------------------------------------------------------------------------
@@ -143,6 +145,14 @@ class TransformersModel:
     def weight_bytes(self) -> int:
         module = self._modules[self.device]
         return sum(p.numel() * p.element_size() for p in module.parameters())
+
+    def backend_settings(self) -> dict:
+        """What its servers' speed depends on besides its weights (a machine profile's key): the backend, torch's
+        version, the dtype and the device."""
+        import torch
+
+        dtype = next(self._modules[self.device].parameters()).dtype
+        return {"backend": "transformers", "build": torch.__version__, "dtype": str(dtype), "device": self.device}
 
     def kv_bytes_per_token(self) -> int:
         """Bytes one cached token costs in one server's KV cache (keys and values, every layer)."""
@@ -248,7 +258,7 @@ def check_fits(model: TransformersModel, device: str, n_servers: int, max_tokens
         raise ConfigError(
             f"{n_servers} server(s) of {model.name} need about {need / 2**30:.2f} GiB on {device} "
             f"({weights / 2**30:.2f} GiB of weights + {kv / 2**30:.2f} GiB of KV cache for {max_tokens} tokens each) "
-            f"but only {free / 2**30:.2f} GiB is free: lower sp_degree or max_new_tokens, or add devices"
+            f"but only {free / 2**30:.2f} GiB is free: lower sp_degree or max_tokens, or add devices"
         )
 
 

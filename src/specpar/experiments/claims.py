@@ -153,7 +153,7 @@ def measure_sp_vs_mp(
         target = SimulatedModel(16, seed=seed, latency=LatencyProfile.uniform(1.0))
         drafter = target.drafter(a, LatencyProfile.uniform(c), seed=seed + 7919)
         return run_once(
-            [seed, 1], target, drafter, algorithm="dsi", max_new_tokens=n, lookahead=lookahead, sp_degree=sp_degree
+            [seed, 1], target, drafter, algorithm="dsi", max_tokens=n, lookahead=lookahead, sp_degree=sp_degree
         )
 
     runs = run_arms(["dsi"], repeats, dsi)["dsi"]
@@ -483,7 +483,7 @@ def reproduce(
         raise ConfigError(f"unknown claim {sorted(unknown)}; choose from {', '.join(CLAIM_KEYS)}")
     grid_opts = (
         f"--resolution {resolution} -N {n} --repeats {repeats} --sp-degree {sp_degree} --seed {seed}"
-        f" --lookahead-range {lookaheads[0]} {lookaheads[1]}"
+        f" --lookaheads {lookaheads[0]}-{lookaheads[1]}"
     )
     fig2_cmd = f"specpar heatmap {grid_opts}"
     claims = []
@@ -540,8 +540,7 @@ def reproduce(
             check_table2(
                 rows,
                 results,
-                "specpar reproduce --only table2 "
-                + (given or "--starcoder-drafter-latency C --phi3-acceptance-rate A"),
+                "specpar reproduce --only table2 " + (given or "--starcoder-latency-ratio C --phi3-acceptance-rate A"),
             )
         )
         if progress:

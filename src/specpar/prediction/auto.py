@@ -177,8 +177,8 @@ def _name(model) -> str:
 def for_engine(engine) -> Auto:
     """``auto`` for ``engine`` (an :class:`~specpar.entrypoints.engine.Engine`): its profile (:func:`profile_of`) and
     its shape (units, target servers, runtime, CPU or devices, drafter model or not)."""
-    from specpar.algorithms.registry import latency_of
     from specpar.runtimes import Pool
+    from specpar.runtimes.base import latency_of
 
     drafter = engine.drafters if isinstance(engine.drafters, Pool) else None  # (HSD's levels: not predicted)
     latencies = (latency_of(engine.targets), latency_of(drafter) if drafter is not None else None)
@@ -198,9 +198,10 @@ def for_engine(engine) -> Auto:
 
 def predict_request(engine, spec: SpeculativeConfig, prompt_tokens: int, max_tokens: int) -> float:
     """The predicted time (ms) of one request of ``spec`` on ``engine`` run alone, as the engine will run it (its
-    defaults resolved for the engine's models: :func:`specpar.algorithms.registry.resolve`); for "auto", its
+    defaults resolved for the engine's models: :func:`specpar.algorithms.defaults.resolve`); for "auto", its
     choice's. A ConfigError when the engine has no machine profile."""
-    from specpar.algorithms.registry import resolve
+    from specpar.algorithms.defaults import resolve
+    from specpar.algorithms.registry import ALGORITHMS
     from specpar.prediction.methods import NAMES, available, method_of
     from specpar.prediction.simulate import predicted_ms
 
@@ -208,7 +209,7 @@ def predict_request(engine, spec: SpeculativeConfig, prompt_tokens: int, max_tok
     if spec.algorithm == "auto":
         return auto.choose(prompt_tokens, max_tokens, spec.sp_degree).predicted_ms
     drafter = engine.drafters if spec.speculates else None
-    resolved = resolve(spec, engine.targets, drafter, prompt_tokens)
+    resolved = resolve(spec, ALGORITHMS[spec.algorithm], engine.targets, drafter, prompt_tokens)
     threads = auto.shape.threads(auto.profile, resolved)
     method = method_of(resolved)
     if not available(auto.profile, auto.shape, [method]):

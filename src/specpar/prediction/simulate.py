@@ -25,9 +25,9 @@ from collections.abc import Sequence
 from specpar.backends.simulated import SimulatedDrafter, SimulatedModel, SimulatedServer, unit
 from specpar.core.calls import Draft, Proposal
 from specpar.core.config import RuntimeConfig, SpeculativeConfig
-from specpar.core.decoding import GREEDY
 from specpar.core.errors import ConfigError
 from specpar.core.latency import LatencyProfile
+from specpar.core.query import Query
 from specpar.prediction.machine import MachineProfile
 
 VOCAB = 16  # the sample models' vocabulary: small, so that hashing a prefix is cheap
@@ -123,7 +123,7 @@ def mean_time_ms(pairs: Sequence[tuple], spec: SpeculativeConfig, runtime: Runti
     times, firsts = [], []
     for target, drafter, prompt in pairs:
         d = ([drafter] if spec.algorithm in ("hsd", "hsd-sp") else drafter) if drafter_needed else None
-        result = run_generation(prompt, target, d, spec, runtime, GREEDY, max_tokens)
+        result = run_generation(Query(prompt, max_tokens), target, d, spec, runtime)
         times.append(result.time_ms + per_token_ms * len(result.tokens))
         firsts.append((result.ttft_ms or 0.0) + per_token_ms)
     return statistics.fmean(times), statistics.fmean(firsts)

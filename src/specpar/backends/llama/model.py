@@ -8,6 +8,7 @@ server of one model in a process shares one loaded copy of the weights.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import itertools
 import os
@@ -17,7 +18,7 @@ import weakref
 from collections.abc import Sequence
 
 from specpar.backends.llama.gguf_file import TOKENS, GGUFHeader, read_header
-from specpar.backends.llama.library import build_has, lib, recent_errors, tiled_mm_setting
+from specpar.backends.llama.library import build_has, lib, recent_errors, system_info, tiled_mm_setting
 from specpar.backends.llama.server import LlamaServer
 from specpar.backends.llama.settings import LlamaSettings, model_warnings
 from specpar.backends.llama.tokenizer import GGUFTokenizer
@@ -134,6 +135,12 @@ class LlamaModel:
         """Whether its servers' rows are bitwise those of one-token decoding (no exactness warning)."""
         return not self.exactness_warnings
 
+    def backend_settings(self) -> dict:
+        """What its servers' speed depends on besides the file (a machine profile's key): the backend, its library's
+        version and build, the settings and whether they are exact."""
+        build = f"{getattr(lib(), '__version__', '?')}: {system_info()}"
+        return {"backend": "llama", "build": build, **dataclasses.asdict(self.settings), "exact": self.exact}
+
     def kv_bytes_per_token(self) -> int:
         """Bytes one cached token costs in one server's cache (f16 keys and values, every layer)."""
         return 2 * self.layers * self.kv_heads * self.head_dim * 2
@@ -184,7 +191,7 @@ class LlamaModel:
         if need > free:
             raise ConfigError(
                 f"{n_servers} llama.cpp server(s) of {self.name} need about {need / 2**30:.2f} GiB for their caches "
-                f"of {n_ctx} tokens but only {free / 2**30:.2f} GiB is free: lower sp_degree or max_new_tokens"
+                f"of {n_ctx} tokens but only {free / 2**30:.2f} GiB is free: lower sp_degree or max_tokens"
             )
 
     # -- text ----------------------------------------------------------------------------------------------

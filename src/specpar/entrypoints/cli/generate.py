@@ -7,7 +7,6 @@ import sys
 
 from specpar.core.errors import ConfigError
 from specpar.core.json_output import print_json
-from specpar.core.results import metrics_footnote
 from specpar.entrypoints.cli import arguments, real_models
 from specpar.entrypoints.cli.arguments import (
     REAL_TIME_FIELDS,
@@ -17,6 +16,7 @@ from specpar.entrypoints.cli.arguments import (
     add_sampling_arguments,
     command_parser,
 )
+from specpar.entrypoints.cli.comparison import NAMES, speedups_of
 from specpar.entrypoints.cli.progress import TokenProgress
 from specpar.experiments.loop import run_arms
 
@@ -28,7 +28,6 @@ statistics and tokens/s. With --compare, the other two algorithms run on the sam
 loaded servers and a table shows all three side by side.
 """
 
-NAMES = real_models.NAMES
 GENERATE_SAMPLING = ("max_tokens", "temperature", "top_k", "top_p", "min_p", "repetition_penalty", "stop",
                      "stop_token_ids", "ignore_eos", "seed")  # fmt: skip
 
@@ -102,7 +101,7 @@ def run(args) -> int:
     if args.repeats > 1 and not args.compare:
         raise ConfigError("--repeats is for --compare (it repeats the comparison)")
     params = args.sampling
-    from specpar.algorithms.registry import check_tree_processors
+    from specpar.algorithms.checks import check_tree_processors
 
     check_tree_processors(args.spec, params.processors)  # before the models load (the engine checks it again)
     chosen = chosen_prompt(args)
@@ -154,7 +153,7 @@ def run(args) -> int:
     with contextlib.ExitStack() as bars:
         runs = run_arms(algorithms, repeats, run, on_result=on_result)
     results = {a: rs[0] for a, rs in runs.items()}
-    speedups = {a: real_models.speedups(runs, a) for a in runs} if args.compare else None
+    speedups = {a: speedups_of(runs, a) for a in runs} if args.compare else None
     if args.json:
         print_json(
             {
@@ -196,7 +195,8 @@ def _report(args, results, runs, speedups, predicted, why_not) -> None:
     the repeats and ratios with their spread."""
 
     from specpar.core.results import fmt
-    from specpar.entrypoints.cli.console import print_table, table_console
+    from specpar.entrypoints.cli.comparison import print_comparison
+    from specpar.entrypoints.cli.console import table_console
 
     console = table_console(stderr=True, wide=120)
     main = results[args.algorithm]
@@ -226,46 +226,25 @@ def _report(args, results, runs, speedups, predicted, why_not) -> None:
         return
     n = len(runs["nonsi"])
     title = f"same prompt, same loaded servers, {n} interleaved run{'s' if n > 1 else ''} each"
-    columns = (
-        "algorithm",
-        "time s",
-        *(("predicted s",) if predicted else ()),
-        "tokens /s",
-        "vs non-SI",
-        "vs SI",
-        "accept rate",
-        "run len",
-        "tokens/pass",
-        "same as non-SI",
-    )
-    rows = []
-    base = runs.get("nonsi")
+    rows = {}
     for algo in [a for a in ("nonsi", "si", "dsi", "auto") if a in results]:
         r = results[algo]
-        mean_ms = sum(x.time_ms for x in runs[algo]) / len(runs[algo])
-        same = all(x.tokens == b.tokens for x, b in zip(runs[algo], base))
-        rows.append(
-            [
-                NAMES[algo] + (f": {r.auto['label']}" if r.auto else ""),
-                f"{mean_ms / 1000:.2f}",
-                *((f"{predicted[algo] / 1000:.2f}" if algo in predicted else "-",) if predicted else ()),
-                fmt(len(r.tokens) / (mean_ms / 1000) if mean_ms > 0 else None),
-                real_models.speedup_cell(speedups[algo], "nonsi"),
-                real_models.speedup_cell(speedups[algo], "si"),
-                "-" if algo == "nonsi" else fmt(r.acceptance_rate),
-                "-" if algo == "nonsi" else fmt(r.mean_run_length),
-                fmt(r.mean_acceptance_length),
-                "-" if algo == "nonsi" or args.temperature else ("yes" if same else "[red]NO[/red]"),
-            ]
-        )
-    print_table(console, columns, rows, title)
-    console.print(metrics_footnote(columns), style="dim")
-    why = real_models.why_line(runs)
-    if why:
-        console.print(why)
+        mean_s = sum(x.time_ms for x in runs[algo]) / len(runs[algo]) / 1000
+        same = all(x.tokens == b.tokens for x, b in zip(runs[algo], runs["nonsi"]))
+        rows[algo] = {
+            **r.to_dict(),
+            **speedups[algo],
+            "name": f"auto: {r.auto['label']}" if r.auto else None,
+            "time_s": mean_s,
+            "predicted_s": predicted[algo] / 1000 if algo in predicted else None,
+            "tokens_per_second": len(r.tokens) / mean_s if mean_s > 0 else None,
+            "same_tokens_as_nonsi": None if algo == "nonsi" or args.temperature else same,
+            **({"acceptance_rate": None, "mean_run_length": None} if algo == "nonsi" else {}),  # nothing drafted
+        }
+    columns = ("time s", *(("predicted s",) if predicted else ()), "tokens /s", "vs non-SI", "vs SI", "accept rate",
+               "run len", "tokens/pass", "same as non-SI")  # fmt: skip
+    print_comparison(console, rows, columns, title, real_models.why_line(runs))
     if why_not:
         console.print(f"no predictions: {why_not}", style="dim")
-    for line in real_models.inconclusive_lines(speedups):
-        console.print(f"[yellow]note:[/yellow] {line}")
     if args.repeats == 1:
         console.print("one run each: no spread to judge the ratios by; --repeats 3 or more gives one", style="dim")

@@ -63,14 +63,9 @@ def _profile(args):
 
     if args.profile is not None:
         return load_or_build(args.profile)
-    import sys
-
-    from specpar.backends.loading import load_pair
     from specpar.entrypoints.cli import real_models
 
-    devices = real_models.devices(args)
-    target, drafter = load_pair(args.target, args.drafter, devices[0], args.dtype, progress=sys.stderr.isatty(),
-                                target_device=devices[-1], backend=args.backend)  # fmt: skip
+    target, drafter = real_models.load_models(args, real_models.devices(args))
     return load_or_build(target=target, drafter=drafter)
 
 
