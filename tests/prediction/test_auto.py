@@ -22,7 +22,7 @@ def pair(c: float, a: float, per_token: float = 0.0, seed: int = 1):
 
 def test_auto_runs_plain_decoding_where_speculation_cannot_pay():
     target, drafter = pair(c=0.9, a=0.05, per_token=3.0)  # a slow drafter that is almost always wrong
-    result = generate(PROMPT, target, drafter, algorithm="auto", max_new_tokens=40)
+    result = generate(PROMPT, target, drafter, algorithm="auto", max_tokens=40)
     assert result.algorithm == "nonsi"
     assert result.auto["method"] == "nonsi" and result.auto["reason"].startswith("non-SI: predicted")
     assert result.auto["predicted_ms"] == pytest.approx(result.time_ms)  # nothing random in non-SI: exact
@@ -31,10 +31,10 @@ def test_auto_runs_plain_decoding_where_speculation_cannot_pay():
 
 def test_auto_runs_dsi_where_it_pays():
     target, drafter = pair(c=0.05, a=0.9)  # the paper's regime: a fast, accurate drafter, passes of one step
-    result = generate(PROMPT, target, drafter, algorithm="auto", max_new_tokens=40)
+    result = generate(PROMPT, target, drafter, algorithm="auto", max_tokens=40)
     assert result.algorithm == "dsi" and result.auto["method"] in ("dsi", "tree-dsi")
     assert result.tokens == target.greedy_tokens(PROMPT, 40)
-    plain = generate(PROMPT, target, drafter, algorithm="nonsi", max_new_tokens=40)
+    plain = generate(PROMPT, target, drafter, algorithm="nonsi", max_tokens=40)
     assert result.time_ms < 0.5 * plain.time_ms
 
 
@@ -79,7 +79,7 @@ def test_auto_keeps_its_choices_per_kind_of_request():
 def test_auto_with_settings_of_its_own_is_one_clear_error(field):
     target, drafter = pair(c=0.1, a=0.8)
     with pytest.raises(ConfigError, match="auto"):
-        generate(PROMPT, target, drafter, max_new_tokens=5, speculative_config=SpeculativeConfig(algorithm="auto",
+        generate(PROMPT, target, drafter, max_tokens=5, speculative_config=SpeculativeConfig(algorithm="auto",
                                                                                                  **field))  # fmt: skip
 
 

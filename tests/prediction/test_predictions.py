@@ -39,7 +39,7 @@ def engine_run_ms(spec: SpeculativeConfig, prompt_tokens: int, n: int) -> float:
         drafter = target.drafter(A, DRAFTER, seed=r + DRAFTER_SEED)
         prompt = [(r + 5 * i) % VOCAB for i in range(prompt_tokens)]
         result = generate(prompt, target, None if spec.algorithm == "nonsi" else [drafter] if spec.algorithm == "hsd"
-                          else drafter, speculative_config=spec, max_new_tokens=n, cancel_frees={"target": "end"})  # fmt: skip
+                          else drafter, speculative_config=spec, max_tokens=n, cancel_frees={"target": "end"})  # fmt: skip
         times.append(result.time_ms)
     return statistics.fmean(times)
 
