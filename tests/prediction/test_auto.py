@@ -87,13 +87,12 @@ def test_vllm_spelling_method_auto():
     assert SpeculativeConfig.coerce({"method": "auto"}).algorithm == "auto"
 
 
-def test_the_schedulers_shares_use_the_machines_predictions():
+def test_the_schedulers_shares_of_an_auto_request_use_the_machines_predictions():
     target, drafter = pair(c=0.05, a=0.9)
     slow = MachineProfile.from_latency(LatencyProfile(10.0, 10.0, 100.0), LatencyProfile(0.5, 0.5), 0.9)
     spec = SpeculativeConfig(algorithm="dsi", sp_degree=2, lookahead=3)
     with Engine(target, drafter, units=3, profile=slow) as engine:
-        curve = engine.curve(engine._spec(spec, {}), 30)
+        curve = engine.curve(engine._spec(spec, {}), 30, auto=True)  # as auto's choice: every share predicted
         assert [curve.option(u).algorithm for u in (1, 2, 3)] == ["nonsi"] * 3
-    with Engine(target, drafter, units=3) as engine:  # control: the models' own latencies, where DSI pays
-        curve = engine.curve(engine._spec(spec, {}), 30)
-        assert curve.option(3).algorithm == "dsi"
+        # control: a request that names its algorithm keeps the models' own latencies, where DSI pays
+        assert engine.curve(engine._spec(spec, {}), 30).option(3).algorithm == "dsi"

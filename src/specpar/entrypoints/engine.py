@@ -439,7 +439,7 @@ class Engine:
             spec, choice = self.auto().resolve(spec, len(ids), params.max_tokens)
         if spec.uses_drafter and self.drafters is None:
             raise ConfigError(f"algorithm {spec.algorithm!r} needs a drafter: give the engine one")
-        curve = self.curve(spec, params.max_tokens)
+        curve = self.curve(spec, params.max_tokens, auto=choice is not None)
         if spec.lookahead == "auto" and curve.option(curve.max_units).ms_per_token is None:
             spec = spec.replace(lookahead=self.auto_lookahead(spec, params.max_tokens))  # (or its clear error)
         decoding = params.decoding(len(ids), self.end_of_text)
@@ -526,9 +526,10 @@ class Engine:
         return result
 
     # -- the scheduler ----------------------------------------------------------------------------
-    def curve(self, spec: SpeculativeConfig, max_tokens: int) -> ShareCurve:
-        """A request's options per share of the units (:mod:`specpar.prediction.shares`), per config and length."""
-        key = (spec, min(max_tokens, 100))
+    def curve(self, spec: SpeculativeConfig, max_tokens: int, auto: bool = False) -> ShareCurve:
+        """A request's options per share of the units (:mod:`specpar.prediction.shares`), per config and length;
+        ``auto``: a configuration auto chose, whose options are predicted as auto predicts (the machine profile)."""
+        key = (spec, min(max_tokens, 100), auto)
         curve = self._curves.get(key)
         if curve is None:
             if len(self.units) == 1:  # ready-made servers: the request's own configuration on all of them
@@ -538,7 +539,7 @@ class Engine:
                 from specpar.prediction.shares import share_curve
 
                 curve = share_curve(self.policy, spec, self.targets, self.drafters, len(self.units), max_tokens,
-                                    machine=self._machine())  # fmt: skip
+                                    machine=self._machine() if auto else None)  # fmt: skip
             self._curves[key] = curve
         return curve
 
@@ -605,10 +606,7 @@ class Engine:
         return k
 
     def _machine(self):
-        """The machine's predictions for the scheduler's shares (those auto chooses by), once the engine has a profile:
-        given, or made for an auto request (a measured profile is not built for the shares alone); else None."""
-        if self.profile is None and self._auto is None:
-            return None
+        """The machine's predictions for the shares of a configuration auto chose (those it chose by)."""
         from specpar.prediction.auto import predict_request
 
         return lambda spec, n: predict_request(self, spec, 16, n)

@@ -383,3 +383,14 @@ def load_or_build(
         return {"format": FORMAT, **fig.profile_fields(key)}
 
     return profile_cache.load_or_measure(key, measure, MachineProfile.from_dict, refresh=refresh)
+
+
+def cached(target, drafter=None) -> MachineProfile | None:
+    """The profile of the ``target`` and ``drafter`` models on this machine if specpar's cache holds a valid one
+    (nothing is measured); else None."""
+    from specpar.prediction import profile_cache
+
+    key = profile_cache.profile_key(target, drafter)
+    if not profile_cache.cacheable(key):
+        return None
+    return profile_cache.read(profile_cache.cache_path(key), key, MachineProfile.from_dict)

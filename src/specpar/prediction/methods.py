@@ -20,12 +20,14 @@ from specpar.backends.cpu_threads import pass_threads
 from specpar.core.config import SpeculativeConfig, parse_proposer
 from specpar.core.errors import ConfigError
 from specpar.prediction.machine import MachineProfile
-from specpar.prediction.simulate import predicted_ms
+from specpar.prediction.simulate import MAX_SIMULATED, MIN_PAIRS, predicted_ms
 
 LOOKAHEADS = tuple(range(1, 9))
 QUICK_PAIRS = 2  # the first round's sample pairs per setting
 PATIENCE = 2  # a family's search stops after this many longer lookaheads in a row that are no faster
 REFINE = 2  # each method's fastest settings of the first round predicted again on the full sample
+CONTEND = 0.05  # methods predicted within this fraction of the fastest are predicted again on the final sample ...
+FINAL_TOKENS, FINAL_MAX_PAIRS = 3000, 32  # ... of about this many output tokens, on at most this many pairs
 TREES = ("2,1,1", "2,2,1,1", "3,2,1", "best:8")
 METHODS = ("nonsi", "si", "dsi", "tree-si", "tree-dsi", "ngram-si", "ngram-dsi", "hsd")
 NAMES = {
@@ -191,9 +193,10 @@ def predict_methods(profile: MachineProfile, prompt_tokens: int, max_tokens: int
     """Each of ``methods`` (those :func:`available`) at its fastest setting for a prompt of ``prompt_tokens`` tokens
     and ``max_tokens`` output tokens, on each of ``runtimes`` (default: the shape's), fastest first.
 
-    Two rounds: each family of settings (:func:`families`) on QUICK_PAIRS sample pairs, in order, until PATIENCE
+    Three rounds: each family of settings (:func:`families`) on QUICK_PAIRS sample pairs, in order, until PATIENCE
     settings in a row are no faster than its fastest; then each method's REFINE fastest on the full sample
-    (:func:`specpar.prediction.simulate.pair_count`): a method's time is its best setting's there."""
+    (:func:`specpar.prediction.simulate.pair_count`): a method's time is its best setting's there; then the methods
+    within CONTEND of the fastest again on a larger sample (:func:`_settle`)."""
     shape = shape or EngineShape()
     if prompt_tokens < 1 or max_tokens < 1:
         raise ConfigError(f"a prediction needs a prompt and an output of at least one token, got {prompt_tokens} "
@@ -209,14 +212,34 @@ def predict_methods(profile: MachineProfile, prompt_tokens: int, max_tokens: int
                 for family in families(method, on.targets, _lookaheads(max_tokens), dsi)
                 for p in _search(profile, method, family, on, prompt_tokens, max_tokens)
             ]
-    best = []
-    for (method, runtime), quick in tried.items():
-        on = replace(shape, runtime=runtime)
-        finalists = sorted(quick, key=lambda p: p.ms)[:REFINE] if len(quick) > 1 else quick
-        best.append(min((_predict(profile, method, p.spec, on, prompt_tokens, max_tokens) if len(quick) > 1 else p
-                         for p in finalists), key=lambda p: p.ms))  # fmt: skip
+    best = [_refine(profile, quick, replace(shape, runtime=runtime), prompt_tokens, max_tokens)
+            for (_, runtime), quick in tried.items()]  # fmt: skip
+    best = _settle(profile, best, shape, prompt_tokens, max_tokens)
     return MethodPredictions(prompt_tokens, max_tokens, sorted(best, key=lambda p: p.ms),
                              [p for ps in tried.values() for p in ps])  # fmt: skip
+
+
+def _refine(profile, quick: list[Prediction], shape: EngineShape, prompt_tokens: int, max_tokens: int) -> Prediction:
+    """A method's REFINE fastest settings of the first round on the full sample: the fastest of them."""
+    if len(quick) == 1:
+        return quick[0]
+    finalists = sorted(quick, key=lambda p: p.ms)[:REFINE]
+    return min((_predict(profile, p.method, p.spec, shape, prompt_tokens, max_tokens) for p in finalists),
+               key=lambda p: p.ms)  # fmt: skip
+
+
+def _settle(profile, best: list[Prediction], shape: EngineShape, prompt_tokens: int, max_tokens: int):
+    """The methods within CONTEND of the fastest predicted again on the final sample (FINAL_TOKENS output tokens
+    in all): the choice among close ones rests on the most draws."""
+    fastest = min(p.ms for p in best)
+    pairs = max(MIN_PAIRS, min(FINAL_MAX_PAIRS, FINAL_TOKENS // max(1, min(max_tokens, MAX_SIMULATED))))
+    out = []
+    for p in best:
+        if p.method != "nonsi" and p.ms <= fastest * (1 + CONTEND):
+            p = _predict(profile, p.method, p.spec, replace(shape, runtime=p.runtime), prompt_tokens, max_tokens,
+                         pairs)  # fmt: skip
+        out.append(p)
+    return out
 
 
 def _search(profile, method: str, family: list[SpeculativeConfig], shape: EngineShape, prompt_tokens: int,

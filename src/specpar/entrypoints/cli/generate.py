@@ -173,11 +173,20 @@ def run(args) -> int:
     return 0
 
 
+NOT_YET = (
+    "no machine profile of these models on this machine yet: `specpar profile` measures one (or `--algorithm "
+    "auto` on first need), --profile FILE gives one"
+)
+
+
 def predictions(engine, args, algorithms, prompt_tokens: int) -> tuple[dict, str | None]:
     """{algorithm: its predicted ms} for the runs of ``algorithms`` on ``engine`` (auto's: its choice's), and why
-    there are none (no machine profile for the models: the ConfigError's words), else None."""
+    there are none (no machine profile of the models given or cached, or a ConfigError's words), else None."""
     from specpar.prediction.auto import predict_request
+    from specpar.prediction.machine import cached
 
+    if args.algorithm != "auto" and args.profile is None and cached(engine.target_model, engine.drafter_model) is None:
+        return {}, NOT_YET  # a comparison does not measure the machine for its predictions: auto does, on first need
     out = {}
     try:
         for algo in algorithms:
