@@ -20,13 +20,14 @@ on a clock of its own).
 from __future__ import annotations
 
 import logging
+import os
 import queue
 import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 
-from specpar.algorithms.checks import check_context_window
+from specpar.algorithms.checks import check_context_window, check_model
 from specpar.backends.cpu_threads import SharedThreads, cpu_cores, model_uses_torch
 from specpar.backends.loading import choose_backend, load_pair
 from specpar.backends.vocabulary import fit_drafters
@@ -53,18 +54,14 @@ def is_real(source) -> bool:
     """Whether a model (or a Pool of servers) runs real forward passes (transformers, llama.cpp), not a simulation."""
     if isinstance(source, (list, tuple)):
         return any(is_real(s) for s in source)
-    if isinstance(source, Pool):
-        return hasattr(source.servers[0], "forward_log")
-    return hasattr(source, "module_on") or hasattr(source, "tokenizer") and hasattr(source, "weights")
+    return model_of(source).real
 
 
 def uses_torch(source) -> bool:
     """Whether a model (or a Pool of servers) computes with torch (its thread count is torch's)."""
     if isinstance(source, (list, tuple)):
-        return any(uses_torch(s) for s in source)
-    if isinstance(source, Pool):
-        return hasattr(source.servers[0], "module")
-    return model_uses_torch(source)
+        return any(uses_torch(s) for s in source if s is not None)
+    return model_uses_torch(model_of(source))
 
 
 class Engine:
@@ -118,12 +115,14 @@ class Engine:
         spec = speculative_config_of(speculative_config, spec_fields)
         runtime_config = RuntimeConfig.coerce(runtime, runtime_options, **runtime_fields)
         self._owns_servers = not isinstance(target, Pool)
-        if target is None or isinstance(target, str) or hasattr(target, "__fspath__"):
+        if target is None or isinstance(target, (str, os.PathLike)):
             target, drafter = self._load(target, drafter, devices, dtype, backend)
         drafter = fit_drafters(target, drafter)  # rows that differ from the target's only by padding
-        check_model("target", target)
-        for d in drafter if isinstance(drafter, (list, tuple)) else [] if drafter is None else [drafter]:
-            check_model("drafter", d)
+        target = check_model("target", target)
+        if isinstance(drafter, (list, tuple)):
+            drafter = [check_model("drafter", d) for d in drafter]
+        elif drafter is not None:
+            drafter = check_model("drafter", drafter)
         self.real = is_real(target)
         self.torch = uses_torch([target, drafter])  # torch's threads are set per request (threads_for)
         sp_degree = spec.sp_degree or (len(target) if isinstance(target, Pool) else 2 if self.real else 4)
@@ -134,11 +133,11 @@ class Engine:
         self.keep_actors = keep_actors
         self.target_model = model_of(target)
         self.drafter_model = model_of(drafter[-1] if isinstance(drafter, (list, tuple)) and drafter else drafter)
-        self.tokenizer = getattr(self.target_model, "tokenizer", None)
+        self.tokenizer = self.target_model.tokenizer
         self.end_of_text = end_of_text_ids(self.target_model)
         if not devices:  # where the models are: the drafter's device first, then the target's
             first = self.drafter_model if self.drafter_model is not None else self.target_model
-            devices = list(dict.fromkeys(getattr(m, "device", "cpu") for m in (first, self.target_model)))
+            devices = list(dict.fromkeys(m.device or "cpu" for m in (first, self.target_model)))
         target_devices = devices[1:] if len(devices) > 1 else devices
         if policy not in POLICIES:
             raise ConfigError(f"policy must be one of {', '.join(POLICIES)}, got {policy!r}")
@@ -167,7 +166,7 @@ class Engine:
         self.closed = False
         if log.isEnabledFor(logging.INFO):
             for s in self.all:
-                log.info("server %s on %s", s.name, getattr(s, "device", self.runtime))
+                log.info("server %s on %s", s.name, s.device or self.runtime)
 
     @property
     def sp_degree(self) -> int:
@@ -195,12 +194,8 @@ class Engine:
     def _servers(self, source, n: int, name: str, devices, max_tokens: int) -> Pool:
         if isinstance(source, Pool):
             return source
-        if hasattr(source, "servers") and self.real:  # transformers: placed on devices, checked to fit
-            pool = Pool(source.servers(n, devices, name, max_tokens), name)
-        else:
-            pool = Pool([source.server(f"{name}{i}") for i in range(n)], name)
-        pool.model = source  # what the servers were made from (lookahead="auto" reads its acceptance rate)
-        return pool
+        # real models place their servers on the devices, checked to fit
+        return Pool(source.servers(n, devices, name, max_tokens), name, model=source)
 
     def _unit_count(self, units, target, drafter, sp_degree: int) -> int:
         """Units of one target and one drafter server each; 0: one unit of every server (Pools, or units=1)."""
@@ -576,7 +571,7 @@ class Engine:
         if len(self.units) > 1:
             return max(1, cpu_cores() // len(self.units))
         running = self.all if uses_drafter else self.targets.servers
-        cpu = [s for s in running if getattr(s, "device", None) == "cpu"]
+        cpu = [s for s in running if s.device == "cpu"]
         busy = len(cpu) if algorithm in ("dsi", "hsd-sp") else 1  # non-SI and SI run one server at a time
         return max(1, cpu_cores() // max(1, busy))
 
@@ -600,8 +595,7 @@ class Engine:
         requests running have finished (new ones wait)."""
         with self._alone():
             for s in self.all:
-                if hasattr(s, "reset"):
-                    s.reset()
+                s.reset()
             if self.runtime == "ray":
                 from specpar.runtimes.ray_actors import reset_kept
 
@@ -613,8 +607,7 @@ class Engine:
             self.closed = True
         with self._alone():
             for s in self.all:
-                if hasattr(s, "reset"):
-                    s.reset()
+                s.reset()
             if self.runtime == "ray" and self._owns_servers:
                 from specpar.runtimes.ray_actors import release_kept
 
@@ -639,15 +632,6 @@ class _Abandoned(Exception):
 
 def speculative_config_of(base, changes) -> SpeculativeConfig:
     return SpeculativeConfig.coerce(base).replace(**changes)
-
-
-def check_model(role: str, source) -> None:
-    """Refuse up front a target or drafter that is neither a model nor a Pool of servers."""
-    if not (isinstance(source, Pool) or hasattr(source, "server") or hasattr(source, "servers")):
-        raise ConfigError(
-            f"the {role} must be a model (e.g. a SimulatedModel, a TransformersModel), a Pool of servers, or a model "
-            f"directory; got {type(source).__name__} {source!r:.60}"
-        )
 
 
 def check_stream(stream) -> None:

@@ -80,7 +80,7 @@ class _Predictor:
     def __init__(self, spec: SpeculativeConfig, target, drafter, n: int, seed: int):
         self.spec, self.n, self.seed = spec, max(2, n), seed
         self.t, self.d = latency_of(target), latency_of(drafter) if drafter is not None else None
-        self.a = getattr(model_of(drafter), "acceptance_rate", None) if drafter is not None else None
+        self.a = model_of(drafter).acceptance_rate if drafter is not None else None
         self.known = (
             self.t is not None
             and self.t.tpot_ms > 0

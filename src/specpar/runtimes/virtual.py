@@ -117,8 +117,7 @@ class VirtualRuntime(Runtime):
         # paper's time-unit model): every choice of replica gives the same times and tokens here, so the one idle
         # longest is taken without comparing caches (a shortcut of Pool.pick: 1.2x the simulator's speed)
         self._any_replica = {
-            p: all(not getattr(getattr(s, "latency", None), "cache_matters", True) for s in p.servers)
-            for p in self.pools
+            p: all(s.latency is not None and not s.latency.cache_matters for s in p.servers) for p in self.pools
         }
         self._paused = None
         self.claim([s for p in self.pools for s in p.servers])

@@ -27,7 +27,7 @@ class Unit:
 
     def __post_init__(self):
         # servers whose times depend on what they hold (the others need not be asked: see cached)
-        self.caching = [s for s in self.servers if getattr(getattr(s, "latency", None), "cache_matters", True)]
+        self.caching = [s for s in self.servers if s.latency is None or s.latency.cache_matters]
 
     def cached(self, context: Context) -> tuple[int, int]:
         """How much of ``context`` the unit's target and drafter servers hold (a request prefers its own). Servers
@@ -72,6 +72,6 @@ def place(option: Option, units: Sequence[Unit]) -> Placement:
 
 def _cached(servers, context: Context) -> int:
     return max(
-        (s.cached_len(context) for s in servers if getattr(getattr(s, "latency", None), "cache_matters", True)),
+        (s.cached_len(context) for s in servers if s.latency is None or s.latency.cache_matters),
         default=0,
     )
