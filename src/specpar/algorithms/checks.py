@@ -27,8 +27,9 @@ def check_model(role: str, source):
 
 
 def check_context_window(prompt_len: int, max_tokens: int, *sources) -> None:
-    """Refuse up front a generation longer than the smallest context window among the models (where they have one)."""
-    models = [model_of(source) for source in sources]
+    """Refuse up front a generation longer than the smallest context window among the models (where they have one;
+    None: no model)."""
+    models = [model_of(source) for source in sources if source is not None]
     windows = [(m.context_window, m.name or "a model") for m in models if m.context_window is not None]
     if windows:
         window, name = min(windows)
