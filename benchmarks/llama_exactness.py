@@ -55,7 +55,7 @@ def main() -> None:
     print(target.describe(), flush=True)
     reference_server = target.server("reference", n_ctx=2048)
     engines = {
-        runtime: Engine(target, drafter, sp_degree=2, runtime=runtime, max_tokens=2048)
+        runtime: Engine(target, drafter, sp_degree=2, runtime=runtime, max_model_len=2048)
         for runtime in ("threads", "ray")
     }
     params = SamplingParams(temperature=0, max_tokens=args.N, ignore_eos=True)

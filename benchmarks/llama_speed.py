@@ -132,7 +132,9 @@ def main() -> None:
     target, drafter, paths = load_models(args.threads)
     # units=1: the two target servers and the drafter are one unit, each request on all of them (the default of
     # sp_degree + 1 units would make a third target actor, more than 2 cores can place)
-    engine = Engine(target, drafter, sp_degree=2, runtime="ray", max_tokens=2048, cpus_per_server=args.threads, units=1)
+    engine = Engine(
+        target, drafter, sp_degree=2, runtime="ray", max_model_len=2048, cpus_per_server=args.threads, units=1
+    )
     params = SamplingParams(temperature=0, max_tokens=args.N)
     arms = SPECPAR_ARMS + LLAMA_ARMS
     rows = []

@@ -6,6 +6,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from specpar.core.calls import Context
+from specpar.core.errors import ConfigError
+from specpar.core.numbers import is_int
 from specpar.planning.load import Option
 from specpar.runtimes.base import Pool
 
@@ -40,6 +42,35 @@ class Unit:
     @property
     def servers(self) -> list:
         return [*self.targets, *self.drafters, *(s for level in self.levels for s in level)]
+
+
+def unit_count(units: int | None, ready_made: bool, drafter: bool, sp_degree: int) -> int:
+    """How many units of one target and one drafter server each an engine makes: ``units``, by default sp_degree + 1
+    (sp_degree without a drafter); 0: one unit of every server (servers given ready-made as Pools, or units=1)."""
+    if units is not None and not is_int(units, 1, 1024):
+        raise ConfigError(f"units must be an integer in [1, 1024], got {units!r}")
+    if ready_made:
+        if units not in (None, 1):
+            raise ConfigError("servers given as Pools form one processing unit: give models for units > 1")
+        return 0
+    if units == 1:
+        return 0
+    if units is None:
+        return sp_degree + 1 if drafter else sp_degree
+    return units
+
+
+def make_units(targets: Pool, drafters: Pool | list[Pool] | None, n: int) -> list[Unit]:
+    """The processing units over an engine's servers: ``n`` of one target server each, with its drafter server (or
+    one server per level); n = 0: one unit of every server."""
+    levels = drafters if isinstance(drafters, list) else []
+    pool = drafters if isinstance(drafters, Pool) else None
+    if n == 0:
+        return [Unit(0, targets.servers, pool.servers if pool else [], [p.servers for p in levels])]
+    return [
+        Unit(i, [targets.servers[i]], [pool.servers[i]] if pool else [], [[p.servers[i]] for p in levels])
+        for i in range(n)
+    ]
 
 
 @dataclass

@@ -64,7 +64,7 @@ def load_models(args, devs: list[str] | None = None):
     )
 
 
-def load(args, sp_degree: int, max_tokens: int, **engine_options):
+def load(args, sp_degree: int, max_model_len: int, **engine_options):
     """(target, drafter, an Engine with sp_degree target servers, the speculation and runtime the flags give, and
     ``engine_options``: Engine's keywords, e.g. units, policy), loaded once."""
     from specpar.algorithms.registry import ALGORITHMS
@@ -80,7 +80,7 @@ def load(args, sp_degree: int, max_tokens: int, **engine_options):
         speculative_config=dataclasses.replace(spec, sp_degree=sp_degree),
         runtime=getattr(args, "runtime_config", None),
         devices=devs,
-        max_tokens=max_tokens,
+        max_model_len=max_model_len,
         **engine_options,
     )
     return target, drafter, engine

@@ -113,7 +113,7 @@ def build_engine(args):
         return engine, "specpar-simulated"
     from specpar.entrypoints.cli.real_models import load
 
-    _, _, engine = load(args, args.sp_degree, max_tokens=4096, units=args.units, policy=args.policy)
+    _, _, engine = load(args, args.sp_degree, max_model_len=4096, units=args.units, policy=args.policy)
     return engine, args.target or engine.target_model.name
 
 
