@@ -34,6 +34,7 @@ import shlex
 import statistics
 import subprocess
 import sys
+import textwrap
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -276,7 +277,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not argv or argv[0] in ("-h", "--help", "--list"):
         print(__doc__.split("\n\n")[0].strip() + "\n\nbenchmarks (python -m benchmarks NAME --help for one):")
         for name, bench in sorted(benchmarks().items()):
-            print(f"  {name:<24} {bench.description.strip().splitlines()[0]}")
+            print(f"  {name:<22} {textwrap.shorten(bench.description.strip().splitlines()[0], 54)}")
         return 0
     run(argv[0], argv[1:])
     return 0
