@@ -102,5 +102,5 @@ def test_every_benchmark_module_declares_one_benchmark():
     assert {"thread_overhead", "virtual_throughput"} <= set(listed)
     for name, bench in listed.items():
         parser = runner.parser(name, bench)
-        assert parser.get_default("rounds") >= 1 and parser.format_help(), name
+        assert parser.format_help(), name
         assert bench.reports, f"{name} reports nothing"
