@@ -68,6 +68,7 @@ class Benchmark:
         per prompt).
     session(args) -> a context manager entered around every run (a Ray cluster started, models loaded once); what it
         yields is ``args.session`` while the arms run.
+    passed(summary) -> False when the run shows a failure (two checkouts that differ): the exit status is then 1.
     """
 
     description: str
@@ -78,6 +79,7 @@ class Benchmark:
     summarize: Callable[[list[ArmResult], argparse.Namespace], Mapping[str, Any]] | None = None
     rounds: int | Callable[[argparse.Namespace], int] = 1
     session: Callable[[argparse.Namespace], contextlib.AbstractContextManager] | None = None
+    passed: Callable[[Mapping[str, Any]], bool] | None = None
 
 
 @dataclass
@@ -283,5 +285,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         for name, bench in sorted(benchmarks().items()):
             print(f"  {name:<22} {textwrap.shorten(bench.description.strip().splitlines()[0], 54)}")
         return 0
-    run(argv[0], argv[1:])
-    return 0
+    results = run(argv[0], argv[1:])
+    bench = load(argv[0])
+    return 0 if bench.passed is None or bench.passed(results["summary"]) else 1
