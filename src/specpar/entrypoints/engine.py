@@ -37,6 +37,7 @@ from specpar.core.results import GenerationResult, overhead
 from specpar.core.stopping import Stopping, TextStream, detokenize, end_of_text_ids
 from specpar.planning.load import POLICIES, Option, ShareCurve, fixed
 from specpar.runtimes import Pool
+from specpar.runtimes.capacity import check_servers
 from specpar.runtimes.virtual import collector_paused
 from specpar.scheduling import LoadMetrics, Scheduler, Unit
 from specpar.scheduling.request import Request
@@ -62,6 +63,21 @@ def uses_torch(source) -> bool:
     if isinstance(source, Pool):
         return hasattr(source.servers[0], "module")
     return hasattr(source, "module_on")
+
+
+def unit_count(units: int | None, sp_degree: int, drafts: bool = True) -> int:
+    """The processing units an Engine of models makes for ``units`` (None: sp_degree + 1 with a drafter, else
+    sp_degree); 0 for units=1: one unit of every server."""
+    if units == 1:
+        return 0
+    if units is None:
+        return sp_degree + 1 if drafts else sp_degree
+    return units
+
+
+def servers_of_units(n: int, sp_degree: int) -> tuple[int, int]:
+    """(target servers, drafter servers per drafter model) of ``n`` units (0: one unit of sp_degree targets)."""
+    return (n, n) if n else (sp_degree, 1)
 
 
 class Engine:
@@ -141,7 +157,9 @@ class Engine:
             raise ConfigError(f"policy must be one of {', '.join(POLICIES)}, got {policy!r}")
         self.policy = policy
         n = self._unit_count(units, target, drafter, sp_degree)
-        targets, drafters = (n, n) if n else (sp_degree, 1)  # ready-made Pools: one unit, as many servers as today
+        targets, drafters = servers_of_units(n, sp_degree)
+        levels = len(drafter) if isinstance(drafter, (list, tuple)) else 0 if drafter is None else 1
+        check_servers(self.runtime_config, targets, drafters * levels)  # before any is made (a thread or process each)
         self.targets = self._servers(target, targets, "target", target_devices, max_tokens)
         if isinstance(drafter, (list, tuple)):  # HSD's levels (or merged drafters), the smallest first
             self.drafters = [
@@ -207,11 +225,7 @@ class Engine:
             if units not in (None, 1):
                 raise ConfigError("servers given as Pools form one processing unit: give models for units > 1")
             return 0
-        if units == 1:
-            return 0
-        if units is None:
-            return sp_degree + 1 if drafter is not None else sp_degree
-        return units
+        return unit_count(units, sp_degree, drafter is not None)
 
     def _units(self, n: int) -> list[Unit]:
         """The processing units: one per target server, each with its drafter server(s); one for ready-made Pools."""

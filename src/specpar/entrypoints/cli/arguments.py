@@ -42,7 +42,7 @@ from dataclasses import MISSING, dataclass
 from typing import Any
 
 from specpar.backends.simulated_pair import SimulatedPair
-from specpar.core.config import RUNTIMES, VLLM_NAMES, RuntimeConfig, SpeculativeConfig
+from specpar.core.config import LOOKUP_KEYS, RUNTIMES, VLLM_NAMES, RuntimeConfig, SpeculativeConfig
 from specpar.core.errors import ConfigError
 from specpar.core.params import SamplingParams
 
@@ -99,6 +99,19 @@ def integers(text: str) -> list[int]:
         return [integer(x) for x in text.replace(" ", "").split(",") if x]
     except argparse.ArgumentTypeError:
         raise argparse.ArgumentTypeError(f"must be integers separated by commas, got {text!r}") from None
+
+
+def ranged(kind, lo, hi=None, what: str | None = None):
+    """An argparse type: an integer or a finite number (``kind`` int or float) in [lo, hi], else one line."""
+
+    def parse(text: str):
+        value = integer(text) if kind is int else number(text)
+        if value < lo or (hi is not None and value > hi):
+            bounds = f"in [{lo}, {hi}]" if hi is not None else f">= {lo}"
+            raise argparse.ArgumentTypeError(f"{what or 'must be'} {bounds}, got {text!r}")
+        return value
+
+    return parse
 
 
 # -- deprecated spellings ---------------------------------------------------------------------------------------------
@@ -223,6 +236,7 @@ class ConfigOptions:
     speculative_config: also take ``--speculative-config JSON`` (vLLM's shape), whose fields win over the flags.
     optional: the object is made only when one of its flags is given (else ``args.<dest>`` is None), and then
     needs every field of ``required``; the words name it in that error ("a pair given by numbers").
+    metavars: where a command takes fewer forms of a field's value, how its help spells them ({field: "K"}).
     """
 
     def __init__(
@@ -239,6 +253,7 @@ class ConfigOptions:
         speculative_config: bool = False,
         optional: str | None = None,
         required: tuple[str, ...] = (),
+        metavars: Mapping[str, str] | None = None,
     ):
         self.cls, self.dest = cls, dest
         self.flagged = {f.name: f for f in dataclasses.fields(cls) if "flag" in f.metadata}
@@ -253,6 +268,7 @@ class ConfigOptions:
         self.helps = dict(helps or {})
         self.optional, self.required = optional, tuple(required)
         self.speculative_config = speculative_config
+        self.metavars = dict(metavars or {})
         self.hints = typing.get_type_hints(cls)
 
     def flag(self, name: str) -> str:
@@ -298,7 +314,7 @@ class ConfigOptions:
             kw["type"] = kind
             if repeated:
                 kw["action"] = "append"
-            kw["metavar"] = meta["metavar"]
+            kw["metavar"] = self.metavars.get(name, meta["metavar"])
             choices = self.choices.get(name, tuple(meta["choices"] or ()) or None)
             if choices is not None:
                 old = tuple(self.old_values.get(name, ()))
@@ -375,7 +391,10 @@ class ConfigOptions:
         except ConfigError as exc:
             raise ConfigError(str(exc).replace("speculative_config", "--speculative-config", 1)) from None
         out = {}
-        for key in json.loads(text):
+        keys = list(json.loads(text))
+        if config.proposer is not None and "proposer" not in keys:  # vLLM's n-gram shape: these keys are the proposer
+            keys = ["proposer", *(k for k in keys if k not in ("method", *LOOKUP_KEYS))]
+        for key in keys:
             name = VLLM_NAMES.get(key, key)
             if name not in self.fields:  # what this command cannot do (bench: its algorithms are --algorithms)
                 taken = [k for k, v in VLLM_NAMES.items() if v in self.fields] + list(self.fields)
@@ -417,6 +436,35 @@ def warn(args, line: str) -> None:
         setattr(args, WARNINGS, lines)
     if line not in lines:
         lines.append(line)
+
+
+GIVEN = "_given"  # the namespace attribute that holds the options the command line gave: {dest: as spelled}
+
+
+def record_given(parser: argparse.ArgumentParser, argv, namespace) -> None:
+    """Note in ``namespace`` the options ``argv`` gives to ``parser`` (a command's parser), matched as argparse
+    matches them (exactly, ``--flag=value``, or a long option's unique prefix; ``-kVALUE``)."""
+    given, long = {}, [s for s in parser._option_string_actions if s.startswith("--")]
+    for token in argv:
+        if token == "--":
+            break
+        if not token.startswith("-") or len(token) < 2:
+            continue
+        name = token.split("=", 1)[0]
+        action = parser._option_string_actions.get(name)
+        if action is None and name.startswith("--"):
+            matches = [s for s in long if s.startswith(name)]
+            action = parser._option_string_actions[matches[0]] if len(matches) == 1 else None
+        if action is None and not name.startswith("--"):
+            action = parser._option_string_actions.get(name[:2])
+        if action is not None and action.dest not in (argparse.SUPPRESS, "help"):
+            given.setdefault(action.dest, name)
+    setattr(namespace, GIVEN, given)
+
+
+def given_options(args) -> dict[str, str]:
+    """{dest: the option as the command line spelled it} of the options given (:func:`record_given`)."""
+    return getattr(args, GIVEN, None) or {}
 
 
 def warnings_of(args) -> list[str]:
@@ -613,12 +661,22 @@ def add_prompt_args(p, default: str | None = None) -> None:
     )
 
 
+REAL_LOOKAHEAD_HELP = (
+    "draft tokens per verification (k; vLLM's num_speculative_tokens). 'auto' and 'adaptive' weigh latency profiles, "
+    "which models loaded from files do not have yet: `specpar profile` and `specpar plan` name the fastest k"
+)
+
+
 def add_speculation_arguments(
     p,
     fields=("algorithm", "lookahead", "sp_degree", "tree", "proposer", "prefill_replicas", "dedicated_cursor"),
     algorithms=("nonsi", "si", "dsi"),
+    simulated: bool = False,
 ) -> ConfigOptions:
-    """SpeculativeConfig's flags for ``fields`` (--algorithm among ``algorithms``) and --speculative-config."""
+    """SpeculativeConfig's flags for ``fields`` (--algorithm among ``algorithms``) and --speculative-config, for the
+    commands that load real models: -k is a number there (simulated: a command that also serves simulated models,
+    for which 'auto' and 'adaptive' run)."""
+    lookahead_help = REAL_LOOKAHEAD_HELP + ("; with --simulated they run" if simulated else "")
     options = ConfigOptions(
         SpeculativeConfig,
         "spec",
@@ -630,6 +688,8 @@ def add_speculation_arguments(
         },
         choices={"algorithm": tuple(algorithms)},
         speculative_config=True,
+        helps={"lookahead": lookahead_help},
+        metavars={} if simulated else {"lookahead": "K"},
     )
     options.add_to(p, "speculation")
     return options

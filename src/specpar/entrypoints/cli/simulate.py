@@ -111,16 +111,16 @@ def _lookaheads(args, target_lat, drafter_lat, a) -> tuple[dict[str, int], str]:
 
 
 def run(args) -> int:
+    if args.load is not None or args.clients is not None:
+        from specpar.entrypoints.cli import simulate_load
+
+        return simulate_load.run(args, pair_from_args(args))
     if args.repeats < 1:
         raise ConfigError(f"--repeats must be >= 1, got {args.repeats}")
     if args.algorithm == "hsd":
         from specpar.entrypoints.cli import simulate_hsd
 
         return simulate_hsd.run(args)
-    if args.load is not None or args.clients is not None:
-        from specpar.entrypoints.cli import simulate_load
-
-        return simulate_load.run(args, pair_from_args(args))
     from specpar.core.json_output import print_json
     from specpar.experiments.comparison import compare
     from specpar.planning import analytic

@@ -7,8 +7,14 @@ import argparse
 import sys
 
 from specpar.core.errors import ConfigError
-from specpar.entrypoints.cli.arguments import integer, integers
+from specpar.entrypoints.cli.arguments import CONFIGS, given_options, integer, integers
 from specpar.planning.load import POLICIES
+
+MAX_RATE = 1e9  # requests/s, or times the non-SI capacity
+MAX_UNITS = 1024  # a share of all the units runs DSI on them: at most 1024 target servers (sp_degree's bound)
+# what --load and --clients read besides the pair's flags: every other flag given is refused (it would do nothing)
+USED = ("algorithm", "lookahead", "max_tokens", "temperature", "profile", "acceptance_estimate", "json", "load",
+        "clients", "units", "requests", "policies", "plot", "verbose")  # fmt: skip
 
 
 def load_rates(text: str) -> list[str]:
@@ -22,8 +28,8 @@ def load_rates(text: str) -> list[str]:
             raise argparse.ArgumentTypeError(
                 f"a rate is a number of requests/s or a multiple like 0.5x: {part!r}"
             ) from None
-        if not 0 < x < 1e9:
-            raise argparse.ArgumentTypeError(f"a rate must be > 0, got {part!r}")
+        if not 0 < x < MAX_RATE:
+            raise argparse.ArgumentTypeError(f"a rate must be > 0 and below {MAX_RATE:g}, got {part!r}")
         out.append(part)
     return out
 
@@ -61,17 +67,7 @@ def run(args, pair) -> int:
     from specpar.core.json_output import print_json
     from specpar.experiments.load import PERCENTILES, LoadSetting, LoadSimulation
 
-    if args.load is not None and args.clients is not None:
-        raise ConfigError("give either --load or --clients, not both")
-    policies = [p.strip() for p in args.policies.split(",") if p.strip()]
-    for p in policies:
-        if p not in POLICIES:
-            raise ConfigError(f"--policies: each must be one of {', '.join(POLICIES)}, got {p!r}")
-    for name in ("units", "requests"):
-        if not 1 <= getattr(args, name) <= 100_000:
-            raise ConfigError(f"--{name} must be in [1, 100000], got {getattr(args, name)}")
-    if args.clients is not None and any(n < 1 for n in args.clients):
-        raise ConfigError(f"--clients must be >= 1, got {args.clients}")
+    policies = check(args)
     if args.plot:
         from specpar.core.paths import check_output_file, image_suffixes
 
@@ -124,6 +120,43 @@ def run(args, pair) -> int:
     if args.plot:
         print(f"curves written to {args.plot}")
     return 0
+
+
+def check(args) -> list[str]:
+    """The flags --load and --clients take, checked before anything runs; returns the policies to compare."""
+    if args.load is not None and args.clients is not None:
+        raise ConfigError("give either --load or --clients, not both")
+    mode = "--load" if args.load is not None else "--clients"
+    pair = [o for o in getattr(args, CONFIGS, ()) if o.dest == "pair"]
+    used = {*USED, *(o.arg_dest(name) for o in pair for name in o.fields if name != "acceptance_regimes")}
+    idle = sorted(flag for dest, flag in given_options(args).items() if dest not in used)
+    if idle:
+        raise ConfigError(
+            f"{', '.join(idle)} {'does' if len(idle) == 1 else 'do'} nothing under {mode} (many requests on "
+            "--units, on the virtual clock, each request's option chosen by the policy): leave "
+            f"{'it' if len(idle) == 1 else 'them'} out"
+        )
+    if args.algorithm != "dsi":
+        raise ConfigError(
+            f"{mode} compares the policies of non-SI, SI and DSI; --algorithm {args.algorithm} is not one"
+        )
+    policies = [p.strip() for p in args.policies.split(",") if p.strip()]
+    if not policies:
+        raise ConfigError(f"--policies needs at least one of {', '.join(POLICIES)}")
+    for p in policies:
+        if p not in POLICIES:
+            raise ConfigError(f"--policies: each must be one of {', '.join(POLICIES)}, got {p!r}")
+    if not 1 <= args.units <= MAX_UNITS:
+        raise ConfigError(f"--units must be in [1, {MAX_UNITS}], got {args.units}")
+    if not 1 <= args.requests <= 100_000:
+        raise ConfigError(f"--requests must be in [1, 100000], got {args.requests}")
+    if args.load is not None and not args.load:
+        raise ConfigError("--load needs at least one rate")
+    if args.clients is not None and not args.clients:
+        raise ConfigError("--clients needs at least one number of clients")
+    if args.clients is not None and any(n < 1 for n in args.clients):
+        raise ConfigError(f"--clients must be >= 1, got {args.clients}")
+    return policies
 
 
 def _print(rows, config, percentiles, args) -> None:

@@ -184,10 +184,22 @@ class UserMessage(Strict):
 
 
 class AssistantMessage(Strict):
+    """An earlier reply. OpenAI lets ``content`` be null only beside ``tool_calls`` (or ``function_call``), which this
+    server does not take: null content is refused (it was read as an empty reply)."""
+
     role: Literal["assistant"]
     content: Content | None = None
     name: str | None = None
     refusal: str | None = None
+
+    @model_validator(mode="after")
+    def _content(self):
+        if self.content is None:
+            raise ValueError(
+                "an assistant message needs content (null is OpenAI's only beside tool_calls, and tools are not "
+                "supported by this server)"
+            )
+        return self
 
 
 class ToolMessage(Strict):
