@@ -57,9 +57,10 @@ class SimulatedPair:
     drafter_latency: float = field(
         default=0.1,
         metadata=flag(
-            "--drafter-latency",
-            "drafter's latency as a fraction c of the target's (TTFT, TPOT and per-token cost alike)",
+            "--drafter-latency-ratio",
+            "c, the drafter's latency over the target's (TTFT, TPOT and per-token cost alike)",
             short="-c",
+            aliases=("--drafter-latency",),
             metavar="C",
         ),
     )

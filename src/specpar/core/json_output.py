@@ -1,5 +1,5 @@
-"""The commands' JSON: the one writer (``--json`` objects on stdout and ``--out`` JSON lines) and the one reader of
-JSON a user gives (:func:`parse`: a flag's text, a profile's file).
+"""The commands' JSON: the one writer (``--json`` objects on stdout and ``-o`` JSON lines) and the one reader of JSON
+a user gives (:func:`parse`: a flag's text, a profile's file).
 
 Non-finite floats (nan, inf: e.g. an acceptance rate with nothing drafted) are written as null, so that every
 file is standard JSON that any reader parses.

@@ -17,13 +17,15 @@ from specpar.core import config as core_config
 from specpar.core.config import RuntimeConfig, SpeculativeConfig
 from specpar.entrypoints.cli import arguments, serve
 from specpar.entrypoints.cli.arguments import DeprecatedFlag
-from specpar.entrypoints.cli.main import ArgumentParser, build_parser, main
+from specpar.entrypoints.cli.main import ArgumentParser, all_commands, build_parser, main
 
-COMMANDS = ("simulate", "plan", "hsd-plan", "heatmap", "reproduce", "table", "generate", "bench", "profile", "serve")
+COMMANDS = ("simulate", "simulate load", "simulate hsd", "plan", "hsd-plan", "heatmap", "reproduce", "table",
+            "generate", "bench", "profile", "serve")  # fmt: skip
 
 
 def commands(parser) -> dict[str, argparse.ArgumentParser]:
-    return dict(parser._subparsers._group_actions[0].choices)
+    """Every command's parser, modes too (``simulate load``)."""
+    return all_commands(parser)
 
 
 def shown(p) -> list[argparse.Action]:
@@ -88,6 +90,9 @@ SAMPLES = {  # a value for each deprecated flag that takes one and has no choice
     "algorithms": "nonsi,si",
     "phi3_acceptance_rate": "0.6",
     "max_tokens": "7",
+    "starcoder_latency_ratio": "0.1",
+    "drafter_latency_ratio": "0.2",
+    "output": "out.png",
 }
 
 BASE = {"table": ["--target-tpot", "2", "--drafter-tpot", "1", "-a", "0.5"]}  # what a command needs besides
@@ -116,8 +121,8 @@ def alias_problems(parser) -> list[str]:
                 continue
             base = BASE.get(name, [])
             for spelling in old.option_strings:
-                with_old, warned = parse(parser, [name, *base, spelling, *value])
-                with_new, quiet = parse(parser, [name, *base, new, *value])
+                with_old, warned = parse(parser, [*name.split(), *base, spelling, *value])
+                with_new, quiet = parse(parser, [*name.split(), *base, new, *value])
                 if values(with_old) != values(with_new):
                     problems.append(f"{name} {spelling}: parses to other values than {new}")
                 if len(warned) != 1 or spelling not in warned[0] or new not in warned[0]:
@@ -173,12 +178,25 @@ def test_old_spellings_run_a_command_as_the_new_ones_do(capsys):
         assert sum(f"{was} is deprecated" in line and line.endswith(f"use {now}") for line in lines) == 1
 
 
-def test_an_old_value_is_renamed_with_its_flag_in_one_warning():
-    args, warned = parse(build_parser(), ["simulate", "--algo", "compare"])
-    assert args.spec.algorithm == args.algorithm == "dsi"
-    assert warned == ["--algo compare is deprecated and goes in the next release: use --algorithm dsi"]
-    args, warned = parse(build_parser(), ["simulate", "--algo", "hsd"])
-    assert args.algorithm == "hsd" and warned == ["--algo is deprecated and goes in the next release: use --algorithm"]
+@pytest.mark.parametrize(
+    "old, new",
+    [
+        (["simulate", "--algo", "compare"], ["simulate"]),
+        (["simulate", "--algorithm=dsi"], ["simulate"]),
+        (["simulate", "--algorithm", "hsd"], ["simulate", "hsd"]),
+        (["simulate", "--load", "1x", "--requests", "4"], ["simulate", "load", "--load", "1x", "--requests", "4"]),
+        (["simulate", "--units", "2", "--clients", "1"], ["simulate", "load", "--units", "2", "--clients", "1"]),
+    ],
+)
+def test_simulate_modes_spelled_as_before_run_as_the_subcommands_with_one_warning(old, new, capsys):
+    quick = ["-N", "8", "--repeats", "1", "--json"] if "load" not in new else ["-N", "8", "--json"]
+    assert main([*new, *quick]) == 0
+    now = capsys.readouterr()
+    assert main([*old, *quick]) == 0
+    before = capsys.readouterr()
+    assert json.loads(before.out) == json.loads(now.out) and now.err == ""
+    [line] = before.err.splitlines()
+    assert "is deprecated" in line and line.endswith(f"use specpar {' '.join(new[: 2 if len(new) > 1 else 1])}")
 
 
 def test_a_bad_value_is_one_line_naming_the_flag_and_no_warning(capsys):

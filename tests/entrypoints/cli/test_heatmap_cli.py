@@ -45,7 +45,8 @@ def test_fixed_lookahead_reports_where_eq1_fails(tmp_path, capsys):
     [
         (["--resolution", "1"], "resolution must be an integer in [2, 1000]"),
         (["--repeats", "0"], "repeats must be a positive integer"),
-        (["--lookahead-range", "5", "2"], "1 <= first <= last"),
+        (["--lookaheads", "5-2"], "ranges FIRST-LAST"),
+        (["--lookaheads", "1,5"], "--lookaheads is a range FIRST-LAST here"),
         (["-k", "0"], "lookahead must be a positive integer"),
     ],
 )

@@ -8,6 +8,7 @@ server of one model in a process shares one loaded copy of the weights.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import itertools
 import os
@@ -17,7 +18,7 @@ import weakref
 from collections.abc import Sequence
 
 from specpar.backends.llama.gguf_file import TOKENS, GGUFHeader, read_header
-from specpar.backends.llama.library import build_has, lib, recent_errors, tiled_mm_setting
+from specpar.backends.llama.library import build_has, lib, recent_errors, system_info, tiled_mm_setting
 from specpar.backends.llama.server import LlamaServer
 from specpar.backends.llama.settings import LlamaSettings, model_warnings
 from specpar.backends.llama.tokenizer import GGUFTokenizer
@@ -133,6 +134,12 @@ class LlamaModel:
     def exact(self) -> bool:
         """Whether its servers' rows are bitwise those of one-token decoding (no exactness warning)."""
         return not self.exactness_warnings
+
+    def backend_settings(self) -> dict:
+        """What its servers' speed depends on besides the file (a machine profile's key): the backend, its library's
+        version and build, the settings and whether they are exact."""
+        build = f"{getattr(lib(), '__version__', '?')}: {system_info()}"
+        return {"backend": "llama", "build": build, **dataclasses.asdict(self.settings), "exact": self.exact}
 
     def kv_bytes_per_token(self) -> int:
         """Bytes one cached token costs in one server's cache (f16 keys and values, every layer)."""

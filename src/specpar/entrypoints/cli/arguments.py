@@ -114,6 +114,24 @@ def ranged(kind, lo, hi=None, what: str | None = None):
     return parse
 
 
+def lookaheads(text: str) -> list[int]:
+    """Lookaheads (--lookaheads): integers >= 1 separated by commas, each one or a range FIRST-LAST ("1,5,10",
+    "1-200", "1-4,8"), in order, each once."""
+    out: list[int] = []
+    try:
+        for part in text.replace(" ", "").split(","):
+            first, _, last = part.partition("-")
+            lo, hi = integer(first), integer(last or first)
+            if not 1 <= lo <= hi:
+                raise argparse.ArgumentTypeError(part)
+            out += [k for k in range(lo, hi + 1) if k not in out]
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(
+            f"lookaheads are integers >= 1 or ranges FIRST-LAST separated by commas, got {text!r}"
+        ) from None
+    return out
+
+
 # -- deprecated spellings ---------------------------------------------------------------------------------------------
 NOTES = "_deprecated"  # the namespace attribute that holds the notes: {dest: (old spelling, new spelling)}
 
@@ -183,6 +201,11 @@ class Default:
 
 
 PAPER_SP_DEGREE = Default(7, "an 8-GPU node with the drafter on the eighth, as in the paper")
+AUTO_LOOKAHEAD = Default(
+    "auto",
+    "each algorithm's fastest by simulation, DSI's among those that satisfy Eq. 1 for --sp-degree; `specpar plan` "
+    "lists them",
+)
 
 
 def int_or_text(text: str) -> int | str:
@@ -438,35 +461,6 @@ def warn(args, line: str) -> None:
         lines.append(line)
 
 
-GIVEN = "_given"  # the namespace attribute that holds the options the command line gave: {dest: as spelled}
-
-
-def record_given(parser: argparse.ArgumentParser, argv, namespace) -> None:
-    """Note in ``namespace`` the options ``argv`` gives to ``parser`` (a command's parser), matched as argparse
-    matches them (exactly, ``--flag=value``, or a long option's unique prefix; ``-kVALUE``)."""
-    given, long = {}, [s for s in parser._option_string_actions if s.startswith("--")]
-    for token in argv:
-        if token == "--":
-            break
-        if not token.startswith("-") or len(token) < 2:
-            continue
-        name = token.split("=", 1)[0]
-        action = parser._option_string_actions.get(name)
-        if action is None and name.startswith("--"):
-            matches = [s for s in long if s.startswith(name)]
-            action = parser._option_string_actions[matches[0]] if len(matches) == 1 else None
-        if action is None and not name.startswith("--"):
-            action = parser._option_string_actions.get(name[:2])
-        if action is not None and action.dest not in (argparse.SUPPRESS, "help"):
-            given.setdefault(action.dest, name)
-    setattr(namespace, GIVEN, given)
-
-
-def given_options(args) -> dict[str, str]:
-    """{dest: the option as the command line spelled it} of the options given (:func:`record_given`)."""
-    return getattr(args, GIVEN, None) or {}
-
-
 def warnings_of(args) -> list[str]:
     """The lines to print when the command starts: each deprecated spelling used, then the other warnings."""
     return [deprecation(old, new) for old, new in old_spellings(args).values()] + list(
@@ -496,6 +490,43 @@ def add_sampling_arguments(p, fields, defaults=None, helps=None, title: str | No
     options = ConfigOptions(SamplingParams, "sampling", fields=fields, defaults=defaults, helps=helps)
     options.add_to(p, title)
     return options
+
+
+def add_output(p, help: str, metavar: str = "FILE", default: str | None = None, old: tuple[str, ...] = ()):
+    """-o/--output: the file (or directory) the command writes; ``old``: the command's former spellings of it, which
+    still work for one release and warn."""
+    action = p.add_argument("-o", "--output", default=default, metavar=metavar, help=help)
+    add_deprecated(p, action, *old)
+    return action
+
+
+def add_lookaheads(p, default: str, what: str) -> None:
+    """--lookaheads: the lookaheads a command tries, as :func:`lookaheads` reads them (also several words:
+    ``--lookaheads 1 5 10``); ``args.lookaheads`` is a list."""
+    p.add_argument(
+        "--lookaheads",
+        type=lookaheads,
+        nargs="+",
+        action=Flatten,
+        default=lookaheads(default),
+        metavar="K,K1-K2",
+        help=f"{what} (default {default})",
+    )
+
+
+class Flatten(argparse.Action):
+    """Store the values of several words, each a list, as one list (in order, each value once)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        setattr(namespace, self.dest, list(dict.fromkeys(k for part in values for k in part)))
+
+
+def lookahead_range(args) -> tuple[int, int]:
+    """``args.lookaheads`` as (first, last) where a command takes a range (the heatmaps: every k in it)."""
+    ks = args.lookaheads
+    if ks != list(range(ks[0], ks[0] + len(ks))):
+        raise ConfigError(f"--lookaheads is a range FIRST-LAST here (every lookahead in it), got {ks}")
+    return ks[0], ks[-1]
 
 
 def add_repeats(p, default: int, what: str) -> None:
