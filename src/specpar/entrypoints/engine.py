@@ -329,10 +329,20 @@ class Engine:
             raise failed[min(failed)]
         return results
 
-    def stream(self, prompt, params: SamplingParams | None = None, *, speculative_config=None, **options) -> Iterator:
+    def stream(
+        self,
+        prompt,
+        params: SamplingParams | None = None,
+        *,
+        speculative_config=None,
+        cancel: threading.Event | None = None,
+        **options,
+    ) -> Iterator:
         """The output as it is verified: text pieces where the target has a tokenizer (joined, exactly the
         result's text; never any of a stop string), else lists of token ids. The generation runs on a thread
-        of its own; closing the iterator early ends it. Arguments as :meth:`generate`'s."""
+        of its own; closing the iterator early ends it, and so does setting ``cancel`` (from any thread: the
+        generation ends at its next verified tokens, the iterator then ends and returns None). Arguments as
+        :meth:`generate`'s."""
         spec, params = self._request_config(speculative_config, params, options)
         ids = self.prompt_ids(prompt)
         pieces: queue.Queue = queue.Queue()
@@ -341,7 +351,7 @@ class Engine:
         done: list[GenerationResult] = []
 
         def on_tokens(tokens):
-            if abandoned.is_set():
+            if abandoned.is_set() or (cancel is not None and cancel.is_set()):
                 raise _Abandoned
             piece = text.push(tokens) if text is not None else list(tokens)
             if piece:

@@ -233,8 +233,11 @@ def _json_media(content_type: str | None) -> bool:
 
 def serve(app: FastAPI, host: str = "127.0.0.1", port: int = 8000, shutdown_timeout: float = 30.0) -> None:
     """Run ``app`` with uvicorn until SIGINT/SIGTERM: then it stops accepting, lets in-flight requests finish
-    for up to ``shutdown_timeout`` seconds, and closes the engine."""
+    for up to ``shutdown_timeout`` seconds, ends those left as OpenAI errors (:mod:`.shutdown`), and closes the
+    engine."""
     import uvicorn
 
-    config = uvicorn.Config(app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=shutdown_timeout)
-    uvicorn.Server(config).run()
+    from specpar.entrypoints.server.shutdown import server
+
+    config = uvicorn.Config(app, host=host, port=port, log_level="warning")
+    server(config, app.state.context.shutdown, shutdown_timeout).run()

@@ -32,7 +32,8 @@ class RequestError(Exception):
         return error_body(str(self), ERROR_TYPES.get(self.status, "invalid_request_error"), self.param, self.code)
 
 
-ERROR_TYPES = {401: "authentication_error", 404: "invalid_request_error", 429: "rate_limit_error", 500: "server_error"}
+ERROR_TYPES = {401: "authentication_error", 404: "invalid_request_error", 429: "rate_limit_error", 500: "server_error",
+               503: "server_error"}  # fmt: skip
 
 
 def error_body(message: str, type: str, param: str | None = None, code: str | None = None) -> dict:
