@@ -23,6 +23,7 @@ under ``benchmarks/results/NAME.json`` unless ``-o FILE`` names another (``-o -`
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import importlib
 import json
@@ -63,6 +64,8 @@ class Benchmark:
     options(parser): the benchmark's own options (the runner's are -o/--output and --rounds).
     summarize(arms, args) -> {conclusion: value} over the measured arms (a list of :class:`ArmResult`).
     rounds: how many times each arm runs by default (--rounds overrides).
+    session(args) -> a context manager entered around every run (a Ray cluster started, models loaded once); what it
+        yields is ``args.session`` while the arms run.
     """
 
     description: str
@@ -72,6 +75,7 @@ class Benchmark:
     options: Callable[[argparse.ArgumentParser], None] | None = None
     summarize: Callable[[list[ArmResult], argparse.Namespace], Mapping[str, Any]] | None = None
     rounds: int = 1
+    session: Callable[[argparse.Namespace], contextlib.AbstractContextManager] | None = None
 
 
 @dataclass
@@ -163,12 +167,13 @@ def run(name: str, argv: Sequence[str], out=None) -> dict:
     order = list(arms)
 
     runs: dict[str, list] = {a: [] for a in order}
-    for r in range(args.rounds):
-        shift = r % len(order)  # round r starts at arm r mod n: no arm is always the first (cold) or the last
-        for a in order[shift:] + order[:shift]:
-            runs[a].append(dict(bench.measure(arms[a], args, r)))
-    measured = [ArmResult(arms[a], runs[a]) for a in order]
-    summary = dict(bench.summarize(measured, args)) if bench.summarize is not None else {}
+    with bench.session(args) if bench.session is not None else contextlib.nullcontext() as args.session:
+        for r in range(args.rounds):
+            shift = r % len(order)  # round r starts at arm r mod n: no arm is always the first (cold) or the last
+            for a in order[shift:] + order[:shift]:
+                runs[a].append(dict(bench.measure(arms[a], args, r)))
+        measured = [ArmResult(arms[a], runs[a]) for a in order]
+        summary = dict(bench.summarize(measured, args)) if bench.summarize is not None else {}
     results = {
         "benchmark": name,
         "description": bench.description.strip().split("\n")[0],
@@ -178,7 +183,7 @@ def run(name: str, argv: Sequence[str], out=None) -> dict:
         "seconds": round(time.perf_counter() - t0, 3),
         "machine": machine(),
         "load_average": {"before": _rounded(load_before), "after": _rounded(os.getloadavg())},
-        "options": {k: v for k, v in vars(args).items() if k != "output"},
+        "options": {k: v for k, v in vars(args).items() if k not in ("output", "session")},
         "reports": dict(bench.reports),
         "arms": [m.to_dict() for m in measured],
         "summary": summary,

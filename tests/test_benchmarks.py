@@ -4,6 +4,8 @@ running through it."""
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import io
 import json
 import sys
@@ -59,6 +61,24 @@ def test_the_runner_interleaves_rotates_and_writes_one_results_format(fake_bench
     assert "b over a: 4" in text and "load average" in text and f"results: {out}" in text
 
 
+def test_a_session_is_entered_once_around_every_run(fake_benchmark, monkeypatch):
+    events = []
+
+    @contextlib.contextmanager
+    def session(args):
+        events.append("enter")
+        yield "the loaded models"
+        events.append("exit")
+
+    bench = sys.modules["benchmarks.fake_bench"].BENCHMARK
+    seen = []
+    measure = lambda arm, args, r: seen.append(args.session) or {"ms": 1.0}  # noqa: E731
+    monkeypatch.setattr(sys.modules["benchmarks.fake_bench"], "BENCHMARK",
+                        dataclasses.replace(bench, session=session, measure=measure, summarize=None))  # fmt: skip
+    runner.run("fake_bench", ["-o", "-"], out=io.StringIO())
+    assert events == ["enter", "exit"] and seen == ["the loaded models"] * 6
+
+
 def test_rounds_and_output_options(fake_benchmark, tmp_path, monkeypatch):
     monkeypatch.setattr(runner, "RESULTS", tmp_path)
     results = runner.run("fake_bench", ["--rounds", "1", "-o", "-"], out=io.StringIO())
@@ -76,10 +96,11 @@ def test_thread_overhead_runs_through_the_runner():
     assert len(results["summary"]["threads_over_virtual_per_seed"]) == 1
 
 
+@pytest.mark.slow
 def test_every_benchmark_module_declares_one_benchmark():
     listed = runner.benchmarks()
     assert {"thread_overhead", "virtual_throughput"} <= set(listed)
     for name, bench in listed.items():
         parser = runner.parser(name, bench)
-        assert parser.parse_args([]).rounds >= 1, name
+        assert parser.get_default("rounds") >= 1 and parser.format_help(), name
         assert bench.reports, f"{name} reports nothing"

@@ -85,6 +85,7 @@ def test_run_kills_the_group_on_its_timeout_and_fails_the_test(tmp_path):
     assert _gone(grandchild), "its child was left running"
 
 
+@pytest.mark.slow
 def test_a_child_dies_with_the_process_that_started_it(processes):
     """What pytest-timeout's thread method or a kill of pytest leaves: the kernel ends the children (PDEATHSIG)."""
     code = (

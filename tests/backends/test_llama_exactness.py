@@ -26,6 +26,8 @@ from specpar.core.errors import SpecparWarning  # noqa: E402
 from specpar.core.trees import TokenTree  # noqa: E402
 from tiny_gguf import write_tiny_gguf  # noqa: E402
 
+pytestmark = pytest.mark.slow  # (pytest -m 'not slow' leaves it out: the fast inner loop)
+
 ROWS = Decoding(1.0, 0)
 rng = np.random.default_rng(5)
 SEQ = [int(t) for t in rng.integers(0, 259, size=320)]  # ids of the tiny byte-level vocabulary's normal tokens

@@ -64,8 +64,8 @@ def test_different_tokenizers_are_refused_with_a_message_that_says_so():
     )
     assert fit_drafter(wide, short) is short
     with pytest.raises(ConfigError, match="vocabulary has 8 tokens but the target's has 10"):
-        generate([1, 2], wide, short, temperature=1.0, max_new_tokens=2)
-    assert len(generate([1, 2], wide, short, max_new_tokens=2).tokens) == 2
+        generate([1, 2], wide, short, temperature=1.0, max_tokens=2)
+    assert len(generate([1, 2], wide, short, max_tokens=2).tokens) == 2
 
 
 def test_a_simulated_drafter_of_another_vocabulary_is_still_refused_when_sampling():
@@ -73,7 +73,7 @@ def test_a_simulated_drafter_of_another_vocabulary_is_still_refused_when_samplin
     target = SimulatedModel(8, latency=LatencyProfile.uniform(1.0))
     other = SimulatedModel(16, latency=LatencyProfile.uniform(1.0)).drafter(0.8)
     with pytest.raises(ConfigError, match="vocabulary has 16 tokens but the target's has 8"):
-        generate([1, 2], target, other, temperature=1.0, max_new_tokens=4)
+        generate([1, 2], target, other, temperature=1.0, max_tokens=4)
 
 
 def _save(directory, vocab: int, rows: int, seed: int, tokenizer) -> str:
@@ -111,7 +111,7 @@ def test_load_pair_refuses_different_tokenizers_before_loading_weights_and_fits_
     assert loads == []  # refused before any weights loaded
     t, d = load_pair(target, padded, progress=False)  # the control: the same tokenizer, padded rows
     assert len(loads) == 2 and (t.vocab_size, d.vocab_size, d.native_rows) == (16, 16, 20)
-    out = generate(t.encode("w3 w5 w7"), t, d, algorithm="si", lookahead=3, max_new_tokens=6, runtime="threads")
+    out = generate(t.encode("w3 w5 w7"), t, d, algorithm="si", lookahead=3, max_tokens=6, runtime="threads")
     assert out.tokens == reference_greedy(t, t.encode("w3 w5 w7"), 6)
 
 
@@ -142,7 +142,7 @@ def test_simulated_padded_drafters_give_the_targets_greedy_tokens(rows):
         ("dsi", None, 2, "best:6"),
     ]:
         out = generate([1, 2, 3], target, drafter, algorithm=algorithm, lookahead=k, sp_degree=sp, tree=tree,
-                       max_new_tokens=40)  # fmt: skip
+                       max_tokens=40)  # fmt: skip
         assert out.tokens == expected, (algorithm, k, tree)
         assert out.accepted > 0
 
@@ -152,6 +152,7 @@ def transformers_target():
     return tiny_module(vocab=64, seed=3)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("rows", [72, 56], ids=["wider", "narrower"])
 def test_transformers_padded_drafters_give_the_targets_greedy_tokens(transformers_target, rows):
     """The narrower drafter (56 rows) reads the target's ids 56..63 (its padding) when the target emits them."""
@@ -165,7 +166,7 @@ def test_transformers_padded_drafters_give_the_targets_greedy_tokens(transformer
         expected = reference_greedy(target, prompt, 16)
         for algorithm, k, sp in [("si", 3, 1), ("dsi", 2, 2)]:
             out = generate(prompt, target, drafter, algorithm=algorithm, lookahead=k, sp_degree=sp,
-                           max_new_tokens=16, runtime="virtual")  # fmt: skip
+                           max_tokens=16, runtime="virtual")  # fmt: skip
             assert out.tokens == expected, (seed, algorithm)
             accepted += out.accepted
     assert accepted > 0
@@ -185,7 +186,7 @@ def _counts(target, drafter, algorithm, samples, runtime="virtual"):
         drafter,
         samples,
         algorithm=algorithm,
-        max_new_tokens=N,
+        max_tokens=N,
         lookahead=lookahead,
         sp_degree=3,
         temperature=1.0,
@@ -197,6 +198,7 @@ def _exact(target):
     return {s: target.sequence_probability(PROMPT, s, 1.0) for s in itertools.product(range(V), repeat=N)}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("rows", [WIDER, NARROWER], ids=["wider", "narrower"])
 @pytest.mark.parametrize("algorithm", ["si", "dsi"])
 def test_simulated_padded_drafters_sample_the_targets_law(algorithm, rows):
@@ -207,6 +209,7 @@ def test_simulated_padded_drafters_sample_the_targets_law(algorithm, rows):
 BIASES = {"resample-from-p": lambda p, q: p, "resample-from-q": lambda p, q: q / q.sum()}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "algorithm,rows,bias", [("si", NARROWER, "resample-from-p"), ("dsi", WIDER, "resample-from-q")], ids=["si", "dsi"]
 )
@@ -239,7 +242,7 @@ def _transformers_counts(algorithm: str, rows: int, samples: int):
         drafter,
         samples,
         algorithm=algorithm,
-        max_new_tokens=2,
+        max_tokens=2,
         lookahead=2,
         sp_degree=2,
         temperature=0.9,
@@ -248,6 +251,7 @@ def _transformers_counts(algorithm: str, rows: int, samples: int):
     return counts, _joint(target_module, 0.9)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("rows", [WIDER, NARROWER], ids=["wider", "narrower"])
 def test_transformers_padded_drafters_sample_the_targets_law(rows):
     """DSI (SI's sampling with padded rows is the simulated tests'; SI runs torch on every core, slow on a busy
@@ -256,6 +260,7 @@ def test_transformers_padded_drafters_sample_the_targets_law(rows):
     assert chi_square_p_value(counts, exact) > 1e-3
 
 
+@pytest.mark.slow
 def test_the_transformers_padded_sampling_test_catches_a_biased_verifier(monkeypatch):
     monkeypatch.setattr(verification, "residual", BIASES["resample-from-p"])
     counts, exact = _transformers_counts("dsi", NARROWER, 1000)

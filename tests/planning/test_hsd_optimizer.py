@@ -25,6 +25,7 @@ def instances(draw, max_drafters: int = 4):
     return costs, alpha, draw(st.integers(1, 4))
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None)
 @given(problem=instances())
 def test_dynamic_program_agrees_with_exhaustive_search(problem):

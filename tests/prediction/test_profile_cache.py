@@ -114,6 +114,7 @@ def test_fingerprints_read_the_ends_of_a_file_and_every_file_of_a_folder(tmp_pat
     assert profile_cache.fingerprint(a.parent) != profile_cache.fingerprint(a)  # the folder: its files, by name
 
 
+@pytest.mark.slow  # llama.cpp
 def test_a_gguf_models_key_names_its_llama_settings(tmp_path):
     pytest.importorskip("llama_cpp")
     from specpar.backends.llama.model import LlamaModel

@@ -25,9 +25,9 @@ def test_more_threads_than_a_limit_allows_are_refused_naming_it(monkeypatch):
     monkeypatch.setattr(capacity, "thread_limits", lambda: [(100, "ulimit -v (2.00 GiB of address space)")])
     target, drafter = pair()
     with pytest.raises(ConfigError, match=r"1001 servers need 1001 threads .* only 100 more: ulimit -v \(2.00 GiB"):
-        generate([1, 2], target, drafter, algorithm="dsi", sp_degree=1000, runtime="threads", max_new_tokens=4)
+        generate([1, 2], target, drafter, algorithm="dsi", sp_degree=1000, runtime="threads", max_tokens=4)
     before = threading.active_count()
-    out = generate([1, 2], target, drafter, algorithm="dsi", sp_degree=50, runtime="threads", max_new_tokens=4)
+    out = generate([1, 2], target, drafter, algorithm="dsi", sp_degree=50, runtime="threads", max_tokens=4)
     assert out.tokens == target.greedy_tokens([1, 2], 4)  # within the limit: runs
     assert threading.active_count() <= before + 1
 
@@ -98,7 +98,7 @@ from specpar import ConfigError, LatencyProfile, SimulatedModel, generate
 t = SimulatedModel(8, latency=LatencyProfile.uniform(0.1))
 try:
     generate([1, 2], t, t.drafter(0.8, LatencyProfile.uniform(0.01)), algorithm="dsi", sp_degree=1000,
-             runtime="threads", max_new_tokens=4)
+             runtime="threads", max_tokens=4)
 except ConfigError as exc:
     print("refused:", exc)
 """

@@ -17,6 +17,8 @@ from specpar.core.latency import STALL_FLOOR_S, UNMEASURED_LIMIT_S, stall_limit_
 from specpar.runtimes import Pool, ThreadRuntime
 from specpar.runtimes.base import CallLimits, Task
 
+pytestmark = pytest.mark.slow  # (pytest -m 'not slow' leaves it out: the fast inner loop)
+
 
 class StallingServer(SimulatedServer):
     """A simulated server whose ``stall_on``-th call hangs (ignoring cancellation) until ``release`` is set."""
@@ -85,7 +87,7 @@ def test_a_stalled_target_fails_the_generation_with_a_server_error_naming_it_soo
             Pool(servers, "target"),
             drafter,
             algorithm=algorithm,
-            max_new_tokens=200,
+            max_tokens=200,
             lookahead=3,
             sp_degree=2 if algorithm == "dsi" else 1,
             runtime="threads",
@@ -146,7 +148,7 @@ def test_dsi_on_threads_goes_on_without_a_stalled_replica(release):
             Pool(servers, "target"),
             drafter,
             algorithm="dsi",
-            max_new_tokens=60,
+            max_tokens=60,
             lookahead=1,
             sp_degree=4,
             runtime="threads",

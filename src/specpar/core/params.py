@@ -11,6 +11,7 @@ from specpar.core.config import SEED_HELP, flag
 from specpar.core.decoding import COUPLINGS, Decoding, check_temperature
 from specpar.core.errors import ConfigError
 from specpar.core.logits_processors import LogitsProcessors
+from specpar.core.numbers import is_int, is_number
 
 MAX_TOKENS = 2**31 - 1
 """The most new tokens a request may ask for: what the command line's -N takes (a C size). Far more than any context
@@ -63,13 +64,14 @@ class SamplingParams:
         default=1.0, metadata=flag("--top-p", "keep the most likely tokens up to this probability", metavar="P")
     )
     min_p: float = field(
-        default=0.0, metadata=flag("--min-p", "drop tokens below P x the top token's probability", metavar="P")
+        default=0.0,
+        metadata=flag("--min-p", "drop tokens below P x the top token's probability", metavar="P", advanced=True),
     )
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
     repetition_penalty: float = field(
         default=1.0,
-        metadata=flag("--repetition-penalty", "> 1 makes tokens already seen less likely", metavar="R"),
+        metadata=flag("--repetition-penalty", "> 1 makes tokens already seen less likely", metavar="R", advanced=True),
     )
     logit_bias: Mapping[int, float] | None = None
     max_tokens: int = field(
@@ -81,10 +83,12 @@ class SamplingParams:
         default=None, metadata=flag("--stop", "stop at this text (repeatable)", metavar="TEXT")
     )
     stop_token_ids: Sequence[int] | None = field(
-        default=None, metadata=flag("--stop-token-id", "stop at this token (repeatable)", metavar="ID")
+        default=None, metadata=flag("--stop-token-id", "stop at this token (repeatable)", metavar="ID", advanced=True)
     )
     include_stop_str_in_output: bool = False
-    ignore_eos: bool = field(default=False, metadata=flag("--ignore-eos", "go on past the model's end-of-text tokens"))
+    ignore_eos: bool = field(
+        default=False, metadata=flag("--ignore-eos", "go on past the model's end-of-text tokens", advanced=True)
+    )
     seed: int | None = field(default=None, metadata=flag("--seed", SEED_HELP, metavar="S"))
     logprobs: int | None = None
     coupling: str = field(
@@ -108,18 +112,18 @@ class SamplingParams:
         _number(self, "frequency_penalty", -2.0, 2.0, "[-2, 2]")
         _number(self, "repetition_penalty", 0.0, math.inf, "(0, inf)", lo_open=True)
         top_k = 0 if self.top_k is None or self.top_k == -1 else self.top_k
-        if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 0:
+        if not is_int(top_k, 0):
             raise ConfigError(f"top_k must be an integer >= 0 (0 or -1: no limit), got {self.top_k!r}")
         object.__setattr__(self, "top_k", top_k)
         n = self.max_tokens
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        if not is_int(n, 1):
             raise ConfigError(f"max_tokens (max_new_tokens) must be a positive integer, got {n!r}")
         if n > MAX_TOKENS:
             raise ConfigError(
                 f"max_tokens (max_new_tokens) must be at most {MAX_TOKENS} (as on the command line), got {n!r}"
             )
         m = self.min_tokens
-        if isinstance(m, bool) or not isinstance(m, int) or not 0 <= m <= n:
+        if not is_int(m, 0, n):
             raise ConfigError(f"min_tokens must be an integer in [0, max_tokens = {n}], got {m!r}")
         object.__setattr__(self, "logit_bias", _bias(self.logit_bias))
         if self.stop is not None and not isinstance(self.stop, (str, Sequence)):
@@ -135,7 +139,7 @@ class SamplingParams:
             raise ConfigError(f"stop_token_ids must be a list of token ids, got {self.stop_token_ids!r}")
         ids = () if self.stop_token_ids is None else tuple(self.stop_token_ids)
         for t in ids:
-            if isinstance(t, bool) or not isinstance(t, int) or t < 0:
+            if not is_int(t, 0):
                 raise ConfigError(f"stop_token_ids must be token ids (integers >= 0), got {t!r}")
         object.__setattr__(self, "stop_token_ids", ids)
         for name in ("ignore_eos", "include_stop_str_in_output"):
@@ -146,7 +150,7 @@ class SamplingParams:
         if self.seed is not None and self.seed < 0:
             raise ConfigError(f"seed must be an integer >= 0, got {self.seed!r} (None: fresh randomness)")
         lp = self.logprobs
-        if lp is not None and (isinstance(lp, bool) or not isinstance(lp, int) or lp < 0):
+        if lp is not None and not is_int(lp, 0):
             raise ConfigError(f"logprobs must be None or an integer >= 0 (the top tokens to report), got {lp!r}")
         if self.coupling not in COUPLINGS:
             raise ConfigError(f"coupling must be one of {COUPLINGS}, got {self.coupling!r}")
@@ -208,9 +212,9 @@ def _bias(bias) -> tuple[tuple[int, float], ...]:
     pairs = bias.items() if isinstance(bias, Mapping) else bias
     out = {}
     for t, b in pairs:
-        if isinstance(t, bool) or not isinstance(t, int) or t < 0:
+        if not is_int(t, 0):
             raise ConfigError(f"logit_bias keys must be token ids (integers >= 0), got {t!r}")
-        if isinstance(b, bool) or not isinstance(b, (int, float)) or not -100 <= b <= 100:
+        if not is_number(b, -100, 100):
             raise ConfigError(f"logit_bias values must be numbers in [-100, 100], got {b!r} for token {t}")
         out[t] = float(b)
     return tuple(sorted(out.items()))

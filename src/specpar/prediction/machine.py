@@ -204,9 +204,10 @@ class MachineProfile:
         Past the last entry, f(n) grows in proportion to n. (1.0,): no contention measured (or none: a GPU each).
     overhead_ms: {"threads": one call's round trip through the threads runtime, "ray": through a Ray actor} (ms).
     per_token_ms: the engine's own cost per output token (Python, stopping, detokenizing), in ms.
-    acceptance_rate: the drafter's (App. F.2's geometric estimate); None without a drafter.
-    ngram: {"match_rate": share of positions where the n-gram proposer has a draft, "acceptance_rate": share of its
-        drafted tokens the target accepts}; empty when not measured.
+    acceptance_rate: the drafter's per-token acceptance rate (measured: greedy SI's accepted / tested drafts on a
+        sample, :mod:`specpar.prediction.measure_pair`; App. F.2's estimates in ``meta``); None without a drafter.
+    ngram: {"match_rate": share of lookups where the n-gram proposer finds a draft, "acceptance_rate": its drafts'
+        per-token acceptance rate (accepted / tested)}; empty when not measured.
     cores: the CPU cores the engine may use.
     meta: {"when": ISO time, "load_average": (1, 5, 15 min), "seconds": taken, ...}; not compared.
     """

@@ -30,6 +30,8 @@ from specpar.prediction import measure, profiling
 
 WALKS = (2, 4, 8)
 """The lookaheads at which greedy SI's per-token acceptance is computed from the drafter's hits."""
+PROFILE_WALK = 4
+"""The walk whose rate is the profile's acceptance rate."""
 
 
 @dataclass(frozen=True)
@@ -96,8 +98,10 @@ class PairFigures:
 
     def profile_fields(self, key) -> dict:
         """The machine profile's fields in their JSON form (:meth:`specpar.prediction.machine.MachineProfile
-        .from_dict` with the format added), keyed ``key``. The acceptance rate is App. F.2's geometric estimate; the
-        others (direct, greedy SI's walks) and the App. F profile are kept in ``meta``."""
+        .from_dict` with the format added), keyed ``key``. The acceptance rate is greedy SI's per-token rate at
+        lookahead PROFILE_WALK over the sample (accepted / tested drafts, the rate an iid model of those very steps
+        has); App. F.2's estimates (geometric: one exact-match prefix per prompt; direct), the walks at the other
+        lookaheads and the App. F profile are kept in ``meta``."""
 
         def costs(role: str) -> dict:
             prefill = {str(t): sorted(points) for t, points in sorted(self.prefill[role].items())}
@@ -113,7 +117,7 @@ class PairFigures:
             "contention": list(self.contention),
             "overhead_ms": dict(self.overhead_ms),
             "per_token_ms": self.per_token_ms,
-            "acceptance_rate": self.acceptance["geometric"],
+            "acceptance_rate": self.acceptance["walk"][PROFILE_WALK],
             "ngram": {k: self.ngram[k] for k in ("match_rate", "acceptance_rate")},
             "cores": self.meta["cores"],
             "meta": {**self.meta, "acceptance": self.acceptance, "ngram": self.ngram, "median_step_ms": steps,

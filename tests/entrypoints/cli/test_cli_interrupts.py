@@ -17,6 +17,8 @@ import pytest
 
 from cli_check import assert_one_line_error
 
+pytestmark = pytest.mark.slow  # (pytest -m 'not slow' leaves it out: the fast inner loop)
+
 HUGE = ["-N", "10000000", "--repeats", "1"]  # hours of work: only Ctrl-C ends it
 CASES = {
     "virtual clock": ["simulate", *HUGE, "-k", "4"],

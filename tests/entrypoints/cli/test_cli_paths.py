@@ -58,6 +58,7 @@ def test_a_bad_output_path_is_one_line_before_any_work(argv, needle, places, cap
     assert os.listdir(places["dir"]) == ["a_file"] or "readonly" in os.listdir(places["dir"])  # nothing written
 
 
+@pytest.mark.slow
 def test_the_installed_command_says_it_in_one_line(places):
     """The same through a real process: exit status 2, one line, no traceback."""
     p = run_cli("simulate", *QUICK, "-o", f"{places['dir']}/t.xyz")
@@ -66,6 +67,7 @@ def test_the_installed_command_says_it_in_one_line(places):
     assert_one_line_error(p.returncode, p.stderr, "does not exist")
 
 
+@pytest.mark.slow
 def test_heatmap_into_a_directory_names_the_files_it_wrote(tmp_path, capsys):
     argv = ["heatmap", "--resolution", "2", "-N", "8", "--repeats", "1", "--lookaheads", "1-4"]
     assert main([*argv, "-o", f"{tmp_path}/"]) == 0

@@ -2,6 +2,8 @@
 
 import json
 
+import pytest
+
 from specpar.entrypoints.cli.main import build_parser, main
 
 
@@ -55,6 +57,7 @@ def test_help_explains_every_flag():
             assert action.help and len(action.help) > 10, f"{action.option_strings} has no explanation"
 
 
+@pytest.mark.slow
 def test_timeline_png_is_drawn_for_each_algorithm(tmp_path, capsys):
     png = tmp_path / "timeline.png"
     assert main(["simulate", "-N", "20", "--repeats", "2", "-o", str(png), "--json"]) == 0
@@ -63,6 +66,7 @@ def test_timeline_png_is_drawn_for_each_algorithm(tmp_path, capsys):
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 20_000  # three panels of bars, not an empty canvas
 
 
+@pytest.mark.slow
 def test_plan_prints_the_candidates_and_picks_the_fastest_valid(capsys):
     assert main(["plan", "-c", "0.05", "-a", "0.9", "--sp-degree", "7", "-N", "60", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
@@ -76,6 +80,7 @@ def test_plan_prints_the_candidates_and_picks_the_fastest_valid(capsys):
     assert "virtual clock" in text and "chosen" in text and "DSI / SI" in text
 
 
+@pytest.mark.slow
 def test_under_load_every_policy_per_rate_and_the_plot(capsys, tmp_path):
     """--load: one row per rate and policy, the adaptive policy at least the best fixed one's throughput."""
     png = tmp_path / "load.png"
@@ -115,6 +120,7 @@ def test_under_load_every_policy_per_rate_and_the_plot(capsys, tmp_path):
     assert "1 clients" in text and "3 clients" in text and "tokens/s" in text
 
 
+@pytest.mark.slow
 def test_under_load_refuses_bad_flags():
     from cli_check import assert_one_line_error, run_cli
 

@@ -90,10 +90,11 @@ def test_bench_interleaves_algorithms_and_writes_one_line_per_prompt_and_algorit
             assert [c["cached"] for c in calls[1:]] == [c["tokens"] - 1 for c in calls[1:]]  # one new token each
 
 
+@pytest.mark.slow
 def test_profile_writes_what_simulate_reads(pair_dirs, prompt_file, tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("SPECPAR_CACHE", str(tmp_path / "cache"))
     prof = tmp_path / "profile.json"
-    flags = ["-N", "8", "--max-pass", "4", "-k", "2", "--repeats", "1"]
+    flags = ["-N", "8", "--max-pass", "4", "-k", "2", "--repeats", "1", "--no-ray"]
     assert cli.main(["profile", "--dataset", prompt_file, "-n", "2", *flags, "-o", str(prof)] + _models(pair_dirs)) == 0
     shown = capsys.readouterr().out
     assert "v(k)/v(1), k = 1..4" in shown and "contention" in shown and "kept in" in shown

@@ -16,6 +16,7 @@ from specpar.entrypoints.cli.arguments import (
     add_prompt_count,
     add_runtime_arguments,
     add_sampling_arguments,
+    advanced_flag,
     command_parser,
 )
 from specpar.entrypoints.cli.comparison import NAMES, speedups_of
@@ -58,12 +59,13 @@ def register(sub) -> None:
     )
     add_output(p, "write one JSON line per prompt and algorithm", metavar="FILE.jsonl", old=("--out",))
     add_json(p, "print the summary as one JSON object")
-    p.add_argument(
+    timeline = p.add_argument(
         "--timeline",
         action="store_true",
         help="with -o: each line carries its run's timeline, every server call (server, kind, start and end ms, "
         "tokens, drafts, tokens cached at its start, cancelled)",
     )
+    advanced_flag(timeline)
     arguments.add_model_args(p)
     add_runtime_arguments(p, choices=("threads", "ray"), default="threads", fields=REAL_TIME_FIELDS)
     p.set_defaults(func=run)

@@ -13,6 +13,7 @@ from specpar.entrypoints.cli.arguments import (
     add_pair_arguments,
     add_repeats,
     add_sampling_arguments,
+    advanced_flag,
     command_parser,
     integer,
     lookahead_range,
@@ -57,13 +58,14 @@ def register(subparsers) -> None:
         help="write PREFIX.png and PREFIX.csv (fig.png names the prefix fig too; default: dsi-fig2, or "
         "dsi-fig7-kK with --lookahead)",
     )
-    p.add_argument(
+    check = p.add_argument(
         "--check-cells",
         type=ranged(int, 0, MAX_CHECK_CELLS),
         default=0,
         metavar="M",
         help="also run M random cells through the event-driven simulator and print both (slow)",
     )
+    advanced_flag(check)
     p.set_defaults(func=run)
 
 

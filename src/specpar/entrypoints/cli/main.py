@@ -89,18 +89,19 @@ def build_parser() -> argparse.ArgumentParser:
     parser = CommandLine(
         prog="specpar",
         description="Lossless speculative inference: non-SI, SI and DSI, on a virtual clock, threads or real models.",
+        epilog="`specpar COMMAND --help` for a command's flags (--help=all: its finer controls too).",
     )
+    parser.add_argument("-v", "--verbose", action="store_true", help=VERBOSE)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=ArgumentParser)
     for name in COMMANDS:
         importlib.import_module(name).register(sub)
-    for command in all_commands(parser).values():
-        command.add_argument(
-            "-v",
-            "--verbose",
-            action="store_true",
-            help="log to stderr: loading, server placement, lookahead choice, each request's metrics",
-        )
+    for command in all_commands(parser).values():  # the one global flag, also taken after the command
+        command.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+        command.epilog = f"-v, --verbose (any command, before or after its name): {VERBOSE}."
     return parser
+
+
+VERBOSE = "log to stderr: loading, server placement, lookahead choice, each request's metrics"
 
 
 @contextlib.contextmanager

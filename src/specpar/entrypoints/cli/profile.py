@@ -3,6 +3,8 @@ and show it, with the DSI paper's App. F profile (TTFT, TPOT, acceptance rate) w
 
 from __future__ import annotations
 
+import argparse
+import importlib.util
 import statistics
 
 from specpar.core.json_output import print_json
@@ -22,7 +24,8 @@ the engine runs them, into its machine profile (what `--algorithm auto` and the
 predictions work from): each model's prefill of prompts of a few lengths and
 v(k), one pass over k = 1..K new tokens on a warm cache, at every thread count
 the engine gives passes; how much a pass slows while n servers run at once
-(contention); the threads runtime's overhead per call (and Ray's with --ray);
+(contention); the threads runtime's overhead per call (and Ray's when it is
+installed, unless --no-ray);
 the non-SI loop's own time per token; the drafter's acceptance rate and the
 n-gram proposer's rates on --prompts prompts of --dataset, -N greedy tokens
 each. The profile is kept in specpar's cache, keyed by the models'
@@ -50,7 +53,8 @@ def register(sub) -> None:
     p.add_argument("-k", "--lookahead", type=integer, default=5, help="drafts in App. F's verification (default 5)")
     p.add_argument("--max-pass", type=integer, default=10, metavar="K", help="longest pass timed, tokens (default 10)")
     p.add_argument("--repeats", type=integer, default=3, help="timings of each pass length, median (default 3)")
-    p.add_argument("--ray", action="store_true", help="also measure a Ray actor call's round trip (starts Ray)")
+    p.add_argument("--ray", action=argparse.BooleanOptionalAction, default=None,
+                   help="measure a Ray actor call's round trip too (starts Ray; default: when Ray is installed)")  # fmt: skip
     add_output(p, "where to write the profile (default profile.json)", "FILE.json", "profile.json", old=("--out",))
     add_json(p, "print the profile as JSON instead of a summary")
     arguments.add_model_args(p)
@@ -58,7 +62,7 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from specpar.algorithms.registry import check_context_window
+    from specpar.algorithms.checks import check_context_window
     from specpar.backends.cpu_threads import cpu_cores
     from specpar.core.paths import check_output_file
     from specpar.entrypoints.cli.progress import TokenProgress
@@ -68,8 +72,9 @@ def run(args) -> int:
     from specpar.prediction.profiling import write
 
     real_models.check_common(args)
+    ray = args.ray if args.ray is not None else importlib.util.find_spec("ray") is not None
     options = MeasureOptions(tokens=args.max_tokens, max_pass=args.max_pass, repeats=args.repeats,
-                             lookahead=args.lookahead, overheads=("threads", "ray") if args.ray else ("threads",))  # fmt: skip
+                             lookahead=args.lookahead, overheads=("threads", "ray") if ray else ("threads",))  # fmt: skip
     args.output = check_output_file(args.output, "-o")  # before minutes of measuring, not after
     chosen = prompts.load(args.dataset, args.prompts)
     target, drafter = real_models.load_models(args)

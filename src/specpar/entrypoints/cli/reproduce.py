@@ -10,6 +10,7 @@ from specpar.entrypoints.cli.arguments import (
     add_deprecated,
     add_json,
     add_output,
+    advanced_flag,
     command_parser,
     lookahead_range,
     number,
@@ -46,6 +47,7 @@ def register(subparsers) -> None:
         help="Table 2: StarCoder-168M's latency over StarCoder-15B's (not in our copy)",
     )
     add_deprecated(p, star, "--starcoder-drafter-latency")
+    advanced_flag(star)
     phi3 = p.add_argument(
         "--phi3-acceptance-rate",
         type=number,
@@ -54,6 +56,7 @@ def register(subparsers) -> None:
         help="Table 2: Phi3-4B's acceptance rate against Phi3-14B (not in our copy)",
     )
     add_deprecated(p, phi3, "--phi3-acceptance")
+    advanced_flag(phi3)
     p.add_argument(
         "--table2-row",
         nargs=3,

@@ -14,6 +14,7 @@ from specpar.entrypoints.cli.arguments import (
     add_repeats,
     add_runtime_arguments,
     add_sampling_arguments,
+    advanced_flag,
     command_parser,
     experiment_runtime,
 )
@@ -40,7 +41,7 @@ def register(subparsers) -> None:
         SimulatedPair, "pair", fields=NUMBERS, optional="a pair given by numbers", required=REQUIRED
     )
     numbers.add_to(p, "a pair given by numbers (ms per forward pass)")
-    p.add_argument("--name", default="command line", help="label for the pair given by numbers")
+    advanced_flag(p.add_argument("--name", default="command line", help="label for the pair given by numbers"))
     p.add_argument("--no-default-pair", action="store_true", help="leave out the default pair's measured profile")
     add_sampling_arguments(p, ("max_tokens",), {"max_tokens": 50}, {"max_tokens": "tokens per run"})
     add_repeats(p, 3, "runs per algorithm and lookahead")
