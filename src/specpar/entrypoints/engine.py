@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 from collections.abc import Iterator, Mapping
 
 from specpar.algorithms.checks import check_context_window, check_model
@@ -36,8 +37,9 @@ from specpar.entrypoints.streaming import stream_pieces
 from specpar.planning.load import POLICIES
 from specpar.runtimes import Pool
 from specpar.runtimes.base import model_of
+from specpar.runtimes.capacity import check_servers
 from specpar.scheduling import LoadMetrics
-from specpar.scheduling.units import make_units, unit_count
+from specpar.scheduling.units import make_units, servers_of_units, unit_count
 
 log = logging.getLogger(__name__)
 
@@ -108,8 +110,10 @@ class Engine:
         self.drafter_model = model_of(drafter[-1] if isinstance(drafter, list) and drafter else drafter)
         self.policy = policy
         ready_made = isinstance(target, Pool) or any(isinstance(d, Pool) for d in _listed(drafter))
-        n = unit_count(units, ready_made, drafter is not None, sp_degree)
-        self.targets, self.drafters = self._servers(target, drafter, n or sp_degree, 1 if not n else n, load)
+        n = unit_count(units, sp_degree, drafter is not None, ready_made)
+        targets, drafters = servers_of_units(n, sp_degree)
+        check_servers(runtime_config, targets, drafters * len(_listed(drafter)))  # before any is made (a thread each)
+        self.targets, self.drafters = self._servers(target, drafter, targets, drafters, load)
         self.units = make_units(self.targets, self.drafters, n)
         spec = spec.replace(sp_degree=sp_degree)  # each request's defaults
         self._requests = Requests(self.targets, self.drafters, self.units, runtime_config, spec, policy, keep_actors)
@@ -222,13 +226,23 @@ class Engine:
         ids = [requests.prompt_ids(p) for p in prompts]  # every prompt checked before any runs
         return requests.many(ids, each, spec, stream)
 
-    def stream(self, prompt, params: SamplingParams | None = None, *, speculative_config=None, **options) -> Iterator:
+    def stream(
+        self,
+        prompt,
+        params: SamplingParams | None = None,
+        *,
+        speculative_config=None,
+        cancel: threading.Event | None = None,
+        **options,
+    ) -> Iterator:
         """The output as it is verified: text pieces where the target has a tokenizer (joined, exactly the
         result's text; never any of a stop string), else lists of token ids. The generation runs on a thread
-        of its own; closing the iterator early ends it. Arguments as :meth:`generate`'s."""
+        of its own; closing the iterator early ends it, and so does setting ``cancel`` (from any thread: the
+        generation ends at its next verified tokens, the iterator then ends and returns None). Arguments as
+        :meth:`generate`'s."""
         spec, params = self._requests.config(speculative_config, params, options)
         ids = self._requests.prompt_ids(prompt)
-        return (yield from stream_pieces(self._requests, ids, params, spec))
+        return (yield from stream_pieces(self._requests, ids, params, spec, cancel))
 
     def prompt_ids(self, prompt) -> list[int]:
         """A prompt (text, or token ids) as token ids; a ConfigError for anything else, or an empty one."""

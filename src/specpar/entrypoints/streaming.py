@@ -19,17 +19,18 @@ class _Abandoned(Exception):
     """The reader of a stream stopped reading: the generation ends."""
 
 
-def stream_pieces(requests: Requests, ids: list[int], params: SamplingParams, spec) -> Iterator:
+def stream_pieces(requests: Requests, ids: list[int], params: SamplingParams, spec, cancel=None) -> Iterator:
     """The output of one request as it is verified: text pieces where the target has a tokenizer (joined, exactly
     the result's text; never any of a stop string), else lists of token ids. The request runs on a thread of its
-    own; closing the iterator early ends it. Returns the result (the generator's return value)."""
+    own; closing the iterator early ends it, and so does setting ``cancel`` (a threading.Event; the request ends at
+    its next verified tokens). Returns the result (the generator's return value), None when ended early."""
     pieces: queue.Queue = queue.Queue()
     abandoned = threading.Event()
     text = TextStream(requests.tokenizer, ids, *texts(params)) if requests.tokenizer is not None else None
     done: list[GenerationResult] = []
 
     def on_tokens(tokens):
-        if abandoned.is_set():
+        if abandoned.is_set() or (cancel is not None and cancel.is_set()):
             raise _Abandoned
         piece = text.push(tokens) if text is not None else list(tokens)
         if piece:

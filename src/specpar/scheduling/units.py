@@ -44,9 +44,9 @@ class Unit:
         return [*self.targets, *self.drafters, *(s for level in self.levels for s in level)]
 
 
-def unit_count(units: int | None, ready_made: bool, drafter: bool, sp_degree: int) -> int:
+def unit_count(units: int | None, sp_degree: int, drafts: bool = True, ready_made: bool = False) -> int:
     """How many units of one target and one drafter server each an engine makes: ``units``, by default sp_degree + 1
-    (sp_degree without a drafter); 0: one unit of every server (servers given ready-made as Pools, or units=1)."""
+    (sp_degree without a drafter); 0: one unit of every server (units=1, or servers given ready-made as Pools)."""
     if units is not None and not is_int(units, 1, 1024):
         raise ConfigError(f"units must be an integer in [1, 1024], got {units!r}")
     if ready_made:
@@ -56,8 +56,13 @@ def unit_count(units: int | None, ready_made: bool, drafter: bool, sp_degree: in
     if units == 1:
         return 0
     if units is None:
-        return sp_degree + 1 if drafter else sp_degree
+        return sp_degree + 1 if drafts else sp_degree
     return units
+
+
+def servers_of_units(n: int, sp_degree: int) -> tuple[int, int]:
+    """(target servers, drafter servers per drafter model) of ``n`` units (0: one unit of sp_degree targets)."""
+    return (n, n) if n else (sp_degree, 1)
 
 
 def make_units(targets: Pool, drafters: Pool | list[Pool] | None, n: int) -> list[Unit]:
