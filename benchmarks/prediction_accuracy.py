@@ -18,7 +18,7 @@ fastest arm on every prompt.
 
 from __future__ import annotations
 
-import functools
+import contextlib
 import random
 import statistics
 import sys
@@ -57,26 +57,29 @@ def arms(args) -> list[Arm]:
     return [Arm(a, ARMS[a]) for a in names]
 
 
-@functools.cache
-def setup(tiny: bool, backend: str | None, sp_degree: int, profile: str | None, rounds: int, n: int):
+@contextlib.contextmanager
+def session(args):
     """(engine, prompts as token ids): the pair loaded once, its profile read (or measured) before any run."""
     from specpar import Engine
 
-    if tiny:
-        sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-        from tiny_transformers import save_tiny_pair
+    with tempfile.TemporaryDirectory(prefix="specpar-tiny-") as folder:
+        if args.tiny:
+            sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+            from tiny_transformers import save_tiny_pair
 
-        target, drafter = save_tiny_pair(Path(tempfile.mkdtemp(prefix="specpar-tiny-")))
-        engine = Engine(target, drafter, backend="transformers", dtype="float64", sp_degree=sp_degree,
-                        runtime="threads", units=1, profile=profile)  # fmt: skip
-        texts = tiny_prompts(rounds, max_len=engine.target_model.context_window - n - 1)
-    else:
-        from specpar.experiments import prompts
+            target, drafter = save_tiny_pair(Path(folder))
+            engine = Engine(target, drafter, backend="transformers", dtype="float64", sp_degree=args.sp_degree,
+                            runtime="threads", units=1, profile=args.profile)  # fmt: skip
+            texts = tiny_prompts(args.rounds, max_len=engine.target_model.context_window - args.max_tokens - 1)
+        else:
+            from specpar.experiments import prompts
 
-        engine = Engine(backend=backend, sp_degree=sp_degree, runtime="threads", units=1, profile=profile)
-        texts = [p.text for p in prompts.load("humaneval", rounds)]
-    engine.auto()  # the profile, measured now when it is not cached: before any run is timed
-    return engine, [engine.prompt_ids(t) for t in texts]
+            engine = Engine(backend=args.backend, sp_degree=args.sp_degree, runtime="threads", units=1,
+                            profile=args.profile)  # fmt: skip
+            texts = [p.text for p in prompts.load("humaneval", args.rounds)]
+        with engine:
+            engine.auto()  # the profile, measured now when it is not cached: before any run is timed
+            yield engine, [engine.prompt_ids(t) for t in texts]
 
 
 def tiny_prompts(count: int, max_len: int) -> list[str]:
@@ -101,7 +104,7 @@ def measure(arm: Arm, args, r: int) -> dict:
     from specpar import SamplingParams
     from specpar.core.config import SpeculativeConfig
 
-    engine, prompts = setup(args.tiny, args.backend, args.sp_degree, args.profile, args.rounds, args.max_tokens)
+    engine, prompts = args.session
     ids = prompts[r % len(prompts)]
     settings = dict(arm.settings)
     engine.reset()
@@ -171,4 +174,5 @@ BENCHMARK = Benchmark(
     options=options,
     summarize=summarize,
     rounds=10,
+    session=session,
 )
