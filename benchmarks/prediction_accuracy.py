@@ -47,6 +47,7 @@ def options(p) -> None:
     p.add_argument("--tiny", action="store_true", help="the tiny transformers pair on synthetic prompts")
     p.add_argument("--backend", default=None, help="the default pair's backend (default: the engine's choice)")
     p.add_argument("--profile", default=None, help="a machine profile file (default: the cached one)")
+    p.add_argument("--measure", action="store_true", help="measure the pair's profile first (the cache's replaced)")
 
 
 def arms(args) -> list[Arm]:
@@ -59,27 +60,31 @@ def arms(args) -> list[Arm]:
 
 @contextlib.contextmanager
 def session(args):
-    """(engine, prompts as token ids): the pair loaded once, its profile read (or measured) before any run."""
+    """(engine, prompts as token ids): the pair loaded once, its profile read, or measured first (``--measure``: on
+    the prompts after the measured ones, so that the sample is not the test) before any run is timed."""
     from specpar import Engine
+    from specpar.backends.loading import load_pair
+    from specpar.prediction.machine import MachineProfile, load_or_build
 
     with tempfile.TemporaryDirectory(prefix="specpar-tiny-") as folder:
         if args.tiny:
             sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
             from tiny_transformers import save_tiny_pair
 
-            target, drafter = save_tiny_pair(Path(folder))
-            engine = Engine(target, drafter, backend="transformers", dtype="float64", sp_degree=args.sp_degree,
-                            runtime="threads", units=1, profile=args.profile)  # fmt: skip
-            texts = tiny_prompts(args.rounds, max_len=engine.target_model.context_window - args.max_tokens - 1)
+            target, drafter = load_pair(*save_tiny_pair(Path(folder)), dtype="float64", backend="transformers")
+            texts = tiny_prompts(args.rounds + 3, max_len=target.context_window - args.max_tokens - 1)
         else:
             from specpar.experiments import prompts
 
-            engine = Engine(backend=args.backend, sp_degree=args.sp_degree, runtime="threads", units=1,
-                            profile=args.profile)  # fmt: skip
-            texts = [p.text for p in prompts.load("humaneval", args.rounds)]
-        with engine:
-            engine.auto()  # the profile, measured now when it is not cached: before any run is timed
-            yield engine, [engine.prompt_ids(t) for t in texts]
+            target, drafter = load_pair(backend=args.backend, progress=False)
+            texts = [p.text for p in prompts.load("humaneval", args.rounds + 3)]
+        ids = [target.encode(t) for t in texts]
+        if args.profile:
+            profile = MachineProfile.load(args.profile)
+        else:
+            profile = load_or_build(target=target, drafter=drafter, prompts=ids[args.rounds :], refresh=args.measure)
+        with Engine(target, drafter, sp_degree=args.sp_degree, runtime="threads", units=1, profile=profile) as engine:
+            yield engine, ids[: args.rounds]
 
 
 def tiny_prompts(count: int, max_len: int) -> list[str]:
