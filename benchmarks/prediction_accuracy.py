@@ -65,6 +65,7 @@ def session(args):
     from specpar import Engine
     from specpar.backends.loading import load_pair
     from specpar.prediction.machine import MachineProfile, load_or_build
+    from specpar.prediction.measure_pair import MeasureOptions
 
     with tempfile.TemporaryDirectory(prefix="specpar-tiny-") as folder:
         if args.tiny:
@@ -72,7 +73,9 @@ def session(args):
             from tiny_transformers import save_tiny_pair
 
             target, drafter = load_pair(*save_tiny_pair(Path(folder)), dtype="float64", backend="transformers")
-            texts = tiny_prompts(args.rounds + 3, max_len=target.context_window - args.max_tokens - 1)
+            sample = MeasureOptions().tokens  # the profile's greedy tokens per sample prompt
+            texts = tiny_prompts(args.rounds, max_len=target.context_window - args.max_tokens - 1)
+            texts += tiny_prompts(3, max_len=target.context_window - sample - 1, seed=1)
         else:
             from specpar.experiments import prompts
 
@@ -87,10 +90,10 @@ def session(args):
             yield engine, ids[: args.rounds]
 
 
-def tiny_prompts(count: int, max_len: int) -> list[str]:
+def tiny_prompts(count: int, max_len: int, seed: int = 0) -> list[str]:
     """Word prompts for the tiny pair's vocabulary (w0 .. w47): lengths from 8 to ``max_len``, half of them repeating
     a phrase (where the n-gram proposer finds matches)."""
-    rng = random.Random(29)
+    rng = random.Random(29 + seed)
     out = []
     for i in range(count):
         length = 8 + (max_len - 8) * i // max(1, count - 1)
