@@ -27,7 +27,7 @@ def mean_ms(algorithm: str, lookahead, sp: int, n: int, seeds: int, regimes: Reg
         target = SimulatedModel(16, seed=seed, latency=LatencyProfile.uniform(1.0))
         drafter = target.drafter(regimes, LatencyProfile.uniform(c), seed=seed + 101)
         out = generate([seed % 16, 3], target, drafter, algorithm=algorithm, lookahead=lookahead, sp_degree=sp,
-                       max_new_tokens=n)  # fmt: skip
+                       max_tokens=n)  # fmt: skip
         assert out.tokens == target.greedy_tokens([seed % 16, 3], n)
         times.append(out.time_ms)
     return statistics.fmean(times)

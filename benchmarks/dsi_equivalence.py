@@ -15,9 +15,10 @@ error in both.
     git worktree add /tmp/dsi_before 460d16d
     .venv/bin/python benchmarks/dsi_equivalence.py --src /tmp/dsi_before --src .
 
-The algorithms are called directly (``dsi(runtime, target_pool, drafter, ...)`` and the others; the drafter is a
-``ModelDrafter`` where the checkout has proposers, else the drafter pool and ``tree=`` as at 460d16d), not through
-``generate``, so that the script measures the algorithms and not the option plumbing above them. Exit status 1 when any configuration differs.
+The algorithms are called directly, not through ``generate``, so that the script measures the algorithms and not
+the option plumbing above them: since issue 31 as ``dsi(g, pools, spec)`` (the Generation, the pools by name, a
+SpeculativeConfig) and the others alike; before, ``dsi(runtime, target_pool, drafter, ...)`` with the drafter a
+``ModelDrafter`` where the checkout has proposers, else the drafter pool and ``tree=`` as at 460d16d. Exit status 1 when any configuration differs.
 """
 
 from __future__ import annotations
@@ -55,6 +56,32 @@ try:  # since issue 20: a proposer carries the tree (before, the algorithms took
     from specpar.algorithms.proposers import ModelDrafter
 except ImportError:
     ModelDrafter = None
+try:  # since issue 31: the algorithms take (g, pools, spec)
+    from specpar.core.query import Query
+    from specpar.algorithms.generation import Generation
+    from specpar.core.config import SpeculativeConfig
+    NEW_API = True
+except ImportError:
+    NEW_API = False
+
+
+def run_new(c, rt, target_pool, drafter, pools, decoding, stopping, tree):
+    # the algorithm called as the runner calls it: a Generation, the pools by name, the spec
+    algorithm = c["algorithm"]
+    g = Generation(Query(c["prompt"], c["max_new_tokens"], decoding, stopping), rt)
+    if algorithm == "hsd":
+        named = {f"level{i}": p for i, p in enumerate(pools)}
+        spec = SpeculativeConfig(algorithm="hsd", buffers=c["buffers"])
+        return hsd(g, named, spec)
+    if algorithm == "hsd-sp":  # HSD-SP ran DSI without its modes before issue 31
+        spec = SpeculativeConfig(algorithm="hsd-sp", buffers=c["buffers"], prefill_replicas=False,
+                                 dedicated_cursor=False)
+        return hsd_sp(g, {"levels": drafter, "target": target_pool}, spec)
+    modes = {"prefill_replicas": c["prefill_all"], "dedicated_cursor": c["dedicated_cursor"]}
+    spec = SpeculativeConfig(algorithm=algorithm, lookahead=c["lookahead"], tree=tree,
+                             **(modes if algorithm == "dsi" else {}))
+    pools = {"drafter": drafter, "target": target_pool}
+    return (dsi if algorithm == "dsi" else si)(g, pools, spec)
 
 
 def latency(spec):
@@ -86,16 +113,19 @@ def run(c):
         pools = [drafter, target_pool]
     else:
         pools = [Pool([m.server(f"level{i}")], f"level{i}") for i, m in enumerate(drafters + [target])]
+        drafter = target_pool = None
     rt = VirtualRuntime(pools, cancel_frees=c["cancel_frees"], link_ms=c["link_ms"])
     prompt = c["prompt"]
     trees = {}
-    if algorithm in ("si", "dsi"):
+    if algorithm in ("si", "dsi") and not NEW_API:
         if ModelDrafter is not None:
             drafter = ModelDrafter(rt, drafter, tree)
         else:
             trees["tree"] = tree
     with rt:
-        if algorithm == "dsi":
+        if NEW_API:  # since issue 31: the runner makes the Generation; each algorithm takes (g, pools, spec)
+            r = run_new(c, rt, target_pool, drafter, pools, decoding, stopping, tree)
+        elif algorithm == "dsi":
             r = dsi(rt, target_pool, drafter, prompt, n, k, decoding, None, stopping,
                     prefill_all=c["prefill_all"], dedicated_cursor=c["dedicated_cursor"], **trees)
         elif algorithm == "si":

@@ -33,6 +33,7 @@ from pathlib import Path
 from specpar import Engine, LatencyProfile, SamplingParams, SimulatedModel, generate
 from specpar.algorithms.registry import run_generation
 from specpar.core.config import RuntimeConfig, SpeculativeConfig
+from specpar.core.query import Query
 from virtual_instructions import callgrind_instructions
 
 
@@ -60,8 +61,13 @@ spec, virtual = SpeculativeConfig(algorithm={algo!r}, lookahead=5, sp_degree=4),
 want = target.greedy_tokens([1, 2, 3], {n})
 def engine_arm():
     return engine.generate([1, 2, 3], params, algorithm={algo!r}, lookahead=5)
-def bare_arm():
-    return run_generation([1, 2, 3], engine.targets, engine.drafters, spec, virtual, params.decoding(), {n})
+try:  # since issue 31 the runner takes a Query
+    from specpar.core.query import Query
+    def bare_arm():
+        return run_generation(Query([1, 2, 3], {n}, params.decoding()), engine.targets, engine.drafters, spec, virtual)
+except ImportError:
+    def bare_arm():
+        return run_generation([1, 2, 3], engine.targets, engine.drafters, spec, virtual, params.decoding(), {n})
 arm = {arm}_arm
 for _ in range({warmup} + {requests}):
     assert arm().tokens == want
@@ -117,13 +123,13 @@ def main() -> None:
     spec, virtual = SpeculativeConfig(algorithm=args.algo, lookahead=5, sp_degree=4), RuntimeConfig(name="virtual")
 
     def bare():
-        return run_generation(prompt, engine.targets, engine.drafters, spec, virtual, params.decoding(), args.N)
+        return run_generation(Query(prompt, args.N, params.decoding()), engine.targets, engine.drafters, spec, virtual)
 
     def via_engine():
         return engine.generate(prompt, params, algorithm=args.algo, lookahead=5)
 
     def one_off():
-        return generate(prompt, target, drafter, algorithm=args.algo, max_new_tokens=args.N, lookahead=5, sp_degree=4)
+        return generate(prompt, target, drafter, algorithm=args.algo, max_tokens=args.N, lookahead=5, sp_degree=4)
 
     want = target.greedy_tokens(prompt, args.N)
     arms = {"bare": bare, "engine": via_engine, "generate()": one_off}

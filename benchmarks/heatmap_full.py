@@ -48,18 +48,18 @@ def main() -> None:
         for seed in range(5):
             target = SimulatedModel(16, seed=seed, latency=LatencyProfile.uniform(1.0))
             drafter = target.drafter(a, LatencyProfile.uniform(c), seed=seed + 1)
-            generate([1, 2], target, algorithm="nonsi", max_new_tokens=100)
+            generate([1, 2], target, algorithm="nonsi", max_tokens=100)
             generate(
                 [1, 2],
                 target,
                 drafter,
                 algorithm="dsi",
-                max_new_tokens=100,
+                max_tokens=100,
                 lookahead=int(fig2.dsi_lookahead[i, j]),
                 sp_degree=7,
             )
             for k in range(1, 201):
-                generate([1, 2], target, drafter, algorithm="si", max_new_tokens=100, lookahead=k)
+                generate([1, 2], target, drafter, algorithm="si", max_tokens=100, lookahead=k)
         per_cell.append(time.perf_counter() - t)
     est = float(np.mean(per_cell)) * cells
     print(

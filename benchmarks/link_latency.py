@@ -55,7 +55,7 @@ def measure(arm: Arm, args, r: int) -> dict:
     for seed in range(args.seeds):
         target, drafter, prompt = setting(seed)
         for algo in times:
-            out = generate(prompt, target, drafter, algorithm=algo, max_new_tokens=args.N, lookahead=5, sp_degree=4,
+            out = generate(prompt, target, drafter, algorithm=algo, max_tokens=args.N, lookahead=5, sp_degree=4,
                            runtime_options={"link_ms": {"target": link}})  # fmt: skip
             times[algo].append(out.time_ms)
     m = {a: statistics.mean(t) for a, t in times.items()}
@@ -95,7 +95,7 @@ def validate(link: float, args) -> dict:
         target, drafter, prompt = setting(seed)
         targets = Pool([target.server(f"target{i}") for i in range(4)], "target")
         drafters = Pool([drafter.server("drafter")], "drafter")
-        kw = dict(algorithm="dsi", max_new_tokens=args.N, lookahead=5, sp_degree=4)
+        kw = dict(algorithm="dsi", max_tokens=args.N, lookahead=5, sp_degree=4)
         ray = generate(prompt, targets, drafters, runtime="ray", runtime_options=options, **kw)
         virtual = generate(prompt, target, drafter, runtime_options={"link_ms": {"target": link}}, **kw)
         if ray.tokens != virtual.tokens:

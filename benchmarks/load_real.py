@@ -96,7 +96,7 @@ def predicted(prof: dict, units: int, clients: int, requests: int, n: int) -> fl
         p = prof[role]
         return LatencyProfile(p["ttft_ms"], p["tpot_ms"], p["per_token_ms"])
 
-    setting = LoadSetting(units=units, target=lat("target"), drafter=lat("drafter"), max_new_tokens=n,
+    setting = LoadSetting(units=units, target=lat("target"), drafter=lat("drafter"), max_tokens=n,
                           acceptance_rate=prof["acceptance_rate"]["geometric"], lookahead=None)  # fmt: skip
     return LoadSimulation(setting).run("adaptive", clients=clients, requests=clients * requests).throughput
 

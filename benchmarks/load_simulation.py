@@ -33,7 +33,7 @@ def shared_clock_cost(repeats: int = 10) -> tuple[float, float]:
     from specpar import LatencyProfile, SimulatedModel
     from specpar.algorithms.registry import run_generation
     from specpar.core.config import RuntimeConfig, SpeculativeConfig
-    from specpar.core.decoding import GREEDY
+    from specpar.core.query import Query
     from specpar.runtimes.shared_clock import SharedClock
 
     spec = SpeculativeConfig(algorithm="dsi", lookahead=2, sp_degree=7)
@@ -41,7 +41,7 @@ def shared_clock_cost(repeats: int = 10) -> tuple[float, float]:
     def one(runtime, seed):
         target = SimulatedModel(32, seed=seed, latency=LatencyProfile.uniform(30.0))
         drafter = target.drafter(0.8, LatencyProfile.uniform(3.0), seed=seed + 1)
-        return run_generation([seed % 32], target, drafter, spec, runtime, GREEDY, 200)
+        return run_generation(Query([seed % 32], 200), target, drafter, spec, runtime)
 
     times = {"plain": [], "shared": []}
     for seed in range(repeats):

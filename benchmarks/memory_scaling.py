@@ -23,7 +23,7 @@ base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 target = SimulatedModel(32, seed=0, latency=LatencyProfile.uniform(30.0))
 drafter = target.drafter(0.8, LatencyProfile.uniform(3.0), seed=1)
 t0 = time.process_time()
-out = generate([1, 2, 3], target, drafter, algorithm="dsi", max_new_tokens=n, lookahead=2, sp_degree=7)
+out = generate([1, 2, 3], target, drafter, algorithm="dsi", max_tokens=n, lookahead=2, sp_degree=7)
 cpu = time.process_time() - t0
 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 print(json.dumps({"n": n, "tokens": len(out.tokens), "tasks": len(out.timeline), "base_kb": base,

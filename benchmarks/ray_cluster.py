@@ -72,7 +72,7 @@ def session(args):
 
 def measure(arm: Arm, args, r: int) -> dict:
     s = args.session
-    kw = dict(max_new_tokens=args.N, **arm.settings)
+    kw = dict(max_tokens=args.N, **arm.settings)
     out = generate(PROMPT, s.targets, s.drafters, runtime="ray", runtime_options=s.options, **kw)
     virtual = generate(PROMPT, s.target, s.drafter, **kw)
     same = out.tokens == s.target.greedy_tokens(PROMPT, args.N)

@@ -78,13 +78,13 @@ def measure(arm: Arm, args, r: int) -> dict:
     s, kind = args.session, arm.settings["measure"]
     if kind == "overhead":
         ray = arm.settings["runtime"] == "ray"
-        out = generate([1, 2, 3], s.zero, algorithm="nonsi", max_new_tokens=OVERHEAD_TASKS,
+        out = generate([1, 2, 3], s.zero, algorithm="nonsi", max_tokens=OVERHEAD_TASKS,
                        runtime=arm.settings["runtime"], runtime_options=s.options if ray else None)  # fmt: skip
         return {"us_per_task": out.time_ms * 1000 / OVERHEAD_TASKS}
     if kind == "cancel":
         return {"cancel_ms": cancel_latency(s.options, r)}
     prompt = [random.Random(r).randrange(32) for _ in range(8)]
-    kw = dict(algorithm="dsi", max_new_tokens=args.N, lookahead=5, sp_degree=4)
+    kw = dict(algorithm="dsi", max_tokens=args.N, lookahead=5, sp_degree=4)
     virtual = generate(prompt, s.target, s.drafter, runtime="virtual", **kw)
     if arm.settings["runtime"] == "threads":
         out = generate(prompt, s.target, s.drafter, runtime="threads", **kw)

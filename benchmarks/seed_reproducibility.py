@@ -18,7 +18,7 @@ from specpar import LatencyProfile, SimulatedModel, generate
 def run(seed: int, runtime: str, coupling: str) -> list[int]:
     target = SimulatedModel(8, seed=5, latency=LatencyProfile(ttft_ms=6.0, tpot_ms=2.0))
     drafter = target.drafter(0.8, LatencyProfile.uniform(0.2), seed=6)
-    kw = dict(algorithm="dsi", max_new_tokens=24, lookahead=2, sp_degree=3, temperature=1.0, coupling=coupling)
+    kw = dict(algorithm="dsi", max_tokens=24, lookahead=2, sp_degree=3, temperature=1.0, coupling=coupling)
     return generate([1, 2], target, drafter, seed=seed, runtime=runtime, **kw).tokens
 
 

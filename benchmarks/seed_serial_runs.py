@@ -24,7 +24,7 @@ from specpar import generate
 target, drafter = tiny_pair(vocab=64, seed=0, noise=0.3)
 kw = {{}} if {coupling!r} == "rejection" else {{"coupling": {coupling!r}}}
 outs = {{
-    tuple(generate([1, 2, 3, 4, 5], target, drafter, algorithm="dsi", max_new_tokens=32, temperature=1.0, seed=7,
+    tuple(generate([1, 2, 3, 4, 5], target, drafter, algorithm="dsi", max_tokens=32, temperature=1.0, seed=7,
                    runtime="threads", sp_degree=2, **kw).tokens)
     for _ in range(5)
 }}

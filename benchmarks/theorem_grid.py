@@ -37,15 +37,15 @@ def main() -> None:
                         target = SimulatedModel(8, seed=seed, latency=LatencyProfile(ratio, 1.0))
                         drafter = target.drafter(a, LatencyProfile(ratio * c, c), seed=seed + 5)
                         prompt = [seed, 3]
-                        nonsi = generate(prompt, target, algorithm="nonsi", max_new_tokens=N).time_ms
-                        si = generate(prompt, target, drafter, algorithm="si", max_new_tokens=N, lookahead=k).time_ms
+                        nonsi = generate(prompt, target, algorithm="nonsi", max_tokens=N).time_ms
+                        si = generate(prompt, target, drafter, algorithm="si", max_tokens=N, lookahead=k).time_ms
                         for prefill in (False, True):
                             dsi = generate(
                                 prompt,
                                 target,
                                 drafter,
                                 algorithm="dsi",
-                                max_new_tokens=N,
+                                max_tokens=N,
                                 lookahead=k,
                                 sp_degree=sp,
                                 prefill_replicas=prefill,

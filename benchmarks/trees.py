@@ -59,7 +59,7 @@ def run(algorithm: str, a: float, c: float, per_node: float = 0.0, k: int | None
         target = SimulatedModel(8, seed=seed, latency=LatencyProfile(1.0, 1.0, per_node))
         drafter = target.drafter(a, target.latency.scaled(c), seed=seed + 11)
         r = generate(
-            [seed, 1], target, drafter, algorithm=algorithm, max_new_tokens=N, lookahead=k, tree=tree, sp_degree=sp
+            [seed, 1], target, drafter, algorithm=algorithm, max_tokens=N, lookahead=k, tree=tree, sp_degree=sp
         )
         times.append(r.time_ms)
         per_pass.append(r.mean_acceptance_length)

@@ -50,7 +50,7 @@ t_ms, d_ms, a, k, sp, n, seeds = {setting!r}
 for seed in range({runs}):
     target = SimulatedModel(32, seed=seed, latency=LatencyProfile.uniform(t_ms))
     drafter = target.drafter(a, LatencyProfile.uniform(d_ms), seed=seed + 1)
-    out = generate([seed % 32], target, drafter, algorithm="dsi", max_new_tokens=n, lookahead=k, sp_degree=sp)
+    out = generate([seed % 32], target, drafter, algorithm="dsi", max_tokens=n, lookahead=k, sp_degree=sp)
     assert len(out.tokens) == n
 """
 

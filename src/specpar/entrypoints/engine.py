@@ -26,17 +26,20 @@ import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 
-from specpar.algorithms.registry import check_context_window, model_of
+from specpar.algorithms.checks import check_context_window
 from specpar.backends.cpu_threads import SharedThreads, cpu_cores, model_uses_torch
 from specpar.backends.loading import choose_backend, load_pair
 from specpar.backends.vocabulary import fit_drafters
 from specpar.core.config import RuntimeConfig, SpeculativeConfig, split_options
 from specpar.core.errors import ConfigError
+from specpar.core.numbers import is_int
 from specpar.core.params import SAMPLING_FIELDS, SamplingParams
+from specpar.core.query import Query
 from specpar.core.results import GenerationResult, overhead
 from specpar.core.stopping import Stopping, TextStream, detokenize, end_of_text_ids
 from specpar.planning.load import POLICIES, Option, ShareCurve, fixed
 from specpar.runtimes import Pool
+from specpar.runtimes.base import model_of
 from specpar.runtimes.virtual import collector_paused
 from specpar.scheduling import LoadMetrics, Scheduler, Unit
 from specpar.scheduling.request import Request
@@ -201,7 +204,7 @@ class Engine:
 
     def _unit_count(self, units, target, drafter, sp_degree: int) -> int:
         """Units of one target and one drafter server each; 0: one unit of every server (Pools, or units=1)."""
-        if units is not None and (isinstance(units, bool) or not isinstance(units, int) or not 1 <= units <= 1024):
+        if units is not None and not is_int(units, 1, 1024):
             raise ConfigError(f"units must be an integer in [1, 1024], got {units!r}")
         if any(isinstance(x, Pool) for x in (target, *(drafter if isinstance(drafter, (list, tuple)) else [drafter]))):
             if units not in (None, 1):
@@ -431,18 +434,9 @@ class Engine:
         curve = self.curve(spec, params.max_tokens)
         if spec.lookahead == "auto" and curve.option(curve.max_units).ms_per_token is None:
             spec = spec.replace(lookahead=self.auto_lookahead(spec, params.max_tokens))  # (or its clear error)
-        request = Request(
-            scheduler,
-            ids,
-            spec,
-            curve,
-            runtime,
-            params.decoding(len(ids), self.end_of_text),
-            params.max_tokens,
-            stream=stream,
-            stopping=self.stopping(ids, params),
-            ready_made=self.keep_actors,
-        )
+        decoding = params.decoding(len(ids), self.end_of_text)
+        query = Query(ids, params.max_tokens, decoding, self.stopping(ids, params), stream)
+        request = Request(scheduler, query, spec, curve, runtime, self.keep_actors)
         return request, spec
 
     def _finished(self, result: GenerationResult, ids: list[int], params: SamplingParams) -> GenerationResult:
@@ -586,16 +580,16 @@ class Engine:
         busy = len(cpu) if algorithm in ("dsi", "hsd-sp") else 1  # non-SI and SI run one server at a time
         return max(1, cpu_cores() // max(1, busy))
 
-    def check_length(self, prompt_len: int, max_new_tokens: int) -> None:
+    def check_length(self, prompt_len: int, max_tokens: int) -> None:
         """Refuse a prompt and output longer than the models' context windows, before any work."""
-        check_context_window(prompt_len, max_new_tokens, self.target_model, self.drafter_model)
+        check_context_window(prompt_len, max_tokens, self.target_model, self.drafter_model)
 
-    def auto_lookahead(self, spec: SpeculativeConfig, max_new_tokens: int) -> int:
+    def auto_lookahead(self, spec: SpeculativeConfig, max_tokens: int) -> int:
         """lookahead="auto": the fastest by simulation of the models' latencies and acceptance rate."""
         from specpar.prediction.lookahead_choice import auto_lookahead
 
         k = auto_lookahead(
-            self.targets, self.drafters, spec.algorithm, spec.sp_degree, max_new_tokens, spec.dedicated_cursor
+            self.targets, self.drafters, spec.algorithm, spec.sp_degree, max_tokens, spec.dedicated_cursor
         )
         log.info("lookahead %d: the fastest %s's simulation predicts (lookahead='auto')", k, spec.algorithm)
         return k

@@ -29,7 +29,6 @@ from collections.abc import Callable
 
 from greenlet import getcurrent, greenlet
 
-from specpar.core.errors import ServerError
 from specpar.runtimes.base import Pool, Task
 from specpar.runtimes.virtual import VirtualRuntime
 
@@ -198,15 +197,7 @@ class ClockRuntime(VirtualRuntime):
     def wait(self) -> Task:
         if not self._live:
             raise RuntimeError("wait() called with no task in flight (an algorithm bug)")
-        task = self.clock._suspend()
-        try:
-            task.result = task.server.compute(task.call)
-        except Exception as exc:
-            task.error = exc
-            self._free(task.pool, task.server)
-            raise ServerError(task.server.name, task.call.kind, exc) from exc
-        self._free(task.pool, task.server)
-        return task
+        return self._finish(self.clock._suspend())
 
     def cancel(self, task: Task) -> None:
         if task.done or task.cancelled:

@@ -139,16 +139,16 @@ def test_a_token_id_beyond_a_transformers_vocabulary_is_refused():
 
     target, drafter = tiny_pair(vocab=16)
     with pytest.raises(ConfigError, match=r"integers in \[0, 15\]; position 1 holds 16"):
-        generate([3, 16], target, drafter, max_new_tokens=2, runtime="threads")
-    assert len(generate([3, 15], target, drafter, max_new_tokens=2, runtime="threads").tokens) == 2
+        generate([3, 16], target, drafter, max_tokens=2, runtime="threads")
+    assert len(generate([3, 15], target, drafter, max_tokens=2, runtime="threads").tokens) == 2
 
 
 def test_a_drafter_with_another_vocabulary_is_refused_when_sampling(pair):
     target, _ = pair
     other = SimulatedModel(16, latency=LatencyProfile.uniform(1.0)).drafter(0.8, LatencyProfile.uniform(0.1))
     with pytest.raises(ConfigError, match="the drafter's vocabulary has 16 tokens but the target's has 8"):
-        generate([1, 2], target, other, temperature=1.0, max_new_tokens=4)
-    assert len(generate([1, 2], target, other, max_new_tokens=4).tokens) == 4  # greedy compares token ids only
+        generate([1, 2], target, other, temperature=1.0, max_tokens=4)
+    assert len(generate([1, 2], target, other, max_tokens=4).tokens) == 4  # greedy compares token ids only
 
 
 def test_a_prompt_that_encodes_to_nothing_is_named():

@@ -28,6 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from specpar.core.errors import ConfigError
+from specpar.core.numbers import is_int
 
 MAX_EXACT_UBATCH = 63  # ggml's flash attention switches to its tiled kernel at GGML_FA_TILE_Q = 64 query rows
 SPLIT_ATTENTION_FROM = 257  # one-token passes split attention over the cache once it spans 512 cells (256 padded)
@@ -54,7 +55,7 @@ class LlamaSettings:
     def __post_init__(self):
         for name in ("threads", "batch_threads", "ubatch"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            if not is_int(value, 1):
                 raise ConfigError(f"llama.cpp setting {name} must be an integer >= 1, got {value!r}")
 
     def warnings(self, tiled_mm: str | None = None) -> list[str]:

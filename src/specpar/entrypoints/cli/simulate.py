@@ -213,7 +213,7 @@ def run(args) -> int:
 
 def _run_with_progress(compare, args, make_models, make_prompt, k):
     kwargs = dict(
-        max_new_tokens=args.max_tokens,
+        max_tokens=args.max_tokens,
         lookahead=k,
         sp_degree=args.sp_degree,
         repeats=args.repeats,

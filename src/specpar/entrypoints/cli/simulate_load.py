@@ -111,7 +111,7 @@ def run(args) -> int:
         args.output = check_output_file(args.output, "-o", image_suffixes())
     (target, drafter), a = pair.latencies(), pair.acceptance_rate
     setting = LoadSetting(
-        units=args.units, target=target, drafter=drafter, acceptance_rate=a, max_new_tokens=args.max_tokens,
+        units=args.units, target=target, drafter=drafter, acceptance_rate=a, max_tokens=args.max_tokens,
         prompt_length=pair.prompt_length, vocab_size=pair.vocab_size, lookahead=args.lookahead,
         temperature=args.temperature,
     )  # fmt: skip
