@@ -20,7 +20,7 @@ def prefill_pays_off(target) -> bool:
 
     A cold replica pays TTFT on its first verification; prefilling all replicas in parallel at once
     keeps DSI never slower than non-SI when TTFT > TPOT, and costs ~0.1% when TTFT = TPOT
-    (benchmarks/theorem_grid.py).
+    (python -m benchmarks theorem_grid).
     """
     lat = latency_of(target)
     return lat is None or lat.ttft_ms > lat.tpot_ms

@@ -40,6 +40,7 @@ from specpar.core.stopping import Stopping, TextStream, detokenize, end_of_text_
 from specpar.planning.load import POLICIES, Option, ShareCurve, fixed
 from specpar.runtimes import Pool
 from specpar.runtimes.base import model_of
+from specpar.runtimes.capacity import check_servers
 from specpar.runtimes.virtual import collector_paused
 from specpar.scheduling import LoadMetrics, Scheduler, Unit
 from specpar.scheduling.request import Request
@@ -65,6 +66,21 @@ def uses_torch(source) -> bool:
     if isinstance(source, Pool):
         return hasattr(source.servers[0], "module")
     return model_uses_torch(source)
+
+
+def unit_count(units: int | None, sp_degree: int, drafts: bool = True) -> int:
+    """The processing units an Engine of models makes for ``units`` (None: sp_degree + 1 with a drafter, else
+    sp_degree); 0 for units=1: one unit of every server."""
+    if units == 1:
+        return 0
+    if units is None:
+        return sp_degree + 1 if drafts else sp_degree
+    return units
+
+
+def servers_of_units(n: int, sp_degree: int) -> tuple[int, int]:
+    """(target servers, drafter servers per drafter model) of ``n`` units (0: one unit of sp_degree targets)."""
+    return (n, n) if n else (sp_degree, 1)
 
 
 class Engine:
@@ -144,7 +160,9 @@ class Engine:
             raise ConfigError(f"policy must be one of {', '.join(POLICIES)}, got {policy!r}")
         self.policy = policy
         n = self._unit_count(units, target, drafter, sp_degree)
-        targets, drafters = (n, n) if n else (sp_degree, 1)  # ready-made Pools: one unit, as many servers as today
+        targets, drafters = servers_of_units(n, sp_degree)
+        levels = len(drafter) if isinstance(drafter, (list, tuple)) else 0 if drafter is None else 1
+        check_servers(self.runtime_config, targets, drafters * levels)  # before any is made (a thread or process each)
         self.targets = self._servers(target, targets, "target", target_devices, max_tokens)
         if isinstance(drafter, (list, tuple)):  # HSD's levels (or merged drafters), the smallest first
             self.drafters = [
@@ -210,11 +228,7 @@ class Engine:
             if units not in (None, 1):
                 raise ConfigError("servers given as Pools form one processing unit: give models for units > 1")
             return 0
-        if units == 1:
-            return 0
-        if units is None:
-            return sp_degree + 1 if drafter is not None else sp_degree
-        return units
+        return unit_count(units, sp_degree, drafter is not None)
 
     def _units(self, n: int) -> list[Unit]:
         """The processing units: one per target server, each with its drafter server(s); one for ready-made Pools."""
@@ -318,10 +332,20 @@ class Engine:
             raise failed[min(failed)]
         return results
 
-    def stream(self, prompt, params: SamplingParams | None = None, *, speculative_config=None, **options) -> Iterator:
+    def stream(
+        self,
+        prompt,
+        params: SamplingParams | None = None,
+        *,
+        speculative_config=None,
+        cancel: threading.Event | None = None,
+        **options,
+    ) -> Iterator:
         """The output as it is verified: text pieces where the target has a tokenizer (joined, exactly the
         result's text; never any of a stop string), else lists of token ids. The generation runs on a thread
-        of its own; closing the iterator early ends it. Arguments as :meth:`generate`'s."""
+        of its own; closing the iterator early ends it, and so does setting ``cancel`` (from any thread: the
+        generation ends at its next verified tokens, the iterator then ends and returns None). Arguments as
+        :meth:`generate`'s."""
         spec, params = self._request_config(speculative_config, params, options)
         ids = self.prompt_ids(prompt)
         pieces: queue.Queue = queue.Queue()
@@ -330,7 +354,7 @@ class Engine:
         done: list[GenerationResult] = []
 
         def on_tokens(tokens):
-            if abandoned.is_set():
+            if abandoned.is_set() or (cancel is not None and cancel.is_set()):
                 raise _Abandoned
             piece = text.push(tokens) if text is not None else list(tokens)
             if piece:
