@@ -4,6 +4,7 @@ running through it."""
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import dataclasses
 import io
@@ -16,6 +17,7 @@ import pytest
 
 from benchmarks import runner
 from benchmarks.runner import Arm, Benchmark
+from test_layers import cycles
 
 
 @pytest.fixture
@@ -131,6 +133,25 @@ def test_control_a_script_outside_the_runner_is_found(tmp_path):
     (tmp_path / "run.sh").write_text("#!/bin/sh\n")
     (tmp_path / "new.py").write_text("BENCHMARK = Benchmark(description='x', reports={}, arms=None, measure=None)\n")
     assert not_benchmarks(tmp_path) == ["old.py", "run.sh"]
+
+
+def benchmark_imports(folder: Path) -> dict[str, set[str]]:
+    """{module: the modules of the benchmarks package it imports}, read from the source."""
+    graph = {}
+    for path in folder.glob("*.py"):
+        found = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("benchmarks."):
+                found.add(node.module.split(".")[1])
+            elif isinstance(node, ast.Import):
+                found.update(a.name.split(".")[1] for a in node.names if a.name.startswith("benchmarks."))
+        graph[path.stem] = found
+    return graph
+
+
+def test_no_import_circle_among_the_benchmarks():
+    assert cycles(benchmark_imports(Path(runner.__file__).parent)) == []
+    assert cycles({"dsi_gap": {"real_hardware"}, "real_hardware": {"dsi_gap"}}) == [["dsi_gap", "real_hardware"]]
 
 
 @pytest.mark.slow
