@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from specpar.algorithms.checks import check_context_window
 from specpar.backends.cpu_threads import cpu_cores
 from specpar.core.errors import ConfigError
 from specpar.core.model import as_model
@@ -143,6 +144,8 @@ def measure_pair(
     """Measure ``target`` and ``drafter`` (models) on this machine over ``prompts`` (token ids; module docstring)."""
     if not prompts:
         raise ConfigError("measuring a pair needs at least one sample prompt")
+    for ids in prompts:  # each prompt and its greedy tokens fit in both models' context windows
+        check_context_window(len(ids), options.tokens + 1, target, drafter)
     step = progress or (lambda label: None)
     t0, load0, cores = time.perf_counter(), _load(), cpu_cores()
     fig = PairFigures(
