@@ -40,7 +40,7 @@ def test_default_pair_runs_every_algorithm_on_a_humaneval_prompt_with_the_same_o
         pytest.importorskip("llama_cpp")
     target, drafter = load_pair(progress=False, backend=backend)
     assert target.vocab_size == drafter.vocab_size == 151936
-    servers = Engine(target, drafter, sp_degree=2, devices=["cpu"], max_tokens=512, runtime="threads")
+    servers = Engine(target, drafter, sp_degree=2, devices=["cpu"], max_model_len=512, runtime="threads")
     ids = prompts.load("humaneval", 1)[0].token_ids(target)
     results = {}
     for algorithm in ("nonsi", "si", "dsi"):

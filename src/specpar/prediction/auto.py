@@ -162,7 +162,7 @@ def profile_of(given, target_model, drafter_model, latencies) -> MachineProfile:
         raise ConfigError(f"profile must be a MachineProfile or a JSON file's path, got {type(given).__name__}")
     t, d = latencies
     rate = getattr(drafter_model, "acceptance_rate", None)
-    simulated = hasattr(target_model, "h0")  # a simulated model: its latency profile is its cost
+    simulated = not target_model.real  # a simulated model: its latency profile is its cost
     if simulated and t is not None:
         with_drafter = d is not None and rate is not None
         return MachineProfile.from_latency(t, d if with_drafter else None, rate if with_drafter else None,
@@ -174,24 +174,26 @@ def _name(model) -> str:
     return str(getattr(model, "name", None) or type(model).__name__)
 
 
-def for_engine(engine) -> Auto:
-    """``auto`` for ``engine`` (an :class:`~specpar.entrypoints.engine.Engine`): its profile (:func:`profile_of`) and
-    its shape (units, target servers, runtime, CPU or devices, drafter model or not)."""
+def for_servers(profile, targets, drafters, units: int, runtime, sp_degree: int) -> Auto:
+    """``auto`` for an engine's servers: the ``targets`` Pool and ``drafters`` (a Pool, levels, or None), ``units``
+    processing units, ``runtime`` (its RuntimeConfig) and ``sp_degree`` target servers at most; its profile is
+    :func:`profile_of` ``profile`` (as the engine was given it)."""
     from specpar.runtimes import Pool
-    from specpar.runtimes.base import latency_of
+    from specpar.runtimes.base import latency_of, model_of
 
-    drafter = engine.drafters if isinstance(engine.drafters, Pool) else None  # (HSD's levels: not predicted)
-    latencies = (latency_of(engine.targets), latency_of(drafter) if drafter is not None else None)
-    profile = profile_of(engine.profile, engine.target_model, engine.drafter_model if drafter else None, latencies)
-    config = engine.runtime_config
+    drafter = drafters if isinstance(drafters, Pool) else None  # (HSD's levels: not predicted)
+    target_model = model_of(targets)
+    latencies = (latency_of(targets), latency_of(drafter) if drafter is not None else None)
+    profile = profile_of(profile, target_model, model_of(drafter) if drafter else None, latencies)
+    servers = targets.servers + (drafter.servers if drafter is not None else [])
     shape = EngineShape(
-        units=len(engine.units),
-        targets=engine.sp_degree,
-        runtime=engine.runtime,
-        cpus_per_server=config.cpus_per_server if engine.runtime == "ray" else None,
-        cpu=engine.real and all(getattr(s, "device", "cpu") == "cpu" for s in engine.all),
+        units=units,
+        targets=sp_degree,
+        runtime=runtime.name,
+        cpus_per_server=runtime.cpus_per_server if runtime.name == "ray" else None,
+        cpu=target_model.real and all(getattr(s, "device", "cpu") == "cpu" for s in servers),
         drafter=drafter is not None,
-        cancel_frees=config.cancel_frees if engine.runtime == "virtual" else {"target": "end"},
+        cancel_frees=runtime.cancel_frees if runtime.name == "virtual" else {"target": "end"},
     )
     return Auto(profile, shape)
 

@@ -95,7 +95,7 @@ class _Predictor:
     def __init__(self, spec: SpeculativeConfig, target, drafter, n: int, seed: int, machine=None):
         self.spec, self.n, self.seed, self.machine = spec, max(2, n), seed, machine
         self.t, self.d = latency_of(target), latency_of(drafter) if drafter is not None else None
-        self.a = getattr(model_of(drafter), "acceptance_rate", None) if drafter is not None else None
+        self.a = model_of(drafter).acceptance_rate if drafter is not None else None
         self.known = (
             self.t is not None
             and self.t.tpot_ms > 0
@@ -149,3 +149,28 @@ class _Predictor:
             k = min(times, key=times.get)
             return k, times[k] / self.n
         return k, self.machine(option.replace(lookahead=k) if k else option, self.n) / self.n
+
+
+class Curves:
+    """An engine's share curves, made once per configuration and length (:func:`share_curve`): under ``policy`` on
+    ``units`` units of ``target`` and ``drafter`` Pools; one unit (ready-made servers) runs each request's own
+    configuration on all of it."""
+
+    def __init__(self, policy: str, target, drafter, units: int):
+        self.policy, self.target, self.drafter, self.units = policy, target, drafter, units
+        self._made: dict = {}
+
+    def of(self, spec: SpeculativeConfig, max_tokens: int, machine=None) -> ShareCurve:
+        """``spec``'s curve for requests of ``max_tokens`` tokens; ``machine``: the machine's predictions (a
+        configuration auto chose: its shares predicted as auto predicts, :func:`share_curve`)."""
+        key = (spec, min(max_tokens, CURVE_TOKENS), machine is not None)
+        curve = self._made.get(key)
+        if curve is None:
+            if self.units == 1:
+                k = spec.lookahead if isinstance(spec.lookahead, int) else None
+                curve = fixed(Option(1, spec.algorithm, spec.sp_degree or 1, k))
+            else:
+                curve = share_curve(self.policy, spec, self.target, self.drafter, self.units, max_tokens,
+                                    machine=machine)  # fmt: skip
+            self._made[key] = curve
+        return curve
