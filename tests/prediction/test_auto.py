@@ -92,7 +92,9 @@ def test_the_schedulers_shares_of_an_auto_request_use_the_machines_predictions()
     slow = MachineProfile.from_latency(LatencyProfile(10.0, 10.0, 100.0), LatencyProfile(0.5, 0.5), 0.9)
     spec = SpeculativeConfig(algorithm="dsi", sp_degree=2, lookahead=3)
     with Engine(target, drafter, units=3, profile=slow) as engine:
-        curve = engine.curve(engine._spec(spec, {}), 30, auto=True)  # as auto's choice: every share predicted
+        requests = engine._requests
+        spec = requests.config(spec, None, {})[0]
+        curve = requests.curves.of(spec, 30, requests._machine())  # as auto's choice: every share predicted
         assert [curve.option(u).algorithm for u in (1, 2, 3)] == ["nonsi"] * 3
         # control: a request that names its algorithm keeps the models' own latencies, where DSI pays
-        assert engine.curve(engine._spec(spec, {}), 30).option(3).algorithm == "dsi"
+        assert requests.curves.of(spec, 30).option(3).algorithm == "dsi"
