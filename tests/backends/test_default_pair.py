@@ -42,7 +42,7 @@ def test_default_pair_runs_every_algorithm_on_a_humaneval_prompt_with_the_same_o
     assert target.vocab_size == drafter.vocab_size == 151936
     ids = prompts.load("humaneval", 1)[0].token_ids(target)
     results = {}
-    with Engine(target, drafter, sp_degree=2, devices=["cpu"], max_tokens=512, runtime="threads") as servers:
+    with Engine(target, drafter, sp_degree=2, devices=["cpu"], max_model_len=512, runtime="threads") as servers:
         for algorithm in ("nonsi", "si", "dsi"):
             servers.reset()
             results[algorithm] = servers.generate(

@@ -11,6 +11,8 @@ import threading
 from collections.abc import Sequence
 from contextlib import contextmanager
 
+from specpar.core.model import as_model
+
 
 def cpu_cores() -> int:
     try:
@@ -21,7 +23,7 @@ def cpu_cores() -> int:
 
 def model_uses_torch(model) -> bool:
     """Whether ``model`` computes with torch (a transformers model: its thread count is torch's, process-wide)."""
-    return hasattr(model, "module_on")
+    return as_model(model).kind == "transformers"
 
 
 class SharedThreads:
@@ -31,12 +33,12 @@ class SharedThreads:
     :mod:`specpar.backends.llama.settings`).
 
     torch: whether to set torch's count (never imported for models that do not use it).
-    servers: the servers whose ``set_batch_threads`` (llama.cpp) takes the count.
+    servers: the servers whose ``set_batch_threads`` takes the count (llama.cpp's; the others have no such setting).
     """
 
     def __init__(self, torch: bool, servers: Sequence = ()):
         self._torch = torch
-        self._servers = [s for s in servers if hasattr(s, "set_batch_threads")]
+        self._servers = list(servers)
         self._lock = threading.Lock()
         self._count = 0
         self._before: tuple = (None, [])

@@ -1,7 +1,11 @@
 """Loading real models given as paths (or the default pair): which backend, then the pair on it.
 
+Errors name the settings as the library takes them (``target=``, ``drafter=``, ``dtype=``); the command line says
+``--target``, ``--drafter`` and ``--dtype`` instead (:data:`CLI_FLAGS`).
+
 :func:`choose_backend` decides between llama.cpp (GGUF files on the CPU) and transformers; :func:`load_pair`
-loads a target and a drafter on it, checking before any weights load that they share a tokenizer.
+loads a target and a drafter on it, checking before any weights load that they share a tokenizer;
+:class:`LoadConfig` is an Engine's loading and placement settings.
 """
 
 from __future__ import annotations
@@ -10,6 +14,8 @@ import logging
 import os
 import sys
 import time
+import warnings
+from dataclasses import dataclass, fields
 
 from specpar.core.errors import ConfigError
 
@@ -43,6 +49,14 @@ def choose_backend(backend: str | None, target=None, drafter=None, devices=None)
 
 
 LLAMA_EXTRA = "pip install 'specpar[llama]'"
+CLI_FLAGS = {"target=": "--target", "drafter=": "--drafter", "dtype=": "--dtype"}  # the errors' names on the CLI
+
+
+def in_flags(message: str) -> str:
+    """A loading error's message with the library's names of the settings replaced by the command line's flags."""
+    for name, flag in CLI_FLAGS.items():
+        message = message.replace(name, flag)
+    return message
 
 
 GPU_DEVICE_FILES = ("/dev/nvidiactl", "/dev/nvidia0", "/proc/driver/nvidia", "/dev/kfd")  # CUDA's and ROCm's drivers
@@ -71,13 +85,17 @@ def load_pair(
     progress: bool = True,
     target_device: str | None = None,
     backend: str | None = None,
+    with_drafter: bool = True,
 ):
     """(target, drafter): the default pair when neither is given, else the two given; LlamaModels (GGUF files on
     llama.cpp) or TransformersModels, as :func:`choose_backend` says; the drafter is loaded on ``device``, the
-    target on ``target_device`` (default: the same)."""
+    target on ``target_device`` (default: the same). with_drafter=False (nothing drafts with a model: an n-gram
+    proposer alone): no drafter is needed, and none is loaded unless given; then (target, None)."""
     from specpar.backends.weights import load_default_pair
 
     backend = choose_backend(backend, target, drafter, [d for d in (device, target_device) if d])
+    if not with_drafter and drafter is None:
+        return _load_target(target, device, dtype, progress, target_device, backend), None
     if backend == "llama":
         return _load_llama(target, drafter, dtype, progress)
     from transformers.utils import logging as transformers_logging
@@ -92,11 +110,13 @@ def load_pair(
     log.info("loading %s and %s", target or "the default target", drafter or "the default drafter")
     if target is None and drafter is None:
         if dtype not in (None, "float32"):
-            raise ConfigError("the default pair is converted to float32; give --target/--drafter for another dtype")
+            raise ConfigError(
+                "the default pair is converted to float32: another dtype= needs a target= and drafter= of your own"
+            )
         t, d = load_default_pair(device, progress, target_device)
     else:
         if target is None or drafter is None:
-            raise ConfigError("give both --target and --drafter (or neither, for the default pair)")
+            raise ConfigError("give both target= and drafter= (or neither, for the default pair)")
         target_tokenizer, drafter_tokenizer = load_tokenizers(target, drafter)  # compared before any weights load
         t = TransformersModel(target, target_tokenizer, device=target_device or device, dtype=dtype)
         d = fit_drafter(t, TransformersModel(drafter, drafter_tokenizer, device=device, dtype=dtype))
@@ -105,19 +125,60 @@ def load_pair(
     return t, d
 
 
+def context_window_of(path) -> int | None:
+    """The context window of the model at ``path`` read before it loads: a GGUF file's ``<arch>.context_length``,
+    a transformers directory's ``max_position_embeddings`` (or ``n_positions``); None when it does not say (or
+    cannot be read: loading then names the problem)."""
+    import json
+    from pathlib import Path
+
+    path = Path(path)
+    try:
+        if path.is_file() and path.suffix.lower() == ".gguf":
+            from specpar.backends.llama.gguf_file import read_header
+
+            header = read_header(path)
+            value = header.metadata.get(f"{header.architecture}.context_length")
+        else:
+            config = json.loads((path / "config.json").read_text())
+            value = config.get("max_position_embeddings") or config.get("n_positions")
+    except (OSError, ValueError, ConfigError, AttributeError):
+        return None
+    return int(value) if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def _load_target(target, device, dtype, progress: bool, target_device, backend: str):
+    """The target alone (the default pair's, or the one given), on ``backend``."""
+    from specpar.backends.weights import load_default_pair
+
+    if target is None:
+        if backend == "llama" and dtype is not None:
+            raise ConfigError("dtype= is for the transformers backend: a GGUF file carries its own quantization")
+        return load_default_pair(device, progress, target_device, backend=backend, with_drafter=False)[0]
+    if backend == "llama":
+        from specpar.backends.llama.model import LlamaModel
+
+        if dtype is not None:
+            raise ConfigError("dtype= is for the transformers backend: a GGUF file carries its own quantization")
+        return LlamaModel(target)
+    from specpar.backends.transformers_model import TransformersModel
+
+    return TransformersModel(target, device=target_device or device, dtype=dtype)
+
+
 def _load_llama(target, drafter, dtype, progress: bool):
     """(target, drafter) LlamaModels: the default pair's GGUF files, or the two files given."""
     from specpar.backends.llama.model import LlamaModel, check_same_tokenizer_files, check_same_vocabulary
     from specpar.backends.weights import load_default_pair
 
     if dtype is not None:
-        raise ConfigError("--dtype is for the transformers backend: a GGUF file carries its own quantization")
+        raise ConfigError("dtype= is for the transformers backend: a GGUF file carries its own quantization")
     t0 = time.perf_counter()
     if target is None and drafter is None:
         t, d = load_default_pair(progress=progress, backend="llama")
     else:
         if target is None or drafter is None:
-            raise ConfigError("give both --target and --drafter (or neither, for the default pair)")
+            raise ConfigError("give both target= and drafter= (or neither, for the default pair)")
         check_same_tokenizer_files(target, drafter)  # from the headers, before any weights load
         t, d = LlamaModel(target), LlamaModel(drafter)
         check_same_vocabulary(t, d)
@@ -126,3 +187,56 @@ def _load_llama(target, drafter, dtype, progress: bool):
         for line in m.describe().splitlines():
             log.info("%s", line)
     return t, d
+
+
+@dataclass(frozen=True, kw_only=True)
+class LoadConfig:
+    """How an :class:`~specpar.Engine` loads models given as paths (or the default pair) and places their servers.
+
+    backend: "llama" (GGUF files on llama.cpp, CPU) or "transformers"; default: :func:`choose_backend`'s.
+    devices: the drafter's servers on the first, the target's round-robin over the others (one device: all on it);
+        default: where the models are. dtype: the transformers weights' type (default float32).
+    max_model_len: real models: the longest sequence a server holds (prompt + output), for the memory check
+        (vLLM's name; ``max_tokens`` is its deprecated alias, a request's output length being max_tokens).
+    """
+
+    backend: str | None = None
+    devices: tuple[str, ...] | None = None
+    dtype: str | None = None
+    max_model_len: int = 4096
+
+    @classmethod
+    def take(cls, options: dict) -> LoadConfig:
+        """The config named by ``options``' keywords for it, taken out of ``options``."""
+        if "max_tokens" in options:
+            warnings.warn("Engine(max_tokens=) is deprecated: give max_model_len=", DeprecationWarning, stacklevel=3)
+            options.setdefault("max_model_len", options.pop("max_tokens"))
+        fields = {name: options.pop(name) for name in LOAD_FIELDS if name in options}
+        if fields.get("devices") is not None:
+            fields["devices"] = tuple(fields["devices"])
+        return cls(**fields)
+
+    def load(self, target, drafter):
+        """(target, drafter) loaded from their paths (the default pair for None and None) on :func:`choose_backend`'s
+        backend: the drafter on the first device, the target on the second where there are two."""
+        backend = choose_backend(self.backend, target, drafter, self.devices)
+        if backend == "llama":
+            devices = list(self.devices or ["cpu"])
+        else:
+            from specpar.backends.transformers_model import available_devices
+
+            devices = list(self.devices) if self.devices else available_devices()
+        target_device = devices[1] if len(devices) > 1 else None
+        return load_pair(target, drafter, devices[0], self.dtype, target_device=target_device, backend=backend)
+
+    def placement(self, target, drafter) -> tuple[list[str], list[str]]:
+        """(the target's devices, the drafter's): ``devices``, else where the models are (the drafter's device
+        first, then the target's; "cpu" for simulated models)."""
+        devices = list(self.devices or ())
+        if not devices:
+            first = drafter if drafter is not None else target
+            devices = list(dict.fromkeys(m.device or "cpu" for m in (first, target)))
+        return (devices[1:] if len(devices) > 1 else devices), devices[:1]
+
+
+LOAD_FIELDS = tuple(f.name for f in fields(LoadConfig))

@@ -491,12 +491,9 @@ def _renamed(config: Mapping[str, Any], names: Mapping[str, str], cls) -> dict:
 
 
 def _json_object(text: str, what: str) -> dict:
-    import json
+    from specpar.core.json_output import parse
 
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"{what} is not valid JSON: {exc.msg} (at character {exc.pos})") from None
+    value = parse(text, what)
     if not isinstance(value, dict):
         raise ConfigError(f"{what} must be a JSON object, got {type(value).__name__}")
     return value

@@ -115,6 +115,10 @@ class GenerationResult:
     time_lost_ms: float = 0.0  # time their unfinished calls had run before being redone elsewhere
     # one per output token when asked for (SamplingParams.logprobs, Decoding.logprobs), else None
     logprobs: list[TokenLogprob] | None = None
+    # an Engine's request: the time it waited for processing units, and its time outside forward passes (real
+    # models on threads: :func:`overhead`); None elsewhere
+    queue_ms: float | None = None
+    overhead: dict | None = None
 
     @property
     def timeline(self) -> list[TaskRecord]:

@@ -233,7 +233,7 @@ def auto_lookahead(
     from specpar.runtimes.base import latency_of, model_of
 
     t, d = latency_of(target), latency_of(drafter)
-    a = getattr(model_of(drafter), "acceptance_rate", None)
+    a = None if drafter is None else model_of(drafter).acceptance_rate
     if t is None or d is None or a is None:
         raise ConfigError(
             'lookahead="auto" needs both latency profiles and the drafter\'s acceptance rate (a simulated drafter); '

@@ -80,7 +80,7 @@ class _Predictor:
     def __init__(self, spec: SpeculativeConfig, target, drafter, n: int, seed: int):
         self.spec, self.n, self.seed = spec, max(2, n), seed
         self.t, self.d = latency_of(target), latency_of(drafter) if drafter is not None else None
-        self.a = getattr(model_of(drafter), "acceptance_rate", None) if drafter is not None else None
+        self.a = model_of(drafter).acceptance_rate if drafter is not None else None
         self.known = (
             self.t is not None
             and self.t.tpot_ms > 0
@@ -118,3 +118,25 @@ class _Predictor:
             except ConfigError:
                 k = 5
         return k, predict_ms(algorithm, t, self.d, self.a, sp, n, [k], self.seed, cursor)[k] / n
+
+
+class Curves:
+    """An engine's share curves, made once per configuration and length (:func:`share_curve`): under ``policy`` on
+    ``units`` units of ``target`` and ``drafter`` Pools; one unit (ready-made servers) runs each request's own
+    configuration on all of it."""
+
+    def __init__(self, policy: str, target, drafter, units: int):
+        self.policy, self.target, self.drafter, self.units = policy, target, drafter, units
+        self._made: dict = {}
+
+    def of(self, spec: SpeculativeConfig, max_tokens: int) -> ShareCurve:
+        key = (spec, min(max_tokens, CURVE_TOKENS))
+        curve = self._made.get(key)
+        if curve is None:
+            if self.units == 1:
+                k = spec.lookahead if isinstance(spec.lookahead, int) else None
+                curve = fixed(Option(1, spec.algorithm, spec.sp_degree or 1, k))
+            else:
+                curve = share_curve(self.policy, spec, self.target, self.drafter, self.units, max_tokens)
+            self._made[key] = curve
+        return curve

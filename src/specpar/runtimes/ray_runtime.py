@@ -36,9 +36,9 @@ from collections.abc import Sequence
 
 from specpar.core.errors import ConfigError, ServerError
 from specpar.core.latency import STALL_FACTOR, STALL_FLOOR_S
-from specpar.runtimes import ray_actors
+from specpar.runtimes import capacity, ray_actors
 from specpar.runtimes.base import CallLimits, LostReplica, Pool, Runtime, Task
-from specpar.runtimes.ray_cluster import connect, import_ray
+from specpar.runtimes.ray_cluster import connect, import_ray, started_here
 from specpar.runtimes.threads import ThreadRuntime
 
 log = logging.getLogger(__name__)
@@ -97,10 +97,12 @@ class RayRuntime(Runtime):
         self._ray = import_ray()
         remote_pools = [p for p in self.pools if p.name not in local_pools]
         servers = [(p, s) for p in remote_pools for s in p.servers]
+        if not self._ray.is_initialized():  # a local Ray is started for these servers: one process each
+            capacity.check_local_actors(len(servers))
         connect(cpus=len(servers) * self.cpus_per_server)
         self._session = self._ray.get_runtime_context().get_node_id()  # new with every Ray this process joins
         self._remote = self._actors(servers)  # local server -> RemoteServer
-        self._latency = {r: getattr(s, "latency", None) for s, r in self._remote.items()}  # for the stall limits
+        self._latency = {r: s.latency for s, r in self._remote.items()}  # for the stall limits
         self._replicas = {p: [self._remote[s] for s in p.servers] for p in remote_pools}
         self._queues(self._replicas)  # live idle replicas, longest idle first
         self._running: dict = {}  # ObjectRef -> (task, replica, seq), cancelled calls included until they return
@@ -142,6 +144,8 @@ class RayRuntime(Runtime):
         from ray.util.placement_group import placement_group, remove_placement_group
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
+        if started_here():  # a local Ray: its processes must fit this machine (a joined cluster: its CPUs below)
+            capacity.check_local_actors(len(servers))
         specs = [ray_actors.remote_spec(s) for _, s in servers]
         gpus = ray.cluster_resources().get("GPU", 0) > 0
         bundles = [

@@ -37,6 +37,7 @@ from collections.abc import Sequence
 from specpar.core.errors import ConfigError, ServerError
 from specpar.core.latency import STALL_FACTOR, STALL_FLOOR_S
 from specpar.core.numbers import is_number
+from specpar.runtimes import capacity
 from specpar.runtimes.base import CallLimits, LostReplica, Pool, Runtime, Task
 
 log = logging.getLogger(__name__)
@@ -94,6 +95,7 @@ class ThreadRuntime(Runtime):
         self._running: set[Task] = set()
         self._in_flight = 0
         servers = [s for p in self.pools for s in p.servers]
+        capacity.check_threads(len(servers))  # one thread each: refused here, not after hundreds started
         self._inbox = {id(s): queue.SimpleQueue() for s in servers}
         self.claim(servers)
         try:
@@ -109,9 +111,25 @@ class ThreadRuntime(Runtime):
         with _owners_lock:
             for t, s in zip(self._threads, servers):
                 _owners[s] = t
-        for t in self._threads:
-            t.start()
+        self._start_threads()
         self._t0 = time.perf_counter()
+
+    def _start_threads(self) -> None:
+        """Start a worker per server; if the OS refuses one (a limit check_threads could not read), stop those
+        started and refuse the runtime in one ConfigError."""
+        started = 0
+        try:
+            for t in self._threads:
+                t.start()
+                started += 1
+        except RuntimeError as exc:  # "can't start new thread"
+            for inbox in self._inbox.values():
+                inbox.put(_STOP)
+            self.release()
+            raise ConfigError(
+                f"the threads runtime could start only {started} of the {len(self._threads)} threads its servers "
+                f"need ({exc}): lower sp_degree"
+            ) from None
 
     def now(self) -> float:
         return (time.perf_counter() - self._t0) * 1000.0
@@ -142,7 +160,7 @@ class ThreadRuntime(Runtime):
         result = error = None
         try:
             task.cached = server.cached_len(task.call.context)
-            task.limit_s = self.limits.limit_s(task, getattr(server, "latency", None))
+            task.limit_s = self.limits.limit_s(task, server.latency)
             me.until = time.perf_counter() + task.limit_s
             result = server.run(task.call, cancelled)
         except BaseException as exc:  # surfaced by wait(), never lost in the worker
@@ -192,11 +210,7 @@ class ThreadRuntime(Runtime):
         work queued on their pool waits behind."""
         with self._lock:
             waiting = self._waiting()
-            return [
-                t
-                for t in self._running
-                if getattr(t, "limit_s", None) is not None and (not t.cancelled or t.pool in waiting)
-            ]
+            return [t for t in self._running if t.limit_s is not None and (not t.cancelled or t.pool in waiting)]
 
     def _lose_stuck(self) -> None:
         """Lose the server of each watched call past its stall limit; a ServerError if work is left waiting on a

@@ -29,7 +29,7 @@ class collector_paused:  # noqa: N801 (used as a function: ``with collector_paus
 
     A virtual-clock run allocates millions of short-lived, acyclic objects (tasks, calls, contexts) that reference
     counting frees at once; the collector would only traverse them, which costs 5-12% of a DSI run at N = 200 and
-    20-22% at N = 1000 (benchmarks/virtual_throughput.py). Callers that wrap a run (``generate``, an engine's
+    20-22% at N = 1000 (python -m benchmarks virtual_throughput). Callers that wrap a run (``generate``, an engine's
     request) pause it for the whole call, so that their own bookkeeping after the run does not set off a collection
     while the run's tasks are still referenced (one per generation otherwise: 3% of the simulator's instructions).
     A class, not a generator: re-enabling is the last thing its exit does (a generator's StopIteration would be
@@ -117,8 +117,7 @@ class VirtualRuntime(Runtime):
         # paper's time-unit model): every choice of replica gives the same times and tokens here, so the one idle
         # longest is taken without comparing caches (a shortcut of Pool.pick: 1.2x the simulator's speed)
         self._any_replica = {
-            p: all(not getattr(getattr(s, "latency", None), "cache_matters", True) for s in p.servers)
-            for p in self.pools
+            p: all(s.latency is not None and not s.latency.cache_matters for s in p.servers) for p in self.pools
         }
         self._paused = None
         self.claim([s for p in self.pools for s in p.servers])

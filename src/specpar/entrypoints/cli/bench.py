@@ -82,7 +82,7 @@ def run(args) -> int:
     algorithms = list(arms)
     uses_dsi = any(algo == "dsi" for algo, _ in arms.values())
     chosen = prompts.load(args.dataset, args.prompts)
-    target, drafter, servers = real_models.load(args, args.sp_degree if uses_dsi else 1, max_tokens=4096)
+    target, drafter, servers = real_models.load(args, args.sp_degree if uses_dsi else 1, max_model_len=4096)
     encoded = [(p.id, p.token_ids(target)) for p in chosen]
     for _, ids in encoded:
         servers.check_length(len(ids), args.max_tokens)

@@ -107,7 +107,7 @@ def run(args) -> int:
     main = args.algorithm
     algorithms = [main] + ([a for a in ("nonsi", "si", "dsi") if a != main] if args.compare else [])
     sp = args.sp_degree if "dsi" in algorithms else 1
-    target, drafter, servers = real_models.load(args, sp, max_tokens=4096)
+    target, drafter, servers = real_models.load(args, sp, max_model_len=4096)
     what, ids = prompt_ids(args, target, chosen)
     servers.check_length(len(ids), args.max_tokens)
     if args.compare:

@@ -7,7 +7,7 @@ import dataclasses
 import statistics
 import sys
 
-from specpar.core.config import SpeculativeConfig
+from specpar.core.config import SpeculativeConfig, parse_proposer
 from specpar.core.errors import ConfigError
 
 
@@ -49,22 +49,28 @@ def arm(spec: SpeculativeConfig, engine, algorithm: str, **changes) -> Speculati
 
 def load_models(args, devs: list[str] | None = None):
     """(target, drafter): the models the flags name, loaded once; the drafter on the first device, the target where
-    an Engine puts its replicas (the others, if any)."""
-    from specpar.backends.loading import load_pair
+    an Engine puts its replicas (the others, if any). No drafter model where none drafts (an n-gram proposer alone)
+    and none is given: (target, None). A loading error names the flags (--target, not target=)."""
+    from specpar.backends.loading import in_flags, load_pair
 
     devs = devs or devices(args)
-    return load_pair(
-        args.target,
-        args.drafter,
-        devs[0],
-        args.dtype,
-        progress=sys.stderr.isatty(),
-        target_device=devs[1] if len(devs) > 1 else devs[0],
-        backend=args.backend,
-    )
+    spec = getattr(args, "spec", None) or SpeculativeConfig()
+    try:
+        return load_pair(
+            args.target,
+            args.drafter,
+            devs[0],
+            args.dtype,
+            progress=sys.stderr.isatty(),
+            target_device=devs[1] if len(devs) > 1 else devs[0],
+            backend=args.backend,
+            with_drafter=spec.proposer is None or parse_proposer(spec.proposer).uses_drafter,
+        )
+    except ConfigError as exc:
+        raise ConfigError(in_flags(str(exc))) from None
 
 
-def load(args, sp_degree: int, max_tokens: int, **engine_options):
+def load(args, sp_degree: int, max_model_len: int, **engine_options):
     """(target, drafter, an Engine with sp_degree target servers, the speculation and runtime the flags give, and
     ``engine_options``: Engine's keywords, e.g. units, policy), loaded once."""
     from specpar.algorithms.registry import ALGORITHMS
@@ -76,11 +82,11 @@ def load(args, sp_degree: int, max_tokens: int, **engine_options):
     hierarchy = ALGORITHMS[spec.algorithm].hierarchy  # HSD's drafter is a list of levels: here one
     engine = Engine(
         target,
-        [drafter] if hierarchy else drafter,
+        [drafter] if hierarchy and drafter is not None else drafter,
         speculative_config=dataclasses.replace(spec, sp_degree=sp_degree),
         runtime=getattr(args, "runtime_config", None),
         devices=devs,
-        max_tokens=max_tokens,
+        max_model_len=max_model_len,
         **engine_options,
     )
     return target, drafter, engine
@@ -89,6 +95,37 @@ def load(args, sp_degree: int, max_tokens: int, **engine_options):
 def check_common(args) -> None:
     device_names(args)
     check_lookahead(args)
+    check_servers(args)
+    check_tree_depth(args)
+
+
+def check_tree_depth(args) -> None:
+    """Refuse, before the models load, a token tree deeper than the target's context window leaves room for after a
+    prompt of one token (the engine checks it again with the prompt's length)."""
+    from specpar.backends.loading import context_window_of
+    from specpar.core.trees import check_tree
+
+    spec = getattr(args, "spec", None)
+    target = getattr(args, "target", None)
+    if spec is None or spec.tree is None or target is None:
+        return
+    window = context_window_of(target)
+    if window is not None:
+        check_tree(spec.tree, room=window - 1)
+
+
+def check_servers(args, sp_degree: int | None = None) -> None:
+    """Refuse, before the models load, more servers than the runtime can run on this machine (a thread or a
+    process each: :mod:`specpar.runtimes.capacity`), as the Engine would after loading."""
+    from specpar.runtimes.capacity import check_servers as check
+    from specpar.scheduling.units import servers_of_units, unit_count
+
+    spec = getattr(args, "spec", None) or SpeculativeConfig()
+    sp = sp_degree or spec.sp_degree or 2  # the Engine's default for real models
+    targets, drafters = servers_of_units(unit_count(getattr(args, "units", None), sp), sp)
+    runtime = getattr(args, "runtime_config", None)
+    if runtime is not None:
+        check(runtime.replace(name=runtime.name or "threads"), targets, drafters)
 
 
 def check_lookahead(args) -> None:
