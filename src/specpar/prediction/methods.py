@@ -25,7 +25,7 @@ from specpar.prediction.simulate import MAX_SIMULATED, MIN_PAIRS, predicted_ms
 LOOKAHEADS = tuple(range(1, 9))
 QUICK_PAIRS = 2  # the first round's sample pairs per setting
 PATIENCE = 2  # a family's search stops after this many longer lookaheads in a row that are no faster
-REFINE = 2  # each method's fastest settings of the first round predicted again on the full sample
+REFINE = 3  # each method's fastest settings of the first round predicted again on the full sample
 CONTEND = 0.05  # methods predicted within this fraction of the fastest are predicted again on the final sample ...
 FINAL_TOKENS, FINAL_MAX_PAIRS = 3000, 32  # ... of about this many output tokens, on at most this many pairs
 TREES = ("2,1,1", "2,2,1,1", "3,2,1", "best:8")
@@ -195,8 +195,8 @@ def predict_methods(profile: MachineProfile, prompt_tokens: int, max_tokens: int
 
     Three rounds: each family of settings (:func:`families`) on QUICK_PAIRS sample pairs, in order, until PATIENCE
     settings in a row are no faster than its fastest; then each method's REFINE fastest on the full sample
-    (:func:`specpar.prediction.simulate.pair_count`): a method's time is its best setting's there; then the methods
-    within CONTEND of the fastest again on a larger sample (:func:`_settle`)."""
+    (:func:`specpar.prediction.simulate.pair_count`); then those within CONTEND of the fastest again on a larger
+    sample (:func:`_settle`). A method's time is its best setting's in the last round it reached."""
     shape = shape or EngineShape()
     if prompt_tokens < 1 or max_tokens < 1:
         raise ConfigError(f"a prediction needs a prompt and an output of at least one token, got {prompt_tokens} "
@@ -212,29 +212,31 @@ def predict_methods(profile: MachineProfile, prompt_tokens: int, max_tokens: int
                 for family in families(method, on.targets, _lookaheads(max_tokens), dsi)
                 for p in _search(profile, method, family, on, prompt_tokens, max_tokens)
             ]
-    best = [_refine(profile, quick, replace(shape, runtime=runtime), prompt_tokens, max_tokens)
-            for (_, runtime), quick in tried.items()]  # fmt: skip
-    best = _settle(profile, best, shape, prompt_tokens, max_tokens)
-    return MethodPredictions(prompt_tokens, max_tokens, sorted(best, key=lambda p: p.ms),
+    refined = [p for (_, runtime), quick in tried.items()
+               for p in _refine(profile, quick, replace(shape, runtime=runtime), prompt_tokens, max_tokens)]  # fmt: skip
+    best: dict[tuple, Prediction] = {}
+    for p in _settle(profile, refined, shape, prompt_tokens, max_tokens):
+        if (p.method, p.runtime) not in best or p.ms < best[p.method, p.runtime].ms:
+            best[p.method, p.runtime] = p
+    return MethodPredictions(prompt_tokens, max_tokens, sorted(best.values(), key=lambda p: p.ms),
                              [p for ps in tried.values() for p in ps])  # fmt: skip
 
 
-def _refine(profile, quick: list[Prediction], shape: EngineShape, prompt_tokens: int, max_tokens: int) -> Prediction:
-    """A method's REFINE fastest settings of the first round on the full sample: the fastest of them."""
+def _refine(profile, quick: list[Prediction], shape: EngineShape, prompt_tokens: int, max_tokens: int):
+    """A method's REFINE fastest settings of the first round, predicted again on the full sample."""
     if len(quick) == 1:
-        return quick[0]
-    finalists = sorted(quick, key=lambda p: p.ms)[:REFINE]
-    return min((_predict(profile, p.method, p.spec, shape, prompt_tokens, max_tokens) for p in finalists),
-               key=lambda p: p.ms)  # fmt: skip
+        return quick
+    return [_predict(profile, p.method, p.spec, shape, prompt_tokens, max_tokens)
+            for p in sorted(quick, key=lambda p: p.ms)[:REFINE]]  # fmt: skip
 
 
-def _settle(profile, best: list[Prediction], shape: EngineShape, prompt_tokens: int, max_tokens: int):
-    """The methods within CONTEND of the fastest predicted again on the final sample (FINAL_TOKENS output tokens
-    in all): the choice among close ones rests on the most draws."""
-    fastest = min(p.ms for p in best)
+def _settle(profile, refined: list[Prediction], shape: EngineShape, prompt_tokens: int, max_tokens: int):
+    """The settings within CONTEND of the fastest (of any method) predicted again on the final sample
+    (FINAL_TOKENS output tokens in all): the choice among close ones rests on the most draws."""
+    fastest = min(p.ms for p in refined)
     pairs = max(MIN_PAIRS, min(FINAL_MAX_PAIRS, FINAL_TOKENS // max(1, min(max_tokens, MAX_SIMULATED))))
     out = []
-    for p in best:
+    for p in refined:
         if p.method != "nonsi" and p.ms <= fastest * (1 + CONTEND):
             p = _predict(profile, p.method, p.spec, replace(shape, runtime=p.runtime), prompt_tokens, max_tokens,
                          pairs)  # fmt: skip
