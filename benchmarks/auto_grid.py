@@ -56,9 +56,7 @@ def measure(arm: Arm, args, r: int) -> dict:
     choice = Auto(profile, shape).choose(args.prompt_length, args.tokens)
 
     def measured(spec, seed: int, pairs: int) -> float:
-        threads = shape.threads(profile, spec)
-        return predicted_ms(profile, spec, args.prompt_length, args.tokens, threads, "virtual", seed=seed,
-                            pairs=pairs, cancel_frees="now")  # fmt: skip
+        return predicted_ms(profile, spec, args.prompt_length, args.tokens, shape, seed=seed, pairs=pairs)
 
     times = {}
     for method in available(profile, shape, METHODS):

@@ -13,14 +13,13 @@ so that settings are compared on the same draws.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
-from specpar.backends.cpu_threads import pass_threads
 from specpar.core.config import SpeculativeConfig, parse_proposer
 from specpar.core.errors import ConfigError
 from specpar.prediction.machine import MachineProfile
-from specpar.prediction.simulate import MAX_SIMULATED, MIN_PAIRS, predicted_ms
+from specpar.prediction.simulate import MAX_SIMULATED, MIN_PAIRS, EngineShape, predicted_ms
 
 LOOKAHEADS = tuple(range(1, 9))
 QUICK_PAIRS = 2  # the first round's sample pairs per setting
@@ -40,36 +39,6 @@ NAMES = {
     "ngram-dsi": "n-gram DSI",
     "hsd": "HSD",
 }
-
-
-@dataclass(frozen=True)
-class EngineShape:
-    """What the engine that will run a request offers, as far as its time goes.
-
-    units: its processing units (an Engine's ``units``; ``generate()`` and ready-made Pools: 1).
-    targets: its target servers, the most a request verifies on at once (its ``sp_degree``).
-    runtime: "threads" or "ray". cpus_per_server: Ray's CPU bundle per actor (its passes' threads).
-    cpu: whether the servers run on the CPU (their passes' threads share its cores), else each on a device.
-    drafter: whether it has a drafter model.
-    cancel_frees: what a cancelled task does to its server (the virtual clock's RuntimeConfig.cancel_frees): real
-        runtimes' target passes run to their end, a draft stops between passes.
-    """
-
-    units: int = 1
-    targets: int = 2
-    runtime: str = "threads"
-    cpus_per_server: float | None = None
-    cpu: bool = True
-    drafter: bool = True
-    cancel_frees: str | Mapping[str, str] = field(default_factory=lambda: {"target": "end"})
-
-    def threads(self, profile: MachineProfile, spec: SpeculativeConfig) -> int:
-        """The threads the engine gives each pass of a request of ``spec`` (Engine.threads_for's rule)."""
-        uses_drafter = spec.uses_drafter and self.drafter
-        servers = (self.targets + (1 if uses_drafter else 0)) if self.cpu else 0
-        busy = servers if spec.algorithm in ("dsi", "hsd-sp") else 1
-        ray = (self.cpus_per_server or 1.0) if self.runtime == "ray" else None
-        return pass_threads(profile.cores, self.units, busy, ray)
 
 
 @dataclass(frozen=True)
@@ -262,10 +231,8 @@ def _search(profile, method: str, family: list[SpeculativeConfig], shape: Engine
 
 def _predict(profile, method: str, spec: SpeculativeConfig, shape: EngineShape, prompt_tokens: int, max_tokens: int,
              pairs: int | None = None) -> Prediction:  # fmt: skip
-    threads = shape.threads(profile, spec)
-    ms = predicted_ms(profile, spec, prompt_tokens, max_tokens, threads, shape.runtime, pairs=pairs,
-                      cancel_frees=shape.cancel_frees)  # fmt: skip
-    return Prediction(method, spec, shape.runtime, threads, ms)
+    ms = predicted_ms(profile, spec, prompt_tokens, max_tokens, shape, pairs=pairs)
+    return Prediction(method, spec, shape.runtime, shape.threads(profile, spec), ms)
 
 
 def _lookaheads(max_tokens: int) -> tuple[int, ...]:
