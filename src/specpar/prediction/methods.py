@@ -24,9 +24,10 @@ from specpar.prediction.simulate import MAX_SIMULATED, MIN_PAIRS, EngineShape, p
 LOOKAHEADS = tuple(range(1, 9))
 QUICK_PAIRS = 2  # the first round's sample pairs per setting
 PATIENCE = 2  # a family's search stops after this many longer lookaheads in a row that are no faster
-REFINE = 3  # each method's fastest settings of the first round predicted again on the full sample
+REFINE, REFINE_MAX = 2, 6  # each method's fastest settings of the first round predicted again on the full sample:
+QUICK_SPREAD = 0.10  # those within this fraction of its fastest there, at least REFINE, at most REFINE_MAX
 CONTEND = 0.05  # methods predicted within this fraction of the fastest are predicted again on the final sample ...
-FINAL_TOKENS, FINAL_MAX_PAIRS = 3000, 32  # ... of about this many output tokens, on at most this many pairs
+FINAL_TOKENS, FINAL_MAX_PAIRS = 6000, 64  # ... of about this many output tokens, on at most this many pairs
 TREES = ("2,1,1", "2,2,1,1", "3,2,1", "best:8")
 METHODS = ("nonsi", "si", "dsi", "tree-si", "tree-dsi", "ngram-si", "ngram-dsi", "hsd")
 NAMES = {
@@ -163,7 +164,7 @@ def predict_methods(profile: MachineProfile, prompt_tokens: int, max_tokens: int
     and ``max_tokens`` output tokens, on each of ``runtimes`` (default: the shape's), fastest first.
 
     Three rounds: each family of settings (:func:`families`) on QUICK_PAIRS sample pairs, in order, until PATIENCE
-    settings in a row are no faster than its fastest; then each method's REFINE fastest on the full sample
+    settings in a row are no faster than its fastest; then each method's fastest (:func:`_refine`) on the full sample
     (:func:`specpar.prediction.simulate.pair_count`); then those within CONTEND of the fastest again on a larger
     sample (:func:`_settle`). A method's time is its best setting's in the last round it reached."""
     shape = shape or EngineShape()
@@ -192,25 +193,33 @@ def predict_methods(profile: MachineProfile, prompt_tokens: int, max_tokens: int
 
 
 def _refine(profile, quick: list[Prediction], shape: EngineShape, prompt_tokens: int, max_tokens: int):
-    """A method's REFINE fastest settings of the first round, predicted again on the full sample."""
+    """A method's fastest settings of the first round (those within QUICK_SPREAD of its fastest there, at least
+    REFINE and at most REFINE_MAX of them: two pairs tell settings apart only roughly), predicted again on the full
+    sample."""
     if len(quick) == 1:
         return quick
-    return [_predict(profile, p.method, p.spec, shape, prompt_tokens, max_tokens)
-            for p in sorted(quick, key=lambda p: p.ms)[:REFINE]]  # fmt: skip
+    ranked = sorted(quick, key=lambda p: p.ms)
+    close = [p for p in ranked if p.ms <= ranked[0].ms * (1 + QUICK_SPREAD)]
+    kept = ranked[: min(REFINE_MAX, max(REFINE, len(close)))]
+    return [_predict(profile, p.method, p.spec, shape, prompt_tokens, max_tokens) for p in kept]
 
 
 def _settle(profile, refined: list[Prediction], shape: EngineShape, prompt_tokens: int, max_tokens: int):
     """The settings within CONTEND of the fastest (of any method) predicted again on the final sample
-    (FINAL_TOKENS output tokens in all): the choice among close ones rests on the most draws."""
-    fastest = min(p.ms for p in refined)
+    (FINAL_TOKENS output tokens in all), until every one within CONTEND of the fastest has been: the choice among
+    close ones rests on the most draws, and never compares a final estimate with a rougher one."""
     pairs = max(MIN_PAIRS, min(FINAL_MAX_PAIRS, FINAL_TOKENS // max(1, min(max_tokens, MAX_SIMULATED))))
-    out = []
-    for p in refined:
-        if p.method != "nonsi" and p.ms <= fastest * (1 + CONTEND):
-            p = _predict(profile, p.method, p.spec, replace(shape, runtime=p.runtime), prompt_tokens, max_tokens,
-                         pairs)  # fmt: skip
-        out.append(p)
-    return out
+    out, settled = list(refined), {i for i, p in enumerate(refined) if p.method == "nonsi"}
+    while True:
+        fastest = min(p.ms for p in out)
+        close = [i for i, p in enumerate(out) if i not in settled and p.ms <= fastest * (1 + CONTEND)]
+        if not close:
+            return out
+        for i in close:
+            p = out[i]
+            out[i] = _predict(profile, p.method, p.spec, replace(shape, runtime=p.runtime), prompt_tokens, max_tokens,
+                              pairs)  # fmt: skip
+            settled.add(i)
 
 
 def _search(profile, method: str, family: list[SpeculativeConfig], shape: EngineShape, prompt_tokens: int,
