@@ -1,7 +1,8 @@
 """CPU threads for forward passes: the cores this process may use, and the thread counts set while requests run.
 
-torch's intra-op count is process-wide; a llama.cpp server keeps its own count for passes of 2+ tokens (its
-one-token passes keep one thread: exactness, :mod:`specpar.backends.llama.settings`).
+torch's intra-op count is process-wide; a llama.cpp server keeps its own count for the passes its mode lets run on
+several threads (exact mode: passes of 2+ tokens, one-token passes keep one thread; fast mode: every pass;
+:mod:`specpar.backends.llama.settings`).
 """
 
 from __future__ import annotations
@@ -26,12 +27,12 @@ class SharedThreads:
     :mod:`specpar.backends.llama.settings`).
 
     torch: whether to set torch's count (never imported for models that do not use it).
-    servers: the servers whose ``set_batch_threads`` (llama.cpp) takes the count.
+    servers: the servers whose ``set_threads`` (llama.cpp) takes the count.
     """
 
     def __init__(self, torch: bool, servers: Sequence = ()):
         self._torch = torch
-        self._servers = [s for s in servers if hasattr(s, "set_batch_threads")]
+        self._servers = [s for s in servers if hasattr(s, "set_threads")]
         self._lock = threading.Lock()
         self._count = 0
         self._before: tuple = (None, [])
@@ -58,7 +59,7 @@ class SharedThreads:
 
             torch_before = torch.get_num_threads()
             torch.set_num_threads(n)
-        return torch_before, [s.set_batch_threads(n) for s in self._servers]
+        return torch_before, [s.set_threads(n) for s in self._servers]
 
     def _restore(self, torch_before, server_before) -> None:
         if torch_before is not None:
@@ -66,7 +67,7 @@ class SharedThreads:
 
             torch.set_num_threads(torch_before)
         for s, n in zip(self._servers, server_before):
-            s.set_batch_threads(n)
+            s.set_threads(n)
 
 
 @contextmanager

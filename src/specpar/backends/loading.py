@@ -71,15 +71,18 @@ def load_pair(
     progress: bool = True,
     target_device: str | None = None,
     backend: str | None = None,
+    exact: bool | None = None,
 ):
     """(target, drafter): the default pair when neither is given, else the two given; LlamaModels (GGUF files on
     llama.cpp) or TransformersModels, as :func:`choose_backend` says; the drafter is loaded on ``device``, the
-    target on ``target_device`` (default: the same)."""
+    target on ``target_device`` (default: the same). exact: llama.cpp's exact mode (True, the default) or its fast
+    mode (False: :mod:`specpar.backends.llama.settings`); the transformers backend has one mode and refuses False."""
     from specpar.backends.weights import load_default_pair
 
     backend = choose_backend(backend, target, drafter, [d for d in (device, target_device) if d])
+    check_exact(exact, backend)
     if backend == "llama":
-        return _load_llama(target, drafter, dtype, progress)
+        return _load_llama(target, drafter, dtype, progress, exact)
     from transformers.utils import logging as transformers_logging
 
     from specpar.backends.transformers_model import TransformersModel, load_tokenizers
@@ -105,8 +108,45 @@ def load_pair(
     return t, d
 
 
-def _load_llama(target, drafter, dtype, progress: bool):
-    """(target, drafter) LlamaModels: the default pair's GGUF files, or the two files given."""
+def check_exact(exact, backend: str) -> None:
+    """Refuse an ``exact`` that is not True, False or None, and the fast mode on a backend that has none."""
+    if exact is not None and not isinstance(exact, bool):
+        raise ConfigError(f"exact must be True, False or None (the default: True), got {exact!r}")
+    if exact is False and backend != "llama":
+        raise ConfigError(
+            f"exact=False (--no-exact) is llama.cpp's fast mode; the {backend} backend computes one way: drop it, or "
+            "run GGUF files with --backend llama"
+        )
+
+
+def model_exact(model) -> bool | None:
+    """The mode a loaded model (or a Pool of its servers) runs in: True (exact), False (fast), None (a backend
+    without modes)."""
+    model = getattr(model, "model", model)  # a Pool made from a model, or a server
+    settings = getattr(model, "settings", None)
+    return getattr(settings, "exact", None)
+
+
+def check_mode(exact: bool | None, *models) -> None:
+    """Refuse loaded models (lists of them, Pools) that do not run in the mode ``exact`` asks (None: any)."""
+    if exact is None:
+        return
+    check_exact(exact, "llama")
+    for m in models:
+        for one in m if isinstance(m, (list, tuple)) else [] if m is None else [m]:
+            mode = model_exact(one)
+            if mode != exact and (mode is not None or exact is False):
+                name = getattr(getattr(one, "model", one), "name", one)
+                runs = (
+                    "has no fast mode (llama.cpp's)"
+                    if mode is None
+                    else f"runs in the {'exact' if mode else 'fast'} mode"
+                )
+                raise ConfigError(f"exact={exact} but {name} {runs}: load the models with exact={exact}")
+
+
+def _load_llama(target, drafter, dtype, progress: bool, exact: bool | None = None):
+    """(target, drafter) LlamaModels: the default pair's GGUF files, or the two files given, in the mode asked."""
     from specpar.backends.llama.model import LlamaModel, check_same_tokenizer_files, check_same_vocabulary
     from specpar.backends.weights import load_default_pair
 
@@ -114,12 +154,12 @@ def _load_llama(target, drafter, dtype, progress: bool):
         raise ConfigError("--dtype is for the transformers backend: a GGUF file carries its own quantization")
     t0 = time.perf_counter()
     if target is None and drafter is None:
-        t, d = load_default_pair(progress=progress, backend="llama")
+        t, d = load_default_pair(progress=progress, backend="llama", exact=exact)
     else:
         if target is None or drafter is None:
             raise ConfigError("give both --target and --drafter (or neither, for the default pair)")
         check_same_tokenizer_files(target, drafter)  # from the headers, before any weights load
-        t, d = LlamaModel(target), LlamaModel(drafter)
+        t, d = LlamaModel(target, exact=exact), LlamaModel(drafter, exact=exact)
         check_same_vocabulary(t, d)
     log.info("loaded %s (target) and %s (drafter) on llama.cpp in %.1f s", t.name, d.name, time.perf_counter() - t0)
     for m in (t, d):

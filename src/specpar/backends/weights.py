@@ -213,19 +213,23 @@ def _convert(gguf: Path, out: Path) -> None:
 
 
 def load_default_pair(
-    device: str = "cpu", progress: bool = True, target_device: str | None = None, backend: str = "transformers"
+    device: str = "cpu",
+    progress: bool = True,
+    target_device: str | None = None,
+    backend: str = "transformers",
+    exact: bool | None = None,
 ):
     """(target, drafter): Qwen2.5-Coder-1.5B-Instruct and -0.5B-Instruct, the drafter on ``device``, the target on
-    ``target_device`` (default: the same). backend "llama": LlamaModels over the joined Q4_K_M files (CPU);
-    "transformers": TransformersModels in float32."""
+    ``target_device`` (default: the same). backend "llama": LlamaModels over the joined Q4_K_M files (CPU), in the
+    exact mode or, ``exact=False``, the fast mode; "transformers": TransformersModels in float32."""
     for model in (TARGET, DRAFTER):  # say what is missing before joining or converting anything
         part_paths(model)
     if backend == "llama":
         from specpar.backends.llama.model import LlamaModel, check_same_vocabulary
 
         target_path, drafter_path = ensure_joined(TARGET, progress), ensure_joined(DRAFTER, progress)
-        target = LlamaModel(target_path, name="qwen2.5-coder-1.5b")
-        drafter = LlamaModel(drafter_path, name="qwen2.5-coder-0.5b")
+        target = LlamaModel(target_path, name="qwen2.5-coder-1.5b", exact=exact)
+        drafter = LlamaModel(drafter_path, name="qwen2.5-coder-0.5b", exact=exact)
         check_same_vocabulary(target, drafter)
         return target, drafter
     from specpar.backends.transformers_model import TransformersModel

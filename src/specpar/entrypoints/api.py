@@ -22,6 +22,7 @@ def generate(
     runtime: str | RuntimeConfig | None = None,
     runtime_options: Mapping | None = None,
     stream=None,
+    exact: bool | None = None,
     **options,
 ) -> GenerationResult:
     """Generate up to ``max_new_tokens`` tokens after ``prompt`` exactly as ``target`` would: one request on a
@@ -47,6 +48,9 @@ def generate(
         keywords (``cancel_frees``, ``link_ms``, ``call_timeout_s``, ``cpus_per_server``, ``placement``, ...), and
         ``runtime_options`` passes the runtime's own keyword arguments (e.g. Ray's ``{"local_pools": ()}``).
     stream: called with each run of newly verified token ids as they are accepted.
+    exact: llama.cpp's exact mode (True; the default: every algorithm's greedy output is the target's own, bitwise)
+        or its fast mode (False: llama.cpp's fastest settings, lossless in distribution); see
+        :mod:`specpar.backends.llama.settings`. Models given loaded must run in that mode.
     """
     from specpar.entrypoints.engine import Engine  # the engine is built on this module's neighbours
 
@@ -67,6 +71,7 @@ def generate(
         runtime_options=runtime_options,
         keep_actors=_is_pool(target) or _is_pool(drafter),
         units=1,  # one request: all the servers its configuration needs, no other to share them with
+        exact=exact,
         **spec_fields,
         **runtime_fields,
     )

@@ -28,7 +28,7 @@ from contextlib import contextmanager
 
 from specpar.algorithms.registry import check_context_window, model_of
 from specpar.backends.cpu_threads import SharedThreads, cpu_cores
-from specpar.backends.loading import choose_backend, load_pair
+from specpar.backends.loading import check_mode, choose_backend, load_pair, model_exact
 from specpar.backends.vocabulary import fit_drafters
 from specpar.core.config import RuntimeConfig, SpeculativeConfig, split_options
 from specpar.core.errors import ConfigError
@@ -85,6 +85,8 @@ class Engine:
         made the servers; servers given as Pools keep theirs for whoever owns them).
     backend: for models given as paths or the default pair: "llama" (GGUF files on llama.cpp, CPU) or
         "transformers"; default: llama for GGUF files on the CPU when llama-cpp-python is installed.
+    exact: llama.cpp's exact mode (True; the default) or its fast mode (False), for models loaded here; models
+        given loaded must run in the mode asked (:mod:`specpar.backends.llama.settings`).
     units: processing units (default: sp_degree + 1 with a drafter, else sp_degree), each with a target and a
         drafter server; requests run at once on units of their own. Real models: set it to the cores or devices
         the servers may use at once (each server then runs one torch thread per core it has). units=1: one unit of
@@ -109,6 +111,7 @@ class Engine:
         units: int | None = None,
         policy: str = "adaptive",
         backend: str | None = None,
+        exact: bool | None = None,
         **options,
     ):
         spec_fields, runtime_fields, _ = split_options(options)
@@ -116,7 +119,8 @@ class Engine:
         runtime_config = RuntimeConfig.coerce(runtime, runtime_options, **runtime_fields)
         self._owns_servers = not isinstance(target, Pool)
         if target is None or isinstance(target, str) or hasattr(target, "__fspath__"):
-            target, drafter = self._load(target, drafter, devices, dtype, backend)
+            target, drafter = self._load(target, drafter, devices, dtype, backend, exact)
+        check_mode(exact, target, drafter)
         drafter = fit_drafters(target, drafter)  # rows that differ from the target's only by padding
         check_model("target", target)
         for d in drafter if isinstance(drafter, (list, tuple)) else [] if drafter is None else [drafter]:
@@ -130,6 +134,7 @@ class Engine:
         )
         self.keep_actors = keep_actors
         self.target_model = model_of(target)
+        self.exact = model_exact(self.target_model)  # llama.cpp's mode (True, False); None: a backend without modes
         self.drafter_model = model_of(drafter[-1] if isinstance(drafter, (list, tuple)) and drafter else drafter)
         self.tokenizer = getattr(self.target_model, "tokenizer", None)
         self.end_of_text = end_of_text_ids(self.target_model)
@@ -178,7 +183,7 @@ class Engine:
 
     # -- loading -------------------------------------------------------------------------------
     @staticmethod
-    def _load(target, drafter, devices, dtype, backend=None):
+    def _load(target, drafter, devices, dtype, backend=None, exact=None):
         backend = choose_backend(backend, target, drafter, devices)
         if backend == "llama":
             devices = list(devices or ["cpu"])
@@ -187,7 +192,7 @@ class Engine:
 
             devices = list(devices) if devices else available_devices()
         target_device = devices[1] if len(devices) > 1 else None
-        return load_pair(target, drafter, devices[0], dtype, target_device=target_device, backend=backend)
+        return load_pair(target, drafter, devices[0], dtype, target_device=target_device, backend=backend, exact=exact)
 
     def _servers(self, source, n: int, name: str, devices, max_tokens: int) -> Pool:
         if isinstance(source, Pool):

@@ -36,5 +36,5 @@ def run_once(
     spec_fields, runtime_fields, _ = split_options(options)
     spec = SpeculativeConfig(sp_degree=sp_degree, **spec_fields)
     config = RuntimeConfig.coerce(runtime, runtime_options, **runtime_fields)
-    decoding = Decoding(temperature, seed, coupling=coupling)
+    decoding = Decoding(temperature, seed, coupling=coupling, prompt_len=len(prompt))
     return run_generation(prompt, target, drafter, spec, config, decoding, max_new_tokens, stream=stream)

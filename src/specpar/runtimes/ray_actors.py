@@ -48,8 +48,8 @@ class ServerHost:
             import torch
 
             torch.set_num_threads(max(1, threads))
-        if hasattr(self.server, "set_batch_threads"):  # llama.cpp: its batched passes (one-token passes keep one)
-            self.server.set_batch_threads(max(1, int(threads)))
+        if hasattr(self.server, "set_threads"):  # llama.cpp: the passes its mode runs on several threads
+            self.server.set_threads(max(1, int(threads)))
         self.base: list[int] = []  # the verified tokens of the current generation, as sent
         self.tokens: tuple[int, ...] = ()  # the last context of a call that did not come as a Context
         self.calls = 0  # calls that ran

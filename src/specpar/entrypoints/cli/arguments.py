@@ -585,8 +585,18 @@ def add_model_args(p) -> None:
         "--backend",
         choices=("llama", "transformers"),
         default=None,
-        help="llama: GGUF files on llama.cpp (CPU), bitwise exact; transformers: float32 torch models (any device). "
+        help="llama: GGUF files on llama.cpp (CPU), bitwise exact (see --exact); transformers: float32 torch models "
+        "(any device). "
         "Default: llama for GGUF files and the default pair on the CPU when `specpar[llama]` is installed",
+    )
+    g.add_argument(
+        "--exact",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="llama.cpp's exact mode (the default): every algorithm's greedy output is the target's own, bitwise, "
+        "the prompt prefilled in llama.cpp's fastest passes; --no-exact: its fast mode, llama.cpp's own fastest "
+        "settings on all free cores, speculation lossless in distribution, greedy outputs that may differ from the "
+        "exact mode's at near ties (docs/llama_cpp.md)",
     )
     g.add_argument(
         "--devices",

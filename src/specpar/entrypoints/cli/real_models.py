@@ -65,6 +65,7 @@ def load(args, sp_degree: int, max_tokens: int, **engine_options):
         progress=sys.stderr.isatty(),
         target_device=devs[1] if len(devs) > 1 else devs[0],
         backend=args.backend,
+        exact=getattr(args, "exact", None),
     )
     spec = getattr(args, "spec", None) or SpeculativeConfig()
     hierarchy = ALGORITHMS[spec.algorithm].hierarchy  # HSD's drafter is a list of levels: here one
@@ -83,6 +84,15 @@ def load(args, sp_degree: int, max_tokens: int, **engine_options):
 def check_common(args) -> None:
     device_names(args)
     check_lookahead(args)
+    check_mode_flag(args)
+
+
+def check_mode_flag(args) -> None:
+    """Refuse --no-exact for a backend without llama.cpp's fast mode, before the models load."""
+    from specpar.backends.loading import check_exact
+
+    if getattr(args, "exact", None) is False:
+        check_exact(False, backend(args))
 
 
 def check_lookahead(args) -> None:

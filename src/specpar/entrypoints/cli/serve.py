@@ -111,10 +111,13 @@ def check(args) -> str | None:
     """What the flags leave to check before anything loads; returns the API key (None: open)."""
     if args.simulated and (args.target or args.drafter):
         raise ConfigError("give either --simulated or --target/--drafter, not both")
+    if args.simulated and args.exact is not None:
+        raise ConfigError("--exact/--no-exact choose llama.cpp's mode: simulated models have none")
     if not args.simulated:
-        from specpar.entrypoints.cli.real_models import check_lookahead
+        from specpar.entrypoints.cli.real_models import check_lookahead, check_mode_flag
 
         check_lookahead(args)
+        check_mode_flag(args)
     if args.sp_degree > MAX_SERVE_SERVERS:
         raise ConfigError(f"--sp-degree must be at most {MAX_SERVE_SERVERS} to serve, got {args.sp_degree}")
     if isinstance(args.lookahead, int) and args.lookahead > MAX_SERVE_LOOKAHEAD:
