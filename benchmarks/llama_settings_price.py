@@ -180,10 +180,13 @@ def summarize(results, args) -> dict:
         f = a.figures
         if base is None or "prefill_ms" not in f:
             continue
-        out[a.arm.name] = ", ".join(
-            f"{key.removesuffix('_ms')} {base[key] / f[key]:.2f}x"
-            for key in ("prefill_ms", "first_token_ms", "decode_ms", "verify4_ms")
-        ) + f"; exact: {f['exact']}"
+        out[a.arm.name] = (
+            ", ".join(
+                f"{key.removesuffix('_ms')} {base[key] / f[key]:.2f}x"
+                for key in ("prefill_ms", "first_token_ms", "decode_ms", "verify4_ms")
+            )
+            + f"; exact: {f['exact']}"
+        )
     return out
 
 

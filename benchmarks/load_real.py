@@ -3,9 +3,9 @@
 The default pair (or --target/--drafter) on ``--backend`` (transformers; llama once the llama.cpp backend is in),
 an Engine of ``--units`` processing units (default: the cores), one torch thread per server. Steps, in one run:
 
-1. profile: each server's TTFT, TPOT and per-token cost and the pair's acceptance rate (specpar profile's
-   measurement, on this engine's servers with their one thread), given to the servers so the scheduler predicts
-   each share's option (:mod:`specpar.prediction.shares`);
+1. profile: each model's TTFT, TPOT and per-token cost and the pair's acceptance rate (the App. F figures of its
+   machine profile, ``specpar profile``'s measurement), given to the servers so the scheduler predicts each share's
+   option (:mod:`specpar.prediction.shares`);
 2. load: C closed-loop clients (threads) each send ``--requests`` greedy requests of N tokens (HumanEval prompts),
    back to back; throughput = output tokens / wall time, per C, and its ratio to C = 1 (goal: >= 1.6 at 2 and 4);
 3. prediction: the same closed loop on the virtual clock (:class:`specpar.experiments.load.LoadSimulation`) with
@@ -51,21 +51,12 @@ def load_engine(args, **kw) -> Engine:
 
 
 def profile(engine: Engine, texts: list[str]) -> dict:
-    """specpar profile's measurement on the engine's first unit, with one torch thread per server."""
-    import torch
+    """The App. F figures of the engine's models' machine profile (``specpar profile``'s measurement, from specpar's
+    cache or measured now on these prompts)."""
+    from specpar.prediction.machine import load_or_build
 
-    from specpar.prediction.profiling import profile_pair
-
-    unit = engine.units[0]
     ids = [engine.prompt_ids(t) for t in texts]
-    before = torch.get_num_threads()
-    torch.set_num_threads(engine.threads_for("dsi"))
-    try:
-        return profile_pair(unit.targets[0], unit.drafters[0], ids, tokens=8, accept_tokens=32, lookahead=5)
-    finally:
-        torch.set_num_threads(before)
-        for s in engine.all:
-            s.reset()
+    return load_or_build(target=engine.target_model, drafter=engine.drafter_model, prompts=ids).meta["app_f"]
 
 
 def closed_loop(engine: Engine, texts: list[str], clients: int, requests: int, n: int) -> dict:

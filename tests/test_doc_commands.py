@@ -24,6 +24,8 @@ import pytest
 
 from processes import run
 
+pytestmark = pytest.mark.slow  # (pytest -m 'not slow' leaves it out: the fast inner loop)
+
 ROOT = Path(__file__).resolve().parent.parent
 MARK = "<!-- runnable -->"
 REAL_MODEL_COMMANDS = ("generate", "bench", "profile")  # these load transformers models

@@ -94,6 +94,7 @@ def _sleepers() -> list[int]:
     return out
 
 
+@pytest.mark.slow
 def test_a_child_dies_with_the_process_that_started_it(processes):
     """What pytest-timeout's thread method or a kill of pytest leaves: the kernel ends the children (PDEATHSIG)."""
     code = (

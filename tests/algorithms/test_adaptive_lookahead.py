@@ -31,6 +31,7 @@ def _wrong_dsi(t, d, a, k):
     return float((1 - a) * (a**j * (1 - a) * judged).sum())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("c,a", CASES)
 def test_dsis_model_is_the_fast_paths_time_per_token_where_a_chunk_fits_in_a_target_pass(c, a):
     ks = [k for k in range(1, int(1 / c) + 1) if satisfies_eq1(1.0, c, k, 7)]
@@ -138,6 +139,7 @@ def test_sis_adaptive_windows_follow_the_regimes(monkeypatch):
     assert np.mean(high) > 3 and np.mean(low) < 2
 
 
+@pytest.mark.slow
 def test_an_adaptive_lookahead_samples_the_targets_law():
     import itertools
     from collections import Counter

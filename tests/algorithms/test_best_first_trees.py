@@ -153,6 +153,7 @@ def sampling_models():
     return target, SimulatedModel(V, seed=99, latency=LatencyProfile.uniform(0.1), spread=1.5)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("algorithm,shape", [("si", BestFirst(4)), ("dsi", BestFirst(3, 2))])
 def test_sampled_best_first_trees_follow_the_target_jointly_over_the_first_three_tokens(algorithm, shape):
     from stats import chi_square_p_value
@@ -163,6 +164,7 @@ def test_sampled_best_first_trees_follow_the_target_jointly_over_the_first_three
     assert p_value > 1e-3, f"{algorithm} over {shape} does not follow the target (p = {p_value:.2g})"
 
 
+@pytest.mark.slow
 def test_sampled_best_first_without_the_residual_update_fails_the_distribution_test(no_residual_update):
     """The biased variant: each candidate accepted with the target's original p(x), not the residual's."""
     from stats import chi_square_p_value
@@ -213,6 +215,7 @@ def test_transformers_growth_records_the_drafters_path_probabilities_and_keeps_i
     assert server.run(Draft(cont, 2, GREEDY), None).tokens == drafter.server().run(Draft(cont, 2, GREEDY), None).tokens
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("runtime", ["threads", "virtual"])
 def test_si_and_dsi_over_best_first_trees_return_the_targets_greedy_on_transformers(tiny, runtime):
     from tiny_transformers import reference_greedy

@@ -86,6 +86,7 @@ def test_a_drifting_drafter_keeps_greedy_output_exact(algorithm, k, sp, tree):
     assert out.tokens == target.greedy_tokens([5, 6], 300)
 
 
+@pytest.mark.slow
 def test_a_drifting_drafter_samples_the_targets_law():
     """Regimes of one token each, so a sampled generation of 3 tokens crosses two switches."""
     target = SimulatedModel(4, seed=21, latency=LatencyProfile.uniform(1.0), spread=1.5)

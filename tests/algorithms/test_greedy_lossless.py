@@ -28,6 +28,7 @@ def setups(draw, fast: bool):
     return target, drafter, prompt, n, k, sp
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(setup=setups(fast=False), cancel_frees=st.sampled_from(["now", "end", {"target": "end"}]))
 def test_every_algorithm_on_the_virtual_clock_returns_the_target_greedy_tokens(setup, cancel_frees):
@@ -48,6 +49,7 @@ def test_every_algorithm_on_the_virtual_clock_returns_the_target_greedy_tokens(s
         assert out.accepted + out.rounds == n  # every token is an accepted draft or a target token
 
 
+@pytest.mark.slow
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(setup=setups(fast=True))
 def test_every_algorithm_on_threads_returns_the_same_tokens_as_the_virtual_clock(setup):

@@ -54,6 +54,7 @@ def hierarchies(draw, max_models: int = 5):
     return models, prompt, n_tokens, buffers
 
 
+@pytest.mark.slow
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(h=hierarchies(), cancel_frees=st.sampled_from(["now", "end"]), sp=st.integers(1, 4))
 def test_greedy_hsd_returns_the_target_greedy_tokens_for_any_hierarchy(h, cancel_frees, sp):
@@ -165,6 +166,7 @@ def exact_joint(target, temperature):
     }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "name,buffers,temperature", [(n, b, t) for n in HIERARCHIES for b in BUFFERS[n] for t in (1.0, 0.6)]
 )
@@ -176,6 +178,7 @@ def test_sampled_hsd_follows_the_target_distribution(name, buffers, temperature)
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("buffers", [(1, 2), (2, 1)])
 def test_sampled_hsd_with_speculation_parallelism_follows_the_target_distribution(buffers):
     models = unrelated_hierarchy()
@@ -183,6 +186,7 @@ def test_sampled_hsd_with_speculation_parallelism_follows_the_target_distributio
     assert p_value > 1e-3, f"HSD-SP with T = {buffers} does not follow the target (p = {p_value:.2g})"
 
 
+@pytest.mark.slow
 def test_a_residual_drawn_from_p_fails_the_distribution_test(monkeypatch):
     monkeypatch.setattr(verification, "residual", lambda p, q: p)
     models = unrelated_hierarchy()
@@ -190,6 +194,7 @@ def test_a_residual_drawn_from_p_fails_the_distribution_test(monkeypatch):
     assert p_value < 1e-6, f"the test could not detect the resample-from-p bias (p = {p_value:.2g})"
 
 
+@pytest.mark.slow
 def test_levels_sharing_one_seeds_uniforms_fail_the_distribution_test(monkeypatch):
     """Why every level verifies with its own uniforms: reusing the one that decided a token biases the test above."""
     monkeypatch.setattr(hsd_module, "level_decoding", lambda decoding, level: decoding)

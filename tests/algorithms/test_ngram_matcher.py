@@ -48,6 +48,7 @@ def test_the_last_ngram_is_matched_longest_first_and_most_recent_first():
     assert m.continuations([4, 4, 4], 5) == [[4]]
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(
     tokens=st.lists(st.integers(0, 3), min_size=1, max_size=40),
@@ -60,6 +61,7 @@ def test_continuations_follow_the_definition(tokens, k, sizes, branches):
     assert NgramMatcher(min_n, max_n).continuations(tokens, k, branches) == reference(tokens, k, min_n, max_n, branches)
 
 
+@pytest.mark.slow
 @settings(max_examples=100, deadline=None)
 @given(steps=st.lists(st.tuples(st.lists(st.integers(0, 4), max_size=5), st.integers(0, 4)), min_size=1, max_size=15))
 def test_the_index_follows_a_growing_generation_with_drafts_after_it(steps):

@@ -32,6 +32,7 @@ def _pair(seed: int = 1, per_token: float = 0.0):
     return target, target.drafter(0.7, LatencyProfile.uniform(0.1), seed=seed + 2)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("runtime", ["virtual", "threads"])
 @pytest.mark.parametrize("algorithm,proposer,tree,k,sp", CASES)
 def test_the_ngram_proposer_gives_the_targets_greedy_tokens(algorithm, proposer, tree, k, sp, runtime):
@@ -45,6 +46,7 @@ def test_the_ngram_proposer_gives_the_targets_greedy_tokens(algorithm, proposer,
         assert out.drafted > 0
 
 
+@pytest.mark.slow
 def test_on_transformers_models_too(tmp_path):
     from tiny_transformers import reference_greedy, tiny_pair
 
@@ -71,6 +73,7 @@ def test_lookup_drafts_cost_no_drafter_pass_and_the_fallback_drafts_where_nothin
     assert nothing.drafted == 0 and nothing.target_forwards == 3
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sp,per_token", [(2, 0.0), (2, 0.3), (4, 0.3)])
 def test_dsi_with_the_ngram_proposer_is_never_slower_than_non_si(sp, per_token):
     """Theorem 1 with a proposer that costs nothing (Eq. 1 cannot hold: no finite SP keeps up with it)."""
@@ -123,6 +126,7 @@ def _samples(algorithm: str, proposer: str, tree=None, samples: int = 3000) -> t
     return counts, _law(target)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "algorithm,proposer,tree",
     [("si", "ngram", None), ("dsi", "ngram", None), ("si", "ngram:2:2+drafter", None), ("dsi", "ngram", (2, 1)),
@@ -134,6 +138,7 @@ def test_point_mass_proposals_sample_the_targets_law(algorithm, proposer, tree):
     assert chi_square_p_value(counts, law) > 1e-3
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "algorithm,proposer,tree",
     [("si", "ngram", None), ("dsi", "ngram", (2, 1)), ("dsi", "ngram:2:2+drafter", None),

@@ -67,6 +67,7 @@ def sampled(name: str) -> SamplingParams:
     return SamplingParams(temperature=0.9, max_tokens=N, **PARAMS[name])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(PARAMS))
 @pytest.mark.parametrize("algorithm", ["nonsi", "si", "dsi"])
 def test_sampled_output_follows_the_processed_target(algorithm, name):
@@ -104,6 +105,7 @@ BIASES = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(PARAMS))
 @pytest.mark.parametrize("algorithm", ["si", "dsi"])
 def test_a_biased_processor_fails_the_distribution_test(monkeypatch, algorithm, name):

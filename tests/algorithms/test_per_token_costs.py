@@ -20,6 +20,7 @@ def run_pair(seed, a, c, ttft, per_token, n, **kw):
     return target, drafter, prompt, nonsi
 
 
+@pytest.mark.slow
 def test_theorem1_per_run_on_a_grid_of_per_token_costs_and_prefills():
     """per_token_ms in {0, 0.05, 0.2, 0.6} x TPOT, TTFT in {1, 3, 10} x TPOT, several c, a, k and SP: DSI never
     slower than non-SI on any run (virtual clock), and the target's own tokens."""
@@ -72,6 +73,7 @@ def test_theorem1_on_threads_with_per_token_costs(per_token, no_thread_leak):
         assert min(dsi_ms) <= min(nonsi_ms) * 1.15 + 2.0  # wall clock: thread hand-offs and scheduling noise
 
 
+@pytest.mark.slow
 def test_the_issue_repro_no_longer_loses(tmp_path, capsys):
     """a = 0, a pass costs 30 ms + 3 ms per extra token, drafter 12 ms, SP 7: DSI was 0.66x non-SI."""
     profile = tmp_path / "p.json"
@@ -104,6 +106,7 @@ def test_on_eq1s_servers_a_short_last_chunk_waits_behind_the_pass_on_the_cursor(
     assert times[8].time_ms == pytest.approx(1.99) and times[7].time_ms == pytest.approx(2.0)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("c", [0.02, 0.1, 0.4])
 @pytest.mark.parametrize("a", [0.3, 0.8, 0.95])
 def test_lookahead_auto_is_never_slower_than_the_smallest_valid_lookahead(c, a):
@@ -123,6 +126,7 @@ def test_lookahead_auto_is_never_slower_than_the_smallest_valid_lookahead(c, a):
     assert total["auto"] <= total["smallest"] * 1.01
 
 
+@pytest.mark.slow
 def test_lookahead_auto_on_a_per_token_profile_uses_the_virtual_clock_and_wins():
     target_lat, drafter_lat = LatencyProfile(30.0, 30.0, 1.0), LatencyProfile(3.0, 3.0)
     choice = choose_lookahead(target_lat, drafter_lat, 0.8, 4, 60)
@@ -140,6 +144,7 @@ def test_lookahead_auto_on_a_per_token_profile_uses_the_virtual_clock_and_wins()
     assert total[choice.lookahead] <= total[choice.smallest_valid] * 1.01
 
 
+@pytest.mark.slow
 def test_lookahead_auto_without_a_valid_lookahead_tries_them_all():
     """Reading a token costs more than drafting it: no SP keeps up (Eq. 1 cannot hold); the fastest is chosen."""
     choice = choose_lookahead(LatencyProfile(30.0, 30.0, 6.0), LatencyProfile(3.0, 3.0), 0.8, 4, 40)
@@ -147,6 +152,7 @@ def test_lookahead_auto_without_a_valid_lookahead_tries_them_all():
     assert "no lookahead satisfies Eq. 1" in choice.why
 
 
+@pytest.mark.slow
 def test_generate_takes_lookahead_auto_for_simulated_models_and_refuses_it_without_an_acceptance_rate():
     from specpar import ConfigError
     from specpar.backends import SimulatedModel as Model

@@ -65,6 +65,7 @@ def setups(draw):
     return target, drafter, prompt, draw(st.integers(1, 40)), draw(st.integers(1, 6)), draw(st.integers(1, 5)), tree
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(setup=setups(), empty_every=st.sampled_from([0, 1, 2, 3]), dedicated=st.booleans())
 def test_a_proposer_that_costs_no_time_gives_the_target_greedy_tokens_and_dsi_is_never_slower(
@@ -121,6 +122,7 @@ def joint(algorithm, proposer, target):
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("algorithm", ["si", "dsi"])
 def test_sampled_output_with_a_proposer_that_costs_no_time_follows_the_target(algorithm):
     target = SimulatedModel(V, seed=21, latency=LatencyProfile.uniform(1.0), spread=1.5)

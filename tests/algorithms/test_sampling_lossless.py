@@ -51,6 +51,7 @@ def sample_outputs(target, drafter, algorithm, temperature, runtime="virtual"):
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("temperature", [1.0, 0.6])
 @pytest.mark.parametrize("drafter_name", ["mixed", "other-model"])
 @pytest.mark.parametrize("algorithm", ["nonsi", "si", "dsi"])
@@ -71,6 +72,7 @@ BIASES = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("bias", sorted(BIASES))
 @pytest.mark.parametrize("algorithm", ["si", "dsi"])
 def test_a_biased_verifier_fails_the_distribution_test(monkeypatch, algorithm, bias):

@@ -64,6 +64,7 @@ def engine_for(target, drafter_name):
     return Engine(target, drafter[drafter_name], sp_degree=3)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(PARAMS))
 @pytest.mark.parametrize("algorithm", ["nonsi", "si", "dsi"])
 def test_sampled_output_follows_the_processed_target(algorithm, name):
@@ -88,6 +89,7 @@ def first_rows_prefix(penalize):
     return stale
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("bias", ["no processor", "first row's prefix"])
 @pytest.mark.parametrize("algorithm", ["si", "dsi"])
 def test_a_biased_processing_fails_the_distribution_test(monkeypatch, algorithm, bias):
@@ -103,6 +105,7 @@ def test_a_biased_processing_fails_the_distribution_test(monkeypatch, algorithm,
     assert p_value < 1e-6, f"the test could not detect the {bias} bias (p = {p_value:.2g})"
 
 
+@pytest.mark.slow
 def test_a_drafter_left_unprocessed_costs_acceptance_not_exactness(monkeypatch):
     """Speculative sampling is lossless for any q it is told: a drafter whose rows skip the processors (and
     that reports those rows) still gives the processed target's law; what processing the drafter buys is

@@ -117,12 +117,14 @@ def exact_joint():
     return {seq: target.sequence_probability(PROMPT, seq, 1.0) for seq in itertools.product(range(V), repeat=N)}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("algorithm", ["si", "dsi"])
 def test_gumbel_coupling_follows_the_target_distribution(algorithm):
     p_value = chi_square_p_value(gumbel_outputs(algorithm), exact_joint())
     assert p_value > 1e-3, f"{algorithm} with the Gumbel coupling does not follow the target (p = {p_value:.2g})"
 
 
+@pytest.mark.slow
 def test_a_gumbel_verifier_that_keeps_the_drafters_sample_fails_the_distribution_test(monkeypatch):
     """Negative control: keep the drafter's own Gumbel sample (argmax over q, not p) on a mismatch."""
 
@@ -136,6 +138,7 @@ def test_a_gumbel_verifier_that_keeps_the_drafters_sample_fails_the_distribution
     assert p_value < 1e-6, f"the test could not detect a verifier that keeps q's sample (p = {p_value:.2g})"
 
 
+@pytest.mark.slow
 def test_gumbel_sample_follows_its_distribution():
     dist = [0.5, 0.3, 0.2, 0.0]
 

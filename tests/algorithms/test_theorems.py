@@ -34,6 +34,7 @@ def lookaheads(c):
     return [(k, sp_degree_needed(1.0, c, k)) for k in sorted(ks)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("c", C_GRID)
 def test_theorem1_dsi_is_never_slower_than_nonsi(c):
     for a in A_GRID:
@@ -44,6 +45,7 @@ def test_theorem1_dsi_is_never_slower_than_nonsi(c):
                 assert dsi <= nonsi + 1e-9, f"DSI {dsi} > non-SI {nonsi} at c={c}, a={a}, k={k}, SP={sp}"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("c", C_GRID)
 def test_theorem2_dsi_is_no_slower_than_si_in_expectation(c):
     for a in A_GRID:
@@ -53,6 +55,7 @@ def test_theorem2_dsi_is_no_slower_than_si_in_expectation(c):
             assert dsi <= si + 1e-9, f"mean DSI {dsi} > mean SI {si} at c={c}, a={a}, k={k}"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("a,k,c", [(0.3, 1, 0.1), (0.3, 5, 0.1), (0.8, 3, 0.05), (0.9, 8, 0.2), (0.95, 4, 0.5)])
 def test_si_mean_latency_matches_the_closed_form(a, k, c):
     n, runs = 80, 300
@@ -68,6 +71,7 @@ def test_si_mean_latency_matches_the_closed_form(a, k, c):
     assert si_latency_closed_form(1.0, c, a, k, n) == pytest.approx(exact, rel=0.05)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("a", [0.0, 0.3, 0.6, 0.9, 1.0])
 @pytest.mark.parametrize("c", [0.05, 0.3, 0.9])
 def test_dsi_with_lookahead_one_meets_proposition1(a, c):
@@ -87,6 +91,7 @@ def test_si_slower_than_nonsi_where_the_drafter_is_slow_or_inaccurate():
     assert run("si", 0, 0.95, 0.05, k=5).time_ms < run("nonsi", 0, 0.95, 0.05).time_ms
 
 
+@pytest.mark.slow
 def test_amdahl_one_drafter_at_80_percent_tends_to_5x():
     """§3.1: DSI parallelises the accepted fraction a of the work: speedup 1 / (a c + 1 - a) -> 1 / (1 - a) = 5x."""
     n, a, c = 300, 0.8, 0.01
@@ -101,6 +106,7 @@ def test_amdahl_one_drafter_at_80_percent_tends_to_5x():
     assert n / statistics.fmean(times) == pytest.approx(amdahl, rel=0.05)
 
 
+@pytest.mark.slow
 def test_theorem1_holds_with_a_costly_prefill_when_replicas_prefill_together():
     """TTFT > TPOT: each cold target replica pays a prefill. Prefilling all of them at the start (the default
     then) keeps DSI never slower than non-SI; without it, DSI loses on its first tokens (the pool's choice of the

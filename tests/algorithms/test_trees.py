@@ -127,6 +127,7 @@ def greedy_trees(draw):
     return tree, rows
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(case=greedy_trees())
 def test_greedy_tree_verification_is_the_longest_path_matching_the_target(case):
@@ -185,6 +186,7 @@ def setups(draw):
     return target, drafters, prompt, draw(st.integers(1, 30)), tree, draw(st.integers(1, 4))
 
 
+@pytest.mark.slow
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(setup=setups())
 def test_si_and_dsi_over_trees_return_the_target_greedy_tokens(setup):
@@ -240,6 +242,7 @@ C_GRID = [0.02, 0.1, 0.4, 1.0]
 A_GRID = [0.0, 0.3, 0.7, 1.0]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "latency", [LatencyProfile.uniform(1.0), LatencyProfile(3.0, 1.0, 0.2)], ids=["paper", "per-node"]
 )
@@ -314,6 +317,7 @@ def drafter_of(which):
     return target, {"other": other, "both": [other, mixed]}[which]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_sampled_trees_follow_the_target_jointly_over_the_first_three_tokens(case):
     algorithm, which, tree = CASES[case]
@@ -322,6 +326,7 @@ def test_sampled_trees_follow_the_target_jointly_over_the_first_three_tokens(cas
     assert p_value > 1e-3, f"{case}: tree verification does not follow the target (p = {p_value:.2g})"
 
 
+@pytest.mark.slow
 def test_skipping_the_residual_update_between_siblings_fails_the_distribution_test(no_residual_update):
     """The biased variant: every sibling is tested against the target's original p (no norm(max(0, p - q)))."""
     target, drafter = drafter_of("other")

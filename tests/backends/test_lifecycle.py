@@ -27,6 +27,8 @@ from specpar.entrypoints import cli
 from specpar.runtimes import Pool, ThreadRuntime
 from tiny_transformers import reference_greedy, save_tiny_pair, slow_down, slowed, tiny_pair
 
+pytestmark = pytest.mark.slow  # (pytest -m 'not slow' leaves it out: the fast inner loop)
+
 TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the helpers (tiny_transformers) sit in tests/
 PROMPT = (3, 5, 7, 9, 11)
 

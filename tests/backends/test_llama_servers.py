@@ -36,6 +36,8 @@ from specpar.core.stopping import end_of_text_ids  # noqa: E402
 from stats import chi_square_p_value  # noqa: E402
 from tiny_gguf import write_tiny_gguf  # noqa: E402
 
+pytestmark = pytest.mark.slow  # (pytest -m 'not slow' leaves it out: the fast inner loop)
+
 LATENCIES = (LatencyProfile(2.0, 1.0, 0.1), LatencyProfile.uniform(0.1))
 
 

@@ -152,6 +152,7 @@ def transformers_target():
     return tiny_module(vocab=64, seed=3)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("rows", [72, 56], ids=["wider", "narrower"])
 def test_transformers_padded_drafters_give_the_targets_greedy_tokens(transformers_target, rows):
     """The narrower drafter (56 rows) reads the target's ids 56..63 (its padding) when the target emits them."""
@@ -197,6 +198,7 @@ def _exact(target):
     return {s: target.sequence_probability(PROMPT, s, 1.0) for s in itertools.product(range(V), repeat=N)}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("rows", [WIDER, NARROWER], ids=["wider", "narrower"])
 @pytest.mark.parametrize("algorithm", ["si", "dsi"])
 def test_simulated_padded_drafters_sample_the_targets_law(algorithm, rows):
@@ -207,6 +209,7 @@ def test_simulated_padded_drafters_sample_the_targets_law(algorithm, rows):
 BIASES = {"resample-from-p": lambda p, q: p, "resample-from-q": lambda p, q: q / q.sum()}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "algorithm,rows,bias", [("si", NARROWER, "resample-from-p"), ("dsi", WIDER, "resample-from-q")], ids=["si", "dsi"]
 )
@@ -248,6 +251,7 @@ def _transformers_counts(algorithm: str, rows: int, samples: int):
     return counts, _joint(target_module, 0.9)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("rows", [WIDER, NARROWER], ids=["wider", "narrower"])
 def test_transformers_padded_drafters_sample_the_targets_law(rows):
     """DSI (SI's sampling with padded rows is the simulated tests'; SI runs torch on every core, slow on a busy
@@ -256,6 +260,7 @@ def test_transformers_padded_drafters_sample_the_targets_law(rows):
     assert chi_square_p_value(counts, exact) > 1e-3
 
 
+@pytest.mark.slow
 def test_the_transformers_padded_sampling_test_catches_a_biased_verifier(monkeypatch):
     monkeypatch.setattr(verification, "residual", BIASES["resample-from-p"])
     counts, exact = _transformers_counts("dsi", NARROWER, 1000)

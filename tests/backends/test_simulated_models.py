@@ -21,6 +21,7 @@ def test_distribution_is_a_deterministic_function_of_seed_and_prefix():
     assert a.prefix_hash([1, 2, 3]) != a.prefix_hash([1, 2, 4]) != a.prefix_hash([2, 1, 3])
 
 
+@pytest.mark.slow
 def test_distributions_do_not_depend_on_the_interpreters_hash_seed():
     """The prefix hash is CPython's tuple hash of ints, which PYTHONHASHSEED (str/bytes only) must not change."""
     script = (

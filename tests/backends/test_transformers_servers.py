@@ -32,6 +32,7 @@ def pair():
     return tiny_pair(vocab=64, seed=3, noise=0.1, latencies=LATENCIES)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("runtime", ["threads", "virtual"])
 def test_every_algorithm_returns_the_targets_own_greedy_generate(pair, runtime, no_thread_leak):
     target, drafter = pair
@@ -202,6 +203,7 @@ def _joint(model: TransformersModel, temperature: float) -> dict:
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("algorithm,lookahead", [("si", 2), ("dsi", 1)])
 def test_sampling_follows_the_targets_distribution(small_vocab_pair, algorithm, lookahead):
     target, drafter = small_vocab_pair

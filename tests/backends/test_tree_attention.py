@@ -94,6 +94,7 @@ def test_tree_expansion_one_pass_per_level_and_its_greedy_path_is_the_drafters_c
         assert len(set(kids)) == len(kids)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("runtime", ["threads", "virtual"])
 def test_si_and_dsi_over_trees_return_the_targets_own_greedy_generate(pair, runtime):
     target, drafter = pair

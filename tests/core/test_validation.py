@@ -79,7 +79,7 @@ def test_unknown_algorithm_runtime_and_missing_drafter(pair):
         (["--sp-degree", "0"], "--sp-degree must be >= 1"),
         (["--target-tpot", "-5"], "--target-tpot must be a latency in [0, 1e+09] ms"),
         (["-c", "0"], "zero latency"),
-        (["--algo", "hsd", "--repeats", "0"], "--repeats must be >= 1"),
+        (["hsd", "--repeats", "0"], "--repeats must be >= 1"),
     ],
 )
 def test_cli_reports_bad_input_in_one_line(capsys, argv, needle):

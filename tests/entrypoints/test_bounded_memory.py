@@ -19,6 +19,8 @@ from specpar.backends.forward_log import ForwardLog
 from specpar.entrypoints.engine import Engine
 from tiny_transformers import tiny_pair
 
+pytestmark = pytest.mark.slow  # (pytest -m 'not slow' leaves it out: the fast inner loop)
+
 
 def test_the_forward_log_holds_the_latest_passes_and_numbers_them_from_the_first():
     log = ForwardLog(capacity=4)

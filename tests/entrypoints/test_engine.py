@@ -52,6 +52,7 @@ def test_many_threads_on_one_engine_of_simulated_models(runtime):
         hammer(e)
 
 
+@pytest.mark.slow
 def test_many_threads_on_one_engine_of_tiny_transformers_models():
     target, drafter = tiny_pair(vocab=32, seed=2)
     with Engine(target, drafter, sp_degree=2) as engine:

@@ -87,6 +87,7 @@ def test_table2_check_marks_missing_inputs_and_fails_out_of_range():
     assert "MISSING drafter latency" in check_table2(rows, {}, "cmd").measured
 
 
+@pytest.mark.slow
 def test_theorems_hold_on_a_coarse_grid():
     g = measure_grid(resolution=8, n=60, repeats=5, sp_degree=7)
     for h in (g.fig2, g.fig7):
@@ -95,6 +96,7 @@ def test_theorems_hold_on_a_coarse_grid():
     assert (g.fig7.speedup("dsi_vs_si") > 1 - 1e-9).all()
 
 
+@pytest.mark.slow
 def test_reproduce_reports_every_claim_with_a_command():
     claims = reproduce(resolution=6, n=40, repeats=3, only=["theorem1", "fig2d", "fig2a", "table2"])
     assert [c.key for c in claims] == ["theorem1", "fig2d", "fig2a", "table2"]
@@ -103,6 +105,7 @@ def test_reproduce_reports_every_claim_with_a_command():
     assert {c.key: c.status for c in claims}["table2"] == MISSING
 
 
+@pytest.mark.slow
 def test_reproduce_command_prints_json_and_exit_status(capsys):
     assert main(["reproduce", "--only", "amdahl", "table2", "--phi3-acceptance", "0.6", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
@@ -115,6 +118,7 @@ def test_reproduce_rejects_bad_table2_input(capsys):
     assert "0 < c <= 1" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_fig2b_at_resolution_20_fails_only_where_eq1_forces_a_long_lookahead_and_explains_it():
     g = measure_grid(resolution=20, n=100, repeats=5, sp_degree=7)
     s = g.fig2.speedup("dsi_vs_si")

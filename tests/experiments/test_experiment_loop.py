@@ -11,7 +11,7 @@ import statistics
 import pytest
 
 from specpar.core.json_output import JsonLines, dumps
-from specpar.entrypoints.cli import main, real_models
+from specpar.entrypoints.cli import comparison, main, real_models
 from specpar.experiments import loop
 
 
@@ -68,9 +68,9 @@ def test_the_commands_note_only_the_inconclusive_ratios_against_the_baselines():
         "si": [Run(5.0), Run(20.0)],  # straddles 1 against non-SI
         "dsi": [Run(4.0), Run(8.0)],  # faster than non-SI both times, and faster than SI both times
     }
-    summary = {a: real_models.speedups(by_algo, a) for a in by_algo}
+    summary = {a: comparison.speedups_of(by_algo, a) for a in by_algo}
     assert summary["si"]["speedup_vs_nonsi"] == pytest.approx(20 / 25)
-    assert real_models.inconclusive_lines(summary) == [
+    assert comparison.inconclusive_lines(summary) == [
         "SI vs non-SI: 0.80x is inconclusive: its 2 paired repeats range from 0.50x to 2.00x, on both sides of 1"
     ]
 

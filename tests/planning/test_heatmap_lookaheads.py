@@ -29,6 +29,7 @@ def test_valid_lookaheads_are_eq1s_from_the_smallest_up_to_n_minus_1():
     assert valid_lookaheads(0.01, 7, (20, 30), 100) == list(range(20, 31))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sp", [2, 7])
 def test_heatmap_dsi_takes_the_fastest_valid_lookahead_of_each_cell(sp):
     cs = [0.01, 0.05, 0.2, 0.6]
@@ -42,6 +43,7 @@ def test_heatmap_dsi_takes_the_fastest_valid_lookahead_of_each_cell(sp):
             assert h.dsi_lookahead[i, j] in ks and h.sp_needed[i, j] <= sp
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sp", [2, 3, 7])
 def test_heatmap_dsi_is_never_slower_than_si_where_sis_best_lookahead_is_valid(sp):
     h = compute_heatmap(12, n=N, repeats=REPEATS, sp_degree=sp)
@@ -51,6 +53,7 @@ def test_heatmap_dsi_is_never_slower_than_si_where_sis_best_lookahead_is_valid(s
     assert (h.dsi <= h.nonsi + 1e-9).all()  # Theorem 1, every cell
 
 
+@pytest.mark.slow
 def test_the_smallest_valid_lookahead_alone_would_be_slower_than_si_where_sis_is_valid():
     """Control: DSI at Eq. 1's smallest lookahead (what the heatmap took before) loses to SI in cells where SI's
     lookahead is valid, so the check above can fail."""
@@ -66,6 +69,7 @@ def test_the_smallest_valid_lookahead_alone_would_be_slower_than_si_where_sis_is
     assert slower > 0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("c", [0.02, 0.1, 0.4])
 @pytest.mark.parametrize("a", [0.5, 0.9])
 @pytest.mark.parametrize("sp", [2, 7])
@@ -81,6 +85,7 @@ def test_lookahead_auto_is_the_fastest_valid_and_no_slower_than_si_where_sis_is_
         assert dsi.predicted_ms[dsi.lookahead] <= si.predicted_ms[si.lookahead] + 1e-9
 
 
+@pytest.mark.slow
 def test_lookahead_auto_counts_a_server_kept_for_the_cursor_only_where_dsi_keeps_one():
     t, d = LatencyProfile.uniform(1.0), LatencyProfile.uniform(0.1)
     free = choose_lookahead(t, d, 0.8, 4, 40)

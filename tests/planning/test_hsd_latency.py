@@ -85,6 +85,7 @@ def simulate(costs, chain, levels, buffers, temperature=0.0, runs=16, n=1000):
     return statistics.fmean(per_token), forwards, out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_predicted_latency_matches_the_virtual_clock(name):
     costs, chain, levels, buffers = CASES[name]
@@ -98,6 +99,7 @@ def test_predicted_latency_matches_the_virtual_clock(name):
         )
 
 
+@pytest.mark.slow
 def test_predicted_latency_matches_the_virtual_clock_when_sampling():
     costs, chain, levels, buffers = CASES["3 models"]
     alpha = SimulatedStack(chain, [LatencyProfile.uniform(c) for c in costs], vocab_size=12).alpha
@@ -127,6 +129,7 @@ def test_bad_latency_model_input_is_named():
         hierarchy_latency([0.1, 1.0], alpha, [1, 0], [2])
 
 
+@pytest.mark.slow
 def test_measured_acceptance_matrix_recovers_the_stacks():
     from specpar.experiments.hsd_measure import measure_alpha
 

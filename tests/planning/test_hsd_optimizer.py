@@ -25,6 +25,7 @@ def instances(draw, max_drafters: int = 4):
     return costs, alpha, draw(st.integers(1, 4))
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None)
 @given(problem=instances())
 def test_dynamic_program_agrees_with_exhaustive_search(problem):
@@ -124,11 +125,11 @@ def test_hsd_plan_command(tmp_path, capsys):
 
 
 def test_simulate_hsd_command_runs_the_plan_losslessly(capsys):
-    assert main(["simulate", "--algo", "hsd", "-N", "200", "--repeats", "2", "--json"]) == 0
+    assert main(["simulate", "hsd", "-N", "200", "--repeats", "2", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     hsd = report["results"]["hsd"]
     assert hsd["levels"] == [0, 1, 2, 3] and hsd["same_tokens_as_nonsi"]
     assert hsd["speedup_vs_si"] > 1.05
     assert report["results"]["hsd-sp"]["same_tokens_as_nonsi"] and report["results"]["hsd-sp"]["speedup_vs_si"] > 1.05
-    assert main(["simulate", "--algo", "hsd", "--costs", "1,2,3", "-N", "10"]) == 2
+    assert main(["simulate", "hsd", "--costs", "1,2,3", "-N", "10"]) == 2
     assert "--alpha FILE or --chain" in capsys.readouterr().err

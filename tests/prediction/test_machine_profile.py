@@ -113,6 +113,6 @@ def test_a_missing_or_corrupt_file_is_one_clear_error(tmp_path):
         MachineProfile.load(tmp_path / "bad.json")
 
 
-def test_without_a_file_there_is_no_profile_yet():
-    with pytest.raises(ConfigError, match="no machine profile"):
+def test_without_a_file_or_models_there_is_no_profile():
+    with pytest.raises(ConfigError, match="a profile file or the models to measure"):
         load_or_build()

@@ -8,6 +8,8 @@ from conftest import make_pair
 from processes import run_python
 from specpar import ConfigError, generate
 
+pytestmark = pytest.mark.slow  # (pytest -m 'not slow' leaves it out: the fast inner loop)
+
 
 def test_importing_specpar_and_its_runtimes_does_not_import_ray():
     code = "import sys, specpar, specpar.runtimes, specpar.entrypoints.cli; assert 'ray' not in sys.modules, 'ray imported'"

@@ -21,7 +21,7 @@ from specpar.runtimes import Pool
 from specpar.runtimes.ray_actors import ServerHost, release_kept
 from specpar.runtimes.ray_runtime import RayRuntime
 
-pytestmark = [pytest.mark.usefixtures("ray_local"), pytest.mark.timeout(60)]
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("ray_local"), pytest.mark.timeout(60)]
 
 
 def alive_hosts() -> int:

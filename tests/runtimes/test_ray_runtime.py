@@ -18,7 +18,7 @@ from specpar import LatencyProfile, SimulatedModel, generate
 from specpar.runtimes import Pool, RayRuntime
 from stats import chi_square_p_value
 
-pytestmark = [pytest.mark.usefixtures("ray_local"), pytest.mark.timeout(120)]
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("ray_local"), pytest.mark.timeout(120)]
 
 ACCEPTANCE = (0.0, 0.6, 0.95)
 

@@ -1,10 +1,14 @@
 """What travels to a Ray actor (no Ray needed): only the verified tokens it has not seen, plus the drafts; the
 actor rebuilds every call's context exactly, and its server answers as the same server would locally."""
 
+import pytest
+
 from specpar import LatencyProfile, SimulatedModel
 from specpar.core.calls import Context, Draft, Score
 from specpar.core.decoding import GREEDY
 from specpar.runtimes.ray_actors import RemoteServer, ServerHost
+
+pytestmark = pytest.mark.slow  # (pytest -m 'not slow' leaves it out: the fast inner loop)
 
 
 class Recorder:

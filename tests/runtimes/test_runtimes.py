@@ -198,6 +198,7 @@ class StallingServer(FailingServer):
         return self.inner.run(call, cancelled)
 
 
+@pytest.mark.slow
 def test_a_stalled_server_never_holds_generate_past_its_last_token(no_thread_leak):
     """Issue 15: two of three target replicas stall in their first call (DSI's prefill of idle replicas, never
     needed for the output): generate returns within one target latency of the last token, reports the two

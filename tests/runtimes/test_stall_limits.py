@@ -1,5 +1,6 @@
 """A stalled server is noticed after a multiple of the time its calls should take (with a floor), never after a
-silent 600 s: a ServerError naming it on threads (a Ray replica is lost and its task redone: test_ray_faults)."""
+silent 600 s. It is lost, on threads as on Ray (test_ray_faults): its task goes to a live server of its pool; a
+ServerError naming it only when no live server is left for the work waiting."""
 
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ from specpar.core.decoding import GREEDY
 from specpar.core.latency import STALL_FLOOR_S, UNMEASURED_LIMIT_S, stall_limit_s
 from specpar.runtimes import Pool, ThreadRuntime
 from specpar.runtimes.base import CallLimits, Task
+
+pytestmark = pytest.mark.slow  # (pytest -m 'not slow' leaves it out: the fast inner loop)
 
 
 class StallingServer(SimulatedServer):
@@ -107,3 +110,50 @@ def test_the_floor_is_a_runtime_option(release):
     assert 0.3 <= time.perf_counter() - t0 < 3
     with pytest.raises(Exception, match="stall_floor_s must be a number of seconds > 0"):
         ThreadRuntime([Pool([target.server()], "target")], stall_floor_s=0)
+
+
+def test_a_stalled_server_is_lost_and_its_task_redone_on_another_of_its_pool(release):
+    """The runtime alone: target0 (idle longest, so picked first) stalls on its first call; after the limit the call
+    runs on target1, and target0's late answer, once released, is dropped (no second finished task)."""
+    target = SimulatedModel(8, latency=LatencyProfile.uniform(5.0))
+    stalling = StallingServer(target, "target0", stall_on=1, release=release)
+    pool = Pool([stalling, target.server("target1")], "target")
+    rt = ThreadRuntime([pool], stall_floor_s=0.3)
+    with rt:
+        task = rt.submit(pool, Score(as_context([2, 7]), 0, GREEDY))
+        assert rt.wait() is task and task.server.name == "target1"
+        assert task.result.rows == [target.greedy_tokens([2, 7], 1)[0]]
+        release.set()
+        time.sleep(0.1)  # target0's stalled call returns now: dropped
+        with pytest.raises(RuntimeError, match="no task in flight"):
+            rt.wait()
+        again = rt.submit(pool, Score(as_context([2, 7, 1]), 0, GREEDY))
+        assert rt.wait() is again and again.server.name == "target1"  # a lost server takes no more work
+    assert [(x.server, x.pool) for x in rt.lost] == [("target0", "target")] and "stalled" in rt.lost[0].reason
+    assert 250 <= rt.lost[0].lost_ms < 5000
+
+
+def test_dsi_on_threads_goes_on_without_a_stalled_replica(release):
+    """One replica of four stalls (ignoring cancellation) while verifications queue (a 40x faster drafter, k = 1):
+    the generation ends with the target's tokens and names the lost replica, as on Ray. Before, the stalled call
+    that work queued behind failed the whole request (a ServerError in each of 4 seeds here)."""
+    target = SimulatedModel(8, latency=LatencyProfile.uniform(20.0))
+    for seed in range(2):
+        drafter = target.drafter(0.9, LatencyProfile.uniform(0.5), seed=seed)
+        servers = [
+            StallingServer(target, f"target{i}", stall_on=3 if i == 2 else 10**9, release=release) for i in range(4)
+        ]
+        out = generate(
+            [1, 2],
+            Pool(servers, "target"),
+            drafter,
+            algorithm="dsi",
+            max_new_tokens=60,
+            lookahead=1,
+            sp_degree=4,
+            runtime="threads",
+            prefill_replicas=False,
+            runtime_options={"stall_floor_s": 0.3},
+        )
+        assert out.tokens == target.greedy_tokens([1, 2], 60)
+        assert out.replicas_lost == ("target2",)

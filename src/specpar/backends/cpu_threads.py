@@ -20,6 +20,11 @@ def cpu_cores() -> int:
         return os.cpu_count() or 1
 
 
+def model_uses_torch(model) -> bool:
+    """Whether ``model`` computes with torch (a transformers model: its thread count is torch's, process-wide)."""
+    return hasattr(model, "module_on")
+
+
 class SharedThreads:
     """The CPU threads of a forward pass, set while any request of an engine runs and restored when the last ends
     (requests that run at once share the one setting): torch's (process-wide) when the models use torch, and each

@@ -42,7 +42,11 @@ class SimulatedPair:
     target_ttft_ms: float | None = field(
         default=None,
         metadata=flag(
-            "--target-ttft", "target's time to first token: the prefill pass", default="--target-tpot", metavar="MS"
+            "--target-ttft",
+            "target's time to first token: the prefill pass",
+            default="--target-tpot",
+            metavar="MS",
+            advanced=True,
         ),
     )
     target_per_token_ms: float = field(
@@ -52,14 +56,16 @@ class SimulatedPair:
             "target's extra time per additional token in one pass (verifying k drafts, or catching up on unseen "
             "tokens): 0 models a memory-bound GPU, CPUs cost a good fraction of a TPOT",
             metavar="MS",
+            advanced=True,
         ),
     )
     drafter_latency: float = field(
         default=0.1,
         metadata=flag(
-            "--drafter-latency",
-            "drafter's latency as a fraction c of the target's (TTFT, TPOT and per-token cost alike)",
+            "--drafter-latency-ratio",
+            "c, the drafter's latency over the target's (TTFT, TPOT and per-token cost alike)",
             short="-c",
+            aliases=("--drafter-latency",),
             metavar="C",
         ),
     )
@@ -80,13 +86,14 @@ class SimulatedPair:
             "drafter's time to first token, with --drafter-tpot",
             default="--drafter-tpot",
             metavar="MS",
+            advanced=True,
         ),
     )
     drafter_per_token_ms: float = field(
         default=0.0,
         metadata=flag(
             "--drafter-per-token", "drafter's extra time per additional token in one pass, with --drafter-tpot",
-            metavar="MS",
+            metavar="MS", advanced=True,
         ),
     )  # fmt: skip
     acceptance_rate: float = field(
@@ -107,18 +114,25 @@ class SimulatedPair:
             "cycling (positions counted from the prompt's start), e.g. 0.9,0.4:50; -k auto and the closed forms "
             "use their mean",
             metavar="A1,A2,...:T",
+            advanced=True,
         ),
     )
     vocab_size: int = field(
         default=8,
-        metadata=flag("--vocab-size", "tokens in the simulated models' vocabulary", aliases=("--vocab",), metavar="V"),
+        metadata=flag(
+            "--vocab-size",
+            "tokens in the simulated models' vocabulary",
+            aliases=("--vocab",),
+            metavar="V",
+            advanced=True,
+        ),
     )
     seed: int = field(
         default=0,
         metadata=flag("--seed", SEED_HELP + ": the simulated models, prompts and draws", metavar="S"),
     )
     prompt_length: int = field(
-        default=8, metadata=flag("--prompt-length", "prompt tokens, drawn from the seed", metavar="N")
+        default=8, metadata=flag("--prompt-length", "prompt tokens, drawn from the seed", metavar="N", advanced=True)
     )
 
     def __post_init__(self):

@@ -87,6 +87,7 @@ class TransformersModel:
         import torch
 
         device = check_device(device)
+        self.path = str(source) if isinstance(source, (str, os.PathLike)) else None  # None: a module in memory
         if isinstance(source, (str, os.PathLike)):
             module, tokenizer = _load(str(source), tokenizer, torch_dtype(dtype) or torch.float32)
             name = name or _name(source)
@@ -143,6 +144,14 @@ class TransformersModel:
     def weight_bytes(self) -> int:
         module = self._modules[self.device]
         return sum(p.numel() * p.element_size() for p in module.parameters())
+
+    def backend_settings(self) -> dict:
+        """What its servers' speed depends on besides its weights (a machine profile's key): the backend, torch's
+        version, the dtype and the device."""
+        import torch
+
+        dtype = next(self._modules[self.device].parameters()).dtype
+        return {"backend": "transformers", "build": torch.__version__, "dtype": str(dtype), "device": self.device}
 
     def kv_bytes_per_token(self) -> int:
         """Bytes one cached token costs in one server's KV cache (keys and values, every layer)."""

@@ -40,11 +40,12 @@ def flag(
     aliases: Sequence[str] = (),
     metavar: str | None = None,
     choices: Mapping[str, str] | None = None,
+    advanced: bool = False,
 ):
     """A field's command-line spelling: ``name`` (and ``short``), with ``aliases`` its deprecated spellings (they
     still work for one release, with a warning). help: what the field does; default: the rule its default follows,
     in words (else the help shows the default value); choices: the values a text field takes, each with what it
-    means."""
+    means; advanced: a finer control, listed by ``--help=all`` rather than ``--help``."""
     return {
         "flag": name,
         "short": short,
@@ -53,6 +54,7 @@ def flag(
         "default": default,
         "metavar": metavar,
         "choices": None if choices is None else dict(choices),
+        "advanced": advanced,
     }
 
 
@@ -149,6 +151,7 @@ class SpeculativeConfig:
             "--prefill-replicas",
             "DSI: every target server prefills the prompt at the start, in parallel",
             default="when the target's TTFT exceeds its TPOT or is unknown",
+            advanced=True,
         ),
     )
     dedicated_cursor: bool | None = field(
@@ -157,6 +160,7 @@ class SpeculativeConfig:
             "--dedicated-cursor",
             "DSI: keep one target server for passes on the verified prefix",
             default="when verification costs grow with the drafts fed, a per-token cost, or are unknown",
+            advanced=True,
         ),
     )
 
@@ -341,6 +345,7 @@ class RuntimeConfig:
             "--cancel-frees",
             "virtual clock: when a cancelled task frees its server",
             choices={"now": "at once (preemptible servers)", "end": "at the end of its pass, as a forward pass does"},
+            advanced=True,
         ),
     )
     link_ms: float | Mapping[str, float] = field(
@@ -351,6 +356,7 @@ class RuntimeConfig:
             "beside the driver): the virtual clock adds 2 x MS to every target call, on Ray each target actor "
             "injects the delay",
             metavar="MS",
+            advanced=True,
         ),
     )
     call_timeout_s: float | None = field(
@@ -360,6 +366,7 @@ class RuntimeConfig:
             "threads and Ray: seconds a call may run before its server counts as stalled",
             default="the runtime's",
             metavar="S",
+            advanced=True,
         ),
     )
     address: str | None = field(
@@ -370,6 +377,7 @@ class RuntimeConfig:
             "others)",
             default="a local Ray, loopback only, started for this run and stopped at its end",
             metavar="auto|HOST:PORT",
+            advanced=True,
         ),
     )
     cpus_per_server: float = field(
@@ -379,6 +387,7 @@ class RuntimeConfig:
             "Ray: CPUs reserved for each server's actor, and its torch threads; target replicas also get one GPU "
             "each when the cluster has GPUs",
             metavar="CPUS",
+            advanced=True,
         ),
     )
     placement: str = field(
@@ -387,6 +396,7 @@ class RuntimeConfig:
             "--placement",
             "Ray: placement group strategy for the servers",
             choices={"PACK": "on as few nodes as fit", "SPREAD": "across nodes"},
+            advanced=True,
         ),
     )
     drafter_placement: str = field(
@@ -398,6 +408,7 @@ class RuntimeConfig:
                 "driver": "on a thread of this process, no round trip per draft call",
                 "actor": "in its own actor, like the targets",
             },
+            advanced=True,
         ),
     )
     options: Mapping[str, Any] = field(default_factory=dict)

@@ -1,4 +1,4 @@
-"""The one JSON writer of the commands: ``--json`` objects on stdout and ``--out`` JSON lines.
+"""The one JSON writer of the commands: ``--json`` objects on stdout and ``-o`` JSON lines.
 
 Non-finite floats (nan, inf: e.g. an acceptance rate with nothing drafted) are written as null, so that every
 file is standard JSON that any reader parses.

@@ -63,13 +63,14 @@ class SamplingParams:
         default=1.0, metadata=flag("--top-p", "keep the most likely tokens up to this probability", metavar="P")
     )
     min_p: float = field(
-        default=0.0, metadata=flag("--min-p", "drop tokens below P x the top token's probability", metavar="P")
+        default=0.0,
+        metadata=flag("--min-p", "drop tokens below P x the top token's probability", metavar="P", advanced=True),
     )
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
     repetition_penalty: float = field(
         default=1.0,
-        metadata=flag("--repetition-penalty", "> 1 makes tokens already seen less likely", metavar="R"),
+        metadata=flag("--repetition-penalty", "> 1 makes tokens already seen less likely", metavar="R", advanced=True),
     )
     logit_bias: Mapping[int, float] | None = None
     max_tokens: int = field(
@@ -81,10 +82,12 @@ class SamplingParams:
         default=None, metadata=flag("--stop", "stop at this text (repeatable)", metavar="TEXT")
     )
     stop_token_ids: Sequence[int] | None = field(
-        default=None, metadata=flag("--stop-token-id", "stop at this token (repeatable)", metavar="ID")
+        default=None, metadata=flag("--stop-token-id", "stop at this token (repeatable)", metavar="ID", advanced=True)
     )
     include_stop_str_in_output: bool = False
-    ignore_eos: bool = field(default=False, metadata=flag("--ignore-eos", "go on past the model's end-of-text tokens"))
+    ignore_eos: bool = field(
+        default=False, metadata=flag("--ignore-eos", "go on past the model's end-of-text tokens", advanced=True)
+    )
     seed: int | None = field(default=None, metadata=flag("--seed", SEED_HELP, metavar="S"))
     logprobs: int | None = None
     coupling: str = field(

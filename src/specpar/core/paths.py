@@ -48,7 +48,7 @@ def _check_directory(directory: Path, option: str, shown: str) -> None:
 def check_output_file(path: str | os.PathLike, option: str, suffixes: tuple[str, ...] | None = None) -> str:
     """The path a command will write its output file to, checked before any work starts.
 
-    option: the flag that named it (for the message, e.g. "--out").
+    option: the flag that named it (for the message, e.g. "-o").
     suffixes: the extensions allowed (e.g. :func:`image_suffixes`); a path without one gets the first.
     Refuses (ConfigError): a directory, a path in a directory that does not exist or is a file, a directory or an
     existing file this process cannot write, an extension not in ``suffixes``. Returns the path as it will be

@@ -27,7 +27,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 
 from specpar.algorithms.registry import check_context_window, model_of
-from specpar.backends.cpu_threads import SharedThreads, cpu_cores
+from specpar.backends.cpu_threads import SharedThreads, cpu_cores, model_uses_torch
 from specpar.backends.loading import check_mode, choose_backend, load_pair, model_exact
 from specpar.backends.vocabulary import fit_drafters
 from specpar.core.config import RuntimeConfig, SpeculativeConfig, split_options
@@ -61,7 +61,7 @@ def uses_torch(source) -> bool:
         return any(uses_torch(s) for s in source)
     if isinstance(source, Pool):
         return hasattr(source.servers[0], "module")
-    return hasattr(source, "module_on")
+    return model_uses_torch(source)
 
 
 class Engine:

@@ -483,7 +483,7 @@ def reproduce(
         raise ConfigError(f"unknown claim {sorted(unknown)}; choose from {', '.join(CLAIM_KEYS)}")
     grid_opts = (
         f"--resolution {resolution} -N {n} --repeats {repeats} --sp-degree {sp_degree} --seed {seed}"
-        f" --lookahead-range {lookaheads[0]} {lookaheads[1]}"
+        f" --lookaheads {lookaheads[0]}-{lookaheads[1]}"
     )
     fig2_cmd = f"specpar heatmap {grid_opts}"
     claims = []
@@ -540,8 +540,7 @@ def reproduce(
             check_table2(
                 rows,
                 results,
-                "specpar reproduce --only table2 "
-                + (given or "--starcoder-drafter-latency C --phi3-acceptance-rate A"),
+                "specpar reproduce --only table2 " + (given or "--starcoder-latency-ratio C --phi3-acceptance-rate A"),
             )
         )
         if progress:

@@ -1,6 +1,6 @@
 """The one experiment loop under every command that compares algorithms, and the one speedup definition.
 
-``simulate``, ``simulate --algorithm hsd``, ``bench``, ``generate --compare``, ``table`` and the claims report all run
+``simulate``, ``simulate hsd``, ``bench``, ``generate --compare``, ``table`` and the claims report all run
 their repeats through :func:`run_arms` and compare latencies with :func:`speedup`:
 
 - Arms are interleaved over repeats (repeat 0: nonsi, si, dsi; repeat 1: nonsi, si, dsi; ...), so that a slow

@@ -77,19 +77,24 @@ class ModelCosts:
     pass_ms: {threads: (v(1), v(2), ..., v(K))}: one pass over k new tokens on a warm cache when the engine gives
         passes ``threads`` threads (on llama.cpp's exact settings a one-token pass runs on 1 thread whatever this
         count: v(1) is measured as the engine runs it). Past K, the line through v(K-1) and v(K).
+    prefill_by_threads: {threads: points as in prefill_ms}: the prefill measured at each thread count the engine
+        gives passes (a prompt's pass is a batch pass: non-SI runs it on every core, DSI's servers on a share);
+        empty: ``prefill_ms`` whatever the count. Looked up as ``pass_ms`` is (:meth:`prefill_points`).
     """
 
     name: str
     prefill_ms: tuple[tuple[int, float], ...]
     pass_ms: Mapping[int, tuple[float, ...]]
+    prefill_by_threads: Mapping[int, tuple[tuple[int, float], ...]] = field(default_factory=dict)
 
     def __post_init__(self):
         if not isinstance(self.name, str):
             raise ConfigError(f"a model's name must be text, got {self.name!r}")
-        points = tuple((_count(n, "a prefill point's prompt_tokens"), _ms(ms, "prefill_ms")) for n, ms in
-                       _pairs(self.prefill_ms, "prefill_ms"))  # fmt: skip
-        if not points or any(a[0] >= b[0] for a, b in zip(points, points[1:])):
-            raise ConfigError(f"prefill_ms needs points with increasing prompt lengths, got {self.prefill_ms!r}")
+        points = _points(self.prefill_ms, "prefill_ms")
+        if not isinstance(self.prefill_by_threads, Mapping):
+            raise ConfigError(f"prefill_by_threads must map thread counts to points, got {self.prefill_by_threads!r}")
+        by_threads = {_threads(t): _points(p, f"prefill_by_threads[{t}]") for t, p in self.prefill_by_threads.items()}
+        object.__setattr__(self, "prefill_by_threads", dict(sorted(by_threads.items())))
         if not isinstance(self.pass_ms, Mapping) or not self.pass_ms:
             raise ConfigError(f"pass_ms must map thread counts to v(1..K) in ms, got {self.pass_ms!r}")
         table = {}
@@ -108,10 +113,14 @@ class ModelCosts:
     def table(self, threads: int) -> tuple[float, ...]:
         """v(1..K) for passes given ``threads`` threads: the measured count, else the largest measured below it,
         else the smallest measured."""
-        if threads in self.pass_ms:
-            return self.pass_ms[threads]
-        below = [t for t in self.pass_ms if t <= threads]
-        return self.pass_ms[max(below) if below else min(self.pass_ms)]
+        return _nearest(self.pass_ms, threads)
+
+    def prefill_points(self, threads: int | None = None) -> tuple[tuple[int, float], ...]:
+        """The prefill's points for passes given ``threads`` threads (looked up as :meth:`table`); ``prefill_ms``
+        when none were measured per count, or ``threads`` is None."""
+        if threads is None or not self.prefill_by_threads:
+            return self.prefill_ms
+        return _nearest(self.prefill_by_threads, threads)
 
     def pass_cost(self, k: int, threads: int) -> float:
         """v(k): one pass over ``k`` >= 1 new tokens on a warm cache, with ``threads`` threads (ms)."""
@@ -122,23 +131,26 @@ class ModelCosts:
             return v[0] * k  # one measured point: proportional
         return v[-1] + (v[-1] - v[-2]) * (k - len(v))
 
-    def prefill(self, tokens: int) -> float:
-        """A prefill of a prompt of ``tokens`` tokens (ms), never below 0."""
-        return max(0.0, _line(self.prefill_ms, tokens))
+    def prefill(self, tokens: int, threads: int | None = None) -> float:
+        """A prefill of a prompt of ``tokens`` tokens (ms), never below 0, with ``threads`` threads (None: any)."""
+        return max(0.0, _line(self.prefill_points(threads), tokens))
 
     def to_dict(self) -> dict:
-        return {
+        out = {
             "name": self.name,
             "prefill_ms": [list(p) for p in self.prefill_ms],
             "pass_ms": {str(t): list(v) for t, v in self.pass_ms.items()},
         }
+        if self.prefill_by_threads:
+            out["prefill_by_threads"] = {str(t): [list(p) for p in v] for t, v in self.prefill_by_threads.items()}
+        return out
 
     @classmethod
     def from_dict(cls, d, where: str = "model costs") -> ModelCosts:
         if not isinstance(d, Mapping) or not {"prefill_ms", "pass_ms"} <= set(d):
             raise ConfigError(f"{where}: expected an object with name, prefill_ms and pass_ms, got {d!r:.80}")
         try:
-            return cls(str(d.get("name", "")), d["prefill_ms"], d["pass_ms"])
+            return cls(str(d.get("name", "")), d["prefill_ms"], d["pass_ms"], d.get("prefill_by_threads") or {})
         except ConfigError as exc:
             raise ConfigError(f"{where}: {exc}") from None
 
@@ -149,6 +161,22 @@ class ModelCosts:
         per_token_ms (k - 1)."""
         v = tuple(latency.tpot_ms + latency.per_token_ms * (k - 1) for k in range(1, max_pass + 1))
         return cls(name, ((1, latency.ttft_ms),), {threads: v})
+
+
+def _points(points, name: str) -> tuple[tuple[int, float], ...]:
+    """Prefill points ((prompt_tokens, ms), ...), checked: at least one, lengths increasing."""
+    out = tuple((_count(n, f"a {name} point's prompt_tokens"), _ms(ms, name)) for n, ms in _pairs(points, name))
+    if not out or any(a[0] >= b[0] for a, b in zip(out, out[1:])):
+        raise ConfigError(f"{name} needs points with increasing prompt lengths, got {points!r}")
+    return out
+
+
+def _nearest(by_threads: Mapping[int, object], threads: int):
+    """The entry for ``threads``: its own, else the largest count measured below it, else the smallest measured."""
+    if threads in by_threads:
+        return by_threads[threads]
+    below = [t for t in by_threads if t <= threads]
+    return by_threads[max(below) if below else min(by_threads)]
 
 
 def _threads(key) -> int:
@@ -177,9 +205,10 @@ class MachineProfile:
         Past the last entry, f(n) grows in proportion to n. (1.0,): no contention measured (or none: a GPU each).
     overhead_ms: {"threads": one call's round trip through the threads runtime, "ray": through a Ray actor} (ms).
     per_token_ms: the engine's own cost per output token (Python, stopping, detokenizing), in ms.
-    acceptance_rate: the drafter's (App. F.2's geometric estimate); None without a drafter.
-    ngram: {"match_rate": share of positions where the n-gram proposer has a draft, "acceptance_rate": share of its
-        drafted tokens the target accepts}; empty when not measured.
+    acceptance_rate: the drafter's per-token acceptance rate (measured: greedy SI's accepted / tested drafts on a
+        sample, :mod:`specpar.prediction.measure_pair`; App. F.2's estimates in ``meta``); None without a drafter.
+    ngram: {"match_rate": share of lookups where the n-gram proposer finds a draft, "acceptance_rate": its drafts'
+        per-token acceptance rate (accepted / tested)}; empty when not measured.
     cores: the CPU cores the engine may use.
     meta: {"when": ISO time, "load_average": (1, 5, 15 min), "seconds": taken, ...}; not compared.
     """
@@ -336,16 +365,42 @@ class MachineProfile:
             d = json.loads(text)
         except json.JSONDecodeError as exc:
             raise ConfigError(f"machine profile {str(path)!r} is not valid JSON: {exc}") from None
+        if isinstance(d, dict) and isinstance(d.get("machine"), dict):  # `specpar profile --out`: App. F's file
+            d = d["machine"]
         return cls.from_dict(d, f"machine profile {str(path)!r}")
 
 
-def load_or_build(path: str | os.PathLike | None = None, **build) -> MachineProfile:
-    """The machine profile to predict from: the file ``path`` when given; otherwise the cached profile of the pair
-    and settings ``build`` names, measured on first need (issue 29's part B fills this in). Until that lands,
-    without a path this is a ConfigError saying there is no profile yet."""
+def load_or_build(
+    path: str | os.PathLike | None = None,
+    *,
+    target=None,
+    drafter=None,
+    prompts: Sequence[Sequence[int]] | None = None,
+    options=None,
+    progress=None,
+    refresh: bool = False,
+) -> MachineProfile:
+    """The machine profile to predict from: the file ``path`` when given; otherwise the profile of the ``target`` and
+    ``drafter`` models (their files, backend settings, this machine) from specpar's cache, measured on first need
+    (:mod:`specpar.prediction.profile_cache`; about a minute for the default pair on a quiet machine).
+
+    prompts: the sample's token ids (default: :func:`profile_cache.sample_texts` in the target's tokenizer);
+    options: a :class:`specpar.prediction.measure_pair.MeasureOptions`; progress: called with each step's label
+    (default: a bar on stderr when it is a terminal); refresh: measure again even when the cache holds one.
+    """
     if path is not None:
         return MachineProfile.load(path)
-    raise ConfigError(
-        "no machine profile yet: measuring one on this machine is not built yet; give a profile JSON file "
-        f'("format": "{FORMAT}", e.g. `specpar predict --profile FILE`)'
-    )
+    if target is None:
+        raise ConfigError("a machine profile needs a profile file or the models to measure (target=, drafter=)")
+    from specpar.prediction import measure_pair, profile_cache
+
+    key = profile_cache.profile_key(target, drafter)
+
+    def measure() -> dict:
+        ids = prompts if prompts is not None else profile_cache.sample_prompts(target)
+        opts = options or measure_pair.MeasureOptions()
+        with profile_cache.steps_shown(opts.steps(len(ids), int(key["cores"])), progress) as step:
+            fig = measure_pair.measure_pair(target, drafter, ids, opts, step)
+        return {"format": FORMAT, **fig.profile_fields(key)}
+
+    return profile_cache.load_or_measure(key, measure, MachineProfile.from_dict, refresh=refresh)

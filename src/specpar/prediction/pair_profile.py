@@ -17,7 +17,7 @@ Two JSON forms are read:
 The default model pair's profile measured on this machine is looked for at
 ``<cache>/profiles/default-pair.json`` (cache: ``$SPECPAR_CACHE``, else
 ``$XDG_CACHE_HOME/specpar``, else ``~/.cache/specpar``); write it with
-``specpar profile --out <that path>``.
+``specpar profile -o <that path>``.
 """
 
 from __future__ import annotations
@@ -109,7 +109,7 @@ class PairProfile:
         """Read either JSON form; ``estimate`` picks the acceptance estimate of a ``specpar profile`` file."""
         if not Path(path).exists():
             raise ConfigError(
-                f"cannot read profile {str(path)!r}: it does not exist (write one with `specpar profile --out FILE`)"
+                f"cannot read profile {str(path)!r}: it does not exist (write one with `specpar profile -o FILE`)"
             )
         text = read_text(path, "profile")
         try:

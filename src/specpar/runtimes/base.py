@@ -7,6 +7,7 @@ import threading
 import weakref
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from specpar.core.errors import ConfigError
@@ -71,6 +72,18 @@ class Pool:
 
 
 _ids = itertools.count()
+
+
+@dataclass(frozen=True)
+class LostReplica:
+    """A replica that died or stalled (threads, Ray): its name, its pool, when (ms on the runtime's clock), why, and
+    the time its unfinished call had run (``lost_ms``, work redone elsewhere; 0 for a cancelled call)."""
+
+    server: str
+    pool: str
+    at_ms: float
+    lost_ms: float
+    reason: str
 
 
 class Task:

@@ -34,12 +34,11 @@ import queue
 import time
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from specpar.core.errors import ConfigError, ServerError
 from specpar.core.latency import STALL_FACTOR, STALL_FLOOR_S
 from specpar.runtimes import ray_actors
-from specpar.runtimes.base import CallLimits, Pool, Runtime, Task
+from specpar.runtimes.base import CallLimits, LostReplica, Pool, Runtime, Task
 from specpar.runtimes.ray_cluster import connect, import_ray
 from specpar.runtimes.threads import ThreadRuntime
 
@@ -48,18 +47,6 @@ log = logging.getLogger(__name__)
 DEFAULT_JOIN_TIMEOUT_S = 2.0
 PLACEMENT_TIMEOUT_S = 60.0
 STRATEGIES = ("PACK", "SPREAD")
-
-
-@dataclass(frozen=True)
-class LostReplica:
-    """A replica that died or stalled: its name, its pool, when (ms on the runtime's clock), why, and the
-    time its unfinished call had run (``lost_ms``, work redone elsewhere; 0 for a cancelled call)."""
-
-    server: str
-    pool: str
-    at_ms: float
-    lost_ms: float
-    reason: str
 
 
 class RayRuntime(Runtime):
@@ -332,7 +319,7 @@ class RayRuntime(Runtime):
                 self._ref.pop(task, None)
                 self._lose(task, replica, f"no answer after {task.limit_s:.3g} s ({how}): stalled")
         if self._local is not None:
-            self._local._raise_stuck()  # a local pool's server (in this process) cannot be replaced: a ServerError
+            self._local._lose_stuck()  # a local pool's server: lost as on threads (a ServerError if it was the last)
 
     def _lose(self, task: Task, replica, reason: str) -> None:
         """``replica`` is gone: kill it, record the loss, and resend its task (unless cancelled) to a live one."""

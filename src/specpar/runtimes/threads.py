@@ -8,8 +8,10 @@ Nothing hangs:
 
 * a call that runs past its stall limit (:class:`~specpar.runtimes.base.CallLimits`: by default a multiple of
   the time the server's latency profile and its pool's completed calls say it should take, at least
-  ``stall_floor_s``; or a fixed ``call_timeout_s``) is a :class:`ServerError` naming its server (a stuck server is
-  treated as lost; the algorithms never wait on it again);
+  ``stall_floor_s``; or a fixed ``call_timeout_s``) loses its server, as on Ray: the server gets no more work in
+  this runtime, its task (unless cancelled) goes to a live server of the same pool, ``lost`` records it, and
+  whatever its stuck call returns later is dropped. Lost servers cost time, never tokens. Work waiting on a pool
+  with no live server left is a :class:`ServerError` naming the server lost last;
 * ``close()`` abandons every task no longer needed at once and gives running work ``join_timeout_s`` (50 ms by
   default: idle workers and cancelled sleeps end in microseconds) to stop, then leaves the threads that did not
   (a model server finishing the forward pass it was in, or a server stuck in a call that ignores cancellation)
@@ -36,7 +38,7 @@ from collections.abc import Sequence
 
 from specpar.core.errors import ConfigError, ServerError
 from specpar.core.latency import STALL_FACTOR, STALL_FLOOR_S
-from specpar.runtimes.base import CallLimits, Pool, Runtime, Task
+from specpar.runtimes.base import CallLimits, LostReplica, Pool, Runtime, Task
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +87,8 @@ class ThreadRuntime(Runtime):
         self.call_timeout_s = call_timeout_s
         self.join_timeout_s = join_timeout_s
         self.left_running: list[str] = []  # threads close() left behind (stuck servers)
+        self.lost: list[LostReplica] = []  # servers lost to a stall, in order
+        self._lost: set = set()
         self._lock = threading.Lock()
         self._finished: queue.SimpleQueue = queue.SimpleQueue() if finished is None else finished
         self._idle = {p: list(p.servers) for p in self.pools}  # in the order they became idle
@@ -119,21 +123,12 @@ class ThreadRuntime(Runtime):
         task = inbox.get()
         while task is not _STOP:
             if not task.cancelled:
-                task.start = self.now()
-                try:
-                    task.cached = server.cached_len(task.call.context)
-                    task.limit_s = self.limits.limit_s(task, getattr(server, "latency", None))
-                    me.until = time.perf_counter() + task.limit_s
-                    task.result = server.run(task.call, task.cancel_event)
-                except BaseException as exc:  # surfaced by wait(), never lost in the worker
-                    task.error = exc
-                task.end = self.now()
-                me.until = None
-                if task.error is None and not task.cancelled:
-                    self.limits.record(task)
-                self._finished.put(task)
+                self._run(task, server, me)
             with self._lock:
-                self._running.discard(task)
+                if task.server is server:  # not handed to another server meanwhile (its server was lost)
+                    self._running.discard(task)
+                if server in self._lost:
+                    return  # a lost server takes no more work; its thread ends with the call it was stuck in
                 task = self._next_queued(pool)
                 if task is None:
                     self._idle[pool].append(server)
@@ -142,6 +137,28 @@ class ThreadRuntime(Runtime):
                     self._running.add(task)
             if task is None:
                 task = inbox.get()
+
+    def _run(self, task: Task, server, me: _Worker) -> None:
+        """Run ``task`` on ``server`` and queue it as finished, unless the server was lost meanwhile (then its task
+        is another server's, or cancelled, and what this call returns is dropped)."""
+        cancelled = task.cancel_event
+        task.start = self.now()
+        result = error = None
+        try:
+            task.cached = server.cached_len(task.call.context)
+            task.limit_s = self.limits.limit_s(task, getattr(server, "latency", None))
+            me.until = time.perf_counter() + task.limit_s
+            result = server.run(task.call, cancelled)
+        except BaseException as exc:  # surfaced by wait(), never lost in the worker
+            error = exc
+        me.until = None
+        with self._lock:
+            if server in self._lost:
+                return
+            task.result, task.error, task.end = result, error, self.now()
+        if error is None and not task.cancelled:
+            self.limits.record(task)
+        self._finished.put(task)
 
     def _next_queued(self, pool: Pool) -> Task | None:
         queued = self._queued[pool]
@@ -174,7 +191,7 @@ class ThreadRuntime(Runtime):
             try:
                 task = self._finished.get(timeout=self._time_left())
             except queue.Empty:
-                self._raise_stuck()
+                self._lose_stuck()
                 continue
             if task.cancelled:
                 continue
@@ -205,15 +222,45 @@ class ThreadRuntime(Runtime):
             return 1.0
         return min(1.0, max(0.0, (min(ends) - self.now()) / 1000.0) + 1e-3)
 
-    def _raise_stuck(self) -> None:
+    def _lose_stuck(self) -> None:
+        """Lose the server of each watched call past its stall limit; a ServerError if work is left waiting on a
+        pool with no live server (the generation cannot go on)."""
         now = self.now()
-        stuck = [t for t in self._watched() if now - t.start >= t.limit_s * 1000.0]
-        if stuck:
-            task = min(stuck, key=lambda t: t.start)
-            self.cancel(task)
-            how = "call_timeout_s" if self.limits.timeout_s is not None else "its stall limit"
+        how = "call_timeout_s" if self.limits.timeout_s is not None else "its stall limit"
+        for task in sorted(self._watched(), key=lambda t: t.start):
+            if now - task.start < task.limit_s * 1000.0:
+                continue
             cause = TimeoutError(f"no answer after {task.limit_s:.3g} s ({how}): the server is stalled")
-            raise ServerError(task.server.name, task.call.kind, cause) from cause
+            server = task.server
+            if not self._lose(task, f"no answer after {task.limit_s:.3g} s ({how}): stalled"):
+                raise ServerError(server.name, task.call.kind, cause) from cause
+
+    def _lose(self, task: Task, reason: str) -> bool:
+        """``task``'s server is stalled: it takes no more work, and ``task`` (unless cancelled) goes to a live server
+        of its pool (an idle one now, else the first to free). False when work waits and no live server is left."""
+        pool, server = task.pool, task.server
+        lost_ms = 0.0 if task.cancelled else self.now() - task.start
+        self.lost.append(LostReplica(server.name, pool.name, self.now(), lost_ms, reason))
+        log.warning("lost server %s of %s (%s); %.1f ms of work redone", server.name, pool.name, reason, lost_ms)
+        task.cancel_event.set()  # the stalled call may still see it
+        with self._lock:
+            self._lost.add(server)
+            self._running.discard(task)
+            live = [s for s in pool.servers if s not in self._lost]
+            if task.cancelled:
+                return bool(live) or not any(not t.cancelled for t in self._queued[pool])
+            if not live:
+                return False
+            task.server = task.start = task.limit_s = None  # not watched until a server starts it again
+            task.cancel_event = threading.Event()
+            idle = self._idle[pool]
+            if not idle:
+                self._queued[pool].appendleft(task)
+                return True
+            task.server = idle.pop(pool.pick(idle, task.call))
+            self._running.add(task)
+        self._inbox[id(task.server)].put(task)
+        return True
 
     def cancel(self, task: Task) -> None:
         if task.done or task.cancelled:

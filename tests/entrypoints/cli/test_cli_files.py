@@ -60,7 +60,7 @@ CASES = [
     (["table", "--no-default-pair", "--profile", "{cut}"], "is not valid JSON"),
     (["hsd-plan", "--costs", "1,2", "--alpha", "{binary}"], "is not a text file"),
     (["hsd-plan", "--costs", "1,2", "--alpha", "{folder}"], "is a directory, not a file"),
-    (["simulate", "--algorithm", "hsd", "--costs", "1,2", "--alpha", "{missing}"], "does not exist"),
+    (["simulate", "hsd", "--costs", "1,2", "--alpha", "{missing}"], "does not exist"),
     (["profile", "--dataset", "{binary}"], "prompt file"),
     (["generate", "--dataset", "{folder}", "0"], "is a directory, not a file"),
     (["bench", "--dataset", "{empty_prompt}"], "the prompt is empty"),

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 from collections import defaultdict
 
 import pytest
@@ -16,22 +17,34 @@ from cli_check import assert_one_line_error
 from specpar.core import config as core_config
 from specpar.core.config import RuntimeConfig, SpeculativeConfig
 from specpar.entrypoints.cli import arguments, serve
-from specpar.entrypoints.cli.arguments import DeprecatedFlag
-from specpar.entrypoints.cli.main import ArgumentParser, build_parser, main
+from specpar.entrypoints.cli.arguments import ADVANCED, DeprecatedFlag, command_help
+from specpar.entrypoints.cli.main import ArgumentParser, all_commands, build_parser, main
 
-COMMANDS = ("simulate", "plan", "hsd-plan", "heatmap", "reproduce", "table", "generate", "bench", "profile", "serve")
+COMMANDS = ("simulate", "simulate load", "simulate hsd", "plan", "hsd-plan", "heatmap", "reproduce", "table",
+            "generate", "bench", "profile", "serve")  # fmt: skip
 
 
 def commands(parser) -> dict[str, argparse.ArgumentParser]:
-    return dict(parser._subparsers._group_actions[0].choices)
+    """Every command's parser, modes too (``simulate load``)."""
+    return all_commands(parser)
 
 
 def shown(p) -> list[argparse.Action]:
-    return [a for a in p._actions if a.option_strings and a.help != argparse.SUPPRESS]
+    """A command's flags, advanced ones too (--help=all lists them); not its deprecated spellings, nor the global
+    -v."""
+    return [a for a in p._actions if a.option_strings and (a.help != argparse.SUPPRESS or hasattr(a, ADVANCED))]
 
 
 def hidden(p) -> list[argparse.Action]:
-    return [a for a in p._actions if a.option_strings and a.help == argparse.SUPPRESS]
+    """A command's flags --help=all does not list: its deprecated spellings (and the global -v, listed by `specpar
+    --help`)."""
+    return [a for a in p._actions if a.option_strings and a.help == argparse.SUPPRESS and not hasattr(a, ADVANCED)
+            and a.dest != "verbose"]  # fmt: skip
+
+
+def visible(p) -> list[argparse.Action]:
+    """What a command's --help lists (not --help itself)."""
+    return [a for a in p._actions if a.option_strings and a.help != argparse.SUPPRESS and a.dest != "help"]
 
 
 def parse(parser, argv: list[str]):
@@ -88,6 +101,10 @@ SAMPLES = {  # a value for each deprecated flag that takes one and has no choice
     "algorithms": "nonsi,si",
     "phi3_acceptance_rate": "0.6",
     "max_tokens": "7",
+    "starcoder_latency_ratio": "0.1",
+    "drafter_latency_ratio": "0.2",
+    "output": "out.png",
+    "target": "model.gguf",
 }
 
 BASE = {"table": ["--target-tpot", "2", "--drafter-tpot", "1", "-a", "0.5"]}  # what a command needs besides
@@ -100,11 +117,12 @@ def alias_problems(parser) -> list[str]:
     problems = []
     for name, p in commands(parser).items():
         for old in hidden(p):
-            canonical = [a for a in shown(p) if a.dest == old.dest]
+            positional = [a for a in p._actions if a.dest == old.dest and not a.option_strings]
+            canonical = [a for a in shown(p) if a.dest == old.dest] + positional
             if len(canonical) != 1:
                 problems.append(f"{name} {old.option_strings}: no visible spelling of {old.dest}")
                 continue
-            new = canonical[0].option_strings[-1]
+            new = canonical[0].option_strings[-1] if not positional else canonical[0].metavar
             if old.nargs == 0:
                 value = []
             elif canonical[0].choices:
@@ -116,8 +134,8 @@ def alias_problems(parser) -> list[str]:
                 continue
             base = BASE.get(name, [])
             for spelling in old.option_strings:
-                with_old, warned = parse(parser, [name, *base, spelling, *value])
-                with_new, quiet = parse(parser, [name, *base, new, *value])
+                with_old, warned = parse(parser, [*name.split(), *base, spelling, *value])
+                with_new, quiet = parse(parser, [*name.split(), *base, *([] if positional else [new]), *value])
                 if values(with_old) != values(with_new):
                     problems.append(f"{name} {spelling}: parses to other values than {new}")
                 if len(warned) != 1 or spelling not in warned[0] or new not in warned[0]:
@@ -173,12 +191,25 @@ def test_old_spellings_run_a_command_as_the_new_ones_do(capsys):
         assert sum(f"{was} is deprecated" in line and line.endswith(f"use {now}") for line in lines) == 1
 
 
-def test_an_old_value_is_renamed_with_its_flag_in_one_warning():
-    args, warned = parse(build_parser(), ["simulate", "--algo", "compare"])
-    assert args.spec.algorithm == args.algorithm == "dsi"
-    assert warned == ["--algo compare is deprecated and goes in the next release: use --algorithm dsi"]
-    args, warned = parse(build_parser(), ["simulate", "--algo", "hsd"])
-    assert args.algorithm == "hsd" and warned == ["--algo is deprecated and goes in the next release: use --algorithm"]
+@pytest.mark.parametrize(
+    "old, new",
+    [
+        (["simulate", "--algo", "compare"], ["simulate"]),
+        (["simulate", "--algorithm=dsi"], ["simulate"]),
+        (["simulate", "--algorithm", "hsd"], ["simulate", "hsd"]),
+        (["simulate", "--load", "1x", "--requests", "4"], ["simulate", "load", "--load", "1x", "--requests", "4"]),
+        (["simulate", "--units", "2", "--clients", "1"], ["simulate", "load", "--units", "2", "--clients", "1"]),
+    ],
+)
+def test_simulate_modes_spelled_as_before_run_as_the_subcommands_with_one_warning(old, new, capsys):
+    quick = ["-N", "8", "--repeats", "1", "--json"] if "load" not in new else ["-N", "8", "--json"]
+    assert main([*new, *quick]) == 0
+    now = capsys.readouterr()
+    assert main([*old, *quick]) == 0
+    before = capsys.readouterr()
+    assert json.loads(before.out) == json.loads(now.out) and now.err == ""
+    [line] = before.err.splitlines()
+    assert "is deprecated" in line and line.endswith(f"use specpar {' '.join(new[: 2 if len(new) > 1 else 1])}")
 
 
 def test_a_bad_value_is_one_line_naming_the_flag_and_no_warning(capsys):
@@ -224,12 +255,28 @@ def test_speculative_config_wins_over_the_flags_and_says_so():
         assert (r.algorithm, r.lookahead, r.tokens) == ("si", 7, target.greedy_tokens([1, 2, 3], 12))
 
 
+def test_serve_takes_its_model_as_vllm_serve_does_and_the_drafter_from_the_speculative_config():
+    spec = '{"model": "drafter.gguf", "method": "si", "num_speculative_tokens": 3}'
+    args, warned = parse(build_parser(), ["serve", "target.gguf", "--speculative-config", spec])
+    assert (args.target, args.drafter, args.spec.algorithm, args.spec.lookahead) == ("target.gguf", "drafter.gguf",
+                                                                                      "si", 3)  # fmt: skip
+    assert warned == []
+    args, warned = parse(build_parser(), ["serve", "t.gguf", "--drafter", "d.gguf", "--speculative-config", spec])
+    assert args.drafter == "drafter.gguf" and warned == [
+        "--speculative-config's model drafter.gguf overrides --drafter d.gguf"
+    ]
+    args, _ = parse(build_parser(), ["bench", "--speculative-config", '{"model": "d.gguf"}'])
+    assert args.drafter == "d.gguf"
+
+
 def test_speculative_config_mistakes_are_one_line(capsys):
     for argv, needle in [
         (["serve", "--speculative-config", "{method: dsi}"], "--speculative-config is not valid JSON"),
         (["serve", "--speculative-config", '{"draft_model": "x"}'], "unknown SpeculativeConfig key 'draft_model'"),
         (["bench", "--speculative-config", '{"method": "si"}'], "this command does not take 'method'"),
         (["generate", "hi", "--speculative-config", '{"method": "hsd"}'], "method must be one of nonsi, si, dsi here"),
+        (["serve", "--speculative-config", '{"model": 3}'], "--speculative-config: model is a path"),
+        (["serve", "--simulated", "--speculative-config", '{"model": "d.gguf"}'], "give either --simulated or a MODEL"),
     ]:
         assert_one_line_error(main(argv), capsys.readouterr().err, needle)
 
@@ -268,16 +315,45 @@ def unexplained(parser) -> list[str]:
             if a.dest != "help" and not (a.help and len(a.help) > 10)]  # fmt: skip
 
 
-def too_wide(parser, columns: int = 80) -> list[str]:
-    return [f"{name}: {line}" for name, p in commands(parser).items() for line in p.format_help().splitlines()
-            if len(line) > columns]  # fmt: skip
+def too_wide(parser, columns: int = 80, which: str | None = None) -> list[str]:
+    return [f"{name}: {line}" for name, p in {"": parser, **commands(parser)}.items()
+            for line in command_help(p, which).splitlines() if len(line) > columns]  # fmt: skip
 
 
-def test_every_flag_of_every_command_is_explained_and_the_help_fits_80_columns(monkeypatch):
+def test_every_flag_of_every_command_is_explained_and_every_help_fits_80_columns(monkeypatch):
     monkeypatch.setenv("COLUMNS", "80")
     parser = build_parser()
     assert unexplained(parser) == []
-    assert too_wide(parser) == []
+    assert too_wide(parser) == [] and too_wide(parser, which="all") == []
+
+
+def test_the_commands_list_at_most_160_flags_and_help_all_lists_the_finer_controls(monkeypatch, capsys):
+    monkeypatch.setenv("COLUMNS", "80")
+    parser = build_parser()
+    listed = {name: visible(p) for name, p in commands(parser).items()}
+    assert sum(map(len, listed.values())) <= 160
+    serve = commands(parser)["serve"]
+    advanced = {a.option_strings[-1] for a in shown(serve) if a not in listed["serve"] and a.dest != "help"}
+    assert {"--algorithm", "--lookahead", "--sp-degree", "--target-tpot", "--ray-address"} <= advanced
+    text, everything = command_help(serve), command_help(serve, "all")
+    assert f"{len(advanced)} more flags for finer control: `specpar serve --help=all`" in text
+    assert not advanced & flags_in(text) and advanced <= flags_in(everything)
+    about = flags_in(command_help(serve, "ray"))  # a word: the flags that mention it, advanced or not
+    assert {"--ray-address", "--cpus-per-server"} <= about and "--api-key" not in about
+    assert main(["serve", "--help=all"]) == 0 and "--placement" in capsys.readouterr().out
+
+
+OPTION_LINE = re.compile(r"^  (?:-\w[^,\n]*, )?(--[\w-]+)(?: \S+)?(?:, (--[\w-]+))?", re.M)
+
+
+def flags_in(text: str) -> set[str]:
+    """The flags a help text lists, every spelling of each (``--x, --no-x``)."""
+    return {flag for m in OPTION_LINE.finditer(text) for flag in m.groups() if flag}
+
+
+def test_control_a_count_that_took_the_finer_controls_would_be_over():
+    parser = build_parser()
+    assert sum(len(shown(p)) - 1 for p in commands(parser).values()) > 160  # -1: --help
 
 
 def test_control_a_flag_without_words_and_a_help_too_wide_are_found(monkeypatch):
@@ -304,6 +380,10 @@ def test_generate_takes_the_speculative_config_on_real_models(tmp_path_factory, 
     assert list(result) == ["si"] and result["si"]["lookahead"] == 3
     assert result["si"]["tokens"] == reference_greedy(target, target.encode("w1 w7 w3 w9"), 8)
     assert "num_speculative_tokens 3 overrides --lookahead 2" in out.err
+    spec = json.dumps({"model": drafter_dir, "method": "si", "num_speculative_tokens": 3})  # vLLM's key for the drafter
+    models = ["--target", target_dir, "--dtype", "float64", "--devices", "cpu"]
+    assert main(["generate", "w1 w7 w3 w9", "-N", "8", "--speculative-config", spec, "--json", *models]) == 0
+    assert json.loads(capsys.readouterr().out)["results"]["si"]["tokens"] == result["si"]["tokens"]
 
 
 def test_a_simulated_pair_makes_its_models_prompt_and_latencies():

@@ -17,12 +17,14 @@ import pytest
 
 from cli_check import assert_one_line_error
 
+pytestmark = pytest.mark.slow  # (pytest -m 'not slow' leaves it out: the fast inner loop)
+
 HUGE = ["-N", "10000000", "--repeats", "1"]  # hours of work: only Ctrl-C ends it
 CASES = {
     "virtual clock": ["simulate", *HUGE, "-k", "4"],
     "threads": ["simulate", *HUGE, "-k", "4", "--runtime", "threads", "--target-tpot", "1"],
     "choosing the lookahead": ["simulate", *HUGE],
-    "hsd": ["simulate", "--algorithm", "hsd", *HUGE],
+    "hsd": ["simulate", "hsd", *HUGE],
     "heatmap": ["heatmap", "--resolution", "200", "-o", os.devnull + "/never"],
 }
 STARTED = (
@@ -46,7 +48,8 @@ def test_ctrl_c_stops_a_long_command_in_one_line(argv, tmp_path, processes):
     t0 = time.monotonic()
     out, err = p.communicate(timeout=30)
     stopped_in = time.monotonic() - t0
-    assert_one_line_error(p.returncode, err, f"specpar {argv[0]}: interrupted", status=130)
+    command = " ".join(argv[:2]) if argv[1] == "hsd" else argv[0]
+    assert_one_line_error(p.returncode, err, f"specpar {command}: interrupted", status=130)
     assert stopped_in < 5, f"took {stopped_in:.1f} s to stop"
     assert out == ""
 

@@ -32,21 +32,21 @@ def places(tmp_path):
 
 CASES = [
     # (argv with {placeholders}, what the one line must say)
-    (["simulate", *QUICK, "--timeline", "{missing}/t.png"], "does not exist"),
-    (["simulate", *QUICK, "--timeline", "{dir}"], "is a directory: give a file name"),
-    (["simulate", *QUICK, "--timeline", "{dir}/t.xyz"], "unknown file extension '.xyz'"),
-    (["simulate", *QUICK, "--timeline", "{file}/t.png"], "is a file, not a directory"),
-    (["simulate", *QUICK, "--timeline", "{readonly}/t.png"], "cannot write in directory"),
+    (["simulate", *QUICK, "-o", "{missing}/t.png"], "does not exist"),
+    (["simulate", *QUICK, "-o", "{dir}"], "is a directory: give a file name"),
+    (["simulate", *QUICK, "-o", "{dir}/t.xyz"], "unknown file extension '.xyz'"),
+    (["simulate", *QUICK, "-o", "{file}/t.png"], "is a file, not a directory"),
+    (["simulate", *QUICK, "-o", "{readonly}/t.png"], "cannot write in directory"),
     (["heatmap", "--resolution", "2", "-o", "{missing}/fig"], "does not exist"),
     (["heatmap", "--resolution", "2", "-o", "{file}/fig"], "is a file, not a directory"),
     (["heatmap", "--resolution", "2", "-o", "{readonly}/fig"], "cannot write in directory"),
-    (["reproduce", "--output-dir", "{file}"], "is a file, not a directory"),
-    (["reproduce", "--output-dir", "{readonly}/figures"], "cannot write in directory"),
-    (["profile", "--out", "{missing}/p.json"], "does not exist"),
-    (["profile", "--out", "{dir}/"], "is a directory: give a file name"),
-    (["profile", "--out", "{readonly}/p.json"], "cannot write in directory"),
-    (["bench", "--out", "{file}/b.jsonl"], "is a file, not a directory"),
-    (["bench", "--out", "{dir}"], "is a directory: give a file name"),
+    (["reproduce", "-o", "{file}"], "is a file, not a directory"),
+    (["reproduce", "-o", "{readonly}/figures"], "cannot write in directory"),
+    (["profile", "-o", "{missing}/p.json"], "does not exist"),
+    (["profile", "-o", "{dir}/"], "is a directory: give a file name"),
+    (["profile", "-o", "{readonly}/p.json"], "cannot write in directory"),
+    (["bench", "-o", "{file}/b.jsonl"], "is a file, not a directory"),
+    (["bench", "-o", "{dir}"], "is a directory: give a file name"),
 ]
 
 
@@ -58,16 +58,18 @@ def test_a_bad_output_path_is_one_line_before_any_work(argv, needle, places, cap
     assert os.listdir(places["dir"]) == ["a_file"] or "readonly" in os.listdir(places["dir"])  # nothing written
 
 
+@pytest.mark.slow
 def test_the_installed_command_says_it_in_one_line(places):
     """The same through a real process: exit status 2, one line, no traceback."""
-    p = run_cli("simulate", *QUICK, "--timeline", f"{places['dir']}/t.xyz")
+    p = run_cli("simulate", *QUICK, "-o", f"{places['dir']}/t.xyz")
     assert_one_line_error(p.returncode, p.stderr, "unknown file extension '.xyz'; use one of .png, ")
-    p = run_cli("profile", "--out", f"{places['missing']}/p.json")
+    p = run_cli("profile", "-o", f"{places['missing']}/p.json")
     assert_one_line_error(p.returncode, p.stderr, "does not exist")
 
 
+@pytest.mark.slow
 def test_heatmap_into_a_directory_names_the_files_it_wrote(tmp_path, capsys):
-    argv = ["heatmap", "--resolution", "2", "-N", "8", "--repeats", "1", "--lookahead-range", "1", "4"]
+    argv = ["heatmap", "--resolution", "2", "-N", "8", "--repeats", "1", "--lookaheads", "1-4"]
     assert main([*argv, "-o", f"{tmp_path}/"]) == 0
     out = " ".join(capsys.readouterr().out.split())  # rich wraps long lines
     assert f"wrote {tmp_path}/dsi-fig2.png and {tmp_path}/dsi-fig2.csv" in out
@@ -75,6 +77,6 @@ def test_heatmap_into_a_directory_names_the_files_it_wrote(tmp_path, capsys):
 
 
 def test_a_timeline_without_an_extension_is_a_png_and_says_so(tmp_path, capsys):
-    assert main(["simulate", *QUICK, "--timeline", str(tmp_path / "timeline")]) == 0
+    assert main(["simulate", *QUICK, "-o", str(tmp_path / "timeline")]) == 0
     assert f"written to {tmp_path / 'timeline.png'}" in capsys.readouterr().out
     assert (tmp_path / "timeline.png").read_bytes()[:4] == b"\x89PNG"

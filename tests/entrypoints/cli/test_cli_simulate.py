@@ -2,6 +2,8 @@
 
 import json
 
+import pytest
+
 from specpar.entrypoints.cli.main import build_parser, main
 
 
@@ -55,14 +57,16 @@ def test_help_explains_every_flag():
             assert action.help and len(action.help) > 10, f"{action.option_strings} has no explanation"
 
 
+@pytest.mark.slow
 def test_timeline_png_is_drawn_for_each_algorithm(tmp_path, capsys):
     png = tmp_path / "timeline.png"
-    assert main(["simulate", "-N", "20", "--repeats", "2", "--timeline", str(png), "--json"]) == 0
+    assert main(["simulate", "-N", "20", "--repeats", "2", "-o", str(png), "--json"]) == 0
     json.loads(capsys.readouterr().out)
     data = png.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 20_000  # three panels of bars, not an empty canvas
 
 
+@pytest.mark.slow
 def test_plan_prints_the_candidates_and_picks_the_fastest_valid(capsys):
     assert main(["plan", "-c", "0.05", "-a", "0.9", "--sp-degree", "7", "-N", "60", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
@@ -76,11 +80,26 @@ def test_plan_prints_the_candidates_and_picks_the_fastest_valid(capsys):
     assert "virtual clock" in text and "chosen" in text and "DSI / SI" in text
 
 
+@pytest.mark.slow
 def test_under_load_every_policy_per_rate_and_the_plot(capsys, tmp_path):
     """--load: one row per rate and policy, the adaptive policy at least the best fixed one's throughput."""
     png = tmp_path / "load.png"
-    argv = ["simulate", "--json", "-N", "20", "--units", "4", "--load", "0.5x,2x", "--requests", "12", "-k", "3"]
-    assert main([*argv, "--plot", str(png)]) == 0
+    argv = [
+        "simulate",
+        "load",
+        "--json",
+        "-N",
+        "20",
+        "--units",
+        "4",
+        "--load",
+        "0.5x,2x",
+        "--requests",
+        "12",
+        "-k",
+        "3",
+    ]
+    assert main([*argv, "-o", str(png)]) == 0
     out = json.loads(capsys.readouterr().out)
     rows = out["results"]
     assert [(r["load_x_nonsi_capacity"], r["policy"]) for r in rows] == [
@@ -92,18 +111,22 @@ def test_under_load_every_policy_per_rate_and_the_plot(capsys, tmp_path):
     assert all(r["requests"] == 12 and r["latency_p50_ms"] <= r["latency_p99_ms"] for r in rows)
     assert png.stat().st_size > 10_000
     assert (
-        main(["simulate", "-N", "10", "--units", "2", "--clients", "1,3", "--requests", "6", "--policies", "si"]) == 0
+        main(
+            ["simulate", "load", "-N", "10", "--units", "2", "--clients", "1,3", "--requests", "6", "--policies", "si"]
+        )
+        == 0
     )
     text = capsys.readouterr().out
     assert "1 clients" in text and "3 clients" in text and "tokens/s" in text
 
 
+@pytest.mark.slow
 def test_under_load_refuses_bad_flags():
     from cli_check import assert_one_line_error, run_cli
 
-    r = run_cli("simulate", "--load", "1x", "--clients", "2")
+    r = run_cli("simulate", "load", "--load", "1x", "--clients", "2")
     assert_one_line_error(r.returncode, r.stderr, "either --load or --clients")
-    r = run_cli("simulate", "--load", "-1")
+    r = run_cli("simulate", "load", "--load", "-1")
     assert_one_line_error(r.returncode, r.stderr, "--load")
-    r = run_cli("simulate", "--load", "1", "--policies", "fastest")
+    r = run_cli("simulate", "load", "--load", "1", "--policies", "fastest")
     assert_one_line_error(r.returncode, r.stderr, "--policies")

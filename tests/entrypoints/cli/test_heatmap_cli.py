@@ -7,6 +7,7 @@ import pytest
 from specpar.entrypoints.cli import main
 
 
+@pytest.mark.slow
 def test_heatmap_writes_png_and_csv(tmp_path, capsys):
     prefix = str(tmp_path / "fig2")
     assert main(["heatmap", "--resolution", "4", "-N", "20", "--repeats", "2", "-o", prefix]) == 0
@@ -22,6 +23,7 @@ def test_heatmap_writes_png_and_csv(tmp_path, capsys):
     assert "(d) DSI vs the faster of SI and non-SI" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("given", ["fig.png", "fig.csv", "fig.PNG"])
 def test_an_output_named_with_its_extension_is_not_doubled(tmp_path, given, capsys):
     """-o fig.png wrote fig.png.png and fig.png.csv (and a missing directory was reported as 'fig.png.png')."""
@@ -31,6 +33,7 @@ def test_an_output_named_with_its_extension_is_not_doubled(tmp_path, given, caps
     assert "fig.png'" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_fixed_lookahead_reports_where_eq1_fails(tmp_path, capsys):
     prefix = str(tmp_path / "fig7")
     assert main(["heatmap", "--resolution", "3", "-N", "20", "--repeats", "2", "-k", "5", "-o", prefix]) == 0
@@ -45,7 +48,8 @@ def test_fixed_lookahead_reports_where_eq1_fails(tmp_path, capsys):
     [
         (["--resolution", "1"], "resolution must be an integer in [2, 1000]"),
         (["--repeats", "0"], "repeats must be a positive integer"),
-        (["--lookahead-range", "5", "2"], "1 <= first <= last"),
+        (["--lookaheads", "5-2"], "ranges FIRST-LAST"),
+        (["--lookaheads", "1,5"], "--lookaheads is a range FIRST-LAST here"),
         (["-k", "0"], "lookahead must be a positive integer"),
     ],
 )
@@ -54,6 +58,7 @@ def test_bad_options_get_clear_errors(tmp_path, capsys, args, words):
     assert words in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_check_cells_prints_event_simulator_beside_fast_path(tmp_path, capsys):
     n = 10
     assert (
@@ -90,6 +95,7 @@ def test_check_cells_prints_event_simulator_beside_fast_path(tmp_path, capsys):
     assert exact and all(r[4] == r[5] and r[6] == r[7] for r in exact)
 
 
+@pytest.mark.slow
 def test_every_panel_of_a_figure_shares_one_colour_scale(tmp_path, monkeypatch):
     """The same colour means the same speedup in every panel (issue 14): one norm, sized by the widest panel."""
     import matplotlib.pyplot as plt

@@ -9,6 +9,7 @@ import pytest
 from cli_check import assert_one_line_error
 from specpar.backends.transformers_model import TransformersModel
 from specpar.entrypoints import cli
+from specpar.prediction.machine import MachineProfile
 from tiny_transformers import reference_greedy, save_tiny_pair
 
 PROMPT = "w1 w7 w3 w9 w2"
@@ -64,7 +65,7 @@ def test_bench_interleaves_algorithms_and_writes_one_line_per_prompt_and_algorit
     out_file = tmp_path / "bench.jsonl"
     assert (
         cli.main(
-            ["bench", "--dataset", prompt_file, "-n", "3", "-N", "8", "-k", "2", "--out", str(out_file), "--json"]
+            ["bench", "--dataset", prompt_file, "-n", "3", "-N", "8", "-k", "2", "-o", str(out_file), "--json"]
             + ["--timeline"]
             + _models(pair_dirs)
         )
@@ -89,33 +90,23 @@ def test_bench_interleaves_algorithms_and_writes_one_line_per_prompt_and_algorit
             assert [c["cached"] for c in calls[1:]] == [c["tokens"] - 1 for c in calls[1:]]  # one new token each
 
 
-def test_profile_writes_what_simulate_reads(pair_dirs, prompt_file, tmp_path, capsys):
+@pytest.mark.slow
+def test_profile_writes_what_simulate_reads(pair_dirs, prompt_file, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("SPECPAR_CACHE", str(tmp_path / "cache"))
     prof = tmp_path / "profile.json"
-    assert (
-        cli.main(
-            [
-                "profile",
-                "--dataset",
-                prompt_file,
-                "-n",
-                "2",
-                "--tokens",
-                "4",
-                "--accept-tokens",
-                "10",
-                "--out",
-                str(prof),
-            ]
-            + _models(pair_dirs)
-        )
-        == 0
-    )
+    flags = ["-N", "8", "--max-pass", "4", "-k", "2", "--repeats", "1", "--no-ray"]
+    assert cli.main(["profile", "--dataset", prompt_file, "-n", "2", *flags, "-o", str(prof)] + _models(pair_dirs)) == 0
+    shown = capsys.readouterr().out
+    assert "v(k)/v(1), k = 1..4" in shown and "contention" in shown and "kept in" in shown
     data = json.loads(prof.read_text())
     assert data["target"]["tpot_ms"] > 0 and data["drafter"]["ttft_ms"] > 0
     acc = data["acceptance_rate"]
     assert acc["geometric"] == pytest.approx(1 - 1 / (1 + acc["mean_exact_prefix"]))
     assert 0 <= acc["direct"] <= 1 and len(acc["exact_prefix_per_prompt"]) == 2
-    capsys.readouterr()
+    # the machine profile: in the file and in the cache, keyed by the models' files
+    machine = MachineProfile.load(prof)
+    assert machine.key["target"]["files"] is not None and len(machine.target.max_pass * "x") == 4
+    assert list((tmp_path / "cache" / "profiles").glob("machine-*.json")) != []
     # -k: Eq. 1's default would depend on how fast the tiny models happened to run
     assert (
         cli.main(
@@ -175,6 +166,6 @@ def test_nothing_drafted_prints_a_dash_not_nan(pair_dirs, capsys):
 def test_a_prompt_that_encodes_to_no_tokens_is_named_before_profiling(pair_dirs, tmp_path, capsys):
     blank = tmp_path / "blank.jsonl"
     blank.write_text('{"id": "blank", "prompt": "   "}\n')
-    code = cli.main(["profile", "--dataset", str(blank), "--out", str(tmp_path / "p.json")] + _models(pair_dirs))
+    code = cli.main(["profile", "--dataset", str(blank), "-o", str(tmp_path / "p.json")] + _models(pair_dirs))
     assert_one_line_error(code, capsys.readouterr().err, "prompt blank encodes to no tokens for target")
     assert not (tmp_path / "p.json").exists()

@@ -64,7 +64,7 @@ def test_bench_over_a_tree_records_tokens_per_target_pass(pair_dirs, tmp_path, c
     prompts.write_text('"w1 w7 w3 w9 w2"\n"w4 w4 w5"\n')
     out = tmp_path / "rows.jsonl"
     args = ["bench", "--dataset", str(prompts), "-n", "2", "-N", "8", "--algos", "nonsi,si", "--tree", "2,1"]
-    assert cli.main(args + ["--out", str(out), "--json"] + _models(pair_dirs)) == 0
+    assert cli.main(args + ["-o", str(out), "--json"] + _models(pair_dirs)) == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["config"]["tree"] == [2, 1]
     rows = [json.loads(line) for line in out.read_text().splitlines()]

@@ -148,6 +148,7 @@ def test_text_and_chat_template_of_a_tokenizer():
             assert status == 400 and body["error"]["param"] == "max_tokens"  # past the 128-token context window
 
 
+@pytest.mark.slow
 def test_eight_concurrent_clients_get_their_single_call_outputs(sim):
     url, engine = sim
     prompts = [[1], [2, 3], [4, 5, 6], [7, 7], [9]]
@@ -370,6 +371,7 @@ def test_metrics_parse_and_count_the_requests_sent():
     assert one("target_servers") == 2
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("runtime", ["threads", "ray"])
 def test_sigterm_finishes_the_stream_in_flight_then_exits(processes, runtime):
     """On Ray too: Ray, started by the first request's worker thread, put its own SIGTERM handler (a native stack
@@ -448,6 +450,6 @@ def test_unknown_route_and_cli_errors_are_one_line(capsys):
     with simulated_engine() as engine, running(create_app(engine, "sim")) as url:
         got, data = post(url, "/v1/embeddings", {"input": "x"})
         assert got == 404 and data["error"]["message"]
-    assert main(["serve", "--simulated", "--target", "x"]) == 2
+    assert main(["serve", "x", "--simulated"]) == 2
     assert capsys.readouterr().err.strip().count("\n") == 0
     assert main(["serve", "--simulated", "--max-queue", "-1"]) == 2

@@ -141,6 +141,7 @@ def test_tokenize_detokenize_version(sim):
     assert conn.getresponse().read() == b'{"version":"0.1.0"}'
 
 
+@pytest.mark.slow
 def test_fifty_streams_against_max_queue_8_serve_8_and_refuse_the_rest():
     with simulated_engine() as engine, running(create_app(engine, "sim", max_queue=8)) as url:
         want = engine.generate([5], temperature=0, max_tokens=300).tokens

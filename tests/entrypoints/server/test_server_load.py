@@ -113,6 +113,7 @@ def check_burst(engine: Engine, greedy_tokens) -> list[dict]:
     return seen
 
 
+@pytest.mark.slow
 def test_eight_requests_at_once_on_simulated_models_each_as_alone():
     engine = simulated_engine(units=4)  # 4 units, DSI's SP 2 at most: at least two requests run at once
     seen = check_burst(engine, engine.target_model.greedy_tokens)
@@ -123,6 +124,7 @@ def test_eight_requests_at_once_on_simulated_models_each_as_alone():
     assert 1 <= max(m["units_per_request"] for m in seen) <= 4
 
 
+@pytest.mark.slow
 def test_control_one_unit_serves_the_burst_one_request_at_a_time():
     engine = simulated_engine(units=1)
     seen = check_burst(engine, engine.target_model.greedy_tokens)
@@ -130,6 +132,7 @@ def test_control_one_unit_serves_the_burst_one_request_at_a_time():
     assert max(m["num_requests_waiting"] for m in seen) >= 2
 
 
+@pytest.mark.slow
 def test_eight_requests_at_once_on_tiny_transformers_each_as_alone():
     from tiny_transformers import reference_greedy, tiny_pair
 

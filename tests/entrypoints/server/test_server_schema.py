@@ -17,6 +17,8 @@ from test_server import KEY, post, running  # noqa: E402
 from specpar import Engine, SamplingParams, SimulatedModel  # noqa: E402
 from specpar.entrypoints.server.app import create_app  # noqa: E402
 
+pytestmark = pytest.mark.slow  # (pytest -m 'not slow' leaves it out: the fast inner loop)
+
 EXAMPLES = 30  # per operation and mode (8 operations)
 
 

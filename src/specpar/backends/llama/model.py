@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 from specpar.backends.llama.context import MAX_OUTPUTS
 from specpar.backends.llama.gguf_file import TOKENS, GGUFHeader, read_header
-from specpar.backends.llama.library import build_has, lib, recent_errors
+from specpar.backends.llama.library import build_has, lib, recent_errors, system_info
 from specpar.backends.llama.server import LlamaServer
 from specpar.backends.llama.settings import LlamaSettings, fast_weights_note, model_warnings
 from specpar.backends.llama.tokenizer import GGUFTokenizer
@@ -142,15 +142,11 @@ class LlamaModel:
         """Whether its servers' rows are bitwise those of one-token decoding (the exact mode, no exactness warning)."""
         return self.settings.exact and not self.exactness_warnings
 
-    def settings_key(self) -> dict:
-        """What changes its servers' rows or costs, the mode included (a cache key for measured costs): the
-        settings, the file's weight types and whether this build has llamafile's kernels."""
-        return {
-            **self.settings.as_dict(),
-            "weights": sorted(self.header.matrix_types()),
-            "llamafile": build_has("LLAMAFILE"),
-            "exact": self.exact,
-        }
+    def backend_settings(self) -> dict:
+        """What its servers' rows and speed depend on besides the file (a machine profile's key): the backend, its
+        library's version and build, the settings with the mode ("exact" or "fast"), and whether rows are exact."""
+        build = f"{getattr(lib(), '__version__', '?')}: {system_info()}"
+        return {"backend": "llama", "build": build, **self.settings.as_dict(), "exact": self.exact}
 
     def kv_bytes_per_token(self) -> int:
         """Bytes one cached token costs in one server's cache (f16 keys and values, every layer)."""

@@ -101,6 +101,24 @@ def integers(text: str) -> list[int]:
         raise argparse.ArgumentTypeError(f"must be integers separated by commas, got {text!r}") from None
 
 
+def lookaheads(text: str) -> list[int]:
+    """Lookaheads (--lookaheads): integers >= 1 separated by commas, each one or a range FIRST-LAST ("1,5,10",
+    "1-200", "1-4,8"), in order, each once."""
+    out: list[int] = []
+    try:
+        for part in text.replace(" ", "").split(","):
+            first, _, last = part.partition("-")
+            lo, hi = integer(first), integer(last or first)
+            if not 1 <= lo <= hi:
+                raise argparse.ArgumentTypeError(part)
+            out += [k for k in range(lo, hi + 1) if k not in out]
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(
+            f"lookaheads are integers >= 1 or ranges FIRST-LAST separated by commas, got {text!r}"
+        ) from None
+    return out
+
+
 # -- deprecated spellings ---------------------------------------------------------------------------------------------
 NOTES = "_deprecated"  # the namespace attribute that holds the notes: {dest: (old spelling, new spelling)}
 
@@ -114,7 +132,7 @@ class DeprecatedFlag(argparse.Action):
         self.canonical = canonical
 
     def __call__(self, parser, namespace, values, option_string=None):
-        new = self.canonical.option_strings[-1]
+        new = self.canonical.option_strings[-1] if self.canonical.option_strings else self.canonical.metavar
         note_old(namespace, self.dest, option_string, new)
         self.canonical(parser, namespace, values, new)
 
@@ -170,6 +188,11 @@ class Default:
 
 
 PAPER_SP_DEGREE = Default(7, "an 8-GPU node with the drafter on the eighth, as in the paper")
+AUTO_LOOKAHEAD = Default(
+    "auto",
+    "each algorithm's fastest by simulation, DSI's among those that satisfy Eq. 1 for --sp-degree; `specpar plan` "
+    "lists them",
+)
 
 
 def int_or_text(text: str) -> int | str:
@@ -223,6 +246,9 @@ class ConfigOptions:
     speculative_config: also take ``--speculative-config JSON`` (vLLM's shape), whose fields win over the flags.
     optional: the object is made only when one of its flags is given (else ``args.<dest>`` is None), and then
     needs every field of ``required``; the words name it in that error ("a pair given by numbers").
+    advanced: the fields this command lists only under ``--help=all`` (True: all of them), besides those whose
+    metadata says so. json_args: keys of ``--speculative-config`` that give another argument ({key: its dest}, e.g.
+    vLLM's {"model": "drafter"}).
     """
 
     def __init__(
@@ -239,6 +265,8 @@ class ConfigOptions:
         speculative_config: bool = False,
         optional: str | None = None,
         required: tuple[str, ...] = (),
+        advanced: tuple[str, ...] | bool = (),
+        json_args: Mapping[str, str] | None = None,
     ):
         self.cls, self.dest = cls, dest
         self.flagged = {f.name: f for f in dataclasses.fields(cls) if "flag" in f.metadata}
@@ -252,6 +280,8 @@ class ConfigOptions:
         self.convert = dict(convert or {})
         self.helps = dict(helps or {})
         self.optional, self.required = optional, tuple(required)
+        self.advanced = set(self.fields) if advanced is True else set(advanced or ())
+        self.json_args = dict(json_args or {})
         self.speculative_config = speculative_config
         self.hints = typing.get_type_hints(cls)
 
@@ -280,7 +310,9 @@ class ConfigOptions:
                 metavar="JSON",
                 default=None,
                 help='the speculation in vLLM\'s shape, e.g. \'{"method": "dsi", "num_speculative_tokens": 5, '
-                '"sp_degree": 4}\' (the fields above by their names); its fields win over the flags',
+                "\"sp_degree\": 4}' (the other fields by their flags' names"
+                + (', and vLLM\'s "model": the drafter' if self.json_args else "")
+                + "); its fields win over the flags",
             )
         configs = parser.get_default(CONFIGS) or []
         if self not in configs:
@@ -307,6 +339,8 @@ class ConfigOptions:
                     kw["metavar"] = meta["metavar"] or "{" + ",".join(choices) + "}"
         action = container.add_argument(*[s for s in (meta["short"], meta["flag"]) if s], **kw)
         add_deprecated(container, action, *meta["aliases"])
+        if meta["advanced"] or name in self.advanced:
+            advanced_flag(action)
 
     def help(self, name: str) -> str:
         """The field's help text and its default in this command."""
@@ -371,11 +405,17 @@ class ConfigOptions:
         flag gave it too."""
         text = args.speculative_config
         try:
-            config = SpeculativeConfig.coerce(text)
+            data = json.loads(text)
+        except json.JSONDecodeError:
+            data = text  # SpeculativeConfig.coerce names the mistake
+        if isinstance(data, dict):
+            self._json_arguments(args, data)
+        try:
+            config = SpeculativeConfig.coerce(data)
         except ConfigError as exc:
             raise ConfigError(str(exc).replace("speculative_config", "--speculative-config", 1)) from None
         out = {}
-        for key in json.loads(text):
+        for key in data:
             name = VLLM_NAMES.get(key, key)
             if name not in self.fields:  # what this command cannot do (bench: its algorithms are --algorithms)
                 taken = [k for k, v in VLLM_NAMES.items() if v in self.fields] + list(self.fields)
@@ -390,6 +430,19 @@ class ConfigOptions:
             if name in given:
                 warn(args, f"--speculative-config's {key} {shown(out[name])} overrides {self.flag(name)} {given[name]}")
         return out
+
+    def _json_arguments(self, args, data: dict) -> None:
+        """Take out of ``data`` the keys that give another argument (vLLM's "model": the drafter), and set it."""
+        for key, dest in self.json_args.items():
+            if key not in data:
+                continue
+            value = data.pop(key)
+            if not isinstance(value, str) or not value.strip():
+                raise ConfigError(f"--speculative-config: {key} is a path (the {dest}'s), got {value!r}")
+            given = getattr(args, dest, None)
+            if given is not None and given != value:
+                warn(args, f"--speculative-config's {key} {value} overrides --{dest} {given}")
+            setattr(args, dest, value)
 
     def named(self, message: str) -> str:
         """A ConfigError's message with the field it starts with named by its flag, as the user spelled it."""
@@ -437,8 +490,65 @@ class Formatter(argparse.HelpFormatter):
 
 
 def command_parser(sub, name: str, help: str, description: str) -> argparse.ArgumentParser:
-    """The subcommand ``name``: ``help`` in the list of commands, ``description`` atop its --help."""
-    return sub.add_parser(name, help=help, description=description, formatter_class=Formatter)
+    """The subcommand ``name``: ``help`` in the list of commands, ``description`` atop its --help (:class:`Help`)."""
+    p = sub.add_parser(name, help=help, description=description, formatter_class=Formatter, add_help=False)
+    p.add_argument("-h", "--help", action=Help)
+    return p
+
+
+ADVANCED = "advanced_help"  # the attribute that holds an advanced flag's help while --help leaves the flag out
+
+
+def advanced_flag(action: argparse.Action) -> argparse.Action:
+    """Make ``action`` an advanced flag: it works as any other, and ``--help=all`` lists it (``--help`` does not)."""
+    if action.help != argparse.SUPPRESS:
+        setattr(action, ADVANCED, action.help)
+        action.help = argparse.SUPPRESS
+    return action
+
+
+class Help(argparse.Action):
+    """-h/--help[=all|WORD], as vLLM's commands have it: the command's flags, without the advanced ones (finer
+    controls: each command's help ends with how many there are); ``=all``: every flag; ``=WORD``: the flags whose
+    spelling or help mentions WORD (advanced ones too)."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, help=None):
+        super().__init__(option_strings, dest, default=default, nargs="?", metavar="all|WORD",
+                         help="show this help (=all: the advanced flags too; =WORD: the flags about WORD) and exit")  # fmt: skip
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(command_help(parser, values), end="")
+        parser.exit()
+
+
+def command_help(parser: argparse.ArgumentParser, which: str | None = None) -> str:
+    """``parser``'s help text: ``which`` None, without its advanced flags (a last line counts them); "all", with
+    them; another word, only the flags whose spelling or help contains it."""
+    actions = [a for a in parser._actions if a.option_strings]
+    extra = [a for a in actions if hasattr(a, ADVANCED)]
+    saved = [(a, a.help) for a in actions]
+    descriptions = [(g, g.description) for g in parser._action_groups]
+    try:
+        if which is not None:
+            for a in extra:
+                a.help = getattr(a, ADVANCED)
+        if which not in (None, "all"):
+            word = which.lower()
+            for a in actions:
+                if not any(word in s for s in a.option_strings) and word not in str(a.help).lower():
+                    a.help = argparse.SUPPRESS
+        for g in parser._action_groups:  # a group with nothing shown is left out, its description too
+            if g._group_actions and all(a.help == argparse.SUPPRESS for a in g._group_actions):
+                g.description = None
+        text = parser.format_help()
+    finally:
+        for a, h in saved:
+            a.help = h
+        for g, d in descriptions:
+            g.description = d
+    if which is None and extra:
+        text += f"\n{len(extra)} more flags for finer control: `{parser.prog} --help=all` lists them.\n"
+    return text
 
 
 def add_sampling_arguments(p, fields, defaults=None, helps=None, title: str | None = None) -> ConfigOptions:
@@ -448,6 +558,43 @@ def add_sampling_arguments(p, fields, defaults=None, helps=None, title: str | No
     options = ConfigOptions(SamplingParams, "sampling", fields=fields, defaults=defaults, helps=helps)
     options.add_to(p, title)
     return options
+
+
+def add_output(p, help: str, metavar: str = "FILE", default: str | None = None, old: tuple[str, ...] = ()):
+    """-o/--output: the file (or directory) the command writes; ``old``: the command's former spellings of it, which
+    still work for one release and warn."""
+    action = p.add_argument("-o", "--output", default=default, metavar=metavar, help=help)
+    add_deprecated(p, action, *old)
+    return action
+
+
+def add_lookaheads(p, default: str, what: str) -> None:
+    """--lookaheads: the lookaheads a command tries, as :func:`lookaheads` reads them (also several words:
+    ``--lookaheads 1 5 10``); ``args.lookaheads`` is a list."""
+    p.add_argument(
+        "--lookaheads",
+        type=lookaheads,
+        nargs="+",
+        action=Flatten,
+        default=lookaheads(default),
+        metavar="K,K1-K2",
+        help=f"{what} (default {default})",
+    )
+
+
+class Flatten(argparse.Action):
+    """Store the values of several words, each a list, as one list (in order, each value once)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        setattr(namespace, self.dest, list(dict.fromkeys(k for part in values for k in part)))
+
+
+def lookahead_range(args) -> tuple[int, int]:
+    """``args.lookaheads`` as (first, last) where a command takes a range (the heatmaps: every k in it)."""
+    ks = args.lookaheads
+    if ks != list(range(ks[0], ks[0] + len(ks))):
+        raise ConfigError(f"--lookaheads is a range FIRST-LAST here (every lookahead in it), got {ks}")
+    return ks[0], ks[-1]
 
 
 def add_repeats(p, default: int, what: str) -> None:
@@ -475,10 +622,10 @@ LATENCY_FIELDS = (
 LATENCIES = "latencies (ms per forward pass)"
 
 
-def add_pair_arguments(p, fields=(*LATENCY_FIELDS, "acceptance_rate"), defaults=None, title=LATENCIES):
+def add_pair_arguments(p, fields=(*LATENCY_FIELDS, "acceptance_rate"), defaults=None, title=LATENCIES, advanced=()):
     """SimulatedPair's flags for ``fields`` (the latencies in a group titled ``title``, the others beside the
-    command's own flags); returns the ConfigOptions."""
-    options = ConfigOptions(SimulatedPair, "pair", fields=fields, defaults=defaults)
+    command's own flags; ``advanced`` as :class:`ConfigOptions` takes it); returns the ConfigOptions."""
+    options = ConfigOptions(SimulatedPair, "pair", fields=fields, defaults=defaults, advanced=advanced)
     options.add_to(p, title, [f for f in fields if f in LATENCY_FIELDS])
     options.add_to(p, None, [f for f in fields if f not in LATENCY_FIELDS])
     return options
@@ -503,11 +650,13 @@ def add_profile_arguments(p, repeated: bool = False) -> None:
             'profile: the file `specpar profile` writes, or the plain form {"target": {"ttft_ms", "tpot_ms", '
             '"per_token_ms"}, "drafter": {...}, "acceptance_rate": a} (overrides the latency flags and -a)',
         )
-    p.add_argument(
-        "--acceptance-estimate",
-        choices=("geometric", "direct"),
-        default="geometric",
-        help="for `specpar profile` files: App. F.2's geometric fit (default) or the direct per-token rate",
+    advanced_flag(
+        p.add_argument(
+            "--acceptance-estimate",
+            choices=("geometric", "direct"),
+            default="geometric",
+            help="for `specpar profile` files: App. F.2's geometric fit (default) or the direct per-token rate",
+        )
     )
 
 
@@ -575,11 +724,14 @@ PAIR_HELP = (
 )
 
 
-def add_model_args(p) -> None:
+def add_model_args(p, target: bool = True, advanced: tuple[str, ...] = ()) -> None:
+    """The models group: --target (unless ``target`` is False: serve takes it as its MODEL), --drafter, --backend,
+    --devices, --dtype (those in ``advanced`` listed by --help=all only)."""
     g = p.add_argument_group("models", PAIR_HELP)
-    g.add_argument(
-        "--target", metavar="PATH", help="target model: a GGUF file, or a local directory (or a hub id when online)"
-    )
+    if target:
+        g.add_argument(
+            "--target", metavar="PATH", help="target model: a GGUF file, or a local directory (or a hub id when online)"
+        )
     g.add_argument("--drafter", metavar="PATH", help="drafter model with the target's tokenizer")
     g.add_argument(
         "--backend",
@@ -609,8 +761,11 @@ def add_model_args(p) -> None:
         "--dtype",
         default=None,
         choices=("float32", "float64", "bfloat16", "float16"),
-        help="weights dtype for --target/--drafter (default float32)",
+        help="weights dtype for the models (default float32)",
     )
+    for action in g._group_actions:
+        if action.option_strings[-1] in (*advanced, "--dtype"):
+            advanced_flag(action)
 
 
 def add_prompt_args(p, default: str | None = None) -> None:
@@ -627,8 +782,10 @@ def add_speculation_arguments(
     p,
     fields=("algorithm", "lookahead", "sp_degree", "tree", "proposer", "prefill_replicas", "dedicated_cursor"),
     algorithms=("nonsi", "si", "dsi"),
+    advanced: tuple[str, ...] | bool = (),
 ) -> ConfigOptions:
-    """SpeculativeConfig's flags for ``fields`` (--algorithm among ``algorithms``) and --speculative-config."""
+    """SpeculativeConfig's flags for ``fields`` (--algorithm among ``algorithms``; ``advanced``: those listed only by
+    --help=all) and --speculative-config, whose "model" (vLLM's key) is the drafter."""
     options = ConfigOptions(
         SpeculativeConfig,
         "spec",
@@ -640,6 +797,8 @@ def add_speculation_arguments(
         },
         choices={"algorithm": tuple(algorithms)},
         speculative_config=True,
+        advanced=advanced,
+        json_args={"model": "drafter"},
     )
     options.add_to(p, "speculation")
     return options

@@ -6,19 +6,20 @@ import dataclasses
 
 from specpar.core.errors import ConfigError
 from specpar.core.json_output import JsonLines, print_json
-from specpar.core.results import fmt, metrics_footnote
 from specpar.core.trees import parse_tree
 from specpar.entrypoints.cli import arguments, real_models
 from specpar.entrypoints.cli.arguments import (
     REAL_TIME_FIELDS,
     add_deprecated,
     add_json,
+    add_output,
     add_prompt_count,
     add_runtime_arguments,
     add_sampling_arguments,
+    advanced_flag,
     command_parser,
 )
-from specpar.entrypoints.cli.generate import NAMES
+from specpar.entrypoints.cli.comparison import NAMES, speedups_of
 from specpar.entrypoints.cli.progress import TokenProgress
 from specpar.experiments.loop import run_arms
 
@@ -28,7 +29,7 @@ in turn on the same loaded servers (interleaved, so a slow drift of a shared
 machine does not bias the ratios), from a cold cache. Prints per algorithm the
 wall time, tokens/s, acceptance rate, mean acceptance length, speedups, and
 whether every greedy output equals non-SI's; writes one JSON line per prompt and
-algorithm with --out.
+algorithm with -o.
 
 Metrics: acceptance rate = accepted / drafted; mean acceptance length = 1 +
 accepted / verification rounds; speedup = mean non-SI (or SI) time / mean time over the same prompts,
@@ -56,14 +57,15 @@ def register(sub) -> None:
         "--arm 'si tree=2,2,1' (chains and trees side by side, interleaved per prompt; k and tree default to -k and "
         "--tree)",
     )
-    p.add_argument("--out", metavar="FILE.jsonl", help="write one JSON line per prompt and algorithm")
+    add_output(p, "write one JSON line per prompt and algorithm", metavar="FILE.jsonl", old=("--out",))
     add_json(p, "print the summary as one JSON object")
-    p.add_argument(
+    timeline = p.add_argument(
         "--timeline",
         action="store_true",
-        help="with --out: each line carries its run's timeline, every server call (server, kind, start and end ms, "
+        help="with -o: each line carries its run's timeline, every server call (server, kind, start and end ms, "
         "tokens, drafts, tokens cached at its start, cancelled)",
     )
+    advanced_flag(timeline)
     arguments.add_model_args(p)
     add_runtime_arguments(p, choices=("threads", "ray"), default="threads", fields=REAL_TIME_FIELDS)
     p.set_defaults(func=run)
@@ -74,8 +76,8 @@ def run(args) -> int:
     from specpar.experiments import prompts
 
     real_models.check_common(args)
-    if args.out:
-        args.out = check_output_file(args.out, "--out")
+    if args.output:
+        args.output = check_output_file(args.output, "-o")
     arms = _arms(args)
     algorithms = list(arms)
     uses_dsi = any(algo == "dsi" for algo, _ in arms.values())
@@ -85,7 +87,7 @@ def run(args) -> int:
     for _, ids in encoded:
         servers.check_length(len(ids), args.max_tokens)
     real_models.warn_load()
-    seen = {}  # (algorithm, prompt index): result, for the lines of --out
+    seen = {}  # (algorithm, prompt index): result, for the lines of -o
 
     def run(arm, prompt):
         i, _, ids = prompt
@@ -103,7 +105,7 @@ def run(args) -> int:
         bar.describe(f"{pid} {NAMES.get(arm, arm)}")
 
     total = len(encoded) * len(algorithms) * args.max_tokens
-    with JsonLines(args.out) as out, TokenProgress(total, "benchmarking", not args.json) as bar:
+    with JsonLines(args.output) as out, TokenProgress(total, "benchmarking", not args.json) as bar:
         by_algo = run_arms(algorithms, len(encoded), run, setup=lambda i: (i, *encoded[i]), on_result=on_result)
     summary = summarize(by_algo, args.temperature == 0)
     why = real_models.why_line(by_algo)
@@ -144,7 +146,7 @@ def _arms(args) -> dict:
 
 
 def _row(pid, ids, res, base, args, target) -> dict:
-    """One --out line; base: non-SI's result on the same prompt when it ran already."""
+    """One -o line; base: non-SI's result on the same prompt when it ran already."""
     same = None
     if args.temperature == 0 and base is not None and res.algorithm != "nonsi":
         same = res.tokens == base.tokens
@@ -192,7 +194,7 @@ def summarize(by_algo: dict, greedy: bool) -> dict:
             "target_forwards": sum(r.target_forwards for r in results),
             "drafter_forwards": sum(r.drafter_forwards for r in results),
             "tokens_per_target_pass": tokens / max(1, sum(r.target_forwards for r in results)),
-            **real_models.speedups(by_algo, algo),
+            **speedups_of(by_algo, algo),
             "same_tokens_as_nonsi": (
                 all(a.tokens == b.tokens for a, b in zip(base, results))
                 if greedy and base and algo != "nonsi"
@@ -229,7 +231,8 @@ def _config(args, target, drafter, servers) -> dict:
 
 def _print(args, summary, why, target, drafter, servers) -> None:
 
-    from specpar.entrypoints.cli.console import print_table, table_console
+    from specpar.entrypoints.cli.comparison import print_comparison
+    from specpar.entrypoints.cli.console import table_console
 
     console = table_console()
     mode = "greedy" if args.temperature == 0 else f"sampling at temperature {args.temperature:g}"
@@ -239,39 +242,9 @@ def _print(args, summary, why, target, drafter, servers) -> None:
         f"{'arms as named' if args.arm else f'lookahead {args.lookahead}'}, "
         f"SP {args.sp_degree}; {mode}; each algorithm from a cold cache"
     )
-    columns = (
-        "algorithm",
-        "wall time s",
-        "tokens /s",
-        "vs non-SI",
-        "vs SI",
-        "accept rate",
-        "run len",
-        "tokens/pass",
-        "same as non-SI",
-        "outside fwd",
-    )
-    rows = []
-    for algo, s in summary.items():
-        rows.append(
-            [
-                NAMES.get(algo, algo),
-                fmt(s["wall_time_s"], ".1f"),
-                fmt(s["tokens_per_second"]),
-                real_models.speedup_cell(s, "nonsi"),
-                real_models.speedup_cell(s, "si"),
-                fmt(s["acceptance_rate"]),
-                fmt(s["mean_run_length"]),
-                fmt(s["mean_acceptance_length"]),
-                "-" if s["same_tokens_as_nonsi"] is None else ("yes" if s["same_tokens_as_nonsi"] else "[red]NO[/red]"),
-                fmt(None if s["outside_forward_fraction"] is None else 100 * s["outside_forward_fraction"], ".2f", "%"),
-            ]
-        )
-    print_table(console, columns, rows)
-    console.print(metrics_footnote(columns), style="dim")
-    if why:
-        console.print(why)
-    for line in real_models.inconclusive_lines(summary):
-        console.print(f"[yellow]note:[/yellow] {line}")
-    if args.out:
-        console.print(f"per prompt: {args.out}")
+    rows = {arm: {**s, "name": NAMES.get(arm, arm), "time_s": s["wall_time_s"]} for arm, s in summary.items()}
+    columns = ("time s", "tokens /s", "vs non-SI", "vs SI", "accept rate", "run len", "tokens/pass", "same as non-SI",
+               "outside fwd")  # fmt: skip
+    print_comparison(console, rows, columns, why=why)
+    if args.output:
+        console.print(f"per prompt: {args.output}")

@@ -7,7 +7,6 @@ import sys
 
 from specpar.core.errors import ConfigError
 from specpar.core.json_output import print_json
-from specpar.core.results import metrics_footnote
 from specpar.entrypoints.cli import arguments, real_models
 from specpar.entrypoints.cli.arguments import (
     REAL_TIME_FIELDS,
@@ -17,6 +16,7 @@ from specpar.entrypoints.cli.arguments import (
     add_sampling_arguments,
     command_parser,
 )
+from specpar.entrypoints.cli.comparison import NAMES, speedups_of
 from specpar.entrypoints.cli.progress import TokenProgress
 from specpar.experiments.loop import run_arms
 
@@ -28,7 +28,6 @@ statistics and tokens/s. With --compare, the other two algorithms run on the sam
 loaded servers and a table shows all three side by side.
 """
 
-NAMES = real_models.NAMES
 GENERATE_SAMPLING = ("max_tokens", "temperature", "top_k", "top_p", "min_p", "repetition_penalty", "stop",
                      "stop_token_ids", "ignore_eos", "seed")  # fmt: skip
 
@@ -150,7 +149,7 @@ def run(args) -> int:
     with contextlib.ExitStack() as bars:
         runs = run_arms(algorithms, repeats, run, on_result=on_result)
     results = {a: rs[0] for a, rs in runs.items()}
-    speedups = {a: real_models.speedups(runs, a) for a in runs} if args.compare else None
+    speedups = {a: speedups_of(runs, a) for a in runs} if args.compare else None
     if args.json:
         print_json(
             {
@@ -174,7 +173,8 @@ def _report(args, results, runs, speedups) -> None:
     the repeats and ratios with their spread."""
 
     from specpar.core.results import fmt
-    from specpar.entrypoints.cli.console import print_table, table_console
+    from specpar.entrypoints.cli.comparison import print_comparison
+    from specpar.entrypoints.cli.console import table_console
 
     console = table_console(stderr=True, wide=120)
     main = results[args.algorithm]
@@ -199,42 +199,19 @@ def _report(args, results, runs, speedups) -> None:
         return
     n = len(runs["nonsi"])
     title = f"same prompt, same loaded servers, {n} interleaved run{'s' if n > 1 else ''} each"
-    columns = (
-        "algorithm",
-        "time s",
-        "tokens /s",
-        "vs non-SI",
-        "vs SI",
-        "accept rate",
-        "run len",
-        "tokens/pass",
-        "same as non-SI",
-    )
-    rows = []
-    base = runs.get("nonsi")
+    rows = {}
     for algo in ("nonsi", "si", "dsi"):
-        r = results[algo]
-        mean_ms = sum(x.time_ms for x in runs[algo]) / len(runs[algo])
-        same = all(x.tokens == b.tokens for x, b in zip(runs[algo], base))
-        rows.append(
-            [
-                NAMES[algo],
-                f"{mean_ms / 1000:.2f}",
-                fmt(len(r.tokens) / (mean_ms / 1000) if mean_ms > 0 else None),
-                real_models.speedup_cell(speedups[algo], "nonsi"),
-                real_models.speedup_cell(speedups[algo], "si"),
-                "-" if algo == "nonsi" else fmt(r.acceptance_rate),
-                "-" if algo == "nonsi" else fmt(r.mean_run_length),
-                fmt(r.mean_acceptance_length),
-                "-" if algo == "nonsi" or args.temperature else ("yes" if same else "[red]NO[/red]"),
-            ]
-        )
-    print_table(console, columns, rows, title)
-    console.print(metrics_footnote(columns), style="dim")
-    why = real_models.why_line(runs)
-    if why:
-        console.print(why)
-    for line in real_models.inconclusive_lines(speedups):
-        console.print(f"[yellow]note:[/yellow] {line}")
+        mean_s = sum(x.time_ms for x in runs[algo]) / len(runs[algo]) / 1000
+        same = all(x.tokens == b.tokens for x, b in zip(runs[algo], runs["nonsi"]))
+        rows[algo] = {
+            **results[algo].to_dict(),
+            **speedups[algo],
+            "time_s": mean_s,
+            "tokens_per_second": len(results[algo].tokens) / mean_s if mean_s > 0 else None,
+            "same_tokens_as_nonsi": None if algo == "nonsi" or args.temperature else same,
+            **({"acceptance_rate": None, "mean_run_length": None} if algo == "nonsi" else {}),  # nothing drafted
+        }
+    columns = ("time s", "tokens /s", "vs non-SI", "vs SI", "accept rate", "run len", "tokens/pass", "same as non-SI")
+    print_comparison(console, rows, columns, title, real_models.why_line(runs))
     if args.repeats == 1:
         console.print("one run each: no spread to judge the ratios by; --repeats 3 or more gives one", style="dim")

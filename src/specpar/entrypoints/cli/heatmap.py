@@ -9,11 +9,14 @@ from specpar.core.config import SpeculativeConfig
 from specpar.entrypoints.cli.arguments import (
     PAPER_SP_DEGREE,
     ConfigOptions,
+    add_lookaheads,
     add_pair_arguments,
     add_repeats,
     add_sampling_arguments,
+    advanced_flag,
     command_parser,
     integer,
+    lookahead_range,
 )
 
 DESCRIPTION = """\
@@ -51,13 +54,14 @@ def register(subparsers) -> None:
         help="write PREFIX.png and PREFIX.csv (fig.png names the prefix fig too; default: dsi-fig2, or "
         "dsi-fig7-kK with --lookahead)",
     )
-    p.add_argument(
+    check = p.add_argument(
         "--check-cells",
         type=integer,
         default=0,
         metavar="M",
         help="also run M random cells through the event-driven simulator and print both (slow)",
     )
+    advanced_flag(check)
     p.set_defaults(func=run)
 
 
@@ -79,14 +83,8 @@ def add_grid_arguments(p, resolution: int = 100) -> None:
     add_sampling_arguments(p, ("max_tokens",), {"max_tokens": 100}, {"max_tokens": "tokens per run"})
     add_repeats(p, 5, "runs per cell and algorithm")
     ConfigOptions(SpeculativeConfig, "spec", fields=("sp_degree",), defaults={"sp_degree": PAPER_SP_DEGREE}).add_to(p)
-    p.add_argument(
-        "--lookahead-range",
-        type=integer,
-        nargs=2,
-        default=(1, 200),
-        metavar=("FIRST", "LAST"),
-        help="lookaheads SI may choose from in each cell, and DSI those of them satisfying Eq. 1 (default 1 200)",
-    )
+    add_lookaheads(p, "1-200", "the range of lookaheads SI may choose from in each cell, and DSI those of them "
+                   "satisfying Eq. 1")  # fmt: skip
     add_pair_arguments(p, fields=("seed",))
 
 
@@ -114,7 +112,7 @@ def compute_with_progress(args, fixed_lookahead, label: str):
         n=args.max_tokens,
         repeats=args.repeats,
         sp_degree=args.sp_degree,
-        lookaheads=tuple(args.lookahead_range),
+        lookaheads=lookahead_range(args),
         fixed_lookahead=fixed_lookahead,
         seed=args.seed,
     )

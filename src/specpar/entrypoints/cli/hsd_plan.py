@@ -10,7 +10,7 @@ from pathlib import Path
 from specpar.core.errors import ConfigError
 from specpar.core.json_output import print_json
 from specpar.core.paths import read_text
-from specpar.entrypoints.cli.arguments import add_json, command_parser, integer, number
+from specpar.entrypoints.cli.arguments import add_json, advanced_flag, command_parser, integer, number
 
 DESCRIPTION = """\
 Choose the hierarchical speculative decoding (HSD) stack with the least expected
@@ -48,13 +48,15 @@ def add_plan_arguments(p, required: bool) -> None:
         metavar="FILE",
         help="pairwise acceptance-rate matrix, JSON or text (see above)",
     )
-    p.add_argument(
+    t_max = p.add_argument(
         "--t-max",
         type=integer,
         default=15,
         metavar="T",
         help="largest buffer size considered for every level (default 15)",
     )
+    if not required:  # simulate hsd: a finer control
+        advanced_flag(t_max)
 
 
 def parse_costs(text: str) -> list[float]:

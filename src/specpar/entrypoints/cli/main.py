@@ -54,28 +54,54 @@ class CommandLine(ArgumentParser):
 
     def parse_known_args(self, args=None, namespace=None):
         args, extra = super().parse_known_args(args, namespace)
-        command = self._subparsers._group_actions[0].choices.get(getattr(args, "command", None))
-        if extra and command is not None:
+        command = command_parser_of(self, args)
+        if extra and command is not self:
             command.error(f"unrecognized arguments: {' '.join(extra)}")
         return args, extra
+
+
+def subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    """The parser's subcommands by name (``{}`` for one without)."""
+    actions = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    return dict(actions[0].choices) if actions else {}
+
+
+def all_commands(parser: argparse.ArgumentParser, prefix: str = "") -> dict[str, argparse.ArgumentParser]:
+    """Every command's parser by its name, modes too: ``{"simulate": ..., "simulate load": ..., ...}``."""
+    out = {}
+    for name, sub in subcommands(parser).items():
+        out[prefix + name] = sub
+        out.update(all_commands(sub, prefix + name + " "))
+    return out
+
+
+def command_parser_of(parser: argparse.ArgumentParser, args) -> argparse.ArgumentParser:
+    """The parser of the command (and mode) ``args`` ran: the one whose ``--help`` a mistake points to."""
+    for dest in ("command", "mode"):
+        sub = subcommands(parser).get(getattr(args, dest, None))
+        if sub is None:
+            break
+        parser = sub
+    return parser
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = CommandLine(
         prog="specpar",
         description="Lossless speculative inference: non-SI, SI and DSI, on a virtual clock, threads or real models.",
+        epilog="`specpar COMMAND --help` for a command's flags (--help=all: its finer controls too).",
     )
+    parser.add_argument("-v", "--verbose", action="store_true", help=VERBOSE)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=ArgumentParser)
     for name in COMMANDS:
         importlib.import_module(name).register(sub)
-    for command in sub.choices.values():
-        command.add_argument(
-            "-v",
-            "--verbose",
-            action="store_true",
-            help="log to stderr: loading, server placement, lookahead choice, each request's metrics",
-        )
+    for command in all_commands(parser).values():  # the one global flag, also taken after the command
+        command.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+        command.epilog = f"-v, --verbose (any command, before or after its name): {VERBOSE}."
     return parser
+
+
+VERBOSE = "log to stderr: loading, server placement, lookahead choice, each request's metrics"
 
 
 @contextlib.contextmanager
@@ -104,13 +130,17 @@ def main(argv: list[str] | None = None, *, exit_on_interrupt: bool = False) -> i
     """
     prog = "specpar"
     try:
+        from specpar.entrypoints.cli.simulate import legacy_modes
+
+        argv, legacy = legacy_modes(list(sys.argv[1:] if argv is None else argv))
+        parser = build_parser()
         try:
-            args = build_parser().parse_args(argv)
+            args = parser.parse_args(argv)
         except SystemExit as exc:  # --help, or a bad flag (the parser has printed its one line)
             return exc.code
-        prog = f"specpar {args.command}"
+        prog = command_parser_of(parser, args).prog
         arguments.build_all(args)  # the config objects the flags describe: a bad value stops here, in one line
-        for line in arguments.warnings_of(args):
+        for line in ([legacy] if legacy else []) + arguments.warnings_of(args):
             _say(f"{prog}: warning: {line}")
         with _verbose_log(args.verbose):  # removed when the command ends: main() may run again in one process
             if getattr(args, "runtime", None) == "ray":

@@ -4,7 +4,6 @@ flags before they load, and reading the timings."""
 from __future__ import annotations
 
 import dataclasses
-import math
 import statistics
 import sys
 
@@ -48,16 +47,13 @@ def arm(spec: SpeculativeConfig, engine, algorithm: str, **changes) -> Speculati
     return dataclasses.replace(spec, algorithm=algorithm, tree=tree, proposer=proposer, sp_degree=sp, **changes)
 
 
-def load(args, sp_degree: int, max_tokens: int, **engine_options):
-    """(target, drafter, an Engine with sp_degree target servers, the speculation and runtime the flags give, and
-    ``engine_options``: Engine's keywords, e.g. units, policy), loaded once."""
-    from specpar.algorithms.registry import ALGORITHMS
+def load_models(args, devs: list[str] | None = None):
+    """(target, drafter): the models the flags name, loaded once; the drafter on the first device, the target where
+    an Engine puts its replicas (the others, if any)."""
     from specpar.backends.loading import load_pair
-    from specpar.entrypoints.engine import Engine
 
-    devs = devices(args)
-    # the drafter on the first device, the target where the Engine puts its replicas (the others, if any)
-    target, drafter = load_pair(
+    devs = devs or devices(args)
+    return load_pair(
         args.target,
         args.drafter,
         devs[0],
@@ -67,6 +63,16 @@ def load(args, sp_degree: int, max_tokens: int, **engine_options):
         backend=args.backend,
         exact=getattr(args, "exact", None),
     )
+
+
+def load(args, sp_degree: int, max_tokens: int, **engine_options):
+    """(target, drafter, an Engine with sp_degree target servers, the speculation and runtime the flags give, and
+    ``engine_options``: Engine's keywords, e.g. units, policy), loaded once."""
+    from specpar.algorithms.registry import ALGORITHMS
+    from specpar.entrypoints.engine import Engine
+
+    devs = devices(args)
+    target, drafter = load_models(args, devs)
     spec = getattr(args, "spec", None) or SpeculativeConfig()
     hierarchy = ALGORITHMS[spec.algorithm].hierarchy  # HSD's drafter is a list of levels: here one
     engine = Engine(
@@ -102,7 +108,7 @@ def check_lookahead(args) -> None:
     if spec is not None and spec.lookahead in ("auto", "adaptive"):
         raise ConfigError(
             f"-k {spec.lookahead} weighs the models' latency profiles, which real models loaded here do not have: "
-            "measure the pair with `specpar profile --out pair.json`, then `specpar plan --profile pair.json` names "
+            "measure the pair with `specpar profile -o pair.json`, then `specpar plan --profile pair.json` names "
             "the fastest lookahead; give it as -k K"
         )
 
@@ -159,44 +165,3 @@ def warn_load() -> None:
     line = load_warning()
     if line:
         print(f"warning: {line}", file=sys.stderr)
-
-
-NAMES = {"nonsi": "non-SI", "si": "SI", "dsi": "DSI"}
-
-
-def speedups(by_algo: dict, algo: str) -> dict:
-    """``speedup_vs_nonsi`` / ``speedup_vs_si`` (values) and their ``_spread`` dicts for one algorithm's results,
-    paired repeat by repeat with the baseline's (None where the baseline did not run)."""
-    from specpar.experiments.loop import speedup
-
-    out = {}
-    for base in ("nonsi", "si"):
-        s = speedup([r.time_ms for r in by_algo[base]], [r.time_ms for r in by_algo[algo]]) if base in by_algo else None
-        out[f"speedup_vs_{base}"] = s.value if s and math.isfinite(s.value) else None
-        out[f"speedup_vs_{base}_spread"] = s.to_dict() if s else None
-    return out
-
-
-def inconclusive_lines(summary: dict) -> list[str]:
-    """One sentence per inconclusive ratio in a summary of :func:`speedups` (what ``bench`` and ``generate
-    --compare`` print under their table)."""
-    from specpar.experiments.loop import inconclusive_line
-
-    lines = []
-    for algo, s in summary.items():
-        for base in ("nonsi", "si") if algo != "nonsi" else ():  # non-SI is the baseline, not judged against SI
-            spread = s.get(f"speedup_vs_{base}_spread")
-            line = inconclusive_line(NAMES.get(algo, algo), NAMES[base], spread) if algo != base and spread else None
-            if line:
-                lines.append(line)
-    return lines
-
-
-def speedup_cell(summary_row: dict, base: str) -> str:
-    """A table cell for a :func:`speedups` entry: ``1.23x ± 0.05`` (the spread of the paired per-run ratios when
-    there are several), red below 1, "-" when the baseline did not run."""
-    spread = summary_row.get(f"speedup_vs_{base}_spread")
-    if not spread or spread["value"] is None:
-        return "-"
-    text = f"{spread['value']:.2f}x" + (f" ± {spread['ratio_std']:.2f}" if spread["repeats"] > 1 else "")
-    return f"[red]{text}[/red]" if spread["value"] < 1 - 1e-9 else text

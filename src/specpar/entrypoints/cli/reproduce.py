@@ -6,7 +6,15 @@ import os
 import time
 
 from specpar.core.json_output import print_json
-from specpar.entrypoints.cli.arguments import add_deprecated, add_json, command_parser, number
+from specpar.entrypoints.cli.arguments import (
+    add_deprecated,
+    add_json,
+    add_output,
+    advanced_flag,
+    command_parser,
+    lookahead_range,
+    number,
+)
 
 DESCRIPTION = """\
 Check the DSI paper's claims by simulation and print each with the measured
@@ -31,13 +39,15 @@ def register(subparsers) -> None:
         metavar="CLAIM",
         help=f"check only these claims: {', '.join(CLAIM_KEYS)}",
     )
-    p.add_argument(
-        "--starcoder-drafter-latency",
+    star = p.add_argument(
+        "--starcoder-latency-ratio",
         type=number,
         default=None,
         metavar="C",
-        help="Table 2: StarCoder-168M's latency as a fraction of StarCoder-15B's (not in our copy)",
+        help="Table 2: StarCoder-168M's latency over StarCoder-15B's (not in our copy)",
     )
+    add_deprecated(p, star, "--starcoder-drafter-latency")
+    advanced_flag(star)
     phi3 = p.add_argument(
         "--phi3-acceptance-rate",
         type=number,
@@ -46,6 +56,7 @@ def register(subparsers) -> None:
         help="Table 2: Phi3-4B's acceptance rate against Phi3-14B (not in our copy)",
     )
     add_deprecated(p, phi3, "--phi3-acceptance")
+    advanced_flag(phi3)
     p.add_argument(
         "--table2-row",
         nargs=3,
@@ -54,11 +65,11 @@ def register(subparsers) -> None:
         metavar=("NAME", "C", "A"),
         help="another Table 2 configuration: drafter latency fraction C and acceptance rate A",
     )
-    p.add_argument(
-        "--output-dir",
-        default=None,
+    add_output(
+        p,
+        "also write the Fig. 2 and Fig. 7 heatmaps (PNG + CSV) measured for the report into DIR",
         metavar="DIR",
-        help="also write the Fig. 2 and Fig. 7 heatmaps (PNG + CSV) measured for the report into DIR",
+        old=("--output-dir",),
     )
     add_json(p, "print the claims as JSON")
     p.set_defaults(func=run)
@@ -69,9 +80,9 @@ def _table2_rows(args):
     from specpar.experiments.claims import TABLE2_KNOWN, Table2Row, check_table2_inputs
 
     star, phi = TABLE2_KNOWN
-    c, a = args.starcoder_drafter_latency, args.phi3_acceptance_rate
+    c, a = args.starcoder_latency_ratio, args.phi3_acceptance_rate
     rows = [
-        Table2Row(star.name, c, star.a, star.source, f"--starcoder-drafter-latency {c:g}" if c is not None else ""),
+        Table2Row(star.name, c, star.a, star.source, f"--starcoder-latency-ratio {c:g}" if c is not None else ""),
         Table2Row(phi.name, phi.c, a, phi.source, f"--phi3-acceptance-rate {a:g}" if a is not None else ""),
     ]
     for name, c, a in args.table2_row:
@@ -89,10 +100,10 @@ def run(args) -> int:
     from specpar.entrypoints.cli.console import table_console
     from specpar.experiments.claims import FAIL, reproduce
 
-    if args.output_dir:
+    if args.output:
         from specpar.core.paths import check_output_dir
 
-        check_output_dir(args.output_dir, "--output-dir")
+        check_output_dir(args.output, "-o")
     console = table_console(wide=120, highlight=False)
     figures: dict = {}
     t0 = time.perf_counter()
@@ -105,20 +116,20 @@ def run(args) -> int:
         only=args.only,
         table2_rows=_table2_rows(args),
         figures=figures,
-        lookaheads=tuple(args.lookahead_range),
+        lookaheads=lookahead_range(args),
     )
     from specpar.entrypoints.cli.progress import TokenProgress
 
     with TokenProgress(None, "measuring", not args.json, unit="steps") as bar:
         claims = reproduce(progress=lambda what: bar.advance(f"measured {what}"), **kwargs)
     seconds = time.perf_counter() - t0
-    if args.output_dir and "grid" in figures:
+    if args.output and "grid" in figures:
         from specpar.experiments.plots import plot_heatmap
 
-        os.makedirs(args.output_dir, exist_ok=True)
+        os.makedirs(args.output, exist_ok=True)
         for name, h in (("dsi-fig2", figures["grid"].fig2), ("dsi-fig7-k5", figures["grid"].fig7)):
-            h.write_csv(os.path.join(args.output_dir, name + ".csv"))
-            plot_heatmap(h, os.path.join(args.output_dir, name + ".png"))
+            h.write_csv(os.path.join(args.output, name + ".csv"))
+            plot_heatmap(h, os.path.join(args.output, name + ".png"))
     if args.json:
         print_json({"seconds": seconds, "claims": [c.__dict__ for c in claims]})
     else:
@@ -133,6 +144,6 @@ def run(args) -> int:
             console.print(f"        reproduce: [cyan]{c.command}[/]", highlight=False)
         counts = {s: sum(c.status == s for c in claims) for s in colours}
         console.print(", ".join(f"{v} {k}" for k, v in counts.items() if v) + f" in {seconds:.1f} s")
-        if args.output_dir and "grid" in figures:
-            console.print(f"heatmaps written to {args.output_dir}/")
+        if args.output and "grid" in figures:
+            console.print(f"heatmaps written to {args.output}/")
     return 1 if any(c.status == FAIL for c in claims) else 0

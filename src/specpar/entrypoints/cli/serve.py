@@ -12,6 +12,7 @@ from specpar.entrypoints.cli.arguments import (
     LATENCY_FIELDS,
     MAX_INTEGER,
     REAL_TIME_FIELDS,
+    add_deprecated,
     add_model_args,
     add_pair_arguments,
     add_runtime_arguments,
@@ -61,6 +62,14 @@ def api_key(text: str) -> str:
 def register(sub) -> None:
     p = command_parser(sub, "serve", "an OpenAI-compatible HTTP server (completions, chat, streaming, /metrics)",
                        DESCRIPTION)  # fmt: skip
+    model = p.add_argument(
+        "target",
+        nargs="?",
+        default=argparse.SUPPRESS,
+        metavar="MODEL",
+        help="the target model, as `vllm serve MODEL`: a GGUF file or a local directory (default: the default pair)",
+    )
+    add_deprecated(p, model, "--target")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     p.add_argument("--port", type=ranged(int, 1, 65535), default=8000, help="port (default 8000)")
     p.add_argument("--api-key", type=api_key, default=None,
@@ -79,13 +88,13 @@ def register(sub) -> None:
                    help="prompt + max_tokens limit for a target without a context window (default 2048)")  # fmt: skip
     p.add_argument("--shutdown-timeout", type=ranged(float, 0, 86400), default=30.0,
                    help="seconds in-flight requests may take to finish on SIGTERM (default 30)")  # fmt: skip
-    add_speculation_arguments(p, fields=SPECULATIVE_FIELDS, algorithms=ALGORITHMS)
+    add_speculation_arguments(p, fields=SPECULATIVE_FIELDS, algorithms=ALGORITHMS, advanced=True)
     add_runtime_arguments(p, choices=("threads", "ray"), default="threads", fields=REAL_TIME_FIELDS)
-    g = p.add_argument_group("simulated models")
+    g = p.add_argument_group("simulated models (numbers: --help=all)")
     g.add_argument("--simulated", action="store_true", help="serve simulated models (no weights)")
     add_pair_arguments(g, fields=(*LATENCY_FIELDS, "acceptance_rate", "vocab_size", "seed"),
-                       defaults={"target_tpot_ms": 2.0, "vocab_size": 32}, title=None)  # fmt: skip
-    add_model_args(p)
+                       defaults={"target_tpot_ms": 2.0, "vocab_size": 32}, title=None, advanced=True)  # fmt: skip
+    add_model_args(p, target=False, advanced=("--drafter",))
     p.set_defaults(func=run)
 
 
@@ -95,6 +104,7 @@ def build_engine(args):
     from specpar import Engine
     from specpar.algorithms.registry import ALGORITHMS as REGISTRY
 
+    args.target = getattr(args, "target", None)  # MODEL, when given
     if args.simulated:
         target, drafter = args.pair.models()
         levels = REGISTRY[args.spec.algorithm].hierarchy
@@ -109,8 +119,9 @@ def build_engine(args):
 
 def check(args) -> str | None:
     """What the flags leave to check before anything loads; returns the API key (None: open)."""
+    args.target = getattr(args, "target", None)  # MODEL, when given
     if args.simulated and (args.target or args.drafter):
-        raise ConfigError("give either --simulated or --target/--drafter, not both")
+        raise ConfigError("give either --simulated or a MODEL (or --drafter), not both")
     if args.simulated and args.exact is not None:
         raise ConfigError("--exact/--no-exact choose llama.cpp's mode: simulated models have none")
     if not args.simulated:

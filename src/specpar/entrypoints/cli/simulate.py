@@ -6,21 +6,23 @@ import warnings
 
 from specpar.core.config import SpeculativeConfig
 from specpar.core.errors import ConfigError, SpecparWarning
-from specpar.core.results import fmt, metrics_footnote
+from specpar.core.results import fmt
 from specpar.core.trees import BestFirst, shape_text
 from specpar.entrypoints.cli.arguments import (
+    AUTO_LOOKAHEAD,
     CLOCKS,
     LATENCY_FIELDS,
     PAPER_SP_DEGREE,
     ConfigOptions,
-    Default,
     add_json,
+    add_output,
     add_pair_arguments,
     add_profile_arguments,
     add_repeats,
     add_runtime_arguments,
     add_sampling_arguments,
     command_parser,
+    deprecation,
     experiment_runtime,
     pair_from_args,
 )
@@ -38,52 +40,66 @@ regimes (--acceptance-regimes).
 
 
 def register(sub) -> None:
-    p = command_parser(sub, "simulate", "non-SI vs SI vs DSI with simulated models", DESCRIPTION)
+    p = command_parser(sub, "simulate", "non-SI vs SI vs DSI with simulated models (MODE: under load, HSD)",
+                       DESCRIPTION)  # fmt: skip
     add_pair_arguments(p, fields=PAIR_FIELDS, defaults={"vocab_size": 8})
     add_profile_arguments(p)
     spec = ConfigOptions(
         SpeculativeConfig,
         "spec",
-        fields=("algorithm", "lookahead", "sp_degree", "tree", "buffers"),
-        defaults={
-            "algorithm": "dsi",
-            "lookahead": Default(
-                "auto",
-                "each algorithm's fastest by simulation, DSI's among those that satisfy "
-                "Eq. 1 for --sp-degree; `specpar plan` lists them",
-            ),
-            "sp_degree": PAPER_SP_DEGREE,
-            "buffers": Default(None, "the optimizer's"),
-        },  # fmt: skip
-        choices={"algorithm": ("dsi", "hsd")},
-        old_values={"algorithm": {"compare": "dsi"}},
-        helps={
-            "algorithm": "what to compare: dsi, non-SI vs SI vs DSI; hsd, hierarchical speculative decoding on a "
-            "simulated stack, the optimizer's plan vs the best single drafter vs the target alone",
-            "tree": "{help}; SI and DSI run over it beside the chains",
-            "buffers": "{help}: the sizes for --levels, one per level below the target",
-        },
+        fields=("lookahead", "sp_degree", "tree"),
+        defaults={"lookahead": AUTO_LOOKAHEAD, "sp_degree": PAPER_SP_DEGREE},
+        helps={"tree": "{help}; SI and DSI run over it beside the chains"},
     )
-    spec.add_to(p, None, ("algorithm", "lookahead", "sp_degree", "tree"))
+    spec.add_to(p)
     add_sampling_arguments(p, ("max_tokens", "temperature", "coupling"), {"max_tokens": 100, "temperature": 0.0})
     add_runtime_arguments(p)
     add_repeats(p, 5, "runs per algorithm, interleaved")
     add_json(p)
-    p.add_argument(
-        "--timeline",
+    add_output(
+        p,
+        "also draw the first repeat of each algorithm as a Gantt chart of its tasks per server (drafts, "
+        "verifications, cancelled work) to this image file",
         metavar="PNG",
-        default=None,
-        help="also draw the first repeat of each algorithm as a Gantt chart of its tasks per server "
-        "(drafts, verifications, cancelled work) to this PNG file",
+        old=("--timeline",),
     )
+    p.set_defaults(func=run)
     from specpar.entrypoints.cli import simulate_hsd, simulate_load
 
-    simulate_hsd.add_arguments(p, spec)
-    simulate_load.add_arguments(p)
-    p.set_defaults(func=run)
+    modes = p.add_subparsers(dest="mode", metavar="MODE", parser_class=type(p))
+    simulate_load.register(modes)
+    simulate_hsd.register(modes)
 
 
 PAIR_FIELDS = (*LATENCY_FIELDS, "acceptance_rate", "acceptance_regimes", "vocab_size", "seed", "prompt_length")
+MODE_FLAGS = {"--load": "load", "--clients": "load"}  # simulate's former spellings of its modes
+
+
+def legacy_modes(argv: list[str]) -> tuple[list[str], str | None]:
+    """``specpar simulate`` as it was spelled before its modes were subcommands: ``simulate --load R ...`` is
+    ``simulate load --load R ...``, ``simulate --algorithm hsd ...`` is ``simulate hsd ...`` (and ``--algorithm
+    dsi`` or ``compare`` the comparison itself). Returns the argv to parse and a warning line (None: nothing to
+    rewrite)."""
+    if not argv or argv[0] != "simulate" or (len(argv) > 1 and argv[1] in ("load", "hsd")):
+        return argv, None
+    rest, mode, old = list(argv[1:]), None, []
+    for i, word in enumerate(rest):
+        name, eq, value = word.partition("=")
+        if name in ("--algorithm", "--algo") and (eq or i + 1 < len(rest)):
+            value = value if eq else rest[i + 1]
+            if value in ("hsd", "dsi", "compare"):
+                del rest[i : i + (1 if eq else 2)]
+                old.append(f"{name} {value}")
+                mode = "hsd" if value == "hsd" else mode
+                break
+    for word in rest:
+        if word.partition("=")[0] in MODE_FLAGS:
+            mode = MODE_FLAGS[word.partition("=")[0]]
+            old.append(word.partition("=")[0])
+    if not old:
+        return argv, None
+    new = f"specpar simulate {mode}" if mode else "specpar simulate"
+    return ["simulate", *([mode] if mode else []), *rest], deprecation(f"specpar simulate {' '.join(old)}", new)
 
 
 def _lookaheads(args, target_lat, drafter_lat, a) -> tuple[dict[str, int], str]:
@@ -113,22 +129,14 @@ def _lookaheads(args, target_lat, drafter_lat, a) -> tuple[dict[str, int], str]:
 def run(args) -> int:
     if args.repeats < 1:
         raise ConfigError(f"--repeats must be >= 1, got {args.repeats}")
-    if args.algorithm == "hsd":
-        from specpar.entrypoints.cli import simulate_hsd
-
-        return simulate_hsd.run(args)
-    if args.load is not None or args.clients is not None:
-        from specpar.entrypoints.cli import simulate_load
-
-        return simulate_load.run(args, pair_from_args(args))
     from specpar.core.json_output import print_json
     from specpar.experiments.comparison import compare
     from specpar.planning import analytic
 
-    if args.timeline:
+    if args.output:
         from specpar.core.paths import check_output_file, image_suffixes
 
-        args.timeline = check_output_file(args.timeline, "--timeline", image_suffixes())
+        args.output = check_output_file(args.output, "-o", image_suffixes())
     pair = pair_from_args(args)
     (target_lat, drafter_lat), a = pair.latencies(), pair.mean_acceptance_rate
     c = drafter_lat.tpot_ms / target_lat.tpot_ms if target_lat.tpot_ms > 0 else None  # undefined: printed "-"
@@ -155,12 +163,12 @@ def run(args) -> int:
             "dsi_prop1_bound_ms_lookahead1": analytic.dsi_latency_bound(t, d, a, n),
         }
 
-    if args.timeline:
+    if args.output:
         from specpar.experiments.timeline_plot import plot_timelines
 
         plot_timelines(
             [s.first_run for s in summary.values()],
-            args.timeline,
+            args.output,
             title=f"c = {fmt(c, '.3g')}, a = {a:g}, N = {args.max_tokens}, seed {args.seed}",
         )
     if args.json:
@@ -198,8 +206,8 @@ def run(args) -> int:
         )
         return 0
     _print_table(args, summary, target_lat, drafter_lat, c, k, why, closed, messages)
-    if args.timeline:
-        print(f"timeline of the first repeat written to {args.timeline}")
+    if args.output:
+        print(f"timeline of the first repeat written to {args.output}")
     return 0
 
 
@@ -226,7 +234,8 @@ def _run_with_progress(compare, args, make_models, make_prompt, k):
 
 def _print_table(args, summary, target_lat, drafter_lat, c, k, why, closed, messages) -> None:
 
-    from specpar.entrypoints.cli.console import print_table, table_console
+    from specpar.entrypoints.cli.comparison import print_comparison
+    from specpar.entrypoints.cli.console import table_console
 
     console = table_console()
     clock = CLOCKS[args.runtime] + (f", {args.link_ms:g} ms links" if args.link_ms else "")
@@ -243,43 +252,12 @@ def _print_table(args, summary, target_lat, drafter_lat, c, k, why, closed, mess
     )
     ks = f"k = {k['dsi']}" if k["si"] == k["dsi"] else f"SI k = {k['si']}, DSI k = {k['dsi']}"
     console.print(f"lookahead {ks} ({why})")
-    columns = (
-        "algorithm",
-        "k",
-        "SP",
-        "latency ms",
-        "vs non-SI",
-        "vs SI",
-        "accept rate",
-        "run len",
-        "tokens/pass",
-        "target fwd",
-        "drafter fwd",
-        "same tokens",
-    )
-    rows = []
     tree = "<" + shape_text(args.tree) + ">" if args.tree else ""
-    names = {"nonsi": "non-SI", "si": "SI", "dsi": "DSI", "si-tree": f"SI {tree}", "dsi-tree": f"DSI {tree}"}
-    for name, s in summary.items():
-        speed = fmt(s.speedup_vs_nonsi, ".2f", "x")
-        rows.append(
-            [
-                names[name],
-                str(s.lookahead or "-"),
-                str(s.sp_degree),
-                f"{s.mean_ms:.1f}±{s.std_ms:.1f}",
-                f"[red]{speed}[/red]" if s.speedup_vs_nonsi < 1 - 1e-9 else speed,
-                fmt(s.speedup_vs_si, ".2f", "x"),
-                fmt(s.acceptance_rate),
-                fmt(s.mean_run_length),
-                fmt(s.mean_acceptance_length),
-                f"{s.target_forwards:.1f}",
-                f"{s.drafter_forwards:.1f}",
-                "-" if s.same_tokens_as_nonsi is None else ("yes" if s.same_tokens_as_nonsi else "[red]NO[/red]"),
-            ]
-        )
-    print_table(console, columns, rows)
-    console.print(metrics_footnote(columns), style="dim")
+    names = {"si-tree": f"SI {tree}", "dsi-tree": f"DSI {tree}"}
+    rows = {arm: {**s.to_dict(), "name": names.get(arm)} for arm, s in summary.items()}
+    columns = ("k", "SP", "latency ms", "vs non-SI", "vs SI", "accept rate", "run len", "tokens/pass", "target fwd",
+               "drafter fwd", "same as non-SI")  # fmt: skip
+    print_comparison(console, rows, columns)
     if closed:
         console.print(
             f"closed forms (iid acceptance): non-SI {closed['nonsi_ms']:.1f} ms; "

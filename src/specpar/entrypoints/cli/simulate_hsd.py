@@ -1,4 +1,4 @@
-"""``specpar simulate --algorithm hsd``: the optimizer's HSD stack vs the best single drafter vs the target alone.
+"""``specpar simulate hsd``: the optimizer's HSD stack vs the best single drafter vs the target alone.
 
 A simulated stack (specpar.backends.stack) with the given costs (ms per forward pass)
 and pairwise acceptance rates runs the three plans on the virtual clock or on
@@ -10,9 +10,23 @@ from __future__ import annotations
 import random
 import statistics
 
+from specpar.core.config import SpeculativeConfig
 from specpar.core.errors import ConfigError
 from specpar.core.json_output import print_json
-from specpar.entrypoints.cli.arguments import CLOCKS, experiment_runtime, integers
+from specpar.entrypoints.cli.arguments import (
+    CLOCKS,
+    PAPER_SP_DEGREE,
+    ConfigOptions,
+    Default,
+    add_json,
+    add_pair_arguments,
+    add_repeats,
+    add_runtime_arguments,
+    add_sampling_arguments,
+    command_parser,
+    experiment_runtime,
+    integers,
+)
 from specpar.entrypoints.cli.progress import TokenProgress
 from specpar.experiments.loop import run_arms, speedup
 
@@ -20,11 +34,12 @@ DEFAULT_COSTS = [0.2, 1.5, 6.0, 30.0]
 DEFAULT_CHAIN = [0.7, 0.85, 0.9]
 
 
-def add_arguments(p, spec) -> None:
-    """The HSD group of ``specpar simulate``; ``spec``: the command's SpeculativeConfig options (for --buffers)."""
+def register(modes) -> None:
     from specpar.entrypoints.cli.hsd_plan import add_plan_arguments, parse_costs
 
-    g = p.add_argument_group("HSD (--algorithm hsd)")
+    p = command_parser(modes, "hsd", "the optimizer's HSD stack vs the best single drafter vs the target alone",
+                       __doc__.split("\n\n", 1)[1])  # fmt: skip
+    g = p.add_argument_group("the stack")
     add_plan_arguments(g, required=False)
     g.add_argument(
         "--chain",
@@ -41,7 +56,23 @@ def add_arguments(p, spec) -> None:
         metavar="I,J,...",
         help="run this hierarchy (model indices, the target last) instead of the optimizer's",
     )
-    spec.add_to(g, None, ["buffers"])
+    spec = ConfigOptions(
+        SpeculativeConfig,
+        "spec",
+        fields=("buffers", "sp_degree"),
+        defaults={"buffers": Default(None, "the optimizer's"), "sp_degree": PAPER_SP_DEGREE},
+        helps={
+            "buffers": "{help}: the sizes for --levels, one per level below the target",
+            "sp_degree": "HSD-SP: target servers that verify at once",
+        },
+    )
+    spec.add_to(g)
+    add_pair_arguments(p, fields=("vocab_size", "seed", "prompt_length"), defaults={"vocab_size": 8})
+    add_sampling_arguments(p, ("max_tokens", "temperature"), {"max_tokens": 100, "temperature": 0.0})
+    add_runtime_arguments(p)
+    add_repeats(p, 5, "runs per plan, interleaved")
+    add_json(p)
+    p.set_defaults(func=run)
 
 
 def _stack_parameters(args):
@@ -73,6 +104,8 @@ def _stack_parameters(args):
 
 
 def run(args) -> int:
+    if args.repeats < 1:
+        raise ConfigError(f"--repeats must be >= 1, got {args.repeats}")
     from specpar.planning.hsd_latency import check_costs, hierarchy_latency
     from specpar.planning.hsd_optimizer import HsdPlan, best_single_drafter, optimize
 

@@ -1,4 +1,4 @@
-"""``specpar simulate --load RATE`` / ``--clients N``: many requests on a fixed number of processing units, per
+"""``specpar simulate load --load RATE`` / ``--clients N``: many requests on a fixed number of processing units, per
 policy (adaptive, fixed DSI, fixed SI, non-SI), on one virtual clock (:mod:`specpar.experiments.load`)."""
 
 from __future__ import annotations
@@ -6,8 +6,22 @@ from __future__ import annotations
 import argparse
 import sys
 
+from specpar.core.config import SpeculativeConfig
 from specpar.core.errors import ConfigError
-from specpar.entrypoints.cli.arguments import integer, integers
+from specpar.entrypoints.cli.arguments import (
+    AUTO_LOOKAHEAD,
+    LATENCY_FIELDS,
+    ConfigOptions,
+    add_json,
+    add_output,
+    add_pair_arguments,
+    add_profile_arguments,
+    add_sampling_arguments,
+    command_parser,
+    integer,
+    integers,
+    pair_from_args,
+)
 from specpar.planning.load import POLICIES
 
 
@@ -28,8 +42,22 @@ def load_rates(text: str) -> list[str]:
     return out
 
 
-def add_arguments(p) -> None:
-    g = p.add_argument_group("under load (--load or --clients)")
+DESCRIPTION = """\
+Many requests on a fixed number of processing units (GPUs, cores), per policy:
+adaptive (each request its fastest option on its share of the units, shares for
+the most tokens per second), fixed DSI, fixed SI, non-SI; on one virtual clock,
+the same arrivals, prompts and models for every policy. Requests arrive as a
+Poisson process (--load) or from closed-loop clients (--clients).
+"""
+
+
+def register(modes) -> None:
+    p = command_parser(modes, "load", "many requests on shared processing units, per policy", DESCRIPTION)
+    add_pair_arguments(p, fields=PAIR_FIELDS, defaults={"vocab_size": 8})
+    add_profile_arguments(p)
+    ConfigOptions(SpeculativeConfig, "spec", fields=("lookahead",), defaults={"lookahead": AUTO_LOOKAHEAD}).add_to(p)
+    add_sampling_arguments(p, ("max_tokens", "temperature"), {"max_tokens": 100, "temperature": 0.0})
+    g = p.add_argument_group("load")
     g.add_argument(
         "--load",
         type=load_rates,
@@ -53,16 +81,21 @@ def add_arguments(p) -> None:
         metavar="P,...",
         help=f"policies to compare (default all: {', '.join(POLICIES)})",
     )
-    g.add_argument("--plot", metavar="PNG", default=None, help="also draw throughput and latency per load to this PNG")
+    add_json(p)
+    add_output(p, "also draw throughput and latency per load to this image file", metavar="PNG", old=("--plot",))
+    p.set_defaults(func=run)
 
 
-def run(args, pair) -> int:
-    """pair: the SimulatedPair of simulate's flags (and --profile)."""
+PAIR_FIELDS = (*LATENCY_FIELDS, "acceptance_rate", "vocab_size", "seed", "prompt_length")
+
+
+def run(args) -> int:
     from specpar.core.json_output import print_json
     from specpar.experiments.load import PERCENTILES, LoadSetting, LoadSimulation
 
-    if args.load is not None and args.clients is not None:
-        raise ConfigError("give either --load or --clients, not both")
+    if (args.load is None) == (args.clients is None):
+        raise ConfigError("give either --load or --clients (not both)")
+    pair = pair_from_args(args)
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
     for p in policies:
         if p not in POLICIES:
@@ -72,10 +105,10 @@ def run(args, pair) -> int:
             raise ConfigError(f"--{name} must be in [1, 100000], got {getattr(args, name)}")
     if args.clients is not None and any(n < 1 for n in args.clients):
         raise ConfigError(f"--clients must be >= 1, got {args.clients}")
-    if args.plot:
+    if args.output:
         from specpar.core.paths import check_output_file, image_suffixes
 
-        args.plot = check_output_file(args.plot, "--plot", image_suffixes())
+        args.output = check_output_file(args.output, "-o", image_suffixes())
     (target, drafter), a = pair.latencies(), pair.acceptance_rate
     setting = LoadSetting(
         units=args.units, target=target, drafter=drafter, acceptance_rate=a, max_new_tokens=args.max_tokens,
@@ -109,20 +142,20 @@ def run(args, pair) -> int:
         "seed": pair.seed,
         "options": {p: [o.__dict__ for o in sim.curve(p).options] for p in policies},
     }
-    if args.plot:
+    if args.output:
         from specpar.experiments.load_plot import plot_load
 
         plot_load(
             rows,
-            args.plot,
+            args.output,
             f"{args.units} units, target {target.tpot_ms:g} ms, drafter {drafter.tpot_ms:g} ms, a = {a:g}",
         )
     if args.json:
         print_json({"config": config, "results": rows})
         return 0
     _print(rows, config, PERCENTILES, args)
-    if args.plot:
-        print(f"curves written to {args.plot}")
+    if args.output:
+        print(f"curves written to {args.output}")
     return 0
 
 

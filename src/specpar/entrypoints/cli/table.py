@@ -9,13 +9,14 @@ from specpar.entrypoints.cli.arguments import (
     REAL_TIME_FIELDS,
     ConfigOptions,
     add_json,
+    add_lookaheads,
     add_profile_arguments,
     add_repeats,
     add_runtime_arguments,
     add_sampling_arguments,
+    advanced_flag,
     command_parser,
     experiment_runtime,
-    integer,
 )
 
 DESCRIPTION = """\
@@ -40,18 +41,11 @@ def register(subparsers) -> None:
         SimulatedPair, "pair", fields=NUMBERS, optional="a pair given by numbers", required=REQUIRED
     )
     numbers.add_to(p, "a pair given by numbers (ms per forward pass)")
-    p.add_argument("--name", default="command line", help="label for the pair given by numbers")
+    advanced_flag(p.add_argument("--name", default="command line", help="label for the pair given by numbers"))
     p.add_argument("--no-default-pair", action="store_true", help="leave out the default pair's measured profile")
     add_sampling_arguments(p, ("max_tokens",), {"max_tokens": 50}, {"max_tokens": "tokens per run"})
     add_repeats(p, 3, "runs per algorithm and lookahead")
-    p.add_argument(
-        "--lookaheads",
-        type=integer,
-        nargs="+",
-        default=[1, 5, 10],
-        metavar="K",
-        help="lookaheads to try; those Eq. 1 rules out on --sp-degree servers are skipped (default 1 5 10)",
-    )
+    add_lookaheads(p, "1,5,10", "lookaheads to try; those Eq. 1 rules out on --sp-degree servers are skipped")
     ConfigOptions(SpeculativeConfig, "spec", fields=("sp_degree",), defaults={"sp_degree": PAPER_SP_DEGREE}).add_to(p)
     ConfigOptions(SimulatedPair, "models", fields=("seed",)).add_to(p)
     add_json(p, "print one JSON object")
@@ -79,7 +73,7 @@ def _profiles(args):
         else:
             note = (
                 f"the default model pair's profile is not available on this machine ({default_profile_path()} "
-                f"does not exist; `specpar profile --out {default_profile_path()}` measures it)"
+                f"does not exist; `specpar profile -o {default_profile_path()}` measures it)"
             )
     if not pairs:
         raise ConfigError(

@@ -1,0 +1,174 @@
+"""How well the machine profile predicts real runs: every arm's predicted time beside its measured time, per prompt.
+
+One engine (``units=1``, threads, ``--sp-degree`` target servers and the drafter: the same servers, cores and thread
+settings for every arm), the pair's machine profile (specpar's cache, measured on first need, or ``--profile
+FILE``). Round r runs prompt r with every arm, the arms' order rotating from round to round, each from a cold cache
+(``engine.reset()``), greedy, N tokens (ignore_eos); each arm's tokens are checked equal to non-SI's. For each run:
+the measured time (the generation's own clock, ``result.time_ms``) and the predicted time of the same configuration
+on the same engine (:func:`specpar.prediction.auto.predict_request`: the algorithm's code on the virtual clock with
+the profile's costs, for this prompt's length); for ``auto``, the time of what it chose.
+
+Goals (issue 29): over every arm and prompt, median |predicted - measured| / measured <= 10% and worst <= 25%; the
+predicted fastest arm is the measured fastest, or within 5% of it, on >= 9 of 10 prompts; ``auto`` >= 0.95x the
+fastest arm on every prompt.
+
+    python -m benchmarks prediction_accuracy                   # the default pair on llama.cpp, 10 HumanEval prompts
+    python -m benchmarks prediction_accuracy --tiny            # the tiny transformers pair (tests/tiny_transformers.py)
+"""
+
+from __future__ import annotations
+
+import functools
+import random
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+from benchmarks.runner import Arm, Benchmark
+
+ARMS = {
+    "nonsi": {"algorithm": "nonsi"},
+    "si-k2": {"algorithm": "si", "lookahead": 2},
+    "si-k4": {"algorithm": "si", "lookahead": 4},
+    "dsi-sp1": {"algorithm": "dsi", "lookahead": 4, "sp_degree": 1},
+    "dsi-sp2": {"algorithm": "dsi", "lookahead": 4, "sp_degree": 2},
+    "ngram": {"algorithm": "si", "proposer": "ngram", "lookahead": 8},
+    "tree": {"algorithm": "si", "tree": "2,2,1"},
+    "auto": {"algorithm": "auto"},
+}
+GOALS = {"median": 0.10, "worst": 0.25, "fastest_within": 0.05, "fastest_prompts": 0.9, "auto": 0.95}
+
+
+def options(p) -> None:
+    p.add_argument("-N", "--max-tokens", type=int, default=64, help="tokens per generation (default 64)")
+    p.add_argument("--sp-degree", type=int, default=2, help="the engine's target servers (default 2)")
+    p.add_argument("--arms", default=",".join(ARMS), help=f"comma-separated arms (default all: {','.join(ARMS)})")
+    p.add_argument("--tiny", action="store_true", help="the tiny transformers pair on synthetic prompts")
+    p.add_argument("--backend", default=None, help="the default pair's backend (default: the engine's choice)")
+    p.add_argument("--profile", default=None, help="a machine profile file (default: the cached one)")
+
+
+def arms(args) -> list[Arm]:
+    names = [a for a in args.arms.split(",") if a]
+    unknown = [a for a in names if a not in ARMS]
+    if unknown:
+        raise SystemExit(f"prediction_accuracy: unknown arms {unknown}; the arms are {', '.join(ARMS)}")
+    return [Arm(a, ARMS[a]) for a in names]
+
+
+@functools.cache
+def setup(tiny: bool, backend: str | None, sp_degree: int, profile: str | None, rounds: int, n: int):
+    """(engine, prompts as token ids): the pair loaded once, its profile read (or measured) before any run."""
+    from specpar import Engine
+
+    if tiny:
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+        from tiny_transformers import save_tiny_pair
+
+        target, drafter = save_tiny_pair(Path(tempfile.mkdtemp(prefix="specpar-tiny-")))
+        engine = Engine(target, drafter, backend="transformers", dtype="float64", sp_degree=sp_degree,
+                        runtime="threads", units=1, profile=profile)  # fmt: skip
+        texts = tiny_prompts(rounds, max_len=engine.target_model.context_window - n - 1)
+    else:
+        from specpar.experiments import prompts
+
+        engine = Engine(backend=backend, sp_degree=sp_degree, runtime="threads", units=1, profile=profile)
+        texts = [p.text for p in prompts.load("humaneval", rounds)]
+    engine.auto()  # the profile, measured now when it is not cached: before any run is timed
+    return engine, [engine.prompt_ids(t) for t in texts]
+
+
+def tiny_prompts(count: int, max_len: int) -> list[str]:
+    """Word prompts for the tiny pair's vocabulary (w0 .. w47): lengths from 8 to ``max_len``, half of them repeating
+    a phrase (where the n-gram proposer finds matches)."""
+    rng = random.Random(29)
+    out = []
+    for i in range(count):
+        length = 8 + (max_len - 8) * i // max(1, count - 1)
+        if i % 2:
+            phrase = [f"w{rng.randrange(1, 48)}" for _ in range(6)]
+            words = (phrase * (length // 6 + 1))[:length]
+        else:
+            words = [f"w{rng.randrange(1, 48)}" for _ in range(length)]
+        out.append(" ".join(words))
+    return out
+
+
+def measure(arm: Arm, args, r: int) -> dict:
+    from specpar.prediction.auto import predict_request
+
+    from specpar import SamplingParams
+    from specpar.core.config import SpeculativeConfig
+
+    engine, prompts = setup(args.tiny, args.backend, args.sp_degree, args.profile, args.rounds, args.max_tokens)
+    ids = prompts[r % len(prompts)]
+    settings = dict(arm.settings)
+    engine.reset()
+    params = SamplingParams(temperature=0, max_tokens=args.max_tokens, ignore_eos=True)
+    result = engine.generate(ids, params, **settings)
+    spec = SpeculativeConfig(**{"sp_degree": args.sp_degree, **settings})
+    predicted = predict_request(engine, spec, len(ids), args.max_tokens)
+    chose = getattr(result, "auto", None)
+    return {
+        "measured_ms": result.time_ms,
+        "predicted_ms": predicted,
+        "error": (predicted - result.time_ms) / result.time_ms,
+        "prompt_tokens": len(ids),
+        "tokens": list(result.tokens),
+        "chose": None if chose is None else str(getattr(chose, "label", chose)),
+    }
+
+
+def summarize(results, args) -> dict:
+    by = {a.arm.name: a for a in results}
+    errors = [abs(e) for a in results if a.arm.name != "auto" for e in a.values("error")]
+    same = all(a.values("tokens") == by["nonsi"].values("tokens") for a in results) if "nonsi" in by else None
+    out = {
+        "median_abs_error": statistics.median(errors),
+        "worst_abs_error": max(errors),
+        "worst_arm": max(
+            (a for a in results if a.arm.name != "auto"), key=lambda a: max(map(abs, a.values("error")))
+        ).arm.name,  # fmt: skip
+        "every_arm_same_tokens_as_nonsi": same,
+    }
+    fixed = [a for a in results if a.arm.name != "auto"]
+    agree, auto_ratios = [], []
+    for r in range(args.rounds):
+        measured = {a.arm.name: a.runs[r]["measured_ms"] for a in fixed}
+        predicted = {a.arm.name: a.runs[r]["predicted_ms"] for a in fixed}
+        best = min(measured.values())
+        agree.append(measured[min(predicted, key=predicted.get)] <= best * (1 + GOALS["fastest_within"]))
+        if "auto" in by:
+            auto_ratios.append(best / by["auto"].runs[r]["measured_ms"])
+    out["predicted_fastest_is_fastest_within_5pct"] = f"{sum(agree)}/{len(agree)}"
+    if auto_ratios:
+        out["auto_vs_fastest_per_prompt"] = [round(x, 3) for x in auto_ratios]
+        out["auto_choices"] = by["auto"].values("chose")
+    met = [
+        out["median_abs_error"] <= GOALS["median"],
+        out["worst_abs_error"] <= GOALS["worst"],
+        sum(agree) >= GOALS["fastest_prompts"] * len(agree),
+        not auto_ratios or min(auto_ratios) >= GOALS["auto"],
+    ]
+    out["goals"] = ", ".join(
+        f"{what}: {'met' if ok else 'NOT met'}"
+        for what, ok in zip(("median <= 10%", "worst <= 25%", "fastest >= 9/10", "auto >= 0.95x"), met)
+    )
+    return out
+
+
+BENCHMARK = Benchmark(
+    description=__doc__,
+    reports={
+        "measured_ms": "the generation's time, ms (median over prompts)",
+        "predicted_ms": "its prediction from the machine profile, ms",
+        "error": "(predicted - measured) / measured",
+        "prompt_tokens": "prompt length, tokens",
+    },
+    arms=arms,
+    measure=measure,
+    options=options,
+    summarize=summarize,
+    rounds=10,
+)

@@ -1,0 +1,247 @@
+"""Measuring a model pair on this machine, through the servers' own calls: the figures of a machine profile.
+
+Every figure is the time of a call (:class:`~specpar.core.calls.Score`, :class:`~specpar.core.calls.Draft`) on a
+server, read on a runtime's clock, with the thread counts the engine gives passes:
+
+* ``runtime="threads"`` (real models: llama.cpp, transformers): the wall time of the server's call, as a worker
+  thread of the engine's threads runtime runs it (the hand-off to the thread is measured apart:
+  :func:`call_overhead_ms`);
+* ``runtime="virtual"`` (simulated models): the time the server's latency model gives it, so measuring a simulated
+  model recovers its known costs exactly (the tests' check that each figure measures what it names).
+
+What is measured (each function returns plain values, in ms):
+
+* :func:`pass_costs`: v(k), one pass over k = 1..K new tokens on a warm cache (a decode step is v(1), a
+  verification of k drafts v(k + 1)): the cache is cut back to the same prefix before each pass;
+* :func:`prefill_ms`: a prompt's first pass on an empty cache (a fresh server);
+* :func:`contention`: how much longer a server's one-token passes take while n servers of the model run them at
+  once, each given the threads the engine gives n busy servers (f(1) = 1.0);
+* :func:`call_overhead_ms`: one call's round trip through a runtime (threads, Ray) beyond the server's own time;
+* :func:`decode_sample`: the target's greedy decoding of a few prompts by the non-SI algorithm on the runtime (its
+  prefill, steps and the algorithm's own time per token), the drafter's (App. F.2), and the acceptance they show
+  (:mod:`specpar.prediction.profiling`), with the n-gram proposer's match and acceptance rates (:func:`ngram_rates`).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+
+from specpar.algorithms.ngram import NgramMatcher
+from specpar.algorithms.nonsi import non_si
+from specpar.backends.cpu_threads import SharedThreads, cpu_cores, model_uses_torch
+from specpar.core.calls import Draft, Score
+from specpar.core.config import NGRAM_SIZES, RuntimeConfig
+from specpar.core.decoding import GREEDY
+from specpar.core.errors import ConfigError
+from specpar.core.prefix import common_prefix_len
+from specpar.runtimes import Pool, Runtime, make_runtime
+
+
+@contextmanager
+def runtime_over(servers: Sequence, runtime: str) -> Iterator[tuple[Runtime, list[Pool]]]:
+    """A runtime named ``runtime`` over one pool per server (closed at the block's end), and the pools."""
+    pools = [Pool([s], s.name) for s in servers]
+    rt = make_runtime(RuntimeConfig(name=runtime), pools, ready_made=True)
+    try:
+        yield rt, pools
+    finally:
+        rt.close()
+
+
+def timed(runtime: Runtime, pool: Pool, call) -> tuple[float, object]:
+    """(ms the call took on its server, on the runtime's clock; its result), with nothing else in flight."""
+    runtime.submit(pool, call)
+    task = runtime.wait()
+    return task.end - task.start, task.result
+
+
+@contextmanager
+def threads(model, servers: Sequence, n: int):
+    """Passes of ``servers`` (of ``model``) given ``n`` threads for the block, as the engine sets them."""
+    with SharedThreads(model_uses_torch(model), servers)(n):
+        yield
+
+
+def thread_counts(cores: int | None = None) -> tuple[int, ...]:
+    """The thread counts the engine gives passes on this machine: 1 (a server beside others) and all cores."""
+    return tuple(sorted({1, cores or cpu_cores()}))
+
+
+def pass_costs(runtime: Runtime, pool: Pool, seq: Sequence[int], held: int, max_pass: int, repeats: int = 3):
+    """v(1..max_pass): the median ms of one pass over k new tokens (``seq[held:held + k]``) with ``seq[:held]``
+    cached, each k ``repeats`` times, the ks interleaved (a drift of the machine's load spreads over all of them).
+
+    Before each timed pass the cache is cut back to ``seq[:held]`` by a call for that context (one one-token pass,
+    not timed); the timed call asks for the rows of all k tokens (``Score(seq[:held + k], k - 1)``), as a
+    verification of k - 1 drafts does.
+    """
+    if held < 1 or max_pass < 1 or repeats < 1 or len(seq) < held + max_pass:
+        raise ConfigError(f"pass_costs needs held >= 1 and {held + max_pass} tokens, got {len(seq)}")
+    seq = tuple(seq)
+    samples: dict[int, list[float]] = {k: [] for k in range(1, max_pass + 1)}
+    for _ in range(repeats):
+        for k in samples:
+            timed(runtime, pool, Score(seq[:held], 0, GREEDY))
+            ms, _ = timed(runtime, pool, Score(seq[: held + k], k - 1, GREEDY))
+            samples[k].append(ms)
+    return tuple(statistics.median(samples[k]) for k in samples)
+
+
+def prefill_ms(model, prompt: Sequence[int], runtime: str, n_threads: int, repeats: int = 1) -> float:
+    """The median ms of the first pass over ``prompt`` on a fresh server of ``model`` (an empty cache), its batch
+    passes given ``n_threads`` threads."""
+    out = []
+    for i in range(repeats):
+        server = model.server(f"prefill{i}")
+        try:
+            with runtime_over([server], runtime) as (rt, pools), threads(model, [server], n_threads):
+                out.append(timed(rt, pools[0], Score(tuple(prompt), 0, GREEDY))[0])
+        finally:
+            close_server(server)
+    return statistics.median(out)
+
+
+def contention(model, seq: Sequence[int], held: int, most: int, runtime: str, passes: int = 8, rounds: int = 3):
+    """(f(1), ..., f(most)): how many times longer a one-token pass takes while n servers of ``model`` run such
+    passes at once than on one server alone, each given the threads the engine gives n busy servers (f(1) = 1.0;
+    a figure below 1, the machine's other load easing meanwhile, counts as 1.0).
+
+    Each server holds ``seq[:held]`` and runs ``rounds`` calls of ``passes`` one-token passes (a draft); the n
+    servers start together. ms per pass: the median over servers and rounds.
+    """
+    servers = [model.server(f"busy{i}") for i in range(most)]
+    alone: dict[int, float] = {}  # threads -> ms per pass of one server alone
+    out = []
+    try:
+        for n in range(1, most + 1):
+            n_threads = max(1, cpu_cores() // n)
+            if n_threads not in alone:
+                alone[n_threads] = _passes_at_once(model, servers[:1], seq, held, runtime, n_threads, passes, rounds)
+            together = _passes_at_once(model, servers[:n], seq, held, runtime, n_threads, passes, rounds)
+            out.append(1.0 if n == 1 else max(1.0, together / alone[n_threads]))
+    finally:
+        for s in servers:
+            close_server(s)
+    return tuple(out)
+
+
+def _passes_at_once(model, servers, seq, held: int, runtime: str, n_threads: int, passes: int, rounds: int) -> float:
+    """ms per one-token pass while ``servers`` each run ``rounds`` drafts of ``passes`` passes at once (median)."""
+    with runtime_over(servers, runtime) as (rt, pools), threads(model, servers, n_threads):
+        for pool in pools:
+            timed(rt, pool, Score(tuple(seq[:held]), 0, GREEDY))
+        times = []
+        for _ in range(rounds):
+            for pool in pools:
+                rt.submit(pool, Draft(tuple(seq[:held]), passes, GREEDY))
+            times += [rt.wait() for _ in pools]
+    return statistics.median((t.end - t.start) / passes for t in times)
+
+
+def call_overhead_ms(runtime: str, calls: int = 200, context_tokens: int = 256) -> float:
+    """One call's round trip through ``runtime`` ("threads", "ray") beyond the server's own time, in ms: the median
+    time from submitting a Score call over ``context_tokens`` tokens to its result, on a simulated server whose
+    passes take no time (its own work, a few microseconds, included)."""
+    from specpar.backends.simulated import SimulatedModel
+    from specpar.core.latency import LatencyProfile
+
+    model = SimulatedModel(vocab_size=32, seed=0, latency=LatencyProfile.uniform(0.0))
+    context = tuple(i % 32 for i in range(context_tokens))
+    out = []
+    with runtime_over([model.server("overhead")], runtime) as (rt, pools):
+        timed(rt, pools[0], Score(context, 0, GREEDY))  # warm: a first call starts the worker (the actor)
+        for _ in range(calls):
+            t0 = time.perf_counter()
+            timed(rt, pools[0], Score(context, 0, GREEDY))
+            out.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(out)
+
+
+def close_server(server) -> None:
+    close = getattr(server, "close", None)
+    if close is not None:
+        close()
+
+
+def greedy_run(model, server, prompt: Sequence[int], tokens: int, runtime: str, n_threads: int) -> dict:
+    """``server`` (of ``model``, its cache empty) decodes ``tokens`` greedy tokens after ``prompt`` by the non-SI
+    algorithm on ``runtime``, its batch passes given ``n_threads`` threads.
+
+    Returns {"tokens": the output, "prefill_ms": the first call (the prompt's pass), "steps_ms": each later call
+    (one-token passes), "outside_ms": the generation's time outside its calls per output token (the algorithm's
+    loop and each call's hand-off to the server)}.
+    """
+    with runtime_over([server], runtime) as (rt, pools), threads(model, [server], n_threads):
+        result = non_si(rt, pools[0], list(prompt), tokens, GREEDY)
+        spans = [t.end - t.start for t in rt.tasks]
+    return {
+        "tokens": list(result.tokens),
+        "prefill_ms": spans[0],
+        "steps_ms": spans[1:],
+        "outside_ms": max(0.0, result.time_ms - sum(spans)) / len(result.tokens),
+    }
+
+
+def drafter_hits(server, prompt: Sequence[int], target_out: Sequence[int], runtime: str) -> list[bool]:
+    """For each of the target's output tokens, whether the drafter's ``server`` predicts it greedily given the
+    target's own prefix (App. F.2's direct rate is their mean): one pass over the output."""
+    context = tuple(prompt) + tuple(target_out)
+    with runtime_over([server], runtime) as (rt, pools):
+        _, scores = timed(rt, pools[0], Score(context, len(target_out), GREEDY))
+    return [r == t for r, t in zip(scores.rows, target_out)]
+
+
+def walk(hits: Sequence[bool], lookahead: int) -> dict:
+    """Greedy SI with ``lookahead`` drafts over a drafter's ``hits`` (:func:`drafter_hits`): exact, since drafts
+    accepted so far are the target's tokens, so draft i is accepted iff the drafter's token given the target's
+    prefix is the target's. Returns {"steps", "accepted", "tested" (accepted plus one per rejection),
+    "acceptance_rate": accepted / tested, the per-token rate a geometric model of these steps has}."""
+    j = steps = accepted = tested = 0
+    while j < len(hits):
+        n = 0
+        while n < min(lookahead, len(hits) - j - 1) and hits[j + n]:
+            n += 1
+        cut = n < min(lookahead, len(hits) - j - 1)
+        steps, accepted, tested = steps + 1, accepted + n, tested + n + cut
+        j += n + 1
+    return {"steps": steps, "accepted": accepted, "tested": tested,
+            "acceptance_rate": accepted / tested if tested else 0.0}  # fmt: skip
+
+
+def ngram_rates(prompt: Sequence[int], out: Sequence[int], lookahead: int, min_n: int = NGRAM_SIZES[0],
+                max_n: int = NGRAM_SIZES[1]) -> dict:  # fmt: skip
+    """The n-gram proposer's rates on the target's own greedy output, as SI with it would meet them.
+
+    Walks the output as greedy SI does: at position j the proposer looks up ``prompt + out[:j]`` for at most
+    ``lookahead`` tokens (fewer near the end, where the drafts and the target's own token must fit in the output);
+    the drafts accepted are their common prefix with ``out[j:]``, and the target's own token follows. Returns
+    {"steps", "lookups" (steps with room for a draft), "match_rate": share of lookups that found one, "drafted",
+    "accepted", "tested" (accepted, plus one per draft chain cut by a rejection), "acceptance_rate": accepted /
+    tested (the per-token rate of a geometric model), "accepted_share": accepted / drafted}.
+    """
+    matcher = NgramMatcher(min_n, max_n)
+    base = list(prompt) + list(out)
+    j = steps = lookups = matched = drafted = accepted = tested = 0
+    while j < len(out):
+        steps += 1
+        room = min(lookahead, len(out) - j - 1)
+        found = matcher.continuations(base[: len(prompt) + j], room) if room > 0 else []
+        drafts = found[0] if found else []
+        n = common_prefix_len(drafts, out[j : j + len(drafts)])
+        lookups, matched = lookups + (room > 0), matched + bool(drafts)
+        drafted, accepted = drafted + len(drafts), accepted + n
+        tested += n + (n < len(drafts))
+        j += n + 1
+    return {
+        "steps": steps,
+        "lookups": lookups,
+        "match_rate": matched / lookups if lookups else 0.0,
+        "drafted": drafted,
+        "accepted": accepted,
+        "tested": tested,
+        "acceptance_rate": accepted / tested if tested else 0.0,
+        "accepted_share": accepted / drafted if drafted else 0.0,
+    }

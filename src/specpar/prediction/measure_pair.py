@@ -1,0 +1,257 @@
+"""Measuring a target/drafter pair on this machine into the figures of a machine profile, step by step.
+
+:func:`measure_pair` runs :mod:`specpar.prediction.measure`'s measurements in this order, each a step of the
+progress it reports (the figure it measures: a test of the pair's cost model fails if the wrong call is timed):
+
+1. per sample prompt, the target's greedy decoding by non-SI (its one-token steps, the algorithm's own time per
+   token) and the drafter's (App. F.2), with the drafter's direct acceptance;
+2. both models' prefill of prompts of a few lengths (cut from the sample's prompts and outputs) at each thread
+   count the engine uses (all cores as non-SI and SI run it, one as beside other servers in DSI);
+3. v(k) for k = 1..K of both models at each thread count the engine uses;
+4. the contention of 1..cores + 1 target servers at once;
+5. the runtimes' per-call overheads (threads; Ray when asked);
+6. the n-gram proposer's rates on the target's outputs (no model pass).
+
+The result is plain data (:class:`PairFigures`); :mod:`specpar.prediction.profile_cache` turns it into the
+machine profile and keeps it.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from specpar.backends.cpu_threads import cpu_cores
+from specpar.core.errors import ConfigError
+from specpar.prediction import measure, profiling
+
+WALKS = (2, 4, 8)
+"""The lookaheads at which greedy SI's per-token acceptance is computed from the drafter's hits."""
+PROFILE_WALK = 4
+"""The walk whose rate is the profile's acceptance rate."""
+
+
+@dataclass(frozen=True)
+class MeasureOptions:
+    """How much to measure.
+
+    tokens: greedy tokens per sample prompt (the acceptance sample, the steps); prefill_lengths: the prompt lengths
+    whose prefill is timed (those the models' context windows and the sample allow); max_pass: K, the longest pass
+    timed (lookaheads up to K - 1); repeats: timings of each pass length (median); lookahead: the drafts of App. F.1's
+    verification pass; runtime: "threads" (real models) or "virtual" (simulated ones: their modelled times);
+    overheads: the runtimes whose per-call round trip is measured ("threads", "ray"); ngram_lookahead: drafts per
+    n-gram lookup.
+    """
+
+    tokens: int = 48
+    prefill_lengths: tuple[int, ...] = (32, 128, 256)
+    max_pass: int = 10
+    repeats: int = 3
+    lookahead: int = 5
+    runtime: str = "threads"
+    overheads: tuple[str, ...] = ("threads",)
+    ngram_lookahead: int = 8
+
+    def __post_init__(self):
+        for name in ("tokens", "max_pass", "repeats", "lookahead", "ngram_lookahead"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"measuring a pair needs {name} >= 1, got {value!r}")
+        if self.max_pass < self.lookahead + 1:
+            raise ConfigError(f"the longest pass timed ({self.max_pass}) must cover a verification of {self.lookahead} "
+                              f"drafts ({self.lookahead + 1} tokens)")  # fmt: skip
+        if self.tokens < self.max_pass + 1:
+            raise ConfigError(f"the greedy tokens per prompt ({self.tokens}) must exceed the longest pass timed "
+                              f"({self.max_pass}): the passes are timed over them")  # fmt: skip
+
+    def steps(self, prompts: int, cores: int) -> int:
+        """How many progress steps :func:`measure_pair` reports."""
+        return 2 * prompts + 4 * len(measure.thread_counts(cores)) + 1 + len(self.overheads)
+
+
+@dataclass
+class PairFigures:
+    """What :func:`measure_pair` measured (ms; per model "target" / "drafter").
+
+    prefill: {model: {threads: [(prompt_tokens, ms), ...]}}; passes: {model: {threads: (v(1), ..., v(K))}};
+    steps: {model: the one-token steps of the greedy decodings}; sample_prefill: {model: [(prompt_tokens, ms) of
+    each sample prompt's prefill in its decoding, on all cores]}; contention: (f(1), ...); overhead_ms: {runtime:
+    ms per call}; outside_ms: the non-SI generations' time outside their calls per output token; acceptance:
+    App. F.2's estimates, and "walk": {k: greedy SI's per-token acceptance at lookahead k}; ngram: the n-gram proposer's rates; app_f: the App. F profile (``specpar-profile/1``).
+    """
+
+    prefill: dict = field(default_factory=lambda: {"target": {}, "drafter": {}})
+    passes: dict = field(default_factory=lambda: {"target": {}, "drafter": {}})
+    steps: dict = field(default_factory=lambda: {"target": [], "drafter": []})
+    sample_prefill: dict = field(default_factory=lambda: {"target": [], "drafter": []})
+    contention: tuple = (1.0,)
+    overhead_ms: dict = field(default_factory=dict)
+    outside_ms: float = 0.0
+    acceptance: dict = field(default_factory=dict)
+    ngram: dict = field(default_factory=dict)
+    app_f: dict = field(default_factory=dict)
+    meta: dict = field(default_factory=dict)
+    names: dict = field(default_factory=dict)
+
+    def profile_fields(self, key) -> dict:
+        """The machine profile's fields in their JSON form (:meth:`specpar.prediction.machine.MachineProfile
+        .from_dict` with the format added), keyed ``key``. The acceptance rate is greedy SI's per-token rate at
+        lookahead PROFILE_WALK over the sample (accepted / tested drafts, the rate an iid model of those very steps
+        has); App. F.2's estimates (geometric: one exact-match prefix per prompt; direct), the walks at the other
+        lookaheads and the App. F profile are kept in ``meta``."""
+
+        def costs(role: str) -> dict:
+            prefill = {str(t): sorted(points) for t, points in sorted(self.prefill[role].items())}
+            return {"name": self.names.get(role, role), "prefill_ms": next(iter(prefill.values())),
+                    "pass_ms": {str(t): list(v) for t, v in sorted(self.passes[role].items())},
+                    "prefill_by_threads": prefill}  # fmt: skip
+
+        steps = {role: statistics.median(v) for role, v in self.steps.items() if v}
+        return {
+            "key": dict(key),
+            "target": costs("target"),
+            "drafter": costs("drafter"),
+            "contention": list(self.contention),
+            "overhead_ms": dict(self.overhead_ms),
+            "per_token_ms": self.per_token_ms,
+            "acceptance_rate": self.acceptance["walk"][PROFILE_WALK],
+            "ngram": {k: self.ngram[k] for k in ("match_rate", "acceptance_rate")},
+            "cores": self.meta["cores"],
+            "meta": {**self.meta, "acceptance": self.acceptance, "ngram": self.ngram, "median_step_ms": steps,
+                     "sample_prefill_ms": self.sample_prefill, "outside_ms_per_token": self.outside_ms,
+                     "overheads_measured": sorted(self.overhead_ms), "app_f": self.app_f},
+        }  # fmt: skip
+
+    @property
+    def per_token_ms(self) -> float:
+        """The algorithm's own time per output token, the threads runtime's hand-off per call taken out (non-SI
+        makes one call per token)."""
+        return max(0.0, self.outside_ms - self.overhead_ms.get("threads", 0.0))
+
+
+def measure_pair(
+    target,
+    drafter,
+    prompts: Sequence[Sequence[int]],
+    options: MeasureOptions = MeasureOptions(),
+    progress: Callable[[str], None] | None = None,
+) -> PairFigures:
+    """Measure ``target`` and ``drafter`` (models) on this machine over ``prompts`` (token ids; module docstring)."""
+    if not prompts:
+        raise ConfigError("measuring a pair needs at least one sample prompt")
+    step = progress or (lambda label: None)
+    t0, load0, cores = time.perf_counter(), _load(), cpu_cores()
+    fig = PairFigures(
+        names={"target": getattr(target, "name", "target"), "drafter": getattr(drafter, "name", "drafter")}
+    )
+    outs = _decode(target, drafter, prompts, options, fig, step, cores)
+    sample = [t for ids, out in zip(prompts, outs) for t in (*ids, *out)]
+    lengths = _lengths(options.prefill_lengths, len(sample), target, drafter)
+    seq, held = list(prompts[0]) + outs[0], len(prompts[0]) + options.tokens - options.max_pass
+    for role, model in (("target", target), ("drafter", drafter)):
+        for n in measure.thread_counts(cores):
+            fig.prefill[role][n] = [(m, measure.prefill_ms(model, sample[:m], options.runtime, n)) for m in lengths]
+            step(f"{role} prefills of {', '.join(map(str, lengths))} tokens, {n} thread(s)")
+            fig.passes[role][n] = _passes(model, seq, held, n, options)
+            step(f"{role} passes over 1..{options.max_pass} tokens, {n} thread(s)")
+    fig.contention = measure.contention(target, seq, held, cores + 1, options.runtime)
+    step(f"contention of 1..{cores + 1} servers")
+    for runtime in options.overheads:
+        fig.overhead_ms[runtime] = measure.call_overhead_ms(runtime)
+        step(f"{runtime} runtime's overhead per call")
+    rates = [measure.ngram_rates(p, o, options.ngram_lookahead) for p, o in zip(prompts, outs)]
+    fig.ngram = _pooled(rates)
+    fig.app_f = _app_f(target, drafter, fig, len(prompts), options, cores)
+    fig.meta = {"when": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "load_average": [load0, _load()],
+                "seconds": time.perf_counter() - t0, "prompts": len(prompts), "tokens": options.tokens,
+                "cores": cores}  # fmt: skip
+    return fig
+
+
+def _decode(target, drafter, prompts, options: MeasureOptions, fig: PairFigures, step, cores: int) -> list[list[int]]:
+    """Step 1: both models' greedy decodings of every prompt, the drafter's direct hits; the target's outputs."""
+    outs, drafts, hits, outside = [], [], [], []
+    for i, ids in enumerate(prompts):
+        server = target.server(f"sample{i}")
+        try:
+            run = measure.greedy_run(target, server, ids, options.tokens, options.runtime, cores)
+        finally:
+            measure.close_server(server)
+        outs.append(run["tokens"])
+        fig.sample_prefill["target"].append((len(ids), run["prefill_ms"]))
+        fig.steps["target"] += run["steps_ms"]
+        outside.append(run["outside_ms"])
+        server = drafter.server(f"sample{i}")
+        try:
+            mine = measure.greedy_run(drafter, server, ids, options.tokens, options.runtime, cores)
+            hits.append(measure.drafter_hits(server, ids, run["tokens"], options.runtime))
+        finally:
+            measure.close_server(server)
+        drafts.append(mine["tokens"])
+        fig.sample_prefill["drafter"].append((len(ids), mine["prefill_ms"]))
+        fig.steps["drafter"] += mine["steps_ms"]
+        step("target and drafter decode a sample prompt")
+        step("drafter's acceptance on it")
+    fig.outside_ms = statistics.fmean(outside)
+    fig.acceptance = profiling.acceptance(outs, drafts, sum(map(sum, hits)), sum(map(len, hits)))
+    fig.acceptance["walk"] = {k: _pooled([measure.walk(h, k) for h in hits])["acceptance_rate"] for k in WALKS}
+    return outs
+
+
+def _lengths(wanted: Sequence[int], available: int, *models) -> list[int]:
+    """The prefill lengths to time: those of ``wanted`` that the sample's ``available`` tokens and the models'
+    context windows allow, and the longest allowed when none of them is."""
+    most = min([available, *(getattr(m, "context_window", available + 1) - 1 for m in models)])
+    return sorted({n for n in wanted if n <= most} or {most})
+
+
+def _passes(model, seq, held: int, n_threads: int, options: MeasureOptions) -> tuple[float, ...]:
+    """v(1..K) of a fresh server of ``model`` holding ``seq[:held]``, its passes given ``n_threads`` threads."""
+    server = model.server("passes")
+    try:
+        with (
+            measure.runtime_over([server], options.runtime) as (rt, pools),
+            measure.threads(model, [server], n_threads),
+        ):
+            return measure.pass_costs(rt, pools[0], seq, held, options.max_pass, options.repeats)
+    finally:
+        measure.close_server(server)
+
+
+def _pooled(rates: list[dict]) -> dict:
+    """The rates of several prompts' walks (:func:`measure.ngram_rates`, :func:`measure.walk`) as one: counts
+    summed, rates recomputed from them."""
+    total = {k: sum(r.get(k, 0) for r in rates) for k in ("steps", "lookups", "drafted", "accepted", "tested")}
+    total["matched"] = sum(round(r.get("match_rate", 0.0) * r.get("lookups", 0)) for r in rates)
+    return {
+        "match_rate": total["matched"] / total["lookups"] if total["lookups"] else 0.0,
+        "acceptance_rate": total["accepted"] / total["tested"] if total["tested"] else 0.0,
+        "accepted_share": total["accepted"] / total["drafted"] if total["drafted"] else 0.0,
+        **{k: total[k] for k in ("steps", "drafted", "accepted")},
+    }
+
+
+def _app_f(target, drafter, fig: PairFigures, prompts: int, options: MeasureOptions, cores: int) -> dict:
+    """App. F's profile from the figures: TTFT the prefills on all cores, TPOT the median step, the verification of
+    ``options.lookahead`` drafts v(lookahead + 1) on all cores."""
+
+    def model(role: str, m) -> dict:
+        ttft = statistics.fmean(ms for _, ms in fig.sample_prefill[role])
+        tpot = statistics.median(fig.steps[role])
+        verify = fig.passes[role][cores][options.lookahead]
+        figures = profiling.latency(ttft, tpot, verify, options.lookahead)
+        return {"name": getattr(m, "name", role), "device": getattr(m, "device", "cpu"), **figures}
+
+    return profiling.profile(
+        model("target", target), model("drafter", drafter), fig.acceptance, prompts, options.tokens, options.lookahead
+    )
+
+
+def _load() -> list[float]:
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:  # pragma: no cover - not Unix
+        return []

@@ -1,0 +1,131 @@
+"""The machine profile's cache (prediction/profile_cache.py, machine.load_or_build): measured on first need, read
+back after; a changed model file, backend setting or machine measures again; a corrupt file is measured again with
+one warning; a model held in memory is never kept."""
+
+from __future__ import annotations
+
+import json
+import warnings
+
+import pytest
+
+from specpar import SimulatedModel
+from specpar.core.errors import SpecparWarning
+from specpar.core.latency import LatencyProfile
+from specpar.prediction import profile_cache
+from specpar.prediction.machine import MachineProfile, load_or_build
+from specpar.prediction.measure_pair import MeasureOptions
+
+PROMPTS = [[1, 2, 3, 4, 5, 6]]
+OPTIONS = MeasureOptions(tokens=12, max_pass=6, repeats=1, runtime="virtual", overheads=())
+
+
+class FileModel(SimulatedModel):
+    """A simulated model that says it comes from a file and runs with settings (as a GGUF on llama.cpp does)."""
+
+    def __init__(self, path, settings: dict, tpot: float):
+        super().__init__(32, seed=0, latency=LatencyProfile(4 * tpot, tpot, tpot / 5))
+        self.path, self.settings, self.name = str(path), settings, f"file-{tpot}"
+
+    def backend_settings(self) -> dict:
+        return {"backend": "test", **self.settings}
+
+
+@pytest.fixture
+def models(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECPAR_CACHE", str(tmp_path / "cache"))
+    files = []
+    for name, size in (("target.bin", 3 << 20), ("drafter.bin", 1000)):
+        path = tmp_path / name
+        path.write_bytes(bytes(range(256)) * (size // 256))
+        files.append(path)
+    target = FileModel(files[0], {"exact": True}, 10.0)
+    drafter = FileModel(files[1], {"exact": True}, 2.0)
+    return target, drafter, files
+
+
+def build(target, drafter) -> tuple[MachineProfile, int]:
+    """The profile and how many measuring steps ran to get it (0: read from the cache)."""
+    steps = []
+    profile = load_or_build(target=target, drafter=drafter, prompts=PROMPTS, options=OPTIONS, progress=steps.append)
+    return profile, len(steps)
+
+
+def test_measured_on_first_need_then_read_from_the_cache(models):
+    target, drafter, _ = models
+    first, steps = build(target, drafter)
+    assert steps == OPTIONS.steps(len(PROMPTS), first.cores) and first.target.pass_cost(1, 1) == 10.0
+    again, steps = build(target, drafter)
+    assert steps == 0 and again == first
+    path = profile_cache.cache_path(first.key)
+    assert path.is_file() and json.loads(path.read_text())["key"] == json.loads(json.dumps(first.key))
+
+
+def test_a_changed_model_file_setting_or_machine_is_measured_again(models, monkeypatch):
+    target, drafter, files = models
+    first, _ = build(target, drafter)
+    data = bytearray(files[0].read_bytes())
+    data[-1] ^= 1  # the file's last byte: its size and first MiB unchanged
+    files[0].write_bytes(bytes(data))
+    changed, steps = build(target, drafter)
+    assert steps > 0 and changed.key["target"]["files"] != first.key["target"]["files"]
+    assert build(target, drafter)[1] == 0  # the new file's profile is now kept
+    drafter.settings = {"exact": False}  # llama.cpp's fast mode, say
+    assert build(target, drafter)[1] > 0
+    with monkeypatch.context() as m:
+        m.setattr(profile_cache, "_cpu_model", lambda: "another CPU")
+        other, steps = build(target, drafter)
+    assert steps > 0 and other.key["cpu"] == "another CPU"
+    # back on the first machine with the first settings: that profile is still kept
+    drafter.settings = {"exact": True}
+    assert build(target, drafter)[1] == 0
+
+
+def test_a_corrupt_cache_file_is_measured_again_with_one_warning(models):
+    target, drafter, _ = models
+    first, _ = build(target, drafter)
+    path = profile_cache.cache_path(first.key)
+    for corrupt in (b"{not json", b"\xff\xfe\x00", json.dumps({"key": first.key, "target": 5}).encode()):
+        path.write_bytes(corrupt)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            again, steps = build(target, drafter)
+        assert [w.category for w in caught] == [SpecparWarning] and "measuring it again" in str(caught[0].message)
+        assert steps > 0 and again == first and MachineProfile.from_dict(json.loads(path.read_text())) == first
+
+
+def test_a_model_held_in_memory_is_measured_each_time_and_not_kept(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECPAR_CACHE", str(tmp_path / "cache"))
+    target = SimulatedModel(32, seed=0, latency=LatencyProfile(20.0, 5.0, 1.0))
+    drafter = target.drafter(0.8, LatencyProfile.uniform(1.0))
+    assert not profile_cache.cacheable(profile_cache.profile_key(target, drafter))
+    assert build(target, drafter)[1] > 0 and build(target, drafter)[1] > 0
+    assert not (tmp_path / "cache").exists()
+
+
+def test_fingerprints_read_the_ends_of_a_file_and_every_file_of_a_folder(tmp_path):
+    a = tmp_path / "a" / "model.bin"
+    a.parent.mkdir()
+    a.write_bytes(b"x" * (5 << 20))
+    before = profile_cache.fingerprint(a), profile_cache.fingerprint(a.parent)
+    a.write_bytes(b"x" * (5 << 20) + b"y")
+    assert profile_cache.fingerprint(a) != before[0] and profile_cache.fingerprint(a.parent) != before[1]
+    (a.parent / "config.json").write_text("{}")
+    assert profile_cache.fingerprint(a.parent) != profile_cache.fingerprint(a)  # the folder: its files, by name
+
+
+@pytest.mark.slow  # llama.cpp
+def test_a_gguf_models_key_names_its_llama_settings(tmp_path):
+    pytest.importorskip("llama_cpp")
+    from specpar.backends.llama.model import LlamaModel
+    from specpar.backends.llama.settings import LlamaSettings
+    from tiny_gguf import write_tiny_gguf
+
+    path = write_tiny_gguf(tmp_path / "tiny.gguf")
+    exact = profile_cache.model_key(LlamaModel(path))
+    with pytest.warns(SpecparWarning, match="not bitwise exact"):
+        fast = profile_cache.model_key(LlamaModel(path, settings=LlamaSettings(ubatch=512)))
+    assert exact["files"] == fast["files"] == profile_cache.fingerprint(path)
+    assert exact["settings"]["exact"] and not fast["settings"]["exact"]
+    assert (exact["settings"]["ubatch"], fast["settings"]["ubatch"]) == (63, 512)
+    assert exact["settings"]["backend"] == "llama" and "build" in exact["settings"]
