@@ -4,10 +4,9 @@ Per-component costs of the default pair on llama.cpp, measured in one process, g
 
 * a one-token pass (decode) of the target (t) and of the drafter (d), their ratio c = d / t;
 * a pass over k + 1 tokens (a verification of k drafts) for k = 1, 2, 4, 8: its time over t;
-* the prompt's prefill in specpar's exact passes (at most 63 tokens; 1 and 2 batch threads) and in llama.cpp's
-  default (512);
-* the same decode, verification and prefill in llama.cpp's default, inexact settings (weights repacked for its gemm
-  kernels, passes of 512; GGML_CPU_TILED_MM stays 0 in this process, as specpar sets it): what exactness costs;
+* the prompt's prefill in the exact mode's canonical passes (1 and 2 batch threads) and in the fast mode's;
+* the same decode, verification and prefill in the fast mode (llama.cpp's default, inexact settings: passes of
+  512, weights repacked for its gemm kernels except on an AMX CPU, where they fault): what exactness costs;
 * the target's decode while the drafter decodes on the other core (two threads at once: what memory bandwidth
   leaves of the second core);
 * a Ray actor call's round trip with a Score call's payload (the context's ids in, k + 1 ids out), no forward;
@@ -48,12 +47,15 @@ def median_ms(fn, repeats: int) -> float:
 def component_costs(model, ids: list[int], n: int, repeats: int) -> dict:
     """Prefill, decode and verification costs (ms) of one server of ``model`` on the prompt ``ids``."""
     server = model.server(n_ctx=1024)
-    prefill = median_ms(lambda: (server.reset(), server._forward(ids, len(ids) - 1)), max(1, repeats // 2))
-    before = server.set_batch_threads(2)  # the engine's batch threads for non-SI on 2 cores (exact at any count)
-    prefill2 = median_ms(lambda: (server.reset(), server._forward(ids, len(ids) - 1)), max(1, repeats // 2))
-    server.set_batch_threads(before)
+    from specpar.core.decoding import Decoding
+
+    prompt = Decoding(prompt_len=len(ids))  # the prompt in its canonical passes (exact mode), as the engine feeds it
+    prefill = median_ms(lambda: (server.reset(), server._sync(ids, len(ids) - 1, prompt)), max(1, repeats // 2))
+    before = server.set_threads(2)  # the engine's batch threads for non-SI on 2 cores (exact at any count)
+    prefill2 = median_ms(lambda: (server.reset(), server._sync(ids, len(ids) - 1, prompt)), max(1, repeats // 2))
+    server.set_threads(before)
     server.reset()
-    row = server._forward(ids, len(ids) - 1)
+    row = server._sync(ids, len(ids) - 1, prompt)
     seq = list(ids)
     t0 = time.perf_counter()
     for _ in range(n):  # greedy decode: one-token passes
@@ -189,7 +191,7 @@ def main() -> None:
     target, drafter = load_pair(backend="llama", progress=False)
     ids = prompts.load("humaneval", args.prompt + 1)[args.prompt].token_ids(target)
     paths = weights.joined_path(weights.TARGET), weights.joined_path(weights.DRAFTER)
-    default = LlamaSettings(repack=True, ubatch=512)  # llama.cpp's own defaults (flash attention on both)
+    default = LlamaSettings.fast(threads=1, batch_threads=1)  # llama.cpp's fastest settings (repacking off on AMX)
     out: dict = {"prompt": args.prompt, "prompt_tokens": len(ids), "cores": cpu_cores()}
     out["target"] = component_costs(target, ids, args.N, args.repeats)
     out["drafter"] = component_costs(drafter, ids, args.N, args.repeats)
@@ -212,11 +214,11 @@ def main() -> None:
         f"target decode t = {t:.1f} ms/token; drafter decode d = {d:.1f} ms/token; c = d / t = {d / t:.2f}",
         "verification of k drafts (a pass over k + 1 tokens), exact settings: "
         + ", ".join(f"k={k} {v:.1f} ms ({v / t:.2f} t)" for k, v in out["target"]["verify_ms"].items()),
-        "the same in llama.cpp's default settings (repacked weights, inexact): decode "
+        "the same in the fast mode (llama.cpp's default settings, inexact): decode "
         f"{dt['decode_ms']:.1f} ms/token; "
         + ", ".join(f"k={k} {v:.1f} ms ({v / dt['decode_ms']:.2f} t)" for k, v in dt["verify_ms"].items()),
-        f"prefill of {len(ids)} tokens: exact (passes of 63) {out['target']['prefill_ms']:.0f} ms; llama.cpp defaults "
-        f"(passes of 512, repacked) {dt['prefill_ms']:.0f} ms ({out['target']['prefill_ms'] / dt['prefill_ms']:.2f}x); "
+        f"prefill of {len(ids)} tokens: exact mode (canonical passes) {out['target']['prefill_ms']:.0f} ms; fast mode "
+        f"{dt['prefill_ms']:.0f} ms ({out['target']['prefill_ms'] / dt['prefill_ms']:.2f}x); "
         f"exact on 2 batch threads {out['target']['prefill_2_threads_ms']:.0f} ms",
         f"target decode while the drafter decodes on the other core: {out['target decode beside drafter decode']:.1f}"
         f" ms/token ({t / out['target decode beside drafter decode']:.2f}x its speed alone); while another target "

@@ -53,10 +53,10 @@ ARMS = {
     "2 threads per one-token pass": ({**OLD, "threads": 2}, "0", False, "n_threads 2"),
     "2 threads per batched pass": ({**OLD, "batch_threads": 2}, "0", False, "n_threads_batch 2"),
     "exact mode": ({"batch_threads": 1}, None, True, "the prompt in canonical passes of <= 512, then passes of 7"),
-    "exact mode, 2 batch threads": ({"batch_threads": 2}, None, True, "the same, 2 threads per batched pass"),
-    "fast mode, 1 thread": ({"exact": False, "threads": 1, "batch_threads": 1}, None, True, "exact=False"),
-    "fast mode, 2 threads": ({"exact": False, "threads": 2, "batch_threads": 2}, None, True, "exact=False"),
-    "llama.cpp defaults, 1 thread": (
+    "exact mode (2 batch threads)": ({"batch_threads": 2}, None, True, "the same, 2 threads per batched pass"),
+    "fast mode (1 thread)": ({"exact": False, "threads": 1, "batch_threads": 1}, None, True, "exact=False"),
+    "fast mode (2 threads)": ({"exact": False, "threads": 2, "batch_threads": 2}, None, True, "exact=False"),
+    "llama.cpp defaults (1 thread)": (
         {"exact": False, "threads": 1, "batch_threads": 1, "repack": True},
         None,
         True,

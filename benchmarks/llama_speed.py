@@ -6,7 +6,8 @@ Per prompt every arm runs once from a cold cache, in an order that rotates from 
 shared machine does not favour one arm): specpar's arms on one Ray engine whose actors are built once (the target
 servers in actors, the drafter in the driver: Ray's default here), and llama.cpp's own tools, built from the
 source vendored in the llama-cpp-python sdist (benchmarks/llama_cpp_tools.py): ``llama-speculative-simple`` (the
-draft-model speculative decoding of llama-server) and ``llama-completion`` (its plain decoding), both greedy.
+draft-model speculative decoding of llama-server) and ``llama-completion`` (its plain decoding), both greedy (with
+``--no-repack`` on a CPU with AMX, where their repacked AMX matmul faults: ggml-org/llama.cpp#20824).
 
 Equal resources: every model computation of every arm runs ``--threads`` threads (default 1: specpar's exact
 setting for one-token passes, one per server; llama.cpp's -t, -tb, -td, -tbd get the same number), and every arm
@@ -48,8 +49,12 @@ EVAL = re.compile(r"(prompt eval|eval) time =\s+([\d.]+) ms /\s+(\d+)")
 def run_llama_cpp(arm: str, bindir: Path, target: Path, drafter: Path, prompt: str, args) -> dict:
     """One llama.cpp run: its generated text and time (ms, encode + decode as it reports them)."""
     threads = str(args.threads)
+    from specpar.backends.llama.library import build_has
+
     common = ["-p", prompt, "-n", str(args.N), "--temp", "0", "--top-k", "1", "-t", threads, "-tb", threads,
               "-c", "2048", "--seed", "0"]  # fmt: skip
+    if build_has("AMX_INT8"):  # its repacked AMX matmul faults on AMX CPUs (ggml-org/llama.cpp#20824)
+        common.append("--no-repack")
     if arm == "llama.cpp speculative":
         cmd = [str(bindir / "llama-speculative-simple"), "-m", str(target), "-md", str(drafter),
                "--spec-type", "draft-simple", "--spec-draft-n-max", str(args.k), "--spec-draft-n-min", "0",
@@ -75,17 +80,17 @@ def run_llama_cpp(arm: str, bindir: Path, target: Path, drafter: Path, prompt: s
     return {"text": text, "time_ms": ms, "process_s": wall, **extra}
 
 
-def load_models(threads: int):
-    """The default pair on llama.cpp, every forward pass on ``threads`` threads (1: specpar's exact default)."""
+def load_models(threads: int, exact: bool = True):
+    """The default pair on llama.cpp in the exact or the fast mode, every forward pass on ``threads`` threads."""
     from specpar.backends import weights
     from specpar.backends.llama.model import LlamaModel
     from specpar.backends.llama.settings import LlamaSettings
     from specpar.backends.loading import load_pair
 
-    target, drafter = load_pair(backend="llama", progress=False)
+    target, drafter = load_pair(backend="llama", progress=False, exact=exact)
     paths = weights.joined_path(weights.TARGET), weights.joined_path(weights.DRAFTER)
-    if threads != 1:  # equal threads for specpar: the same count in one-token passes (exact here: contexts < 257)
-        settings = LlamaSettings(threads=threads, batch_threads=threads)
+    if threads != 1 or not exact:  # equal threads: the same count in one-token passes (exact here: contexts < 257)
+        settings = LlamaSettings(exact=exact, threads=threads, batch_threads=threads)
         target = LlamaModel(paths[0], name=target.name, settings=settings)
         drafter = LlamaModel(paths[1], name=drafter.name, settings=settings)
     return target, drafter, paths
@@ -108,6 +113,7 @@ def main() -> None:
         default=",".join(str(c) for c in sorted(os.sched_getaffinity(0))),
         help="the CPUs every arm runs on (taskset list; default all this process may use)",
     )
+    ap.add_argument("--no-exact", dest="exact", action="store_false", help="specpar's arms in the fast mode")
     ap.add_argument("--out", default="benchmarks/results/llama_speed.jsonl")
     ap.add_argument("--txt", default=None, help="the text table (default: --out with .txt)")
     args = ap.parse_args()
@@ -124,12 +130,12 @@ def main() -> None:
         f"resources, every arm: {args.threads} thread(s) per model computation (specpar: per server process, "
         f"one-token and batched passes; llama.cpp: -t/-tb/-td/-tbd {args.threads}), cores {args.cores} "
         f"({len(cores)} of {os.cpu_count()}; specpar by this process's affinity, llama.cpp by taskset); "
-        f"k = {args.k}, {args.N} tokens, greedy",
+        f"k = {args.k}, {args.N} tokens, greedy, specpar in the {'exact' if args.exact else 'fast'} mode",
     ]
     for line in lines:
         print(line, flush=True)
     bindir = tools()
-    target, drafter, paths = load_models(args.threads)
+    target, drafter, paths = load_models(args.threads, args.exact)
     # units=1: the two target servers and the drafter are one unit, each request on all of them (the default of
     # sp_degree + 1 units would make a third target actor, more than 2 cores can place)
     engine = Engine(target, drafter, sp_degree=2, runtime="ray", max_tokens=2048, cpus_per_server=args.threads, units=1)
