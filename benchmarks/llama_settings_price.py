@@ -36,11 +36,10 @@ import sys
 import time
 from pathlib import Path
 
+from benchmarks.llama_costs import median_ms
+from benchmarks.runner import Arm, Benchmark
+
 HERE = Path(__file__).resolve().parent
-if __package__:
-    from benchmarks.runner import Arm, Benchmark
-else:  # a child process, run as a script
-    Arm = Benchmark = None
 
 # name: (LlamaSettings keywords, GGML_CPU_TILED_MM, prompt given to the servers, what the arm changes)
 OLD = {"ubatch": 63, "batch_threads": 1}
@@ -65,15 +64,6 @@ ARMS = {
 }
 KS = range(1, 17)
 CATCH_UP = 70
-
-
-def median_ms(fn, repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - t0) * 1000)
-    return statistics.median(times)
 
 
 def measure_here(name: str, prompt: int, repeats: int, reference: int) -> dict:
@@ -163,8 +153,8 @@ def measure(arm, args, r: int) -> dict:
     if ARMS[arm.name][1] is not None:
         env["GGML_CPU_TILED_MM"] = ARMS[arm.name][1]
     env["PYTHONPATH"] = os.pathsep.join([str(HERE.parent / "src"), env.get("PYTHONPATH", "")])
-    cmd = [sys.executable, __file__, arm.name, str(args.prompt), str(args.repeats), str(args.reference)]
-    out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
+    cmd = [sys.executable, "-m", __name__, arm.name, str(args.prompt), str(args.repeats), str(args.reference)]
+    out = subprocess.run(cmd, env=env, cwd=HERE.parent, capture_output=True, text=True, check=False)
     if out.returncode < 0:
         return {"exact": f"crashed ({signal.Signals(-out.returncode).name})", "load": os.getloadavg()[0]}
     if out.returncode:
@@ -190,23 +180,22 @@ def summarize(results, args) -> dict:
     return out
 
 
-if Benchmark is not None:
-    BENCHMARK = Benchmark(
-        description=__doc__,
-        reports={
-            "prefill_ms": "the prompt's prefill, ms",
-            "first_token_ms": "prefill with the first output token's row, ms",
-            "decode_ms": "a decode step, ms",
-            "verify4_ms": "a pass over 5 tokens after a cut cache, ms",
-            "exact": "rows bitwise those of one-token decoding",
-            "load": "1-min load average at the arm's end",
-        },
-        arms=arms,
-        measure=measure,
-        options=options,
-        summarize=summarize,
-        rounds=1,
-    )
+BENCHMARK = Benchmark(
+    description=__doc__,
+    reports={
+        "prefill_ms": "the prompt's prefill, ms",
+        "first_token_ms": "prefill with the first output token's row, ms",
+        "decode_ms": "a decode step, ms",
+        "verify4_ms": "a pass over 5 tokens after a cut cache, ms",
+        "exact": "rows bitwise those of one-token decoding",
+        "load": "1-min load average at the arm's end",
+    },
+    arms=arms,
+    measure=measure,
+    options=options,
+    summarize=summarize,
+    rounds=1,
+)
 
 
 if __name__ == "__main__":  # a child: one arm, its figures as JSON
