@@ -1,50 +1,71 @@
-"""The README's chain-vs-tree table from a ``specpar bench --arm ... --out FILE`` JSONL (one row per prompt and arm).
+"""The README's chain-vs-tree table from a ``specpar bench --arm ... -o FILE`` JSONL (one row per prompt and arm).
 
-Per arm, over the prompts every arm completed (a run cut short keeps its rows): tokens per target pass per prompt
-and overall (output tokens / target forward passes, load-independent), drafter passes, wall time and its ratio to
-the first SI arm's, and whether every output equals non-SI's, token for token.
+Each arm of the bench is an arm here. Over the prompts every arm completed (a run cut short keeps its rows): tokens
+per target pass per prompt and overall (output tokens / target forward passes, load-independent), target and
+drafter passes, wall time and its ratio to the first SI arm's, and whether every output equals non-SI's, token for
+token.
 
-    .venv/bin/python benchmarks/bench_arms_table.py benchmarks/results/trees_best_first_default_pair.jsonl
+    python -m benchmarks bench_arms_table benchmarks/results/trees_best_first_default_pair.jsonl
 """
 
 from __future__ import annotations
 
-import argparse
+import functools
 import json
 
+from benchmarks.runner import Arm, Benchmark
 
-def table(path: str) -> str:
-    rows = [json.loads(line) for line in open(path)]
-    arms = list(dict.fromkeys(r["arm"] for r in rows))
+
+def options(p) -> None:
+    p.add_argument("jsonl", help="a `specpar bench --arm ... -o` file")
+
+
+@functools.cache
+def read(path: str) -> tuple[dict, tuple[str, ...], tuple[str, ...]]:
+    """(rows by (arm, prompt), the arms in order, the prompts every arm completed)."""
+    with open(path) as f:
+        rows = [json.loads(line) for line in f]
+    arms = tuple(dict.fromkeys(r["arm"] for r in rows))
     by = {(r["arm"], r["prompt_id"]): r for r in rows}
-    prompts = [p for p in dict.fromkeys(r["prompt_id"] for r in rows) if all((a, p) in by for a in arms)]
-    first_si = next((a for a in arms if a != "nonsi"), None)
+    prompts = tuple(p for p in dict.fromkeys(r["prompt_id"] for r in rows) if all((a, p) in by for a in arms))
+    return by, arms, prompts
+
+
+def arms(args) -> list[Arm]:
+    _, names, prompts = read(args.jsonl)
+    return [Arm(name, {"prompts": len(prompts)}) for name in names]
+
+
+def measure(arm: Arm, args, r: int) -> dict:
+    by, names, prompts = read(args.jsonl)
+    rs = [by[arm.name, p] for p in prompts]
+    first_si = next((a for a in names if a != "nonsi"), None)
     base_s = sum(by[first_si, p]["time_ms"] for p in prompts) / 1000 if first_si else None
-    lines = [
-        f"{len(prompts)} prompts complete for every arm ({', '.join(p.split('/')[-1] for p in prompts)})",
-        f"{'arm':<18} {'tokens/target pass per prompt':<{7 * len(prompts)}} {'overall':>7} {'target':>6} "
-        f"{'drafter':>7} {'wall s':>7} {'vs ' + str(first_si):>10} {'same tokens':>11}",
-    ]
-    for arm in arms:
-        rs = [by[arm, p] for p in prompts]
-        tokens = sum(len(r["tokens"]) for r in rs)
-        target = sum(r["target_forwards"] for r in rs)
-        wall = sum(r["time_ms"] for r in rs) / 1000
-        per = " ".join(f"{len(r['tokens']) / r['target_forwards']:6.2f}" for r in rs)
-        same = "-" if arm == "nonsi" else ("yes" if all(r["same_tokens_as_nonsi"] for r in rs) else "NO")
-        ratio = f"{base_s / wall:.2f}x" if base_s and arm != "nonsi" else "-"
-        lines.append(
-            f"{arm:<18} {per:<{7 * len(prompts)}} {tokens / target:>7.2f} {target:>6} "
-            f"{sum(r['drafter_forwards'] for r in rs):>7} {wall:>7.1f} {ratio:>10} {same:>11}"
-        )
-    return "\n".join(lines)
+    tokens, target = sum(len(x["tokens"]) for x in rs), sum(x["target_forwards"] for x in rs)
+    wall = sum(x["time_ms"] for x in rs) / 1000
+    return {
+        "tokens_per_pass_per_prompt": " ".join(f"{len(x['tokens']) / x['target_forwards']:.2f}" for x in rs),
+        "tokens_per_pass": tokens / target,
+        "target_passes": target,
+        "drafter_passes": sum(x["drafter_forwards"] for x in rs),
+        "wall_s": wall,
+        "vs_first_si": base_s / wall if base_s and arm.name != "nonsi" else None,
+        "same_tokens": None if arm.name == "nonsi" else all(x["same_tokens_as_nonsi"] for x in rs),
+    }
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("jsonl", help="a specpar bench --out file written with --arm")
-    print(table(p.parse_args().jsonl))
-
-
-if __name__ == "__main__":
-    main()
+BENCHMARK = Benchmark(
+    description=__doc__,
+    reports={
+        "tokens_per_pass_per_prompt": "output tokens / target forward passes, per prompt",
+        "tokens_per_pass": "the same over every prompt",
+        "target_passes": "target forward passes",
+        "drafter_passes": "drafter forward passes",
+        "wall_s": "wall time over the prompts, s",
+        "vs_first_si": "the first SI arm's wall time / this arm's",
+        "same_tokens": "every output equals non-SI's, token for token",
+    },
+    arms=arms,
+    measure=measure,
+    options=options,
+)

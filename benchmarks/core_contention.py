@@ -1,22 +1,65 @@
 """Does one model's decode step slow down while another model decodes on the other core? (Issue 10 item 4.)
 
 The virtual clock prices each server's pass at what it costs alone on its core (`specpar profile` under
-`taskset -c 0`). DSI overlaps the drafter with the target, so if the two passes contend for something the
-cores share (memory bandwidth: a float32 1.5B model reads about 6 GB of weights per decode step), every
-overlapped pass costs more than the profile says and DSI falls short of the prediction.
+`taskset -c 0`). DSI overlaps the drafter with the target, so if the two passes contend for something the cores
+share (memory bandwidth: a float32 1.5B model reads about 6 GB of weights per decode step), every overlapped pass
+costs more than the profile says and DSI falls short of the prediction. The arms: each model alone pinned to its
+core (one torch thread), then both at once; each reports its models' median ms per decode step.
 
-    python benchmarks/core_contention.py TARGET_DIR DRAFTER_DIR
-
-Runs each model alone pinned to its core (one torch thread), then both at once, and prints the ms per decode
-step in each case.
+    python -m benchmarks core_contention TARGET_DIR DRAFTER_DIR
 """
 
-import argparse
+from __future__ import annotations
+
 import os
 import statistics
 import subprocess
 import sys
 import time
+from pathlib import Path
+
+from benchmarks.runner import Arm, Benchmark
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def options(p) -> None:
+    p.add_argument("target", help="the target's model directory")
+    p.add_argument("drafter", help="the drafter's model directory")
+    p.add_argument("--steps", type=int, default=12, help="target decode steps timed (the drafter times 2.5x)")
+
+
+def arms(args) -> list[Arm]:
+    return [Arm("target alone", {"jobs": ["target"]}), Arm("drafter alone", {"jobs": ["drafter"]}),
+            Arm("both at once", {"jobs": ["target", "drafter"]})]  # fmt: skip
+
+
+def measure(arm: Arm, args, r: int) -> dict:
+    jobs = {"target": (args.target, 0, args.steps), "drafter": (args.drafter, 1, int(2.5 * args.steps))}
+    times = run([jobs[name] for name in arm.settings["jobs"]])
+    return {f"{name}_ms_per_step": ms for name, ms in zip(arm.settings["jobs"], times)}
+
+
+def summarize(results, args) -> dict:
+    alone = {k: v for a in results[:2] for k, v in a.figures.items()}
+    both = results[2].figures
+    return {f"{name} step beside the other / alone": both[f"{name}_ms_per_step"] / alone[f"{name}_ms_per_step"]
+            for name in ("target", "drafter")}  # fmt: skip
+
+
+def run(jobs: list[tuple[str, int, int]]) -> list[float]:
+    """Start every (model_dir, core, steps) worker, all timing from the same moment; their median ms/step."""
+    start_at = time.time() + 45  # after both have loaded (about 15 s each here)
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "benchmarks.core_contention", d, str(c), str(n), str(start_at)],
+            stdout=subprocess.PIPE,
+            text=True,
+            cwd=ROOT,
+        )  # fmt: skip
+        for d, c, n in jobs
+    ]
+    return [float(p.communicate()[0].strip().splitlines()[-1]) for p in procs]
 
 
 def worker(model_dir: str, core: int, steps: int, start_at: float) -> None:
@@ -45,38 +88,14 @@ def worker(model_dir: str, core: int, steps: int, start_at: float) -> None:
     print(f"{statistics.median(times):.1f}")
 
 
-def run(jobs: list[tuple[str, int, int]]) -> list[float]:
-    """Start every (model_dir, core, steps) worker, all timing from the same moment; their median ms/step."""
-    start_at = time.time() + 45  # after both have loaded (about 15 s each here)
-    procs = [
-        subprocess.Popen(
-            [sys.executable, __file__, "--worker", d, str(c), str(n), str(start_at)],
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        for d, c, n in jobs
-    ]
-    return [float(p.communicate()[0].strip().splitlines()[-1]) for p in procs]
+BENCHMARK = Benchmark(
+    description=__doc__,
+    reports={"target_ms_per_step": "the target's decode step, median, ms", "drafter_ms_per_step": "the drafter's"},
+    arms=arms,
+    measure=measure,
+    options=options,
+    summarize=summarize,
+)
 
-
-def main() -> None:
-    if len(sys.argv) > 1 and sys.argv[1] == "--worker":
-        worker(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5]))
-        return
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("target")
-    p.add_argument("drafter")
-    p.add_argument("--steps", type=int, default=12, help="target decode steps timed (the drafter times 2.5x)")
-    args = p.parse_args()
-    n_t, n_d = args.steps, int(2.5 * args.steps)  # about the same wall time for both
-    (t_alone,) = run([(args.target, 0, n_t)])
-    (d_alone,) = run([(args.drafter, 1, n_d)])
-    t_both, d_both = run([(args.target, 0, n_t), (args.drafter, 1, n_d)])
-    print(f"target decode step, core 0: alone {t_alone:.0f} ms, drafter decoding on core 1 {t_both:.0f} ms "
-          f"({t_both / t_alone:.2f}x)")  # fmt: skip
-    print(f"drafter decode step, core 1: alone {d_alone:.0f} ms, target decoding on core 0 {d_both:.0f} ms "
-          f"({d_both / d_alone:.2f}x)")  # fmt: skip
-
-
-if __name__ == "__main__":
-    main()
+if __name__ == "__main__":  # a worker: MODEL_DIR CORE STEPS START_AT
+    worker(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4]))

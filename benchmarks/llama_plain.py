@@ -21,15 +21,16 @@ against one-token decoding: benchmarks/llama_exactness.py. Wrap it in ``flock /t
 
 from __future__ import annotations
 
+import contextlib
 import os
 import statistics
+from types import SimpleNamespace
 
 from benchmarks.llama_cpp_tools import completion, tools
 from benchmarks.runner import Arm, Benchmark
 
 ARMS = ("non-SI, exact mode", "non-SI, fast mode", "llama-completion")
 GOALS = {"non-SI, exact mode": 0.8, "non-SI, fast mode": 0.95}
-_engines: dict = {}
 
 
 def options(p) -> None:
@@ -47,16 +48,22 @@ def arms(args) -> list[Arm]:
     return [Arm(a, {"threads": args.threads, "cores": args.cores}) for a in ARMS]
 
 
-def engine(exact: bool):
-    """The non-SI engine of a mode (loaded once; the two modes share the weights where neither repacks)."""
-    if exact not in _engines:
-        from specpar.backends.loading import load_pair
-        from specpar.entrypoints.engine import Engine
+@contextlib.contextmanager
+def session(args):
+    """llama.cpp's tools built; a non-SI engine per mode (the two share the weights where neither repacks)."""
+    from specpar.backends.loading import load_pair
+    from specpar.entrypoints.engine import Engine
 
-        target, _ = load_pair(backend="llama", progress=False, exact=exact)
-        _engines[exact] = Engine(target, None, algorithm="nonsi", sp_degree=1, units=1, runtime="threads",
-                                 max_tokens=2048)  # fmt: skip
-    return _engines[exact]
+    engines = {}
+    try:
+        for exact in (True, False):
+            target, _ = load_pair(backend="llama", progress=False, exact=exact, with_drafter=False)
+            engines[exact] = Engine(target, None, algorithm="nonsi", sp_degree=1, units=1, runtime="threads",
+                                    max_tokens=2048)  # fmt: skip
+        yield SimpleNamespace(bindir=tools(), engines=engines)
+    finally:
+        for e in engines.values():
+            e.close()
 
 
 def measure(arm: Arm, args, r: int) -> dict:
@@ -69,10 +76,10 @@ def measure(arm: Arm, args, r: int) -> dict:
         from specpar.backends.llama.library import build_has
 
         extra = () if args.repack_llama_cpp or not build_has("AMX_INT8") else ("--no-repack",)
-        run = completion(tools(), weights.joined_path(weights.TARGET), prompt.text, args.N, args.threads, args.cores,
-                         extra)  # fmt: skip
+        run = completion(args.session.bindir, weights.joined_path(weights.TARGET), prompt.text, args.N, args.threads,
+                         args.cores, extra)  # fmt: skip
         return {"time_ms": run["time_ms"], "ttft_ms": run["prompt_ms"], "text": run["text"], "flags": " ".join(extra)}
-    e = engine(arm.name.endswith("exact mode"))
+    e = args.session.engines[arm.name.endswith("exact mode")]
     e.reset()
     res = e.generate(prompt.token_ids(e.target_model), SamplingParams(temperature=0, max_tokens=args.N))
     return {"time_ms": res.time_ms, "ttft_ms": res.ttft_ms, "tokens": res.tokens, "text": res.text,
@@ -130,4 +137,5 @@ BENCHMARK = Benchmark(
     options=options,
     summarize=summarize,
     rounds=10,
+    session=session,
 )

@@ -1,36 +1,111 @@
 """Issue 10 item 4: measured non-SI / SI / DSI (`specpar bench` JSONL, Ray and threads) beside the virtual clock's
 prediction from a `specpar profile` measured in the same placement (one core per model).
 
-Two predictions: from the profile as measured (its acceptance rate, iid per position), and per prompt, with that
-prompt's measured acceptance rate (mean of SI's and DSI's in that run) in place of the profile's, so that how
-much of the gap comes from the acceptance varying across prompts is visible. With --calibrate (files written by
-`bench --timeline`), the predictions calibrated in the same placement: latencies refit on the run's recorded calls
-(of non-SI and SI, so that DSI is predicted out of sample; or of DSI), a cancelled target pass running to its end
-(as on threads and Ray), each prompt's measured a; with --trace, also each prompt's acceptance pattern
-(benchmarks/dsi_gap.py explains each step, call by call).
+For each --run NAME=FILES, the arms are its measurement and its predictions: from the profile as measured (its
+acceptance rate, iid per position), and per prompt with that prompt's measured acceptance rate (mean of SI's and
+DSI's in that run) in place of the profile's, so that how much of the gap comes from the acceptance varying across
+prompts is visible. With --calibrate (files written by `bench --timeline`), the predictions calibrated in the same
+placement: latencies refit on the run's recorded calls (of non-SI and SI, so that DSI is predicted out of sample;
+or of DSI), a cancelled target pass running to its end (as on threads and Ray), each prompt's measured a; with
+--trace, also each prompt's acceptance pattern (`python -m benchmarks dsi_gap` explains each step, call by call).
 
-    python benchmarks/real_hardware.py --profile P.json --skip-first --run Ray=A.jsonl,B.jsonl --run threads=C.jsonl
-    python benchmarks/real_hardware.py --profile P.json --skip-first --calibrate [--trace T.json] --run Ray=A.jsonl
+    python -m benchmarks real_hardware --profile P.json --skip-first --run Ray=A.jsonl,B.jsonl --run threads=C.jsonl
+    python -m benchmarks real_hardware --profile P.json --skip-first --calibrate [--trace T.json] --run Ray=A.jsonl
 
---skip-first drops each file's first prompt: its first forward pass in each process pays a cold start (the
-weights paged in: about 10 s for the target here) that lands on whichever algorithm runs first (non-SI, then SI
-for the drafter), which would flatter DSI.
-
-Prints a Markdown table (seconds per prompt, mean over the prompts; speedups as ratios of the means).
+--skip-first drops each file's first prompt: its first forward pass in each process pays a cold start (the weights
+paged in: about 10 s for the target here) that lands on whichever algorithm runs first (non-SI, then SI for the
+drafter), which would flatter DSI. Seconds are per prompt, the mean over the prompts; speedups ratios of the means.
 """
 
-import argparse
+from __future__ import annotations
+
+import contextlib
 import json
 import statistics
 import subprocess
 import sys
 import tempfile
+from types import SimpleNamespace
 
-ALGOS = ("nonsi", "si", "dsi")
+from benchmarks.calibration import ALGOS, REPORTS, predicted, prompt_rate, read_runs, refit, seconds
+from benchmarks.runner import Arm, Benchmark
+
+CALIBRATIONS = (
+    (("nonsi", "si"), "latencies refit on non-SI's and SI's calls"),
+    (("dsi",), "latencies refit on DSI's calls"),
+)
+
+
+def options(p) -> None:
+    p.add_argument("--profile", required=True, help="the `specpar profile` file behind the predictions")
+    p.add_argument("--repeats", type=int, default=20, help="simulated runs per prediction (default 20)")
+    p.add_argument("--skip-first", action="store_true", help="drop each file's first (cold) prompt")
+    p.add_argument("--run", action="append", required=True, help="NAME=FILE[,FILE...]: bench JSONL files")
+    p.add_argument("--calibrate", action="store_true", help="add the predictions calibrated in the same placement "
+                   "(bench --timeline files): latencies refit on the run's recorded calls, a cancelled target pass "
+                   "running to its end")  # fmt: skip
+    p.add_argument("--trace", help="with --calibrate: also with each prompt's acceptance pattern (dsi_gap's)")
+
+
+def arms(args) -> list[Arm]:
+    out = []
+    for spec in args.run:
+        name = spec.partition("=")[0]
+        out += [Arm(f"{name} measured", {"run": name, "predict": None}),
+                Arm(f"{name}: virtual clock, the profile's a", {"run": name, "predict": "profile"}),
+                Arm(f"{name}: virtual clock, each prompt's measured a", {"run": name, "predict": "prompt"})]  # fmt: skip
+        if args.calibrate:
+            for i, (_, label) in enumerate(CALIBRATIONS):
+                out.append(Arm(f"{name}: calibrated, {label}", {"run": name, "predict": i}))
+            if args.trace:
+                out.append(Arm(f"{name}: calibrated, {CALIBRATIONS[-1][1]}, each prompt's acceptance pattern",
+                               {"run": name, "predict": "trace"}))  # fmt: skip
+    return out
+
+
+@contextlib.contextmanager
+def session(args):
+    with open(args.profile) as f:
+        profile = json.load(f)
+    traces = None
+    if args.trace:
+        with open(args.trace) as f:
+            traces = json.load(f)
+    yield SimpleNamespace(profile=profile, runs=dict(read_runs(args.run, args.skip_first)), traces=traces)
+
+
+def measure(arm: Arm, args, r: int) -> dict:
+    rows = args.session.runs[arm.settings["run"]]
+    measured = {algo: statistics.mean(x[algo]["time_ms"] for x in rows.values()) for algo in ALGOS}
+    kind = arm.settings["predict"]
+    if kind is None:
+        per = {b: [x[b]["time_ms"] / x["dsi"]["time_ms"] for x in rows.values()] for b in ("si", "nonsi")}
+        return {**seconds(measured), "prompts": len(rows),
+                "per_prompt_dsi_vs_si": f"{min(per['si']):.2f}-{max(per['si']):.2f}",
+                "per_prompt_dsi_vs_nonsi": f"{min(per['nonsi']):.2f}-{max(per['nonsi']):.2f}",
+                "same_tokens": all(x[a]["same_tokens_as_nonsi"] for x in rows.values() for a in ("si", "dsi"))}  # fmt: skip
+    return seconds(prediction(kind, rows, args), measured)
+
+
+def prediction(kind, rows: dict, args) -> dict:
+    """Mean virtual-clock ms per algorithm, as ``kind`` says: the profile's a, each prompt's a, or calibrated."""
+    profile = args.session.profile
+    first = next(iter(rows.values()))
+    k, n = first["dsi"]["lookahead"], first["nonsi"]["target_forwards"]  # non-SI: one pass per token
+    if kind == "profile":
+        return predict(profile, profile["acceptance_rate"]["geometric"], k, n, args.repeats)
+    if kind == "prompt":
+        per = [predict(profile, prompt_rate(x), k, n, args.repeats) for x in rows.values()]
+        return {algo: statistics.mean(p[algo] for p in per) for algo in ALGOS}
+    from specpar.prediction.pair_profile import PairProfile
+
+    algos = CALIBRATIONS[-1 if kind == "trace" else kind][0]
+    t_lat, d_lat = refit(rows, algos, PairProfile.load(args.profile))
+    return predicted(rows, t_lat, d_lat, {"target": "end"}, args.session.traces if kind == "trace" else None)
 
 
 def predict(profile: dict, a: float, k: int, n: int, repeats: int) -> dict:
-    """Mean virtual-clock ms per algorithm for the profile's latencies at acceptance rate a."""
+    """Mean virtual-clock ms per algorithm for the profile's latencies at acceptance rate a (`specpar simulate`)."""
     plain = {"target": profile["target"], "drafter": profile["drafter"], "acceptance_rate": a}
     with tempfile.NamedTemporaryFile("w", suffix=".json") as f:
         json.dump(plain, f)
@@ -41,114 +116,16 @@ def predict(profile: dict, a: float, k: int, n: int, repeats: int) -> dict:
     return {algo: res[algo]["mean_ms"] for algo in ALGOS}
 
 
-def load(paths: list[str], skip_first: bool) -> dict:
-    """{(file, prompt_id): {algorithm: row}} from `specpar bench --out` files."""
-    rows: dict = {}
-    for path in paths:
-        mine: dict = {}
-        for line in open(path):
-            r = json.loads(line)
-            mine.setdefault((path, r["prompt_id"]), {})[r["algorithm"]] = r
-        rows.update(list(mine.items())[1 if skip_first else 0 :])
-    return rows
-
-
-CALIBRATIONS = (
-    (("nonsi", "si"), "latencies refit on non-SI's and SI's calls"),
-    (("dsi",), "latencies refit on DSI's calls"),
+BENCHMARK = Benchmark(
+    description=__doc__,
+    reports={
+        **REPORTS,
+        "per_prompt_dsi_vs_si": "measured: DSI's speedup over SI per prompt, range",
+        "per_prompt_dsi_vs_nonsi": "measured: over non-SI",
+        "same_tokens": "measured: every output equals non-SI's",
+    },
+    arms=arms,
+    measure=measure,
+    options=options,
+    session=session,
 )
-
-
-def calibrated(rows: dict, profile_path: str, trace_path: str | None) -> tuple[list[dict], list[str]]:
-    """Mean virtual-clock ms per algorithm, and labels, for the predictions calibrated in the same placement:
-    latencies refit on the run's recorded calls (of non-SI and SI: DSI predicted out of sample; or of DSI), target
-    passes that run to their end when cancelled, each prompt's measured a (and with a trace, its acceptance
-    pattern, on DSI's refit)."""
-    from dsi_gap import refit, simulate
-    from specpar.prediction.pair_profile import PairProfile
-
-    pair = PairProfile.load(profile_path)
-    traces = json.load(open(trace_path)) if trace_path else None
-    jobs = [(refit(rows, algos, pair), None, label) for algos, label in CALIBRATIONS]
-    if traces:
-        jobs.append((jobs[-1][0], traces, f"{CALIBRATIONS[-1][1]}, each prompt's acceptance pattern"))
-    preds, labels = [], []
-    for (t_lat, d_lat), trace, label in jobs:
-        per = [
-            simulate(
-                r,
-                t_lat,
-                d_lat,
-                statistics.mean(r[x]["acceptance_rate"] for x in ("si", "dsi")),
-                {"target": "end"},
-                trace[key[1]] if trace else None,
-            )
-            for key, r in rows.items()
-        ]
-        preds.append({algo: statistics.mean(pp[algo] for pp in per) for algo in ALGOS})
-        labels.append(f"virtual clock calibrated: {label}, cancelled passes run to their end")
-    return preds, labels
-
-
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--profile", required=True)
-    p.add_argument("--repeats", type=int, default=20)
-    p.add_argument("--skip-first", action="store_true", help="drop each file's first (cold) prompt")
-    p.add_argument("--run", action="append", required=True, help="NAME=FILE[,FILE...]: bench JSONL files")
-    p.add_argument(
-        "--calibrate",
-        action="store_true",
-        help="add the predictions calibrated in the same placement (bench --timeline files): latencies refit on "
-        "the run's recorded calls, a cancelled target pass running to its end (benchmarks/dsi_gap.py)",
-    )
-    p.add_argument("--trace", help="with --calibrate: also with each prompt's acceptance pattern (dsi_gap.py's)")
-    args = p.parse_args()
-    profile = json.load(open(args.profile))
-    a_profile = profile["acceptance_rate"]["geometric"]
-    lines = [
-        "| runtime | prompts | non-SI s | SI s | DSI s | DSI / SI | DSI / non-SI | per-prompt DSI / SI | "
-        "per-prompt DSI / non-SI | same tokens |",
-        "|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for run in args.run:
-        name, _, files = run.partition("=")
-        rows = load(files.split(","), args.skip_first)
-        first = next(iter(rows.values()))
-        k, n = first["dsi"]["lookahead"], first["nonsi"]["target_forwards"]  # non-SI: one pass per token
-        mean = {algo: statistics.mean(r[algo]["time_ms"] for r in rows.values()) / 1000 for algo in ALGOS}
-        per = {
-            b: [r[b]["time_ms"] / r["dsi"]["time_ms"] for r in rows.values()] for b in ("si", "nonsi")
-        }  # per-prompt speedups of DSI
-        same = all(r[algo]["same_tokens_as_nonsi"] for r in rows.values() for algo in ("si", "dsi"))
-        lines.append(
-            f"| {name} measured | {len(rows)} | {mean['nonsi']:.1f} | {mean['si']:.1f} | {mean['dsi']:.1f} | "
-            f"{mean['si'] / mean['dsi']:.2f}x | {mean['nonsi'] / mean['dsi']:.2f}x | "
-            f"{min(per['si']):.2f}-{max(per['si']):.2f} | {min(per['nonsi']):.2f}-{max(per['nonsi']):.2f} | "
-            f"{'yes' if same else 'NO'} |"
-        )
-        preds = [predict(profile, a_profile, k, n, args.repeats)]
-        label = [f"virtual clock, profile a = {a_profile:.3f}"]
-        per_prompt = [
-            predict(profile, statistics.mean(r[x]["acceptance_rate"] for x in ("si", "dsi")), k, n, args.repeats)
-            for r in rows.values()
-        ]
-        preds.append({algo: statistics.mean(pp[algo] for pp in per_prompt) for algo in ALGOS})
-        label.append("virtual clock, each prompt's measured a")
-        if args.calibrate:
-            more, labels = calibrated(rows, args.profile, args.trace)
-            preds += more
-            label += labels
-        for lab, pr in zip(label, preds):
-            s = {algo: pr[algo] / 1000 for algo in ALGOS}
-            ratio = {algo: mean[algo] / s[algo] for algo in ALGOS}
-            lines.append(
-                f"| {name}: {lab} | | {s['nonsi']:.1f} ({ratio['nonsi']:.2f}) | {s['si']:.1f} ({ratio['si']:.2f}) | "
-                f"{s['dsi']:.1f} ({ratio['dsi']:.2f}) | {s['si'] / s['dsi']:.2f}x | {s['nonsi'] / s['dsi']:.2f}x | | | |"
-            )
-    print("\n".join(lines))
-    print("\n(in brackets: measured / predicted)")
-
-
-if __name__ == "__main__":
-    main()

@@ -30,7 +30,7 @@ def arms(args) -> list[Arm]:
 def measure(arm: Arm, args, r: int) -> dict:
     target = SimulatedModel(32, seed=r, latency=LatencyProfile.uniform(20.0))
     drafter = target.drafter(0.8, LatencyProfile.uniform(1.0), seed=r + 1)
-    out = generate(PROMPT, target, drafter, algorithm="dsi", max_new_tokens=args.N, lookahead=5, sp_degree=4,
+    out = generate(PROMPT, target, drafter, algorithm="dsi", max_tokens=args.N, lookahead=5, sp_degree=4,
                    runtime=arm.settings["runtime"])  # fmt: skip
     if out.tokens != target.greedy_tokens(PROMPT, args.N):
         raise AssertionError(f"seed {r}: the {arm.name} runtime's tokens are not the target's")

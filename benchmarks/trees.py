@@ -14,22 +14,26 @@ candidate r is the same at every position, a (1 - a)^r (SimulatedDrafter.candida
 signal, so here a best-first tree is the static tree that is best for iid acceptance a (a real drafter's
 probabilities vary from token to token, which is what best-first growth uses).
 
-    .venv/bin/python benchmarks/trees.py                       # table -> stdout and benchmarks/results/trees.txt
-    .venv/bin/python benchmarks/trees.py --best-first          # -> benchmarks/results/trees_best_first.txt
-    .venv/bin/python benchmarks/trees.py --plot trees-per-node-cost.png
+Each arm is a cell: (B, a, c) for the tables, (a, per-node cost) for the plot.
+
+    python -m benchmarks trees                                   # the table
+    python -m benchmarks trees --best-first -o benchmarks/results/trees_best_first.json
+    python -m benchmarks trees --plot trees-per-node-cost.png
 """
 
 from __future__ import annotations
 
-import argparse
 import statistics
-import sys
 
+from benchmarks.runner import Arm, Benchmark
 from specpar import LatencyProfile, SimulatedModel, generate
 
 A = [0.3, 0.5, 0.7, 0.9]
 C = [0.05, 0.2, 0.5]
 N, SEEDS = 200, 3
+BUDGETS = (4, 8)
+PER_NODE = [0.0, 0.02, 0.05, 0.1, 0.2, 0.35, 0.5]  # the plot's per-node costs (per_token_ms / TPOT)
+PLOT_BUDGET, PLOT_C = 8, 0.05
 
 
 def configs(budget: int, exact: bool = True) -> list[tuple[int, ...]]:
@@ -55,103 +59,92 @@ def run(algorithm: str, a: float, c: float, per_node: float = 0.0, k: int | None
         target = SimulatedModel(8, seed=seed, latency=LatencyProfile(1.0, 1.0, per_node))
         drafter = target.drafter(a, target.latency.scaled(c), seed=seed + 11)
         r = generate(
-            [seed, 1], target, drafter, algorithm=algorithm, max_new_tokens=N, lookahead=k, tree=tree, sp_degree=sp
+            [seed, 1], target, drafter, algorithm=algorithm, max_tokens=N, lookahead=k, tree=tree, sp_degree=sp
         )
         times.append(r.time_ms)
         per_pass.append(r.mean_acceptance_length)
     return statistics.fmean(times), statistics.fmean(per_pass)
 
 
-def table(budgets=(4, 8)) -> str:
-    lines = [
-        f"virtual clock, greedy, N = {N}, {SEEDS} seeds, target TPOT = TTFT = 1 ms, no per-node cost; "
-        "tokens per target pass = tokens / verifications",
-        f"{'B':>2} {'a':>4} {'c':>5} | {'chain tok/pass':>14} {'ms':>7} | {'best tree':>12} {'tok/pass':>8} "
-        f"{'ms':>7} {'x chain':>7} | {'DSI chain ms':>12} {'DSI tree ms':>11}",
-    ]
-    for budget in budgets:
-        trees = configs(budget)
-        for a in A:
-            for c in C:
-                chain_ms, chain_pp = run("si", a, c, k=budget)
-                scored = [(run("si", a, c, tree=t), t) for t in trees]
-                (tree_ms, tree_pp), best = max(scored, key=lambda s: (s[0][1], -s[0][0]))
-                dsi_chain = run("dsi", a, c, k=budget, sp=4)[0]
-                dsi_tree = run("dsi", a, c, tree=best, sp=4)[0]
-                lines.append(
-                    f"{budget:>2} {a:>4} {c:>5} | {chain_pp:>14.2f} {chain_ms:>7.1f} | "
-                    f"{','.join(map(str, best)):>12} {tree_pp:>8.2f} {tree_ms:>7.1f} {chain_ms / tree_ms:>6.2f}x | "
-                    f"{dsi_chain:>12.1f} {dsi_tree:>11.1f}"
-                )
-                print(lines[-1], file=sys.stderr, flush=True)
-    return "\n".join(lines)
+def options(p) -> None:
+    p.add_argument("--best-first", action="store_true", help="the chain vs best:B table instead")
+    p.add_argument("--plot", metavar="PNG", default=None, help="the per-node-cost figure instead of the table")
 
 
-def best_first_table(budgets=(4, 8)) -> str:
-    """Chain of B drafts vs best:B, SI and DSI (SP = 4), over a x c."""
-    lines = [
-        f"virtual clock, greedy, N = {N}, {SEEDS} seeds, target TPOT = TTFT = 1 ms, no per-node cost; "
-        "tokens per target pass = tokens / verifications",
-        f"{'B':>2} {'a':>4} {'c':>5} | {'chain tok/pass':>14} {'ms':>7} | {'best:B tok/pass':>15} {'ms':>7} "
-        f"{'x chain':>7} | {'DSI chain ms':>12} {'DSI best:B ms':>13}",
-    ]
-    for budget in budgets:
-        for a in A:
-            for c in C:
-                chain_ms, chain_pp = run("si", a, c, k=budget)
-                tree_ms, tree_pp = run("si", a, c, tree=f"best:{budget}")
-                dsi_chain = run("dsi", a, c, k=budget, sp=4)[0]
-                dsi_tree = run("dsi", a, c, tree=f"best:{budget}", sp=4)[0]
-                lines.append(
-                    f"{budget:>2} {a:>4} {c:>5} | {chain_pp:>14.2f} {chain_ms:>7.1f} | {tree_pp:>15.2f} {tree_ms:>7.1f} "
-                    f"{chain_ms / tree_ms:>6.2f}x | {dsi_chain:>12.1f} {dsi_tree:>13.1f}"
-                )
-                print(lines[-1], file=sys.stderr, flush=True)
-    return "\n".join(lines)
+def arms(args) -> list[Arm]:
+    if args.plot:
+        return [Arm(f"a={a} per-node={r}", {"a": a, "per_node": r}) for a in A for r in PER_NODE]
+    return [Arm(f"B={b} a={a} c={c}", {"budget": b, "a": a, "c": c}) for b in BUDGETS for a in A for c in C]
 
 
-def plot(path: str, budget: int = 8, c: float = 0.05) -> None:
+def measure(arm: Arm, args, r: int) -> dict:
+    s = arm.settings
+    if args.plot:
+        chain = min(run("si", s["a"], PLOT_C, per_node=s["per_node"], k=k)[0] for k in range(1, PLOT_BUDGET + 1))
+        tree = min(run("si", s["a"], PLOT_C, per_node=s["per_node"], tree=t)[0] for t in configs(PLOT_BUDGET, False))
+        return {"best_chain_ms": chain, "best_tree_ms": tree, "chain_over_tree": chain / tree}
+    b, a, c = s["budget"], s["a"], s["c"]
+    chain_ms, chain_pp = run("si", a, c, k=b)
+    if args.best_first:
+        best = f"best:{b}"
+        tree_ms, tree_pp = run("si", a, c, tree=best)
+    else:
+        (tree_ms, tree_pp), best = max(((run("si", a, c, tree=t), t) for t in configs(b)),
+                                       key=lambda x: (x[0][1], -x[0][0]))  # fmt: skip
+    return {
+        "chain_tok_per_pass": chain_pp,
+        "chain_ms": chain_ms,
+        "tree": best if isinstance(best, str) else ",".join(map(str, best)),
+        "tree_tok_per_pass": tree_pp,
+        "tree_ms": tree_ms,
+        "chain_over_tree": chain_ms / tree_ms,
+        "dsi_chain_ms": run("dsi", a, c, k=b, sp=4)[0],
+        "dsi_tree_ms": run("dsi", a, c, tree=best, sp=4)[0],
+    }
+
+
+def summarize(results, args) -> dict:
+    if args.plot:
+        plot(results, args.plot)
+        return {"plot": args.plot}
+    return {}
+
+
+def plot(results, path: str) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    costs = [0.0, 0.02, 0.05, 0.1, 0.2, 0.35, 0.5]
-    trees = configs(budget, exact=False)
     fig, ax = plt.subplots(figsize=(6.4, 4.4), constrained_layout=True)
     for a in A:
-        ratios = []
-        for r in costs:
-            chain = min(run("si", a, c, per_node=r, k=k)[0] for k in range(1, budget + 1))
-            tree = min(run("si", a, c, per_node=r, tree=t)[0] for t in trees)
-            ratios.append(chain / tree)
-            print(f"a={a} per-node={r}: best chain {chain:.1f} ms, best tree {tree:.1f} ms", file=sys.stderr)
-        ax.plot(costs, ratios, marker="o", label=f"a = {a}")
+        ratios = [x.figures["chain_over_tree"] for x in results if x.arm.settings["a"] == a]
+        ax.plot(PER_NODE, ratios, marker="o", label=f"a = {a}")
     ax.axhline(1.0, color="grey", lw=0.8)
     ax.set_xlabel("target cost per scored node (per_token_ms / TPOT)")
     ax.set_ylabel("best chain latency / best tree latency (SI)")
-    ax.set_title(f"Where token trees pay: <= {budget} nodes per pass, c = {c}, N = {N}, {SEEDS} seeds", fontsize=10)
+    ax.set_title(f"Where token trees pay: <= {PLOT_BUDGET} nodes per pass, c = {PLOT_C}, N = {N}, {SEEDS} seeds",
+                 fontsize=10)  # fmt: skip
     ax.legend()
     fig.savefig(path, dpi=110)
-    print(f"wrote {path}", file=sys.stderr)
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--plot", metavar="PNG", default=None, help="draw the per-node-cost figure instead of the table")
-    p.add_argument("--best-first", action="store_true", help="the chain vs best:B table instead")
-    p.add_argument("--out", default=None, help="where the table is written too (default benchmarks/results/...)")
-    args = p.parse_args()
-    if args.plot:
-        plot(args.plot)
-        return
-    name = "trees_best_first.txt" if args.best_first else "trees.txt"
-    args.out = args.out or f"benchmarks/results/{name}"
-    text = best_first_table() if args.best_first else table()
-    print(text)
-    with open(args.out, "w") as f:
-        f.write(text + "\n")
-
-
-if __name__ == "__main__":
-    main()
+BENCHMARK = Benchmark(
+    description=__doc__,
+    reports={
+        "chain_tok_per_pass": "the chain of B drafts: tokens per target pass (tokens / verifications)",
+        "chain_ms": "its latency, ms (virtual clock, target TPOT = TTFT = 1 ms)",
+        "tree": "the tree with the most tokens per pass (best:B with --best-first)",
+        "tree_tok_per_pass": "its tokens per target pass",
+        "tree_ms": "its latency, ms",
+        "chain_over_tree": "chain latency / tree latency (the plot: the best of each, any k or tree <= B nodes)",
+        "dsi_chain_ms": "DSI (SP 4) over the chain, ms",
+        "dsi_tree_ms": "DSI (SP 4) over the tree, ms",
+        "best_chain_ms": "the plot: the best chain's latency, ms",
+        "best_tree_ms": "the plot: the best tree's latency, ms",
+    },
+    arms=arms,
+    measure=measure,
+    options=options,
+    summarize=summarize,
+)

@@ -18,8 +18,19 @@ import time
 from benchmarks.runner import Arm, Benchmark
 from specpar import LatencyProfile, SimulatedModel, generate
 from specpar.algorithms.dsi import dsi
+from specpar.algorithms.generation import Generation
 from specpar.core.calls import Draft, Proposal, Scores
+from specpar.core.config import SpeculativeConfig
+from specpar.core.query import Query
 from specpar.runtimes import Pool, VirtualRuntime
+
+K5 = SpeculativeConfig(lookahead=5)
+
+
+def run_dsi(rt, target: Pool, drafter: Pool, prompt: list[int], n: int):
+    """DSI with lookahead 5 on ``rt``, called as the runner calls it."""
+    return dsi(Generation(Query(prompt, n), rt), {"drafter": drafter, "target": target}, K5)
+
 
 SETTINGS = {  # label: (target ms, drafter ms, a, lookahead, SP, N)
     "issue: 20 ms / 1 ms, a=0.8, k=5, SP=4": (20.0, 1.0, 0.8, 5, 4, 200),
@@ -31,13 +42,13 @@ CPU_SECONDS = 3.0
 
 
 def arms(args) -> list[Arm]:
-    keys = ("target_ms", "drafter_ms", "acceptance_rate", "lookahead", "sp_degree", "max_new_tokens")
+    keys = ("target_ms", "drafter_ms", "acceptance_rate", "lookahead", "sp_degree", "max_tokens")
     out = [Arm(label, dict(zip(keys, setting))) for label, setting in SETTINGS.items()]
     out.append(Arm("engine alone (servers doing no work), issue setting", {"kind": "engine"}))
     for n in (200, 1000):
         for paused in (True, False):
             state = "paused" if paused else "running"
-            out.append(Arm(f"issue setting, N={n}, collector {state}", {"kind": "collector", "max_new_tokens": n,
+            out.append(Arm(f"issue setting, N={n}, collector {state}", {"kind": "collector", "max_tokens": n,
                                                                        "paused": paused}))  # fmt: skip
     return out
 
@@ -47,7 +58,7 @@ def measure(arm: Arm, args, r: int) -> dict:
     if kind == "engine":
         return engine_floor()
     if kind == "collector":
-        return collector(arm.settings["max_new_tokens"], arm.settings["paused"])
+        return collector(arm.settings["max_tokens"], arm.settings["paused"])
     t_ms, d_ms, a, k, sp, n = arm.settings.values()
     tokens = tasks = drafted = 0
     cpu, seed = 0.0, 0
@@ -55,7 +66,7 @@ def measure(arm: Arm, args, r: int) -> dict:
         target = SimulatedModel(32, seed=seed, latency=LatencyProfile.uniform(t_ms))
         drafter = target.drafter(a, LatencyProfile.uniform(d_ms), seed=seed + 1)
         t0 = time.process_time()
-        out = generate([seed % 32], target, drafter, algorithm="dsi", max_new_tokens=n, lookahead=k, sp_degree=sp)
+        out = generate([seed % 32], target, drafter, algorithm="dsi", max_tokens=n, lookahead=k, sp_degree=sp)
         cpu += time.process_time() - t0  # generate() alone: building the timeline below is not counted
         tokens += len(out.tokens)
         tasks += len(out.timeline)
@@ -90,7 +101,7 @@ def engine_floor() -> dict:
         target = Pool([IdleServer(f"target{i}", 20.0) for i in range(4)], "target")
         drafter = Pool([IdleServer("drafter0", 1.0)], "drafter")
         with VirtualRuntime([drafter, target]) as rt:  # as generate() runs it
-            tokens += len(dsi(rt, target, drafter, [seed % 32], 200, 5).tokens)
+            tokens += len(run_dsi(rt, target, drafter, [seed % 32], 200).tokens)
         seed += 1
     return {"tokens_per_cpu_s": tokens / (time.process_time() - t0)}
 
@@ -108,15 +119,15 @@ def collector(n: int, paused: bool) -> dict:
         rt = VirtualRuntime(pools)
         if paused:
             with rt:
-                dsi(rt, pools[1], pools[0], [seed % 32], n, 5)
+                run_dsi(rt, pools[1], pools[0], [seed % 32], n)
         else:
-            dsi(rt, pools[1], pools[0], [seed % 32], n, 5)
+            run_dsi(rt, pools[1], pools[0], [seed % 32], n)
         cpu += time.process_time() - t0
     return {"cpu_s": cpu}
 
 
 def summarize(results, args) -> dict:
-    cpu = {(a.arm.settings["max_new_tokens"], a.arm.settings["paused"]): a.figures["cpu_s"] for a in results
+    cpu = {(a.arm.settings["max_tokens"], a.arm.settings["paused"]): a.figures["cpu_s"] for a in results
            if a.arm.settings.get("kind") == "collector"}  # fmt: skip
     issue = results[0].figures["tokens_per_cpu_s"]
     return {

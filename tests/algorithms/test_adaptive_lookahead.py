@@ -112,7 +112,7 @@ def test_an_adaptive_lookahead_keeps_greedy_output_exact(algorithm, sp):
     for seed in range(3):
         target, drafter = _drifting(seed)
         out = generate([3, 4], target, drafter, algorithm=algorithm, lookahead="adaptive", sp_degree=sp,
-                       max_new_tokens=300)  # fmt: skip
+                       max_tokens=300)  # fmt: skip
         assert out.tokens == target.greedy_tokens([3, 4], 300)
         assert out.lookahead <= 16  # the windows' bound (the most the policy chooses); each window's own is its choice
 
@@ -132,7 +132,7 @@ def test_sis_adaptive_windows_follow_the_regimes(monkeypatch):
 
     monkeypatch.setattr(AdaptiveProposer, "propose", spy)
     target, drafter = _drifting()
-    generate([3, 4], target, drafter, algorithm="si", lookahead="adaptive", max_new_tokens=1000)
+    generate([3, 4], target, drafter, algorithm="si", lookahead="adaptive", max_tokens=1000)
     regimes = Regimes((0.9, 0.4), 50)
     high = [k for at, k in windows if regimes.rate_at(at) == 0.9 and at % 50 > 15]  # once the estimate has moved
     low = [k for at, k in windows if regimes.rate_at(at) == 0.4 and at % 50 > 15]
@@ -160,7 +160,7 @@ def test_an_adaptive_lookahead_samples_the_targets_law():
                 algorithm="dsi",
                 lookahead="adaptive",
                 sp_degree=3,
-                max_new_tokens=3,
+                max_tokens=3,
                 temperature=1.0,
                 seed=i,
             ).tokens
@@ -181,4 +181,4 @@ def test_an_adaptive_lookahead_says_what_it_cannot_do():
     ]:
         with pytest.raises(ConfigError, match=needle):
             generate([3, 4], target, [drafter] if kw["algorithm"] == "hsd" else drafter, lookahead="adaptive",
-                     max_new_tokens=10, **kw)  # fmt: skip
+                     max_tokens=10, **kw)  # fmt: skip

@@ -89,7 +89,7 @@ def test_a_confident_drafter_grows_its_chain_and_si_over_it_is_si_over_the_chain
     assert [len(tree.children(n)) for n in [-1, *range(7)]] == [1] * 8  # a path of 8 nodes
     assert tree.tokens_of(tree.path(7)) == chain
     for algorithm in ("si", "dsi"):
-        kw = dict(algorithm=algorithm, max_new_tokens=60, sp_degree=2)
+        kw = dict(algorithm=algorithm, max_tokens=60, sp_degree=2)
         a = generate([5, 6], target, drafter, lookahead=8, **kw)
         b = generate([5, 6], target, drafter, tree="best:8", **kw)
         # the same verifications (times differ near the end, where the depth is capped and the budget's
@@ -144,7 +144,7 @@ V, N, PROMPT, SAMPLES = 4, 3, [0, 1], 3000
 def sampled_joint(target, drafter, algorithm, shape):
     from collections import Counter
 
-    kw = dict(algorithm=algorithm, max_new_tokens=N, tree=shape, temperature=1.0, sp_degree=2)
+    kw = dict(algorithm=algorithm, max_tokens=N, tree=shape, temperature=1.0, sp_degree=2)
     return Counter(tuple(generate(PROMPT, target, drafter, seed=i, **kw).tokens) for i in range(SAMPLES))
 
 
@@ -225,6 +225,6 @@ def test_si_and_dsi_over_best_first_trees_return_the_targets_greedy_on_transform
     expected = reference_greedy(target, prompt, n)
     for algorithm, shape, sp in [("si", "best:6", 1), ("dsi", "best:5:2", 2)]:
         res = generate(
-            prompt, target, drafter, algorithm=algorithm, max_new_tokens=n, tree=shape, sp_degree=sp, runtime=runtime
+            prompt, target, drafter, algorithm=algorithm, max_tokens=n, tree=shape, sp_degree=sp, runtime=runtime
         )
         assert res.tokens == expected, f"{algorithm} over {shape} on {runtime}"

@@ -61,14 +61,14 @@ def _tested_positions(result, prompt_len: int) -> list[tuple[int, bool]]:
 
 def test_a_generation_sees_the_regimes_and_is_deterministic():
     target, drafter = _drafter()
-    runs = [generate([1, 2], target, drafter, algorithm="si", lookahead=1, max_new_tokens=3000) for _ in range(2)]
+    runs = [generate([1, 2], target, drafter, algorithm="si", lookahead=1, max_tokens=3000) for _ in range(2)]
     assert runs[0].tokens == runs[1].tokens and runs[0].accepted_per_round == runs[1].accepted_per_round
     by_regime: dict[float, list[bool]] = {0.9: [], 0.4: []}
     for position, accepted in _tested_positions(runs[0], 2)[:-1]:  # the last round may have drafted nothing
         by_regime[REGIMES.rate_at(position)].append(accepted)
     assert abs(np.mean(by_regime[0.9]) - 0.9) < 0.03 and abs(np.mean(by_regime[0.4]) - 0.4) < 0.04
     # the control: a drafter at the regimes' mean rate shows no such split
-    flat = generate([1, 2], target, target.drafter(0.65, seed=1), algorithm="si", lookahead=1, max_new_tokens=3000)
+    flat = generate([1, 2], target, target.drafter(0.65, seed=1), algorithm="si", lookahead=1, max_tokens=3000)
     flat_by = {0.9: [], 0.4: []}
     for position, accepted in _tested_positions(flat, 2)[:-1]:
         flat_by[REGIMES.rate_at(position)].append(accepted)
@@ -82,7 +82,7 @@ def test_a_generation_sees_the_regimes_and_is_deterministic():
 def test_a_drifting_drafter_keeps_greedy_output_exact(algorithm, k, sp, tree):
     target, drafter = _drafter()
     out = generate([5, 6], target, drafter, algorithm=algorithm, lookahead=k, sp_degree=sp, tree=tree,
-                   max_new_tokens=300)  # fmt: skip
+                   max_tokens=300)  # fmt: skip
     assert out.tokens == target.greedy_tokens([5, 6], 300)
 
 
@@ -94,9 +94,7 @@ def test_a_drifting_drafter_samples_the_targets_law():
     exact = {s: target.sequence_probability([0, 1], s, 1.0) for s in itertools.product(range(4), repeat=3)}
     counts = Counter(
         tuple(
-            generate(
-                [0, 1], target, drafter, algorithm="si", lookahead=2, max_new_tokens=3, temperature=1.0, seed=i
-            ).tokens
+            generate([0, 1], target, drafter, algorithm="si", lookahead=2, max_tokens=3, temperature=1.0, seed=i).tokens
         )  # fmt: skip
         for i in range(3000)
     )

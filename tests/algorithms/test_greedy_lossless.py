@@ -1,5 +1,7 @@
 """Greedy invariant: every algorithm, on every runtime, returns exactly the target's own greedy tokens."""
 
+import threading
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -40,7 +42,7 @@ def test_every_algorithm_on_the_virtual_clock_returns_the_target_greedy_tokens(s
             target,
             drafter,
             algorithm=algo,
-            max_new_tokens=n,
+            max_tokens=n,
             lookahead=k,
             sp_degree=sp,
             cancel_frees=cancel_frees,
@@ -55,12 +57,13 @@ def test_every_algorithm_on_the_virtual_clock_returns_the_target_greedy_tokens(s
 def test_every_algorithm_on_threads_returns_the_same_tokens_as_the_virtual_clock(setup):
     target, drafter, prompt, n, k, sp = setup
     expected = target.greedy_tokens(prompt, n)
+    before = set(threading.enumerate())
     for algo in ALGOS:
-        kw = dict(algorithm=algo, max_new_tokens=n, lookahead=k, sp_degree=sp)
+        kw = dict(algorithm=algo, max_tokens=n, lookahead=k, sp_degree=sp)
         virtual = generate(prompt, target, drafter, runtime="virtual", **kw)
         threads = generate(prompt, target, drafter, runtime="threads", **kw)
         assert virtual.tokens == threads.tokens == expected
-        assert specpar_threads() == []  # every worker joined
+        assert specpar_threads(before) == []  # every worker joined
 
 
 @pytest.mark.parametrize("a", [0.0, 0.5, 1.0])
@@ -72,5 +75,5 @@ def test_long_generation_with_many_rejections_and_paper_settings(a):
     expected = target.greedy_tokens(prompt, 400)
     for k in (1, 4):
         sp = sp_degree_needed(30.0, 1.5, k)
-        out = generate(prompt, target, drafter, algorithm="dsi", max_new_tokens=400, lookahead=k, sp_degree=sp)
+        out = generate(prompt, target, drafter, algorithm="dsi", max_tokens=400, lookahead=k, sp_degree=sp)
         assert out.tokens == expected

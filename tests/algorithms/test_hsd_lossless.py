@@ -66,7 +66,7 @@ def test_greedy_hsd_returns_the_target_greedy_tokens_for_any_hierarchy(h, cancel
             models[-1],
             models[:-1],
             algorithm=algorithm,
-            max_new_tokens=n,
+            max_tokens=n,
             buffers=buffers,
             sp_degree=sp,
             cancel_frees=cancel_frees,
@@ -82,7 +82,7 @@ def test_greedy_hsd_on_threads_matches_the_virtual_clock_and_joins_its_workers(h
     n = min(n, 12)
     models = [_fast(m) for m in models]
     for algorithm in ("hsd", "hsd-sp"):
-        kw = dict(algorithm=algorithm, max_new_tokens=n, buffers=buffers, sp_degree=2)
+        kw = dict(algorithm=algorithm, max_tokens=n, buffers=buffers, sp_degree=2)
         virtual = generate(prompt, models[-1], models[:-1], **kw)
         threads = generate(prompt, models[-1], models[:-1], runtime="threads", **kw)
         assert virtual.tokens == threads.tokens == models[-1].greedy_tokens(prompt, n), algorithm
@@ -99,7 +99,7 @@ def test_hsd_with_one_drafter_is_si():
     target = SimulatedModel(8, seed=3, latency=LatencyProfile.uniform(1.0))
     drafter = target.drafter(0.7, LatencyProfile.uniform(0.1), seed=2)
     for temperature in (0.0, 1.0):
-        kw = dict(max_new_tokens=60, temperature=temperature, seed=5)
+        kw = dict(max_tokens=60, temperature=temperature, seed=5)
         h = generate([1, 2], target, [drafter], algorithm="hsd", buffers=[4], **kw)
         s = generate([1, 2], target, drafter, algorithm="si", lookahead=4, **kw)
         assert h.tokens == s.tokens and h.time_ms == s.time_ms and h.accepted == s.accepted
@@ -108,7 +108,7 @@ def test_hsd_with_one_drafter_is_si():
 def test_sampled_hsd_tokens_do_not_depend_on_the_runtime(no_thread_leak):
     stack = SimulatedStack([0.6, 0.8], [LatencyProfile.uniform(c) for c in (0.02, 0.05, 0.2)], vocab_size=6, seed=4)
     for seed in range(2):
-        kw = dict(algorithm="hsd", max_new_tokens=20, buffers=[2, 3], temperature=1.0, seed=seed)
+        kw = dict(algorithm="hsd", max_tokens=20, buffers=[2, 3], temperature=1.0, seed=seed)
         assert (
             generate([1], stack.target, stack.drafters, **kw).tokens
             == generate([1], stack.target, stack.drafters, runtime="threads", **kw).tokens
@@ -148,7 +148,7 @@ def sample_outputs(models, buffers, temperature, samples=SAMPLES, algorithm="hsd
                 models[-1],
                 models[:-1],
                 algorithm=algorithm,
-                max_new_tokens=N,
+                max_tokens=N,
                 buffers=list(buffers),
                 temperature=temperature,
                 seed=i,
@@ -218,7 +218,7 @@ def test_streamed_tokens_are_the_output_in_order(algorithm):
     stack = SimulatedStack([0.6, 0.8], [LatencyProfile.uniform(c) for c in (0.02, 0.1, 1.0)], vocab_size=8, seed=2)
     runs = []
     out = generate(
-        [3], stack.target, stack.drafters, algorithm=algorithm, max_new_tokens=40, buffers=[2, 3], stream=runs.append
+        [3], stack.target, stack.drafters, algorithm=algorithm, max_tokens=40, buffers=[2, 3], stream=runs.append
     )
     assert [t for run in runs for t in run] == out.tokens and len(runs) > 1
 
@@ -227,7 +227,10 @@ def test_streamed_tokens_are_the_output_in_order(algorithm):
 def test_hsd_sp_counts_the_levels_work_of_completed_draft_calls_only(cancel_frees):
     """As drafter_forwards does for DSI. The virtual clock computes a cancelled call whole at its start, so the
     levels' own counters hold more than the result may report."""
+    from specpar.algorithms.generation import Generation
     from specpar.algorithms.hsd_sp import LevelsServer, hsd_sp
+    from specpar.core.config import SpeculativeConfig
+    from specpar.core.query import Query
     from specpar.runtimes import Pool, VirtualRuntime
 
     stack = SimulatedStack([0.7, 0.6], [LatencyProfile.uniform(c) for c in (0.02, 0.1, 1.0)], vocab_size=8, seed=4)
@@ -240,7 +243,8 @@ def test_hsd_sp_counts_the_levels_work_of_completed_draft_calls_only(cancel_free
     levels = Pool([levels_server()], "levels")
     targets = Pool([target.server(f"t{i}") for i in range(3)], "target")
     with VirtualRuntime([levels, targets], cancel_frees=cancel_frees) as rt:
-        out = hsd_sp(rt, targets, levels, [1, 2], 60, buffers[-1])
+        spec = SpeculativeConfig(algorithm="hsd-sp", buffers=buffers)
+        out = hsd_sp(Generation(Query([1, 2], 60), rt), {"levels": levels, "target": targets}, spec)
     assert out.tokens == target.greedy_tokens([1, 2], 60)
     completed = [t for t in rt.tasks if t.pool is levels and t.done and not t.cancelled and t.result is not None]
     cancelled = [t for t in rt.tasks if t.pool is levels and t.cancelled and t.server is not None]

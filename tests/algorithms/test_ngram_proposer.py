@@ -40,7 +40,7 @@ def test_the_ngram_proposer_gives_the_targets_greedy_tokens(algorithm, proposer,
         target, drafter = _pair(seed)
         prompt = REPEATING[seed:]
         out = generate(prompt, target, drafter if "drafter" in proposer else None, algorithm=algorithm,
-                       proposer=proposer, tree=tree, lookahead=k, sp_degree=sp, max_new_tokens=60,
+                       proposer=proposer, tree=tree, lookahead=k, sp_degree=sp, max_tokens=60,
                        runtime=runtime)  # fmt: skip
         assert out.tokens == target.greedy_tokens(prompt, 60), (seed, proposer)
         assert out.drafted > 0
@@ -56,20 +56,20 @@ def test_on_transformers_models_too(tmp_path):
     expected = reference_greedy(target, prompt, 20)
     for algorithm, proposer, tree in [("si", "ngram", None), ("dsi", "ngram+drafter", None), ("si", "ngram", (2, 1))]:
         out = generate(prompt, target, drafter, algorithm=algorithm, proposer=proposer, tree=tree, lookahead=4,
-                       sp_degree=2, max_new_tokens=20, runtime="virtual")  # fmt: skip
+                       sp_degree=2, max_tokens=20, runtime="virtual")  # fmt: skip
         assert out.tokens == expected, (algorithm, proposer)
 
 
 def test_lookup_drafts_cost_no_drafter_pass_and_the_fallback_drafts_where_nothing_matches():
     target, drafter = _pair()
-    alone = generate(REPEATING, target, None, algorithm="si", proposer="ngram", lookahead=4, max_new_tokens=40)
+    alone = generate(REPEATING, target, None, algorithm="si", proposer="ngram", lookahead=4, max_tokens=40)
     assert alone.drafter_forwards == 0 and alone.drafted > 0
     # a prompt whose last token occurs nowhere before: no match at the start, the drafter model drafts then
     behind = generate([0, 1, 2, 3], target, drafter, algorithm="si", proposer="ngram:2:2+drafter", lookahead=4,
-                      max_new_tokens=40)  # fmt: skip
+                      max_tokens=40)  # fmt: skip
     assert behind.drafter_forwards > 0
     # with nothing to propose and no drafter the target goes on alone, one token per pass
-    nothing = generate([0, 1, 2, 3], target, None, algorithm="si", proposer="ngram:3:3", max_new_tokens=3)
+    nothing = generate([0, 1, 2, 3], target, None, algorithm="si", proposer="ngram:3:3", max_tokens=3)
     assert nothing.drafted == 0 and nothing.target_forwards == 3
 
 
@@ -80,10 +80,10 @@ def test_dsi_with_the_ngram_proposer_is_never_slower_than_non_si(sp, per_token):
     for seed in range(6):
         target, _ = _pair(seed, per_token)
         prompt = REPEATING[seed % 4 :]
-        nonsi = generate(prompt, target, algorithm="nonsi", max_new_tokens=80).time_ms
+        nonsi = generate(prompt, target, algorithm="nonsi", max_tokens=80).time_ms
         for k in (2, 5, 10):
             dsi = generate(prompt, target, None, algorithm="dsi", proposer="ngram", lookahead=k, sp_degree=sp,
-                           max_new_tokens=80).time_ms  # fmt: skip
+                           max_tokens=80).time_ms  # fmt: skip
             assert dsi <= nonsi + 1e-9, (seed, k, dsi, nonsi)
 
 
@@ -91,10 +91,10 @@ def test_the_theorem_test_can_fail():
     """The controls: with a per-token cost, SI with the same proposer, and DSI without a server kept for the cursor,
     are slower than non-SI (lookups on these random texts are mostly wrong)."""
     target, _ = _pair(0, 0.3)
-    nonsi = generate(REPEATING, target, algorithm="nonsi", max_new_tokens=80).time_ms
-    si = generate(REPEATING, target, None, algorithm="si", proposer="ngram", lookahead=5, max_new_tokens=80)
+    nonsi = generate(REPEATING, target, algorithm="nonsi", max_tokens=80).time_ms
+    si = generate(REPEATING, target, None, algorithm="si", proposer="ngram", lookahead=5, max_tokens=80)
     shared = generate(REPEATING, target, None, algorithm="dsi", proposer="ngram", lookahead=5, sp_degree=2,
-                      dedicated_cursor=False, max_new_tokens=80)  # fmt: skip
+                      dedicated_cursor=False, max_tokens=80)  # fmt: skip
     assert si.time_ms > nonsi and shared.time_ms > nonsi
 
 
@@ -120,7 +120,7 @@ def _samples(algorithm: str, proposer: str, tree=None, samples: int = 3000) -> t
         tree=tree,
         lookahead=2,
         sp_degree=3,
-        max_new_tokens=N,
+        max_tokens=N,
         temperature=1.0,
     )
     return counts, _law(target)
@@ -159,7 +159,7 @@ def test_the_sampled_runs_in_front_of_a_drafter_use_both_proposers():
     drafter = target.drafter(0.5, LatencyProfile.uniform(0.1), seed=4)
     for algorithm, tree in (("dsi", None), ("si", (2, 1)), ("dsi", "best:4")):
         runs = [generate(PROMPT, target, drafter, algorithm=algorithm, proposer="ngram:2:2+drafter", tree=tree,
-                         lookahead=2, sp_degree=3, max_new_tokens=N, temperature=1.0, seed=i) for i in range(40)]  # fmt: skip
+                         lookahead=2, sp_degree=3, max_tokens=N, temperature=1.0, seed=i) for i in range(40)]  # fmt: skip
         assert sum(r.drafter_forwards == 0 and r.drafted > 0 for r in runs) > 0, (algorithm, tree)  # lookups alone
         assert sum(r.drafter_forwards > 0 for r in runs) > 0, (algorithm, tree)  # the drafter model
 
@@ -169,7 +169,7 @@ def test_vllms_speculative_config_and_a_requests_override_reach_the_proposer():
     target, drafter = _pair()
     expected = target.greedy_tokens(REPEATING, 30)
     vllm = {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 2}
-    out = generate(REPEATING, target, None, speculative_config=vllm, max_new_tokens=30)
+    out = generate(REPEATING, target, None, speculative_config=vllm, max_tokens=30)
     assert out.tokens == expected and out.algorithm == "dsi" and out.drafter_forwards == 0
     with Engine(target, drafter, sp_degree=3) as engine:
         lookup = engine.generate(REPEATING, max_tokens=30, temperature=0, proposer="ngram", algorithm="si")

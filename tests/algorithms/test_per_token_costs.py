@@ -16,7 +16,7 @@ def run_pair(seed, a, c, ttft, per_token, n, **kw):
     target = SimulatedModel(8, seed=seed, latency=LatencyProfile(ttft, 1.0, per_token))
     drafter = target.drafter(a, LatencyProfile(ttft * c, c), seed=seed + 5)
     prompt = [seed % 8, 3]  # ids in the vocabulary of 8
-    nonsi = generate(prompt, target, algorithm="nonsi", max_new_tokens=n, **kw)
+    nonsi = generate(prompt, target, algorithm="nonsi", max_tokens=n, **kw)
     return target, drafter, prompt, nonsi
 
 
@@ -28,7 +28,7 @@ def test_theorem1_per_run_on_a_grid_of_per_token_costs_and_prefills():
     for per_token, ttft in itertools.product((0.0, 0.05, 0.2, 0.6), (1.0, 3.0, 10.0)):
         for c, a, k, sp in itertools.product((0.05, 0.3), (0.0, 0.6, 1.0), (1, 4), (2, 5)):
             target, drafter, prompt, nonsi = run_pair(k + sp, a, c, ttft, per_token, n)
-            dsi = generate(prompt, target, drafter, algorithm="dsi", max_new_tokens=n, lookahead=k, sp_degree=sp)
+            dsi = generate(prompt, target, drafter, algorithm="dsi", max_tokens=n, lookahead=k, sp_degree=sp)
             assert dsi.tokens == nonsi.tokens
             assert dsi.time_ms <= nonsi.time_ms + 1e-9, (per_token, ttft, c, a, k, sp)
             runs += 1
@@ -46,7 +46,7 @@ def test_without_a_dedicated_cursor_pass_dsi_loses_on_per_token_costs():
             target,
             drafter,
             algorithm="dsi",
-            max_new_tokens=40,
+            max_tokens=40,
             lookahead=8,
             sp_degree=6,
             dedicated_cursor=False,
@@ -63,9 +63,9 @@ def test_theorem1_on_threads_with_per_token_costs(per_token, no_thread_leak):
         drafter.latency = LatencyProfile(0.4, 0.4)
         nonsi_ms, dsi_ms = [], []
         for _ in range(3):  # interleaved; a loaded machine only adds time, so the fastest of each arm is compared
-            nonsi = generate(prompt, target, algorithm="nonsi", max_new_tokens=12, runtime="threads")
+            nonsi = generate(prompt, target, algorithm="nonsi", max_tokens=12, runtime="threads")
             dsi = generate(
-                prompt, target, drafter, algorithm="dsi", max_new_tokens=12, lookahead=3, sp_degree=4, runtime="threads"
+                prompt, target, drafter, algorithm="dsi", max_tokens=12, lookahead=3, sp_degree=4, runtime="threads"
             )
             assert dsi.tokens == nonsi.tokens
             nonsi_ms.append(nonsi.time_ms)
@@ -102,7 +102,7 @@ def test_on_eq1s_servers_a_short_last_chunk_waits_behind_the_pass_on_the_cursor(
     for sp in (7, 8):
         target = SimulatedModel(8, seed=0, latency=LatencyProfile.uniform(1.0))
         drafter = target.drafter(1.0, LatencyProfile.uniform(0.01), seed=3)
-        times[sp] = generate([1], target, drafter, algorithm="dsi", max_new_tokens=100, lookahead=15, sp_degree=sp)
+        times[sp] = generate([1], target, drafter, algorithm="dsi", max_tokens=100, lookahead=15, sp_degree=sp)
     assert times[8].time_ms == pytest.approx(1.99) and times[7].time_ms == pytest.approx(2.0)
 
 
@@ -121,7 +121,7 @@ def test_lookahead_auto_is_never_slower_than_the_smallest_valid_lookahead(c, a):
         drafter = target.drafter(a, drafter_lat, seed=seed + 1)
         for name, k in (("auto", choice.lookahead), ("smallest", smallest)):
             total[name] += generate(
-                [1], target, drafter, algorithm="dsi", max_new_tokens=100, lookahead=k, sp_degree=7
+                [1], target, drafter, algorithm="dsi", max_tokens=100, lookahead=k, sp_degree=7
             ).time_ms
     assert total["auto"] <= total["smallest"] * 1.01
 
@@ -138,9 +138,7 @@ def test_lookahead_auto_on_a_per_token_profile_uses_the_virtual_clock_and_wins()
         for seed in range(50, 60):
             target = SimulatedModel(8, seed=seed, latency=target_lat)
             drafter = target.drafter(0.8, drafter_lat, seed=seed + 1)
-            total[k] += generate(
-                [2], target, drafter, algorithm="dsi", max_new_tokens=60, lookahead=k, sp_degree=4
-            ).time_ms
+            total[k] += generate([2], target, drafter, algorithm="dsi", max_tokens=60, lookahead=k, sp_degree=4).time_ms
     assert total[choice.lookahead] <= total[choice.smallest_valid] * 1.01
 
 
@@ -159,7 +157,7 @@ def test_generate_takes_lookahead_auto_for_simulated_models_and_refuses_it_witho
 
     target = Model(8, seed=2, latency=LatencyProfile(20.0, 20.0, 2.0))
     drafter = target.drafter(0.9, LatencyProfile.uniform(2.0), seed=3)
-    out = generate([1, 2], target, drafter, algorithm="dsi", max_new_tokens=50, lookahead="auto", sp_degree=4)
+    out = generate([1, 2], target, drafter, algorithm="dsi", max_tokens=50, lookahead="auto", sp_degree=4)
     expected = choose_lookahead(target.latency, drafter.latency, 0.9, 4, 50).lookahead
     assert out.lookahead == expected and out.tokens == target.greedy_tokens([1, 2], 50)
 
@@ -170,4 +168,4 @@ def test_generate_takes_lookahead_auto_for_simulated_models_and_refuses_it_witho
             return drafter.server(name)
 
     with pytest.raises(ConfigError, match='lookahead="auto" needs'):
-        generate([1], target, Unknown(), algorithm="si", max_new_tokens=5, lookahead="auto")
+        generate([1], target, Unknown(), algorithm="si", max_tokens=5, lookahead="auto")

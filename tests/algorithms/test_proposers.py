@@ -12,10 +12,12 @@ from hypothesis import strategies as st
 from specpar import ConfigError, LatencyProfile, SimulatedModel, generate
 from specpar.algorithms.dsi import dsi
 from specpar.algorithms.generation import Generation
-from specpar.algorithms.proposers import ModelDrafter, Proposer, lookahead_of, proposer_for
+from specpar.algorithms.proposers import ModelDrafter, Proposer, lookahead_of
 from specpar.algorithms.si import si
 from specpar.core.calls import Draft, DraftTree, Proposal
+from specpar.core.config import SpeculativeConfig
 from specpar.core.decoding import GREEDY, Decoding
+from specpar.core.query import Query
 from specpar.core.trees import TokenTree
 from specpar.runtimes import Pool, VirtualRuntime
 from specpar.runtimes.threads import ThreadRuntime
@@ -48,11 +50,12 @@ def run(algorithm, target, proposer, prompt, n, k, sp=1, decoding=GREEDY, runtim
     drafter = kw.pop("drafter", None)
     targets = Pool([target.server(f"target{i}") for i in range(sp)], "target")
     pools = [targets] if drafter is None else [Pool([drafter.server("drafter")], "drafter"), targets]
+    spec = SpeculativeConfig(algorithm=algorithm, lookahead=k, **kw)
     with runtime_class(pools) as rt:
         p = proposer(rt) if drafter is None else proposer(rt, pools[0])
-        if algorithm == "si":
-            return si(rt, targets, p, prompt, n, k, decoding, **kw)
-        return dsi(rt, targets, p, prompt, n, k, decoding, **kw)
+        return (si if algorithm == "si" else dsi)(
+            Generation(Query(prompt, n, decoding), rt), {"target": targets}, spec, p
+        )
 
 
 @st.composite
@@ -74,7 +77,7 @@ def test_a_proposer_that_costs_no_time_gives_the_target_greedy_tokens_and_dsi_is
     """empty_every = 1: it never proposes anything, so DSI is non-SI with passes on the cursor only."""
     target, drafter, prompt, n, k, sp, tree = setup
     expected = target.greedy_tokens(prompt, n)
-    nonsi = generate(prompt, target, algorithm="nonsi", max_new_tokens=n).time_ms
+    nonsi = generate(prompt, target, algorithm="nonsi", max_tokens=n).time_ms
     for algorithm in ("si", "dsi"):
         kw = {"dedicated_cursor": dedicated} if algorithm == "dsi" else {}
         out = run(algorithm, target, lambda rt: AtOnce(drafter, tree, empty_every), prompt, n, k, sp, **kw)
@@ -189,13 +192,12 @@ def test_the_feedback_check_catches_a_hook_that_misses_rejections(monkeypatch):
     assert not any(feedback_matches(out, heard) for out, heard in feedback_runs())
 
 
-def test_proposer_for_takes_a_pool_or_a_proposer():
+def test_a_model_drafter_drafts_chains_or_trees_whose_depth_is_the_lookahead():
     target = SimulatedModel(8, seed=1, latency=LatencyProfile.uniform(1.0))
     pool = Pool([target.drafter(0.5).server("d")], "drafter")
     rt = VirtualRuntime([pool])
-    chains, trees = proposer_for(rt, pool), ModelDrafter(rt, pool, (2, 2, 1))
-    assert isinstance(chains, ModelDrafter) and not chains.trees and lookahead_of(chains, 4) == 4
+    chains, trees = ModelDrafter(rt, pool), ModelDrafter(rt, pool, (2, 2, 1))
+    assert not chains.trees and lookahead_of(chains, 4) == 4
     assert trees.trees and lookahead_of(trees, 4) == 3  # a tree's lookahead is its depth
-    assert proposer_for(rt, trees) is trees
     with pytest.raises(ConfigError, match="tree width"):
         ModelDrafter(rt, pool, (2, 0))

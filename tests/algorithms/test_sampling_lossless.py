@@ -43,7 +43,7 @@ def sample_outputs(target, drafter, algorithm, temperature, runtime="virtual"):
         drafter,
         SAMPLES,
         algorithm=algorithm,
-        max_new_tokens=N,
+        max_tokens=N,
         lookahead=LOOKAHEAD[algorithm],
         sp_degree=3,
         temperature=temperature,
@@ -90,7 +90,7 @@ def test_mixed_drafter_acceptance_rate_is_a_when_sampling():
         target,
         target.drafter(0.7, LatencyProfile.uniform(0.1), seed=1),
         algorithm="si",
-        max_new_tokens=3000,
+        max_tokens=3000,
         lookahead=3,
         temperature=1.0,
         seed=3,
@@ -104,7 +104,7 @@ def test_sampled_tokens_do_not_depend_on_the_runtime(algorithm):
     target = SimulatedModel(6, seed=2, latency=LatencyProfile.uniform(0.3))
     drafter = target.drafter(0.6, LatencyProfile.uniform(0.05), seed=1)
     for seed in range(3):
-        kw = dict(algorithm=algorithm, max_new_tokens=25, lookahead=3, temperature=1.0, seed=seed)
+        kw = dict(algorithm=algorithm, max_tokens=25, lookahead=3, temperature=1.0, seed=seed)
         assert (
             generate([1], target, drafter, **kw).tokens
             == generate([1], target, drafter, runtime="threads", **kw).tokens

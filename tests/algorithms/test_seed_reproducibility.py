@@ -40,7 +40,7 @@ def run(algorithm, seed, runtime, coupling, target_drafters=None):
         target,
         drafter,
         algorithm=algorithm,
-        max_new_tokens=24,
+        max_tokens=24,
         lookahead=2,
         buffers=[2, 3],
         sp_degree=3,
@@ -108,7 +108,7 @@ def small_pair():
 
 def gumbel_outputs(algorithm):
     target, drafter = small_pair()
-    kw = dict(algorithm=algorithm, max_new_tokens=N, lookahead=1, sp_degree=3, temperature=1.0, coupling="gumbel")
+    kw = dict(algorithm=algorithm, max_tokens=N, lookahead=1, sp_degree=3, temperature=1.0, coupling="gumbel")
     return Counter(tuple(generate(PROMPT, target, drafter, seed=i, **kw).tokens) for i in range(SAMPLES))
 
 
@@ -160,7 +160,7 @@ def test_gumbel_coupling_over_token_trees_gives_non_si_tokens(algorithm, no_thre
                 target,
                 drafters[-1],
                 algorithm=algorithm,
-                max_new_tokens=24,
+                max_tokens=24,
                 tree=(2, 2, 1),
                 sp_degree=3,
                 temperature=1.0,

@@ -25,7 +25,7 @@ def pair(seed, a, c):
 
 def run(algo, seed, a, c, k=None, sp=1):
     target, drafter = pair(seed, a, c)
-    return generate([seed % 8, 3], target, drafter, algorithm=algo, max_new_tokens=N, lookahead=k, sp_degree=sp)
+    return generate([seed % 8, 3], target, drafter, algorithm=algo, max_tokens=N, lookahead=k, sp_degree=sp)
 
 
 def lookaheads(c):
@@ -62,7 +62,7 @@ def test_si_mean_latency_matches_the_closed_form(a, k, c):
     target = SimulatedModel(8, seed=0, latency=LatencyProfile.uniform(1.0))
     drafter = target.drafter(a, LatencyProfile.uniform(c), seed=1)
     mean = statistics.fmean(
-        generate([s % 8, s // 8 % 8, s // 64], target, drafter, algorithm="si", max_new_tokens=n, lookahead=k).time_ms
+        generate([s % 8, s // 8 % 8, s // 64], target, drafter, algorithm="si", max_tokens=n, lookahead=k).time_ms
         for s in range(runs)
     )
     exact = si_expected_latency(1.0, c, a, k, n)
@@ -99,9 +99,7 @@ def test_amdahl_one_drafter_at_80_percent_tends_to_5x():
     for seed in range(8):
         target = SimulatedModel(8, seed=seed, latency=LatencyProfile.uniform(1.0))
         drafter = target.drafter(a, LatencyProfile.uniform(c), seed=1)
-        times.append(
-            generate([1], target, drafter, algorithm="dsi", max_new_tokens=n, lookahead=1, sp_degree=100).time_ms
-        )
+        times.append(generate([1], target, drafter, algorithm="dsi", max_tokens=n, lookahead=1, sp_degree=100).time_ms)
     amdahl = 1.0 / (a * c + 1.0 - a)  # 4.81
     assert n / statistics.fmean(times) == pytest.approx(amdahl, rel=0.05)
 
@@ -118,8 +116,8 @@ def test_theorem1_holds_with_a_costly_prefill_when_replicas_prefill_together():
             for seed in range(3):
                 target = SimulatedModel(8, seed=seed, latency=LatencyProfile(ttft, 1.0))
                 drafter = target.drafter(a, LatencyProfile(ttft * c, c), seed=seed + 17)
-                kw = dict(max_new_tokens=N, lookahead=k, sp_degree=sp_degree_needed(1.0, c, k))
-                nonsi = generate([seed, 3], target, algorithm="nonsi", max_new_tokens=N).time_ms
+                kw = dict(max_tokens=N, lookahead=k, sp_degree=sp_degree_needed(1.0, c, k))
+                nonsi = generate([seed, 3], target, algorithm="nonsi", max_tokens=N).time_ms
                 dsi = generate([seed, 3], target, drafter, algorithm="dsi", **kw)
                 assert dsi.tokens == target.greedy_tokens([seed, 3], N)
                 assert dsi.time_ms <= nonsi + 1e-9, f"c={c}, a={a}"

@@ -195,7 +195,7 @@ def test_si_and_dsi_over_trees_return_the_target_greedy_tokens(setup):
     expected = target.greedy_tokens(prompt, n)
     drafter = drafters if len(drafters) > 1 else drafters[0]
     for algo in ("si", "dsi"):
-        out = generate(prompt, target, drafter, algorithm=algo, max_new_tokens=n, tree=tree, sp_degree=sp)
+        out = generate(prompt, target, drafter, algorithm=algo, max_tokens=n, tree=tree, sp_degree=sp)
         assert out.tokens == expected, f"{algo} with tree {tree} diverged from the target's greedy decoding"
         assert out.accepted + out.rounds == n
 
@@ -206,7 +206,7 @@ def test_dsi_tree_finished_ahead_of_the_cursor_lends_its_rows_to_the_right_posit
     the row after the wrong sibling)."""
     target = SimulatedModel(2, seed=0, latency=LatencyProfile(1.0, 1.0, 0.05))
     drafter = target.drafter(1.0, target.latency.scaled(0.25), seed=0)
-    out = generate([0], target, drafter, algorithm="dsi", max_new_tokens=12, tree=(3,), sp_degree=3)
+    out = generate([0], target, drafter, algorithm="dsi", max_tokens=12, tree=(3,), sp_degree=3)
     assert out.tokens == target.greedy_tokens([0], 12)
 
 
@@ -217,7 +217,7 @@ def test_a_tree_of_one_chain_is_the_chain_algorithm_exactly(algorithm, sp, tempe
         target = SimulatedModel(8, seed=4, latency=lat)
         drafter = target.drafter(0.6, LatencyProfile.uniform(0.1), seed=5)
         for k in (1, 4):
-            kw = dict(algorithm=algorithm, sp_degree=sp, max_new_tokens=40, temperature=temperature, seed=3)
+            kw = dict(algorithm=algorithm, sp_degree=sp, max_tokens=40, temperature=temperature, seed=3)
             chain = generate([1, 2], target, drafter, lookahead=k, **kw)
             tree = generate([1, 2], target, drafter, tree=(1,) * k, **kw)
             assert (tree.tokens, tree.time_ms, tree.accepted, tree.target_forwards) == (
@@ -231,8 +231,8 @@ def test_a_tree_of_one_chain_is_the_chain_algorithm_exactly(algorithm, sp, tempe
 def test_wider_trees_accept_more_per_target_pass():
     target = SimulatedModel(8, seed=0, latency=LatencyProfile.uniform(1.0))
     drafter = target.drafter(0.5, LatencyProfile.uniform(0.05), seed=1)
-    chain = generate([1], target, drafter, algorithm="si", max_new_tokens=400, lookahead=3)
-    tree = generate([1], target, drafter, algorithm="si", max_new_tokens=400, tree=(3, 2, 1))
+    chain = generate([1], target, drafter, algorithm="si", max_tokens=400, lookahead=3)
+    tree = generate([1], target, drafter, algorithm="si", max_tokens=400, tree=(3, 2, 1))
     # per level the tree holds the target's token with probability 1 - (1 - a)^k: 0.875, 0.75, 0.5 vs 0.5 each
     assert tree.mean_acceptance_length > chain.mean_acceptance_length + 0.5
     assert tree.time_ms < chain.time_ms
@@ -252,8 +252,8 @@ def test_theorem1_dsi_over_trees_is_never_slower_than_nonsi(c, latency):
     for a, tree, sp in itertools.product(A_GRID, [(2,), (2, 2, 1), (3, 1, 1, 1)], [2, 4]):
         target = SimulatedModel(8, seed=7, latency=latency)
         drafter = target.drafter(a, latency.scaled(c), seed=8)
-        nonsi = generate([3, 1], target, None, algorithm="nonsi", max_new_tokens=40).time_ms
-        dsi = generate([3, 1], target, drafter, algorithm="dsi", max_new_tokens=40, tree=tree, sp_degree=sp).time_ms
+        nonsi = generate([3, 1], target, None, algorithm="nonsi", max_tokens=40).time_ms
+        dsi = generate([3, 1], target, drafter, algorithm="dsi", max_tokens=40, tree=tree, sp_degree=sp).time_ms
         assert dsi <= nonsi + 1e-9, f"DSI with tree {tree} took {dsi} > non-SI {nonsi} at c={c}, a={a}, SP={sp}"
 
 
@@ -262,7 +262,7 @@ def test_theorem1_dsi_over_trees_is_never_slower_than_nonsi(c, latency):
 def test_merged_trees_give_the_same_tokens_on_threads_as_on_the_virtual_clock(algorithm, temperature):
     target = SimulatedModel(6, seed=2, latency=LatencyProfile.uniform(0.3))
     drafters = [target.drafter(0.6, LatencyProfile.uniform(0.05), seed=s) for s in (1, 2)]
-    kw = dict(algorithm=algorithm, max_new_tokens=20, tree=(2, 1), sp_degree=2, temperature=temperature, seed=4)
+    kw = dict(algorithm=algorithm, max_tokens=20, tree=(2, 1), sp_degree=2, temperature=temperature, seed=4)
     virtual = generate([1], target, drafters, **kw)
     assert generate([1], target, drafters, runtime="threads", **kw).tokens == virtual.tokens
 
@@ -297,7 +297,7 @@ def sample_outputs(target, drafter, algorithm, tree):
     return Counter(
         tuple(
             generate(
-                PROMPT, target, drafter, algorithm=algorithm, max_new_tokens=N, tree=tree, temperature=1.0, seed=i
+                PROMPT, target, drafter, algorithm=algorithm, max_tokens=N, tree=tree, temperature=1.0, seed=i
             ).tokens
         )
         for i in range(SAMPLES)

@@ -43,7 +43,7 @@ def test_hsd_on_transformers_stacks_returns_the_targets_own_greedy_generate(stac
             [stack[m] for m in levels[:-1]],
             algorithm="hsd",
             buffers=buffers,
-            max_new_tokens=n,
+            max_tokens=n,
             runtime=runtime,
         )
         assert out.tokens == reference_greedy(stack[3], prompt, n), f"levels {levels}, T = {buffers} on {runtime}"

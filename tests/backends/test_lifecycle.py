@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import threading
 import time
 
 import pytest
@@ -52,9 +51,8 @@ def test_a_reset_waits_for_the_cancelled_call_still_running_on_the_server(monkey
     rt.close()
     assert rt.left_running == ["specpar-target0"], "the pass should still be running: the test is not testing"
     server.reset()  # the next arm of a comparison starts from a cold cache
-    for thread in threading.enumerate():
-        if thread.name == "specpar-target0":
-            thread.join(5)  # the cancelled pass has ended (it wrote whatever it writes)
+    for thread in rt._threads:  # this runtime's own worker, by handle (not any thread of that name)
+        thread.join(5)  # the cancelled pass has ended (it wrote whatever it writes)
     after = server.run(Score(PROMPT + (10, 12), 2, GREEDY)).rows
     assert after == target.server().run(Score(PROMPT + (10, 12), 2, GREEDY)).rows
     assert server.tokens == PROMPT + (10, 12) and server._cache.layers[0].keys.shape[-2] == len(PROMPT) + 2

@@ -81,7 +81,7 @@ def test_every_algorithm_returns_the_targets_own_greedy_tokens(pair, runtime, no
                 target,
                 drafter,
                 algorithm=algorithm,
-                max_new_tokens=24,
+                max_tokens=24,
                 lookahead=k,
                 sp_degree=sp,
                 runtime=runtime,
@@ -98,7 +98,7 @@ def test_hsd_over_two_gguf_drafters_returns_the_targets_tokens(pair, paths, tmp_
     target, drafter = pair
     smallest = LlamaModel(write_tiny_gguf(tmp_path / "d2.gguf", noise=0.03), latency=LatencyProfile.uniform(0.05))
     for algorithm in ("hsd", "hsd-sp"):
-        res = generate(PROMPTS[1], target, [smallest, drafter], algorithm=algorithm, max_new_tokens=16, ignore_eos=True)
+        res = generate(PROMPTS[1], target, [smallest, drafter], algorithm=algorithm, max_tokens=16, ignore_eos=True)
         assert res.tokens == reference_greedy(target, PROMPTS[1], 16), algorithm
 
 
@@ -111,7 +111,7 @@ def test_ray_runs_each_server_in_an_actor_that_loads_the_gguf_itself(pair, ray_l
             target,
             drafter,
             algorithm=algorithm,
-            max_new_tokens=16,
+            max_tokens=16,
             lookahead=3,
             sp_degree=sp,
             runtime="ray",

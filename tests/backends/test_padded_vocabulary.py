@@ -64,8 +64,8 @@ def test_different_tokenizers_are_refused_with_a_message_that_says_so():
     )
     assert fit_drafter(wide, short) is short
     with pytest.raises(ConfigError, match="vocabulary has 8 tokens but the target's has 10"):
-        generate([1, 2], wide, short, temperature=1.0, max_new_tokens=2)
-    assert len(generate([1, 2], wide, short, max_new_tokens=2).tokens) == 2
+        generate([1, 2], wide, short, temperature=1.0, max_tokens=2)
+    assert len(generate([1, 2], wide, short, max_tokens=2).tokens) == 2
 
 
 def test_a_simulated_drafter_of_another_vocabulary_is_still_refused_when_sampling():
@@ -73,7 +73,7 @@ def test_a_simulated_drafter_of_another_vocabulary_is_still_refused_when_samplin
     target = SimulatedModel(8, latency=LatencyProfile.uniform(1.0))
     other = SimulatedModel(16, latency=LatencyProfile.uniform(1.0)).drafter(0.8)
     with pytest.raises(ConfigError, match="vocabulary has 16 tokens but the target's has 8"):
-        generate([1, 2], target, other, temperature=1.0, max_new_tokens=4)
+        generate([1, 2], target, other, temperature=1.0, max_tokens=4)
 
 
 def _save(directory, vocab: int, rows: int, seed: int, tokenizer) -> str:
@@ -111,7 +111,7 @@ def test_load_pair_refuses_different_tokenizers_before_loading_weights_and_fits_
     assert loads == []  # refused before any weights loaded
     t, d = load_pair(target, padded, progress=False)  # the control: the same tokenizer, padded rows
     assert len(loads) == 2 and (t.vocab_size, d.vocab_size, d.native_rows) == (16, 16, 20)
-    out = generate(t.encode("w3 w5 w7"), t, d, algorithm="si", lookahead=3, max_new_tokens=6, runtime="threads")
+    out = generate(t.encode("w3 w5 w7"), t, d, algorithm="si", lookahead=3, max_tokens=6, runtime="threads")
     assert out.tokens == reference_greedy(t, t.encode("w3 w5 w7"), 6)
 
 
@@ -142,7 +142,7 @@ def test_simulated_padded_drafters_give_the_targets_greedy_tokens(rows):
         ("dsi", None, 2, "best:6"),
     ]:
         out = generate([1, 2, 3], target, drafter, algorithm=algorithm, lookahead=k, sp_degree=sp, tree=tree,
-                       max_new_tokens=40)  # fmt: skip
+                       max_tokens=40)  # fmt: skip
         assert out.tokens == expected, (algorithm, k, tree)
         assert out.accepted > 0
 
@@ -166,7 +166,7 @@ def test_transformers_padded_drafters_give_the_targets_greedy_tokens(transformer
         expected = reference_greedy(target, prompt, 16)
         for algorithm, k, sp in [("si", 3, 1), ("dsi", 2, 2)]:
             out = generate(prompt, target, drafter, algorithm=algorithm, lookahead=k, sp_degree=sp,
-                           max_new_tokens=16, runtime="virtual")  # fmt: skip
+                           max_tokens=16, runtime="virtual")  # fmt: skip
             assert out.tokens == expected, (seed, algorithm)
             accepted += out.accepted
     assert accepted > 0
@@ -186,7 +186,7 @@ def _counts(target, drafter, algorithm, samples, runtime="virtual"):
         drafter,
         samples,
         algorithm=algorithm,
-        max_new_tokens=N,
+        max_tokens=N,
         lookahead=lookahead,
         sp_degree=3,
         temperature=1.0,
@@ -242,7 +242,7 @@ def _transformers_counts(algorithm: str, rows: int, samples: int):
         drafter,
         samples,
         algorithm=algorithm,
-        max_new_tokens=2,
+        max_tokens=2,
         lookahead=2,
         sp_degree=2,
         temperature=0.9,

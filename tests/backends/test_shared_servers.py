@@ -39,7 +39,7 @@ def test_generations_sharing_pools_from_several_threads_each_get_the_right_token
     def work():
         for _ in range(5):
             try:
-                out = generate([1, 2], targets, drafters, algorithm=algorithm, max_new_tokens=100, runtime=runtime)
+                out = generate([1, 2], targets, drafters, algorithm=algorithm, max_tokens=100, runtime=runtime)
                 outcomes.append(out.tokens == expected)
             except ConfigError as exc:
                 outcomes.append("already running another generation" in str(exc))

@@ -54,7 +54,7 @@ def test_every_algorithm_returns_the_targets_own_greedy_generate(pair, runtime, 
                 target,
                 drafter,
                 algorithm=algorithm,
-                max_new_tokens=n,
+                max_tokens=n,
                 lookahead=k,
                 sp_degree=sp,
                 runtime=runtime,
@@ -101,7 +101,7 @@ def test_a_wrong_server_is_caught(pair):
 
     bad = OffByOne(target.module_on("cpu"), latency=target.latency)
     for algorithm in ("nonsi", "si", "dsi"):
-        res = generate(prompt, bad, drafter, algorithm=algorithm, max_new_tokens=n, lookahead=3)
+        res = generate(prompt, bad, drafter, algorithm=algorithm, max_tokens=n, lookahead=3)
         assert res.tokens[:5] == expected[:5] and res.tokens[5] != expected[5]
 
 
@@ -214,7 +214,7 @@ def test_sampling_follows_the_targets_distribution(small_vocab_pair, algorithm, 
         drafter,
         SAMPLES,
         algorithm=algorithm,
-        max_new_tokens=N,
+        max_tokens=N,
         lookahead=lookahead,
         sp_degree=2,
         temperature=temperature,
@@ -228,7 +228,7 @@ def test_sampling_follows_the_targets_distribution(small_vocab_pair, algorithm, 
 def test_a_context_longer_than_the_window_is_a_clear_error():
     target = TransformersModel(tiny_module(vocab=16, seed=0, layers=1, context=16), name="short")
     with pytest.raises(ConfigError, match="12 tokens and 8 new .* short's context window is 16 tokens"):
-        generate(list(range(12)), target, algorithm="nonsi", max_new_tokens=8, runtime="threads")  # refused up front
+        generate(list(range(12)), target, algorithm="nonsi", max_tokens=8, runtime="threads")  # refused up front
     server = target.server("t")  # and a server itself refuses a context it cannot hold
     with pytest.raises(ConfigError, match="exceeds short's context window of 16 tokens"):
         server.compute(Score(tuple(range(17)), 0, Decoding()))
@@ -255,7 +255,7 @@ def test_ready_made_servers_are_reused_and_stream_the_verified_tokens_in_order(p
             targets,
             drafters,
             algorithm=algorithm,
-            max_new_tokens=15,
+            max_tokens=15,
             lookahead=3,
             sp_degree=3,
             runtime="threads",

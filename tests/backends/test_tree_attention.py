@@ -104,7 +104,7 @@ def test_si_and_dsi_over_trees_return_the_targets_own_greedy_generate(pair, runt
         expected = reference_greedy(target, prompt, n)
         for algorithm, tree, sp in [("si", (2, 2, 1), 1), ("dsi", (2, 1), 2), ("dsi", (3, 2, 1), 3)]:
             res = generate(
-                prompt, target, drafter, algorithm=algorithm, max_new_tokens=n, tree=tree, sp_degree=sp, runtime=runtime
+                prompt, target, drafter, algorithm=algorithm, max_tokens=n, tree=tree, sp_degree=sp, runtime=runtime
             )
             assert res.tokens == expected, f"{algorithm} tree {tree} prompt seed {seed} on {runtime}"
 
@@ -113,13 +113,13 @@ def test_a_tree_past_the_context_window_is_refused(pair):
     target, drafter = pair
     short_prompt = [i % 64 for i in range(250)]  # the tiny models' window is 256, their vocabulary 64
     with pytest.raises(ConfigError, match="reaches past the context"):
-        generate(short_prompt, target, drafter, algorithm="si", max_new_tokens=4, tree=(1,) * 7)
+        generate(short_prompt, target, drafter, algorithm="si", max_tokens=4, tree=(1,) * 7)
 
 
 def test_top_k_candidates_rescue_rejected_drafts_on_real_models():
     """A noisier drafter: its second to fourth candidates hold the target's token where its first does not."""
     target, drafter = tiny_pair(vocab=64, seed=3, noise=0.3, latencies=(LatencyProfile.uniform(1.0), None))
-    chain = generate([1, 2, 3, 4], target, drafter, algorithm="si", max_new_tokens=40, lookahead=1, runtime="threads")
-    tree = generate([1, 2, 3, 4], target, drafter, algorithm="si", max_new_tokens=40, tree=(4,), runtime="threads")
+    chain = generate([1, 2, 3, 4], target, drafter, algorithm="si", max_tokens=40, lookahead=1, runtime="threads")
+    tree = generate([1, 2, 3, 4], target, drafter, algorithm="si", max_tokens=40, tree=(4,), runtime="threads")
     assert tree.tokens == chain.tokens
     assert tree.mean_acceptance_length > chain.mean_acceptance_length + 0.1

@@ -120,12 +120,12 @@ def test_a_request_for_non_si_or_hsd_leaves_the_engines_tree_and_ngram_proposer(
 def test_generate_takes_config_objects_or_their_fields(pair):
     target, drafter = pair
     want = target.greedy_tokens(PROMPT, 16)
-    by_fields = generate(PROMPT, target, drafter, max_new_tokens=16, algorithm="dsi", lookahead=3, sp_degree=2)
+    by_fields = generate(PROMPT, target, drafter, max_tokens=16, algorithm="dsi", lookahead=3, sp_degree=2)
     by_object = generate(
         PROMPT,
         target,
         drafter,
-        max_new_tokens=16,
+        max_tokens=16,
         speculative_config=SpeculativeConfig(algorithm="dsi", lookahead=3, sp_degree=2),
         runtime=RuntimeConfig(name="virtual", cancel_frees="end"),
     )
@@ -154,6 +154,6 @@ def test_an_explicit_dedicated_cursor_reaches_the_default_lookahead():
     the cursor's server kept)."""
     target = SimulatedModel(32, seed=1, latency=LatencyProfile.uniform(20.0))
     drafter = target.drafter(0.8, LatencyProfile.uniform(1.0), seed=2)
-    plain = generate(PROMPT, target, drafter, max_new_tokens=8, sp_degree=4)
-    kept = generate(PROMPT, target, drafter, max_new_tokens=8, sp_degree=4, dedicated_cursor=True)
+    plain = generate(PROMPT, target, drafter, max_tokens=8, sp_degree=4)
+    kept = generate(PROMPT, target, drafter, max_tokens=8, sp_degree=4, dedicated_cursor=True)
     assert (plain.lookahead, kept.lookahead) == (5, 7)

@@ -24,10 +24,8 @@ def peaked_pair():
 @pytest.mark.parametrize("algorithm", ["si", "dsi"])
 def test_a_tiny_temperature_samples_the_targets_most_likely_tokens(peaked_pair, temperature, algorithm):
     target, drafter = peaked_pair
-    greedy = generate([1, 2, 3], target, None, algorithm="nonsi", max_new_tokens=10, runtime="threads").tokens
-    out = generate(
-        [1, 2, 3], target, drafter, algorithm=algorithm, max_new_tokens=10, temperature=temperature, sp_degree=2
-    )
+    greedy = generate([1, 2, 3], target, None, algorithm="nonsi", max_tokens=10, runtime="threads").tokens
+    out = generate([1, 2, 3], target, drafter, algorithm=algorithm, max_tokens=10, temperature=temperature, sp_degree=2)
     assert out.tokens == greedy
     if algorithm == "si":  # every position decided by a draft test: some drafts are accepted, as when greedy
         assert out.acceptance_rate > 0
@@ -40,7 +38,7 @@ def test_a_subnormal_temperature_is_refused_everywhere_with_one_message(temperat
     for make in (
         lambda: Decoding(temperature),
         lambda: SamplingParams(temperature=temperature),
-        lambda: generate([1], target, drafter, max_new_tokens=2, temperature=temperature),
+        lambda: generate([1], target, drafter, max_tokens=2, temperature=temperature),
     ):
         with pytest.raises(ConfigError, match=match):
             make()
@@ -52,8 +50,8 @@ def test_prompt_ids_outside_a_simulated_vocabulary_are_refused():
     target, drafter = make_pair(vocab=8)
     for prompt in ([1, 8], [-1], [2**64]):
         with pytest.raises(ConfigError, match=r"token ids must be integers in \[0, 7\]"):
-            generate(prompt, target, drafter, max_new_tokens=2)
-    assert generate([0, 7], target, drafter, max_new_tokens=2).tokens == target.greedy_tokens([0, 7], 2)
+            generate(prompt, target, drafter, max_tokens=2)
+    assert generate([0, 7], target, drafter, max_tokens=2).tokens == target.greedy_tokens([0, 7], 2)
 
 
 @pytest.mark.parametrize(
@@ -79,8 +77,8 @@ def test_an_unknown_runtime_option_is_named_not_a_type_error():
     with pytest.raises(
         ConfigError, match=r"the threads runtime takes no option 'bogus': its options are .*stall_floor_s"
     ):
-        generate([1], target, drafter, max_new_tokens=2, runtime="threads", runtime_options={"bogus": 1})
-    out = generate([1], target, drafter, max_new_tokens=2, runtime="threads", runtime_options={"stall_floor_s": 5})
+        generate([1], target, drafter, max_tokens=2, runtime="threads", runtime_options={"bogus": 1})
+    out = generate([1], target, drafter, max_tokens=2, runtime="threads", runtime_options={"stall_floor_s": 5})
     assert out.tokens == target.greedy_tokens([1], 2)
 
 
@@ -90,4 +88,4 @@ def test_max_tokens_past_what_the_command_line_takes_is_refused():
         SamplingParams(max_tokens=10**30)
     target, drafter = make_pair()
     with pytest.raises(ConfigError, match="must be at most 2147483647"):
-        generate([1], target, drafter, max_new_tokens=2**63)
+        generate([1], target, drafter, max_tokens=2**63)

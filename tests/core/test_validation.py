@@ -21,7 +21,7 @@ def test_empty_prompt(pair, algo):
 @pytest.mark.parametrize("n", [0, -3, 2.5])
 def test_non_positive_n(pair, n):
     with pytest.raises(ConfigError, match="max_new_tokens"):
-        generate([1], *pair, max_new_tokens=n)
+        generate([1], *pair, max_tokens=n)
 
 
 @pytest.mark.parametrize("algo", ["si", "dsi"])
@@ -54,7 +54,7 @@ def test_drafter_slower_than_target_warns_about_assumption_2_and_stays_lossless(
     target = SimulatedModel(8, latency=LatencyProfile.uniform(1.0))
     drafter = target.drafter(0.9, LatencyProfile.uniform(2.0))
     with pytest.warns(SpecparWarning, match="Assumption 2"):
-        out = generate([1], target, drafter, algorithm="dsi", max_new_tokens=20, lookahead=2)
+        out = generate([1], target, drafter, algorithm="dsi", max_tokens=20, lookahead=2)
     assert out.tokens == target.greedy_tokens([1], 20)
 
 

@@ -69,7 +69,7 @@ def test_a_list_of_prompts_gives_the_outputs_of_single_calls():
         batch = engine.generate(PROMPTS[:3], params)
         assert [r.tokens for r in batch] == [engine.generate(p, params).tokens for p in PROMPTS[:3]]
     assert [r.tokens for r in batch] == [
-        generate(p, target, drafter, max_new_tokens=15, temperature=0.7, seed=4, min_p=0.1).tokens for p in PROMPTS[:3]
+        generate(p, target, drafter, max_tokens=15, temperature=0.7, seed=4, min_p=0.1).tokens for p in PROMPTS[:3]
     ]
 
 

@@ -10,7 +10,7 @@ from specpar import generate
 
 def test_nonsi_counts_and_timeline():
     target, _ = make_pair(target_ms=2.0)
-    out = generate([1], target, algorithm="nonsi", max_new_tokens=10)
+    out = generate([1], target, algorithm="nonsi", max_tokens=10)
     assert out.target_forwards == 10 and out.drafter_forwards == 0
     assert out.time_ms == 20.0 and out.ttft_ms == 2.0 and out.tpot_ms == 2.0
     assert [(r.server, r.start_ms, r.end_ms) for r in out.timeline] == [
@@ -23,7 +23,7 @@ def test_nonsi_counts_and_timeline():
 @pytest.mark.parametrize("a", [0.4, 0.85])
 def test_acceptance_rate_and_per_position_rates_estimate_a(algo, a):
     target, drafter = make_pair(seed=1, a=a, c=0.1)
-    out = generate([2], target, drafter, algorithm=algo, max_new_tokens=3000, lookahead=4, sp_degree=3)
+    out = generate([2], target, drafter, algorithm=algo, max_tokens=3000, lookahead=4, sp_degree=3)
     assert out.acceptance_rate == pytest.approx(a, abs=0.03)
     assert out.accepted + out.rounds == 3000
     assert out.mean_run_length == pytest.approx(3000 / out.rounds)
@@ -37,20 +37,20 @@ def test_acceptance_rate_and_per_position_rates_estimate_a(algo, a):
 
 def test_si_rounds_are_target_forwards_and_drafts_follow_lookahead():
     target, drafter = make_pair(seed=2, a=1.0, c=0.1)
-    out = generate([0], target, drafter, algorithm="si", max_new_tokens=25, lookahead=4)
+    out = generate([0], target, drafter, algorithm="si", max_tokens=25, lookahead=4)
     # a = 1: every round accepts all 4 drafts and adds a bonus (5 tokens a round)
     assert out.accepted_per_round == [4, 4, 4, 4, 4]
     assert out.target_forwards == out.rounds == 5
     assert out.drafter_forwards == 20
     # 27 tokens: the sixth round has 2 left, drafts 1 (never the last token) and takes the bonus
-    out = generate([0], target, drafter, algorithm="si", max_new_tokens=27, lookahead=4)
+    out = generate([0], target, drafter, algorithm="si", max_tokens=27, lookahead=4)
     assert out.accepted_per_round == [4, 4, 4, 4, 4, 1] and out.drafter_forwards == 21
     assert out.per_position_acceptance_rate == [1.0] * 4
 
 
 def test_dsi_timeline_shows_parallel_target_servers_and_cancelled_work():
     target, drafter = make_pair(seed=3, a=0.7, c=0.05, target_ms=10.0)
-    out = generate([1], target, drafter, algorithm="dsi", max_new_tokens=60, lookahead=2, sp_degree=10)
+    out = generate([1], target, drafter, algorithm="dsi", max_tokens=60, lookahead=2, sp_degree=10)
     servers = {r.server for r in out.timeline}
     assert "drafter0" in servers and len([s for s in servers if s.startswith("target")]) > 3
     assert any(r.cancelled for r in out.timeline)
@@ -79,7 +79,7 @@ def test_dsi_mean_acceptance_length_counts_completed_verification_tasks_in_the_t
 
     target = SimulatedModel(8, seed=4, latency=LatencyProfile(ttft, 1.0))
     drafter = target.drafter(1.0, LatencyProfile(0.1 * ttft, 0.1), seed=9)
-    out = generate([1], target, drafter, algorithm="dsi", max_new_tokens=40, lookahead=3, sp_degree=5)
+    out = generate([1], target, drafter, algorithm="dsi", max_tokens=40, lookahead=3, sp_degree=5)
     done = [r for r in out.timeline if r.server.startswith("target") and not r.cancelled]
     warm_ups = 4 if ttft > 1 else 0
     assert out.verifications == len(done) - warm_ups == out.target_forwards - warm_ups

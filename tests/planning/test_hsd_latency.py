@@ -76,7 +76,7 @@ def simulate(costs, chain, levels, buffers, temperature=0.0, runs=16, n=1000):
             [stack.models[m] for m in levels[:-1]],
             algorithm="hsd",
             buffers=buffers,
-            max_new_tokens=n,
+            max_tokens=n,
             temperature=temperature,
             seed=seed,
         )
@@ -135,5 +135,5 @@ def test_measured_acceptance_matrix_recovers_the_stacks():
 
     stack = SimulatedStack([0.6, 0.9, 0.8], [LatencyProfile.uniform(c) for c in (0.05, 0.2, 0.5, 1.0)], vocab_size=10)
     for temperature in (0.0, 1.0):
-        measured = measure_alpha(stack.models, [[1, 2], [3]], max_new_tokens=600, temperature=temperature)
+        measured = measure_alpha(stack.models, [[1, 2], [3]], max_tokens=600, temperature=temperature)
         np.testing.assert_allclose(measured, stack.alpha, atol=0.05)

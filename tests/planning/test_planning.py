@@ -84,9 +84,7 @@ def test_a_chunk_slower_than_a_target_pass_is_one_server_by_eq1_but_dsi_wants_tw
             target = SimulatedModel(8, seed=s, latency=LatencyProfile.uniform(1.0))
             drafter = target.drafter(0.94, LatencyProfile.uniform(0.05), seed=s + 5)
             times.append(
-                generate(
-                    [s % 8], target, drafter, algorithm=algo, max_new_tokens=100, lookahead=22, sp_degree=sp
-                ).time_ms
+                generate([s % 8], target, drafter, algorithm=algo, max_tokens=100, lookahead=22, sp_degree=sp).time_ms
             )
         return statistics.fmean(times)
 

@@ -76,7 +76,7 @@ def test_greedy_si_walk_over_the_drafter_hits_counts_what_si_accepts():
     hits = measure.drafter_hits(server, prompt, out, "virtual")
     assert 0.5 < sum(hits) / n < 0.9
     for k in (1, 3, 5):
-        result = generate(prompt, target, drafter, algorithm="si", lookahead=k, max_new_tokens=n)
+        result = generate(prompt, target, drafter, algorithm="si", lookahead=k, max_tokens=n)
         walked = measure.walk(hits, k)
         assert walked["accepted"] == result.accepted and walked["steps"] == result.verifications
     assert measure.walk([True] * 10, 4) == {"steps": 2, "accepted": 8, "tested": 8, "acceptance_rate": 1.0}

@@ -72,8 +72,8 @@ def test_fast_path_equals_event_simulator_run_by_run(cfg):
     drafter = target.drafter(a, LatencyProfile.uniform(c), seed=seed + 5)
     prompt = [seed % 8, 1]
     nz = runs_of(drafter_right(target, drafter, prompt, n))
-    dsi = generate(prompt, target, drafter, algorithm="dsi", max_new_tokens=n, lookahead=k, sp_degree=sp)
-    si = generate(prompt, target, drafter, algorithm="si", max_new_tokens=n, lookahead=k)
+    dsi = generate(prompt, target, drafter, algorithm="dsi", max_tokens=n, lookahead=k, sp_degree=sp)
+    si = generate(prompt, target, drafter, algorithm="si", max_tokens=n, lookahead=k)
     assert dsi_latency(nz, [k], [c], n, sp)[0] == pytest.approx(dsi.time_ms, abs=1e-9)
     drafted, rounds = si_counts(nz, np.array([k]), n)
     assert si_time(drafted[0], rounds[0], c) == pytest.approx(si.time_ms, abs=1e-9)  # the event simulator's time

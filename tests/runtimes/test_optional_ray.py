@@ -21,7 +21,7 @@ def test_without_ray_the_ray_runtime_is_a_one_line_config_error(monkeypatch):
     monkeypatch.setitem(sys.modules, "ray", None)  # import ray raises ImportError
     target, drafter = make_pair()
     with pytest.raises(ConfigError, match=r"pip install 'specpar\[ray\]'"):
-        generate([1], target, drafter, max_new_tokens=2, runtime="ray")
+        generate([1], target, drafter, max_tokens=2, runtime="ray")
 
 
 @pytest.mark.parametrize("address,match", [("127.0.0.1:1", "nothing answers at 127.0.0.1:1"), ("head", "HOST:PORT")])

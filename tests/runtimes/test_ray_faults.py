@@ -14,9 +14,12 @@ import pytest
 from conftest import RAY_OPTIONS
 from specpar import LatencyProfile, ServerError, SimulatedModel, generate
 from specpar.algorithms.dsi import dsi
+from specpar.algorithms.generation import Generation
 from specpar.backends.simulated import SimulatedServer
 from specpar.core.calls import Score, as_context
+from specpar.core.config import SpeculativeConfig
 from specpar.core.decoding import GREEDY
+from specpar.core.query import Query
 from specpar.runtimes import Pool
 from specpar.runtimes.ray_actors import ServerHost, release_kept
 from specpar.runtimes.ray_runtime import RayRuntime
@@ -94,7 +97,8 @@ def test_a_replica_killed_mid_verification_costs_time_never_tokens():
                 killed.append(busy[0].name)
 
     with rt:
-        out = dsi(rt, targets, drafters, prompt, 30, 3, stream=kill_a_busy_target)
+        g = Generation(Query(prompt, 30, stream=kill_a_busy_target), rt)
+        out = dsi(g, {"drafter": drafters, "target": targets}, SpeculativeConfig(lookahead=3))
     assert out.tokens == target.greedy_tokens(prompt, 30)
     assert killed, "no verification was running when tokens streamed"
     assert [x.server for x in rt.lost] == killed
@@ -163,7 +167,7 @@ def test_a_stalled_replica_is_lost_after_the_call_timeout_and_its_task_redone():
         targets,
         slow.drafter(0.5, LatencyProfile.uniform(2.0), seed=2),
         algorithm="dsi",
-        max_new_tokens=40,
+        max_tokens=40,
         lookahead=2,
         sp_degree=2,
         runtime="ray",
@@ -200,7 +204,7 @@ def test_a_generation_leaves_no_actor_behind():
         target,
         target.drafter(0.5, seed=1),
         algorithm="si",
-        max_new_tokens=8,
+        max_tokens=8,
         runtime="ray",
         runtime_options=RAY_OPTIONS,
     )
@@ -279,7 +283,7 @@ def test_more_cpus_than_the_cluster_has_is_a_clear_config_error():
             [1],
             target,
             target.drafter(0.5),
-            max_new_tokens=2,
+            max_tokens=2,
             sp_degree=5,
             runtime="ray",
             runtime_options={"cpus_per_server": 4},

@@ -42,7 +42,7 @@ def sim_pools():
 
 # (algorithm, acceptance rate, lookahead, sp_degree, extra generate() arguments): 2 + 6 + 12 = 20 configurations
 CONFIGS = (
-    [("nonsi", 0.0, None, 1, {}), ("nonsi", 0.0, None, 1, {"max_new_tokens": 5})]
+    [("nonsi", 0.0, None, 1, {}), ("nonsi", 0.0, None, 1, {"max_tokens": 5})]
     + [("si", a, k, 1, {}) for a, k in itertools.product(ACCEPTANCE, (1, 4))]
     + [
         ("dsi", a, k, sp, {"prefill_replicas": sp == 4, "dedicated_cursor": k == 3})
@@ -56,7 +56,7 @@ def test_greedy_output_is_the_targets_own_on_ray(sim_pools, i):
     algorithm, a, k, sp, extra = CONFIGS[i]
     target, targets, drafters = sim_pools
     prompt = [random.Random(i).randrange(16) for _ in range(4 + i % 5)]
-    kw = {"max_new_tokens": 20, **extra}
+    kw = {"max_tokens": 20, **extra}
     placement = {"local_pools": ()} if i % 2 else {}  # the drafter in an actor, or in the driver (the default)
     out = generate(
         prompt,
@@ -70,7 +70,7 @@ def test_greedy_output_is_the_targets_own_on_ray(sim_pools, i):
         **kw,
     )
     assert out.runtime == "ray"
-    assert out.tokens == target.greedy_tokens(prompt, kw["max_new_tokens"])
+    assert out.tokens == target.greedy_tokens(prompt, kw["max_tokens"])
     assert out.replicas_lost == () and out.time_lost_ms == 0.0
 
 
@@ -89,7 +89,7 @@ def test_a_second_generation_on_the_same_servers_reuses_their_actors(sim_pools):
             drafters[0.6],
             algorithm="dsi",
             sp_degree=4,
-            max_new_tokens=8,
+            max_tokens=8,
             runtime="ray",
             runtime_options=RAY_OPTIONS,
         )
@@ -110,9 +110,7 @@ def test_sampling_on_ray_follows_the_targets_distribution():
     target = SimulatedModel(V, seed=21, latency=LatencyProfile.uniform(0.2), spread=1.5)
     drafter = SimulatedModel(V, seed=99, latency=LatencyProfile.uniform(0.05), spread=1.5)  # an unrelated model
     targets, drafters = Pool([target.server(f"t{i}") for i in range(2)], "target"), Pool([drafter.server()], "d")
-    run = functools.partial(
-        generate, PROMPT, algorithm="dsi", max_new_tokens=N, lookahead=1, sp_degree=2, temperature=1.0
-    )
+    run = functools.partial(generate, PROMPT, algorithm="dsi", max_tokens=N, lookahead=1, sp_degree=2, temperature=1.0)
     try:
         samples = [
             tuple(run(targets, drafters, seed=s, runtime="ray", runtime_options=RAY_OPTIONS).tokens)
@@ -166,7 +164,7 @@ def test_transformers_servers_on_ray_give_the_targets_own_tokens(tiny_pools, alg
         algorithm=algorithm,
         lookahead=lookahead,
         sp_degree=1,  # DSI still overlaps drafting with verification
-        max_new_tokens=16,
+        max_tokens=16,
         runtime="ray",
         runtime_options=RAY_OPTIONS,
     )
@@ -200,7 +198,7 @@ def test_servers_spread_over_three_raylets_give_the_targets_own_tokens():
                 algorithm=algorithm,
                 lookahead=k,
                 sp_degree=sp,
-                max_new_tokens=24,
+                max_tokens=24,
                 runtime="ray",
                 runtime_options=options,
             )

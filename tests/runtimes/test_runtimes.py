@@ -124,7 +124,7 @@ def test_threads_cancel_wakes_a_sleeping_server_and_leaves_no_thread(no_thread_l
 def test_threads_no_thread_alive_after_generations(no_thread_leak):
     target, drafter = make_pair(a=0.5, c=0.1, target_ms=0.5)
     for algo in ("nonsi", "si", "dsi"):
-        out = generate([1, 2], target, drafter, algorithm=algo, max_new_tokens=30, runtime="threads", sp_degree=3)
+        out = generate([1, 2], target, drafter, algorithm=algo, max_tokens=30, runtime="threads", sp_degree=3)
         assert out.tokens == target.greedy_tokens([1, 2], 30)
 
 
@@ -167,18 +167,16 @@ def test_a_server_exception_surfaces_as_a_clear_error_not_a_hang(runtime, algo, 
     with pytest.raises(
         ServerError, match=r"server 'target\d' failed .*MemoryError: simulated CUDA out of memory"
     ) as info:
-        generate([1], FailingModel(target, 3), drafter, algorithm=algo, max_new_tokens=40, runtime=runtime)
+        generate([1], FailingModel(target, 3), drafter, algorithm=algo, max_tokens=40, runtime=runtime)
     assert isinstance(info.value.__cause__, MemoryError)
     with pytest.raises(ServerError, match=r"server 'drafter\d*' failed"):
-        generate([1], target, FailingModel(drafter, 2), algorithm="dsi", max_new_tokens=40, runtime=runtime)
+        generate([1], target, FailingModel(drafter, 2), algorithm="dsi", max_tokens=40, runtime=runtime)
 
 
 def test_threads_many_cancellations_leave_nothing_running(no_thread_leak):
     """DSI at a = 0.3 cancels most verifications and drafts; the runtime still joins every worker."""
     target, drafter = make_pair(seed=4, a=0.3, c=0.05, target_ms=1.0)
-    out = generate(
-        [3], target, drafter, algorithm="dsi", max_new_tokens=60, runtime="threads", sp_degree=6, lookahead=2
-    )
+    out = generate([3], target, drafter, algorithm="dsi", max_tokens=60, runtime="threads", sp_degree=6, lookahead=2)
     assert out.tokens == target.greedy_tokens([3], 60)
     assert sum(r.cancelled for r in out.timeline) > 5
 
@@ -215,7 +213,7 @@ def test_a_stalled_server_never_holds_generate_past_its_last_token(no_thread_lea
         pool,
         drafter,
         algorithm="dsi",
-        max_new_tokens=12,
+        max_tokens=12,
         runtime="threads",
         sp_degree=3,
         lookahead=2,
@@ -227,13 +225,13 @@ def test_a_stalled_server_never_holds_generate_past_its_last_token(no_thread_lea
     assert returned - t0 < stall_s, "the output waited on a stalled replica"
     assert returned - streamed[-1] < target_ms / 1000.0, "generate waited on work no longer needed"
     assert sorted(out.left_running) == ["specpar-target1", "specpar-target2"]
-    again = generate([1, 2], pool, drafter, algorithm="dsi", max_new_tokens=12, runtime="threads", sp_degree=3)
+    again = generate([1, 2], pool, drafter, algorithm="dsi", max_tokens=12, runtime="threads", sp_degree=3)
     assert again.tokens == out.tokens
     assert time.perf_counter() - t0 < stall_s + 2.0
     deadline = time.perf_counter() + 2.0
-    while specpar_threads() and time.perf_counter() < deadline:
+    while specpar_threads(no_thread_leak) and time.perf_counter() < deadline:
         time.sleep(0.05)
-    assert specpar_threads() == [], "a stalled worker never ended"
+    assert specpar_threads(no_thread_leak) == [], "a stalled worker never ended"
 
 
 def test_generate_pauses_the_collector_and_restores_its_state():
@@ -247,10 +245,10 @@ def test_generate_pauses_the_collector_and_restores_its_state():
     was = gc.isenabled()
     try:
         gc.enable()
-        generate([1], target, drafter, max_new_tokens=8, stream=lambda _: seen.append(gc.isenabled()))
+        generate([1], target, drafter, max_tokens=8, stream=lambda _: seen.append(gc.isenabled()))
         assert seen and not any(seen) and gc.isenabled()
         gc.disable()
-        generate([1], target, drafter, max_new_tokens=8)
+        generate([1], target, drafter, max_tokens=8)
         assert not gc.isenabled()
         gc.enable()
         with collector_paused():

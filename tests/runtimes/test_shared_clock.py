@@ -8,6 +8,7 @@ from specpar import LatencyProfile, SimulatedModel
 from specpar.algorithms.registry import run_generation
 from specpar.core.config import RuntimeConfig, SpeculativeConfig
 from specpar.core.decoding import Decoding
+from specpar.core.query import Query
 from specpar.runtimes.shared_clock import ClockRuntime, SharedClock
 
 
@@ -19,7 +20,7 @@ def pair(seed):
 def one(runtime, algorithm, seed, temperature=0.0, **spec):
     target, drafter = pair(seed)
     config = SpeculativeConfig(algorithm=algorithm, lookahead=3, sp_degree=3, **spec)
-    return run_generation([seed, 2], target, drafter, config, runtime, Decoding(temperature, seed), 60)
+    return run_generation(Query([seed, 2], 60, Decoding(temperature, seed)), target, drafter, config, runtime)
 
 
 def on_shared_clock(algorithm, seed, temperature=0.0, **spec):

@@ -6,6 +6,7 @@ the next at once. Controls: a continuation that loses a token at a safe point, r
 of configuration, and a last-come-first-served queue each fail the test they stand beside.
 """
 
+import dataclasses
 import itertools
 import math
 import random
@@ -17,6 +18,7 @@ import pytest
 from specpar import Engine, LatencyProfile, SimulatedModel
 from specpar.core.config import RuntimeConfig, SpeculativeConfig
 from specpar.core.decoding import GREEDY, Decoding
+from specpar.core.query import Query
 from specpar.planning.load import Option, ShareCurve, allocate, fixed
 from specpar.prediction.shares import share_curve
 from specpar.runtimes.shared_clock import SharedClock
@@ -53,7 +55,7 @@ class World:
         curve = self.curves[key]
 
         def run():
-            req = self.request(self.scheduler, prompt, spec, curve, self.runtime, decoding, n)
+            req = self.request(self.scheduler, Query(prompt, n, decoding), spec, curve, self.runtime)
             self.requests[i] = req
             req.result_ = req.run()
 
@@ -103,7 +105,7 @@ def test_hsd_under_load_gives_the_targets_greedy_tokens():
         curve = share_curve("adaptive", spec, target, [small, mid], 4)
 
         def run(i=i, spec=spec, curve=curve):
-            done[i] = Request(scheduler, prompt(i), spec, curve, runtime, Decoding(), N).run()
+            done[i] = Request(scheduler, Query(prompt(i), N), spec, curve, runtime).run()
 
         clock.spawn(run, at=20.0 * i)
     clock.run()
@@ -118,10 +120,10 @@ def test_control_a_continuation_from_a_stale_prefix_is_caught(monkeypatch):
 
     real = request_module.run_generation
 
-    def stale(prompt, target, drafter, spec, runtime, decoding, max_new_tokens, **kw):
-        if max_new_tokens < N:  # a continuation
-            prompt = prompt[:-1]
-        return real(prompt, target, drafter, spec, runtime, decoding, max_new_tokens, **kw)
+    def stale(query, *args):
+        if query.max_tokens < N:  # a continuation
+            query = dataclasses.replace(query, prompt=query.prompt[:-1])
+        return real(query, *args)
 
     monkeypatch.setattr(request_module, "run_generation", stale)
     w = World()
@@ -143,9 +145,8 @@ def alone(w, i, coupling):
     from specpar.algorithms.registry import run_generation
 
     spec = SpeculativeConfig(algorithm="nonsi")
-    return run_generation(
-        prompt(i), w.target, None, spec, RuntimeConfig(name="virtual"), Decoding(1.0, 100 + i, coupling=coupling), N
-    ).tokens
+    query = Query(prompt(i), N, Decoding(1.0, 100 + i, coupling=coupling))
+    return run_generation(query, w.target, None, spec, RuntimeConfig(name="virtual")).tokens
 
 
 def test_seeded_sampling_is_reproducible_under_load_with_the_gumbel_coupling():
@@ -187,8 +188,8 @@ def test_shrinking_and_growing_a_share_mid_generation_keeps_its_tokens(coupling)
         spec = SpeculativeConfig(algorithm="dsi", sp_degree=5)
         from specpar.algorithms.registry import run_generation
 
-        single = run_generation([1, 2, 3], w.target, w.drafter, spec, RuntimeConfig(name="virtual"),
-                                Decoding(1.0, 7, coupling="gumbel"), 200)  # fmt: skip
+        query = Query([1, 2, 3], 200, Decoding(1.0, 7, coupling="gumbel"))
+        single = run_generation(query, w.target, w.drafter, spec, RuntimeConfig(name="virtual"))
         assert long.result_.tokens == single.tokens
 
 

@@ -2,9 +2,9 @@
 
 :class:`AdaptiveProposer` puts a :class:`~specpar.planning.adaptive.AdaptiveLookahead` in front of another proposer:
 each proposal (a window: an SI round, a DSI chunk) asks the policy for its lookahead and drafts no more than that,
-and every draft the target tests feeds the policy's acceptance estimate (the proposer seam's ``feedback``). The
-algorithm runs with the largest candidate as its lookahead, so it needs nothing of its own: a proposer may always
-propose fewer drafts than asked (:mod:`specpar.algorithms.proposers`).
+and every draft the target tests feeds the policy's acceptance estimate (the proposer seam's ``feedback``). Its
+``depth`` is the largest candidate, so the algorithm runs with that as its lookahead and needs nothing of its own: a
+proposer may always propose fewer drafts than asked (:mod:`specpar.algorithms.proposers`).
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ class AdaptiveProposer(Proposer):
 
             raise ConfigError('lookahead="adaptive" drafts chains: a token tree fixes its own depth')
         self.inner, self.policy = inner, policy
+        self.depth = policy.candidates[-1]
         self.feedback = policy.feedback if inner.feedback is None else self._both
 
     def _both(self, index: int, accepted: bool) -> None:

@@ -1,17 +1,21 @@
-"""Where SI and DSI differ for chains of drafts and for token trees: one small strategy each.
+"""Where SI and DSI differ for chains of drafts and for token trees: one small strategy each, and what DSI shares
+with them.
 
 :class:`Chains` here, :class:`~specpar.algorithms.tree_drafts.Trees` beside it. Both answer the same questions, so that
 :func:`~specpar.algorithms.si.si` and :class:`~specpar.algorithms.dsi.DSI` are written once:
 
 * SI: ``empty()`` (the draft when no draft is worth making), ``score(g, draft, decoding)`` (the target's call that
   scores a whole draft in one pass) and ``verify(g, draft, scores)`` (the tokens it keeps);
-* DSI, one draft at a time: ``add(dsi, draft, taken)`` (add a finished draft's drafts and their tokens, below the
-  ``taken`` positions the target filled meanwhile), ``judge(dsi, row)`` (test the draft at the cursor),
-  ``verification(dsi)`` (the call that verifies the drafts waiting for a server) and, for trees only,
-  ``rows(dsi, task)`` (a finished tree verification's rows along the drafts).
+* DSI, one draft at a time, on a :class:`DraftsView` of its state: ``add(view, draft, start, taken)`` (add a
+  finished draft's drafts, drafted from position ``start``, below the ``taken`` positions the target filled
+  meanwhile), ``test(view, row)`` (test the draft at the cursor: a :class:`Verdict`), ``verification(view)`` (the
+  call that verifies the drafts waiting for a server) and, for trees only, ``rows(view, task)`` (a finished tree
+  verification's rows along the drafts) and ``follow(view, task)`` (the branch of a verification a rejection kept
+  running becomes the drafts).
 
-``dsi`` is the generation's :class:`~specpar.algorithms.dsi.DSI` state (not annotated: dsi.py imports the strategies).
-Each strategy also says what DSI records of an unverified draft (its class docstring).
+A strategy never rejects: it says what the target's row decided, and DSI acts on the verdict (drops the drafts,
+cancels the tasks that depend on them). Each strategy says what :class:`Pending` records of an unverified draft
+(its class docstring).
 """
 
 from __future__ import annotations
@@ -23,16 +27,82 @@ from specpar.core.decoding import Decoding
 
 if TYPE_CHECKING:
     from specpar.algorithms.generation import Generation
+    from specpar.runtimes.base import Task
+
+
+class Pending:
+    """DSI's unverified drafts, at positions cursor (len(g.out)), cursor + 1, ...
+
+    tokens: their tokens (the tail of the calls' contexts). origins: for each, the record of the proposal it came
+        from, shared by that proposal's drafts (the strategy's: :class:`Chains`, :class:`Trees`); a draft's q row,
+        its index in its lookahead window and its tree node follow from its position.
+    unsent: the last ``unsent`` drafts wait for a verification server (DSI's dedicated_cursor only).
+    The two lists change together, only here: where drafts are added, the first is accepted, or all are dropped.
+    """
+
+    __slots__ = ("tokens", "origins", "unsent")
+
+    def __init__(self):
+        self.tokens: list[int] = []
+        self.origins: list = []
+        self.unsent = 0
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    def add(self, origin, tokens) -> int:
+        """Append ``tokens``, all from the proposal ``origin`` records; how many."""
+        self.origins += [origin] * len(tokens)
+        self.tokens += tokens
+        return len(tokens)
+
+    def accept_first(self) -> None:
+        """The draft at the cursor was accepted: it is output now."""
+        del self.origins[0]
+        del self.tokens[0]
+
+    def clear(self) -> None:
+        self.tokens.clear()
+        self.origins.clear()
+        self.unsent = 0
+
+
+class DraftsView:
+    """What a strategy sees of a DSI generation: the output, the drafts, the verifications in flight (ordered by
+    their first row's position) and, for trees, the finished tree verifications since the last rejection, as
+    (tree, start position, rows). DSI owns each; a strategy reads them, and adds drafts and scored trees."""
+
+    __slots__ = ("g", "pending", "verifying", "scored")
+
+    def __init__(self, g: Generation, pending: Pending, verifying: list, scored: list):
+        self.g, self.pending, self.verifying, self.scored = g, pending, verifying, scored
+
+
+class Verdict:
+    """What the target's row at the cursor decided of the draft there: ``accepted``, or rejected; a rejection
+    may ``keep`` one verification running (a token tree's: it scores the branch of an accepted sibling)."""
+
+    __slots__ = ("accepted", "keep")
+
+    def __init__(self, accepted: bool, keep: Task | None = None):
+        self.accepted, self.keep = accepted, keep
+
+    def __repr__(self) -> str:
+        return "ACCEPTED" if self.accepted else "REJECTED" if self.keep is None else f"REJECTED(keep={self.keep})"
+
+
+ACCEPTED = Verdict(True)
+REJECTED = Verdict(False)
 
 
 class Chains:
     """Drafts as chains (:class:`~specpar.core.calls.Proposal`), verified by (speculative) sampling one by one.
 
-    DSI's record of an unverified draft is that of the proposal it came from, ``(start, q)``: the position of the
-    proposal's first draft and its [k, V] rows (None when greedy). The draft at position p is its (p - start)-th:
-    q[p - start] is the row it was drawn from, p - start its index in its lookahead window. A proposal's drafts share
-    its record: DSI drafts about five per output token (the drafter runs ahead, and a rejection drops what it
-    drafted), and a tuple for each cost 1.5% of the simulator's instructions.
+    :class:`Pending`'s record of an unverified draft is that of the proposal it came from, ``(start, q)``: the
+    position of the proposal's first draft and its [k, V] rows (None when greedy). The draft at position p is its
+    (p - start)-th: q[p - start] is the row it was drawn from, p - start its index in its lookahead window. A
+    proposal's drafts share its record: DSI drafts about five per output token (the drafter runs ahead, and a
+    rejection drops what it drafted), and a tuple for each cost 1.5% of the simulator's instructions.
     """
 
     __slots__ = ()
@@ -46,29 +116,24 @@ class Chains:
     def verify(self, g: Generation, proposal: Proposal, scores: Scores) -> int:
         return g.verify(proposal, scores)
 
-    def add(self, dsi, proposal: Proposal, taken: int) -> int:
+    def add(self, view: DraftsView, proposal: Proposal, start: int, taken: int) -> int:
         """Add the chain's drafts after the ``taken`` tokens the target filled while it was drafted; how many
         (-1 when the chain contradicts those tokens)."""
         tokens = proposal.tokens
         if taken:
-            start = dsi.drafted_from
-            if tokens[:taken] != dsi.g.out[start : start + taken]:
+            if tokens[:taken] != view.g.out[start : start + taken]:
                 return -1
             tokens = tokens[taken:]
-        dsi.drafts += [(dsi.drafted_from, proposal.q)] * len(tokens)
-        dsi.tokens += tokens
-        return len(tokens)
+        return view.pending.add((start, proposal.q), tokens)
 
-    def judge(self, dsi, row) -> bool:
-        """Test the draft at the cursor against the target's row there; a rejection drops what depends on it."""
-        start, q = dsi.drafts.pop(0)
-        g = dsi.g
+    def test(self, view: DraftsView, row) -> Verdict:
+        """Test the draft at the cursor against the target's row there."""
+        pending, g = view.pending, view.g
+        start, q = pending.origins[0]
         i = len(g.out) - start  # its index in its window
-        if g.judge(dsi.tokens.pop(0), q if q is None else q[i], row, i):
-            return True
-        dsi.reject()
-        return False
+        return ACCEPTED if g.test_draft(pending.tokens[0], q if q is None else q[i], row, i) else REJECTED
 
-    def verification(self, dsi) -> Score:
+    def verification(self, view: DraftsView) -> Score:
         """One pass over every unverified draft that scores the ``unsent`` last ones."""
-        return Score(dsi.g.context(dsi.tokens), dsi.unsent, dsi.decoding)
+        g, pending = view.g, view.pending
+        return Score(g.context(pending.tokens), pending.unsent, g.decoding)

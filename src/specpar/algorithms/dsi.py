@@ -36,81 +36,71 @@ those servers are busy wait, and are verified together when one frees. With one 
 server there is none to keep: it then verifies too, and Theorem 1 needs sp_degree >= 2.
 
 With token trees (SpecInfer; a proposer that drafts trees) each chunk is a tree, and the drafts DSI goes on from
-are the path to its most likely leaf: :mod:`specpar.algorithms.tree_drafts` says how a tree is judged and verified; the
-chain side is :mod:`specpar.algorithms.drafts`. The state is one :class:`DSI` object (the unverified drafts, the target
-rows known ahead of the cursor, the tasks in flight); its methods are the events of Algorithm 1.
+are the path to its most likely leaf: :mod:`specpar.algorithms.tree_drafts` says how a tree is tested and verified; the
+chain side is :mod:`specpar.algorithms.drafts`. A strategy only returns a verdict on the draft at the cursor; DSI acts
+on it (:meth:`DSI.settle` -> :meth:`DSI.reject` -> cancel). The state is one :class:`DSI` object (the unverified
+drafts, the target rows known ahead of the cursor, the tasks in flight); its methods are the events of Algorithm 1.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
-from specpar.algorithms.drafts import Chains
-from specpar.algorithms.generation import Generation, check_positive_int
-from specpar.algorithms.proposers import Drafted, Proposer, lookahead_of, proposer_for
+from specpar.algorithms.drafting import make_proposer
+from specpar.algorithms.drafts import Chains, DraftsView, Pending
+from specpar.algorithms.generation import Generation
+from specpar.algorithms.proposers import Drafted, Proposer, lookahead_of
 from specpar.algorithms.tree_drafts import Trees
 from specpar.core.calls import Score, ScoreTree
-from specpar.core.decoding import GREEDY, Decoding
+from specpar.core.config import SpeculativeConfig
+from specpar.core.numbers import positive_int
 from specpar.core.results import GenerationResult
-from specpar.runtimes.base import Pool, Runtime, Task
+from specpar.runtimes.base import Pool, Task
 
 
 class DSI:
     """One DSI generation: its state and the events that change it.
 
-    drafts: the unverified drafts, at positions cursor (len(g.out)), cursor + 1, ...: for each, the record of the
-        proposal it came from, whose fields are the strategy's (``shape``: :class:`~specpar.algorithms.drafts.Chains` or
-        :class:`~specpar.algorithms.tree_drafts.Trees`); its q row, its index in its lookahead window and its tree node
-        follow from its position. tokens: their tokens (the tail of the calls' contexts), changed with ``drafts``
-        only where drafts are added, judged or rejected.
+    pending: the unverified drafts (:class:`~specpar.algorithms.drafts.Pending`: their tokens, the record of the
+        proposal each came from, how many wait for a server), whose records are the strategy's (``shape``:
+        :class:`~specpar.algorithms.drafts.Chains` or :class:`~specpar.algorithms.tree_drafts.Trees`).
     known: target rows at positions >= the cursor, from finished verifications (position -> row).
     scored: token trees only: the finished tree verifications since the last rejection, as (tree, start position,
         rows), for the branches of accepted siblings (:mod:`specpar.algorithms.tree_drafts`).
     verifying: verification tasks in flight, ordered by the position of their first row.
+    view: what the strategy sees of these (:class:`~specpar.algorithms.drafts.DraftsView`).
     drafting: the proposer's task in flight, or a draft it proposed at once (``ready``) not taken yet; None.
     drafted_from: the position that draft continues from. dry: the last proposal was empty (ask again only after
-        the next event). unsent: the last ``unsent`` drafts wait for a verification server (dedicated_cursor only).
-    warming: prefills of the prompt on the other target servers (prefill_all; never cancelled); warmed: of those,
-        the ones that completed. keep_one: one target server is kept for passes on the cursor.
+        the next event).
+    warming: prefills of the prompt on the other target servers (prefill_replicas; never cancelled); warmed: of
+        those, the ones that completed. keep_one: one target server is kept for passes on the cursor.
     """
 
     __slots__ = (
-        "runtime", "target", "proposer", "g", "lookahead", "decoding", "shape",
-        "drafts", "tokens", "known", "scored", "verifying", "drafting", "ready", "drafted_from", "dry", "unsent",
-        "warming", "warmed", "keep_one",
+        "runtime", "target", "proposer", "g", "lookahead", "decoding", "shape", "pending", "known", "scored",
+        "verifying", "view", "drafting", "ready", "drafted_from", "dry", "warming", "warmed", "keep_one",
     )  # fmt: skip
 
-    def __init__(
-        self,
-        runtime: Runtime,
-        target: Pool,
-        proposer: Proposer,
-        g: Generation,
-        lookahead: int,
-        dedicated_cursor: bool = False,
-    ):
-        self.runtime, self.target, self.proposer, self.g = runtime, target, proposer, g
+    def __init__(self, g: Generation, target: Pool, proposer: Proposer, lookahead: int, dedicated_cursor: bool):
+        self.runtime, self.target, self.proposer, self.g = g.runtime, target, proposer, g
         self.lookahead, self.decoding = lookahead, g.decoding
         self.shape = Trees() if proposer.trees else Chains()
-        self.drafts: list[tuple] = []
-        self.tokens: list[int] = []
+        self.pending = Pending()
         self.known: dict = {}
         self.scored: list[tuple] = []
         self.verifying: list[Task] = []
+        self.view = DraftsView(g, self.pending, self.verifying, self.scored)
         self.drafting: Task | Drafted | None = None
         self.ready = False
         self.drafted_from = 0
         self.dry = False
-        self.unsent = 0
         self.warming: set[Task] = set()
         self.warmed = 0
         self.keep_one = dedicated_cursor and len(target) > 1
 
-    def run(self, prefill_all: bool = False) -> None:
+    def run(self, prefill_replicas: bool = False) -> None:
         """Until every output token is verified: before every event, the invariants that make DSI never slower
         than non-SI, and drafting ahead; then the next event (a draft or a target pass finished)."""
         g, runtime = self.g, self.runtime
-        if prefill_all:  # once the first pass on the cursor and the first draft are under way
+        if prefill_replicas:  # once the first pass on the cursor and the first draft are under way
             self.cover_cursor()
             self.keep_drafting()
             self.warm_up()
@@ -118,7 +108,7 @@ class DSI:
             self.cover_cursor()
             if self.drafting is None:
                 self.keep_drafting()
-            if self.unsent:
+            if self.pending.unsent:
                 self.send()
             if self.ready:  # proposed at once, at no cost
                 self.on_draft(self.drafting)
@@ -130,25 +120,25 @@ class DSI:
                 self.on_scores(task)
 
     def warm_up(self) -> None:
-        """Every other target server prefills the prompt (prefill_all)."""
+        """Every other target server prefills the prompt (prefill_replicas)."""
         for _ in range(len(self.target) - 1):
             self.warming.add(self.runtime.submit(self.target, Score(self.g.context(), 0, self.decoding)))
 
     def on_draft(self, draft: Drafted) -> None:
         """The proposer's draft arrived (line 4, a drafter's thread): hand the drafter its next chunk (line 6),
-        judge what the known rows can, send the chunk to a target."""
+        test what the known rows can, send the chunk to a target."""
         self.drafting, self.ready = None, False
-        g = self.g
-        taken = len(g.out) + len(self.tokens) - self.drafted_from  # positions the target filled while it was drafted
-        n = self.shape.add(self, draft, taken)
+        g, pending = self.g, self.pending
+        taken = len(g.out) + len(pending) - self.drafted_from  # positions the target filled while it was drafted
+        n = self.shape.add(self.view, draft, self.drafted_from, taken)
         if n < 0:
             return  # drafted from a prefix the target has since contradicted
         if not n and not taken:
             self.dry = True  # the proposer had nothing to propose here
-        if len(g.out) not in self.known:  # nothing can judge the new drafts yet: the drafter's next chunk first
+        if len(g.out) not in self.known:  # nothing can test the new drafts yet: the drafter's next chunk first
             self.keep_drafting()
-        if self.settle():  # the previous chunk's extra row may judge the first new draft at once
-            self.unsent = min(self.unsent + n, len(self.tokens))
+        if self.settle():  # the previous chunk's extra row may test the first new draft at once
+            pending.unsent = min(pending.unsent + n, len(pending))
             self.send()
 
     def on_scores(self, task: Task) -> None:
@@ -161,47 +151,53 @@ class DSI:
         else:
             self.verifying.remove(task)
         result, known = task.result, self.known
-        rows = result.rows if type(task.call) is not ScoreTree else self.shape.rows(self, task)
+        rows = result.rows if type(task.call) is not ScoreTree else self.shape.rows(self.view, task)
         start = result.start
         for i in range(max(0, len(self.g.out) - start), len(rows)):  # rows at the cursor and beyond
             known[start + i] = rows[i]
         if self.settle():
-            self.unsent = min(self.unsent, len(self.tokens))  # the cursor's pass may have judged drafts that waited
+            pending = self.pending  # the cursor's pass may have tested drafts that waited
+            pending.unsent = min(pending.unsent, len(pending))
 
     def settle(self) -> bool:
         """The current verifier's work (lines 7-14): resolve the cursor with the target rows known for it, in
-        position order (a draft there is judged, else the target's own token is taken, as non-SI would); False on
-        a rejection."""
-        g, known = self.g, self.known
+        position order: a draft there is tested, else the target's own token is taken, as non-SI would. On the
+        strategy's verdict: an accepted draft is output; a rejected one is rejected (False)."""
+        g, known, pending = self.g, self.known, self.pending
         while not g.done:
             row = known.pop(len(g.out), None)
             if row is None:
                 break
-            if not self.tokens:
+            if not pending.tokens:
                 g.take(row)
-            elif not self.shape.judge(self, row):
-                return False
+                continue
+            verdict = self.shape.test(self.view, row)
+            if verdict.accepted:
+                pending.accept_first()
+                continue
+            self.reject(keep=verdict.keep)
+            if verdict.keep is not None:  # a token tree's accepted sibling: its branch, being verified, is next
+                self.shape.follow(self.view, verdict.keep)
+            return False
         return True
 
-    def reject(self, spare: Task | None = None) -> None:
+    def reject(self, keep: Task | None = None) -> None:
         """A draft was rejected (lines 8 and 10): cancel every task that depends on it and forget the later drafts.
-        ``spare``: a verification kept running (its tree holds the accepted sibling's branch)."""
+        ``keep``: a verification kept running (its tree holds the accepted sibling's branch)."""
         runtime = self.runtime
         for task in self.verifying:
-            if task is not spare:
+            if task is not keep:
                 runtime.cancel(task)
         if self.drafting is not None:
             if not self.ready:
                 runtime.cancel(self.drafting)
             self.drafting, self.ready = None, False
         self.verifying.clear()
-        if spare is not None:
-            self.verifying.append(spare)
-        self.drafts.clear()
-        self.tokens.clear()
+        if keep is not None:
+            self.verifying.append(keep)
+        self.pending.clear()
         self.known.clear()
         self.scored.clear()
-        self.unsent = 0
         self.dry = False
 
     def cover_cursor(self) -> None:
@@ -235,7 +231,7 @@ class DSI:
         """The proposer (idle: ``drafting`` is None) drafts the next chunk after the last draft."""
         if self.dry:
             return
-        g, tokens = self.g, self.tokens
+        g, tokens = self.g, self.pending.tokens
         position = len(g.out) + len(tokens)
         k = g.lookahead_at(position, self.lookahead)
         if k:
@@ -247,35 +243,29 @@ class DSI:
     def send(self) -> None:
         """Verify the drafts that wait, in one pass, if a server is free for it (the runtime queues otherwise,
         unless one server is kept for the cursor)."""
-        if self.unsent and (
+        pending = self.pending
+        if pending.unsent and (
             not self.keep_one or sum(1 for t in self.verifying if t.call.n_drafts) < len(self.target) - 1
         ):
-            self.verifying.append(self.runtime.submit(self.target, self.shape.verification(self)))
-            self.unsent = 0
+            self.verifying.append(self.runtime.submit(self.target, self.shape.verification(self.view)))
+            pending.unsent = 0
 
 
 def dsi(
-    runtime: Runtime,
-    target: Pool,
-    drafter: Proposer | Pool,
-    prompt: Sequence[int],
-    max_new_tokens: int,
-    lookahead: int,
-    decoding: Decoding = GREEDY,
-    stream=None,
-    stopping=None,
-    prefill_all: bool = False,
-    dedicated_cursor: bool = False,
+    g: Generation, pools: dict[str, Pool], spec: SpeculativeConfig, proposer: Proposer | None = None
 ) -> GenerationResult:
-    """drafter: a proposer (:mod:`specpar.algorithms.proposers`; one that drafts token trees makes each chunk a tree and
-    the lookahead its depth), or the pool of a drafter model's servers (chains).
-    prefill_all: at the start, every target server prefills the prompt at once (in parallel), so that
+    """DSI on ``pools["target"]`` (sp_degree servers) with the proposer ``spec`` and ``pools`` make
+    (:func:`~specpar.algorithms.drafting.make_proposer`), or with ``proposer``: one that drafts token trees makes each
+    chunk a tree and the lookahead its depth.
+
+    spec.prefill_replicas: at the start, every target server prefills the prompt at once (in parallel), so that
     no verification later pays a prefill (TTFT) on a cold replica; worth it when TTFT > TPOT.
-    dedicated_cursor: a pass with no drafts always works on the cursor, on a server kept for it (see the
+    spec.dedicated_cursor: a pass with no drafts always works on the cursor, on a server kept for it (see the
     module docstring); for targets whose verification costs grow with the drafts fed."""
-    proposer = proposer_for(runtime, drafter)
-    lookahead = check_positive_int("lookahead (k)", lookahead_of(proposer, lookahead))
-    g = Generation(prompt, max_new_tokens, decoding, runtime, stream, stopping, feedback=proposer.feedback)
-    state = DSI(runtime, target, proposer, g, lookahead, dedicated_cursor)
-    state.run(prefill_all)
+    target = pools["target"]
+    proposer = make_proposer(g, pools, spec) if proposer is None else proposer
+    lookahead = positive_int("lookahead (k)", lookahead_of(proposer, spec.lookahead))
+    g.feedback = proposer.feedback
+    state = DSI(g, target, proposer, lookahead, bool(spec.dedicated_cursor))
+    state.run(bool(spec.prefill_replicas))
     return g.result("dsi", lookahead=lookahead, sp_degree=len(target), warm_ups=state.warmed)

@@ -6,49 +6,40 @@ from collections.abc import Callable, Sequence
 
 from specpar.algorithms.verification import bonus, judge, judge_siblings, verify_chain, verify_tree
 from specpar.core.calls import Context, Proposal, Scores
-from specpar.core.decoding import Decoding
 from specpar.core.errors import ConfigError
 from specpar.core.logits_processors import token_logprob
+from specpar.core.numbers import positive_int
+from specpar.core.query import Query
 from specpar.core.results import GenerationResult
-from specpar.core.stopping import Stopping
 from specpar.runtimes.base import Runtime
-
-
-def check_positive_int(name: str, value) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ConfigError(f"{name} must be a positive integer, got {value!r}")
-    return value
 
 
 class Generation:
     """One generation: prompt + verified output tokens, and the record of how they were obtained.
 
-    Tokens enter only through :meth:`take` (the target's own token), :meth:`judge`
-    (one draft tested) and :meth:`verify` (a chain of drafts tested), which are
-    thin wrappers over :mod:`specpar.algorithms.verification` that also keep the metrics.
+    Made by :func:`~specpar.algorithms.registry.run_generation` and handed to the algorithm. Tokens enter only
+    through :meth:`take` (the target's own token), :meth:`test_draft` (one draft tested: the paper's judge),
+    :meth:`test_node` (a token tree's draws at one node), :meth:`verify` and :meth:`verify_tree` (a chain or a
+    tree of drafts tested), thin wrappers over :mod:`specpar.algorithms.verification` that also keep the metrics.
+
+    feedback: None, or the proposer's hook, called with (index in its window, accepted) for every draft tested, in
+    order (:mod:`specpar.algorithms.proposers`); the algorithm sets it.
     """
 
-    def __init__(
-        self,
-        prompt: Sequence[int],
-        max_new_tokens: int,
-        decoding: Decoding,
-        runtime: Runtime,
-        stream: Callable[[list[int]], None] | None = None,
-        stopping: Stopping | None = None,
-        feedback: Callable[[int, bool], None] | None = None,
-    ):
-        """stopping: ends the generation early at a stop token or string (specpar.core.stopping); None: at the
-        length only. feedback: called with (index in its window, accepted) for every draft tested, in order (a
-        proposer's hook, :mod:`specpar.algorithms.proposers`)."""
+    def __init__(self, query: Query, runtime: Runtime):
+        """query: the prompt, the most output tokens, the decoding, the stopping and the stream
+        (:class:`~specpar.core.query.Query`); runtime: where the algorithm's tasks run (its clock times the
+        generation)."""
+        prompt, max_tokens, decoding = query.prompt, query.max_tokens, query.decoding
         if len(prompt) == 0:
             raise ConfigError("prompt is empty: give at least one token (the target needs a prefix to continue)")
-        check_positive_int("max_new_tokens (N)", max_new_tokens)
+        positive_int("max_tokens (N)", max_tokens)
         self.out: list[int] = list(prompt)
         self.prompt_len = len(prompt)
-        self.stop = len(prompt) + max_new_tokens  # where the output ends: moved back by a stop token or string
+        self.max_tokens = max_tokens
+        self.stop = len(prompt) + max_tokens  # where the output ends: moved back by a stop token or string
         self.done = False  # len(out) >= stop: every output token is verified
-        self.stopping = stopping
+        self.stopping = query.stopping
         self.finish_reason = "length"
         self.decoding = decoding
         self.runtime = runtime
@@ -59,8 +50,8 @@ class Generation:
         self.position_accepted: list[int] = []
         self._run = 0  # accepted drafts since the last target token
         self._last: Context | None = None  # the Context context() made last
-        self.stream = stream  # called with each run of newly verified output tokens, in order
-        self.feedback = feedback
+        self.stream = query.stream  # called with each run of newly verified output tokens, in order
+        self.feedback: Callable[[int, bool], None] | None = None
         self._streamed = len(prompt)
         # each output token's log-probability from the target's row it came from (decoding.logprobs asks for them)
         self.logprobs: list | None = None if decoding.logprobs is None else []
@@ -91,8 +82,9 @@ class Generation:
         self._emit()
         return token
 
-    def judge(self, draft: int, q_row, row, index: int) -> bool:
-        """Test the draft at the cursor against the target's row there; append the kept token."""
+    def test_draft(self, draft: int, q_row, row, index: int) -> bool:
+        """Test the draft at the cursor against the target's row there (the paper's judge); append the kept
+        token. index: its place in its lookahead window."""
         accepted, token = judge(draft, q_row, row, self.decoding, len(self.out))
         self._tested(index, accepted)
         self._append(token, row)
@@ -143,7 +135,7 @@ class Generation:
         self._emit()
         return len(path)
 
-    def judge_node(self, tree, parent: int, row, index: int) -> int | None:
+    def test_node(self, tree, parent: int, row, index: int) -> int | None:
         """Test the draws under ``parent`` of a token tree at the cursor (DSI, one position at a time); appends
         the kept token and returns the accepted child (None when every draw failed)."""
         child, token = judge_siblings(tree.draws.get(parent, ()), tree.tokens, row, self.decoding, len(self.out))
@@ -155,7 +147,7 @@ class Generation:
         return child
 
     def _emit(self) -> None:
-        """Hand the newly verified tokens (never past max_new_tokens) to ``stream``."""
+        """Hand the newly verified tokens (never past max_tokens) to ``stream``."""
         if self.stream is not None:
             end = min(len(self.out), self.stop)
             if end > self._streamed:

@@ -32,13 +32,15 @@ from dataclasses import replace
 
 import numpy as np
 
-from specpar.algorithms.generation import Generation, check_positive_int
+from specpar.algorithms.generation import Generation
 from specpar.algorithms.verification import verify_chain
 from specpar.core.calls import Draft, Proposal, Score
-from specpar.core.decoding import GREEDY, Decoding, mix64
+from specpar.core.config import SpeculativeConfig
+from specpar.core.decoding import Decoding, mix64
 from specpar.core.errors import ConfigError
+from specpar.core.numbers import positive_int
 from specpar.core.results import GenerationResult
-from specpar.runtimes.base import Pool, Runtime
+from specpar.runtimes.base import Pool
 
 _LEVEL_SALT = 0x2545F4914F6CDD1D
 
@@ -60,7 +62,7 @@ def check_buffers(buffers: Sequence[int], n_drafters: int) -> list[int]:
             f"HSD needs one buffer size T_i per drafter level: {n_drafters} drafters, "
             f"got {len(buffers)} buffer sizes {list(buffers)}"
         )
-    return [check_positive_int(f"buffer size T_{i}", t) for i, t in enumerate(buffers)]
+    return [positive_int(f"buffer size T_{i}", t) for i, t in enumerate(buffers)]
 
 
 class DrafterLevels:
@@ -131,25 +133,17 @@ class DrafterLevels:
         }
 
 
-def hsd(
-    runtime: Runtime,
-    levels: Sequence[Pool],
-    prompt: Sequence[int],
-    max_new_tokens: int,
-    buffers: Sequence[int],
-    decoding: Decoding = GREEDY,
-    stream=None,
-    stopping=None,
-) -> GenerationResult:
-    """levels: [K+1] pools, M0 (the only autoregressive drafter) first, the target MK last.
-    buffers: [K] T_0 .. T_{K-1}: tokens M0 drafts per call, tokens Mi hands up per call.
-    stream: called with each run of newly verified tokens (see Generation).
+def hsd(g: Generation, pools: dict[str, Pool], spec: SpeculativeConfig) -> GenerationResult:
+    """pools: "level0" .. "levelK", M0 (the only autoregressive drafter) first, the target MK last.
+    spec.buffers: [K] T_0 .. T_{K-1}: tokens M0 drafts per call, tokens Mi hands up per call.
     """
+    buffers = spec.buffers or ()
+    levels = [pools[f"level{i}"] for i in range(len(buffers) + 1)]
     if len(levels) < 2:
         raise ConfigError("HSD needs at least one drafter level below the target")
     K = len(levels) - 1
     T = check_buffers(buffers, K)
-    g = Generation(prompt, max_new_tokens, decoding, runtime, stream, stopping)
+    runtime, decoding = g.runtime, g.decoding
     below = DrafterLevels(lambda m, call: runtime.run(levels[m], call), T)
     rounds = 0
     while not g.done:

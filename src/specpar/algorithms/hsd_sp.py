@@ -28,17 +28,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from specpar.algorithms.dsi import dsi
+from specpar.algorithms.generation import Generation
 from specpar.algorithms.hsd import DrafterLevels, check_buffers
 from specpar.algorithms.proposers import ModelDrafter
 from specpar.core.calls import Proposal
-from specpar.core.decoding import GREEDY, Decoding
-from specpar.core.errors import ConfigError
+from specpar.core.config import SpeculativeConfig
+from specpar.core.decoding import Decoding
+from specpar.core.errors import Cancelled, ConfigError
 from specpar.core.results import GenerationResult
 from specpar.runtimes.base import Pool, Runtime, Task
-
-
-class _Cancelled(Exception):
-    pass
 
 
 @dataclass(slots=True)
@@ -80,7 +78,7 @@ class LevelsServer:
     def _run_real(self, m: int, call):
         result = self.servers[m].run(call, self._cancelled)
         if result is None:
-            raise _Cancelled
+            raise Cancelled
         return result
 
     # The runtime's server contract.
@@ -104,7 +102,7 @@ class LevelsServer:
         self._cancelled, self.levels.run = cancelled, self._run_real
         try:
             return self._draft(call)
-        except _Cancelled:
+        except Cancelled:
             return None
 
     def __repr__(self) -> str:
@@ -138,20 +136,12 @@ class LevelsDrafter(ModelDrafter):
         return [[sum(level) for level in zip(*(w[i] for w in done))] for i in range(4)]
 
 
-def hsd_sp(
-    runtime: Runtime,
-    target: Pool,
-    levels: Pool,
-    prompt: Sequence[int],
-    max_new_tokens: int,
-    lookahead: int,
-    decoding: Decoding = GREEDY,
-    stream=None,
-    stopping=None,
-) -> GenerationResult:
-    """DSI with ``levels`` (a pool of one :class:`LevelsServer`) as its drafter; lookahead = T_{K-1}."""
-    proposer = LevelsDrafter(runtime, levels)
-    result = dsi(runtime, target, proposer, prompt, max_new_tokens, lookahead, decoding, stream, stopping=stopping)
+def hsd_sp(g: Generation, pools: dict[str, Pool], spec: SpeculativeConfig) -> GenerationResult:
+    """DSI on ``pools["target"]`` with ``pools["levels"]`` (a pool of one :class:`LevelsServer`) as its drafter;
+    lookahead = T_{K-1}, the last of ``spec.buffers``."""
+    proposer = LevelsDrafter(g.runtime, pools["levels"])
+    lookahead = spec.buffers[-1]
+    result = dsi(g, pools, spec.replace(lookahead=lookahead), proposer)
     counts = proposer.work()
     below = proposer.levels
     result.algorithm = "hsd-sp"

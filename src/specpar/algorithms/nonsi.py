@@ -2,25 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from specpar.algorithms.generation import Generation
 from specpar.core.calls import Score
-from specpar.core.decoding import GREEDY, Decoding
+from specpar.core.config import SpeculativeConfig
 from specpar.core.results import GenerationResult
-from specpar.runtimes.base import Pool, Runtime
+from specpar.runtimes.base import Pool
 
 
-def non_si(
-    runtime: Runtime,
-    target: Pool,
-    prompt: Sequence[int],
-    max_new_tokens: int,
-    decoding: Decoding = GREEDY,
-    stream=None,
-    stopping=None,
-) -> GenerationResult:
-    g = Generation(prompt, max_new_tokens, decoding, runtime, stream, stopping)
+def non_si(g: Generation, pools: dict[str, Pool], spec: SpeculativeConfig) -> GenerationResult:
+    """One pass of ``pools["target"]`` per output token, each taking the target's own token."""
+    runtime, target, decoding = g.runtime, pools["target"], g.decoding
     while not g.done:
         scores = runtime.run(target, Score(g.context(), 0, decoding))
         g.take(scores.rows[0])

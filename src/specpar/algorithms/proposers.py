@@ -93,12 +93,6 @@ class ModelDrafter(Proposer):
         return f"ModelDrafter({self.pool.name}{'' if self.tree is None else f', tree={self.tree}'})"
 
 
-def proposer_for(runtime: Runtime, drafter: Proposer | Pool) -> Proposer:
-    """The proposer an algorithm talks to: ``drafter`` itself when it is one, else a :class:`ModelDrafter` drafting
-    chains on the pool."""
-    return drafter if isinstance(drafter, Proposer) else ModelDrafter(runtime, drafter)
-
-
 def lookahead_of(proposer: Proposer, lookahead: int) -> int:
     """The lookahead an algorithm uses with ``proposer``: a tree shape's depth where it has one."""
     return lookahead if proposer.depth is None else proposer.depth

@@ -12,34 +12,28 @@ drafters behind a :class:`~specpar.backends.merged.MergedDrafters` merging their
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
+from specpar.algorithms.drafting import make_proposer
 from specpar.algorithms.drafts import Chains
-from specpar.algorithms.generation import Generation, check_positive_int
-from specpar.algorithms.proposers import Proposer, lookahead_of, proposer_for, wait_for
+from specpar.algorithms.generation import Generation
+from specpar.algorithms.proposers import Proposer, lookahead_of, wait_for
 from specpar.algorithms.tree_drafts import Trees
-from specpar.core.decoding import GREEDY, Decoding
+from specpar.core.config import SpeculativeConfig
+from specpar.core.numbers import positive_int
 from specpar.core.results import GenerationResult
-from specpar.runtimes.base import Pool, Runtime
+from specpar.runtimes.base import Pool
 
 
 def si(
-    runtime: Runtime,
-    target: Pool,
-    drafter: Proposer | Pool,
-    prompt: Sequence[int],
-    max_new_tokens: int,
-    lookahead: int,
-    decoding: Decoding = GREEDY,
-    stream=None,
-    stopping=None,
+    g: Generation, pools: dict[str, Pool], spec: SpeculativeConfig, proposer: Proposer | None = None
 ) -> GenerationResult:
-    """drafter: a proposer (:mod:`specpar.algorithms.proposers`; one that drafts token trees makes each round a tree and
-    the lookahead its depth), or the pool of a drafter model's servers (chains)."""
-    proposer = proposer_for(runtime, drafter)
-    lookahead = check_positive_int("lookahead (k)", lookahead_of(proposer, lookahead))
+    """SI on ``pools["target"]`` (one server) with the proposer ``spec`` and ``pools`` make
+    (:func:`~specpar.algorithms.drafting.make_proposer`), or with ``proposer``: one that drafts token trees makes each
+    round a tree and the lookahead its depth."""
+    runtime, target, decoding = g.runtime, pools["target"], g.decoding
+    proposer = make_proposer(g, pools, spec) if proposer is None else proposer
+    lookahead = positive_int("lookahead (k)", lookahead_of(proposer, spec.lookahead))
+    g.feedback = proposer.feedback
     shape = Trees() if proposer.trees else Chains()
-    g = Generation(prompt, max_new_tokens, decoding, runtime, stream, stopping, feedback=proposer.feedback)
     while not g.done:
         k = g.lookahead_at(len(g.out), lookahead)
         draft = wait_for(runtime, proposer.propose(g.context(), k, decoding)) if k else shape.empty()

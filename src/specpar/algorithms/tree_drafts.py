@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from specpar.algorithms.drafts import ACCEPTED, REJECTED, DraftsView, Verdict
 from specpar.core.calls import Scores, ScoreTree
 from specpar.core.decoding import Decoding
 from specpar.core.trees import TokenTree, attach
@@ -28,21 +29,19 @@ def below_cursor(g: Generation, tree: TokenTree, start: int) -> int | None:
     return below[-1] if below and len(below) == len(out) - start else None
 
 
-def add_path(dsi, tree: TokenTree, start: int, first: int) -> int:
+def add_path(view: DraftsView, tree: TokenTree, start: int, first: int) -> int:
     """Add the drafts on the path to ``tree``'s most likely leaf, the first at position ``start`` and index ``first``
     of its window; how many."""
     path = tree.path(tree.most_likely_leaf())
-    dsi.drafts += [(start, first, tree, path)] * len(path)
-    dsi.tokens += tree.tokens_of(path)
-    return len(path)
+    return view.pending.add((start, first, tree, path), tree.tokens_of(path))
 
 
 class Trees:
-    """Drafts as token trees. DSI's record of an unverified draft is that of the path it lies on, shared by the
-    path's drafts (as :class:`~specpar.algorithms.drafts.Chains` shares a proposal's): ``(start, first, tree, path)``, the
-    position of the path's first draft and its index in its lookahead window, the tree, and the path's nodes. The
-    draft at position p is node path[p - start] of the tree (whose draws keep the rows it was drawn from), at index
-    first + p - start of its window."""
+    """Drafts as token trees. :class:`~specpar.algorithms.drafts.Pending`'s record of an unverified draft is that of
+    the path it lies on, shared by the path's drafts (as :class:`~specpar.algorithms.drafts.Chains` shares a
+    proposal's): ``(start, first, tree, path)``, the position of the path's first draft and its index in its
+    lookahead window, the tree, and the path's nodes. The draft at position p is node path[p - start] of the tree
+    (whose draws keep the rows it was drawn from), at index first + p - start of its window."""
 
     __slots__ = ()
 
@@ -55,71 +54,73 @@ class Trees:
     def verify(self, g: Generation, tree: TokenTree, scores: Scores) -> int:
         return g.verify_tree(tree, scores.rows)
 
-    def add(self, dsi, tree: TokenTree, taken: int) -> int:
+    def add(self, view: DraftsView, tree: TokenTree, start: int, taken: int) -> int:
         """Add the path to the tree's most likely leaf, below the ``taken`` tokens the target filled while it was
         drafted; how many drafts (-1 when the tree does not hold those tokens)."""
-        start = dsi.drafted_from
-        filled = tree.follow(dsi.g.out[start : start + taken])
+        filled = tree.follow(view.g.out[start : start + taken])
         if len(filled) < taken:
             return -1
         if taken:
             tree = tree.subtree(filled[-1])
-        return add_path(dsi, tree, start + taken, taken)
+        return add_path(view, tree, start + taken, taken)
 
-    def judge(self, dsi, row) -> bool:
-        """Test the draft at the cursor with its siblings; True when it (the path DSI drafted on) is accepted."""
-        g = dsi.g
-        start, first, tree, path = dsi.drafts[0]
+    def test(self, view: DraftsView, row) -> Verdict:
+        """Test the draft at the cursor with its siblings: accepted when it (the path DSI drafted on) is; rejected
+        when every draw failed, or when a sibling off the path was accepted (keeping the running verification
+        that scores its branch, if one does)."""
+        g = view.g
+        start, first, tree, path = view.pending.origins[0]
         i = len(g.out) - start
         node = path[i]
-        child = g.judge_node(tree, tree.parents[node], row, first + i)
+        child = g.test_node(tree, tree.parents[node], row, first + i)
         if child == node:
-            dsi.drafts.pop(0)
-            del dsi.tokens[0]
-            return True
-        spare = None if child is None else self.go_on_below(dsi)
-        dsi.reject(spare)
-        if spare is not None:  # its branch becomes the drafts
-            tree, start = spare.call.tree, spare.call.start
-            below = below_cursor(g, tree, start)
-            add_path(dsi, tree.subtree(below), len(g.out), tree.depths[below])
-        return False
+            return ACCEPTED
+        return REJECTED if child is None else self.below_sibling(view)
 
-    def go_on_below(self, dsi) -> Task | None:
+    def below_sibling(self, view: DraftsView) -> Verdict:
         """A sibling off the path was accepted: verify the rest of its branch with the rows of a finished
-        verification that holds it, or return the running verification that will (None when neither exists)."""
-        g = dsi.g
-        for tree, start, rows in dsi.scored:
+        verification that holds it (rejected, nothing kept), or keep the running verification that will (or
+        neither, when none holds it)."""
+        g = view.g
+        for tree, start, rows in view.scored:
             if (below := below_cursor(g, tree, start)) is not None:
                 g.verify_tree(tree, rows, below)
-                return None
-        for task in dsi.verifying:
+                return REJECTED
+        for task in view.verifying:
             call = task.call
             if type(call) is ScoreTree and below_cursor(g, call.tree, call.start) is not None:
-                return task
-        return None
+                return Verdict(False, keep=task)
+        return REJECTED
 
-    def verification(self, dsi) -> ScoreTree:
+    def follow(self, view: DraftsView, task: Task) -> None:
+        """After a rejection that kept ``task`` running: the accepted sibling's branch in its tree becomes the
+        drafts."""
+        tree, start, g = task.call.tree, task.call.start, view.g
+        below = below_cursor(g, tree, start)
+        add_path(view, tree.subtree(below), len(g.out), tree.depths[below])
+
+    def verification(self, view: DraftsView) -> ScoreTree:
         """One pass over the trees of the drafts that wait, each hung below the previous one's path, below the
         drafts already sent."""
-        drafts, tokens, cursor = dsi.drafts, dsi.tokens, len(dsi.g.out)
-        i = len(drafts) - dsi.unsent
+        pending, cursor = view.pending, len(view.g.out)
+        origins, tokens = pending.origins, pending.tokens
+        i = len(origins) - pending.unsent
         out, j = TokenTree(), i
-        while j < len(drafts):  # drafts[j] is the first of its path that waits
-            start, _, tree, path = drafts[j]
+        while j < len(origins):  # origins[j] is the first of its path that waits
+            start, _, tree, path = origins[j]
             parent = tree.parents[path[cursor + j - start]]
             at = out.follow(tokens[i:j])[-1] if j > i else -1
             attach(out, tree if parent < 0 else tree.subtree(parent), at)
             j = start + len(path) - cursor  # the next path's first draft
-        return ScoreTree(dsi.g.context(tokens[:i]), out, dsi.decoding)
+        return ScoreTree(view.g.context(tokens[:i]), out, view.g.decoding)
 
-    def rows(self, dsi, task: Task):
+    def rows(self, view: DraftsView, task: Task):
         """A finished tree pass's rows along the drafts: at the root and on the drafts' path (the tree is kept for
         its other branches)."""
         call, rows = task.call, task.result.rows
         tree, start = call.tree, task.result.start
-        dsi.scored.append((tree, start, rows))
-        out, cursor = dsi.g.out, len(dsi.g.out)
-        tokens = dsi.tokens  # tokens[i] is at position cursor + i; the tree hangs at start
+        view.scored.append((tree, start, rows))
+        out, cursor = view.g.out, len(view.g.out)
+        tokens = view.pending.tokens  # tokens[i] is at position cursor + i; the tree hangs at start
         path = tree.follow(out[start:] + tokens if start <= cursor else tokens[start - cursor :])
         return [rows[0], *(rows[1 + n] for n in path)]

@@ -8,9 +8,11 @@ import contextlib
 import threading
 import time
 
+import numpy as np
+
 from specpar.backends.forward_log import ForwardLog
-from specpar.core.calls import Draft, DraftTree, Score, Scores, ScoreTree
-from specpar.core.errors import ConfigError, ServerError
+from specpar.core.calls import Draft, DraftTree, Proposal, Score, Scores, ScoreTree
+from specpar.core.errors import Cancelled, ConfigError, ServerError, stop_if_cancelled
 from specpar.core.latency import stall_limit_s
 from specpar.core.prefix import common_prefix_len
 
@@ -26,9 +28,13 @@ class CachedServer:
     forward_log: their (start, end) ``time.perf_counter()`` times (a :class:`ForwardLog`: the latest passes,
     bounded), for the time a generation spends outside forward passes; forwards: how many passes ran.
 
-    A subclass sets ``model`` and ``latency`` (its profile, or None) and gives ``_clear()`` (forget the cache), ``_sync(context, need_from)`` (bring the cache to ``context``,
-    return the logits of its inputs from ``need_from`` on), ``_rows``, the other three calls ``_draft``,
-    ``_score_tree`` and ``_draft_tree``, and where it needs one, a context every call runs in (``_inside_call``).
+    A subclass sets ``model`` and ``latency`` (its profile, or None) and gives ``_clear()`` (forget the cache),
+    ``_sync(context, need_from, decoding)`` (bring the cache to ``context`` of a request decoded with ``decoding``,
+    whose ``prompt_len`` a backend may prefill in passes of its own; return the logits of its inputs from ``need_from``
+    on), ``_rows``, the draft loop's three steps (``_last_logits``, ``_draft_row``, ``_next_logits``), the tree calls
+    ``_score_tree`` and ``_draft_tree``, and where it needs one, a context every call runs in (``_inside_call``). A
+    call that sees its ``cancelled`` event set between two passes raises :class:`~specpar.core.errors.Cancelled`
+    (:func:`~specpar.core.errors.stop_if_cancelled`): :meth:`run` returns None for it.
     """
 
     def __init__(self, name: str):
@@ -86,16 +92,19 @@ class CachedServer:
         with self._in_call, self._inside_call():
             t0 = time.perf_counter()
             kind = type(call)
-            if kind is Score:
-                result = self._score(call)
-            elif kind is Draft:
-                result = self._draft(call, cancelled)
-            elif kind is ScoreTree:
-                result = self._score_tree(call)
-            elif kind is DraftTree:
-                result = self._draft_tree(call, cancelled)
-            else:
-                raise TypeError(f"unknown call {call!r}")
+            try:
+                if kind is Score:
+                    result = self._score(call)
+                elif kind is Draft:
+                    result = self._draft(call, cancelled)
+                elif kind is ScoreTree:
+                    result = self._score_tree(call)
+                elif kind is DraftTree:
+                    result = self._draft_tree(call, cancelled)
+                else:
+                    raise TypeError(f"unknown call {call!r}")
+            except Cancelled:
+                result = None
             ms = (time.perf_counter() - t0) * 1000.0
             if self._longest_call_ms is None or ms > self._longest_call_ms:
                 self._longest_call_ms = ms
@@ -108,5 +117,25 @@ class CachedServer:
     def _score(self, call: Score) -> Scores:
         """Rows for positions len(context) - n .. len(context): the logits at inputs len(context) - n - 1 on."""
         ctx = call.context
-        logits = self._sync(ctx, len(ctx) - call.n_drafts - 1)
+        logits = self._sync(ctx, len(ctx) - call.n_drafts - 1, call.decoding)
         return Scores(call.start, self._rows(logits, call.decoding, ctx, call.start))
+
+    def _draft(self, call: Draft, cancelled) -> Proposal:
+        """``call.k`` tokens drafted one at a time: a pass over the unseen context, then one per drafted token but the
+        last, ``cancelled`` checked between them; when sampling, with the rows they were drawn from."""
+        ctx, dec = call.context, call.decoding
+        logits = self._last_logits(ctx, cancelled, dec)
+        tokens, q = [], []
+        for i in range(call.k):
+            position = len(ctx) + i
+            row = self._draft_row(logits, dec, ctx, tokens, position)
+            if dec.greedy:
+                token = int(row)
+            else:
+                token = dec.draft(row, position)
+                q.append(row)
+            tokens.append(token)
+            if i + 1 < call.k:
+                stop_if_cancelled(cancelled)
+                logits = self._next_logits(token)
+        return Proposal(tokens, None if dec.greedy else np.stack(q))

@@ -1,5 +1,8 @@
 """Loading real models given as paths (or the default pair): which backend, then the pair on it.
 
+Errors name the settings as the library takes them (``target=``, ``drafter=``, ``dtype=``); the command line says
+``--target``, ``--drafter`` and ``--dtype`` instead (:data:`CLI_FLAGS`).
+
 :func:`choose_backend` decides between llama.cpp (GGUF files on the CPU) and transformers; :func:`load_pair`
 loads a target and a drafter on it, checking before any weights load that they share a tokenizer.
 """
@@ -43,6 +46,14 @@ def choose_backend(backend: str | None, target=None, drafter=None, devices=None)
 
 
 LLAMA_EXTRA = "pip install 'specpar[llama]'"
+CLI_FLAGS = {"target=": "--target", "drafter=": "--drafter", "dtype=": "--dtype"}  # the errors' names on the CLI
+
+
+def in_flags(message: str) -> str:
+    """A loading error's message with the library's names of the settings replaced by the command line's flags."""
+    for name, flag in CLI_FLAGS.items():
+        message = message.replace(name, flag)
+    return message
 
 
 GPU_DEVICE_FILES = ("/dev/nvidiactl", "/dev/nvidia0", "/proc/driver/nvidia", "/dev/kfd")  # CUDA's and ROCm's drivers
@@ -71,16 +82,21 @@ def load_pair(
     progress: bool = True,
     target_device: str | None = None,
     backend: str | None = None,
+    with_drafter: bool = True,
     exact: bool | None = None,
 ):
     """(target, drafter): the default pair when neither is given, else the two given; LlamaModels (GGUF files on
     llama.cpp) or TransformersModels, as :func:`choose_backend` says; the drafter is loaded on ``device``, the
-    target on ``target_device`` (default: the same). exact: llama.cpp's exact mode (True, the default) or its fast
-    mode (False: :mod:`specpar.backends.llama.settings`); the transformers backend has one mode and refuses False."""
+    target on ``target_device`` (default: the same). with_drafter=False (nothing drafts with a model: an n-gram
+    proposer alone): no drafter is needed, and none is loaded unless given; then (target, None). exact: llama.cpp's
+    exact mode (True, the default) or its fast mode (False: :mod:`specpar.backends.llama.settings`); the
+    transformers backend has one mode and refuses False."""
     from specpar.backends.weights import load_default_pair
 
     backend = choose_backend(backend, target, drafter, [d for d in (device, target_device) if d])
     check_exact(exact, backend)
+    if not with_drafter and drafter is None:
+        return _load_target(target, device, dtype, progress, target_device, backend, exact), None
     if backend == "llama":
         return _load_llama(target, drafter, dtype, progress, exact)
     from transformers.utils import logging as transformers_logging
@@ -95,11 +111,13 @@ def load_pair(
     log.info("loading %s and %s", target or "the default target", drafter or "the default drafter")
     if target is None and drafter is None:
         if dtype not in (None, "float32"):
-            raise ConfigError("the default pair is converted to float32; give --target/--drafter for another dtype")
+            raise ConfigError(
+                "the default pair is converted to float32: another dtype= needs a target= and drafter= of your own"
+            )
         t, d = load_default_pair(device, progress, target_device)
     else:
         if target is None or drafter is None:
-            raise ConfigError("give both --target and --drafter (or neither, for the default pair)")
+            raise ConfigError("give both target= and drafter= (or neither, for the default pair)")
         target_tokenizer, drafter_tokenizer = load_tokenizers(target, drafter)  # compared before any weights load
         t = TransformersModel(target, target_tokenizer, device=target_device or device, dtype=dtype)
         d = fit_drafter(t, TransformersModel(drafter, drafter_tokenizer, device=device, dtype=dtype))
@@ -145,19 +163,60 @@ def check_mode(exact: bool | None, *models) -> None:
                 raise ConfigError(f"exact={exact} but {name} {runs}: load the models with exact={exact}")
 
 
+def context_window_of(path) -> int | None:
+    """The context window of the model at ``path`` read before it loads: a GGUF file's ``<arch>.context_length``,
+    a transformers directory's ``max_position_embeddings`` (or ``n_positions``); None when it does not say (or
+    cannot be read: loading then names the problem)."""
+    import json
+    from pathlib import Path
+
+    path = Path(path)
+    try:
+        if path.is_file() and path.suffix.lower() == ".gguf":
+            from specpar.backends.llama.gguf_file import read_header
+
+            header = read_header(path)
+            value = header.metadata.get(f"{header.architecture}.context_length")
+        else:
+            config = json.loads((path / "config.json").read_text())
+            value = config.get("max_position_embeddings") or config.get("n_positions")
+    except (OSError, ValueError, ConfigError, AttributeError):
+        return None
+    return int(value) if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def _load_target(target, device, dtype, progress: bool, target_device, backend: str, exact=None):
+    """The target alone (the default pair's, or the one given), on ``backend``."""
+    from specpar.backends.weights import load_default_pair
+
+    if target is None:
+        if backend == "llama" and dtype is not None:
+            raise ConfigError("dtype= is for the transformers backend: a GGUF file carries its own quantization")
+        return load_default_pair(device, progress, target_device, backend=backend, with_drafter=False, exact=exact)[0]
+    if backend == "llama":
+        from specpar.backends.llama.model import LlamaModel
+
+        if dtype is not None:
+            raise ConfigError("dtype= is for the transformers backend: a GGUF file carries its own quantization")
+        return LlamaModel(target, exact=exact)
+    from specpar.backends.transformers_model import TransformersModel
+
+    return TransformersModel(target, device=target_device or device, dtype=dtype)
+
+
 def _load_llama(target, drafter, dtype, progress: bool, exact: bool | None = None):
     """(target, drafter) LlamaModels: the default pair's GGUF files, or the two files given, in the mode asked."""
     from specpar.backends.llama.model import LlamaModel, check_same_tokenizer_files, check_same_vocabulary
     from specpar.backends.weights import load_default_pair
 
     if dtype is not None:
-        raise ConfigError("--dtype is for the transformers backend: a GGUF file carries its own quantization")
+        raise ConfigError("dtype= is for the transformers backend: a GGUF file carries its own quantization")
     t0 = time.perf_counter()
     if target is None and drafter is None:
         t, d = load_default_pair(progress=progress, backend="llama", exact=exact)
     else:
         if target is None or drafter is None:
-            raise ConfigError("give both --target and --drafter (or neither, for the default pair)")
+            raise ConfigError("give both target= and drafter= (or neither, for the default pair)")
         check_same_tokenizer_files(target, drafter)  # from the headers, before any weights load
         t, d = LlamaModel(target, exact=exact), LlamaModel(drafter, exact=exact)
         check_same_vocabulary(t, d)

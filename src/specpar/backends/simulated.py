@@ -41,6 +41,7 @@ from specpar.core.decoding import Decoding, mix64
 from specpar.core.errors import ConfigError
 from specpar.core.latency import LatencyProfile
 from specpar.core.logits_processors import rows, scaled
+from specpar.core.numbers import is_int, is_number
 from specpar.core.prefix import common_prefix_len, shared_base_lcp
 from specpar.core.trees import BestFirst, TokenTree, expand, grow_best_first
 
@@ -258,9 +259,9 @@ class Regimes:
         if isinstance(rates, (str, bytes)) or not isinstance(rates, Sequence) or not rates:
             raise ConfigError(f"regimes need a non-empty list of acceptance rates, got {rates!r}")
         for r in rates:
-            if isinstance(r, bool) or not isinstance(r, (int, float)) or math.isnan(r) or not 0.0 <= r <= 1.0:
+            if not is_number(r, 0.0, 1.0):
                 raise ConfigError(f"each regime's acceptance rate must be in [0, 1], got {r!r}")
-        if isinstance(every, bool) or not isinstance(every, int) or every < 1:
+        if not is_int(every, 1):
             raise ConfigError(f"a regime lasts a positive number of tokens, got {every!r}")
         self.rates = tuple(float(r) for r in rates)
         self.every = every
@@ -328,9 +329,9 @@ class SimulatedDrafter(SimulatedLM):
     ):
         self.regimes = acceptance_rate if isinstance(acceptance_rate, Regimes) else None
         a = self.regimes.mean if self.regimes is not None else acceptance_rate
-        if isinstance(a, bool) or not isinstance(a, (int, float)) or math.isnan(a) or not 0.0 <= a <= 1.0:
+        if not is_number(a, 0.0, 1.0):
             raise ConfigError(f"acceptance_rate must be in [0, 1], got {a!r}")
-        if rows is not None and (isinstance(rows, bool) or not isinstance(rows, int) or rows < 2):
+        if rows is not None and not is_int(rows, 2):
             raise ConfigError(f"a drafter's rows must be an integer >= 2, got {rows!r}")
         self.target = target
         self.acceptance_rate = float(a)  # with regimes, their long-run mean

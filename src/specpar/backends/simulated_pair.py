@@ -20,6 +20,7 @@ from specpar.backends.simulated import Regimes, SimulatedDrafter, SimulatedModel
 from specpar.core.config import SEED_HELP, flag
 from specpar.core.errors import ConfigError
 from specpar.core.latency import MAX_LATENCY_MS, LatencyProfile
+from specpar.core.numbers import is_int, is_number
 
 MAX_SIMULATED = 1_000_000  # the largest simulated vocabulary and prompt: larger ones take hours before a token
 DRAFTER_SEED_OFFSET = 7919  # the drafter of the models made from seed s draws from seed s + 7919
@@ -139,9 +140,7 @@ class SimulatedPair:
         for name in ("target_tpot_ms", "target_ttft_ms", "target_per_token_ms", "drafter_tpot_ms", "drafter_ttft_ms",
                      "drafter_per_token_ms"):  # fmt: skip
             v = getattr(self, name)
-            if v is not None and (
-                isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= MAX_LATENCY_MS
-            ):
+            if v is not None and not is_number(v, 0, MAX_LATENCY_MS):
                 raise ConfigError(f"{name} must be a latency in [0, {MAX_LATENCY_MS:g}] ms, got {v}")
         c = self.drafter_latency
         if (
@@ -153,13 +152,13 @@ class SimulatedPair:
                 f"drafter latency fraction c must be >= 0 and give a drafter latency <= {MAX_LATENCY_MS:g} ms, got {c!r}"
             )
         a = self.acceptance_rate
-        if isinstance(a, bool) or not isinstance(a, (int, float)) or not 0.0 <= a <= 1.0:
+        if not is_number(a, 0.0, 1.0):
             raise ConfigError(f"acceptance rate a must be in [0, 1], got {a!r}")
         if self.acceptance_regimes is not None:
             Regimes.parse(self.acceptance_regimes)  # a ConfigError naming the form when it is not one
         for name, lo, hi in (("vocab_size", 2, MAX_SIMULATED), ("prompt_length", 1, MAX_SIMULATED), ("seed", 0, None)):
             v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < lo:
+            if not is_int(v, lo):
                 raise ConfigError(f"{name} must be >= {lo} (an integer), got {v!r}")
             if hi is not None and v > hi:  # simulated models score every token of the vocabulary in Python
                 raise ConfigError(f"{name} must be at most {hi:,}, got {v}")

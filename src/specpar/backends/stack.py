@@ -50,6 +50,7 @@ from specpar.backends.simulated import SimulatedLM, peaked_probs
 from specpar.core.decoding import mix64
 from specpar.core.errors import ConfigError
 from specpar.core.latency import LatencyProfile
+from specpar.core.numbers import is_int
 from specpar.planning.hsd_latency import check_alpha, check_rate
 
 _MASK = (1 << 64) - 1
@@ -84,7 +85,7 @@ class SimulatedStack:
             raise ConfigError("a stack needs at least one drafter below the target (chain of length >= 1)")
         if len(latencies) != k + 1:
             raise ConfigError(f"a stack of {k + 1} models needs {k + 1} latency profiles, got {len(latencies)}")
-        if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < k + 2:
+        if not is_int(vocab_size, k + 2):
             raise ConfigError(
                 f"vocab_size must be an integer >= K + 2 = {k + 2} for a stack of {k + 1} models "
                 f"(K junk tokens plus at least 2 target tokens), got {vocab_size!r}"

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from specpar.backends.transformers_server import TransformersServer
 from specpar.core.errors import ConfigError
 from specpar.core.latency import LatencyProfile
+from specpar.core.numbers import positive_int
 
 _names = itertools.count()
 DTYPES = ("float32", "float64", "bfloat16", "float16")
@@ -107,8 +108,8 @@ class TransformersModel:
         self.factory = factory
         self.native_rows = module.get_output_embeddings().weight.shape[0]
         self.embedding_rows = module.get_input_embeddings().weight.shape[0]  # the ids it can read
-        if rows is not None and (isinstance(rows, bool) or not isinstance(rows, int) or rows < 1):
-            raise ConfigError(f"rows must be a positive integer, got {rows!r}")
+        if rows is not None:
+            positive_int("rows", rows)
         self.rows = rows or self.native_rows
 
     # -- facts ---------------------------------------------------------------------------------
@@ -257,7 +258,7 @@ def check_fits(model: TransformersModel, device: str, n_servers: int, max_tokens
         raise ConfigError(
             f"{n_servers} server(s) of {model.name} need about {need / 2**30:.2f} GiB on {device} "
             f"({weights / 2**30:.2f} GiB of weights + {kv / 2**30:.2f} GiB of KV cache for {max_tokens} tokens each) "
-            f"but only {free / 2**30:.2f} GiB is free: lower sp_degree or max_new_tokens, or add devices"
+            f"but only {free / 2**30:.2f} GiB is free: lower sp_degree or max_tokens, or add devices"
         )
 
 

@@ -32,9 +32,9 @@ from collections.abc import Sequence
 import numpy as np
 
 from specpar.backends.cached_server import CachedServer
-from specpar.core.calls import Draft, DraftTree, Proposal, Scores, ScoreTree, as_context
+from specpar.core.calls import DraftTree, Scores, ScoreTree, as_context
 from specpar.core.decoding import Decoding
-from specpar.core.errors import ConfigError
+from specpar.core.errors import ConfigError, stop_if_cancelled
 from specpar.core.logits_processors import rows
 from specpar.core.prefix import common_prefix_len
 from specpar.core.trees import BestFirst, TokenTree, expand, grow_best_first, tree_depth
@@ -50,10 +50,6 @@ def fit_width(logits, width: int):
     if n >= width:
         return logits[:, :width]
     return torch.cat([logits, logits.new_full((logits.shape[0], width - n), -torch.inf)], dim=-1)
-
-
-class _Cancelled(Exception):
-    """A tree draft's ``cancelled`` was set between its passes."""
 
 
 class TransformersServer(CachedServer):
@@ -152,12 +148,12 @@ class TransformersServer(CachedServer):
             "position_ids": torch.tensor([positions], device=self.device),
         }
 
-    def _sync(self, context: tuple[int, ...], need_from: int):
+    def _sync(self, context: tuple[int, ...], need_from: int, decoding=None):
         """Bring the cache to ``context`` and return logits for input indices need_from .. len(context)-1."""
         if len(context) > self.model.context_window:
             raise ConfigError(
                 f"context of {len(context)} tokens exceeds {self.model.name}'s context window of "
-                f"{self.model.context_window} tokens: shorten the prompt or lower max_new_tokens"
+                f"{self.model.context_window} tokens: shorten the prompt or lower max_tokens"
             )
         if self._tree is not None:
             self._settle_tree(context)
@@ -195,26 +191,18 @@ class TransformersServer(CachedServer):
 
         return torch.inference_mode()
 
-    def _draft(self, call: Draft, cancelled) -> Proposal | None:
-        ctx, dec = call.context, call.decoding
-        logits = self._sync(ctx, len(ctx) - 1)[-1]
-        tokens, q = [], []
-        for i in range(call.k):
-            if dec.reshapes:
-                row = self._rows(logits[None], dec, as_context(ctx) + tokens, len(ctx) + i)[0]
-            elif not dec.greedy:
-                row = self._probs(logits, dec.temperature)
-            if dec.greedy:
-                token = int(row) if dec.reshapes else int(logits.argmax())
-            else:
-                token = dec.draft(row, len(ctx) + i)
-                q.append(row)
-            tokens.append(token)
-            if i + 1 < call.k:
-                if cancelled is not None and cancelled.is_set():
-                    return None
-                logits = self._forward([token])[-1]
-        return Proposal(tokens, None if dec.greedy else np.stack(q))
+    def _last_logits(self, ctx, cancelled, decoding=None):
+        return self._sync(ctx, len(ctx) - 1)[-1]
+
+    def _draft_row(self, logits, dec: Decoding, ctx, tokens: list[int], position: int):
+        if dec.reshapes:
+            return self._rows(logits[None], dec, as_context(ctx) + tokens, position)[0]
+        if dec.greedy:
+            return int(logits.argmax())
+        return self._probs(logits, dec.temperature)
+
+    def _next_logits(self, token: int):
+        return self._forward([token])[-1]
 
     def _score_tree(self, call: ScoreTree) -> Scores:
         """Rows at the root and after every node of the tree, from one forward pass with tree attention."""
@@ -228,7 +216,7 @@ class TransformersServer(CachedServer):
         # trees take no logits processors (refused in generate), so rows need no context
         return Scores(call.start, self._rows(logits[len(ctx) - keep - 1 :], call.decoding, None, call.start))
 
-    def _draft_tree(self, call: DraftTree, cancelled) -> TokenTree | None:
+    def _draft_tree(self, call: DraftTree, cancelled) -> TokenTree:
         """SpecInfer's expansion (specpar.core.trees.expand): one forward pass per level over that level's new nodes."""
         import torch
 
@@ -241,20 +229,16 @@ class TransformersServer(CachedServer):
         def level_rows(tree: TokenTree, frontier: list[int]) -> list:
             nonlocal logits
             if frontier[0] >= 0:  # the frontier is the nodes the last level added, in order
-                if cancelled is not None and cancelled.is_set():
-                    raise _Cancelled
+                stop_if_cancelled(cancelled)
                 logits = self._forward((), tree, frontier[0], len(tree))
             if dec.greedy:
                 k = call.shape[tree.depths[frontier[0]] if frontier[0] >= 0 else 0]
                 return torch.topk(logits, min(k, logits.shape[-1]), dim=-1).indices.tolist()
             return list(self._probs(logits, dec.temperature))
 
-        try:
-            return expand(call.shape, level_rows, dec, len(ctx), call.source)
-        except _Cancelled:
-            return None
+        return expand(call.shape, level_rows, dec, len(ctx), call.source)
 
-    def _grow(self, call: DraftTree, logits, cancelled) -> TokenTree | None:
+    def _grow(self, call: DraftTree, logits, cancelled) -> TokenTree:
         """Best-first growth (specpar.core.trees.grow_best_first) from the root's logits [1, V]: one forward pass per
         step over the nodes it expands (the cache holds every node fed; the next call keeps the path it follows)."""
         import torch
@@ -265,16 +249,12 @@ class TransformersServer(CachedServer):
         def ranked(fed: TokenTree, frontier: list[int], k: int) -> list:
             nonlocal logits
             if frontier[0] >= 0:
-                if cancelled is not None and cancelled.is_set():
-                    raise _Cancelled
+                stop_if_cancelled(cancelled)
                 logits = self._forward((), fed, frontier[0], len(fed))
             top = torch.topk(self._softmax(logits, temperature), min(k, logits.shape[-1]), dim=-1)
             return list(zip(top.indices.tolist(), top.values.tolist()))
 
-        try:
-            return grow_best_first(call.shape, ranked, dec, logits.shape[-1], call.source)[0]
-        except _Cancelled:
-            return None
+        return grow_best_first(call.shape, ranked, dec, logits.shape[-1], call.source)[0]
 
     def _check_window(self, length: int) -> None:
         if length > self.model.context_window:

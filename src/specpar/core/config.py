@@ -18,6 +18,7 @@ from dataclasses import MISSING, dataclass, field, fields, replace
 from typing import Any
 
 from specpar.core.errors import ConfigError
+from specpar.core.numbers import is_int, is_number
 
 ALGORITHMS = ("nonsi", "si", "dsi", "hsd", "hsd-sp")
 LOOKAHEAD_MODES = ("auto", "adaptive")
@@ -59,7 +60,7 @@ def flag(
 
 
 def _positive_int(name: str, value, lo: int = 1, hi: int | None = None) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < lo or (hi is not None and value > hi):
+    if not is_int(value, lo, hi):
         bound = f">= {lo}" if hi is None else f">= {lo} and <= {hi}"
         raise ConfigError(f"{name} must be {bound} (an integer), got {value!r}")
     return value
@@ -168,7 +169,7 @@ class SpeculativeConfig:
         if self.algorithm not in ALGORITHMS:
             raise ConfigError(f"algorithm must be one of {', '.join(ALGORITHMS)}, got {self.algorithm!r}")
         k = self.lookahead
-        if k is not None and k not in LOOKAHEAD_MODES and (isinstance(k, bool) or not isinstance(k, int) or k < 1):
+        if k is not None and k not in LOOKAHEAD_MODES and not is_int(k, 1):
             raise ConfigError(f"lookahead must be an integer >= 1, 'auto' or 'adaptive', got {k!r}")
         if self.sp_degree is not None:
             _positive_int("sp_degree", self.sp_degree, hi=1024)
@@ -272,7 +273,7 @@ NGRAM_SIZES = (1, 3)  # the n-gram proposer's default prompt_lookup_min and prom
 def check_ngram_sizes(min_n, max_n) -> tuple[int, int]:
     """(min_n, max_n) if 1 <= min_n <= max_n are integers, else a ConfigError."""
     for name, n in (("prompt_lookup_min", min_n), ("prompt_lookup_max", max_n)):
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        if not is_int(n, 1):
             raise ConfigError(f"{name} (the n of the n-grams matched) must be an integer >= 1, got {n!r}")
     if min_n > max_n:
         raise ConfigError(f"prompt_lookup_min ({min_n}) must be at most prompt_lookup_max ({max_n})")
@@ -422,13 +423,13 @@ class RuntimeConfig:
                 raise ConfigError(f"cancel_frees must be one of {CANCEL_MODES} (or a mapping to them), got {mode!r}")
         links = self.link_ms.values() if isinstance(self.link_ms, Mapping) else [self.link_ms]
         for ms in links:
-            if isinstance(ms, bool) or not isinstance(ms, (int, float)) or not 0 <= ms < math.inf:
+            if not is_number(ms, 0, math.inf, hi_open=True):
                 raise ConfigError(f"link_ms must be a finite number of ms >= 0, got {ms!r}")
         t = self.call_timeout_s
-        if t is not None and (isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 < t < math.inf):
+        if t is not None and not is_number(t, 0, math.inf, lo_open=True, hi_open=True):
             raise ConfigError(f"call_timeout_s must be a finite number of seconds > 0 (or None), got {t!r}")
         c = self.cpus_per_server
-        if isinstance(c, bool) or not isinstance(c, (int, float)) or not 0 < c < math.inf:
+        if not is_number(c, 0, math.inf, lo_open=True, hi_open=True):
             raise ConfigError(f"cpus_per_server must be a finite number > 0, got {c!r}")
         if self.placement not in PLACEMENTS:
             raise ConfigError(f"placement must be one of {PLACEMENTS}, got {self.placement!r}")
@@ -490,12 +491,9 @@ def _renamed(config: Mapping[str, Any], names: Mapping[str, str], cls) -> dict:
 
 
 def _json_object(text: str, what: str) -> dict:
-    import json
+    from specpar.core.json_output import parse
 
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"{what} is not valid JSON: {exc.msg} (at character {exc.pos})") from None
+    value = parse(text, what)
     if not isinstance(value, dict):
         raise ConfigError(f"{what} must be a JSON object, got {type(value).__name__}")
     return value

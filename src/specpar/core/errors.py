@@ -20,3 +20,14 @@ class ServerError(SpecparError, RuntimeError):
 
 class SpecparWarning(UserWarning):
     """A configuration that runs, but outside the assumptions a guarantee needs."""
+
+
+class Cancelled(Exception):
+    """A call was cancelled while it ran: its server stops between two passes, and its ``run`` returns None (raised
+    and caught inside a server, never seen by an algorithm)."""
+
+
+def stop_if_cancelled(cancelled) -> None:
+    """Raise :class:`Cancelled` if a call's ``cancelled`` event is set (None: the call cannot be cancelled)."""
+    if cancelled is not None and cancelled.is_set():
+        raise Cancelled

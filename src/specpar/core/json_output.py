@@ -1,4 +1,5 @@
-"""The one JSON writer of the commands: ``--json`` objects on stdout and ``-o`` JSON lines.
+"""The commands' JSON: the one writer (``--json`` objects on stdout and ``-o`` JSON lines) and the one reader of JSON
+a user gives (:func:`parse`: a flag's text, a profile's file).
 
 Non-finite floats (nan, inf: e.g. an acceptance rate with nothing drafted) are written as null, so that every
 file is standard JSON that any reader parses.
@@ -20,6 +21,19 @@ def _finite(obj: Any) -> Any:
     if isinstance(obj, (list, tuple)):
         return [_finite(v) for v in obj]
     return obj
+
+
+def parse(text: str, what: str) -> Any:
+    """``text`` parsed as JSON; a ConfigError naming ``what`` when it is not JSON or is nested too deeply for the
+    parser (thousands of levels: Python's recursion limit, a RecursionError traceback otherwise)."""
+    from specpar.core.errors import ConfigError
+
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{what} is not valid JSON: {exc.msg} (at character {exc.pos})") from None
+    except RecursionError:
+        raise ConfigError(f"{what} is nested too deeply to read (thousands of levels of arrays or objects)") from None
 
 
 def dumps(obj: Any, indent: int | None = 2) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from specpar.core.errors import ConfigError
+from specpar.core.numbers import is_number
 
 MAX_LATENCY_MS = 1e9
 """The longest forward pass a profile may describe (about 12 days): beyond it, clock arithmetic overflows."""
@@ -30,7 +31,7 @@ class LatencyProfile:
     def __post_init__(self):
         for name in ("ttft_ms", "tpot_ms", "per_token_ms"):
             v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= MAX_LATENCY_MS:
+            if not is_number(v, 0, MAX_LATENCY_MS):
                 raise ConfigError(f"latency {name} must be a number of ms in [0, {MAX_LATENCY_MS:g}], got {v!r}")
         object.__setattr__(self, "cache_matters", self.ttft_ms != self.tpot_ms or self.per_token_ms != 0)
 

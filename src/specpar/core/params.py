@@ -11,6 +11,7 @@ from specpar.core.config import SEED_HELP, flag
 from specpar.core.decoding import COUPLINGS, Decoding, check_temperature
 from specpar.core.errors import ConfigError
 from specpar.core.logits_processors import LogitsProcessors
+from specpar.core.numbers import is_int, is_number
 
 MAX_TOKENS = 2**31 - 1
 """The most new tokens a request may ask for: what the command line's -N takes (a C size). Far more than any context
@@ -111,18 +112,18 @@ class SamplingParams:
         _number(self, "frequency_penalty", -2.0, 2.0, "[-2, 2]")
         _number(self, "repetition_penalty", 0.0, math.inf, "(0, inf)", lo_open=True)
         top_k = 0 if self.top_k is None or self.top_k == -1 else self.top_k
-        if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 0:
+        if not is_int(top_k, 0):
             raise ConfigError(f"top_k must be an integer >= 0 (0 or -1: no limit), got {self.top_k!r}")
         object.__setattr__(self, "top_k", top_k)
         n = self.max_tokens
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        if not is_int(n, 1):
             raise ConfigError(f"max_tokens (max_new_tokens) must be a positive integer, got {n!r}")
         if n > MAX_TOKENS:
             raise ConfigError(
                 f"max_tokens (max_new_tokens) must be at most {MAX_TOKENS} (as on the command line), got {n!r}"
             )
         m = self.min_tokens
-        if isinstance(m, bool) or not isinstance(m, int) or not 0 <= m <= n:
+        if not is_int(m, 0, n):
             raise ConfigError(f"min_tokens must be an integer in [0, max_tokens = {n}], got {m!r}")
         object.__setattr__(self, "logit_bias", _bias(self.logit_bias))
         if self.stop is not None and not isinstance(self.stop, (str, Sequence)):
@@ -138,7 +139,7 @@ class SamplingParams:
             raise ConfigError(f"stop_token_ids must be a list of token ids, got {self.stop_token_ids!r}")
         ids = () if self.stop_token_ids is None else tuple(self.stop_token_ids)
         for t in ids:
-            if isinstance(t, bool) or not isinstance(t, int) or t < 0:
+            if not is_int(t, 0):
                 raise ConfigError(f"stop_token_ids must be token ids (integers >= 0), got {t!r}")
         object.__setattr__(self, "stop_token_ids", ids)
         for name in ("ignore_eos", "include_stop_str_in_output"):
@@ -149,7 +150,7 @@ class SamplingParams:
         if self.seed is not None and self.seed < 0:
             raise ConfigError(f"seed must be an integer >= 0, got {self.seed!r} (None: fresh randomness)")
         lp = self.logprobs
-        if lp is not None and (isinstance(lp, bool) or not isinstance(lp, int) or lp < 0):
+        if lp is not None and not is_int(lp, 0):
             raise ConfigError(f"logprobs must be None or an integer >= 0 (the top tokens to report), got {lp!r}")
         if self.coupling not in COUPLINGS:
             raise ConfigError(f"coupling must be one of {COUPLINGS}, got {self.coupling!r}")
@@ -211,9 +212,9 @@ def _bias(bias) -> tuple[tuple[int, float], ...]:
     pairs = bias.items() if isinstance(bias, Mapping) else bias
     out = {}
     for t, b in pairs:
-        if isinstance(t, bool) or not isinstance(t, int) or t < 0:
+        if not is_int(t, 0):
             raise ConfigError(f"logit_bias keys must be token ids (integers >= 0), got {t!r}")
-        if isinstance(b, bool) or not isinstance(b, (int, float)) or not -100 <= b <= 100:
+        if not is_number(b, -100, 100):
             raise ConfigError(f"logit_bias values must be numbers in [-100, 100], got {b!r} for token {t}")
         out[t] = float(b)
     return tuple(sorted(out.items()))

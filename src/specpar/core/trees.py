@@ -41,6 +41,7 @@ import numpy as np
 
 from specpar.core.decoding import DRAFT, Decoding, mix64, sample
 from specpar.core.errors import ConfigError
+from specpar.core.numbers import is_int
 
 MAX_TREE_NODES = 512  # the most nodes a server scores in one pass (tree attention masks grow with its square)
 _SOURCE_SALT = 0x6A09E667F3BCC909
@@ -137,7 +138,7 @@ def check_tree(widths, room: int | None = None, max_nodes: int = MAX_TREE_NODES)
     if isinstance(widths, BestFirst):
         for name in ("nodes", "per_pass"):
             v = getattr(widths, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+            if not is_int(v, 1):
                 raise ConfigError(
                     f"a best-first tree needs a positive {'node budget B' if name == 'nodes' else 'W (nodes per pass)'}"
                     f", got {v!r}"
@@ -150,7 +151,7 @@ def check_tree(widths, room: int | None = None, max_nodes: int = MAX_TREE_NODES)
     if isinstance(widths, (str, bytes)) or not isinstance(widths, Sequence) or not widths:
         raise ConfigError(f"a tree configuration is a non-empty list of widths <k1, ..., km>, got {widths!r}")
     for i, k in enumerate(widths):
-        if isinstance(k, bool) or not isinstance(k, int) or k <= 0:
+        if not is_int(k, 1):
             raise ConfigError(
                 f"tree width k{i + 1} must be a positive integer (each depth needs at least one candidate), got {k!r}"
             )

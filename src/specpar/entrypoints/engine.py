@@ -26,17 +26,21 @@ import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 
-from specpar.algorithms.registry import check_context_window, model_of
+from specpar.algorithms.checks import check_context_window
 from specpar.backends.cpu_threads import SharedThreads, cpu_cores, model_uses_torch
 from specpar.backends.loading import check_mode, choose_backend, load_pair, model_exact
 from specpar.backends.vocabulary import fit_drafters
 from specpar.core.config import RuntimeConfig, SpeculativeConfig, split_options
 from specpar.core.errors import ConfigError
+from specpar.core.numbers import is_int
 from specpar.core.params import SAMPLING_FIELDS, SamplingParams
+from specpar.core.query import Query
 from specpar.core.results import GenerationResult, overhead
 from specpar.core.stopping import Stopping, TextStream, detokenize, end_of_text_ids
 from specpar.planning.load import POLICIES, Option, ShareCurve, fixed
 from specpar.runtimes import Pool
+from specpar.runtimes.base import model_of
+from specpar.runtimes.capacity import check_servers
 from specpar.runtimes.virtual import collector_paused
 from specpar.scheduling import LoadMetrics, Scheduler, Unit
 from specpar.scheduling.request import Request
@@ -62,6 +66,21 @@ def uses_torch(source) -> bool:
     if isinstance(source, Pool):
         return hasattr(source.servers[0], "module")
     return model_uses_torch(source)
+
+
+def unit_count(units: int | None, sp_degree: int, drafts: bool = True) -> int:
+    """The processing units an Engine of models makes for ``units`` (None: sp_degree + 1 with a drafter, else
+    sp_degree); 0 for units=1: one unit of every server."""
+    if units == 1:
+        return 0
+    if units is None:
+        return sp_degree + 1 if drafts else sp_degree
+    return units
+
+
+def servers_of_units(n: int, sp_degree: int) -> tuple[int, int]:
+    """(target servers, drafter servers per drafter model) of ``n`` units (0: one unit of sp_degree targets)."""
+    return (n, n) if n else (sp_degree, 1)
 
 
 class Engine:
@@ -146,7 +165,9 @@ class Engine:
             raise ConfigError(f"policy must be one of {', '.join(POLICIES)}, got {policy!r}")
         self.policy = policy
         n = self._unit_count(units, target, drafter, sp_degree)
-        targets, drafters = (n, n) if n else (sp_degree, 1)  # ready-made Pools: one unit, as many servers as today
+        targets, drafters = servers_of_units(n, sp_degree)
+        levels = len(drafter) if isinstance(drafter, (list, tuple)) else 0 if drafter is None else 1
+        check_servers(self.runtime_config, targets, drafters * levels)  # before any is made (a thread or process each)
         self.targets = self._servers(target, targets, "target", target_devices, max_tokens)
         if isinstance(drafter, (list, tuple)):  # HSD's levels (or merged drafters), the smallest first
             self.drafters = [
@@ -206,17 +227,13 @@ class Engine:
 
     def _unit_count(self, units, target, drafter, sp_degree: int) -> int:
         """Units of one target and one drafter server each; 0: one unit of every server (Pools, or units=1)."""
-        if units is not None and (isinstance(units, bool) or not isinstance(units, int) or not 1 <= units <= 1024):
+        if units is not None and not is_int(units, 1, 1024):
             raise ConfigError(f"units must be an integer in [1, 1024], got {units!r}")
         if any(isinstance(x, Pool) for x in (target, *(drafter if isinstance(drafter, (list, tuple)) else [drafter]))):
             if units not in (None, 1):
                 raise ConfigError("servers given as Pools form one processing unit: give models for units > 1")
             return 0
-        if units == 1:
-            return 0
-        if units is None:
-            return sp_degree + 1 if drafter is not None else sp_degree
-        return units
+        return unit_count(units, sp_degree, drafter is not None)
 
     def _units(self, n: int) -> list[Unit]:
         """The processing units: one per target server, each with its drafter server(s); one for ready-made Pools."""
@@ -320,10 +337,20 @@ class Engine:
             raise failed[min(failed)]
         return results
 
-    def stream(self, prompt, params: SamplingParams | None = None, *, speculative_config=None, **options) -> Iterator:
+    def stream(
+        self,
+        prompt,
+        params: SamplingParams | None = None,
+        *,
+        speculative_config=None,
+        cancel: threading.Event | None = None,
+        **options,
+    ) -> Iterator:
         """The output as it is verified: text pieces where the target has a tokenizer (joined, exactly the
         result's text; never any of a stop string), else lists of token ids. The generation runs on a thread
-        of its own; closing the iterator early ends it. Arguments as :meth:`generate`'s."""
+        of its own; closing the iterator early ends it, and so does setting ``cancel`` (from any thread: the
+        generation ends at its next verified tokens, the iterator then ends and returns None). Arguments as
+        :meth:`generate`'s."""
         spec, params = self._request_config(speculative_config, params, options)
         ids = self.prompt_ids(prompt)
         pieces: queue.Queue = queue.Queue()
@@ -332,7 +359,7 @@ class Engine:
         done: list[GenerationResult] = []
 
         def on_tokens(tokens):
-            if abandoned.is_set():
+            if abandoned.is_set() or (cancel is not None and cancel.is_set()):
                 raise _Abandoned
             piece = text.push(tokens) if text is not None else list(tokens)
             if piece:
@@ -436,18 +463,9 @@ class Engine:
         curve = self.curve(spec, params.max_tokens)
         if spec.lookahead == "auto" and curve.option(curve.max_units).ms_per_token is None:
             spec = spec.replace(lookahead=self.auto_lookahead(spec, params.max_tokens))  # (or its clear error)
-        request = Request(
-            scheduler,
-            ids,
-            spec,
-            curve,
-            runtime,
-            params.decoding(len(ids), self.end_of_text),
-            params.max_tokens,
-            stream=stream,
-            stopping=self.stopping(ids, params),
-            ready_made=self.keep_actors,
-        )
+        decoding = params.decoding(len(ids), self.end_of_text)
+        query = Query(ids, params.max_tokens, decoding, self.stopping(ids, params), stream)
+        request = Request(scheduler, query, spec, curve, runtime, self.keep_actors)
         return request, spec
 
     def _finished(self, result: GenerationResult, ids: list[int], params: SamplingParams) -> GenerationResult:
@@ -591,16 +609,16 @@ class Engine:
         busy = len(cpu) if algorithm in ("dsi", "hsd-sp") else 1  # non-SI and SI run one server at a time
         return max(1, cpu_cores() // max(1, busy))
 
-    def check_length(self, prompt_len: int, max_new_tokens: int) -> None:
+    def check_length(self, prompt_len: int, max_tokens: int) -> None:
         """Refuse a prompt and output longer than the models' context windows, before any work."""
-        check_context_window(prompt_len, max_new_tokens, self.target_model, self.drafter_model)
+        check_context_window(prompt_len, max_tokens, self.target_model, self.drafter_model)
 
-    def auto_lookahead(self, spec: SpeculativeConfig, max_new_tokens: int) -> int:
+    def auto_lookahead(self, spec: SpeculativeConfig, max_tokens: int) -> int:
         """lookahead="auto": the fastest by simulation of the models' latencies and acceptance rate."""
         from specpar.prediction.lookahead_choice import auto_lookahead
 
         k = auto_lookahead(
-            self.targets, self.drafters, spec.algorithm, spec.sp_degree, max_new_tokens, spec.dedicated_cursor
+            self.targets, self.drafters, spec.algorithm, spec.sp_degree, max_tokens, spec.dedicated_cursor
         )
         log.info("lookahead %d: the fastest %s's simulation predicts (lookahead='auto')", k, spec.algorithm)
         return k

@@ -153,7 +153,7 @@ def measure_sp_vs_mp(
         target = SimulatedModel(16, seed=seed, latency=LatencyProfile.uniform(1.0))
         drafter = target.drafter(a, LatencyProfile.uniform(c), seed=seed + 7919)
         return run_once(
-            [seed, 1], target, drafter, algorithm="dsi", max_new_tokens=n, lookahead=lookahead, sp_degree=sp_degree
+            [seed, 1], target, drafter, algorithm="dsi", max_tokens=n, lookahead=lookahead, sp_degree=sp_degree
         )
 
     runs = run_arms(["dsi"], repeats, dsi)["dsi"]

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from specpar.core.errors import ConfigError
+from specpar.core.numbers import is_int, positive_int
 from specpar.planning import min_lookahead, sp_degree_needed
 from specpar.prediction.fastpath import acceptance_uniforms, dsi_latency, next_rejection, si_counts, si_time
 
@@ -52,7 +53,7 @@ def grid(resolution: int) -> tuple[np.ndarray, np.ndarray]:
     """The paper's axes with ``resolution`` drafter latencies: c from 0.01 to 1 [res] and a from 0 to 1 [res+1],
     evenly spaced; 100 gives the paper's c in {0.01, ..., 1} x a in {0, 0.01, ..., 1}, and every resolution
     keeps the corners (the fastest drafter, a useless one, a perfect one)."""
-    if isinstance(resolution, bool) or not isinstance(resolution, int) or not 2 <= resolution <= MAX_RESOLUTION:
+    if not is_int(resolution, 2, MAX_RESOLUTION):
         raise ConfigError(
             f"resolution must be an integer in [2, {MAX_RESOLUTION}] (the paper's is 100), got {resolution!r}"
         )
@@ -135,8 +136,7 @@ class Heatmap:
 
 def _check(n, repeats, sp_degree, lookaheads, fixed_lookahead):
     for name, v in (("N", n), ("repeats", repeats), ("sp_degree", sp_degree)):
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise ConfigError(f"{name} must be a positive integer, got {v!r}")
+        positive_int(name, v)
     lo, hi = lookaheads
     if not (isinstance(lo, int) and isinstance(hi, int) and 1 <= lo <= hi):
         raise ConfigError(f"the lookahead range must be 1 <= first <= last, got {lo}..{hi}")
@@ -258,13 +258,13 @@ def event_cell(
         target = SimulatedModel(16, seed=r, latency=LatencyProfile.uniform(1.0))
         drafter = target.drafter(a, LatencyProfile.uniform(c), seed=r + 104729)
         prompt = [r % 16, 3]
-        times["nonsi"].append(run_once(prompt, target, algorithm="nonsi", max_new_tokens=n).time_ms)
+        times["nonsi"].append(run_once(prompt, target, algorithm="nonsi", max_tokens=n).time_ms)
         times["si"].append(
-            run_once(prompt, target, drafter, algorithm="si", max_new_tokens=n, lookahead=si_lookahead).time_ms
+            run_once(prompt, target, drafter, algorithm="si", max_tokens=n, lookahead=si_lookahead).time_ms
         )
         times["dsi"].append(
             run_once(
-                prompt, target, drafter, algorithm="dsi", max_new_tokens=n, lookahead=dsi_lookahead, sp_degree=sp_degree
+                prompt, target, drafter, algorithm="dsi", max_tokens=n, lookahead=dsi_lookahead, sp_degree=sp_degree
             ).time_ms
         )
     return {k: statistics.fmean(v) for k, v in times.items()}

@@ -20,7 +20,7 @@ from specpar.experiments.runs import run_once
 def measure_alpha(
     models: Sequence,
     prompts: Sequence[Sequence[int]],
-    max_new_tokens: int = 64,
+    max_tokens: int = 64,
     lookahead: int = 4,
     temperature: float = 0.0,
     seed: int = 0,
@@ -43,7 +43,7 @@ def measure_alpha(
                     models[i],
                     algorithm="si",
                     lookahead=lookahead,
-                    max_new_tokens=max_new_tokens,
+                    max_tokens=max_tokens,
                     temperature=temperature,
                     seed=seed + r,
                     runtime=runtime,

@@ -21,6 +21,7 @@ from specpar.core.config import RuntimeConfig, SpeculativeConfig
 from specpar.core.decoding import Decoding
 from specpar.core.errors import ConfigError
 from specpar.core.latency import LatencyProfile
+from specpar.core.query import Query
 from specpar.planning.load import POLICIES
 from specpar.runtimes.shared_clock import SharedClock
 from specpar.scheduling import Scheduler, Unit
@@ -37,7 +38,7 @@ class LoadSetting:
     target: LatencyProfile = field(default_factory=lambda: LatencyProfile.uniform(30.0))
     drafter: LatencyProfile = field(default_factory=lambda: LatencyProfile.uniform(3.0))
     acceptance_rate: float = 0.8
-    max_new_tokens: int = 100
+    max_tokens: int = 100
     prompt_length: int = 8
     vocab_size: int = 32
     lookahead: int | str | None = "auto"
@@ -47,7 +48,7 @@ class LoadSetting:
     def nonsi_capacity(self) -> float:
         """Requests per second non-SI serves at most: one per unit, each its N target passes."""
         t = self.target
-        return self.units * 1000.0 / (t.ttft_ms + (self.max_new_tokens - 1) * t.tpot_ms)
+        return self.units * 1000.0 / (t.ttft_ms + (self.max_tokens - 1) * t.tpot_ms)
 
 
 @dataclass
@@ -141,7 +142,7 @@ class LoadSimulation:
         if policy not in self._curves:
             s = self.setting
             self._curves[policy] = share_curve(
-                policy, self.spec, self.target, self.drafter, s.units, s.max_new_tokens, self.seed
+                policy, self.spec, self.target, self.drafter, s.units, s.max_tokens, self.seed
             )
         return self._curves[policy]
 
@@ -167,7 +168,7 @@ class LoadSimulation:
         records: list[RequestRecord] = []
 
         def one(i: int) -> None:
-            req = Request(scheduler, self.prompt(i), self.spec, curve, runtime, decoding, s.max_new_tokens)
+            req = Request(scheduler, Query(self.prompt(i), s.max_tokens, decoding), self.spec, curve, runtime)
             result = req.run()
             first = req.segments[0][2]
             records.append(

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 from specpar.backends import SimulatedModel
 from specpar.core.errors import ConfigError
+from specpar.core.numbers import positive_int
 from specpar.experiments.loop import Speedup, run_arms, speedup
 from specpar.experiments.runs import run_once
 from specpar.planning.lookahead import sp_degree_needed, verification_servers
@@ -122,8 +123,7 @@ def run_online(
     (then measured = predicted). progress: called with the arm's name after each run; stream: the measured runs'
     tokens as they are verified (a progress bar)."""
     for name, v in (("N", n), ("repeats", repeats), ("sp_degree", sp_degree)):
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise ConfigError(f"{name} must be a positive integer, got {v!r}")
+        positive_int(name, v)
     feasible = feasible_lookaheads(profile, lookaheads, sp_degree)
     if not feasible:
         raise ConfigError(
@@ -160,7 +160,7 @@ def run_online(
             target,
             drafter,
             algorithm=algo,
-            max_new_tokens=n,
+            max_tokens=n,
             runtime=runtime,
             runtime_options=runtime_options,
             stream=stream,
@@ -168,7 +168,7 @@ def run_online(
         )
         if runtime == "virtual":  # the measurement is the prediction
             return measured.time_ms, measured.time_ms
-        predicted = run_once(prompt, target, drafter, algorithm=algo, max_new_tokens=n, runtime="virtual", **kw)
+        predicted = run_once(prompt, target, drafter, algorithm=algo, max_tokens=n, runtime="virtual", **kw)
         if measured.tokens != predicted.tokens:  # greedy: both must be the target's own output
             raise RuntimeError(f"{algo} returned different tokens on {runtime} and on the virtual clock")
         return measured.time_ms, predicted.time_ms

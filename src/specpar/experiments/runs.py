@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from specpar.algorithms.registry import run_generation
 from specpar.core.config import RuntimeConfig, SpeculativeConfig, split_options
 from specpar.core.decoding import Decoding
+from specpar.core.query import Query
 from specpar.core.results import GenerationResult
 
 
@@ -21,7 +22,7 @@ def run_once(
     target,
     drafter=None,
     *,
-    max_new_tokens: int,
+    max_tokens: int,
     runtime: str = "virtual",
     runtime_options: Mapping | None = None,
     temperature: float = 0.0,
@@ -37,4 +38,4 @@ def run_once(
     spec = SpeculativeConfig(sp_degree=sp_degree, **spec_fields)
     config = RuntimeConfig.coerce(runtime, runtime_options, **runtime_fields)
     decoding = Decoding(temperature, seed, coupling=coupling, prompt_len=len(prompt))
-    return run_generation(prompt, target, drafter, spec, config, decoding, max_new_tokens, stream=stream)
+    return run_generation(Query(prompt, max_tokens, decoding, stream=stream), target, drafter, spec, config)

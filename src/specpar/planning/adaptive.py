@@ -28,6 +28,7 @@ from collections.abc import Callable, Sequence
 
 from specpar.core.errors import ConfigError
 from specpar.core.latency import LatencyProfile
+from specpar.core.numbers import positive_int
 from specpar.planning.analytic import dsi_ms_per_token, si_ms_per_token
 from specpar.planning.lookahead import satisfies_eq1
 
@@ -98,8 +99,7 @@ def adaptive_lookahead(
     ``dedicated_cursor`` says; all where none does)."""
     if algorithm not in ("si", "dsi"):
         raise ConfigError(f"an adaptive lookahead is for 'si' or 'dsi', not {algorithm!r}")
-    if isinstance(max_lookahead, bool) or not isinstance(max_lookahead, int) or max_lookahead < 1:
-        raise ConfigError(f"max_lookahead must be a positive integer, got {max_lookahead!r}")
+    positive_int("max_lookahead", max_lookahead)
     if target.tpot_ms <= 0 or drafter.tpot_ms <= 0:
         raise ConfigError("an adaptive lookahead needs target and drafter latencies > 0 ms (a cost model to weigh)")
     best = _table(algorithm, target.tpot_ms, drafter.tpot_ms, target.per_token_ms, sp_degree, max_lookahead,

@@ -28,10 +28,11 @@ from collections.abc import Sequence
 import numpy as np
 
 from specpar.core.errors import ConfigError
+from specpar.core.numbers import is_int, is_number
 
 
 def check_buffer(name: str, t) -> int:
-    if isinstance(t, bool) or not isinstance(t, (int, np.integer)) or t < 1:
+    if not is_int(t, 1, numpy=True):
         raise ConfigError(f"{name} must be an integer >= 1, got {t!r}")
     return int(t)
 
@@ -103,7 +104,7 @@ def top_rate(a, t_low):
 
 
 def check_rate(a, name: str = "acceptance rate") -> float:
-    if isinstance(a, bool) or not isinstance(a, (int, float, np.floating)) or not 0.0 <= a <= 1.0:
+    if not is_number(a, 0.0, 1.0, numpy=True):
         raise ConfigError(f"{name} must be a number in [0, 1], got {a!r}")
     return float(a)
 
@@ -137,7 +138,7 @@ def check_costs(costs: Sequence[float]) -> list[float]:
     if len(c) < 2:
         raise ConfigError(f"give at least two costs (a drafter and the target), got {c!r}")
     for i, x in enumerate(c):
-        if isinstance(x, bool) or not isinstance(x, (int, float, np.floating)) or not (0 < x < math.inf):
+        if not is_number(x, 0, math.inf, lo_open=True, hi_open=True, numpy=True):
             raise ConfigError(f"cost c_{i} must be a finite number > 0, got {x!r}")
     for i in range(len(c) - 1):
         if not c[i] < c[i + 1]:

@@ -58,6 +58,7 @@ from __future__ import annotations
 import math
 
 from specpar.core.errors import ConfigError
+from specpar.core.numbers import int_at_least
 
 _EPS = 1e-9
 
@@ -77,8 +78,7 @@ def _check(target_ms: float, drafter_ms: float, per_token_ms: float = 0.0) -> No
 
 
 def _check_lookahead(lookahead) -> None:
-    if isinstance(lookahead, bool) or not isinstance(lookahead, int) or lookahead < 1:
-        raise ConfigError(f"lookahead must be an integer >= 1, got {lookahead!r}")
+    int_at_least("lookahead", lookahead)
 
 
 def eq1_servers(target_ms: float, drafter_ms: float, lookahead: int) -> int:
@@ -162,8 +162,7 @@ def min_lookahead(
     Raises ConfigError where no lookahead (<= max_lookahead, if given) satisfies it.
     """
     _check(target_ms, drafter_ms, per_token_ms)
-    if isinstance(sp_degree, bool) or not isinstance(sp_degree, int) or sp_degree < 1:
-        raise ConfigError(f"sp_degree must be an integer >= 1, got {sp_degree!r}")
+    int_at_least("sp_degree", sp_degree)
     if target_ms - per_token_ms <= 0:
         k = 1
     elif drafter_ms <= per_token_ms:

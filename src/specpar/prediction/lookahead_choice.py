@@ -28,6 +28,7 @@ import numpy as np
 
 from specpar.core.errors import ConfigError
 from specpar.core.latency import LatencyProfile
+from specpar.core.numbers import int_at_least
 from specpar.planning.lookahead import keeps_cursor_server, satisfies_eq1
 from specpar.prediction.fastpath import acceptance_uniforms, dsi_latency, next_rejection, si_counts, si_time
 
@@ -135,8 +136,7 @@ def choose_lookahead(
         raise ConfigError(f"a lookahead is chosen for 'dsi' or 'si', not {algorithm!r}")
     if not 0.0 <= acceptance_rate <= 1.0:
         raise ConfigError(f"acceptance rate must be in [0, 1], got {acceptance_rate!r}")
-    if isinstance(sp_degree, bool) or not isinstance(sp_degree, int) or sp_degree < 1:
-        raise ConfigError(f"sp_degree must be an integer >= 1, got {sp_degree!r}")
+    int_at_least("sp_degree", sp_degree)
     if drafter.tpot_ms <= 0 or target.tpot_ms <= 0:
         raise ConfigError("choosing a lookahead needs target and drafter latencies > 0 ms")
     if n < 2:
@@ -208,7 +208,7 @@ def _event(
     from specpar.algorithms.registry import run_generation
     from specpar.backends.simulated import SimulatedModel
     from specpar.core.config import RuntimeConfig, SpeculativeConfig
-    from specpar.core.decoding import GREEDY
+    from specpar.core.query import Query
 
     n = min(n, EVENT_MAX_N)
     pairs = []
@@ -219,18 +219,18 @@ def _event(
     modes = {"dedicated_cursor": dedicated_cursor} if algorithm == "dsi" else {}
     for k in ks:
         spec = SpeculativeConfig(algorithm=algorithm, lookahead=k, sp_degree=sp, **modes)
-        times = [run_generation(p, t, d, spec, virtual, GREEDY, n).time_ms for t, d, p in pairs]
+        times = [run_generation(Query(p, n), t, d, spec, virtual).time_ms for t, d, p in pairs]
         out[k] = statistics.fmean(times)
     return out
 
 
 def auto_lookahead(
-    target, drafter, algorithm: str, sp_degree: int, max_new_tokens: int, dedicated_cursor: bool | None = None
+    target, drafter, algorithm: str, sp_degree: int, max_tokens: int, dedicated_cursor: bool | None = None
 ) -> int:
     """lookahead="auto" for ``target`` and ``drafter`` (models or Pools): :func:`choose_lookahead` on their latency
     profiles and the drafter's acceptance rate (simulated drafters, or models given a measured latency); DSI keeps a
     server for the cursor as ``dedicated_cursor`` says (None: its default for the target's latency profile)."""
-    from specpar.algorithms.registry import latency_of, model_of
+    from specpar.runtimes.base import latency_of, model_of
 
     t, d = latency_of(target), latency_of(drafter)
     a = getattr(model_of(drafter), "acceptance_rate", None)
@@ -241,6 +241,4 @@ def auto_lookahead(
         )
     sp = sp_degree if algorithm == "dsi" else 1
     algorithm = "dsi" if algorithm == "dsi" else "si"
-    return choose_lookahead(
-        t, d, a, sp, max_new_tokens, algorithm=algorithm, dedicated_cursor=dedicated_cursor
-    ).lookahead
+    return choose_lookahead(t, d, a, sp, max_tokens, algorithm=algorithm, dedicated_cursor=dedicated_cursor).lookahead

@@ -19,7 +19,6 @@ for tests and what-ifs (:meth:`MachineProfile.from_latency`, :meth:`MachineProfi
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from collections.abc import Mapping, Sequence
@@ -27,7 +26,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from specpar.core.errors import ConfigError
-from specpar.core.json_output import dumps
+from specpar.core.json_output import dumps, parse
 from specpar.core.latency import MAX_LATENCY_MS, LatencyProfile
 from specpar.core.paths import read_text
 
@@ -361,10 +360,7 @@ class MachineProfile:
         if not Path(path).is_file():
             raise ConfigError(f"machine profile {str(path)!r} does not exist (write one with `specpar profile`)")
         text = read_text(path, "machine profile")
-        try:
-            d = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise ConfigError(f"machine profile {str(path)!r} is not valid JSON: {exc}") from None
+        d = parse(text, f"machine profile {str(path)!r}")
         if isinstance(d, dict) and isinstance(d.get("machine"), dict):  # `specpar profile --out`: App. F's file
             d = d["machine"]
         return cls.from_dict(d, f"machine profile {str(path)!r}")

@@ -29,15 +29,19 @@ import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
+from specpar.algorithms.generation import Generation
 from specpar.algorithms.ngram import NgramMatcher
 from specpar.algorithms.nonsi import non_si
 from specpar.backends.cpu_threads import SharedThreads, cpu_cores, model_uses_torch
 from specpar.core.calls import Draft, Score
-from specpar.core.config import NGRAM_SIZES, RuntimeConfig
+from specpar.core.config import NGRAM_SIZES, RuntimeConfig, SpeculativeConfig
 from specpar.core.decoding import GREEDY
 from specpar.core.errors import ConfigError
 from specpar.core.prefix import common_prefix_len
+from specpar.core.query import Query
 from specpar.runtimes import Pool, Runtime, make_runtime
+
+NONSI = SpeculativeConfig(algorithm="nonsi")
 
 
 @contextmanager
@@ -175,7 +179,7 @@ def greedy_run(model, server, prompt: Sequence[int], tokens: int, runtime: str, 
     loop and each call's hand-off to the server)}.
     """
     with runtime_over([server], runtime) as (rt, pools), threads(model, [server], n_threads):
-        result = non_si(rt, pools[0], list(prompt), tokens, GREEDY)
+        result = non_si(Generation(Query(list(prompt), tokens), rt), {"target": pools[0]}, NONSI)
         spans = [t.end - t.start for t in rt.tasks]
     return {
         "tokens": list(result.tokens),

@@ -22,14 +22,13 @@ The default model pair's profile measured on this machine is looked for at
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from specpar.core.errors import ConfigError
-from specpar.core.json_output import dumps
+from specpar.core.json_output import dumps, parse
 from specpar.core.latency import LatencyProfile
 from specpar.core.paths import read_text
 from specpar.prediction import profiling
@@ -112,10 +111,7 @@ class PairProfile:
                 f"cannot read profile {str(path)!r}: it does not exist (write one with `specpar profile -o FILE`)"
             )
         text = read_text(path, "profile")
-        try:
-            d = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise ConfigError(f"profile {str(path)!r} is not valid JSON: {exc}") from None
+        d = parse(text, f"profile {str(path)!r}")
         if isinstance(d, dict) and d.get("format") == profiling.FORMAT:
             target, drafter, a = profiling.parse(d, estimate, f"profile {str(path)!r}")
             meta = {k: v for k, v in d.items() if k not in ("target", "drafter")}

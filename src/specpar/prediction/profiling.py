@@ -21,6 +21,7 @@ from pathlib import Path
 from specpar.core.errors import ConfigError
 from specpar.core.json_output import dumps
 from specpar.core.latency import LatencyProfile
+from specpar.core.numbers import is_number
 from specpar.core.prefix import common_prefix_len
 
 FORMAT = "specpar-profile/1"
@@ -86,7 +87,7 @@ def parse(
         raise ConfigError(f"acceptance estimate must be 'geometric' or 'direct', got {estimate!r}")
 
     def number(value, name: str) -> float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
+        if not is_number(value):
             raise ConfigError(f"{where}: {name} must be a number, got {value!r} (re-run `specpar profile`)")
         return float(value)
 

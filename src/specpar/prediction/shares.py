@@ -13,11 +13,11 @@ then splits units evenly). Token trees and HSD are not predicted either.
 
 from __future__ import annotations
 
-from specpar.algorithms.registry import latency_of, model_of
 from specpar.core.config import SpeculativeConfig
 from specpar.core.errors import ConfigError
 from specpar.planning.load import POLICIES, Option, ShareCurve, fixed
 from specpar.planning.lookahead import min_lookahead
+from specpar.runtimes.base import latency_of, model_of
 
 CURVE_TOKENS = 100  # predictions are for requests of this many tokens (shorter ones: their own length)
 

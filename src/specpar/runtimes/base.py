@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import itertools
+import math
 import threading
 import weakref
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections import deque
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from specpar.core.errors import ConfigError
 from specpar.core.latency import STALL_FACTOR, STALL_FLOOR_S, stall_limit_s
+from specpar.core.numbers import is_number
 from specpar.core.results import TaskRecord
 
 
@@ -69,6 +72,20 @@ class Pool:
 
     def __repr__(self) -> str:
         return f"Pool({self.name}, {len(self.servers)} servers)"
+
+
+def model_of(source):
+    """The model behind a model or a Pool (the model its servers were made from, else its first server)."""
+    if isinstance(source, Pool):
+        return getattr(source, "model", None) or getattr(source.servers[0], "model", source.servers[0])
+    return source
+
+
+def latency_of(source):
+    """The LatencyProfile of a model or of a Pool's servers, or None when unknown."""
+    if isinstance(source, Pool):
+        source = source.servers[0]
+    return getattr(source, "latency", None)
 
 
 _ids = itertools.count()
@@ -137,7 +154,7 @@ class CallLimits:
         for name, v in (("call_timeout_s", timeout_s), ("stall_factor", factor), ("stall_floor_s", floor_s)):
             if v is None and name == "call_timeout_s":
                 continue
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
+            if not is_number(v, 0, lo_open=True):
                 what = " (or None: derived from the servers' latency)" if name == "call_timeout_s" else ""
                 raise ConfigError(f"{name} must be a number of seconds > 0{what}, got {v!r}")
         self.timeout_s, self.factor, self.floor_s = timeout_s, float(factor), float(floor_s)
@@ -168,6 +185,26 @@ class CallLimits:
         if self.timeout_s is not None:
             return self.timeout_s
         return stall_limit_s(self.expected_ms(task, latency), self.factor, self.floor_s)
+
+    def wait_s(self, running: Iterable[Task], now_ms: float) -> float | None:
+        """Seconds to wait for a finished task before looking for stalled calls among ``running`` (started, their
+        limits set): until the first passes its limit, and at most a second (a call that starts meanwhile may have a
+        shorter limit); None: no limit (wait as long as it takes)."""
+        if self.timeout_s == math.inf:
+            return None
+        ends = [t.start + t.limit_s * 1000.0 for t in running]
+        if not ends:
+            return 1.0
+        return min(1.0, max(0.0, (min(ends) - now_ms) / 1000.0) + 1e-3)
+
+    def stalled(self, running: Iterable[Task], now_ms: float) -> list[Task]:
+        """The calls among ``running`` that have run past their limits at ``now_ms``."""
+        return [t for t in running if now_ms - t.start >= t.limit_s * 1000.0]
+
+    @property
+    def which(self) -> str:
+        """Which limit a stalled call ran past, for messages."""
+        return "call_timeout_s" if self.timeout_s is not None else "its stall limit"
 
 
 # server -> a weak reference to the runtime that runs it now (claimed at construction, released at close)
@@ -222,6 +259,41 @@ class Runtime(ABC):
             for server in servers:
                 _claims_set(server, me)
                 self._claimed.append(server)
+
+    # -- dispatch: the same queue on every runtime -----------------------------------------------------------
+    def _queues(self, servers: Mapping[Pool, Sequence]) -> None:
+        """Each pool's idle servers (``servers``: all of them, at the start), in the order they became idle, and
+        its queue of tasks waiting for one (first come, first served)."""
+        self._idle = {p: list(s) for p, s in servers.items()}
+        self._queued = {p: deque() for p in servers}
+
+    def _take_idle(self, task: Task, first: bool = False):
+        """The idle server of ``task``'s pool that :meth:`Pool.pick` chooses for it, no longer idle; None when
+        none is idle (the task waits in the pool's queue: last, or ``first`` for a task whose server was lost)."""
+        pool = task.pool
+        idle = self._idle[pool]
+        if idle:
+            return idle.pop(pool.pick(idle, task.call))
+        if first:
+            self._queued[pool].appendleft(task)
+        else:
+            self._queued[pool].append(task)
+        return None
+
+    def _next_queued(self, pool: Pool, server) -> Task | None:
+        """``server`` of ``pool`` is free: the first task queued there and not cancelled, for it to run; None when
+        there is none (the server waits idle)."""
+        queued = self._queued[pool]
+        while queued:
+            task = queued.popleft()
+            if not task.cancelled:
+                return task
+        self._idle[pool].append(server)
+        return None
+
+    def _waiting(self) -> list[Pool]:
+        """The pools where a task not cancelled waits for a server, in order."""
+        return [p for p, queued in self._queued.items() if any(not t.cancelled for t in queued)]
 
     def release(self) -> None:
         """Give this runtime's servers back (at close)."""

@@ -32,14 +32,13 @@ import logging
 import math
 import queue
 import time
-from collections import deque
 from collections.abc import Sequence
 
 from specpar.core.errors import ConfigError, ServerError
 from specpar.core.latency import STALL_FACTOR, STALL_FLOOR_S
-from specpar.runtimes import ray_actors
+from specpar.runtimes import capacity, ray_actors
 from specpar.runtimes.base import CallLimits, LostReplica, Pool, Runtime, Task
-from specpar.runtimes.ray_cluster import connect, import_ray
+from specpar.runtimes.ray_cluster import connect, import_ray, started_here
 from specpar.runtimes.threads import ThreadRuntime
 
 log = logging.getLogger(__name__)
@@ -98,13 +97,14 @@ class RayRuntime(Runtime):
         self._ray = import_ray()
         remote_pools = [p for p in self.pools if p.name not in local_pools]
         servers = [(p, s) for p in remote_pools for s in p.servers]
+        if not self._ray.is_initialized():  # a local Ray is started for these servers: one process each
+            capacity.check_local_actors(len(servers))
         connect(cpus=len(servers) * self.cpus_per_server)
         self._session = self._ray.get_runtime_context().get_node_id()  # new with every Ray this process joins
         self._remote = self._actors(servers)  # local server -> RemoteServer
         self._latency = {r: getattr(s, "latency", None) for s, r in self._remote.items()}  # for the stall limits
         self._replicas = {p: [self._remote[s] for s in p.servers] for p in remote_pools}
-        self._idle = {p: list(self._replicas[p]) for p in remote_pools}  # live idle replicas, longest idle first
-        self._queued = {p: deque() for p in remote_pools}
+        self._queues(self._replicas)  # live idle replicas, longest idle first
         self._running: dict = {}  # ObjectRef -> (task, replica, seq), cancelled calls included until they return
         self._ref: dict[Task, object] = {}  # running task -> its ObjectRef
         self._in_flight = 0
@@ -144,6 +144,8 @@ class RayRuntime(Runtime):
         from ray.util.placement_group import placement_group, remove_placement_group
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
+        if started_here():  # a local Ray: its processes must fit this machine (a joined cluster: its CPUs below)
+            capacity.check_local_actors(len(servers))
         specs = [ray_actors.remote_spec(s) for _, s in servers]
         gpus = ray.cluster_resources().get("GPU", 0) > 0
         bundles = [
@@ -197,11 +199,9 @@ class RayRuntime(Runtime):
             return task
         task = Task(pool, call)
         self.tasks.append(task)
-        idle = self._idle[pool]
-        if idle:
-            self._start(task, idle.pop(pool.pick(idle, call)))
-        else:
-            self._queued[pool].append(task)
+        replica = self._take_idle(task)
+        if replica is not None:
+            self._start(task, replica)
         return task
 
     def _start(self, task: Task, replica) -> None:
@@ -216,13 +216,9 @@ class RayRuntime(Runtime):
 
     def _free(self, pool: Pool, replica) -> None:
         """``replica`` finished a call: it takes the next queued task, or waits idle."""
-        queued = self._queued[pool]
-        while queued:
-            task = queued.popleft()
-            if not task.cancelled:
-                self._start(task, replica)
-                return
-        self._idle[pool].append(replica)
+        task = self._next_queued(pool, replica)
+        if task is not None:
+            self._start(task, replica)
 
     def wait(self) -> Task:
         ray = self._ray
@@ -231,7 +227,7 @@ class RayRuntime(Runtime):
                 raise RuntimeError("wait() called with no task in flight (an algorithm bug)")
             self._check_pools()
             try:
-                ref = self._finished.get(timeout=self._time_left())
+                ref = self._finished.get(timeout=self.limits.wait_s(self._calls(), self.now()))
             except queue.Empty:
                 self._lose_stuck()
                 continue
@@ -300,21 +296,14 @@ class RayRuntime(Runtime):
         return [(t, r) for t, r, _ in self._running.values() if not t.cancelled]
 
     # -- faults ------------------------------------------------------------------------------------
-    def _time_left(self) -> float | None:
-        """Seconds to wait for a finished call before looking for stalled ones: until the first running call passes
-        its limit, and at most a second (a call that starts meanwhile may have a shorter limit)."""
-        if self.limits.timeout_s == math.inf:
-            return None
-        ends = [t.start + t.limit_s * 1000.0 for t, _, _ in self._running.values()]
-        if not ends:
-            return 1.0
-        return min(1.0, max(0.0, (min(ends) - self.now()) / 1000.0) + 1e-3)
+    def _calls(self) -> list[Task]:
+        """The tasks whose calls run on an actor now, cancelled ones included until they return."""
+        return [t for t, _, _ in self._running.values()]
 
     def _lose_stuck(self) -> None:
-        now = self.now()
-        how = "call_timeout_s" if self.limits.timeout_s is not None else "its stall limit"
+        stalled, how = set(self.limits.stalled(self._calls(), self.now())), self.limits.which
         for ref, (task, replica, _) in list(self._running.items()):
-            if now - task.start >= task.limit_s * 1000.0:
+            if task in stalled:
                 del self._running[ref]
                 self._ref.pop(task, None)
                 self._lose(task, replica, f"no answer after {task.limit_s:.3g} s ({how}): stalled")
@@ -333,17 +322,15 @@ class RayRuntime(Runtime):
         if task.cancelled:
             return
         task.server = task.start = None
-        idle = self._idle[task.pool]
-        if idle:
-            self._start(task, idle.pop(task.pool.pick(idle, task.call)))
-        else:
-            self._queued[task.pool].appendleft(task)
+        replica = self._take_idle(task, first=True)
+        if replica is not None:
+            self._start(task, replica)
 
     def _check_pools(self) -> None:
         """A ServerError when work waits on a pool whose replicas are all lost."""
-        for pool, queued in self._queued.items():
-            if any(not t.cancelled for t in queued) and not any(r.alive for r in self._replicas[pool]):
-                task = next(t for t in queued if not t.cancelled)
+        for pool in self._waiting():
+            if not any(r.alive for r in self._replicas[pool]):
+                task = next(t for t in self._queued[pool] if not t.cancelled)
                 reasons = "; ".join(f"{x.server}: {x.reason}" for x in self.lost if x.pool == pool.name)
                 cause = RuntimeError(
                     f"all {len(self._replicas[pool])} replica(s) of {pool.name!r} are lost ({reasons})"

@@ -14,7 +14,7 @@ Besides tasks, the hub runs greenlets started at a time (:meth:`SharedClock.spaw
 delay (:meth:`SharedClock.sleep`: a client's think time) or when an event is set (:meth:`SharedClock.event`: a
 request waiting for processing units). A single generation on a SharedClock gives the VirtualRuntime's tokens and
 times exactly (tests/runtimes/test_shared_clock.py). Cost: one switch to the hub and back per event, about 2 us
-(benchmarks/load_simulation.py prints the simulator's speed).
+(python -m benchmarks load_simulation prints the simulator's speed).
 
 Servers outlive generations here (a request keeps its processing units across the configurations it runs with), so
 a cancelled task that runs to its end (``cancel_frees="end"``) keeps its server busy for the next generation that
@@ -29,7 +29,6 @@ from collections.abc import Callable
 
 from greenlet import getcurrent, greenlet
 
-from specpar.core.errors import ServerError
 from specpar.runtimes.base import Pool, Task
 from specpar.runtimes.virtual import VirtualRuntime
 
@@ -198,15 +197,7 @@ class ClockRuntime(VirtualRuntime):
     def wait(self) -> Task:
         if not self._live:
             raise RuntimeError("wait() called with no task in flight (an algorithm bug)")
-        task = self.clock._suspend()
-        try:
-            task.result = task.server.compute(task.call)
-        except Exception as exc:
-            task.error = exc
-            self._free(task.pool, task.server)
-            raise ServerError(task.server.name, task.call.kind, exc) from exc
-        self._free(task.pool, task.server)
-        return task
+        return self._finish(self.clock._suspend())
 
     def cancel(self, task: Task) -> None:
         if task.done or task.cancelled:

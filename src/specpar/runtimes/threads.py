@@ -28,16 +28,16 @@ from __future__ import annotations
 
 import atexit
 import logging
-import math
 import queue
 import threading
 import time
 import weakref
-from collections import deque
 from collections.abc import Sequence
 
 from specpar.core.errors import ConfigError, ServerError
 from specpar.core.latency import STALL_FACTOR, STALL_FLOOR_S
+from specpar.core.numbers import is_number
+from specpar.runtimes import capacity
 from specpar.runtimes.base import CallLimits, LostReplica, Pool, Runtime, Task
 
 log = logging.getLogger(__name__)
@@ -81,7 +81,7 @@ class ThreadRuntime(Runtime):
         stall_floor_s: float = STALL_FLOOR_S,
     ):
         self.limits = CallLimits(call_timeout_s, stall_factor, stall_floor_s)
-        if isinstance(join_timeout_s, bool) or not isinstance(join_timeout_s, (int, float)) or not join_timeout_s >= 0:
+        if not is_number(join_timeout_s, 0):
             raise ConfigError(f"join_timeout_s must be a number of seconds >= 0, got {join_timeout_s!r}")
         super().__init__(pools)
         self.call_timeout_s = call_timeout_s
@@ -91,11 +91,11 @@ class ThreadRuntime(Runtime):
         self._lost: set = set()
         self._lock = threading.Lock()
         self._finished: queue.SimpleQueue = queue.SimpleQueue() if finished is None else finished
-        self._idle = {p: list(p.servers) for p in self.pools}  # in the order they became idle
-        self._queued = {p: deque() for p in self.pools}
+        self._queues({p: p.servers for p in self.pools})
         self._running: set[Task] = set()
         self._in_flight = 0
         servers = [s for p in self.pools for s in p.servers]
+        capacity.check_threads(len(servers))  # one thread each: refused here, not after hundreds started
         self._inbox = {id(s): queue.SimpleQueue() for s in servers}
         self.claim(servers)
         try:
@@ -111,9 +111,25 @@ class ThreadRuntime(Runtime):
         with _owners_lock:
             for t, s in zip(self._threads, servers):
                 _owners[s] = t
-        for t in self._threads:
-            t.start()
+        self._start_threads()
         self._t0 = time.perf_counter()
+
+    def _start_threads(self) -> None:
+        """Start a worker per server; if the OS refuses one (a limit check_threads could not read), stop those
+        started and refuse the runtime in one ConfigError."""
+        started = 0
+        try:
+            for t in self._threads:
+                t.start()
+                started += 1
+        except RuntimeError as exc:  # "can't start new thread"
+            for inbox in self._inbox.values():
+                inbox.put(_STOP)
+            self.release()
+            raise ConfigError(
+                f"the threads runtime could start only {started} of the {len(self._threads)} threads its servers "
+                f"need ({exc}): lower sp_degree"
+            ) from None
 
     def now(self) -> float:
         return (time.perf_counter() - self._t0) * 1000.0
@@ -129,10 +145,8 @@ class ThreadRuntime(Runtime):
                     self._running.discard(task)
                 if server in self._lost:
                     return  # a lost server takes no more work; its thread ends with the call it was stuck in
-                task = self._next_queued(pool)
-                if task is None:
-                    self._idle[pool].append(server)
-                else:
+                task = self._next_queued(pool, server)
+                if task is not None:
                     task.server = server
                     self._running.add(task)
             if task is None:
@@ -160,25 +174,15 @@ class ThreadRuntime(Runtime):
             self.limits.record(task)
         self._finished.put(task)
 
-    def _next_queued(self, pool: Pool) -> Task | None:
-        queued = self._queued[pool]
-        while queued:
-            task = queued.popleft()
-            if not task.cancelled:
-                return task
-        return None
-
     def submit(self, pool: Pool, call) -> Task:
         task = Task(pool, call)
         task.cancel_event = threading.Event()
         self.tasks.append(task)
         self._in_flight += 1
         with self._lock:
-            idle = self._idle[pool]
-            if not idle:
-                self._queued[pool].append(task)
+            server = self._take_idle(task)
+            if server is None:
                 return task
-            server = idle.pop(pool.pick(idle, call))
             task.server = server
             self._running.add(task)
         self._inbox[id(server)].put(task)
@@ -189,7 +193,7 @@ class ThreadRuntime(Runtime):
             if self._in_flight == 0:
                 raise RuntimeError("wait() called with no task in flight (an algorithm bug)")
             try:
-                task = self._finished.get(timeout=self._time_left())
+                task = self._finished.get(timeout=self.limits.wait_s(self._watched(), self.now()))
             except queue.Empty:
                 self._lose_stuck()
                 continue
@@ -205,31 +209,18 @@ class ThreadRuntime(Runtime):
         """The running calls whose stall would hold the generation up: those it waits for, and cancelled ones that
         work queued on their pool waits behind."""
         with self._lock:
-            waiting = {p for p, queued in self._queued.items() if any(not t.cancelled for t in queued)}
+            waiting = self._waiting()
             return [
                 t
                 for t in self._running
                 if getattr(t, "limit_s", None) is not None and (not t.cancelled or t.pool in waiting)
             ]
 
-    def _time_left(self) -> float | None:
-        """Seconds to wait for a finished task before looking for stalled calls: until the first watched call
-        passes its limit, and at most a second (a call that starts meanwhile may have a shorter limit)."""
-        if self.limits.timeout_s == math.inf:
-            return None
-        ends = [t.start + t.limit_s * 1000.0 for t in self._watched()]
-        if not ends:
-            return 1.0
-        return min(1.0, max(0.0, (min(ends) - self.now()) / 1000.0) + 1e-3)
-
     def _lose_stuck(self) -> None:
         """Lose the server of each watched call past its stall limit; a ServerError if work is left waiting on a
         pool with no live server (the generation cannot go on)."""
-        now = self.now()
-        how = "call_timeout_s" if self.limits.timeout_s is not None else "its stall limit"
-        for task in sorted(self._watched(), key=lambda t: t.start):
-            if now - task.start < task.limit_s * 1000.0:
-                continue
+        how = self.limits.which
+        for task in sorted(self.limits.stalled(self._watched(), self.now()), key=lambda t: t.start):
             cause = TimeoutError(f"no answer after {task.limit_s:.3g} s ({how}): the server is stalled")
             server = task.server
             if not self._lose(task, f"no answer after {task.limit_s:.3g} s ({how}): stalled"):
@@ -253,11 +244,10 @@ class ThreadRuntime(Runtime):
                 return False
             task.server = task.start = task.limit_s = None  # not watched until a server starts it again
             task.cancel_event = threading.Event()
-            idle = self._idle[pool]
-            if not idle:
-                self._queued[pool].appendleft(task)
+            server = self._take_idle(task, first=True)
+            if server is None:
                 return True
-            task.server = idle.pop(pool.pick(idle, task.call))
+            task.server = server
             self._running.add(task)
         self._inbox[id(task.server)].put(task)
         return True

@@ -15,7 +15,6 @@ from __future__ import annotations
 import gc
 import heapq
 import threading
-from collections import deque
 from collections.abc import Mapping, Sequence
 
 from specpar.core.errors import ConfigError, ServerError
@@ -30,7 +29,7 @@ class collector_paused:  # noqa: N801 (used as a function: ``with collector_paus
 
     A virtual-clock run allocates millions of short-lived, acyclic objects (tasks, calls, contexts) that reference
     counting frees at once; the collector would only traverse them, which costs 5-12% of a DSI run at N = 200 and
-    20-22% at N = 1000 (benchmarks/virtual_throughput.py). Callers that wrap a run (``generate``, an engine's
+    20-22% at N = 1000 (python -m benchmarks virtual_throughput). Callers that wrap a run (``generate``, an engine's
     request) pause it for the whole call, so that their own bookkeeping after the run does not set off a collection
     while the run's tasks are still referenced (one per generation otherwise: 3% of the simulator's instructions).
     A class, not a generator: re-enabling is the last thing its exit does (a generator's StopIteration would be
@@ -113,7 +112,7 @@ class VirtualRuntime(Runtime):
         self._frees_now = {p: modes.get(p.name, "now") == "now" for p in self.pools}
         self._now = 0.0
         self._heap: list = []  # (end in integer ns, pool rank, task id, task) of started tasks
-        self._idle = {p: list(p.servers) for p in self.pools}  # in the order they became idle
+        self._queues({p: p.servers for p in self.pools})
         # pools whose servers' times cannot depend on their caches (LatencyProfile.cache_matters False, the
         # paper's time-unit model): every choice of replica gives the same times and tokens here, so the one idle
         # longest is taken without comparing caches (a shortcut of Pool.pick: 1.2x the simulator's speed)
@@ -121,7 +120,6 @@ class VirtualRuntime(Runtime):
             p: all(not getattr(getattr(s, "latency", None), "cache_matters", True) for s in p.servers)
             for p in self.pools
         }
-        self._queued = {p: deque() for p in self.pools}
         self._paused = None
         self.claim([s for p in self.pools for s in p.servers])
 
@@ -145,13 +143,9 @@ class VirtualRuntime(Runtime):
         task = Task(pool, call)
         self.tasks.append(task)
         idle = self._idle[pool]
-        if idle:
-            if len(idle) == 1 or self._any_replica[pool]:
-                self._start(task, idle.pop(0))
-            else:
-                self._start(task, idle.pop(pool.pick(idle, call)))
-        else:
-            self._queued[pool].append(task)
+        server = idle.pop(0) if idle and self._any_replica[pool] else self._take_idle(task)
+        if server is not None:
+            self._start(task, server)
         return task
 
     def _start(self, task: Task, server) -> None:
@@ -165,13 +159,20 @@ class VirtualRuntime(Runtime):
         heapq.heappush(self._heap, (int(end * 1e9 + 0.5), self._rank[task.pool], task.id, task))
 
     def _free(self, pool: Pool, server) -> None:
-        queued = self._queued[pool]
-        while queued:
-            task = queued.popleft()
-            if not task.cancelled:
-                self._start(task, server)
-                return
-        self._idle[pool].append(server)
+        task = self._next_queued(pool, server)
+        if task is not None:
+            self._start(task, server)
+
+    def _finish(self, task: Task) -> Task:
+        """``task`` ends now: its result computed (a ServerError if its server raised) and its server free."""
+        try:
+            task.result = task.server.compute(task.call)
+        except Exception as exc:
+            task.error = exc
+            self._free(task.pool, task.server)
+            raise ServerError(task.server.name, task.call.kind, exc) from exc
+        self._free(task.pool, task.server)
+        return task
 
     def wait(self) -> Task:
         heap = self._heap
@@ -184,14 +185,7 @@ class VirtualRuntime(Runtime):
             if task.cancelled:  # cancelled with cancel_frees="end": the server was busy until now
                 self._free(task.pool, task.server)
                 continue
-            try:
-                task.result = task.server.compute(task.call)
-            except Exception as exc:
-                task.error = exc
-                self._free(task.pool, task.server)
-                raise ServerError(task.server.name, task.call.kind, exc) from exc
-            self._free(task.pool, task.server)
-            return task
+            return self._finish(task)
         raise RuntimeError("wait() called with no task in flight (an algorithm bug)")
 
     def cancel_all(self) -> None:

@@ -10,8 +10,8 @@ The same code runs a real engine (threads, wall time) and the simulator under lo
 :class:`~specpar.runtimes.shared_clock.SharedClock`): only the clock it is given differs.
 """
 
-from specpar.scheduling.request import serve
+from specpar.scheduling.request import Request
 from specpar.scheduling.scheduler import LoadMetrics, Scheduler, WallClock
 from specpar.scheduling.units import Unit
 
-__all__ = ["LoadMetrics", "Scheduler", "Unit", "WallClock", "serve"]
+__all__ = ["LoadMetrics", "Request", "Scheduler", "Unit", "WallClock"]

@@ -11,12 +11,12 @@ and one Stopping (its detokenizer goes on across the change).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from specpar.algorithms.registry import run_generation
 from specpar.core.calls import Context
 from specpar.core.config import RuntimeConfig, SpeculativeConfig
-from specpar.core.decoding import Decoding
+from specpar.core.query import Query
 from specpar.core.results import GenerationResult
 from specpar.core.stopping import Stopping
 from specpar.planning.load import Option, ShareCurve
@@ -50,36 +50,40 @@ def configure(spec: SpeculativeConfig, option: Option) -> SpeculativeConfig:
 class Request:
     """One request on a :class:`Scheduler` (see the module docstring); :meth:`run` serves it.
 
-    curve: its options per share. runtime: where each configuration's tasks run (on a shared virtual clock:
-    ``RuntimeConfig(name="virtual", options={"clock": clock})``). stream, stopping: as run_generation's.
-    ready_made: the servers outlive each configuration (Ray keeps their actors). ``prompt`` is not changed (nor
-    copied: the caller's list must stay as it is until the request ends).
+    query: the prompt, its length, decoding, stopping and stream (:class:`~specpar.core.query.Query`; its prompt is
+    not changed, nor copied: the caller's list must stay as it is until the request ends). curve: its options per
+    share. runtime: where each configuration's tasks run (on a shared virtual clock: ``RuntimeConfig(name="virtual",
+    options={"clock": clock})``). ready_made: the servers outlive each configuration (Ray keeps their actors).
     """
 
     def __init__(
         self,
         scheduler: Scheduler,
-        prompt: Sequence[int],
+        query: Query,
         spec: SpeculativeConfig,
         curve: ShareCurve,
         runtime: RuntimeConfig,
-        decoding: Decoding,
-        max_new_tokens: int,
-        *,
-        stream: Callable[[list[int]], None] | None = None,
-        stopping: Stopping | None = None,
         ready_made: bool = True,
     ):
         self.scheduler, self.spec, self.curve, self.runtime = scheduler, spec, curve, runtime
-        self.prompt, self.decoding, self.max_new_tokens = prompt, decoding, max_new_tokens
-        self.stream, self.ready_made = stream, ready_made
-        self.pausable = Pausable(stopping)
+        self.query, self.ready_made = query, ready_made
+        self.pausable = Pausable(query.stopping)
         # a share that can change needs the pause; a fixed one never pauses (its stopping goes to the runner as it
         # is: None keeps the algorithms' fast path)
-        self.stopping = self.pausable if curve.min_units < curve.max_units else stopping
+        if curve.min_units < curve.max_units:
+            self.query = dataclasses.replace(query, stopping=self.pausable)
         self.ticket: Ticket | None = None
         self.segments: list[tuple[Option, int, GenerationResult]] = []  # (option, units, result) per configuration
         self.end_ms = None
+
+    @property
+    def prompt(self) -> Sequence[int]:
+        return self.query.prompt
+
+    @property
+    def stopping(self) -> Stopping | None:
+        """The stopping each configuration runs with: the request's own, or the pause in front of it."""
+        return self.query.stopping
 
     def run(self) -> GenerationResult:
         scheduler, prompt, result = self.scheduler, self.prompt, None
@@ -90,19 +94,10 @@ class Request:
             while True:
                 option, units = scheduler.take(ticket, context)
                 placement = scheduler.placement(option, units)
-                left = self.max_new_tokens - (len(out) - len(prompt))
-                result = run_generation(
-                    out,
-                    placement.target,
-                    placement.drafter,
-                    configure(self.spec, option),
-                    self.runtime,
-                    self.decoding,
-                    left,
-                    stream=self.stream,
-                    stopping=self.stopping,
-                    ready_made=self.ready_made,
-                )
+                left = self.query.max_tokens - (len(out) - len(prompt))
+                query = self.query if out is prompt else dataclasses.replace(self.query, prompt=out, max_tokens=left)
+                spec = configure(self.spec, option)
+                result = run_generation(query, placement.target, placement.drafter, spec, self.runtime, self.ready_made)
                 self.segments.append((option, len(units), result))
                 p = self.pausable
                 if self.stopping is not p or p.stopped or len(result.tokens) >= left or not p.paused:
@@ -195,8 +190,3 @@ def join(segments: list[tuple[Option, int, GenerationResult]], finish: str, time
         replicas_lost=tuple(x for r in results for x in r.replicas_lost),
         time_lost_ms=sum(r.time_lost_ms for r in results),
     )
-
-
-def serve(scheduler: Scheduler, prompt, spec, curve, runtime, decoding, max_new_tokens, **options) -> GenerationResult:
-    """One request on ``scheduler`` (:class:`Request`'s arguments), its result."""
-    return Request(scheduler, prompt, spec, curve, runtime, decoding, max_new_tokens, **options).run()

@@ -18,6 +18,8 @@ from specpar.entrypoints.cli import main
 from specpar.experiments.prompts import Prompt
 
 QUICK = ["-N", "5", "--repeats", "1", "-k", "2"]
+DEEP = '{"a": ' * 5000 + "1" + "}" * 5000
+DEEP_LIST = "[" * 5000 + "]" * 5000
 
 CLI_CASES = [
     (["simulate", *QUICK, "--target-tpot", "1e308"], "--target-tpot must be a latency in [0, 1e+09] ms"),
@@ -60,6 +62,19 @@ CLI_CASES = [
     (["bench", "-k", "adaptive", "-n", "1"], "-k adaptive weighs the models' latency profiles"),
     (["serve", "-k", "adaptive"], "-k adaptive weighs the models' latency profiles"),
     (["generate", "--tree", "2,2", "--top-p", "0.5", "--temperature", "1", "hi"], "token trees (tree=) do not take"),
+    # issue 32, 4d: 5,000 levels of nesting were a RecursionError traceback (generate, bench, serve)
+    (["generate", "--speculative-config", DEEP, "hi"], "--speculative-config is nested too deeply to read"),
+    (["bench", "--speculative-config", DEEP, "-n", "1"], "--speculative-config is nested too deeply to read"),
+    (["serve", "--speculative-config", DEEP_LIST], "--speculative-config is nested too deeply to read"),
+    # 4g: simulate load's empty and out-of-range values (each exit 0 or another flag's error before); the flags
+    # that did nothing under --load are the mode's parser's unknown arguments since `simulate load` is a subcommand
+    (["simulate", "load", "--clients", ""], "--clients needs at least one number of clients"),
+    (["simulate", "load", "--load", "1", "--policies", " , "], "--policies needs at least one of adaptive"),
+    (["simulate", "load", "--load", "1e9"], "argument --load: a rate must be > 0 and below 1e+09, got '1e9'"),
+    (["simulate", "load", "--load", "1", "--units", "100000"], "--units must be in [1, 1024], got 100000"),
+    (["simulate", "load", "--load", "1", "--sp-degree", "3"], "unrecognized arguments: --sp-degree 3"),
+    # 4h
+    (["heatmap", "--check-cells", "-1"], "argument --check-cells: must be in [0, 10000], got '-1'"),
     (
         ["profile", "--seed", "1"],
         "specpar profile: error: unrecognized arguments: --seed 1 (see `specpar profile --help`)",
@@ -139,16 +154,16 @@ def test_a_token_id_beyond_a_transformers_vocabulary_is_refused():
 
     target, drafter = tiny_pair(vocab=16)
     with pytest.raises(ConfigError, match=r"integers in \[0, 15\]; position 1 holds 16"):
-        generate([3, 16], target, drafter, max_new_tokens=2, runtime="threads")
-    assert len(generate([3, 15], target, drafter, max_new_tokens=2, runtime="threads").tokens) == 2
+        generate([3, 16], target, drafter, max_tokens=2, runtime="threads")
+    assert len(generate([3, 15], target, drafter, max_tokens=2, runtime="threads").tokens) == 2
 
 
 def test_a_drafter_with_another_vocabulary_is_refused_when_sampling(pair):
     target, _ = pair
     other = SimulatedModel(16, latency=LatencyProfile.uniform(1.0)).drafter(0.8, LatencyProfile.uniform(0.1))
     with pytest.raises(ConfigError, match="the drafter's vocabulary has 16 tokens but the target's has 8"):
-        generate([1, 2], target, other, temperature=1.0, max_new_tokens=4)
-    assert len(generate([1, 2], target, other, max_new_tokens=4).tokens) == 4  # greedy compares token ids only
+        generate([1, 2], target, other, temperature=1.0, max_tokens=4)
+    assert len(generate([1, 2], target, other, max_tokens=4).tokens) == 4  # greedy compares token ids only
 
 
 def test_a_prompt_that_encodes_to_nothing_is_named():
@@ -184,3 +199,19 @@ def test_the_measured_costs_line_keeps_sub_millisecond_steps():
         {"nonsi": [result([("verify", "target0", 1234.0)])], "si": [result([("verify", "target0", 2500.0)])]}
     )
     assert "decode step 1234 ms" in big and "tokens 2500 ms" in big
+
+
+def test_loading_errors_in_the_api_name_its_keywords_not_the_flags(capsys):
+    """generate(prompt, None, drafter) said "give both --target and --drafter"; the command line still says so."""
+    with pytest.raises(ConfigError) as info:
+        generate([1, 2], None, "drafter.gguf")
+    assert "give both target= and drafter=" in str(info.value) and "--" not in str(info.value)
+    assert main(["generate", "hi", "--drafter", "drafter.gguf"]) == 2
+    assert "give both --target and --drafter (or neither" in capsys.readouterr().err
+
+
+def test_a_json_profile_nested_too_deeply_is_one_line(tmp_path, capsys):
+    path = tmp_path / "deep.json"
+    path.write_text(DEEP_LIST)
+    assert main(["simulate", "--profile", str(path), *QUICK]) == 2
+    assert f"profile '{path}' is nested too deeply to read" in capsys.readouterr().err

@@ -197,8 +197,16 @@ def test_old_spellings_run_a_command_as_the_new_ones_do(capsys):
         (["simulate", "--algo", "compare"], ["simulate"]),
         (["simulate", "--algorithm=dsi"], ["simulate"]),
         (["simulate", "--algorithm", "hsd"], ["simulate", "hsd"]),
-        (["simulate", "--load", "1x", "--requests", "4"], ["simulate", "load", "--load", "1x", "--requests", "4"]),
-        (["simulate", "--units", "2", "--clients", "1"], ["simulate", "load", "--units", "2", "--clients", "1"]),
+        pytest.param(
+            ["simulate", "--load", "1x", "--requests", "4"],
+            ["simulate", "load", "--load", "1x", "--requests", "4"],
+            marks=pytest.mark.slow,
+        ),
+        pytest.param(
+            ["simulate", "--units", "2", "--clients", "1"],
+            ["simulate", "load", "--units", "2", "--clients", "1"],
+            marks=pytest.mark.slow,
+        ),
     ],
 )
 def test_simulate_modes_spelled_as_before_run_as_the_subcommands_with_one_warning(old, new, capsys):
@@ -366,6 +374,7 @@ def test_control_a_flag_without_words_and_a_help_too_wide_are_found(monkeypatch)
     assert len(too_wide(parser)) == 1
 
 
+@pytest.mark.slow
 def test_generate_takes_the_speculative_config_on_real_models(tmp_path_factory, capsys):
     from specpar.backends.transformers_model import TransformersModel
     from tiny_transformers import reference_greedy, save_tiny_pair

@@ -57,3 +57,45 @@ def test_simulate_with_an_adaptive_lookahead_under_drifting_acceptance(capsys):
     results = out["results"]
     assert all(results[a]["same_tokens_as_nonsi"] for a in ("si", "dsi"))
     assert results["si"]["speedup_vs_nonsi"] > 1 and results["dsi"]["speedup_vs_nonsi"] > 1
+
+
+def _target_only(pair_dirs):
+    return ["--target", pair_dirs[0], "--dtype", "float64", "--devices", "cpu"]
+
+
+@pytest.mark.parametrize(
+    "how",
+    [
+        ["--proposer", "ngram:1:2"],
+        ["--speculative-config", '{"method": "ngram", "prompt_lookup_min": 1, "prompt_lookup_max": 2}'],
+    ],
+    ids=["--proposer", "vllm-shape"],
+)
+def test_the_ngram_proposer_needs_no_drafter_model(pair_dirs, capsys, how):
+    """`--proposer ngram` with --target alone (before: "give both --target and --drafter"), and vLLM's n-gram shape
+    of --speculative-config (before: "this command does not take 'prompt_lookup_min'"): the drafter is not loaded."""
+    args = ["generate", PROMPT, "-N", "10", "-k", "3", "--sp-degree", "2", "--compare", "--json", *how]
+    assert cli.main(args + _target_only(pair_dirs)) == 0, capsys.readouterr().err
+    results = json.loads(capsys.readouterr().out)["results"]
+    target = TransformersModel(pair_dirs[0], dtype="float64")
+    expected = reference_greedy(target, target.encode(PROMPT), 10)
+    assert {a: r["tokens"] for a, r in results.items()} == {"nonsi": expected, "si": expected, "dsi": expected}
+    assert all(results[a]["drafted"] > 0 and results[a]["drafter_forwards"] == 0 for a in ("si", "dsi"))
+
+
+def test_a_proposer_that_drafts_with_the_model_still_needs_the_drafter(pair_dirs, capsys):
+    assert cli.main(["generate", PROMPT, "-N", "4", "--proposer", "ngram+drafter"] + _target_only(pair_dirs)) == 2
+    assert "give both --target and --drafter" in capsys.readouterr().err
+
+
+def test_the_vllm_ngram_shape_keeps_the_algorithm_given(capsys):
+    """method "ngram" names the proposer, not the algorithm: `"algorithm": "si"` beside it stays SI."""
+    from specpar.entrypoints.cli import arguments
+    from specpar.entrypoints.cli.main import build_parser
+
+    args = build_parser().parse_args(
+        ["generate", "hi", "--algorithm", "dsi", "--speculative-config",
+         '{"method": "ngram", "prompt_lookup_max": 4, "algorithm": "si"}']
+    )  # fmt: skip
+    arguments.build_all(args)
+    assert (args.spec.algorithm, args.spec.proposer) == ("si", "ngram:1:4")

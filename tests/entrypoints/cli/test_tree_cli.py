@@ -90,3 +90,30 @@ def test_bench_arms_put_chains_and_best_first_trees_side_by_side(pair_dirs, tmp_
     ]:
         assert cli.main(["bench", "--dataset", str(prompts), "--arm", bad] + _models(pair_dirs)) == 2
         assert words in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("kind", ["gguf", "transformers"])
+def test_a_tree_deeper_than_the_context_is_refused_before_the_models_load(tmp_path, capsys, monkeypatch, kind):
+    """The context window is read from the files (a GGUF header, config.json) before any weights load; before, the
+    engine refused the tree only after loading the pair."""
+    import specpar.backends.loading as loading
+
+    if kind == "gguf":
+        pytest.importorskip("gguf")
+        from tiny_gguf import write_tiny_gguf
+
+        paths = [str(write_tiny_gguf(tmp_path / f"{n}.gguf", context=16, seed=i)) for i, n in enumerate("td")]
+        window = 16
+    else:
+        paths, window = list(save_tiny_pair(tmp_path)), 128
+    assert loading.context_window_of(paths[0]) == window
+
+    def no_loading(*a, **k):
+        raise AssertionError("the models were loaded")
+
+    monkeypatch.setattr(loading, "load_pair", no_loading)
+    deep = ",".join(["1"] * window)  # window nodes: a chain one position too deep for a one-token prompt
+    args = ["generate", "hi", "--tree", deep, "--target", paths[0], "--drafter", paths[1]]
+    assert cli.main(args) == 2
+    err = capsys.readouterr().err
+    assert f"tree depth {window} reaches past the context: only {window - 1} position(s)" in err, err

@@ -60,11 +60,12 @@ def simulated_engine(runtime: str = "threads", **options) -> Engine:
 @pytest.fixture(scope="module")
 def sim():
     """(base URL, engine) of a server of simulated models that asks for the API key."""
+    before = set(threading.enumerate())
     engine = simulated_engine()
     with running(create_app(engine, "sim", api_key=KEY, max_model_len=2048)) as url:
         yield url, engine
     assert engine.closed  # the app's shutdown closed the engine
-    assert not [t for t in threading.enumerate() if t.name == "specpar-stream"]
+    assert not [t for t in threading.enumerate() if t.name == "specpar-stream" and t not in before]
 
 
 def client(url: str, key: str = KEY):
@@ -191,6 +192,18 @@ def stream_socket(url: str, body: dict):
     while f.readline() not in (b"\r\n", b""):
         pass
     return f, sock
+
+
+def wait_listening(port: int, timeout_s: float = 10) -> None:
+    """Until a server listens on 127.0.0.1:``port``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
 
 
 def next_event(f) -> bytes:
@@ -387,14 +400,7 @@ def test_sigterm_finishes_the_stream_in_flight_then_exits(processes, runtime):
     try:
         assert "specpar serve" in proc.stdout.readline()
         url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                assert time.monotonic() < deadline
-                time.sleep(0.05)
+        wait_listening(port)
         f, sock = stream_socket(url, {"prompt": [2], "max_tokens": 300, "temperature": 0, "stream": True})
         next_event(f)
         proc.send_signal(signal.SIGTERM)
@@ -409,6 +415,58 @@ def test_sigterm_finishes_the_stream_in_flight_then_exits(processes, runtime):
         time.sleep(2)  # a local Ray's processes stop with it
         with pytest.raises(ProcessLookupError):
             os.killpg(proc.pid, 0)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.mark.slow
+def test_sigterm_past_the_shutdown_timeout_ends_requests_as_openai_errors(processes):
+    """The audit's repro (issue 32, 4a): target 50 ms a pass, --shutdown-timeout 1, one 100-token stream and one
+    whole request of 100 tokens, then SIGTERM. Before: the stream cut mid-body (no error event, no [DONE]), the whole
+    request a plain-text 500, a CancelledError traceback per request in the log. Now: the stream ends with an error
+    event and [DONE], the whole request gets a 503 with OpenAI's error body, no traceback; and a short request in
+    flight at the signal (the control) still finishes normally within the timeout."""
+    port = free_port()
+    cmd = [sys.executable, "-m", "specpar", "serve", "--simulated", "--port", str(port), "--target-tpot", "50",
+           "--drafter-tpot", "5", "--shutdown-timeout", "1", "--units", "3", "--sp-degree", "1"]  # fmt: skip
+    proc = processes.start(cmd, env=dict(os.environ, SPECPAR_API_KEY=KEY), stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        assert "specpar serve" in proc.stdout.readline()
+        url = f"http://127.0.0.1:{port}"
+        wait_listening(port)
+        f, sock = stream_socket(url, {"prompt": [2], "max_tokens": 100, "temperature": 0, "stream": True})
+        next_event(f)
+        answers = {}
+
+        def whole(name, max_tokens):
+            answers[name] = post(url, "/v1/completions", {"prompt": [3], "max_tokens": max_tokens, "temperature": 0})
+
+        threads = [threading.Thread(target=whole, args=a) for a in (("long", 100), ("short", 3))]
+        for t in threads:
+            t.start()
+        time.sleep(0.3)
+        proc.send_signal(signal.SIGTERM)
+        rest = f.read().decode()
+        f.close(), sock.close()
+        for t in threads:
+            t.join(30)
+        events = [line.removeprefix("data: ") for line in rest.splitlines() if line.startswith("data: ")]
+        assert events[-1] == "[DONE]", rest
+        error = json.loads(events[-2])["error"]
+        assert (
+            error["type"] == "server_error" and "did not finish within its shutdown timeout (1 s)" in error["message"]
+        )
+        status, body = answers["long"]
+        assert status == 503 and body["error"]["code"] == "server_shutting_down", (status, body)
+        assert "shutting down" in body["error"]["message"]
+        status, body = answers["short"]
+        assert status == 200 and body["choices"][0]["finish_reason"] == "length", (status, body)
+        assert proc.wait(60) in (0, -signal.SIGTERM, signal.SIGTERM)
+        log = proc.stderr.read()
+        assert "Traceback" not in log and "CancelledError" not in log, log
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -49,6 +49,46 @@ def test_deep_and_huge_bodies_get_4xx_and_the_keep_alive_connection_serves_on(si
     conn.close()
 
 
+def _post(url, path: str, body: bytes, content_type: str | None) -> tuple[int, dict]:
+    host, port = url.removeprefix("http://").split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=20)
+    headers = {"Authorization": f"Bearer {KEY}", **({"Content-Type": content_type} if content_type else {})}
+    try:
+        conn.request("POST", path, body, headers)
+        response = conn.getresponse()
+        return response.status, json.loads(response.read())
+    finally:
+        conn.close()
+
+
+def test_a_json_body_sent_as_another_content_type_gets_a_400_naming_it(sim):
+    """Before: 400 "Input should be a valid dictionary or object to extract fields from", no word of the header."""
+    body = json.dumps({"prompt": [1], "max_tokens": 2, "temperature": 0}).encode()
+    status, data = _post(sim, "/v1/completions", body, "text/plain; charset=utf-8")
+    assert status == 400 and data["error"]["type"] == "invalid_request_error"
+    assert "Content-Type: application/json (got text/plain; charset=utf-8)" in data["error"]["message"]
+    status, data = _post(sim, "/v1/completions", body, None)
+    assert status == 400 and "Content-Type: application/json (got none)" in data["error"]["message"]
+    status, data = _post(sim, "/v1/completions", body, "application/json")  # the control
+    assert status == 200 and data["choices"][0]["finish_reason"] == "length", data
+
+
+def test_an_assistant_message_with_null_content_and_no_tool_calls_is_refused(sim):
+    """OpenAI's null content goes only with tool_calls, which this server does not take; before, it was accepted."""
+    messages = [
+        {"role": "user", "content": "1 2"},
+        {"role": "assistant", "content": None},
+        {"role": "user", "content": "3"},
+    ]
+    body = json.dumps({"messages": messages, "max_tokens": 2}).encode()
+    status, data = _post(sim, "/v1/chat/completions", body, "application/json")
+    assert status == 400 and "an assistant message needs content" in data["error"]["message"], data
+    messages[1]["content"] = "4"
+    status, data = _post(sim, "/v1/chat/completions", json.dumps({"messages": messages, "max_tokens": 2}).encode(),
+                         "application/json")  # fmt: skip
+    assert "an assistant message needs content" not in json.dumps(data)  # a string content passes the schema
+
+
 FLAGS = ["--max-model-len 0", "--api-key=", "--shutdown-timeout -1", "--vocab 1e9", "--vocab 1000000000",
          "--sp-degree 100000", "--port 70000", "--port 0", "--max-queue 0", "-k 0", "--acceptance 2",
          "--target-ms nan", "--host 999.1.1.1"]  # fmt: skip

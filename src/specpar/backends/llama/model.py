@@ -206,7 +206,7 @@ class LlamaModel:
         if need > free:
             raise ConfigError(
                 f"{n_servers} llama.cpp server(s) of {self.name} need about {need / 2**30:.2f} GiB for their caches "
-                f"of {n_ctx} tokens but only {free / 2**30:.2f} GiB is free: lower sp_degree or max_new_tokens"
+                f"of {n_ctx} tokens but only {free / 2**30:.2f} GiB is free: lower sp_degree or max_tokens"
             )
 
     # -- text ----------------------------------------------------------------------------------------------

@@ -37,16 +37,12 @@ from specpar.backends.cached_server import CachedServer
 from specpar.backends.llama import prefill
 from specpar.backends.llama.context import LlamaContext
 from specpar.backends.llama.tree_seqs import TreeSeqs
-from specpar.core.calls import Draft, DraftTree, Proposal, Scores, ScoreTree, as_context
+from specpar.core.calls import DraftTree, Scores, ScoreTree, as_context
 from specpar.core.decoding import Decoding
-from specpar.core.errors import ConfigError
+from specpar.core.errors import Cancelled, ConfigError, stop_if_cancelled
 from specpar.core.logits_processors import rows, softmax
 from specpar.core.prefix import common_prefix_len
 from specpar.core.trees import BestFirst, TokenTree, expand, grow_best_first, tree_depth
-
-
-class _Cancelled(Exception):
-    """``cancelled`` was set between two passes of a tree draft."""
 
 
 class LlamaServer(CachedServer):
@@ -81,7 +77,7 @@ class LlamaServer(CachedServer):
             raise ConfigError(
                 f"a sequence of {length} tokens exceeds the {self.n_ctx}-token cache of {self.model.name}'s server "
                 f"{self.name} (its context window is {self.model.context_window}): shorten the prompt or lower "
-                "max_new_tokens"
+                "max_tokens"
             )
 
     def _region(self, context, decoding) -> int:
@@ -106,9 +102,10 @@ class LlamaServer(CachedServer):
         st = self.settings
         return prefill.passes(start, stop, region, st.prefill_ubatch, st.ubatch, rows, self._ctx.max_outputs)
 
-    def _forward(self, new: Sequence[int], rows_from: int, cancelled=None, region: int = 0) -> np.ndarray | None:
-        """Feed ``new`` after the cached tokens; the float32 logits [len(new) - rows_from, V] of its inputs from
-        ``rows_from`` on (None if cancelled between passes: what was fed stays cached and recorded)."""
+    def _forward(self, new: Sequence[int], rows_from: int, cancelled=None, region: int = 0) -> np.ndarray:
+        """Feed ``new`` after the cached tokens (those below ``region`` in the prompt's canonical passes); the float32
+        logits [len(new) - rows_from, V] of its inputs from ``rows_from`` on (Cancelled if cancelled between passes:
+        what was fed stays cached and recorded)."""
         held = len(self.tokens)
         plan = self._plan(held, held + len(new), range(held + rows_from, held + len(new)), region)
         t0 = time.perf_counter()
@@ -116,11 +113,11 @@ class LlamaServer(CachedServer):
         self._passed(t0, time.perf_counter())
         if out is None:  # stopped between passes: the cache holds the passes that ran
             self.tokens += tuple(new[: self._ctx.fed])
-            return None
+            raise Cancelled
         self.tokens += tuple(new)
         return out
 
-    def _sync(self, context, need_from: int, decoding=None, cancelled=None) -> np.ndarray | None:
+    def _sync(self, context, need_from: int, decoding=None, cancelled=None) -> np.ndarray:
         """Bring the cache to ``context`` (of a request decoded with ``decoding``: its prompt length); the logits of
         its inputs from ``need_from`` on."""
         self._check_window(len(context))
@@ -138,34 +135,17 @@ class LlamaServer(CachedServer):
             return logits.argmax(axis=-1).tolist()
         return rows(logits, context, start, decoding)
 
-    # -- the contract (run, compute, _score: CachedServer) ---------------------------------------------------
-    def _score(self, call):
-        ctx = call.context
-        logits = self._sync(ctx, len(ctx) - call.n_drafts - 1, call.decoding)
-        return Scores(call.start, self._rows(logits, call.decoding, ctx, call.start))
+    # -- the contract (run, compute, _score, _draft: CachedServer) -------------------------------------------
+    def _last_logits(self, ctx, cancelled, decoding=None) -> np.ndarray:
+        return self._sync(ctx, len(ctx) - 1, decoding, cancelled)
 
-    def _draft(self, call: Draft, cancelled) -> Proposal | None:
-        ctx, dec = call.context, call.decoding
-        logits = self._sync(ctx, len(ctx) - 1, dec, cancelled)
-        if logits is None:
-            return None
-        tokens, q = [], []
-        for i in range(call.k):
-            if dec.greedy and not dec.reshapes:
-                token = int(logits[-1].argmax())
-            else:
-                row = rows(logits[-1:], as_context(ctx) + tokens, len(ctx) + i, dec)[0]
-                if dec.greedy:
-                    token = int(row)
-                else:
-                    token = dec.draft(row, len(ctx) + i)
-                    q.append(row)
-            tokens.append(token)
-            if i + 1 < call.k:
-                if cancelled is not None and cancelled.is_set():
-                    return None
-                logits = self._forward([token], 0)
-        return Proposal(tokens, None if dec.greedy else np.stack(q))
+    def _draft_row(self, logits: np.ndarray, dec: Decoding, ctx, tokens: list[int], position: int):
+        if dec.greedy and not dec.reshapes:
+            return int(logits[-1].argmax())
+        return rows(logits[-1:], as_context(ctx) + tokens, position, dec)[0]
+
+    def _next_logits(self, token: int) -> np.ndarray:
+        return self._forward([token], 0)
 
     # -- token trees ---------------------------------------------------------------------------------------
     def _feed_tree(self, seqs: TreeSeqs, new: Sequence[int], tree: TokenTree, lo: int, hi: int, cancelled=None):
@@ -184,7 +164,7 @@ class LlamaServer(CachedServer):
         self._passed(t0, time.perf_counter())
         self.tokens += tuple(new)  # the tree's cells go at the call's end (TreeSeqs.close)
         if out is None:
-            raise _Cancelled
+            raise Cancelled
         return out
 
     def _score_tree(self, call: ScoreTree) -> Scores:
@@ -197,21 +177,15 @@ class LlamaServer(CachedServer):
         # trees take no logits processors (refused in generate), so rows need no context
         return Scores(call.start, self._rows(logits, call.decoding, None, call.start))
 
-    def _draft_tree(self, call: DraftTree, cancelled) -> TokenTree | None:
+    def _draft_tree(self, call: DraftTree, cancelled) -> TokenTree:
         """SpecInfer's expansion (one pass per level over its new nodes) or best-first growth (one per step)."""
         ctx = call.context
         self._check_window(len(ctx) + tree_depth(call.shape))
         logits = self._sync(ctx, len(ctx) - 1, call.decoding, cancelled)
-        if logits is None:
-            return None
-        seqs = TreeSeqs.growing(self._ctx, len(ctx))
-        try:
-            with seqs:
-                if isinstance(call.shape, BestFirst):
-                    return self._grow(call, seqs, logits, cancelled)
-                return self._expand(call, seqs, logits, cancelled)
-        except _Cancelled:
-            return None
+        with TreeSeqs.growing(self._ctx, len(ctx)) as seqs:
+            if isinstance(call.shape, BestFirst):
+                return self._grow(call, seqs, logits, cancelled)
+            return self._expand(call, seqs, logits, cancelled)
 
     def _prefill(self, context, decoding) -> int:
         """Cut the cache to what ``context`` may reuse (at most all but its last token) and feed its prompt region
@@ -225,8 +199,7 @@ class LlamaServer(CachedServer):
 
     def _level(self, seqs: TreeSeqs, tree: TokenTree, frontier: list[int], cancelled) -> np.ndarray:
         """The logits of the nodes fed since the last pass (the new frontier), fed now."""
-        if cancelled is not None and cancelled.is_set():
-            raise _Cancelled
+        stop_if_cancelled(cancelled)
         seqs.add(tree, frontier[0], len(tree))
         return self._feed_tree(seqs, (), tree, frontier[0], len(tree), cancelled)
 

@@ -38,6 +38,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from specpar.core.errors import ConfigError
+from specpar.core.numbers import is_int
 
 EXACT_PASS_TILED = 7  # ggml's tiled K-quant matmul takes passes of 8+ rows (tiled.cpp, ggml_tiled_min_batch)
 EXACT_PASS_UNTILED = 63  # flash attention switches to its tiled kernel at GGML_FA_TILE_Q = 64 query rows
@@ -102,7 +103,7 @@ class LlamaSettings:
                 object.__setattr__(self, name, value)
         for name in _INTS:
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            if not is_int(value, 1):
                 raise ConfigError(f"llama.cpp setting {name} must be an integer >= 1, got {value!r}")
 
     @classmethod

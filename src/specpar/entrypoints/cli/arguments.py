@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import math
 import textwrap
 import types
@@ -42,8 +41,9 @@ from dataclasses import MISSING, dataclass
 from typing import Any
 
 from specpar.backends.simulated_pair import SimulatedPair
-from specpar.core.config import RUNTIMES, VLLM_NAMES, RuntimeConfig, SpeculativeConfig
+from specpar.core.config import LOOKUP_KEYS, RUNTIMES, VLLM_NAMES, RuntimeConfig, SpeculativeConfig
 from specpar.core.errors import ConfigError
+from specpar.core.json_output import parse
 from specpar.core.params import SamplingParams
 
 
@@ -99,6 +99,19 @@ def integers(text: str) -> list[int]:
         return [integer(x) for x in text.replace(" ", "").split(",") if x]
     except argparse.ArgumentTypeError:
         raise argparse.ArgumentTypeError(f"must be integers separated by commas, got {text!r}") from None
+
+
+def ranged(kind, lo, hi=None, what: str | None = None):
+    """An argparse type: an integer or a finite number (``kind`` int or float) in [lo, hi], else one line."""
+
+    def parse(text: str):
+        value = integer(text) if kind is int else number(text)
+        if value < lo or (hi is not None and value > hi):
+            bounds = f"in [{lo}, {hi}]" if hi is not None else f">= {lo}"
+            raise argparse.ArgumentTypeError(f"{what or 'must be'} {bounds}, got {text!r}")
+        return value
+
+    return parse
 
 
 def lookaheads(text: str) -> list[int]:
@@ -246,6 +259,7 @@ class ConfigOptions:
     speculative_config: also take ``--speculative-config JSON`` (vLLM's shape), whose fields win over the flags.
     optional: the object is made only when one of its flags is given (else ``args.<dest>`` is None), and then
     needs every field of ``required``; the words name it in that error ("a pair given by numbers").
+    metavars: where a command takes fewer forms of a field's value, how its help spells them ({field: "K"}).
     advanced: the fields this command lists only under ``--help=all`` (True: all of them), besides those whose
     metadata says so. json_args: keys of ``--speculative-config`` that give another argument ({key: its dest}, e.g.
     vLLM's {"model": "drafter"}).
@@ -265,6 +279,7 @@ class ConfigOptions:
         speculative_config: bool = False,
         optional: str | None = None,
         required: tuple[str, ...] = (),
+        metavars: Mapping[str, str] | None = None,
         advanced: tuple[str, ...] | bool = (),
         json_args: Mapping[str, str] | None = None,
     ):
@@ -283,6 +298,7 @@ class ConfigOptions:
         self.advanced = set(self.fields) if advanced is True else set(advanced or ())
         self.json_args = dict(json_args or {})
         self.speculative_config = speculative_config
+        self.metavars = dict(metavars or {})
         self.hints = typing.get_type_hints(cls)
 
     def flag(self, name: str) -> str:
@@ -330,7 +346,7 @@ class ConfigOptions:
             kw["type"] = kind
             if repeated:
                 kw["action"] = "append"
-            kw["metavar"] = meta["metavar"]
+            kw["metavar"] = self.metavars.get(name, meta["metavar"])
             choices = self.choices.get(name, tuple(meta["choices"] or ()) or None)
             if choices is not None:
                 old = tuple(self.old_values.get(name, ()))
@@ -404,10 +420,7 @@ class ConfigOptions:
         """The fields ``--speculative-config`` sets (they win over the flags: vLLM's rule), each a warning when a
         flag gave it too."""
         text = args.speculative_config
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError:
-            data = text  # SpeculativeConfig.coerce names the mistake
+        data = parse(text, "--speculative-config")
         if isinstance(data, dict):
             self._json_arguments(args, data)
         try:
@@ -415,7 +428,10 @@ class ConfigOptions:
         except ConfigError as exc:
             raise ConfigError(str(exc).replace("speculative_config", "--speculative-config", 1)) from None
         out = {}
-        for key in data:
+        keys = list(data)
+        if config.proposer is not None and "proposer" not in keys:  # vLLM's n-gram shape: these keys are the proposer
+            keys = ["proposer", *(k for k in keys if k not in ("method", *LOOKUP_KEYS))]
+        for key in keys:
             name = VLLM_NAMES.get(key, key)
             if name not in self.fields:  # what this command cannot do (bench: its algorithms are --algorithms)
                 taken = [k for k, v in VLLM_NAMES.items() if v in self.fields] + list(self.fields)
@@ -778,14 +794,24 @@ def add_prompt_args(p, default: str | None = None) -> None:
     )
 
 
+REAL_LOOKAHEAD_HELP = (
+    "draft tokens per verification (k; vLLM's num_speculative_tokens). 'auto' and 'adaptive' weigh latency profiles, "
+    "which models loaded from files do not have yet: `specpar profile` and `specpar plan` name the fastest k"
+)
+
+
 def add_speculation_arguments(
     p,
     fields=("algorithm", "lookahead", "sp_degree", "tree", "proposer", "prefill_replicas", "dedicated_cursor"),
     algorithms=("nonsi", "si", "dsi"),
     advanced: tuple[str, ...] | bool = (),
+    simulated: bool = False,
 ) -> ConfigOptions:
     """SpeculativeConfig's flags for ``fields`` (--algorithm among ``algorithms``; ``advanced``: those listed only by
-    --help=all) and --speculative-config, whose "model" (vLLM's key) is the drafter."""
+    --help=all) and --speculative-config, whose "model" (vLLM's key) is the drafter; for the commands that load real
+    models: -k is a number there (simulated: a command that also serves simulated models, for which 'auto' and
+    'adaptive' run)."""
+    lookahead_help = REAL_LOOKAHEAD_HELP + ("; with --simulated they run" if simulated else "")
     options = ConfigOptions(
         SpeculativeConfig,
         "spec",
@@ -797,6 +823,8 @@ def add_speculation_arguments(
         },
         choices={"algorithm": tuple(algorithms)},
         speculative_config=True,
+        helps={"lookahead": lookahead_help},
+        metavars={} if simulated else {"lookahead": "K"},
         advanced=advanced,
         json_args={"model": "drafter"},
     )

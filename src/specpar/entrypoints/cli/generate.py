@@ -100,7 +100,7 @@ def run(args) -> int:
     if args.repeats > 1 and not args.compare:
         raise ConfigError("--repeats is for --compare (it repeats the comparison)")
     params = args.sampling
-    from specpar.algorithms.registry import check_tree_processors
+    from specpar.algorithms.checks import check_tree_processors
 
     check_tree_processors(args.spec, params.processors)  # before the models load (the engine checks it again)
     chosen = chosen_prompt(args)

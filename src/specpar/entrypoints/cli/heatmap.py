@@ -17,6 +17,7 @@ from specpar.entrypoints.cli.arguments import (
     command_parser,
     integer,
     lookahead_range,
+    ranged,
 )
 
 DESCRIPTION = """\
@@ -30,6 +31,9 @@ such k even beyond the range). With --lookahead K both use K (the paper's Fig. 7
 uses 5) and DSI runs on --sp-degree servers, queueing where Eq. 1 fails.
 Cells where the first algorithm is slower appear pink.
 """
+
+
+MAX_CHECK_CELLS = 10_000  # cells run again through the event-driven simulator (each one a full simulation)
 
 
 def register(subparsers) -> None:
@@ -56,7 +60,7 @@ def register(subparsers) -> None:
     )
     check = p.add_argument(
         "--check-cells",
-        type=integer,
+        type=ranged(int, 0, MAX_CHECK_CELLS),
         default=0,
         metavar="M",
         help="also run M random cells through the event-driven simulator and print both (slow)",

@@ -77,6 +77,8 @@ def read_alpha(path: Path) -> list[list[float]]:
         return data
     except json.JSONDecodeError:
         pass
+    except RecursionError:
+        raise ConfigError(f"the alpha file {str(path)!r} is nested too deeply to read") from None
     try:
         return [
             [float(x) for x in line.replace(",", " ").split()]

@@ -143,6 +143,7 @@ def main(argv: list[str] | None = None, *, exit_on_interrupt: bool = False) -> i
         for line in ([legacy] if legacy else []) + arguments.warnings_of(args):
             _say(f"{prog}: warning: {line}")
         with _verbose_log(args.verbose):  # removed when the command ends: main() may run again in one process
+            check_servers(args)
             if getattr(args, "runtime", None) == "ray":
                 from specpar.runtimes.ray_cluster import ray_session
 
@@ -168,6 +169,18 @@ def main(argv: list[str] | None = None, *, exit_on_interrupt: bool = False) -> i
         where = f" {str(exc.filename)!r}:" if exc.filename else ""
         _say(f"{prog}: error:{where} {exc.strerror or exc}")
         return USAGE_ERROR
+
+
+def check_servers(args) -> None:
+    """Refuse, before anything starts, a run whose servers (sp_degree targets and a drafter: a thread or a process
+    each) the runtime cannot run on this machine (:mod:`specpar.runtimes.capacity`)."""
+    runtime = getattr(args, "runtime_config", None)
+    if runtime is None or runtime.name not in ("threads", "ray"):
+        return
+    from specpar.runtimes.capacity import check_servers as check
+
+    sp = getattr(args, "sp_degree", None)
+    check(runtime, sp if isinstance(sp, int) and not isinstance(sp, bool) else 1, 1)
 
 
 def ray_cpus(args) -> float:

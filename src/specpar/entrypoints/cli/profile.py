@@ -62,7 +62,7 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from specpar.algorithms.registry import check_context_window
+    from specpar.algorithms.checks import check_context_window
     from specpar.backends.cpu_threads import cpu_cores
     from specpar.core.paths import check_output_file
     from specpar.entrypoints.cli.progress import TokenProgress

@@ -7,7 +7,7 @@ import dataclasses
 import statistics
 import sys
 
-from specpar.core.config import SpeculativeConfig
+from specpar.core.config import SpeculativeConfig, parse_proposer
 from specpar.core.errors import ConfigError
 
 
@@ -49,20 +49,26 @@ def arm(spec: SpeculativeConfig, engine, algorithm: str, **changes) -> Speculati
 
 def load_models(args, devs: list[str] | None = None):
     """(target, drafter): the models the flags name, loaded once; the drafter on the first device, the target where
-    an Engine puts its replicas (the others, if any)."""
-    from specpar.backends.loading import load_pair
+    an Engine puts its replicas (the others, if any). No drafter model where none drafts (an n-gram proposer alone)
+    and none is given: (target, None). A loading error names the flags (--target, not target=)."""
+    from specpar.backends.loading import in_flags, load_pair
 
     devs = devs or devices(args)
-    return load_pair(
-        args.target,
-        args.drafter,
-        devs[0],
-        args.dtype,
-        progress=sys.stderr.isatty(),
-        target_device=devs[1] if len(devs) > 1 else devs[0],
-        backend=args.backend,
-        exact=getattr(args, "exact", None),
-    )
+    spec = getattr(args, "spec", None) or SpeculativeConfig()
+    try:
+        return load_pair(
+            args.target,
+            args.drafter,
+            devs[0],
+            args.dtype,
+            progress=sys.stderr.isatty(),
+            target_device=devs[1] if len(devs) > 1 else devs[0],
+            backend=args.backend,
+            with_drafter=spec.proposer is None or parse_proposer(spec.proposer).uses_drafter,
+            exact=getattr(args, "exact", None),
+        )
+    except ConfigError as exc:
+        raise ConfigError(in_flags(str(exc))) from None
 
 
 def load(args, sp_degree: int, max_tokens: int, **engine_options):
@@ -77,7 +83,7 @@ def load(args, sp_degree: int, max_tokens: int, **engine_options):
     hierarchy = ALGORITHMS[spec.algorithm].hierarchy  # HSD's drafter is a list of levels: here one
     engine = Engine(
         target,
-        [drafter] if hierarchy else drafter,
+        [drafter] if hierarchy and drafter is not None else drafter,
         speculative_config=dataclasses.replace(spec, sp_degree=sp_degree),
         runtime=getattr(args, "runtime_config", None),
         devices=devs,
@@ -90,6 +96,8 @@ def load(args, sp_degree: int, max_tokens: int, **engine_options):
 def check_common(args) -> None:
     device_names(args)
     check_lookahead(args)
+    check_servers(args)
+    check_tree_depth(args)
     check_mode_flag(args)
 
 
@@ -99,6 +107,35 @@ def check_mode_flag(args) -> None:
 
     if getattr(args, "exact", None) is False:
         check_exact(False, backend(args))
+
+
+def check_tree_depth(args) -> None:
+    """Refuse, before the models load, a token tree deeper than the target's context window leaves room for after a
+    prompt of one token (the engine checks it again with the prompt's length)."""
+    from specpar.backends.loading import context_window_of
+    from specpar.core.trees import check_tree
+
+    spec = getattr(args, "spec", None)
+    target = getattr(args, "target", None)
+    if spec is None or spec.tree is None or target is None:
+        return
+    window = context_window_of(target)
+    if window is not None:
+        check_tree(spec.tree, room=window - 1)
+
+
+def check_servers(args, sp_degree: int | None = None) -> None:
+    """Refuse, before the models load, more servers than the runtime can run on this machine (a thread or a
+    process each: :mod:`specpar.runtimes.capacity`), as the Engine would after loading."""
+    from specpar.entrypoints.engine import servers_of_units, unit_count
+    from specpar.runtimes.capacity import check_servers as check
+
+    spec = getattr(args, "spec", None) or SpeculativeConfig()
+    sp = sp_degree or spec.sp_degree or 2  # the Engine's default for real models
+    targets, drafters = servers_of_units(unit_count(getattr(args, "units", None), sp), sp)
+    runtime = getattr(args, "runtime_config", None)
+    if runtime is not None:
+        check(runtime.replace(name=runtime.name or "threads"), targets, drafters)
 
 
 def check_lookahead(args) -> None:

@@ -18,8 +18,7 @@ from specpar.entrypoints.cli.arguments import (
     add_runtime_arguments,
     add_speculation_arguments,
     command_parser,
-    integer,
-    number,
+    ranged,
 )
 from specpar.planning.load import POLICIES
 
@@ -38,19 +37,6 @@ decimal separated by spaces (prompts: a list of ids, or such a string).
 
 MAX_SERVE_SERVERS = 64  # target servers (threads on the threads runtime; a KV cache each on real models)
 MAX_SERVE_LOOKAHEAD = 64
-
-
-def ranged(kind, lo, hi=None, what: str | None = None):
-    """An argparse type: an integer or a finite number (``kind`` int or float) in [lo, hi], else one line."""
-
-    def parse(text: str):
-        value = integer(text) if kind is int else number(text)
-        if value < lo or (hi is not None and value > hi):
-            bounds = f"in [{lo}, {hi}]" if hi is not None else f">= {lo}"
-            raise argparse.ArgumentTypeError(f"{what or 'must be'} {bounds}, got {text!r}")
-        return value
-
-    return parse
 
 
 def api_key(text: str) -> str:
@@ -88,7 +74,7 @@ def register(sub) -> None:
                    help="prompt + max_tokens limit for a target without a context window (default 2048)")  # fmt: skip
     p.add_argument("--shutdown-timeout", type=ranged(float, 0, 86400), default=30.0,
                    help="seconds in-flight requests may take to finish on SIGTERM (default 30)")  # fmt: skip
-    add_speculation_arguments(p, fields=SPECULATIVE_FIELDS, algorithms=ALGORITHMS, advanced=True)
+    add_speculation_arguments(p, fields=SPECULATIVE_FIELDS, algorithms=ALGORITHMS, advanced=True, simulated=True)
     add_runtime_arguments(p, choices=("threads", "ray"), default="threads", fields=REAL_TIME_FIELDS)
     g = p.add_argument_group("simulated models (numbers: --help=all)")
     g.add_argument("--simulated", action="store_true", help="serve simulated models (no weights)")
@@ -125,12 +111,16 @@ def check(args) -> str | None:
     if args.simulated and args.exact is not None:
         raise ConfigError("--exact/--no-exact choose llama.cpp's mode: simulated models have none")
     if not args.simulated:
-        from specpar.entrypoints.cli.real_models import check_lookahead, check_mode_flag
+        from specpar.entrypoints.cli.real_models import check_lookahead, check_mode_flag, check_tree_depth
 
         check_lookahead(args)
+        check_tree_depth(args)
         check_mode_flag(args)
     if args.sp_degree > MAX_SERVE_SERVERS:
         raise ConfigError(f"--sp-degree must be at most {MAX_SERVE_SERVERS} to serve, got {args.sp_degree}")
+    from specpar.entrypoints.cli.real_models import check_servers
+
+    check_servers(args, args.sp_degree)
     if isinstance(args.lookahead, int) and args.lookahead > MAX_SERVE_LOOKAHEAD:
         raise ConfigError(f"--lookahead must be at most {MAX_SERVE_LOOKAHEAD} to serve, got {args.lookahead}")
     key = args.api_key if args.api_key is not None else os.environ.get("SPECPAR_API_KEY")

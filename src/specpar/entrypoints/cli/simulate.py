@@ -66,7 +66,9 @@ def register(sub) -> None:
     p.set_defaults(func=run)
     from specpar.entrypoints.cli import simulate_hsd, simulate_load
 
-    modes = p.add_subparsers(dest="mode", metavar="MODE", parser_class=type(p))
+    modes = p.add_subparsers(
+        dest="mode", metavar="MODE", parser_class=type(p), title="modes (without one: the comparison)"
+    )
     simulate_load.register(modes)
     simulate_hsd.register(modes)
 
@@ -213,7 +215,7 @@ def run(args) -> int:
 
 def _run_with_progress(compare, args, make_models, make_prompt, k):
     kwargs = dict(
-        max_new_tokens=args.max_tokens,
+        max_tokens=args.max_tokens,
         lookahead=k,
         sp_degree=args.sp_degree,
         repeats=args.repeats,

@@ -188,7 +188,7 @@ def _run_plans(args, plans, make_stack, bar) -> dict:
         r, stack, prompt = repeat
         plan = plans[name]
         kw = dict(
-            max_new_tokens=args.max_tokens,
+            max_tokens=args.max_tokens,
             temperature=args.temperature,
             seed=args.seed + r,
             stream=bar.callback,

@@ -24,6 +24,9 @@ from specpar.entrypoints.cli.arguments import (
 )
 from specpar.planning.load import POLICIES
 
+MAX_RATE = 1e9  # requests/s, or times the non-SI capacity
+MAX_UNITS = 1024  # a share of all the units runs DSI on them: at most 1024 target servers (sp_degree's bound)
+
 
 def load_rates(text: str) -> list[str]:
     """--load: comma-separated rates, requests per second ("2.5") or times the non-SI capacity ("0.5x")."""
@@ -36,8 +39,8 @@ def load_rates(text: str) -> list[str]:
             raise argparse.ArgumentTypeError(
                 f"a rate is a number of requests/s or a multiple like 0.5x: {part!r}"
             ) from None
-        if not 0 < x < 1e9:
-            raise argparse.ArgumentTypeError(f"a rate must be > 0, got {part!r}")
+        if not 0 < x < MAX_RATE:
+            raise argparse.ArgumentTypeError(f"a rate must be > 0 and below {MAX_RATE:g}, got {part!r}")
         out.append(part)
     return out
 
@@ -93,25 +96,15 @@ def run(args) -> int:
     from specpar.core.json_output import print_json
     from specpar.experiments.load import PERCENTILES, LoadSetting, LoadSimulation
 
-    if (args.load is None) == (args.clients is None):
-        raise ConfigError("give either --load or --clients (not both)")
+    policies = check(args)
     pair = pair_from_args(args)
-    policies = [p.strip() for p in args.policies.split(",") if p.strip()]
-    for p in policies:
-        if p not in POLICIES:
-            raise ConfigError(f"--policies: each must be one of {', '.join(POLICIES)}, got {p!r}")
-    for name in ("units", "requests"):
-        if not 1 <= getattr(args, name) <= 100_000:
-            raise ConfigError(f"--{name} must be in [1, 100000], got {getattr(args, name)}")
-    if args.clients is not None and any(n < 1 for n in args.clients):
-        raise ConfigError(f"--clients must be >= 1, got {args.clients}")
     if args.output:
         from specpar.core.paths import check_output_file, image_suffixes
 
         args.output = check_output_file(args.output, "-o", image_suffixes())
     (target, drafter), a = pair.latencies(), pair.acceptance_rate
     setting = LoadSetting(
-        units=args.units, target=target, drafter=drafter, acceptance_rate=a, max_new_tokens=args.max_tokens,
+        units=args.units, target=target, drafter=drafter, acceptance_rate=a, max_tokens=args.max_tokens,
         prompt_length=pair.prompt_length, vocab_size=pair.vocab_size, lookahead=args.lookahead,
         temperature=args.temperature,
     )  # fmt: skip
@@ -157,6 +150,29 @@ def run(args) -> int:
     if args.output:
         print(f"curves written to {args.output}")
     return 0
+
+
+def check(args) -> list[str]:
+    """The flags' values, checked before anything runs; returns the policies to compare."""
+    if (args.load is None) == (args.clients is None):
+        raise ConfigError("give either --load or --clients (not both)")
+    policies = [p.strip() for p in args.policies.split(",") if p.strip()]
+    if not policies:
+        raise ConfigError(f"--policies needs at least one of {', '.join(POLICIES)}")
+    for p in policies:
+        if p not in POLICIES:
+            raise ConfigError(f"--policies: each must be one of {', '.join(POLICIES)}, got {p!r}")
+    if not 1 <= args.units <= MAX_UNITS:
+        raise ConfigError(f"--units must be in [1, {MAX_UNITS}], got {args.units}")
+    if not 1 <= args.requests <= 100_000:
+        raise ConfigError(f"--requests must be in [1, 100000], got {args.requests}")
+    if args.load is not None and not args.load:
+        raise ConfigError("--load needs at least one rate")
+    if args.clients is not None and not args.clients:
+        raise ConfigError("--clients needs at least one number of clients")
+    if args.clients is not None and any(n < 1 for n in args.clients):
+        raise ConfigError(f"--clients must be >= 1, got {args.clients}")
+    return policies
 
 
 def _print(rows, config, percentiles, args) -> None:

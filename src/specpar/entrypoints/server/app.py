@@ -208,6 +208,9 @@ def add_error_handlers(app: FastAPI, metrics: Metrics) -> None:
             param, message = None, f"malformed JSON in the request body: {first.get('ctx', {}).get('error')}"
         elif param is None and first.get("type") == "missing":
             message = "the request body must be a JSON object"
+        if param is None and not _json_media(request.headers.get("content-type")):
+            given = request.headers.get("content-type") or "none"
+            message = f"the request body must be JSON sent with Content-Type: application/json (got {given})"
         body = error_body(f"{param}: {message}" if param else message, "invalid_request_error", param)
         return reply(request, 400, body)
 
@@ -222,10 +225,19 @@ def add_error_handlers(app: FastAPI, metrics: Metrics) -> None:
         return reply(request, 500, error_body(f"{type(exc).__name__}: {exc}", "server_error"))
 
 
+def _json_media(content_type: str | None) -> bool:
+    """Whether FastAPI parses a body with this Content-Type as JSON (application/json, a +json type; not none)."""
+    media = (content_type or "").split(";", 1)[0].strip().lower()
+    return media == "application/json" or (media.startswith("application/") and media.endswith("+json"))
+
+
 def serve(app: FastAPI, host: str = "127.0.0.1", port: int = 8000, shutdown_timeout: float = 30.0) -> None:
     """Run ``app`` with uvicorn until SIGINT/SIGTERM: then it stops accepting, lets in-flight requests finish
-    for up to ``shutdown_timeout`` seconds, and closes the engine."""
+    for up to ``shutdown_timeout`` seconds, ends those left as OpenAI errors (:mod:`.shutdown`), and closes the
+    engine."""
     import uvicorn
 
-    config = uvicorn.Config(app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=shutdown_timeout)
-    uvicorn.Server(config).run()
+    from specpar.entrypoints.server.shutdown import server
+
+    config = uvicorn.Config(app, host=host, port=port, log_level="warning")
+    server(config, app.state.context.shutdown, shutdown_timeout).run()

@@ -5,14 +5,15 @@ gives each its share of the processing units, queueing first come first served t
 answer's choices run at once too (one engine call with every prompt); a stream's choices one after the other. A
 streamed request whose client goes away closes its engine stream, which ends the generation at the next verified
 tokens and gives its units to the others. A stream that asks for logprobs sends each choice's text in one chunk
-once it is generated (with its logprobs).
+once it is generated (with its logprobs). A request still in the server when its shutdown timeout ends
+(:mod:`.shutdown`) ends as an OpenAI error: a 503 body, or a stream's error event and ``[DONE]``.
 """
 
 from __future__ import annotations
 
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import anyio
 
@@ -23,6 +24,7 @@ from specpar.entrypoints.server.metrics import Metrics
 from specpar.entrypoints.server.responses import Shape
 from specpar.entrypoints.server.schemas import RequestError, error_body
 from specpar.entrypoints.server.served import Served
+from specpar.entrypoints.server.shutdown import Shutdown, ShuttingDown
 
 
 @dataclass
@@ -35,6 +37,7 @@ class Context:
     admission: Admission
     model_name: str
     created: int
+    shutdown: Shutdown = field(default_factory=Shutdown)
 
 
 async def answer(ctx: Context, request, plan: Plan, endpoint: str, arrival: float):
@@ -45,7 +48,9 @@ async def answer(ctx: Context, request, plan: Plan, endpoint: str, arrival: floa
     if plan.stream:
         return TicketedStream(events(ctx, request, plan, shape, ticket, endpoint), ticket)
     try:
-        results = await anyio.to_thread.run_sync(generate_all, ctx.engine, plan, ticket.timing)
+        results = await ctx.shutdown.race(generate_all, ctx.engine, plan, ticket.timing, ctx.shutdown)
+    except ShuttingDown as exc:
+        raise RequestError(str(exc), status=503, code="server_shutting_down") from None
     except SpecparError as exc:
         raise RequestError(str(exc), status=400 if isinstance(exc, ConfigError) else 500) from None
     finally:
@@ -55,15 +60,21 @@ async def answer(ctx: Context, request, plan: Plan, endpoint: str, arrival: floa
     return shape.whole(plan, results)
 
 
-def generate_all(engine, plan: Plan, timing) -> list:
-    """Every job's GenerationResult, in order (on a worker thread; the jobs at once)."""
+def generate_all(engine, plan: Plan, timing, shutdown: Shutdown | None = None) -> list:
+    """Every job's GenerationResult, in order (on a worker thread; the jobs at once); once ``shutdown`` aborts, the
+    generations end at their next verified tokens (ShuttingDown)."""
     called, jobs = time.perf_counter(), plan.jobs
+
+    def on_tokens(_):
+        timing.token()
+        if shutdown is not None:
+            shutdown.check()
+
     if len(jobs) == 1:
-        results = [engine.generate(jobs[0].prompt_ids, jobs[0].params, stream=lambda _: timing.token(),
-                                   **plan.speculative)]  # fmt: skip
+        results = [engine.generate(jobs[0].prompt_ids, jobs[0].params, stream=on_tokens, **plan.speculative)]
     else:
-        results = engine.generate([j.prompt_ids for j in jobs], [j.params for j in jobs],
-                                  stream=lambda _: timing.token(), **plan.speculative)  # fmt: skip
+        results = engine.generate([j.prompt_ids for j in jobs], [j.params for j in jobs], stream=on_tokens,
+                                  **plan.speculative)  # fmt: skip
     timing.engine_started(called, results)
     for r in results:
         _ = r.timeline  # built here, not on the event loop (the metrics read it)
@@ -82,8 +93,12 @@ async def events(ctx: Context, request, plan: Plan, shape: Shape, ticket: Ticket
                 return
     except Exception as exc:  # after the 200 went out: an error event, then the end
         kind = "invalid_request_error" if isinstance(exc, ConfigError) else "server_error"
-        ctx.metrics.error(endpoint, 400 if isinstance(exc, ConfigError) else 500)
-        yield shape.event(error_body(str(exc), kind))
+        ctx.metrics.error(
+            endpoint, 400 if isinstance(exc, ConfigError) else 503 if isinstance(exc, ShuttingDown) else 500
+        )
+        yield shape.event(
+            error_body(str(exc), kind, code="server_shutting_down" if isinstance(exc, ShuttingDown) else None)
+        )
         yield "data: [DONE]\n\n"
         return
     ticket.timing.end = time.perf_counter()
@@ -100,17 +115,24 @@ async def job_events(ctx: Context, request, plan: Plan, shape: Shape, job: Job, 
     if job.echo:
         yield shape.chunk(job.index, job.echo)
     if plan.logprobs is not None:  # the whole text in one chunk, with its logprobs
-        result = (await anyio.to_thread.run_sync(generate_all, ctx.engine, _one(plan, job), timing))[0]
+        result = (await ctx.shutdown.race(generate_all, ctx.engine, _one(plan, job), timing, ctx.shutdown))[0]
         text = shape.text(job, result)[len(job.echo or "") :]
         yield shape.chunk(job.index, text, logprobs=shape.logprobs(result, len(job.echo or "")))
     else:
-        result, called = None, time.perf_counter()
-        pieces = ctx.engine.stream(job.prompt_ids, job.params, **plan.speculative)
+        result, called, aborted = None, time.perf_counter(), False
+        pieces = ctx.engine.stream(job.prompt_ids, job.params, cancel=ctx.shutdown.flag, **plan.speculative)
         try:
             while True:
-                done, value = await anyio.to_thread.run_sync(_next, pieces)
+                try:
+                    done, value = await ctx.shutdown.race(_next, pieces)
+                except ShuttingDown:  # its thread may still be inside the stream: it ends on its own
+                    aborted = True
+                    raise
                 if done:
                     result = value
+                    if result is None:  # the stream ended by the shutdown's cancel
+                        aborted = True
+                        ctx.shutdown.check()
                     timing.engine_started(called, [result])
                     break
                 timing.token()
@@ -118,8 +140,9 @@ async def job_events(ctx: Context, request, plan: Plan, shape: Shape, job: Job, 
                 if await request.is_disconnected():
                     return
         finally:
-            with anyio.CancelScope(shield=True):  # a client gone cancels us: still end the generation
-                await anyio.to_thread.run_sync(pieces.close)
+            if not aborted:
+                with anyio.CancelScope(shield=True):  # a client gone cancels us: still end the generation
+                    await anyio.to_thread.run_sync(pieces.close)
     results.append(result)
     yield shape.chunk(job.index, None, result.finish_reason)
 

@@ -33,7 +33,8 @@ class RequestError(Exception):
         return error_body(str(self), ERROR_TYPES.get(self.status, "invalid_request_error"), self.param, self.code)
 
 
-ERROR_TYPES = {401: "authentication_error", 404: "invalid_request_error", 429: "rate_limit_error", 500: "server_error"}
+ERROR_TYPES = {401: "authentication_error", 404: "invalid_request_error", 429: "rate_limit_error", 500: "server_error",
+               503: "server_error"}  # fmt: skip
 
 
 def error_body(message: str, type: str, param: str | None = None, code: str | None = None) -> dict:
@@ -186,10 +187,22 @@ class UserMessage(Strict):
 
 
 class AssistantMessage(Strict):
+    """An earlier reply. OpenAI lets ``content`` be null only beside ``tool_calls`` (or ``function_call``), which this
+    server does not take: null content is refused (it was read as an empty reply)."""
+
     role: Literal["assistant"]
     content: Content | None = None
     name: str | None = None
     refusal: str | None = None
+
+    @model_validator(mode="after")
+    def _content(self):
+        if self.content is None:
+            raise ValueError(
+                "an assistant message needs content (null is OpenAI's only beside tool_calls, and tools are not "
+                "supported by this server)"
+            )
+        return self
 
 
 class ToolMessage(Strict):
