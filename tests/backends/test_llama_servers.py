@@ -184,7 +184,7 @@ def test_the_fast_mode_runs_every_algorithm(fast_pair, tmp_path, runtime, no_thr
                ("si", None, 1, (2, 2, 1), drafter), ("dsi", None, 2, "best:6", drafter),
                ("hsd", 2, 1, None, [smallest, drafter]), ("hsd-sp", 2, 2, None, [smallest, drafter])]  # fmt: skip
     for algorithm, k, sp, tree, d in configs:
-        res = generate(PROMPTS[2], target, d, algorithm=algorithm, max_new_tokens=24, lookahead=k, sp_degree=sp,
+        res = generate(PROMPTS[2], target, d, algorithm=algorithm, max_tokens=24, lookahead=k, sp_degree=sp,
                        tree=tree, runtime=runtime, ignore_eos=True, exact=False)  # fmt: skip
         assert len(res.tokens) == 24 and all(0 <= t < target.vocab_size for t in res.tokens), algorithm
         if algorithm == "nonsi":
@@ -195,7 +195,7 @@ def test_a_mode_asked_of_models_loaded_in_the_other_is_refused(pair, fast_pair, 
     with pytest.raises(ConfigError, match="exact=True but t runs in the fast mode"):
         Engine(*fast_pair, exact=True)
     with pytest.raises(ConfigError, match="exact=False but t runs in the exact mode"):
-        generate(PROMPTS[0], *pair, max_new_tokens=2, exact=False)
+        generate(PROMPTS[0], *pair, max_tokens=2, exact=False)
     with pytest.raises(ConfigError, match="exact must be True, False or None"):
         Engine(str(paths[0]), str(paths[1]), exact="no")
     with pytest.raises(ConfigError, match=r"--no-exact\) is llama.cpp's fast mode; the transformers backend"):
