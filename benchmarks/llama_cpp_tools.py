@@ -89,5 +89,19 @@ def completion(bindir: Path, model, prompt: str, n: int, threads: int, cores: st
     }
 
 
+def same_text(a: str, b: str) -> bool:
+    """The same text up to the shorter one's end (llama.cpp's speculative run may go a few tokens past -n; its
+    tools end their output with newlines of their own)."""
+    a, b = a.rstrip("\n"), b.rstrip("\n")
+    n = min(len(a), len(b))
+    return n > 0 and a[:n] == b[:n]
+
+
+def cpu_range(part: str) -> range:
+    """The CPUs of one part of a taskset list ("3" or "0-3")."""
+    lo, _, hi = part.partition("-")
+    return range(int(lo), int(hi or lo) + 1)
+
+
 if __name__ == "__main__":
     print(tools())

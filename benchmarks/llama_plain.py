@@ -26,7 +26,7 @@ import os
 import statistics
 from types import SimpleNamespace
 
-from benchmarks.llama_cpp_tools import completion, tools
+from benchmarks.llama_cpp_tools import completion, cpu_range, same_text, tools
 from benchmarks.runner import Arm, Benchmark
 
 ARMS = ("non-SI, exact mode", "non-SI, fast mode", "llama-completion")
@@ -42,7 +42,7 @@ def options(p) -> None:
 
 
 def arms(args) -> list[Arm]:
-    cores = sorted({int(c) for part in args.cores.split(",") for c in _range(part)})
+    cores = sorted({int(c) for part in args.cores.split(",") for c in cpu_range(part)})
     os.sched_setaffinity(0, cores)  # specpar's arms: this process (the engine's threads follow its affinity)
     args.threads = len(cores)
     return [Arm(a, {"threads": args.threads, "cores": args.cores}) for a in ARMS]
@@ -109,20 +109,9 @@ def summarize(results, args) -> dict:
         f"{tokens}/{sum(map(len, exact))} tokens from the first difference on"
     )
     texts = by["llama-completion"].values("text")
-    same = sum(_same_text(a, b) for a, b in zip(by["non-SI, fast mode"].values("text"), texts))
+    same = sum(same_text(a, b) for a, b in zip(by["non-SI, fast mode"].values("text"), texts))
     out["llama-completion's text = the fast mode's"] = f"{same}/{len(texts)} prompts"
     return out
-
-
-def _same_text(a: str, b: str) -> bool:
-    a, b = a.rstrip("\n"), b.rstrip("\n")
-    n = min(len(a), len(b))
-    return n > 0 and a[:n] == b[:n]
-
-
-def _range(part: str) -> range:
-    lo, _, hi = part.partition("-")
-    return range(int(lo), int(hi or lo) + 1)
 
 
 BENCHMARK = Benchmark(

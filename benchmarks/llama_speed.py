@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
-from benchmarks.llama_cpp_tools import tools
+from benchmarks.llama_cpp_tools import cpu_range, same_text, tools
 from benchmarks.runner import Arm, Benchmark
 from specpar.core.params import SamplingParams
 
@@ -118,7 +118,7 @@ def session(args):
     from specpar.entrypoints.engine import Engine
     from specpar.experiments import prompts
 
-    os.sched_setaffinity(0, {int(c) for part in args.cores.split(",") for c in _cpu_range(part)})
+    os.sched_setaffinity(0, {int(c) for part in args.cores.split(",") for c in cpu_range(part)})
     bindir = tools()
     target, drafter, paths = load_models(args.threads, args.exact)
     engine = Engine(target, drafter, sp_degree=2, runtime="ray", max_tokens=2048, cpus_per_server=args.threads, units=1)
@@ -155,7 +155,7 @@ def summarize(results, args) -> dict:
         acc = [row[arm]["acceptance_rate"] for row in rows if row[arm].get("acceptance_rate") is not None]
         same = f"{sum(same_as_nonsi(row, arm) for row in rows)}/{len(rows)}"
         if arm == "llama.cpp speculative":
-            same += f"; {sum(_same_text(row[arm]['text'], row['llama.cpp plain']['text']) for row in rows)}/{len(rows)}"
+            same += f"; {sum(same_text(row[arm]['text'], row['llama.cpp plain']['text']) for row in rows)}/{len(rows)}"
             same += " = llama.cpp plain's text"
         out[arm] = {"mean_s": round(statistics.mean(times) / 1000, 2),
                     "vs_nonsi": round(statistics.mean(base) / statistics.mean(times), 2),
@@ -169,20 +169,7 @@ def same_as_nonsi(row: dict, arm: str) -> bool:
     """Whether an arm's output equals non-SI's: its tokens (specpar's arms) or its text (llama.cpp's tools)."""
     if arm in SPECPAR_ARMS:
         return row[arm]["tokens"] == row["nonsi"]["tokens"]
-    return _same_text(row[arm]["text"], row["nonsi"]["text"])
-
-
-def _same_text(a: str, b: str) -> bool:
-    """The same text up to the shorter one's end (llama.cpp's speculative run may go a few tokens past -n; its
-    tools end their output with newlines of their own)."""
-    a, b = a.rstrip("\n"), b.rstrip("\n")
-    n = min(len(a), len(b))
-    return n > 0 and a[:n] == b[:n]
-
-
-def _cpu_range(part: str) -> range:
-    lo, _, hi = part.partition("-")
-    return range(int(lo), int(hi or lo) + 1)
+    return same_text(row[arm]["text"], row["nonsi"]["text"])
 
 
 BENCHMARK = Benchmark(
