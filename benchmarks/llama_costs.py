@@ -51,9 +51,9 @@ def component_costs(model, ids: list[int], n: int, repeats: int) -> dict:
 
     prompt = Decoding(prompt_len=len(ids))  # the prompt in its canonical passes (exact mode), as the engine feeds it
     prefill = median_ms(lambda: (server.reset(), server._sync(ids, len(ids) - 1, prompt)), max(1, repeats // 2))
-    before = server.set_threads(2)  # the engine's batch threads for non-SI on 2 cores (exact at any count)
+    before = server.set_batch_threads(2)  # the engine's batch threads for non-SI on 2 cores (exact at any count)
     prefill2 = median_ms(lambda: (server.reset(), server._sync(ids, len(ids) - 1, prompt)), max(1, repeats // 2))
-    server.set_threads(before)
+    server.set_batch_threads(before)
     server.reset()
     row = server._sync(ids, len(ids) - 1, prompt)
     seq = list(ids)
@@ -146,7 +146,7 @@ def nonsi_ms_per_token(target, drafter, ids: list[int], n: int) -> tuple[float, 
     from specpar.core.params import SamplingParams
     from specpar.entrypoints.engine import Engine
 
-    with Engine(target, drafter, sp_degree=1, runtime="threads", units=1, max_tokens=1024) as engine:
+    with Engine(target, drafter, sp_degree=1, runtime="threads", units=1, max_model_len=1024) as engine:
         server = engine.targets.servers[0]
         engine.reset()
         mark = len(server.forward_log)

@@ -237,7 +237,7 @@ class LlamaServer(CachedServer):
         weights never travel; processes on one machine share the file's pages), then a server of this name."""
         return functools.partial(build_server, self.model.factory, self.name, self.n_ctx)
 
-    def set_threads(self, n: int) -> int:
+    def set_batch_threads(self, n: int) -> int:
         """``n`` threads for the passes this mode lets run on several from now on (exact: passes of 2+ tokens, at
         any count; fast: every pass); returns the count before."""
         ctx = self._ctx
