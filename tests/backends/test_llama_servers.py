@@ -147,7 +147,13 @@ def test_sampling_follows_the_targets_distribution(small_vocab_pair, algorithm, 
         counts = Counter(
             tuple(
                 engine.generate(
-                    PROMPT, algorithm=algorithm, lookahead=lookahead, max_tokens=N, temperature=temperature, seed=s
+                    PROMPT,
+                    algorithm=algorithm,
+                    lookahead=lookahead,
+                    max_tokens=N,
+                    temperature=temperature,
+                    seed=s,
+                    coupling="rejection",
                 ).tokens
             )
             for s in range(SAMPLES)

@@ -23,6 +23,7 @@ import logging
 import queue
 import threading
 import time
+import warnings
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 
@@ -31,7 +32,7 @@ from specpar.backends.cpu_threads import SharedThreads, cpu_cores, model_uses_to
 from specpar.backends.loading import choose_backend, load_pair
 from specpar.backends.vocabulary import fit_drafters
 from specpar.core.config import RuntimeConfig, SpeculativeConfig, split_options
-from specpar.core.errors import ConfigError
+from specpar.core.errors import ConfigError, SamplingDefaultWarning
 from specpar.core.numbers import is_int
 from specpar.core.params import SAMPLING_FIELDS, SamplingParams
 from specpar.core.query import Query
@@ -183,6 +184,7 @@ class Engine:
         # torch's threads only for torch models; llama.cpp servers here (on Ray their actors set their own)
         self._threads = SharedThreads(self.torch, self.all if self.runtime != "ray" else [])
         self.closed = False
+        self._warned_sampling = False  # the one SamplingDefaultWarning (_note_default_sampling)
         if log.isEnabledFor(logging.INFO):
             for s in self.all:
                 log.info("server %s on %s", s.name, getattr(s, "device", self.runtime))
@@ -265,7 +267,10 @@ class Engine:
         """One result for one prompt (text, or token ids), a list of results for a list of prompts, in order.
 
         params: the request's SamplingParams (or give its fields as keywords); with a list of prompts, one
-        SamplingParams for all or a list of them, one per prompt (as vLLM's LLM.generate). speculative_config (or
+        SamplingParams for all or a list of them, one per prompt (as vLLM's LLM.generate). The default is vLLM's:
+        it *samples* at temperature 1 (where ``generate()`` and the command line are greedy unless a temperature is
+        given, and the server samples as OpenAI's does); a request with neither params nor a ``temperature=`` gets a
+        one-time SamplingDefaultWarning saying so (``temperature=0``: the target's greedy tokens). speculative_config (or
         its fields as keywords: ``algorithm=``, ``lookahead=``, ``tree=``, ``sp_degree=`` up to the engine's, ...):
         this request's speculation, over the engine's defaults. stream: called with each run of newly verified
         token ids (with a list of prompts, from the thread of whichever request verified them).
@@ -278,6 +283,7 @@ class Engine:
         """
         if isinstance(prompts, Iterator):  # (read once)
             prompts = list(prompts)
+        self._note_default_sampling(params, options)
         if _one_prompt(prompts):
             spec, params = self._request_config(speculative_config, params, options)
             check_stream(stream)
@@ -346,6 +352,7 @@ class Engine:
         of its own; closing the iterator early ends it, and so does setting ``cancel`` (from any thread: the
         generation ends at its next verified tokens, the iterator then ends and returns None). Arguments as
         :meth:`generate`'s."""
+        self._note_default_sampling(params, options)
         spec, params = self._request_config(speculative_config, params, options)
         ids = self.prompt_ids(prompt)
         pieces: queue.Queue = queue.Queue()
@@ -384,6 +391,19 @@ class Engine:
             abandoned.set()
             worker.join()
         return done[0] if done else None
+
+    def _note_default_sampling(self, params, options) -> None:
+        """Warn once per engine when a request leaves its temperature to SamplingParams' default (1: it samples)."""
+        if params is not None or "temperature" in options or self._warned_sampling:
+            return
+        self._warned_sampling = True
+        warnings.warn(
+            "this Engine request has no SamplingParams and no temperature: it samples at temperature 1 (vLLM's "
+            "SamplingParams default), whereas generate() and the command line are greedy unless given a temperature; "
+            "pass SamplingParams(temperature=0) (or temperature=0) for the target's greedy tokens",
+            SamplingDefaultWarning,
+            stacklevel=3,
+        )
 
     def _request_config(self, speculative_config, params, options) -> tuple[SpeculativeConfig, SamplingParams]:
         """A request's SpeculativeConfig (the engine's, with the request's changes) and SamplingParams."""

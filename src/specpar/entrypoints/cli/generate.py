@@ -29,7 +29,7 @@ loaded servers and a table shows all three side by side.
 """
 
 GENERATE_SAMPLING = ("max_tokens", "temperature", "top_k", "top_p", "min_p", "repetition_penalty", "stop",
-                     "stop_token_ids", "ignore_eos", "seed")  # fmt: skip
+                     "stop_token_ids", "ignore_eos", "seed", "coupling")  # fmt: skip
 
 
 def register(sub) -> None:
@@ -40,7 +40,8 @@ def register(sub) -> None:
     arguments.add_prompt_args(p)
     p.add_argument("--chat", action="store_true", help="put the prompt text in the target's chat template")
     arguments.add_speculation_arguments(p)
-    add_sampling_arguments(p, GENERATE_SAMPLING, {"max_tokens": 64, "temperature": 0.0, "seed": 0},
+    add_sampling_arguments(p, GENERATE_SAMPLING, {"max_tokens": 64, "temperature": 0.0, "seed": 0,
+                                                  "coupling": arguments.SEEDED_COUPLING},
                            title="sampling and stopping (vLLM's SamplingParams)")  # fmt: skip
     p.add_argument("--compare", action="store_true", help="also run the other algorithms and print all side by side")
     add_repeats(p, 1, "with --compare: runs of each algorithm, interleaved, for the spread of the ratios")
