@@ -153,6 +153,7 @@ def sample_outputs(models, buffers, temperature, samples=SAMPLES, algorithm="hsd
                 temperature=temperature,
                 seed=i,
                 sp_degree=2,
+                coupling="rejection",  # the papers' sampler, which the controls patch (a seed alone: the Gumbel one)
             ).tokens
         )
         for i in range(samples)

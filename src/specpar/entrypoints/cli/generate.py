@@ -108,8 +108,9 @@ def run(args) -> int:
     main = args.algorithm
     algorithms = [main] + ([a for a in ("nonsi", "si", "dsi") if a != main] if args.compare else [])
     sp = args.sp_degree if "dsi" in algorithms else 1
-    target, drafter, servers = real_models.load(args, sp, max_tokens=4096)
-    what, ids = prompt_ids(args, target, chosen)
+    target, drafter = real_models.load_models(args)
+    what, ids = prompt_ids(args, target, chosen)  # before the servers: their caches are sized for this request
+    _, _, servers = real_models.load(args, sp, real_models.cache_tokens(args, len(ids), sp), models=(target, drafter))
     servers.check_length(len(ids), args.max_tokens)
     if args.compare:
         real_models.warn_load()
