@@ -112,5 +112,35 @@ def refit(rows: dict, algos, pair: PairProfile) -> tuple[LatencyProfile, Latency
     return target, drafter
 
 
+def predicted(rows: dict, target_lat, drafter_lat, cancel, traces: dict | None = None) -> dict:
+    """Mean virtual-clock ms per algorithm over the prompts of ``rows``, each at its measured acceptance rate (or,
+    with ``traces``, its acceptance pattern)."""
+    per = [simulate(x, target_lat, drafter_lat, prompt_rate(x), cancel, traces[key[1]] if traces else None)
+           for key, x in rows.items()]  # fmt: skip
+    return {algo: statistics.mean(p[algo] for p in per) for algo in ALGOS}
+
+
+def seconds(ms: dict, measured: dict | None = None) -> dict:
+    """The figures of a row of times (ms per algorithm): seconds, DSI's speedups, and measured / predicted when the
+    row is a prediction of ``measured``."""
+    out = {f"{a}_s": ms[a] / 1000 for a in ALGOS}
+    out.update(dsi_vs_si=ms["si"] / ms["dsi"], dsi_vs_nonsi=ms["nonsi"] / ms["dsi"])
+    if measured is not None:
+        out.update({f"{a}_measured_over_predicted": measured[a] / ms[a] for a in ALGOS})
+    return out
+
+
+REPORTS = {  # the figures of :func:`seconds`
+    "nonsi_s": "non-SI, s per prompt (mean)",
+    "si_s": "SI",
+    "dsi_s": "DSI",
+    "dsi_vs_si": "SI s / DSI s",
+    "dsi_vs_nonsi": "non-SI s / DSI s",
+    "nonsi_measured_over_predicted": "predictions: measured / predicted, non-SI",
+    "si_measured_over_predicted": "SI",
+    "dsi_measured_over_predicted": "DSI",
+}
+
+
 def show(lat: LatencyProfile) -> str:
     return f"TTFT {lat.ttft_ms:.0f} ms, TPOT {lat.tpot_ms:.0f} ms, +{lat.per_token_ms:.0f} ms per extra token"

@@ -13,7 +13,9 @@ server, kind, start, end, cancelled flag, tokens and drafts). A configuration th
 error in both.
 
     git worktree add /tmp/dsi_before 460d16d
-    .venv/bin/python benchmarks/dsi_equivalence.py --src /tmp/dsi_before --src .
+    .venv/bin/python -m benchmarks dsi_equivalence --src /tmp/dsi_before --src .
+
+Each checkout is an arm (its time, and how many configurations raise in it); the summary says how many differ.
 
 The algorithms are called directly, not through ``generate``, so that the script measures the algorithms and not
 the option plumbing above them: since issue 31 as ``dsi(g, pools, spec)`` (the Generation, the pools by name, a
@@ -23,14 +25,17 @@ SpeculativeConfig) and the others alike; before, ``dsi(runtime, target_pool, dra
 
 from __future__ import annotations
 
-import argparse
+import contextlib
 import json
 import os
 import random
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
+
+from benchmarks.runner import Arm, Benchmark
 
 RUNNER = r"""
 import json, sys, traceback
@@ -230,56 +235,79 @@ def configuration(rng: random.Random) -> dict:
     }
 
 
-def run_checkout(src: Path, configs: Path, out: Path) -> None:
-    env = dict(os.environ, PYTHONHASHSEED="0", OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
-    code = f"SRC = {str(src / 'src')!r}\n" + RUNNER
-    done = subprocess.run([sys.executable, "-c", code, str(configs), str(out)], env=env)
-    if done.returncode != 0:
-        raise SystemExit(f"the run in {src} failed (exit {done.returncode})")
+def options(p) -> None:
+    p.add_argument("--src", action="append", type=Path, required=True, help="a checkout (give two)")
+    p.add_argument("--configs", type=int, default=10_000, help="configurations (default 10,000)")
+    p.add_argument("--seed", type=int, default=20, help="of the configurations' draw (default 20)")
+    p.add_argument("--show", type=int, default=3, help="differing configurations to show (default 3)")
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--src", action="append", type=Path, required=True, help="a checkout (give two)")
-    parser.add_argument("--configs", type=int, default=10_000)
-    parser.add_argument("--seed", type=int, default=20, help="of the configurations' draw")
-    parser.add_argument("--show", type=int, default=3, help="differing configurations to print")
-    args = parser.parse_args()
+def arms(args) -> list[Arm]:
     if len(args.src) != 2:
         raise SystemExit("give --src twice: the checkout before and the one after")
     for src in args.src:
         if not (src / "src" / "specpar").is_dir():
             raise SystemExit(f"{src} is not a specpar checkout (no src/specpar)")
+    return [Arm(f"{which}: {src}", {"src": str(src.resolve())}) for which, src in zip(("before", "after"), args.src)]
+
+
+@contextlib.contextmanager
+def session(args):
+    """The configurations, drawn once, in a file each checkout reads; each checkout's results as it writes them."""
     rng = random.Random(args.seed)
     configs = [configuration(rng) for _ in range(args.configs)]
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "configs.jsonl"
         path.write_text("".join(json.dumps(c) + "\n" for c in configs))
-        results = []
-        for i, src in enumerate(args.src):
-            out = Path(tmp) / f"out{i}.jsonl"
-            run_checkout(src.resolve(), path, out)
-            results.append([json.loads(line) for line in out.read_text().splitlines()])
-    before, after = results
+        yield {"configs": configs, "path": path, "tmp": Path(tmp), "results": {}}
+
+
+def measure(arm: Arm, args, r: int) -> dict:
+    """Every configuration in the checkout's own process (its src first on the path)."""
+    s = args.session
+    out = s["tmp"] / f"out-{len(s['results'])}.jsonl"
+    env = dict(os.environ, PYTHONHASHSEED="0", OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
+    code = f"SRC = {str(Path(arm.settings['src']) / 'src')!r}\n" + RUNNER
+    t0 = time.perf_counter()
+    done = subprocess.run([sys.executable, "-c", code, str(s["path"]), str(out)], env=env)
+    if done.returncode != 0:
+        raise RuntimeError(f"the run in {arm.settings['src']} failed (exit {done.returncode})")
+    results = [json.loads(line) for line in out.read_text().splitlines()]
+    s["results"][arm.name] = results
+    errors = [x["error"] for x in results if "error" in x]
+    if len(errors) > len(results) // 10:  # configurations are drawn valid but for a few (e.g. a tree too wide)
+        raise RuntimeError(f"{len(errors)} of {len(results)} configurations raise in {arm.settings['src']}: the "
+                           "runner is broken there, nothing was compared")  # fmt: skip
+    return {"seconds": time.perf_counter() - t0, "configurations": len(results), "raise": len(errors),
+            "errors": sorted({e.split(":")[0] for e in errors})}  # fmt: skip
+
+
+def summarize(results, args) -> dict:
+    s = args.session
+    before, after = (s["results"][a.arm.name] for a in results)
     differ = [i for i, (x, y) in enumerate(zip(before, after)) if x != y]
-    errors = sum("error" in x for x in before)
-    counts = {}
-    for c in configs:
+    counts: dict = {}
+    for c in s["configs"]:
         counts[c["algorithm"]] = counts.get(c["algorithm"], 0) + 1
-    print(f"{len(configs)} configurations (seed {args.seed}; {counts}; {errors} raise in the first checkout)")
-    print(f"{len(differ)} differ between {args.src[0]} and {args.src[1]}")
+    shown = []
     for i in differ[: args.show]:
         fields = sorted(k for k in set(before[i]) | set(after[i]) if before[i].get(k) != after[i].get(k))
-        print(f"  #{i}: {json.dumps(configs[i])}\n    fields: {fields}")
-        for k in fields[:3]:
-            print(f"    {k}: {str(before[i].get(k))[:300]}\n    {' ' * len(k)}  {str(after[i].get(k))[:300]}")
-    kinds = sorted({x["error"].split(":")[0] for x in before if "error" in x})
-    if errors:
-        print(f"  errors raised: {kinds}")
-    if errors > len(configs) // 10:  # configurations are drawn valid but for a few (e.g. a tree too wide)
-        raise SystemExit(f"{errors} of {len(configs)} configurations raise: the runner is broken, nothing was compared")
-    sys.exit(1 if differ else 0)
+        shown.append({"configuration": s["configs"][i], "fields": fields,
+                      "first": {k: [str(before[i].get(k))[:300], str(after[i].get(k))[:300]] for k in fields[:3]}})  # fmt: skip
+    return {"configurations by algorithm": counts, "differ": len(differ), "differing (first ones)": shown}
 
 
-if __name__ == "__main__":
-    main()
+BENCHMARK = Benchmark(
+    description=__doc__,
+    reports={
+        "seconds": "wall time of the checkout's run, s",
+        "configurations": "configurations run",
+        "raise": "configurations that raise (the same error in both is equal)",
+    },
+    arms=arms,
+    measure=measure,
+    options=options,
+    summarize=summarize,
+    session=session,
+    passed=lambda summary: summary["differ"] == 0,
+)

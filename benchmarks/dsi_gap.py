@@ -34,7 +34,19 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from benchmarks.calibration import ALGOS, SEEDS, VOCAB, is_target, prompt_rate, read_runs, refit, show, simulate
+from benchmarks.calibration import (
+    ALGOS,
+    REPORTS,
+    SEEDS,
+    VOCAB,
+    is_target,
+    predicted,
+    prompt_rate,
+    read_runs,
+    refit,
+    seconds,
+    show,
+)
 from benchmarks.runner import Arm, Benchmark
 from specpar import LatencyProfile, SimulatedModel, generate
 from specpar.prediction.pair_profile import PairProfile
@@ -91,10 +103,7 @@ def measure(arm: Arm, args, r: int) -> dict:
         return seconds(measured)
     _, fit_on, cancel, use_trace = VARIANTS[arm.settings["variant"]]
     t_lat, d_lat = (s.pair.target, s.pair.drafter) if fit_on is None else fitted(s, arm.settings["run"], fit_on)
-    per = [simulate(x, t_lat, d_lat, prompt_rate(x), cancel, s.traces[key[1]] if use_trace else None)
-           for key, x in rows.items()]  # fmt: skip
-    p = {algo: statistics.mean(x[algo] for x in per) for algo in ALGOS}
-    return {**seconds(p), **{f"{a}_measured_over_predicted": measured[a] / p[a] for a in ALGOS}}
+    return seconds(predicted(rows, t_lat, d_lat, cancel, s.traces if use_trace else None), measured)
 
 
 def fitted(s, run: str, algos) -> tuple[LatencyProfile, LatencyProfile]:
@@ -102,11 +111,6 @@ def fitted(s, run: str, algos) -> tuple[LatencyProfile, LatencyProfile]:
     if key not in s.fits:
         s.fits[key] = refit(s.runs[run], algos, s.pair)
     return s.fits[key]
-
-
-def seconds(ms: dict) -> dict:
-    return {"nonsi_s": ms["nonsi"] / 1000, "si_s": ms["si"] / 1000, "dsi_s": ms["dsi"] / 1000,
-            "dsi_vs_si": ms["si"] / ms["dsi"], "dsi_vs_nonsi": ms["nonsi"] / ms["dsi"]}  # fmt: skip
 
 
 def summarize(results, args) -> dict:
@@ -223,17 +227,7 @@ def write_trace(path: str, drafter_dir: str, rows: dict) -> dict:
 
 BENCHMARK = Benchmark(
     description=__doc__,
-    reports={
-        "nonsi_s": "non-SI, s per prompt (mean)",
-        "si_s": "SI",
-        "dsi_s": "DSI",
-        "dsi_vs_si": "SI s / DSI s",
-        "dsi_vs_nonsi": "non-SI s / DSI s",
-        "nonsi_measured_over_predicted": "measured / predicted, non-SI",
-        "si_measured_over_predicted": "SI",
-        "dsi_measured_over_predicted": "DSI",
-        "agreements": "--write-trace: positions where the drafter agrees, per prompt",
-    },
+    reports={**REPORTS, "agreements": "--write-trace: positions where the drafter agrees, per prompt"},
     arms=arms,
     measure=measure,
     options=options,

@@ -8,33 +8,36 @@ lookahead 5, SP = 4, N tokens. The same request runs, interleaved, as
 * generate(): the one-call convenience (a one-off Engine: fresh servers each call);
 
 and must return the same tokens. The virtual clock makes every request pure CPU work (no sleeps), the
-harshest case for a fixed per-request cost. The overhead is the median of paired differences (each engine
-call minus the bare call just before it), over the median bare time. Goal: < 2%.
+harshest case for a fixed per-request cost. Round r is request r of each arm; the overhead is the median of paired
+differences (each round's engine call minus its bare call), over the median bare time. Goal: < 2%.
 
-    .venv/bin/python benchmarks/engine_overhead.py [--requests 300] [-N 200] [--algo dsi]
+    python -m benchmarks engine_overhead [--rounds 300] [-N 200] [--algo dsi]
 
 ``--instructions`` counts instead of timing, with valgrind's callgrind (the same on every run, so two checkouts
 compare exactly, whatever the machine's load): per checkout (``--src``, repeatable: side by side), the
-instructions per request of the engine arm and of the bare arm, each the steady-state slope (a process making
-2R requests minus one making R, after the same warm-up, over R), and their difference, the engine's own cost:
+instructions per request of the engine arm and of the bare arm (the arms: a checkout and an arm each), each the
+steady-state slope (a process making 2R requests minus one making R, after the same warm-up, over R), and their
+difference, the engine's own cost:
 
     git worktree add /tmp/base 3b7a143
-    .venv/bin/python benchmarks/engine_overhead.py --instructions --src /tmp/base --src . -N 20
+    python -m benchmarks engine_overhead --instructions --src /tmp/base --src . -N 20
 """
 
 from __future__ import annotations
 
-import argparse
+import contextlib
 import shutil
 import statistics
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
+from benchmarks.runner import Arm, Benchmark
+from benchmarks.virtual_instructions import callgrind_instructions
 from specpar import Engine, LatencyProfile, SamplingParams, SimulatedModel, generate
 from specpar.algorithms.registry import run_generation
 from specpar.core.config import RuntimeConfig, SpeculativeConfig
 from specpar.core.query import Query
-from virtual_instructions import callgrind_instructions
 
 
 def timed(fn):
@@ -81,79 +84,82 @@ def instructions(src: Path, arm: str, requests: int, args) -> int:
     return callgrind_instructions(code, src)
 
 
-def count_instructions(args) -> None:
+def options(p) -> None:
+    p.add_argument("-N", type=int, default=200, help="tokens per request (default 200)")
+    p.add_argument("--algo", default="dsi", choices=("nonsi", "si", "dsi"), help="the algorithm (default dsi)")
+    p.add_argument("--instructions", action="store_true", help="count instructions with callgrind (see above)")
+    p.add_argument("--src", action="append", type=Path, help="--instructions: a checkout (repeat: side by side)")
+    p.add_argument("--requests", type=int, default=50, help="--instructions: requests counted (default 50)")
+    p.add_argument("--warmup", type=int, default=20, help="--instructions: requests before those counted")
+
+
+def arms(args) -> list[Arm]:
+    if not args.instructions:
+        return [Arm(name) for name in ("bare", "engine", "generate()")]
     if not shutil.which("valgrind"):
         raise SystemExit("valgrind is not installed (Debian: apt-get install valgrind)")
     trees = [p.resolve() for p in (args.src or [Path(__file__).resolve().parent.parent])]
-    r = args.requests
-    print(f"{args.algo}, N = {args.N}, virtual clock, gc off: instructions per request (slope over {r} requests "
-          f"after {args.warmup})")  # fmt: skip
-    rows = []
-    for tree in trees:
-        per = {arm: (instructions(tree, arm, 2 * r, args) - instructions(tree, arm, r, args)) / r
-               for arm in ("engine", "bare")}  # fmt: skip
-        rows.append(per)
-        print(f"{str(tree):<40} engine {per['engine']:>12,.0f}  bare {per['bare']:>12,.0f}  "
-              f"engine - bare {per['engine'] - per['bare']:>10,.0f}", flush=True)  # fmt: skip
-    if len(rows) > 1:
-        first, last = rows[0], rows[-1]
-        print(f"last / first: engine {last['engine'] / first['engine']:.4f}, bare {last['bare'] / first['bare']:.4f}, "
-              f"engine - bare {(last['engine'] - last['bare']) / (first['engine'] - first['bare']):.4f}")  # fmt: skip
+    return [Arm(f"{arm}, {tree}", {"arm": arm, "src": str(tree)}) for tree in trees for arm in ("engine", "bare")]
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--requests", type=int, default=None, help="requests per arm (default 300; --instructions 50)")
-    ap.add_argument("-N", type=int, default=200)
-    ap.add_argument("--algo", default="dsi", choices=("nonsi", "si", "dsi"))
-    ap.add_argument("--instructions", action="store_true", help="count instructions with callgrind (see above)")
-    ap.add_argument("--src", action="append", type=Path, help="--instructions: a checkout (repeat: side by side)")
-    ap.add_argument("--warmup", type=int, default=20, help="--instructions: requests before those counted")
-    args = ap.parse_args()
-    if args.instructions:
-        args.requests = args.requests or 50
-        return count_instructions(args)
-    args.requests = args.requests or 300
+@contextlib.contextmanager
+def session(args):
+    """The timed arms' engine, models and calls (nothing for --instructions: each count is its own process)."""
     target = SimulatedModel(32, seed=1, latency=LatencyProfile.uniform(20.0))
     drafter = target.drafter(0.8, LatencyProfile.uniform(1.0), seed=2)
-    params = SamplingParams(temperature=0, max_tokens=args.N)
-    prompt = [1, 2, 3]
+    params, prompt = SamplingParams(temperature=0, max_tokens=args.N), [1, 2, 3]
     engine = Engine(target, drafter, sp_degree=4)
-
     spec, virtual = SpeculativeConfig(algorithm=args.algo, lookahead=5, sp_degree=4), RuntimeConfig(name="virtual")
-
-    def bare():
-        return run_generation(Query(prompt, args.N, params.decoding()), engine.targets, engine.drafters, spec, virtual)
-
-    def via_engine():
-        return engine.generate(prompt, params, algorithm=args.algo, lookahead=5)
-
-    def one_off():
-        return generate(prompt, target, drafter, algorithm=args.algo, max_tokens=args.N, lookahead=5, sp_degree=4)
-
-    want = target.greedy_tokens(prompt, args.N)
-    arms = {"bare": bare, "engine": via_engine, "generate()": one_off}
-    times = {name: [] for name in arms}
-    print(
-        f"{args.algo}, N = {args.N}, virtual clock: {args.requests} requests per arm, the arms interleaved call by call"
-    )
-    for _ in range(args.requests):
-        for name, fn in arms.items():
-            seconds, out = timed(fn)
-            assert out.tokens == want
-            times[name].append(seconds)
-    med = {name: statistics.median(t) * 1e3 for name, t in times.items()}
-    # paired: each engine call minus the bare call just before it (drifts in machine load cancel out)
-    diff_ms = statistics.median(e - b for e, b in zip(times["engine"], times["bare"])) * 1e3
-    over = diff_ms / med["bare"]
-    print(
-        f"median ms per request: bare {med['bare']:.3f}, engine {med['engine']:.3f}, generate() {med['generate()']:.3f}"
-    )
-    print(
-        f"engine overhead (median paired difference) {diff_ms * 1e3:+.1f} us per request = {over:+.2%}; goal < 2%: "
-        f"{'MET' if over < 0.02 else 'NOT MET'}"
-    )
+    calls = {
+        "bare": lambda: run_generation(
+            Query(prompt, args.N, params.decoding()), engine.targets, engine.drafters, spec, virtual
+        ),  # fmt: skip
+        "engine": lambda: engine.generate(prompt, params, algorithm=args.algo, lookahead=5),
+        "generate()": lambda: generate(
+            prompt, target, drafter, algorithm=args.algo, max_tokens=args.N, lookahead=5, sp_degree=4
+        ),  # fmt: skip
+    }
+    with engine:
+        yield SimpleNamespace(calls=calls, want=target.greedy_tokens(prompt, args.N))
 
 
-if __name__ == "__main__":
-    main()
+def measure(arm: Arm, args, r: int) -> dict:
+    if args.instructions:
+        tree, requests = Path(arm.settings["src"]), args.requests
+        counts = [instructions(tree, arm.settings["arm"], n, args) for n in (2 * requests, requests)]
+        return {"instructions_per_request": (counts[0] - counts[1]) / requests}
+    seconds, out = timed(args.session.calls[arm.name])
+    if out.tokens != args.session.want:
+        raise AssertionError(f"{arm.name}: not the target's greedy tokens")
+    return {"ms": seconds * 1e3}
+
+
+def summarize(results, args) -> dict:
+    by = {a.arm.name: a for a in results}
+    if args.instructions:
+        own = {a.arm.settings["src"]: by[f"engine, {a.arm.settings['src']}"].figures["instructions_per_request"]
+               - a.figures["instructions_per_request"] for a in results if a.arm.settings["arm"] == "bare"}  # fmt: skip
+        out = {f"engine - bare, {tree}": v for tree, v in own.items()}
+        if len(own) > 1:
+            out["engine - bare, last / first"] = list(own.values())[-1] / list(own.values())[0]
+        return out
+    # paired: each round's engine call minus its bare call (drifts in machine load cancel out)
+    diff_ms = statistics.median(e - b for e, b in zip(by["engine"].values("ms"), by["bare"].values("ms")))
+    over = diff_ms / by["bare"].figures["ms"]
+    return {"engine overhead per request, us (median paired difference)": diff_ms * 1e3,
+            "overhead / bare": over, "goal": f"< 2%: {'met' if over < 0.02 else 'not met'}"}  # fmt: skip
+
+
+BENCHMARK = Benchmark(
+    description=__doc__,
+    reports={
+        "ms": "CPU ms of one request (this thread)",
+        "instructions_per_request": "--instructions: instructions per request (slope over --requests)",
+    },
+    arms=arms,
+    measure=measure,
+    options=options,
+    summarize=summarize,
+    session=session,
+    rounds=lambda args: 1 if args.instructions else 300,
+)

@@ -15,23 +15,23 @@ Per-component costs of the default pair on llama.cpp, measured in one process, g
 
 From them, the bounds of the last lines (a step of k drafts accepted whole costs the drafter k d and a verifier
 v(k); a core that verifies yields at most k + 1 tokens per v(k)): DSI's best time per token with the cores this
-machine has, and the target servers and cores Eq. 1 asks for. Wrap it in ``flock /tmp/specpar-measure.lock``.
+machine has, and the target servers and cores Eq. 1 asks for. Each measurement is an arm (the models loaded once).
+Wrap it in ``flock /tmp/specpar-measure.lock``.
 
-    .venv/bin/python benchmarks/llama_costs.py [--prompt 0] [-N 32] [--repeats 5] [--out FILE]
+    python -m benchmarks llama_costs [--prompt 0] [-N 32] [--repeats 5]
 """
 
 from __future__ import annotations
 
-import argparse
-import json
+import contextlib
 import math
 import os
 import statistics
-import subprocess
-import sys
 import threading
 import time
-from pathlib import Path
+from types import SimpleNamespace
+
+from benchmarks.runner import Arm, Benchmark
 
 KS = (1, 2, 4, 8)
 
@@ -115,24 +115,27 @@ def ray_round_trip_ms(context_len: int, k: int, calls: int) -> float:
     """A Ray actor call's round trip with a Score call's payload (ids in, k + 1 ids out), no computation."""
     import ray
 
-    from specpar.runtimes.ray_cluster import connect
+    from specpar.runtimes.ray_cluster import connect, shutdown
 
     connect(cpus=1)
+    try:
 
-    @ray.remote(num_cpus=1)
-    class Echo:
-        def score(self, context, k):
-            return list(context[-k - 1 :])
+        @ray.remote(num_cpus=1)
+        class Echo:
+            def score(self, context, k):
+                return list(context[-k - 1 :])
 
-    actor = Echo.remote()
-    context = list(range(context_len))
-    ray.get(actor.score.remote(context, k))
-    t0 = time.perf_counter()
-    for _ in range(calls):
+        actor = Echo.remote()
+        context = list(range(context_len))
         ray.get(actor.score.remote(context, k))
-    ms = (time.perf_counter() - t0) * 1000 / calls
-    ray.kill(actor)
-    return ms
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            ray.get(actor.score.remote(context, k))
+        ms = (time.perf_counter() - t0) * 1000 / calls
+        ray.kill(actor)
+        return ms
+    finally:
+        shutdown()  # the local Ray this started
 
 
 def nonsi_ms_per_token(target, drafter, ids: list[int], n: int) -> tuple[float, float, float]:
@@ -141,7 +144,7 @@ def nonsi_ms_per_token(target, drafter, ids: list[int], n: int) -> tuple[float, 
     from specpar.core.params import SamplingParams
     from specpar.entrypoints.engine import Engine
 
-    with Engine(target, drafter, sp_degree=1, runtime="threads", units=1, max_tokens=1024) as engine:
+    with Engine(target, drafter, sp_degree=1, runtime="threads", units=1, max_model_len=1024) as engine:
         server = engine.targets.servers[0]
         engine.reset()
         mark = len(server.forward_log)
@@ -169,14 +172,31 @@ def bounds(t: float, d: float, verify: dict, cores: int) -> list[str]:
     return lines
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--prompt", type=int, default=0, help="HumanEval prompt index (default 0)")
-    ap.add_argument("-N", type=int, default=32, help="tokens decoded per decode measurement (default 32)")
-    ap.add_argument("--repeats", type=int, default=5, help="repeats of each verification (median; default 5)")
-    ap.add_argument("--out", default="benchmarks/results/llama_costs.json")
-    args = ap.parse_args()
+def options(p) -> None:
+    p.add_argument("--prompt", type=int, default=0, help="HumanEval prompt index (default 0)")
+    p.add_argument("-N", type=int, default=32, help="tokens decoded per decode measurement (default 32)")
+    p.add_argument("--repeats", type=int, default=5, help="repeats of each verification (median; default 5)")
 
+
+ARMS = (
+    "target",
+    "drafter",
+    "target, llama.cpp's defaults",
+    "target decode beside a drafter decode",
+    "target decode beside a target decode",
+    "Ray actor round trip",
+    "specpar non-SI",
+)
+
+
+def arms(args) -> list[Arm]:
+    return [Arm(name) for name in ARMS]
+
+
+@contextlib.contextmanager
+def session(args):
+    """The default pair on llama.cpp (exact settings), the prompt, and the target in llama.cpp's own defaults."""
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     from specpar.backends import weights
     from specpar.backends.cpu_threads import cpu_cores
     from specpar.backends.llama.model import LlamaModel
@@ -184,62 +204,59 @@ def main() -> None:
     from specpar.backends.loading import load_pair
     from specpar.experiments import prompts
 
-    lines = [f"command: {' '.join(sys.argv)}", f"uptime before: {_uptime()}"]
-    print("\n".join(lines), flush=True)
     target, drafter = load_pair(backend="llama", progress=False)
     ids = prompts.load("humaneval", args.prompt + 1)[args.prompt].token_ids(target)
-    paths = weights.joined_path(weights.TARGET), weights.joined_path(weights.DRAFTER)
     default = LlamaSettings(repack=True, ubatch=512)  # llama.cpp's own defaults (flash attention on both)
-    out: dict = {"prompt": args.prompt, "prompt_tokens": len(ids), "cores": cpu_cores()}
-    out["target"] = component_costs(target, ids, args.N, args.repeats)
-    out["drafter"] = component_costs(drafter, ids, args.N, args.repeats)
-    out["target llama.cpp defaults"] = component_costs(
-        LlamaModel(paths[0], name="target-defaults", settings=default), ids, args.N, args.repeats
-    )
-    out["target decode beside drafter decode"] = decode_while(target, drafter, ids, args.N)
-    out["target decode beside target decode"] = decode_while(target, target, ids, args.N)
-    out["ray round trip ms"] = ray_round_trip_ms(len(ids) + 64, 4, 200)
-    nonsi = nonsi_ms_per_token(target, drafter, ids, args.N)
-    out["nonsi ms per token"], out["nonsi forward ms per token"], out["nonsi prefill ms"] = nonsi
-    out["uptime after"] = _uptime()
-    Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
-
-    t, d = out["target"]["decode_ms"], out["drafter"]["decode_ms"]
-    dt = out["target llama.cpp defaults"]
-    lines += [
-        f"default pair on llama.cpp, 1 thread per model, {len(ids)}-token HumanEval prompt {args.prompt}, "
-        f"{cpu_cores()} cores (shared)",
-        f"target decode t = {t:.1f} ms/token; drafter decode d = {d:.1f} ms/token; c = d / t = {d / t:.2f}",
-        "verification of k drafts (a pass over k + 1 tokens), exact settings: "
-        + ", ".join(f"k={k} {v:.1f} ms ({v / t:.2f} t)" for k, v in out["target"]["verify_ms"].items()),
-        "the same in llama.cpp's default settings (repacked weights, inexact): decode "
-        f"{dt['decode_ms']:.1f} ms/token; "
-        + ", ".join(f"k={k} {v:.1f} ms ({v / dt['decode_ms']:.2f} t)" for k, v in dt["verify_ms"].items()),
-        f"prefill of {len(ids)} tokens: exact (passes of 63) {out['target']['prefill_ms']:.0f} ms; llama.cpp defaults "
-        f"(passes of 512, repacked) {dt['prefill_ms']:.0f} ms ({out['target']['prefill_ms'] / dt['prefill_ms']:.2f}x); "
-        f"exact on 2 batch threads {out['target']['prefill_2_threads_ms']:.0f} ms",
-        f"target decode while the drafter decodes on the other core: {out['target decode beside drafter decode']:.1f}"
-        f" ms/token ({t / out['target decode beside drafter decode']:.2f}x its speed alone); while another target "
-        f"decodes: {out['target decode beside target decode']:.1f} ms/token",
-        f"Ray actor call round trip (Score payload, no forward): {out['ray round trip ms']:.2f} ms",
-        f"specpar non-SI (threads runtime): {out['nonsi ms per token']:.1f} ms per token after the first, "
-        f"{out['nonsi forward ms per token']:.1f} ms of it in forward passes (overhead "
-        f"{out['nonsi ms per token'] - out['nonsi forward ms per token']:.1f} ms/token); its prefill pass "
-        f"{out['nonsi prefill ms']:.0f} ms on the engine's {cpu_cores()} batch threads",
-        "",
-        f"bounds on {cpu_cores()} cores (non-SI: t per token on one core):",
-        *bounds(t, d, out["target"]["verify_ms"], cpu_cores()),
-        f"uptime after: {out['uptime after']}",
-    ]
-    text = "\n".join(lines) + "\n"
-    Path(args.out).with_suffix(".txt").write_text(text)
-    print(text)
+    defaults = LlamaModel(weights.joined_path(weights.TARGET), name="target-defaults", settings=default)
+    yield SimpleNamespace(target=target, drafter=drafter, defaults=defaults, ids=ids, cores=cpu_cores())
 
 
-def _uptime() -> str:
-    return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
+def measure(arm: Arm, args, r: int) -> dict:
+    s, n = args.session, args.N
+    if arm.name in ARMS[:3]:
+        model = {"target": s.target, "drafter": s.drafter}.get(arm.name, s.defaults)
+        return component_costs(model, s.ids, n, args.repeats)
+    if arm.name.startswith("target decode beside"):
+        return {"decode_ms": decode_while(s.target, s.drafter if "drafter" in arm.name else s.target, s.ids, n)}
+    if arm.name == "Ray actor round trip":
+        return {"round_trip_ms": ray_round_trip_ms(len(s.ids) + 64, 4, 200)}
+    per_token, forward, prefill = nonsi_ms_per_token(s.target, s.drafter, s.ids, n)
+    return {"ms_per_token": per_token, "forward_ms_per_token": forward, "prefill_ms": prefill}
 
 
-if __name__ == "__main__":
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    main()
+def summarize(results, args) -> dict:
+    by = {a.arm.name: a.figures for a in results}
+    t, d, dt = by["target"]["decode_ms"], by["drafter"]["decode_ms"], by["target, llama.cpp's defaults"]
+    s = args.session
+    return {
+        "c = d / t": d / t,
+        "verification of k drafts / t, exact": {k: v / t for k, v in by["target"]["verify_ms"].items()},
+        "the same, llama.cpp's defaults": {k: v / dt["decode_ms"] for k, v in dt["verify_ms"].items()},
+        "prefill, exact / llama.cpp's defaults": by["target"]["prefill_ms"] / dt["prefill_ms"],
+        "target decode speed beside a drafter decode / alone": t
+        / by["target decode beside a drafter decode"]["decode_ms"],
+        "specpar non-SI: ms per token outside forward passes": by["specpar non-SI"]["ms_per_token"]
+        - by["specpar non-SI"]["forward_ms_per_token"],
+        f"bounds on {s.cores} cores (non-SI: t per token on one core)": bounds(
+            t, d, by["target"]["verify_ms"], s.cores
+        ),
+    }
+
+
+BENCHMARK = Benchmark(
+    description=__doc__,
+    reports={
+        "prefill_ms": "the prompt's prefill, ms (exact: passes of at most 63 tokens)",
+        "prefill_2_threads_ms": "the same on 2 batch threads",
+        "decode_ms": "a one-token pass, ms per token",
+        "verify_ms": "a pass over k + 1 tokens (k drafts), ms, by k",
+        "round_trip_ms": "a Ray actor call with a Score call's payload, no forward, ms",
+        "ms_per_token": "specpar's non-SI on threads, ms per generated token after the prefill",
+        "forward_ms_per_token": "of which in its one-token forward passes",
+    },
+    arms=arms,
+    measure=measure,
+    options=options,
+    summarize=summarize,
+    session=session,
+)

@@ -2,7 +2,7 @@
 llama-cpp-python sdist (the version specpar pins). Never a dependency of specpar, and none of its code is in this
 repository: the sdist is fetched with pip into the cache and built there once.
 
-    .venv/bin/python benchmarks/llama_cpp_tools.py   # builds, then prints the tools' directory
+    .venv/bin/python -m benchmarks.llama_cpp_tools   # builds, then prints the tools' directory (a helper module)
 
 ``tools()`` returns the directory holding ``llama-speculative-simple`` (llama.cpp's draft-model speculative
 decoding, the code path of llama-server's ``--model-draft``), ``llama-speculative`` (its older example with

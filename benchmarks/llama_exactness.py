@@ -3,19 +3,19 @@
 Greedy non-SI, SI, DSI (threads and Ray) and token trees (SpecInfer widths and best-first) on the first ``-n``
 HumanEval prompts, ``-N`` tokens each (end of text ignored, so every prompt gives N tokens to compare), against
 the same backend's one-token greedy decoding: the prompt prefilled, then every token its own forward pass.
-Prints one line per prompt and arm and the total of differing tokens; the goal is 0.
+Round r is prompt r (its reference decoded on first need); each arm reports its differing tokens per prompt, and the
+summary their total; the goal is 0.
 
-    .venv/bin/python benchmarks/llama_exactness.py [-n 20] [-N 64] [-k 4] [--out benchmarks/results/...]
+    python -m benchmarks llama_exactness [-n 20] [-N 64]
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import os
-import time
-from pathlib import Path
+import contextlib
+import functools
+from types import SimpleNamespace
 
+from benchmarks.runner import Arm, Benchmark
 from specpar.core.calls import Score
 from specpar.core.decoding import Decoding
 from specpar.core.params import SamplingParams
@@ -39,56 +39,69 @@ def one_token_greedy(server, prompt: list[int], n: int) -> list[int]:
     return seq[len(prompt) :]
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("-n", type=int, default=20, help="HumanEval prompts (default 20)")
-    ap.add_argument("-N", type=int, default=64, help="tokens per prompt (default 64)")
-    ap.add_argument("--out", default="benchmarks/results/llama_exactness.jsonl")
-    args = ap.parse_args()
+def options(p) -> None:
+    p.add_argument("-n", type=int, default=20, help="HumanEval prompts, one round each (default 20)")
+    p.add_argument("-N", type=int, default=64, help="tokens per prompt (default 64)")
 
+
+def arms(args) -> list[Arm]:
+    return [Arm(name, {"algorithm": a, "lookahead": k, "tree": tree, "runtime": runtime})
+            for name, a, k, _sp, tree, runtime in ARMS]  # fmt: skip
+
+
+@contextlib.contextmanager
+def session(args):
+    """The default pair on llama.cpp, one engine per runtime (SP 2), the prompts and their references."""
     from specpar.backends.loading import load_pair
     from specpar.entrypoints.engine import Engine
     from specpar.experiments import prompts
 
-    print(f"load: {os.getloadavg()[0]:.2f} (1-minute average), {os.cpu_count()} cores", flush=True)
     target, drafter = load_pair(backend="llama", progress=False)
-    print(target.describe(), flush=True)
+    engines = {rt: Engine(target, drafter, sp_degree=2, runtime=rt, max_model_len=2048) for rt in ("threads", "ray")}
+    ids = [p.token_ids(target) for p in prompts.load("humaneval", args.n)]
     reference_server = target.server("reference", n_ctx=2048)
-    engines = {
-        runtime: Engine(target, drafter, sp_degree=2, runtime=runtime, max_tokens=2048)
-        for runtime in ("threads", "ray")
-    }
+    try:
+        yield SimpleNamespace(engines=engines, ids=ids, describe=target.describe(), reference=functools.cache(
+            lambda r: one_token_greedy(reference_server, ids[r], args.N)))  # fmt: skip
+    finally:
+        for engine in engines.values():
+            engine.close()
+
+
+def measure(arm: Arm, args, r: int) -> dict:
+    s = args.session
+    expected = s.reference(r)
+    engine = s.engines[arm.settings["runtime"]]
+    engine.reset()
     params = SamplingParams(temperature=0, max_tokens=args.N, ignore_eos=True)
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    differing = compared = 0
-    with open(args.out, "w") as out:
-        for i, prompt in enumerate(prompts.load("humaneval", args.n)):
-            ids = prompt.token_ids(target)
-            t0 = time.perf_counter()
-            expected = one_token_greedy(reference_server, ids, args.N)
-            line = {"prompt": i, "prompt_tokens": len(ids), "reference_s": round(time.perf_counter() - t0, 2)}
-            for name, algorithm, k, _sp, tree, runtime in ARMS:
-                engine = engines[runtime]
-                engine.reset()
-                res = engine.generate(ids, params, algorithm=algorithm, lookahead=k, tree=tree)
-                diff = sum(a != b for a, b in zip(res.tokens, expected)) + abs(len(res.tokens) - len(expected))
-                differing += diff
-                compared += len(expected)
-                line[name] = {"differing": diff, "acceptance_rate": res.acceptance_rate, "time_ms": res.time_ms}
-            out.write(json.dumps(line) + "\n")
-            out.flush()
-            print(
-                f"prompt {i:2d} ({len(ids)} tokens): "
-                + ", ".join(f"{name} {line[name]['differing']}" for name, *_ in ARMS),
-                flush=True,
-            )
-    for engine in engines.values():
-        engine.close()
-    print(
-        f"{differing} differing tokens of {compared} compared ({len(ARMS)} arms x {args.n} prompts x {args.N} "
-        f"tokens) against one-token greedy decoding: goal 0 {'MET' if differing == 0 else 'NOT MET'}"
-    )
+    res = engine.generate(s.ids[r], params, algorithm=arm.settings["algorithm"], lookahead=arm.settings["lookahead"],
+                          tree=arm.settings["tree"])  # fmt: skip
+    diff = sum(a != b for a, b in zip(res.tokens, expected)) + abs(len(res.tokens) - len(expected))
+    return {"differing": diff, "compared": len(expected), "acceptance_rate": res.acceptance_rate,
+            "time_ms": res.time_ms}  # fmt: skip
 
 
-if __name__ == "__main__":
-    main()
+def summarize(results, args) -> dict:
+    differing = sum(sum(a.values("differing")) for a in results)
+    compared = sum(sum(a.values("compared")) for a in results)
+    return {
+        "settings": args.session.describe,
+        "differing tokens": f"{differing} of {compared} compared",
+        "goal": f"0 differing tokens against one-token greedy decoding: {'met' if differing == 0 else 'not met'}",
+    }
+
+
+BENCHMARK = Benchmark(
+    description=__doc__,
+    reports={
+        "differing": "tokens that differ from one-token greedy decoding (median over the prompts; sum: summary)",
+        "acceptance_rate": "accepted / drafted",
+        "time_ms": "generation time, ms",
+    },
+    arms=arms,
+    measure=measure,
+    options=options,
+    summarize=summarize,
+    session=session,
+    rounds=lambda args: args.n,
+)

@@ -13,15 +13,16 @@ an Engine of ``--units`` processing units (default: the cores), one torch thread
 4. single client vs today's engine: the same requests one at a time, on this Engine with its defaults and on the
    Engine of ``--baseline-src`` (a checkout before the scheduler) in a subprocess, alternated (goal: within 5%).
 
-The machine is shared: the script prints ``uptime`` before and after; compare ratios taken in one run.
+Each number of clients is an arm (2 and 3), and the single-client comparison (4) the last one (--single 0: none;
+it frees the load engine's weights first). The machine is shared: compare ratios taken in one run.
 
-    .venv/bin/python benchmarks/load_real.py [--backend transformers] [--clients 1,2,4] [--requests 3] [-N 32]
+    python -m benchmarks load_real [--backend transformers] [--clients 1,2,4] [--requests 3] [-N 32]
         [--baseline-src /work/main]
 """
 
 from __future__ import annotations
 
-import argparse
+import contextlib
 import gc
 import json
 import os
@@ -30,13 +31,11 @@ import subprocess
 import sys
 import threading
 import time
+from types import SimpleNamespace
 
+from benchmarks.runner import Arm, Benchmark
 from specpar import Engine, SamplingParams
 from specpar.core.latency import LatencyProfile
-
-
-def uptime() -> str:
-    return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
 
 
 def prompts(n: int) -> list[str]:
@@ -138,53 +137,90 @@ def single_client(args, texts: list[str]) -> dict:
             "ratio": statistics.median(mine) / statistics.median(theirs)}  # fmt: skip
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--backend", default="transformers", choices=("transformers", "llama"))
-    ap.add_argument("--target", default=None)
-    ap.add_argument("--drafter", default=None)
-    ap.add_argument("--units", type=int, default=os.cpu_count())
-    ap.add_argument("--clients", default="1,2,4")
-    ap.add_argument("--requests", type=int, default=3, help="requests per client")
-    ap.add_argument("-N", type=int, default=32)
-    ap.add_argument("--single", type=int, default=6, help="single-client requests per engine (0: skip step 4)")
-    ap.add_argument("--baseline-src", default="/work/main")
-    args = ap.parse_args()
-    print("before:", uptime(), flush=True)
-    texts = prompts(16)
-    engine = load_engine(args, units=args.units)
-    prof = profile(engine, texts[:3])
-    print("profile:", json.dumps({r: prof[r] for r in ("target", "drafter")}), "a =",
-          round(prof["acceptance_rate"]["geometric"], 3), flush=True)  # fmt: skip
-    for role, servers in (("target", engine.targets.servers), ("drafter", engine.drafters.servers)):
-        p = prof[role]
-        for s in servers:
-            s.latency = LatencyProfile(p["ttft_ms"], p["tpot_ms"], p["per_token_ms"])
-    engine.drafter_model.acceptance_rate = prof["acceptance_rate"]["geometric"]
-    engine.generate(texts[0], SamplingParams(max_tokens=4, temperature=0, ignore_eos=True))  # warm-up
-    rows = []
-    for c in [int(x) for x in args.clients.split(",")]:
-        row = closed_loop(engine, texts, c, args.requests, args.N)
-        row["predicted_tokens_per_s"] = predicted(prof, args.units, c, args.requests, args.N)
-        rows.append(row)
-        print(json.dumps(row), flush=True)
-    engine.close()
-    del engine  # its weights, before step 4 loads this engine's and the baseline's
-    gc.collect()
-    one = rows[0]["tokens_per_s"]
-    print(
-        f"\n{'clients':>8} {'tokens/s':>9} {'x 1 client':>11} {'predicted':>10} {'measured/pred':>14} {'mean lat s':>11}"
-    )
-    for r in rows:
-        print(f"{r['clients']:>8} {r['tokens_per_s']:>9.2f} {r['tokens_per_s'] / one:>11.2f} "
-              f"{r['predicted_tokens_per_s']:>10.2f} {r['tokens_per_s'] / r['predicted_tokens_per_s']:>14.2f} "
-              f"{r['latency_mean_s']:>11.2f}")  # fmt: skip
-    if args.single:
-        s = single_client(args, texts)
-        print(f"\nsingle client, engine defaults, median of {args.single}: this {s['ours_s']:.2f} s, baseline "
-              f"{s['baseline_s']:.2f} s ({args.baseline_src}), ratio {s['ratio']:.3f}")  # fmt: skip
-    print("after:", uptime())
+def options(p) -> None:
+    p.add_argument("--backend", default="transformers", choices=("transformers", "llama"), help="default transformers")
+    p.add_argument("--target", default=None, help="the target model (default: the default pair's)")
+    p.add_argument("--drafter", default=None, help="the drafter model")
+    p.add_argument("--units", type=int, default=os.cpu_count(), help="processing units (default: the cores)")
+    p.add_argument("--clients", default="1,2,4", help="numbers of clients, one arm each (default 1,2,4)")
+    p.add_argument("--requests", type=int, default=3, help="requests per client (default 3)")
+    p.add_argument("-N", type=int, default=32, help="tokens per request (default 32)")
+    p.add_argument("--single", type=int, default=6, help="single-client requests per engine (0: no such arm)")
+    p.add_argument("--baseline-src", default="/work/main", help="the checkout the single client compares with")
 
 
-if __name__ == "__main__":
-    main()
+def arms(args) -> list[Arm]:
+    out = [Arm(f"{c} clients", {"clients": int(c)}) for c in args.clients.split(",")]
+    return out + ([Arm("single client vs the baseline's engine", {"single": args.single})] if args.single else [])
+
+
+@contextlib.contextmanager
+def session(args):
+    """The prompts, and the load engine (made on first need, its servers given the measured profile)."""
+    s = SimpleNamespace(texts=prompts(16), engine=None, profile=None)
+
+    def engine() -> Engine:
+        if s.engine is None:
+            s.engine = load_engine(args, units=args.units)
+            s.profile = prof = profile(s.engine, s.texts[:3])
+            for role, servers in (("target", s.engine.targets.servers), ("drafter", s.engine.drafters.servers)):
+                for server in servers:
+                    server.latency = LatencyProfile(prof[role]["ttft_ms"], prof[role]["tpot_ms"],
+                                                    prof[role]["per_token_ms"])  # fmt: skip
+            s.engine.drafter_model.acceptance_rate = prof["acceptance_rate"]["geometric"]
+            s.engine.generate(s.texts[0], SamplingParams(max_tokens=4, temperature=0, ignore_eos=True))  # warm-up
+        return s.engine
+
+    def release() -> None:
+        if s.engine is not None:
+            s.engine.close()
+            s.engine = None
+            gc.collect()  # its weights, before the single-client arm loads this engine's and the baseline's
+
+    s.load_engine, s.release = engine, release
+    try:
+        yield s
+    finally:
+        release()
+
+
+def measure(arm: Arm, args, r: int) -> dict:
+    s = args.session
+    if "single" in arm.settings:
+        s.release()
+        return single_client(args, s.texts)
+    c = arm.settings["clients"]
+    row = closed_loop(s.load_engine(), s.texts, c, args.requests, args.N)
+    row["predicted_tokens_per_s"] = predicted(s.profile, args.units, c, args.requests, args.N)
+    row["measured_over_predicted"] = row["tokens_per_s"] / row["predicted_tokens_per_s"]
+    return row
+
+
+def summarize(results, args) -> dict:
+    loads = [a for a in results if "clients" in a.arm.settings]
+    one = loads[0].figures["tokens_per_s"]
+    out = {f"{a.arm.settings['clients']} clients: tokens/s x 1 client": a.figures["tokens_per_s"] / one
+           for a in loads[1:]}  # fmt: skip
+    if args.session.profile:
+        prof = args.session.profile
+        out["profile"] = {**{r: prof[r] for r in ("target", "drafter")}, "a": prof["acceptance_rate"]["geometric"]}
+    return out
+
+
+BENCHMARK = Benchmark(
+    description=__doc__,
+    reports={
+        "tokens_per_s": "output tokens / wall time",
+        "predicted_tokens_per_s": "the simulator's prediction with the measured profile",
+        "measured_over_predicted": "measured / predicted",
+        "latency_mean_s": "mean request latency, s",
+        "ours_s": "single client: this engine, median s per request",
+        "baseline_s": "the baseline checkout's engine",
+        "ratio": "this / the baseline",
+    },
+    arms=arms,
+    measure=measure,
+    options=options,
+    summarize=summarize,
+    session=session,
+)

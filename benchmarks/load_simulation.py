@@ -1,35 +1,69 @@
 """Speculation under load on the virtual clock: the adaptive policy against every fixed one (issue 24's goals).
 
 8 processing units, target 30 ms/token, drafter c = 0.1 (3 ms), a = 0.8, N = 100 tokens, lookahead "auto" for
-every option; Poisson arrivals from 0.1x to 2x the non-SI capacity (8 units x 1 / 30 ms / N = 2.67 requests/s);
-``--requests`` requests per load, the same arrivals, prompts and models for every policy, over ``--seeds`` seeds.
+every option; Poisson arrivals from 0.1x to 2x the non-SI capacity (8 units x 1 / 30 ms / N = 2.67 requests/s). An
+arm is a load and a policy; round r runs --requests requests with seed r, the same arrivals, prompts and models for
+every policy. The "single-request DSI" arm runs the same requests one at a time, DSI on all 8 units (one
+closed-loop client).
 
 Goals: at every load the adaptive policy's throughput >= every fixed policy's (fixed DSI: each request waits for
 8 units; fixed SI: one unit each, drafter beside the target; non-SI: one unit each); its p50 latency at 0.1x
-within 5% of single-request DSI (the same requests one at a time, DSI on all 8 units: one closed-loop client).
+within 5% of single-request DSI.
 
-Also the simulator's cost: events handled and microseconds per simulated token per policy, and the shared
-clock's cost for one generation against the VirtualRuntime's (the single-request path is the VirtualRuntime,
-unchanged: benchmarks/virtual_instructions.py counts its instructions).
+Also the simulator's cost: microseconds (CPU time of this thread) per simulated token and per event of each arm,
+and the shared clock's cost for one DSI generation (N = 200, SP 7) against the VirtualRuntime's (the two "one
+generation" arms; the single-request path is the VirtualRuntime: `python -m benchmarks virtual_instructions` counts
+its instructions).
 
-    .venv/bin/python benchmarks/load_simulation.py [--requests 200] [--seeds 3] [--plot load.png]
+    python -m benchmarks load_simulation [--requests 200] [--rounds 3] [--plot load.png]
 """
 
 from __future__ import annotations
 
-import argparse
+import functools
 import statistics
-import subprocess
 import time
 
+from benchmarks.runner import Arm, Benchmark
 from specpar.experiments.load import LoadSetting, LoadSimulation
 from specpar.planning.load import POLICIES
 
 LOADS = (0.1, 0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 2.0)
 
 
-def shared_clock_cost(repeats: int = 10) -> tuple[float, float]:
-    """(us per token on a VirtualRuntime, on a SharedClock) for one DSI generation of 200 tokens."""
+def options(p) -> None:
+    p.add_argument("--requests", type=int, default=200, help="requests per load and policy (default 200)")
+    p.add_argument("--plot", default=None, metavar="FILE.png", help="also draw round 0's curves into FILE.png")
+
+
+def arms(args) -> list[Arm]:
+    out = [Arm(f"{x:g}x {policy}", {"load": x, "policy": policy}) for x in LOADS for policy in POLICIES]
+    out.append(Arm("single-request DSI", {"policy": "dsi", "clients": 1}))
+    out += [Arm(f"one generation, {clock}", {"clock": clock}) for clock in ("VirtualRuntime", "SharedClock")]
+    return out
+
+
+@functools.cache
+def simulation(seed: int) -> LoadSimulation:
+    return LoadSimulation(LoadSetting(), seed=seed)
+
+
+def measure(arm: Arm, args, r: int) -> dict:
+    if "clock" in arm.settings:
+        return {"us_per_token": one_generation_us_per_token(arm.settings["clock"], r)}
+    sim = simulation(r)
+    kw = {"clients": 1} if "clients" in arm.settings else {"rate": arm.settings["load"] * sim.setting.nonsi_capacity}
+    t0 = time.thread_time()
+    run = sim.run(arm.settings["policy"], requests=args.requests, **kw)
+    cpu = time.thread_time() - t0
+    tokens = sum(rec.tokens for rec in run.records)
+    d = run.to_dict()
+    return {"tokens_per_s": d["throughput_tokens_per_s"], "p50_ms": d["latency_p50_ms"], "us_per_token":
+            cpu / tokens * 1e6, "us_per_event": cpu / run.events * 1e6, "run": d}  # fmt: skip
+
+
+def one_generation_us_per_token(clock_name: str, seed: int) -> float:
+    """CPU us per token of one DSI generation of 200 tokens on a VirtualRuntime or on a SharedClock."""
     from specpar import LatencyProfile, SimulatedModel
     from specpar.algorithms.registry import run_generation
     from specpar.core.config import RuntimeConfig, SpeculativeConfig
@@ -38,82 +72,57 @@ def shared_clock_cost(repeats: int = 10) -> tuple[float, float]:
 
     spec = SpeculativeConfig(algorithm="dsi", lookahead=2, sp_degree=7)
 
-    def one(runtime, seed):
+    def one(runtime):
         target = SimulatedModel(32, seed=seed, latency=LatencyProfile.uniform(30.0))
         drafter = target.drafter(0.8, LatencyProfile.uniform(3.0), seed=seed + 1)
         return run_generation(Query([seed % 32], 200), target, drafter, spec, runtime)
 
-    times = {"plain": [], "shared": []}
-    for seed in range(repeats):
-        for arm in times:
-            t0 = time.thread_time()
-            if arm == "plain":
-                one(RuntimeConfig(name="virtual"), seed)
-            else:
-                clock = SharedClock()
-                clock.spawn(one, RuntimeConfig(name="virtual", options={"clock": clock}), seed)
-                clock.run()
-            times[arm].append(time.thread_time() - t0)
-    return tuple(statistics.median(times[a]) / 200 * 1e6 for a in ("plain", "shared"))
+    t0 = time.thread_time()
+    if clock_name == "VirtualRuntime":
+        one(RuntimeConfig(name="virtual"))
+    else:
+        clock = SharedClock()
+        clock.spawn(one, RuntimeConfig(name="virtual", options={"clock": clock}))
+        clock.run()
+    return (time.thread_time() - t0) / 200 * 1e6
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--requests", type=int, default=200)
-    ap.add_argument("--seeds", type=int, default=3)
-    ap.add_argument("--plot", default=None)
-    args = ap.parse_args()
-    print("before:", subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip())
-    setting = LoadSetting()
-    cap = setting.nonsi_capacity
-    print(f"8 units, target 30 ms, drafter 3 ms (c = 0.1), a = 0.8, N = 100, lookahead auto; non-SI capacity "
-          f"{cap:.3g} req/s; {args.requests} requests per load and policy; seeds 0..{args.seeds - 1}")  # fmt: skip
-    rows, ok, cost = [], True, {p: [0.0, 0, 0] for p in POLICIES}  # seconds, events, tokens
-    single_p50, adaptive_p50 = [], []
-    for seed in range(args.seeds):
-        sim = LoadSimulation(setting, seed=seed)
-        single = sim.run("dsi", clients=1, requests=args.requests)
-        single_p50.append(single.latency(50))
-        for x in LOADS:
-            runs = {}
-            for policy in POLICIES:
-                t0 = time.thread_time()
-                runs[policy] = sim.run(policy, rate=x * cap, requests=args.requests)
-                c = cost[policy]
-                c[0] += time.thread_time() - t0
-                c[1] += runs[policy].events
-                c[2] += sum(r.tokens for r in runs[policy].records)
-            best_fixed = max(runs[p].throughput for p in POLICIES if p != "adaptive")
-            ratio = runs["adaptive"].throughput / best_fixed
-            ok &= ratio >= 1.0
-            if x == LOADS[0]:
-                adaptive_p50.append(runs["adaptive"].latency(50))
-            rows.append((seed, x, {p: r.to_dict() for p, r in runs.items()}, ratio))
-    print(f"\n{'seed':>4} {'load':>5} " + " ".join(f"{p + ' tok/s':>15}" for p in POLICIES)
-          + f" {'adaptive/best fixed':>20} " + " ".join(f"{p + ' p50 ms':>16}" for p in POLICIES))  # fmt: skip
-    for seed, x, d, ratio in rows:
-        print(f"{seed:>4} {x:>4}x " + " ".join(f"{d[p]['throughput_tokens_per_s']:>15.1f}" for p in POLICIES)
-              + f" {ratio:>20.4f} " + " ".join(f"{d[p]['latency_p50_ms']:>16.0f}" for p in POLICIES))  # fmt: skip
-    worst = min(r[3] for r in rows)
-    p50_ratio = statistics.fmean(a / s for a, s in zip(adaptive_p50, single_p50))
-    print(f"\nadaptive throughput / best fixed policy's: min {worst:.4f} over every load and seed "
-          f"(goal >= 1: {'met' if ok else 'NOT met'})")  # fmt: skip
-    print(f"adaptive p50 at 0.1x / single-request DSI p50: {p50_ratio:.4f} (per seed: "
-          + ", ".join(f"{a:.0f}/{s:.0f} ms" for a, s in zip(adaptive_p50, single_p50))
-          + f"; goal <= 1.05: {'met' if p50_ratio <= 1.05 else 'NOT met'})")  # fmt: skip
-    print("\nsimulator cost (CPU time of this thread): " + "; ".join(
-        f"{p} {c[0] / c[2] * 1e6:.1f} us/token, {c[0] / c[1] * 1e6:.1f} us/event" for p, c in cost.items()))  # fmt: skip
-    plain, shared = shared_clock_cost()
-    print(f"one DSI generation (N = 200, SP 7): VirtualRuntime {plain:.1f} us/token, SharedClock {shared:.1f} "
-          f"us/token ({shared / plain:.3f}x)")  # fmt: skip
+def summarize(results, args) -> dict:
+    by = {a.arm.name: a for a in results}
+    ratios = []  # adaptive / best fixed, per load and round
+    for x in LOADS:
+        for r in range(args.rounds):
+            best = max(by[f"{x:g}x {p}"].runs[r]["tokens_per_s"] for p in POLICIES if p != "adaptive")
+            ratios.append(by[f"{x:g}x adaptive"].runs[r]["tokens_per_s"] / best)
+    p50 = statistics.fmean(a / s for a, s in zip(by[f"{LOADS[0]:g}x adaptive"].values("p50_ms"),
+                                                  by["single-request DSI"].values("p50_ms")))  # fmt: skip
+    plain, shared = (by[f"one generation, {c}"].figures["us_per_token"] for c in ("VirtualRuntime", "SharedClock"))
+    out = {
+        "adaptive throughput / best fixed policy's, min over loads and rounds (goal >= 1)": min(ratios),
+        f"adaptive p50 at {LOADS[0]:g}x / single-request DSI p50 (goal <= 1.05)": p50,
+        "one generation: SharedClock / VirtualRuntime, CPU per token": shared / plain,
+    }
     if args.plot:
         from specpar.experiments.load_plot import plot_load
 
-        plot_rows = [{**d[p], "rate": x * cap} for seed, x, d, _ in rows if seed == 0 for p in POLICIES]
-        plot_load(plot_rows, args.plot, "8 units, target 30 ms, c = 0.1, a = 0.8, N = 100 (seed 0)")
-        print(f"curves written to {args.plot}")
-    print("after:", subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip())
+        rows = [{**by[f"{x:g}x {p}"].runs[0]["run"], "rate": x * LoadSetting().nonsi_capacity} for x in LOADS
+                for p in POLICIES]  # fmt: skip
+        plot_load(rows, args.plot, "8 units, target 30 ms, c = 0.1, a = 0.8, N = 100 (round 0)")
+        out["plot"] = args.plot
+    return out
 
 
-if __name__ == "__main__":
-    main()
+BENCHMARK = Benchmark(
+    description=__doc__,
+    reports={
+        "tokens_per_s": "output tokens / (last completion - first arrival), virtual clock",
+        "p50_ms": "median latency (completion - arrival, queueing included), ms",
+        "us_per_token": "the simulator's CPU time per simulated token, us",
+        "us_per_event": "the simulator's CPU time per event, us",
+    },
+    arms=arms,
+    measure=measure,
+    options=options,
+    summarize=summarize,
+    rounds=3,
+)

@@ -2,7 +2,8 @@
 
 Qwen2.5-Coder 1.5B (target) and 0.5B (drafter), on llama.cpp (``--backend llama``, the GGUF files, the default)
 or float32 transformers on this machine's CPU, greedy, every arm generating N tokens (ignore_eos), from a cold
-cache, interleaved per prompt (the arms' order rotates from one prompt to the next). Every arm runs on one engine
+cache, interleaved per prompt (round r is prompt r; the arms' order rotates from one prompt to the next). Every arm
+runs on one engine
 (``units=1``: the same servers, the same cores and thread settings, each request's own configuration on all of them)
 after one warm-up generation of each arm on a prompt that is not measured; each arm's tokens are checked equal to
 non-SI's on every prompt. Prompts: the first n HumanEval prompts, and the prompts of
@@ -13,20 +14,17 @@ proposer in front of the drafter model. Per arm: wall time, tokens per target pa
 passes, the cursor's passes included), acceptance rate; per prompt, each arm's speedup over non-SI. Goal (issue 25):
 DSI with the n-gram proposer >= 0.98x non-SI on every prompt.
 
-    .venv/bin/python benchmarks/ngram_default_pair.py [-n 10] [-N 64] [--ngram-k 8] [--backend llama] [--out FILE.jsonl]
+    python -m benchmarks ngram_default_pair [-n 10] [-N 64] [--ngram-k 8] [--backend llama] [--arms nonsi,dsi-ngram]
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import os
-import statistics
-import subprocess
-import sys
+import contextlib
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
+from benchmarks.runner import Arm, Benchmark
 from specpar.core.params import SamplingParams
 from specpar.entrypoints.engine import Engine
 from specpar.experiments import prompts
@@ -34,7 +32,20 @@ from specpar.experiments import prompts
 EDITS = Path(__file__).parent / "prompts" / "edit_function.jsonl"
 
 
-def arms(args) -> dict[str, dict]:
+def options(p) -> None:
+    p.add_argument("-n", type=int, default=10, help="HumanEval prompts (default 10)")
+    p.add_argument("--edits", type=int, default=5, help="edit prompts (default 5)")
+    p.add_argument("-N", type=int, default=64, help="tokens per prompt (default 64)")
+    p.add_argument("-k", type=int, default=5, help="the drafter model's lookahead (default 5)")
+    p.add_argument("--ngram-k", type=int, default=8, help="the n-gram proposer's lookahead (default 8)")
+    p.add_argument("--min-n", type=int, default=2, help="the n-gram proposer's shortest match (default 2)")
+    p.add_argument("--max-n", type=int, default=4, help="its longest (default 4)")
+    p.add_argument("--sp-degree", type=int, default=2, help="the engine's target servers (default 2)")
+    p.add_argument("--backend", default="llama", choices=("llama", "transformers"), help="default llama")
+    p.add_argument("--arms", default=None, help="comma-separated subset of the arms")
+
+
+def settings(args) -> dict[str, dict]:
     lookup = f"ngram:{args.min_n}:{args.max_n}"
     return {
         "nonsi": dict(algorithm="nonsi"),
@@ -47,69 +58,10 @@ def arms(args) -> dict[str, dict]:
     }
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("-n", type=int, default=10, help="HumanEval prompts (default 10)")
-    ap.add_argument("--edits", type=int, default=5, help="edit prompts (default 5)")
-    ap.add_argument("-N", type=int, default=64, help="tokens per prompt (default 64)")
-    ap.add_argument("-k", type=int, default=5, help="the drafter model's lookahead (default 5)")
-    ap.add_argument("--ngram-k", type=int, default=8, help="the n-gram proposer's lookahead (default 8)")
-    ap.add_argument("--min-n", type=int, default=2)
-    ap.add_argument("--max-n", type=int, default=4)
-    ap.add_argument("--sp-degree", type=int, default=2)
-    ap.add_argument("--backend", default="llama", choices=("llama", "transformers"))
-    ap.add_argument("--arms", default=None, help="comma-separated subset of the arms")
-    ap.add_argument("--out", default="benchmarks/results/ngram_default_pair.jsonl")
-    ap.add_argument("--report", metavar="JSONL", help="print the tables of a run's rows (one cut short: its prompts "
-                    "with every arm) and exit")  # fmt: skip
-    args = ap.parse_args()
-    chosen = arms(args)
-    if args.arms:
-        chosen = {a: chosen[a] for a in args.arms.split(",")}
-    names = list(chosen)
-    if args.report:
-        report_file(args.report, names, args)
-        return
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    print(f"command: {' '.join(sys.argv)}\nuptime: {_uptime()}", flush=True)
-    t0 = time.time()
-    engine = Engine(sp_degree=args.sp_degree, runtime="threads", units=1, backend=args.backend)
-    print(f"loaded {engine.target_model.name} and {engine.drafter_model.name} ({args.backend}) in "
-          f"{time.time() - t0:.0f} s", flush=True)  # fmt: skip
-    todo = interleave(prompts.load("humaneval", args.n), prompts.load(str(EDITS), args.edits))
-    params = SamplingParams(temperature=0, max_tokens=args.N, ignore_eos=True)
-    warm = prompts.load("humaneval", args.n + 1)[-1].token_ids(engine.target_model)  # not among the measured
-    for arm in names:  # every arm once before any is timed: the same warm caches, pages and threads for all
-        engine.reset()
-        engine.generate(warm, SamplingParams(temperature=0, max_tokens=8, ignore_eos=True), **chosen[arm])
-    rows: dict[str, dict[str, dict]] = {}
-    loads = []
-    with open(args.out, "w") as out:
-        for i, prompt in enumerate(todo):
-            ids = prompt.token_ids(engine.target_model)
-            order = names[i % len(names) :] + names[: i % len(names)]
-            for arm in order:
-                engine.reset()
-                loads.append(os.getloadavg()[0])
-                t = time.perf_counter()
-                res = engine.generate(ids, params, **chosen[arm])
-                wall = time.perf_counter() - t
-                if res.algorithm != chosen[arm]["algorithm"]:
-                    raise SystemExit(f"{arm} ran {res.algorithm}")
-                row = {
-                    "prompt": prompt.id, "arm": arm, "wall_s": wall, "tokens": len(res.tokens),
-                    "target_passes": res.target_forwards, "tokens_per_target_pass": len(res.tokens) / res.target_forwards,
-                    "drafter_passes": res.drafter_forwards, "drafted": res.drafted, "accepted": res.accepted,
-                    "output": res.tokens, "load": loads[-1],
-                }  # fmt: skip
-                rows.setdefault(prompt.id, {})[arm] = row
-                out.write(json.dumps(row) + "\n")
-                out.flush()
-                print(f"{prompt.id:14s} {arm:16s} {wall:6.1f} s  {row['tokens_per_target_pass']:.2f} tokens/pass  "
-                      f"accepted {res.accepted}/{res.drafted}", flush=True)  # fmt: skip
-    engine.close()
-    print(f"uptime: {_uptime()}", flush=True)
-    report(rows, names, args, loads, time.time() - t0)
+def arms(args) -> list[Arm]:
+    chosen = settings(args)
+    names = args.arms.split(",") if args.arms else list(chosen)
+    return [Arm(name, chosen[name]) for name in names]
 
 
 def interleave(first: list, second: list) -> list:
@@ -123,66 +75,82 @@ def interleave(first: list, second: list) -> list:
     return out + rest
 
 
-def report_file(path: str, names: list[str], args) -> None:
-    """The tables of the rows in ``path``, for the prompts every arm of ``names`` ran on."""
-    rows: dict[str, dict[str, dict]] = {}
-    for line in Path(path).read_text().splitlines():
-        row = json.loads(line)
-        rows.setdefault(row["prompt"], {})[row["arm"]] = row
-    rows = {p: r for p, r in rows.items() if all(a in r for a in names)}
-    loads = [r[a]["load"] for r in rows.values() for a in names]
-    report(rows, names, args, loads, None)
+def todo(args) -> list:
+    return interleave(prompts.load("humaneval", args.n), prompts.load(str(EDITS), args.edits))
 
 
-def report(rows: dict, names: list[str], args, loads: list[float], elapsed: float | None) -> None:
-    took = f"; {elapsed / 60:.0f} min" if elapsed is not None else ""
-    print(f"\ndefault pair, {len(rows)} prompts x {args.N} tokens, greedy, threads, SP {args.sp_degree}; model k = "
-          f"{args.k}, n-gram {args.min_n}..{args.max_n} k = {args.ngram_k}; load average {min(loads):.1f}..{max(loads):.1f} "
-          f"(median {statistics.median(loads):.1f}) on {os.cpu_count()} cores{took}")  # fmt: skip
-    for group, keep in (("HumanEval", lambda p: p.startswith("HumanEval")), ("edit", lambda p: p.startswith("edit"))):
-        ids = [p for p in rows if keep(p)]
-        if not ids:
-            continue
-        print(
-            f"\n{group} ({len(ids)} prompts)      wall s   tokens/pass   accept   vs non-SI (mean, min)  same as non-SI"
+@contextlib.contextmanager
+def session(args):
+    """One engine for every arm, each arm warmed up once on a prompt that is not measured."""
+    t0 = time.time()
+    engine = Engine(sp_degree=args.sp_degree, runtime="threads", units=1, backend=args.backend)
+    try:
+        load_s = time.time() - t0
+        warm = prompts.load("humaneval", args.n + 1)[-1].token_ids(engine.target_model)
+        for arm in arms(args):  # the same warm caches, pages and threads for every arm before any is timed
+            engine.reset()
+            engine.generate(warm, SamplingParams(temperature=0, max_tokens=8, ignore_eos=True), **arm.settings)
+        yield SimpleNamespace(engine=engine, prompts=todo(args), load_s=load_s)
+    finally:
+        engine.close()
+
+
+def measure(arm: Arm, args, r: int) -> dict:
+    s = args.session
+    prompt = s.prompts[r]
+    ids = prompt.token_ids(s.engine.target_model)
+    s.engine.reset()
+    t = time.perf_counter()
+    res = s.engine.generate(ids, SamplingParams(temperature=0, max_tokens=args.N, ignore_eos=True), **arm.settings)
+    wall = time.perf_counter() - t
+    if res.algorithm != arm.settings["algorithm"]:
+        raise AssertionError(f"{arm.name} ran {res.algorithm}")
+    return {"prompt": prompt.id, "wall_s": wall, "tokens": len(res.tokens), "target_passes": res.target_forwards,
+            "tokens_per_target_pass": len(res.tokens) / res.target_forwards, "drafter_passes": res.drafter_forwards,
+            "drafted": res.drafted, "accepted": res.accepted, "output": res.tokens}  # fmt: skip
+
+
+def summarize(results, args) -> dict:
+    """Per group of prompts (HumanEval, edit) and arm: wall time, tokens per pass, acceptance, speedup over non-SI
+    (of the sums, and the worst prompt), and whether the tokens equal non-SI's; the goal."""
+    by = {a.arm.name: a.runs for a in results}
+    out = {"models loaded in, s": args.session.load_s}
+    base = by.get("nonsi")
+    for group in ("HumanEval", "edit"):
+        idx = [i for i, run in enumerate(results[0].runs) if run["prompt"].startswith(group)]
+        for name, runs in by.items():
+            rs = [runs[i] for i in idx]
+            if not rs:
+                continue
+            drafted = sum(x["drafted"] for x in rs)
+            row = {"wall_s": round(sum(x["wall_s"] for x in rs), 1),
+                   "tokens_per_target_pass": round(sum(x["tokens"] for x in rs) / sum(x["target_passes"] for x in rs), 2),
+                   "accepted": f"{sum(x['accepted'] for x in rs)}/{drafted}"}  # fmt: skip
+            if base:
+                row["vs_nonsi"] = round(sum(base[i]["wall_s"] for i in idx) / row["wall_s"], 3)
+                row["worst_prompt_vs_nonsi"] = round(min(base[i]["wall_s"] / runs[i]["wall_s"] for i in idx), 3)
+                row["same_tokens_as_nonsi"] = all(runs[i]["output"] == base[i]["output"] for i in idx)
+            out[f"{group} ({len(idx)} prompts), {name}"] = row
+    if base and "dsi-ngram" in by:
+        worst = min(b["wall_s"] / d["wall_s"] for b, d in zip(base, by["dsi-ngram"]))
+        out["goal"] = (
+            f"DSI with the n-gram proposer >= 0.98x non-SI on every prompt: {'met' if worst >= 0.98 else 'not met'} (worst {worst:.3f}x)"
         )
-        for arm in names:
-            rs = [rows[p][arm] for p in ids if arm in rows[p]]
-            wall = sum(r["wall_s"] for r in rs)
-            per_pass = sum(r["tokens"] for r in rs) / sum(r["target_passes"] for r in rs)
-            drafted = sum(r["drafted"] for r in rs)
-            accept = sum(r["accepted"] for r in rs) / drafted if drafted else float("nan")
-            if "nonsi" in names:
-                ratios = [rows[p]["nonsi"]["wall_s"] / rows[p][arm]["wall_s"] for p in ids]
-                base = sum(rows[p]["nonsi"]["wall_s"] for p in ids) / wall
-                same = all(rows[p][arm]["output"] == rows[p]["nonsi"]["output"] for p in ids)
-                vs = f"{base:5.2f}x  {min(ratios):5.2f}x         {'yes' if same else 'NO'}"
-            else:
-                vs = "-"
-            print(f"  {arm:18s} {wall:8.1f}   {per_pass:8.2f}   {accept:6.2f}   {vs}")
-    if "nonsi" in names:
-        shown = [a for a in names if a != "nonsi"]
-        print("\nper prompt: non-SI s, then each arm's speedup over non-SI (tokens per target pass); * = tokens differ")
-        print(f"  {'prompt':14s} {'non-SI s':>8s}  " + "  ".join(f"{a:>18s}" for a in shown))
-        for p, r in rows.items():
-            base = r["nonsi"]["wall_s"]
-            cells = [
-                f"{base / r[a]['wall_s']:5.2f}x ({r[a]['tokens_per_target_pass']:4.2f})"
-                + ("*" if r[a]["output"] != r["nonsi"]["output"] else " ")
-                for a in shown
-            ]
-            print(f"  {p:14s} {base:8.1f}  " + "  ".join(f"{c:>18s}" for c in cells))
-        differ = [(p, a) for p, r in rows.items() for a in shown if r[a]["output"] != r["nonsi"]["output"]]
-        print(f"tokens equal to non-SI's: {'every arm on every prompt' if not differ else f'NO: {differ}'}")
-    if "nonsi" in names and "dsi-ngram" in names:
-        worst = min(rows[p]["nonsi"]["wall_s"] / rows[p]["dsi-ngram"]["wall_s"] for p in rows)
-        print(f"\nDSI with the n-gram proposer vs non-SI, worst prompt: {worst:.3f}x (goal >= 0.98x on every prompt): "
-              f"{'MET' if worst >= 0.98 else 'NOT MET'}")  # fmt: skip
+    return out
 
 
-def _uptime() -> str:
-    return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
-
-
-if __name__ == "__main__":
-    main()
+BENCHMARK = Benchmark(
+    description=__doc__,
+    reports={
+        "wall_s": "wall time of one prompt's generation, s (median over the prompts)",
+        "tokens_per_target_pass": "output tokens / target forward passes (the cursor's included)",
+        "drafted": "drafts tested",
+        "accepted": "drafts accepted",
+    },
+    arms=arms,
+    measure=measure,
+    options=options,
+    summarize=summarize,
+    session=session,
+    rounds=lambda args: len(todo(args)),
+)

@@ -27,7 +27,7 @@ import sys
 import tempfile
 from types import SimpleNamespace
 
-from benchmarks.calibration import ALGOS, prompt_rate, read_runs, refit, simulate
+from benchmarks.calibration import ALGOS, REPORTS, predicted, prompt_rate, read_runs, refit, seconds
 from benchmarks.runner import Arm, Benchmark
 
 CALIBRATIONS = (
@@ -76,7 +76,7 @@ def session(args):
 
 def measure(arm: Arm, args, r: int) -> dict:
     rows = args.session.runs[arm.settings["run"]]
-    measured = {algo: statistics.mean(x[algo]["time_ms"] for x in rows.values()) / 1000 for algo in ALGOS}
+    measured = {algo: statistics.mean(x[algo]["time_ms"] for x in rows.values()) for algo in ALGOS}
     kind = arm.settings["predict"]
     if kind is None:
         per = {b: [x[b]["time_ms"] / x["dsi"]["time_ms"] for x in rows.values()] for b in ("si", "nonsi")}
@@ -84,13 +84,7 @@ def measure(arm: Arm, args, r: int) -> dict:
                 "per_prompt_dsi_vs_si": f"{min(per['si']):.2f}-{max(per['si']):.2f}",
                 "per_prompt_dsi_vs_nonsi": f"{min(per['nonsi']):.2f}-{max(per['nonsi']):.2f}",
                 "same_tokens": all(x[a]["same_tokens_as_nonsi"] for x in rows.values() for a in ("si", "dsi"))}  # fmt: skip
-    predicted = {algo: ms / 1000 for algo, ms in prediction(kind, rows, args).items()}
-    return {**seconds(predicted), **{f"{a}_measured_over_predicted": measured[a] / predicted[a] for a in ALGOS}}
-
-
-def seconds(s: dict) -> dict:
-    return {"nonsi_s": s["nonsi"], "si_s": s["si"], "dsi_s": s["dsi"], "dsi_vs_si": s["si"] / s["dsi"],
-            "dsi_vs_nonsi": s["nonsi"] / s["dsi"]}  # fmt: skip
+    return seconds(prediction(kind, rows, args), measured)
 
 
 def prediction(kind, rows: dict, args) -> dict:
@@ -107,10 +101,7 @@ def prediction(kind, rows: dict, args) -> dict:
 
     algos = CALIBRATIONS[-1 if kind == "trace" else kind][0]
     t_lat, d_lat = refit(rows, algos, PairProfile.load(args.profile))
-    traces = args.session.traces if kind == "trace" else None
-    per = [simulate(x, t_lat, d_lat, prompt_rate(x), {"target": "end"}, traces[key[1]] if traces else None)
-           for key, x in rows.items()]  # fmt: skip
-    return {algo: statistics.mean(p[algo] for p in per) for algo in ALGOS}
+    return predicted(rows, t_lat, d_lat, {"target": "end"}, args.session.traces if kind == "trace" else None)
 
 
 def predict(profile: dict, a: float, k: int, n: int, repeats: int) -> dict:
@@ -128,17 +119,10 @@ def predict(profile: dict, a: float, k: int, n: int, repeats: int) -> dict:
 BENCHMARK = Benchmark(
     description=__doc__,
     reports={
-        "nonsi_s": "non-SI, s per prompt (mean)",
-        "si_s": "SI",
-        "dsi_s": "DSI",
-        "dsi_vs_si": "SI s / DSI s",
-        "dsi_vs_nonsi": "non-SI s / DSI s",
+        **REPORTS,
         "per_prompt_dsi_vs_si": "measured: DSI's speedup over SI per prompt, range",
         "per_prompt_dsi_vs_nonsi": "measured: over non-SI",
         "same_tokens": "measured: every output equals non-SI's",
-        "nonsi_measured_over_predicted": "predictions: measured / predicted, non-SI",
-        "si_measured_over_predicted": "SI",
-        "dsi_measured_over_predicted": "DSI",
     },
     arms=arms,
     measure=measure,

@@ -34,6 +34,7 @@ import shlex
 import statistics
 import subprocess
 import sys
+import textwrap
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -63,9 +64,11 @@ class Benchmark:
     measure(arm, args, round) -> {figure: value} for one run of one arm (round: 0, 1, ..., for seeds).
     options(parser): the benchmark's own options (the runner's are -o/--output and --rounds).
     summarize(arms, args) -> {conclusion: value} over the measured arms (a list of :class:`ArmResult`).
-    rounds: how many times each arm runs by default (--rounds overrides).
+    rounds: how many times each arm runs by default (--rounds overrides), or a function of the options (one round
+        per prompt).
     session(args) -> a context manager entered around every run (a Ray cluster started, models loaded once); what it
         yields is ``args.session`` while the arms run.
+    passed(summary) -> False when the run shows a failure (two checkouts that differ): the exit status is then 1.
     """
 
     description: str
@@ -74,8 +77,9 @@ class Benchmark:
     measure: Callable[[Arm, argparse.Namespace, int], Mapping[str, Any]]
     options: Callable[[argparse.ArgumentParser], None] | None = None
     summarize: Callable[[list[ArmResult], argparse.Namespace], Mapping[str, Any]] | None = None
-    rounds: int = 1
+    rounds: int | Callable[[argparse.Namespace], int] = 1
     session: Callable[[argparse.Namespace], contextlib.AbstractContextManager] | None = None
+    passed: Callable[[Mapping[str, Any]], bool] | None = None
 
 
 @dataclass
@@ -148,7 +152,8 @@ def parser(name: str, bench: Benchmark) -> argparse.ArgumentParser:
         metavar="FILE",
         help="where the results go (default benchmarks/results/NAME.json; '-': not written)",
     )
-    p.add_argument("--rounds", type=int, default=bench.rounds, help=f"runs of each arm (default {bench.rounds})")
+    default = "one per prompt" if callable(bench.rounds) else bench.rounds
+    p.add_argument("--rounds", type=int, default=None, help=f"runs of each arm (default {default})")
     if bench.options is not None:
         bench.options(p)
     return p
@@ -160,6 +165,8 @@ def run(name: str, argv: Sequence[str], out=None) -> dict:
     out = out or sys.stdout
     bench = load(name)
     args = parser(name, bench).parse_args(list(argv))
+    if args.rounds is None:
+        args.rounds = bench.rounds(args) if callable(bench.rounds) else bench.rounds
     if args.rounds < 1:
         raise SystemExit(f"benchmarks {name}: --rounds must be >= 1, got {args.rounds}")
     arms = {arm.name: arm for arm in bench.arms(args)}
@@ -276,7 +283,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not argv or argv[0] in ("-h", "--help", "--list"):
         print(__doc__.split("\n\n")[0].strip() + "\n\nbenchmarks (python -m benchmarks NAME --help for one):")
         for name, bench in sorted(benchmarks().items()):
-            print(f"  {name:<24} {bench.description.strip().splitlines()[0]}")
+            print(f"  {name:<22} {textwrap.shorten(bench.description.strip().splitlines()[0], 54)}")
         return 0
-    run(argv[0], argv[1:])
-    return 0
+    results = run(argv[0], argv[1:])
+    bench = load(argv[0])
+    return 0 if bench.passed is None or bench.passed(results["summary"]) else 1

@@ -1,19 +1,21 @@
 """What one seed gives in serial runs of sampled DSI on threads: distinct outputs in 5 runs, per coupling.
 
 A tiny random transformers pair (tests/tiny_transformers.py: no download), prompt [1 .. 5], 32 tokens, temperature 1,
-seed 7, sp_degree 2. With rejection sampling (the default) which of a draft's test or the target's own sample decides
-a position is a race on threads, so the runs can differ (specpar.core.decoding says what reproduces where); with
-coupling="gumbel" they cannot. To compare versions, run it with each checkout's code first on the path, interleaved:
+seed 7, sp_degree 2; each round is a fresh process per arm (coupling). With rejection sampling (the default) which
+of a draft's test or the target's own sample decides a position is a race on threads, so the runs can differ
+(specpar.core.decoding says what reproduces where); with coupling="gumbel" they cannot. To compare versions, run it
+with each checkout's code first on the path, interleaved:
 
-    PYTHONPATH=$PWD/src .venv/bin/python benchmarks/seed_serial_runs.py [--processes 4]
+    PYTHONPATH=$PWD/src python -m benchmarks seed_serial_runs [--rounds 4]
 """
 
 from __future__ import annotations
 
-import argparse
 import subprocess
 import sys
 from pathlib import Path
+
+from benchmarks.runner import Arm, Benchmark
 
 ONE_PROCESS = """
 import sys
@@ -30,23 +32,24 @@ outs = {{
 }}
 print(len(outs))
 """
+TESTS = str(Path(__file__).resolve().parent.parent / "tests")
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--processes", type=int, default=4, help="processes per coupling (default 4)")
-    n = parser.parse_args().processes
-    tests = str(Path(__file__).resolve().parent.parent / "tests")
-    for coupling in ("rejection", "gumbel"):
-        counts = [
-            subprocess.run(
-                [sys.executable, "-W", "ignore", "-c", ONE_PROCESS.format(tests=tests, coupling=coupling)],
-                capture_output=True, text=True, check=True,
-            ).stdout.split()[-1]
-            for _ in range(n)
-        ]  # fmt: skip
-        print(f"{coupling:<10} distinct outputs in 5 serial runs of one seed, per process: {', '.join(counts)}")
+def arms(args) -> list[Arm]:
+    return [Arm(coupling, {"coupling": coupling}) for coupling in ("rejection", "gumbel")]
 
 
-if __name__ == "__main__":
-    main()
+def measure(arm: Arm, args, r: int) -> dict:
+    """One process (it inherits PYTHONPATH): distinct outputs of its 5 serial runs."""
+    code = ONE_PROCESS.format(tests=TESTS, coupling=arm.settings["coupling"])
+    done = subprocess.run([sys.executable, "-W", "ignore", "-c", code], capture_output=True, text=True, check=True)
+    return {"distinct_outputs_in_5_runs": int(done.stdout.split()[-1])}
+
+
+BENCHMARK = Benchmark(
+    description=__doc__,
+    reports={"distinct_outputs_in_5_runs": "distinct outputs of 5 serial runs of one seed in one process"},
+    arms=arms,
+    measure=measure,
+    rounds=4,
+)

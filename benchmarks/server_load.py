@@ -11,18 +11,21 @@ identical engine, interleaved, both on the virtual clock (pure CPU, no sleeps: t
 fixed cost); the overhead is the median of paired differences (HTTP client and server, JSON, the worker
 thread hop). Goal: < 5 ms.
 
-    .venv/bin/python benchmarks/server_load.py [--requests 20] [-N 32] [--pairs 200]
+The arms: each number of clients, and the overhead.
+
+    python -m benchmarks server_load [--requests 20] [-N 32] [--pairs 200]
 """
 
 from __future__ import annotations
 
-import argparse
+import contextlib
 import http.client
 import json
 import statistics
 import threading
 import time
 
+from benchmarks.runner import Arm, Benchmark
 from specpar import Engine, LatencyProfile, SamplingParams, SimulatedModel
 from specpar.entrypoints.server.app import create_app
 
@@ -139,26 +142,52 @@ def overhead(pairs: int, n: int) -> dict:
     return {"pairs": pairs, "direct_ms": 1e3 * statistics.median(bare), "overhead_ms": 1e3 * statistics.median(diffs)}
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--requests", type=int, default=20, help="requests per client")
-    ap.add_argument("-N", type=int, default=32, help="tokens per request")
-    ap.add_argument("--clients", default="1,4,16")
-    ap.add_argument("--pairs", type=int, default=200, help="paired requests for the overhead")
-    args = ap.parse_args()
+def options(p) -> None:
+    p.add_argument("--requests", type=int, default=20, help="requests per client (default 20)")
+    p.add_argument("-N", type=int, default=32, help="tokens per request (default 32)")
+    p.add_argument("--clients", default="1,4,16", help="numbers of clients, one arm each (default 1,4,16)")
+    p.add_argument("--pairs", type=int, default=200, help="paired requests for the overhead (default 200)")
+
+
+def arms(args) -> list[Arm]:
+    return [Arm(f"{c} clients", {"clients": int(c)}) for c in args.clients.split(",")] + [
+        Arm("overhead over Engine.generate", {"pairs": args.pairs})
+    ]
+
+
+@contextlib.contextmanager
+def session(args):
+    """The threads engine's server the client arms load, and the output every request must give."""
     e = engine("threads")
     want = "".join(f" {t}" for t in e.target_model.greedy_tokens([1, 2, 3], args.N))
     port, stop = serving(create_app(e, "sim", max_queue=256))
-    print(f"{'clients':>7} {'requests':>8} {'req/s':>7} {'p50 ms':>8} {'p99 ms':>8} {'TTFT p50':>9} {'TTFT p99':>9}")
-    for c in (int(x) for x in args.clients.split(",")):
-        r = load(port, c, args.requests, args.N, want)
-        print(f"{c:>7} {r['requests']:>8} {r['requests_per_s']:>7.1f} {r['latency_p50_ms']:>8.1f} "
-              f"{r['latency_p99_ms']:>8.1f} {r['ttft_p50_ms']:>9.1f} {r['ttft_p99_ms']:>9.1f}")  # fmt: skip
-    stop()
-    o = overhead(args.pairs, args.N)
-    print(f"overhead per request over Engine.generate (virtual clock, {o['pairs']} pairs): "
-          f"{o['overhead_ms']:.2f} ms (direct call {o['direct_ms']:.2f} ms)")  # fmt: skip
+    try:
+        yield (port, want)
+    finally:
+        stop()
+        e.close()
 
 
-if __name__ == "__main__":
-    main()
+def measure(arm: Arm, args, r: int) -> dict:
+    if "pairs" in arm.settings:
+        return overhead(arm.settings["pairs"], args.N)
+    port, want = args.session
+    return load(port, arm.settings["clients"], args.requests, args.N, want)
+
+
+BENCHMARK = Benchmark(
+    description=__doc__,
+    reports={
+        "requests_per_s": "requests completed per second (client-side wall time)",
+        "latency_p50_ms": "send to [DONE], median, ms",
+        "latency_p99_ms": "p99, ms",
+        "ttft_p50_ms": "send to the first token's event, median, ms",
+        "ttft_p99_ms": "p99, ms",
+        "direct_ms": "overhead arm: a direct Engine.generate, median, ms (virtual clock)",
+        "overhead_ms": "overhead arm: served - direct, median of the paired differences, ms (goal < 5)",
+    },
+    arms=arms,
+    measure=measure,
+    options=options,
+    session=session,
+)

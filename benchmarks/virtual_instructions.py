@@ -5,11 +5,11 @@ the 1-5% steps that speed work is made of. Instructions counted by valgrind's
 callgrind are the same on every run (hash seed fixed, address randomization and
 BLAS threads off), so two versions of the code compare exactly:
 
-    .venv/bin/python benchmarks/virtual_instructions.py                  # this checkout
+    .venv/bin/python -m benchmarks virtual_instructions                  # this checkout
     git worktree add /tmp/before HEAD~3
-    .venv/bin/python benchmarks/virtual_instructions.py --src /tmp/before --src .   # side by side
+    .venv/bin/python -m benchmarks virtual_instructions --src /tmp/before --src .   # side by side
 
-Each figure is (instructions of a run of `seeds` generations - instructions of the same
+Each arm is a checkout and a setting. Each figure is (instructions of a run of `seeds` generations - instructions of the same
 process generating nothing) / output tokens, so imports and setup cancel out. callgrind
 runs the code about 50x slower; a setting takes ~15 s. Needs valgrind (Debian: valgrind).
 
@@ -25,7 +25,6 @@ bisecting, and prefer changes that allocate nothing per generation or per token.
 
 from __future__ import annotations
 
-import argparse
 import os
 import re
 import shutil
@@ -33,8 +32,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+from benchmarks.runner import Arm, Benchmark
+
 SETTINGS = {
-    # name: (target ms, drafter ms, a, lookahead, SP, N, seeds); the first three match virtual_throughput.py
+    # name: (target ms, drafter ms, a, lookahead, SP, N, seeds); the first three are virtual_throughput's
     "issue": (20.0, 1.0, 0.8, 5, 4, 200, 10),
     "paper": (1.0, 0.1, 0.8, 2, 7, 200, 10),
     "n1000": (1.0, 0.05, 0.8, 3, 7, 1000, 2),
@@ -65,7 +66,7 @@ def callgrind_instructions(code: str, label: str) -> int:
     out = subprocess.run(cmd, env=env, capture_output=True, text=True)
     found = re.search(r"Collected : (\d+)", out.stderr)
     if out.returncode != 0 or not found:
-        raise SystemExit(f"callgrind run failed for {label}:\n{out.stderr[-2000:]}")
+        raise RuntimeError(f"callgrind run failed for {label}:\n{out.stderr[-2000:]}")
     return int(found.group(1))
 
 
@@ -74,50 +75,55 @@ def instructions(src: Path, setting: tuple, runs: int, no_gc: bool = False) -> i
     return callgrind_instructions(WORKLOAD.format(src=str(src / "src"), setting=setting, runs=runs, no_gc=no_gc), src)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument(
-        "--src",
-        action="append",
-        type=Path,
-        help="a checkout to measure (repeat to compare side by side; default: this one)",
-    )
-    parser.add_argument(
-        "--setting",
-        action="append",
-        choices=sorted(SETTINGS),
-        help="default: all (issue = 20 ms / 1 ms, a = 0.8, k = 5, SP = 4, N = 200)",
-    )
-    parser.add_argument(
-        "--slope",
-        action="store_true",
-        help="per token of the generations a second batch adds (runs seeds..2 seeds-1 minus runs 0..seeds-1): "
-        "the steady state, without first-call and exit costs",
-    )
-    parser.add_argument(
-        "--no-gc",
-        action="store_true",
-        help="with the cyclic collector off in every process: the code's own instructions, without the collector's phase",
-    )
-    args = parser.parse_args()
-    if not shutil.which("valgrind"):
-        raise SystemExit("valgrind is not installed (Debian: apt-get install valgrind)")
+def options(p) -> None:
+    p.add_argument("--src", action="append", type=Path,
+                   help="a checkout to measure (repeat to compare side by side; default: this one)")  # fmt: skip
+    p.add_argument("--setting", action="append", choices=sorted(SETTINGS),
+                   help="default: all (issue = 20 ms / 1 ms, a = 0.8, k = 5, SP = 4, N = 200)")  # fmt: skip
+    p.add_argument("--slope", action="store_true", help="per token of the generations a second batch adds (runs "
+                   "seeds..2 seeds-1 minus runs 0..seeds-1): the steady state, without first-call and exit costs")  # fmt: skip
+    p.add_argument("--no-gc", action="store_true", help="with the cyclic collector off in every process: the "
+                   "code's own instructions, without the collector's phase")  # fmt: skip
+
+
+def checkouts(args) -> list[Path]:
     trees = [p.resolve() for p in (args.src or [Path(__file__).resolve().parent.parent])]
     for tree in trees:
         if not (tree / "src" / "specpar").is_dir():
             raise SystemExit(f"{tree} is not a specpar checkout (no src/specpar)")
-    print(f"{'setting':<8} " + " ".join(f"{str(t):>28}" for t in trees) + "   instructions per output token")
+    return trees
+
+
+def arms(args) -> list[Arm]:
+    if not shutil.which("valgrind"):
+        raise SystemExit("valgrind is not installed (Debian: apt-get install valgrind)")
+    return [Arm(f"{name}, {tree}", {"setting": name, "src": str(tree)}) for name in args.setting or list(SETTINGS)
+            for tree in checkouts(args)]  # fmt: skip
+
+
+def measure(arm: Arm, args, r: int) -> dict:
+    setting = SETTINGS[arm.settings["setting"]]
+    n, seeds = setting[5], setting[6]
+    low, high = (seeds, 2 * seeds) if args.slope else (0, seeds)
+    tree = Path(arm.settings["src"])
+    count = instructions(tree, setting, high, args.no_gc) - instructions(tree, setting, low, args.no_gc)
+    return {"instructions_per_token": count / (n * seeds)}
+
+
+def summarize(results, args) -> dict:
+    out = {}
     for name in args.setting or list(SETTINGS):
-        setting = SETTINGS[name]
-        n, seeds = setting[5], setting[6]
-        low, high = (seeds, 2 * seeds) if args.slope else (0, seeds)
-        row = [
-            (instructions(t, setting, high, args.no_gc) - instructions(t, setting, low, args.no_gc)) / (n * seeds)
-            for t in trees
-        ]
-        ratios = f"   (last / first: {row[-1] / row[0]:.3f})" if len(row) > 1 else ""
-        print(f"{name:<8} " + " ".join(f"{v:>28,.0f}" for v in row) + ratios, flush=True)
+        row = [a.figures["instructions_per_token"] for a in results if a.arm.settings["setting"] == name]
+        if len(row) > 1:
+            out[f"{name}: last checkout / first"] = row[-1] / row[0]
+    return out
 
 
-if __name__ == "__main__":
-    main()
+BENCHMARK = Benchmark(
+    description=__doc__,
+    reports={"instructions_per_token": "CPU instructions per DSI output token (callgrind)"},
+    arms=arms,
+    measure=measure,
+    options=options,
+    summarize=summarize,
+)

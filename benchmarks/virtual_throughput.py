@@ -21,6 +21,7 @@ from specpar.algorithms.dsi import dsi
 from specpar.algorithms.generation import Generation
 from specpar.core.calls import Draft, Proposal, Scores
 from specpar.core.config import SpeculativeConfig
+from specpar.core.model import Server
 from specpar.core.query import Query
 from specpar.runtimes import Pool, VirtualRuntime
 
@@ -42,13 +43,13 @@ CPU_SECONDS = 3.0
 
 
 def arms(args) -> list[Arm]:
-    keys = ("target_ms", "drafter_ms", "acceptance_rate", "lookahead", "sp_degree", "max_new_tokens")
+    keys = ("target_ms", "drafter_ms", "acceptance_rate", "lookahead", "sp_degree", "max_tokens")
     out = [Arm(label, dict(zip(keys, setting))) for label, setting in SETTINGS.items()]
     out.append(Arm("engine alone (servers doing no work), issue setting", {"kind": "engine"}))
     for n in (200, 1000):
         for paused in (True, False):
             state = "paused" if paused else "running"
-            out.append(Arm(f"issue setting, N={n}, collector {state}", {"kind": "collector", "max_new_tokens": n,
+            out.append(Arm(f"issue setting, N={n}, collector {state}", {"kind": "collector", "max_tokens": n,
                                                                        "paused": paused}))  # fmt: skip
     return out
 
@@ -58,7 +59,7 @@ def measure(arm: Arm, args, r: int) -> dict:
     if kind == "engine":
         return engine_floor()
     if kind == "collector":
-        return collector(arm.settings["max_new_tokens"], arm.settings["paused"])
+        return collector(arm.settings["max_tokens"], arm.settings["paused"])
     t_ms, d_ms, a, k, sp, n = arm.settings.values()
     tokens = tasks = drafted = 0
     cpu, seed = 0.0, 0
@@ -75,7 +76,7 @@ def measure(arm: Arm, args, r: int) -> dict:
     return {"tokens_per_cpu_s": tokens / cpu, "tasks_per_token": tasks / tokens, "drafted_per_token": drafted / tokens}
 
 
-class IdleServer:
+class IdleServer(Server):
     """The issue setting's durations, drafts right 80% of the time by position, no model work."""
 
     def __init__(self, name: str, ms: float):
@@ -127,7 +128,7 @@ def collector(n: int, paused: bool) -> dict:
 
 
 def summarize(results, args) -> dict:
-    cpu = {(a.arm.settings["max_new_tokens"], a.arm.settings["paused"]): a.figures["cpu_s"] for a in results
+    cpu = {(a.arm.settings["max_tokens"], a.arm.settings["paused"]): a.figures["cpu_s"] for a in results
            if a.arm.settings.get("kind") == "collector"}  # fmt: skip
     issue = results[0].figures["tokens_per_cpu_s"]
     return {

@@ -4,17 +4,20 @@ running through it."""
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import dataclasses
 import io
 import json
 import sys
 import types
+from pathlib import Path
 
 import pytest
 
 from benchmarks import runner
 from benchmarks.runner import Arm, Benchmark
+from test_layers import cycles
 
 
 @pytest.fixture
@@ -79,6 +82,17 @@ def test_a_session_is_entered_once_around_every_run(fake_benchmark, monkeypatch)
     assert events == ["enter", "exit"] and seen == ["the loaded models"] * 6
 
 
+def test_a_failed_check_is_exit_status_1(fake_benchmark, monkeypatch, capsys):
+    module = sys.modules["benchmarks.fake_bench"]
+    for differ, status in ((0, 0), (2, 1)):  # the control: the same benchmark passing
+        summary = {"differ": differ}
+        bench = dataclasses.replace(module.BENCHMARK, summarize=lambda arms, args, s=summary: s,
+                                    passed=lambda s: s["differ"] == 0)  # fmt: skip
+        monkeypatch.setattr(module, "BENCHMARK", bench)
+        assert runner.main(["fake_bench", "--rounds", "1", "-o", "-"]) == status
+    assert "differ: 2" in capsys.readouterr().out
+
+
 def test_rounds_and_output_options(fake_benchmark, tmp_path, monkeypatch):
     monkeypatch.setattr(runner, "RESULTS", tmp_path)
     results = runner.run("fake_bench", ["--rounds", "1", "-o", "-"], out=io.StringIO())
@@ -96,11 +110,54 @@ def test_thread_overhead_runs_through_the_runner():
     assert len(results["summary"]["threads_over_virtual_per_seed"]) == 1
 
 
+HELPERS = {"__init__", "__main__", "runner", "calibration", "llama_cpp_tools"}  # modules the benchmarks import
+
+
+def not_benchmarks(folder: Path) -> list[str]:
+    """The files of ``folder`` outside the one shape: scripts (shell, ...) and modules that declare no BENCHMARK."""
+    return sorted(
+        p.name
+        for p in folder.iterdir()
+        if p.is_file()
+        and p.suffix not in (".md",)
+        and not (p.suffix == ".py" and (p.stem in HELPERS or "BENCHMARK = Benchmark(" in p.read_text()))
+    )
+
+
+def test_every_module_of_benchmarks_is_a_benchmark_or_a_helper():
+    assert not_benchmarks(Path(runner.__file__).parent) == []
+
+
+def test_control_a_script_outside_the_runner_is_found(tmp_path):
+    (tmp_path / "old.py").write_text('import argparse\n\nif __name__ == "__main__":\n    print(1)\n')
+    (tmp_path / "run.sh").write_text("#!/bin/sh\n")
+    (tmp_path / "new.py").write_text("BENCHMARK = Benchmark(description='x', reports={}, arms=None, measure=None)\n")
+    assert not_benchmarks(tmp_path) == ["old.py", "run.sh"]
+
+
+def benchmark_imports(folder: Path) -> dict[str, set[str]]:
+    """{module: the modules of the benchmarks package it imports}, read from the source."""
+    graph = {}
+    for path in folder.glob("*.py"):
+        found = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("benchmarks."):
+                found.add(node.module.split(".")[1])
+            elif isinstance(node, ast.Import):
+                found.update(a.name.split(".")[1] for a in node.names if a.name.startswith("benchmarks."))
+        graph[path.stem] = found
+    return graph
+
+
+def test_no_import_circle_among_the_benchmarks():
+    assert cycles(benchmark_imports(Path(runner.__file__).parent)) == []
+    assert cycles({"dsi_gap": {"real_hardware"}, "real_hardware": {"dsi_gap"}}) == [["dsi_gap", "real_hardware"]]
+
+
 @pytest.mark.slow
 def test_every_benchmark_module_declares_one_benchmark():
     listed = runner.benchmarks()
-    assert {"thread_overhead", "virtual_throughput"} <= set(listed)
+    assert {"thread_overhead", "virtual_throughput", "dsi_equivalence", "trees"} <= set(listed)
     for name, bench in listed.items():
-        parser = runner.parser(name, bench)
-        assert parser.get_default("rounds") >= 1 and parser.format_help(), name
+        assert runner.parser(name, bench).format_help(), name
         assert bench.reports, f"{name} reports nothing"

@@ -20,7 +20,7 @@ def prefill_pays_off(target) -> bool:
 
     A cold replica pays TTFT on its first verification; prefilling all replicas in parallel at once
     keeps DSI never slower than non-SI when TTFT > TPOT, and costs ~0.1% when TTFT = TPOT
-    (benchmarks/theorem_grid.py).
+    (python -m benchmarks theorem_grid).
     """
     lat = latency_of(target)
     return lat is None or lat.ttft_ms > lat.tpot_ms
@@ -58,7 +58,7 @@ def resolve(spec: SpeculativeConfig, algorithm, target, drafter, prompt_len: int
     if k == "auto":
         raise ConfigError('lookahead="auto" is chosen by the Engine or generate() (a simulation of the models)')
     if spec.tree is not None:
-        window = getattr(model_of(target), "context_window", None)
+        window = model_of(target).context_window
         shape = check_tree(spec.tree, room=None if window is None else window - prompt_len)
         changes.update(tree=shape, lookahead=tree_depth(shape))
     elif algorithm.hierarchy:

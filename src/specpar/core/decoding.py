@@ -33,7 +33,7 @@ Engine, the command line and the server alike, a seed reproduces on every runtim
   verify while drafting goes on: which of the two decides a position is a race between the
   drafter and the target servers, which the virtual clock breaks deterministically and real
   time does not. Each run is still exact in distribution. Measured with
-  ``benchmarks/seed_serial_runs.py`` (a tiny transformers pair, DSI on threads, 5 serial runs
+  ``python -m benchmarks seed_serial_runs`` (a tiny transformers pair, DSI on threads, 5 serial runs
   of one seed in a process, 4 processes per version, interleaved, 2026-11-25, load 11-15 on
   2 cores): distinct outputs per 5 runs 2, 4, 3, 2 at 2b445dd; 2, 2, 2, 3 at 460d16d; 3, 2, 3,
   1 now. The race is as old as DSI's parallel verification, not a regression; the audit's 5

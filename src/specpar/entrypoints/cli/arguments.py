@@ -572,11 +572,16 @@ def command_help(parser: argparse.ArgumentParser, which: str | None = None) -> s
     return text
 
 
-def add_sampling_arguments(p, fields, defaults=None, helps=None, title: str | None = None) -> ConfigOptions:
-    """SamplingParams' flags for ``fields`` (``args.sampling``), in a group when ``title`` is given; ``defaults``
-    and ``helps`` as :class:`ConfigOptions` takes them (a command that generates N tokens of something:
+def add_sampling_arguments(
+    p, fields, defaults=None, helps=None, title: str | None = None, advanced: tuple[str, ...] = ()
+) -> ConfigOptions:
+    """SamplingParams' flags for ``fields`` (``args.sampling``), in a group when ``title`` is given; ``defaults``,
+    ``helps`` and ``advanced`` (listed only by --help=all) as :class:`ConfigOptions` takes them (a command that
+    generates N tokens of something:
     ``add_sampling_arguments(p, ("max_tokens",), {"max_tokens": 100}, {"max_tokens": "tokens per run"})``)."""
-    options = ConfigOptions(SamplingParams, "sampling", fields=fields, defaults=defaults, helps=helps)
+    options = ConfigOptions(
+        SamplingParams, "sampling", fields=fields, defaults=defaults, helps=helps, advanced=advanced
+    )
     options.add_to(p, title)
     return options
 
@@ -777,6 +782,20 @@ def add_model_args(p, target: bool = True, advanced: tuple[str, ...] = ()) -> No
     for action in g._group_actions:
         if action.option_strings[-1] in (*advanced, "--dtype"):
             advanced_flag(action)
+
+
+def add_machine_profile(p, advanced: bool = True) -> None:
+    """--profile: the machine profile ``--algorithm auto`` and the predictions read (Engine's ``profile``); listed by
+    --help=all only when ``advanced`` (the measured one is the default)."""
+    action = p.add_argument(
+        "--profile",
+        metavar="FILE",
+        default=None,
+        help='the machine profile --algorithm auto and the predictions use ("format": "specpar-machine/1"; '
+        "default: the one measured for the models on this machine, `specpar profile`)",
+    )
+    if advanced:
+        advanced_flag(action)
 
 
 def add_prompt_args(p, default: str | None = None) -> None:

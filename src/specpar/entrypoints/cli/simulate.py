@@ -68,7 +68,9 @@ def register(sub) -> None:
     p.set_defaults(func=run)
     from specpar.entrypoints.cli import simulate_hsd, simulate_load
 
-    modes = p.add_subparsers(dest="mode", metavar="MODE", parser_class=type(p))
+    modes = p.add_subparsers(
+        dest="mode", metavar="MODE", parser_class=type(p), title="modes (without one: the comparison)"
+    )
     simulate_load.register(modes)
     simulate_hsd.register(modes)
 
