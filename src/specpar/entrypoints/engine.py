@@ -115,8 +115,11 @@ class Engine:
         check_servers(runtime_config, targets, drafters * len(_listed(drafter)))  # before any is made (a thread each)
         self.targets, self.drafters = self._servers(target, drafter, targets, drafters, load)
         self.units = make_units(self.targets, self.drafters, n)
-        spec = spec.replace(sp_degree=sp_degree)  # each request's defaults
-        self._requests = Requests(self.targets, self.drafters, self.units, runtime_config, spec, policy, keep_actors)
+        self.spec = spec.replace(sp_degree=sp_degree)  # each request's defaults
+        self.runtime_config = runtime_config
+        self._requests = Requests(self.targets, self.drafters, self.units, runtime_config, self.spec, policy,
+                                  keep_actors)  # fmt: skip
+        self.tokenizer = self._requests.tokenizer  # the target's (None: token ids only)
         if log.isEnabledFor(logging.INFO):
             for s in self.all:
                 log.info("server %s on %s", s.name, s.device or runtime_config.name)
@@ -139,28 +142,14 @@ class Engine:
 
     # -- what is read ----------------------------------------------------------------------------
     @property
-    def spec(self) -> SpeculativeConfig:
-        """Each request's default speculation (its ``sp_degree``: the most a request may use)."""
-        return self._requests.spec
-
-    @property
     def sp_degree(self) -> int:
         """The most target servers a request's DSI verifies on at once."""
         return self.spec.sp_degree
 
     @property
-    def runtime_config(self) -> RuntimeConfig:
-        return self._requests.runtime
-
-    @property
     def runtime(self) -> str:
         """The runtime's name: "virtual", "threads" or "ray"."""
         return self.runtime_config.name
-
-    @property
-    def tokenizer(self):
-        """The target's tokenizer (None: token ids only)."""
-        return self._requests.tokenizer
 
     @property
     def end_of_text(self) -> frozenset[int]:
