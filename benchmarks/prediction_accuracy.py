@@ -107,10 +107,9 @@ def tiny_prompts(count: int, max_len: int, seed: int = 0) -> list[str]:
 
 
 def measure(arm: Arm, args, r: int) -> dict:
-    from specpar.prediction.auto import predict_request
-
     from specpar import SamplingParams
     from specpar.core.config import SpeculativeConfig
+    from specpar.prediction.auto import predict_request
 
     engine, prompts = args.session
     ids = prompts[r % len(prompts)]

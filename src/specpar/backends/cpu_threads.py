@@ -21,6 +21,19 @@ def cpu_cores() -> int:
         return os.cpu_count() or 1
 
 
+def pass_threads(cores: int, units: int, busy: int, cpus_per_server: float | None = None) -> int:
+    """The threads an engine gives each forward pass (torch's count, a llama.cpp server's batch threads), so that
+    the servers running at once share ``cores`` without oversubscribing them: on Ray (``cpus_per_server`` given)
+    each actor's CPU bundle; with ``units`` > 1 processing units one unit's worth of cores; with one unit (ready-made
+    servers, ``generate``) all cores for the one server non-SI and SI run at a time, a share of them for the
+    ``busy`` servers DSI runs at once. The engine and the predictions of :mod:`specpar.prediction` both ask here."""
+    if cpus_per_server is not None:
+        return max(1, int(cpus_per_server))
+    if units > 1:
+        return max(1, cores // units)
+    return max(1, cores // max(1, busy))
+
+
 def model_uses_torch(model) -> bool:
     """Whether ``model`` computes with torch (a transformers model: its thread count is torch's, process-wide)."""
     return as_model(model).kind == "transformers"

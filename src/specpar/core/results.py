@@ -42,6 +42,7 @@ METRICS = {
         "tokens per token the target made itself = accepted drafts in a row + 1 (SI's equals its tokens/pass; "
         "DSI's runs go on across lookahead windows)"
     ),
+    "predicted s": "the time the machine profile predicts for the run (`specpar predict`; auto: its choice's)",
 }
 
 
@@ -119,6 +120,8 @@ class GenerationResult:
     # models on threads: :func:`overhead`); None elsewhere
     queue_ms: float | None = None
     overhead: dict | None = None
+    # algorithm="auto": what it chose and why ({"method", "label", "predicted_ms", "reason"}: prediction.auto.Choice)
+    auto: dict | None = None
 
     @property
     def timeline(self) -> list[TaskRecord]:

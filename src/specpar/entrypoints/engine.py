@@ -49,7 +49,7 @@ class Engine:
 
     What the command line and the server call: :meth:`generate` (one prompt or many), :meth:`stream` (one prompt,
     as it is verified), :meth:`load_metrics`, :meth:`reset`, :meth:`close` (or ``with``), :meth:`prompt_ids`,
-    :meth:`check_length` and :meth:`threads_for`; and what they read: ``spec`` (each request's defaults),
+    :meth:`check_length`, :meth:`threads_for` and :meth:`auto`; and what they read: ``spec`` (each request's defaults),
     ``sp_degree``, ``runtime`` and ``runtime_config``, ``policy``, ``units``, ``targets`` and ``drafters`` (the
     Pools), ``all`` (every server), ``target_model``, ``drafter_model``, ``tokenizer``, ``end_of_text``, ``real``,
     ``closed``.
@@ -77,7 +77,10 @@ class Engine:
         made the servers; servers given as Pools keep theirs for whoever owns them).
     options: the fields of the three configs as keywords: SpeculativeConfig's, RuntimeConfig's, and
         :class:`~specpar.backends.loading.LoadConfig`'s (``backend=``, ``devices=``, ``dtype=``,
-        ``max_model_len=``: how models given as paths load, where servers go, how long a sequence each holds).
+        ``max_model_len=``: how models given as paths load, where servers go, how long a sequence each holds); and
+        ``profile=``: the machine profile ``algorithm="auto"`` predicts from (a MachineProfile or its JSON file;
+        default: simulated models' own latencies, else the profile measured for the models on this machine):
+        :mod:`specpar.prediction.auto`.
     """
 
     def __init__(
@@ -93,6 +96,7 @@ class Engine:
         **options,
     ):
         options = dict(options)
+        profile = options.pop("profile", None)
         load, runtime_options = LoadConfig.take(options), options.pop("runtime_options", None)
         spec_fields, runtime_fields, _ = split_options(options)
         spec = with_changes(speculative_config, spec_fields)
@@ -119,6 +123,7 @@ class Engine:
         self.runtime_config = runtime_config
         self._requests = Requests(self.targets, self.drafters, self.units, runtime_config, self.spec, policy,
                                   keep_actors)  # fmt: skip
+        self._requests.profile = profile
         self.tokenizer = self._requests.tokenizer  # the target's (None: token ids only)
         if log.isEnabledFor(logging.INFO):
             for s in self.all:
@@ -244,6 +249,11 @@ class Engine:
     def threads_for(self, algorithm: str, uses_drafter: bool = True) -> int:
         """torch threads per forward pass of a request of ``algorithm`` (:meth:`Requests.threads_for`)."""
         return self._requests.threads_for(algorithm, uses_drafter)
+
+    def auto(self):
+        """``algorithm="auto"``'s chooser for this engine (:class:`specpar.prediction.auto.Auto`), made on first use
+        from its machine profile."""
+        return self._requests.auto()
 
     def load_metrics(self) -> LoadMetrics:
         """Requests running and waiting, units in use and per request, output tokens and goodput

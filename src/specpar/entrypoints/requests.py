@@ -16,7 +16,7 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from contextlib import contextmanager
 
-from specpar.backends.cpu_threads import SharedThreads, cpu_cores
+from specpar.backends.cpu_threads import SharedThreads, cpu_cores, pass_threads
 from specpar.core.config import RuntimeConfig, SpeculativeConfig, split_options
 from specpar.core.errors import ConfigError
 from specpar.core.params import SAMPLING_FIELDS, SamplingParams
@@ -110,6 +110,7 @@ class Requests:
         self.threads = SharedThreads(torch, self.servers if runtime.name != "ray" else [])
         self.gate = Gate()
         self._specs: dict = {}  # a request's changed fields -> its SpeculativeConfig (see config)
+        self.profile, self._auto = None, None  # algorithm="auto"'s machine profile (as the engine was given it)
 
     # -- one request ------------------------------------------------------------------------------
     def one(self, prompt, params: SamplingParams, spec: SpeculativeConfig, stream=None) -> GenerationResult:
@@ -117,7 +118,7 @@ class Requests:
         request = self.make(prompt, params, spec, stream, self.scheduler, self.runtime)
         with self.gate.request():
             result = self.run(request)
-        return self.finished(result, request.prompt, params)
+        return self.finished(result, request, params)
 
     def make(
         self, prompt, params: SamplingParams, spec: SpeculativeConfig, stream, scheduler: Scheduler, runtime
@@ -126,14 +127,19 @@ class Requests:
         if self.gate.closed:
             raise ConfigError("this engine is closed")
         ids = self.prompt_ids(prompt)
+        choice = None
+        if spec.algorithm == "auto":
+            spec, choice = self.auto().resolve(spec, len(ids), params.max_tokens)
         if spec.uses_drafter and self.drafters is None:
             raise ConfigError(f"algorithm {spec.algorithm!r} needs a drafter: give the engine one")
-        curve = self.curves.of(spec, params.max_tokens)
+        curve = self.curves.of(spec, params.max_tokens, self._machine() if choice else None)
         if spec.lookahead == "auto" and curve.option(curve.max_units).ms_per_token is None:
             spec = spec.replace(lookahead=self.auto_lookahead(spec, params.max_tokens))  # (or its clear error)
         decoding = params.decoding(len(ids), self.end_of_text)
         query = Query(ids, params.max_tokens, decoding, self.stopping(ids, params), stream)
-        return Request(scheduler, query, spec, curve, runtime, self.keep_actors)
+        request = Request(scheduler, query, spec, curve, runtime, self.keep_actors)
+        request.choice = choice
+        return request
 
     def run(self, request: Request) -> GenerationResult:
         """``request`` run; its result with the time outside forward passes (``overhead``: real models on this
@@ -155,8 +161,11 @@ class Requests:
         result.queue_ms = request.queue_ms
         return result
 
-    def finished(self, result: GenerationResult, prompt: list[int], params: SamplingParams) -> GenerationResult:
-        """``result`` (of ``prompt``'s request) with its text, logged."""
+    def finished(self, result: GenerationResult, request: Request, params: SamplingParams) -> GenerationResult:
+        """``result`` (of ``request``) with its text and what ``auto`` chose for it, logged."""
+        prompt = request.prompt
+        if request.choice is not None:
+            result.auto = request.choice.to_dict()
         if self.tokenizer is not None:
             result.text = detokenize(self.tokenizer, prompt, result.tokens, *texts(params))
         if log.isEnabledFor(logging.INFO):
@@ -208,7 +217,7 @@ class Requests:
             raise failed[min(failed)]
         for request, result, p in zip(made, results, params):
             result.queue_ms = request.queue_ms
-            self.finished(result, request.prompt, p)
+            self.finished(result, request, p)
         return results
 
     # -- what a request is made of -------------------------------------------------------------------
@@ -278,17 +287,28 @@ class Requests:
 
     def threads_for(self, algorithm: str, uses_drafter: bool = True) -> int:
         """torch threads per forward pass, so that the servers running at once share the cores without
-        oversubscribing them: one unit's worth of cores (on Ray, a server's CPU bundle, as each actor has); with
-        ready-made servers (one unit), all cores for the one server SI and non-SI run at a time, a share of them for
-        DSI's (a drafter model the n-gram proposer leaves idle takes none)."""
-        if self.runtime.name == "ray":
-            return max(1, int(self.runtime.cpus_per_server))
-        if len(self.units) > 1:
-            return max(1, cpu_cores() // len(self.units))
+        oversubscribing them (:func:`~specpar.backends.cpu_threads.pass_threads`, the rule the predictions
+        follow too; a drafter model the n-gram proposer leaves idle takes none)."""
+        ray = self.runtime.cpus_per_server if self.runtime.name == "ray" else None
         running = self.servers if uses_drafter else self.targets.servers
         cpu = [s for s in running if s.device == "cpu"]
         busy = len(cpu) if algorithm in ("dsi", "hsd-sp") else 1  # non-SI and SI run one server at a time
-        return max(1, cpu_cores() // max(1, busy))
+        return pass_threads(cpu_cores(), len(self.units), busy, ray)
+
+    def auto(self):
+        """``algorithm="auto"``'s chooser (:class:`specpar.prediction.auto.Auto`), made on first use."""
+        if self._auto is None:
+            from specpar.prediction.auto import for_servers
+
+            self._auto = for_servers(self.profile, self.targets, self.drafters, len(self.units), self.runtime,
+                                     self.spec.sp_degree)  # fmt: skip
+        return self._auto
+
+    def _machine(self):
+        """The machine's predictions for the shares of a configuration auto chose (those it chose by)."""
+        from specpar.prediction.auto import predict_request
+
+        return lambda spec, n: predict_request(self, spec, 16, n)
 
 
 def in_threads(calls: list, workers: int) -> list:

@@ -40,7 +40,10 @@ def backend(args) -> str:
 
 def arm(spec: SpeculativeConfig, engine, algorithm: str, **changes) -> SpeculativeConfig:
     """``spec`` for one run of ``algorithm`` on ``engine``: no token tree or proposer for non-SI, at most the engine's
-    target servers (it made one when no run verifies in parallel)."""
+    target servers (it made one when no run verifies in parallel); for "auto", none of the settings it chooses
+    (the flags' lookahead, tree, proposer are the other algorithms')."""
+    if algorithm == "auto":
+        return spec.for_request(algorithm="auto", sp_degree=min(spec.sp_degree or engine.sp_degree, engine.sp_degree))
     tree = None if algorithm == "nonsi" else changes.pop("tree", spec.tree)
     proposer = None if algorithm == "nonsi" else changes.pop("proposer", spec.proposer)
     sp = min(spec.sp_degree or engine.sp_degree, engine.sp_degree)
@@ -79,7 +82,7 @@ def load(args, sp_degree: int, max_model_len: int, **engine_options):
     devs = devices(args)
     target, drafter = load_models(args, devs)
     spec = getattr(args, "spec", None) or SpeculativeConfig()
-    hierarchy = ALGORITHMS[spec.algorithm].hierarchy  # HSD's drafter is a list of levels: here one
+    hierarchy = spec.algorithm in ALGORITHMS and ALGORITHMS[spec.algorithm].hierarchy  # HSD's levels: here one
     engine = Engine(
         target,
         [drafter] if hierarchy and drafter is not None else drafter,
@@ -87,6 +90,7 @@ def load(args, sp_degree: int, max_model_len: int, **engine_options):
         runtime=getattr(args, "runtime_config", None),
         devices=devs,
         max_model_len=max_model_len,
+        profile=getattr(args, "profile", None),
         **engine_options,
     )
     return target, drafter, engine
