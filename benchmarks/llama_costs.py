@@ -144,7 +144,7 @@ def nonsi_ms_per_token(target, drafter, ids: list[int], n: int) -> tuple[float, 
     from specpar.core.params import SamplingParams
     from specpar.entrypoints.engine import Engine
 
-    with Engine(target, drafter, sp_degree=1, runtime="threads", units=1, max_tokens=1024) as engine:
+    with Engine(target, drafter, sp_degree=1, runtime="threads", units=1, max_model_len=1024) as engine:
         server = engine.targets.servers[0]
         engine.reset()
         mark = len(server.forward_log)

@@ -57,7 +57,7 @@ def session(args):
     from specpar.experiments import prompts
 
     target, drafter = load_pair(backend="llama", progress=False)
-    engines = {rt: Engine(target, drafter, sp_degree=2, runtime=rt, max_tokens=2048) for rt in ("threads", "ray")}
+    engines = {rt: Engine(target, drafter, sp_degree=2, runtime=rt, max_model_len=2048) for rt in ("threads", "ray")}
     ids = [p.token_ids(target) for p in prompts.load("humaneval", args.n)]
     reference_server = target.server("reference", n_ctx=2048)
     try:

@@ -114,7 +114,9 @@ def session(args):
     os.sched_setaffinity(0, {int(c) for part in args.cores.split(",") for c in _cpu_range(part)})
     bindir = tools()
     target, drafter, paths = load_models(args.threads)
-    engine = Engine(target, drafter, sp_degree=2, runtime="ray", max_tokens=2048, cpus_per_server=args.threads, units=1)
+    engine = Engine(
+        target, drafter, sp_degree=2, runtime="ray", max_model_len=2048, cpus_per_server=args.threads, units=1
+    )
     try:
         yield SimpleNamespace(bindir=bindir, paths=paths, engine=engine, target=target,
                               prompts=prompts.load("humaneval", args.n))  # fmt: skip

@@ -18,7 +18,7 @@ fastest arm on every prompt.
 
 from __future__ import annotations
 
-import functools
+import contextlib
 import random
 import statistics
 import sys
@@ -47,6 +47,7 @@ def options(p) -> None:
     p.add_argument("--tiny", action="store_true", help="the tiny transformers pair on synthetic prompts")
     p.add_argument("--backend", default=None, help="the default pair's backend (default: the engine's choice)")
     p.add_argument("--profile", default=None, help="a machine profile file (default: the cached one)")
+    p.add_argument("--measure", action="store_true", help="measure the pair's profile first (the cache's replaced)")
 
 
 def arms(args) -> list[Arm]:
@@ -57,32 +58,42 @@ def arms(args) -> list[Arm]:
     return [Arm(a, ARMS[a]) for a in names]
 
 
-@functools.cache
-def setup(tiny: bool, backend: str | None, sp_degree: int, profile: str | None, rounds: int, n: int):
-    """(engine, prompts as token ids): the pair loaded once, its profile read (or measured) before any run."""
+@contextlib.contextmanager
+def session(args):
+    """(engine, prompts as token ids): the pair loaded once, its profile read, or measured first (``--measure``: on
+    the prompts after the measured ones, so that the sample is not the test) before any run is timed."""
     from specpar import Engine
+    from specpar.backends.loading import load_pair
+    from specpar.prediction.machine import MachineProfile, load_or_build
+    from specpar.prediction.measure_pair import MeasureOptions
 
-    if tiny:
-        sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-        from tiny_transformers import save_tiny_pair
+    with tempfile.TemporaryDirectory(prefix="specpar-tiny-") as folder:
+        if args.tiny:
+            sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+            from tiny_transformers import save_tiny_pair
 
-        target, drafter = save_tiny_pair(Path(tempfile.mkdtemp(prefix="specpar-tiny-")))
-        engine = Engine(target, drafter, backend="transformers", dtype="float64", sp_degree=sp_degree,
-                        runtime="threads", units=1, profile=profile)  # fmt: skip
-        texts = tiny_prompts(rounds, max_len=engine.target_model.context_window - n - 1)
-    else:
-        from specpar.experiments import prompts
+            target, drafter = load_pair(*save_tiny_pair(Path(folder)), dtype="float64", backend="transformers")
+            sample = MeasureOptions().tokens  # the profile's greedy tokens per sample prompt
+            texts = tiny_prompts(args.rounds, max_len=target.context_window - args.max_tokens - 1)
+            texts += tiny_prompts(3, max_len=target.context_window - sample - 1, seed=1)
+        else:
+            from specpar.experiments import prompts
 
-        engine = Engine(backend=backend, sp_degree=sp_degree, runtime="threads", units=1, profile=profile)
-        texts = [p.text for p in prompts.load("humaneval", rounds)]
-    engine.auto()  # the profile, measured now when it is not cached: before any run is timed
-    return engine, [engine.prompt_ids(t) for t in texts]
+            target, drafter = load_pair(backend=args.backend, progress=False)
+            texts = [p.text for p in prompts.load("humaneval", args.rounds + 3)]
+        ids = [target.encode(t) for t in texts]
+        if args.profile:
+            profile = MachineProfile.load(args.profile)
+        else:
+            profile = load_or_build(target=target, drafter=drafter, prompts=ids[args.rounds :], refresh=args.measure)
+        with Engine(target, drafter, sp_degree=args.sp_degree, runtime="threads", units=1, profile=profile) as engine:
+            yield engine, ids[: args.rounds]
 
 
-def tiny_prompts(count: int, max_len: int) -> list[str]:
+def tiny_prompts(count: int, max_len: int, seed: int = 0) -> list[str]:
     """Word prompts for the tiny pair's vocabulary (w0 .. w47): lengths from 8 to ``max_len``, half of them repeating
     a phrase (where the n-gram proposer finds matches)."""
-    rng = random.Random(29)
+    rng = random.Random(29 + seed)
     out = []
     for i in range(count):
         length = 8 + (max_len - 8) * i // max(1, count - 1)
@@ -96,12 +107,11 @@ def tiny_prompts(count: int, max_len: int) -> list[str]:
 
 
 def measure(arm: Arm, args, r: int) -> dict:
-    from specpar.prediction.auto import predict_request
-
     from specpar import SamplingParams
     from specpar.core.config import SpeculativeConfig
+    from specpar.prediction.auto import predict_request
 
-    engine, prompts = setup(args.tiny, args.backend, args.sp_degree, args.profile, args.rounds, args.max_tokens)
+    engine, prompts = args.session
     ids = prompts[r % len(prompts)]
     settings = dict(arm.settings)
     engine.reset()
@@ -171,4 +181,5 @@ BENCHMARK = Benchmark(
     options=options,
     summarize=summarize,
     rounds=10,
+    session=session,
 )

@@ -21,6 +21,7 @@ from specpar.algorithms.dsi import dsi
 from specpar.algorithms.generation import Generation
 from specpar.core.calls import Draft, Proposal, Scores
 from specpar.core.config import SpeculativeConfig
+from specpar.core.model import Server
 from specpar.core.query import Query
 from specpar.runtimes import Pool, VirtualRuntime
 
@@ -75,7 +76,7 @@ def measure(arm: Arm, args, r: int) -> dict:
     return {"tokens_per_cpu_s": tokens / cpu, "tasks_per_token": tasks / tokens, "drafted_per_token": drafted / tokens}
 
 
-class IdleServer:
+class IdleServer(Server):
     """The issue setting's durations, drafts right 80% of the time by position, no model work."""
 
     def __init__(self, name: str, ms: float):

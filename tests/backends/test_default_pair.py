@@ -40,14 +40,14 @@ def test_default_pair_runs_every_algorithm_on_a_humaneval_prompt_with_the_same_o
         pytest.importorskip("llama_cpp")
     target, drafter = load_pair(progress=False, backend=backend)
     assert target.vocab_size == drafter.vocab_size == 151936
-    servers = Engine(target, drafter, sp_degree=2, devices=["cpu"], max_tokens=512, runtime="threads")
     ids = prompts.load("humaneval", 1)[0].token_ids(target)
     results = {}
-    for algorithm in ("nonsi", "si", "dsi"):
-        servers.reset()
-        results[algorithm] = servers.generate(
-            ids, SamplingParams(temperature=0, max_tokens=8), algorithm=algorithm, lookahead=3
-        )
+    with Engine(target, drafter, sp_degree=2, devices=["cpu"], max_model_len=512, runtime="threads") as servers:
+        for algorithm in ("nonsi", "si", "dsi"):
+            servers.reset()
+            results[algorithm] = servers.generate(
+                ids, SamplingParams(temperature=0, max_tokens=8), algorithm=algorithm, lookahead=3
+            )
     assert results["si"].tokens == results["nonsi"].tokens == results["dsi"].tokens
     assert target.decode(results["nonsi"].tokens).strip()
     assert results["si"].acceptance_rate > 0.3  # same family, same tokenizer: drafts are mostly accepted

@@ -8,25 +8,35 @@ import numpy as np
 
 from specpar.core.config import SpeculativeConfig
 from specpar.core.errors import ConfigError, SpecparWarning
+from specpar.core.model import Model, as_model, declares
 from specpar.core.query import Query
-from specpar.runtimes.base import latency_of, model_of
+from specpar.runtimes.base import Pool, latency_of, model_of
+
+
+def check_model(role: str, source):
+    """``source`` as a Model or a Pool of servers; a ConfigError up front for a target or drafter that is neither
+    (a model is anything with ``server(name)``: :func:`~specpar.core.model.as_model`)."""
+    if isinstance(source, Pool) or declares(source, Model):
+        return source
+    if not callable(getattr(source, "server", None)):
+        raise ConfigError(
+            f"the {role} must be a model (e.g. a SimulatedModel, a TransformersModel), a Pool of servers, or a model "
+            f"directory; got {type(source).__name__} {source!r:.60}"
+        )
+    return as_model(source)
 
 
 def check_context_window(prompt_len: int, max_tokens: int, *sources) -> None:
-    """Refuse up front a generation longer than the smallest context window among the models (where they have one)."""
-    windows = []
-    for source in sources:
-        model = model_of(source)
-        window = getattr(model, "context_window", None)
-        if window is not None:
-            windows.append((window, getattr(model, "name", "a model")))
-    if windows:
-        window, name = min(windows)
-        if prompt_len + max_tokens > window:
-            raise ConfigError(
-                f"the prompt has {prompt_len} tokens and {max_tokens} new ones are asked for, but {name}'s "
-                f"context window is {window} tokens: shorten the prompt or lower max_tokens"
-            )
+    """Refuse up front a generation longer than the smallest context window among the models (where they have one;
+    None: no model)."""
+    models = [model_of(source) for source in sources if source is not None]
+    windows = [(m.context_window, m.name or "a model") for m in models if m.context_window is not None]
+    window, name = min(windows, default=(None, None))
+    if window is not None and prompt_len + max_tokens > window:
+        raise ConfigError(
+            f"the prompt has {prompt_len} tokens and {max_tokens} new ones are asked for, but {name}'s context window "
+            f"is {window} tokens: shorten the prompt or lower max_tokens"
+        )
 
 
 def check_tokens(query: Query, target, *drafters) -> None:
@@ -38,7 +48,7 @@ def check_tokens(query: Query, target, *drafters) -> None:
     prompt, decoding = query.prompt, query.decoding
     if isinstance(prompt, (str, bytes)) or not hasattr(prompt, "__len__"):
         raise ConfigError(f"the prompt must be a list of token ids, got {type(prompt).__name__}")
-    limit = getattr(model_of(target), "max_token_id", None)
+    limit = model_of(target).max_token_id
     for i, t in enumerate(prompt):
         if isinstance(t, bool) or not isinstance(t, (int, np.integer)) or t < 0 or (limit is not None and t > limit):
             where = f"integers in [0, {limit}]" if limit is not None else "integers >= 0"
@@ -46,11 +56,11 @@ def check_tokens(query: Query, target, *drafters) -> None:
     bias = decoding.processors.logit_bias if decoding.processors is not None else ()
     if bias and limit is not None and max(t for t, _ in bias) > limit:
         raise ConfigError(f"logit_bias names token {max(t for t, _ in bias)}: the target's ids are 0 .. {limit}")
-    vocab = getattr(model_of(target), "vocab_size", None)
+    vocab = model_of(target).vocab_size
     if decoding.greedy or vocab is None:
         return
     for d in drafters:
-        size = getattr(model_of(d), "vocab_size", None)
+        size = model_of(d).vocab_size
         if size is not None and size != vocab:
             raise ConfigError(
                 f"the drafter's vocabulary has {size} tokens but the target's has {vocab}: sampling needs one "

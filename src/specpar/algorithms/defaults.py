@@ -58,7 +58,7 @@ def resolve(spec: SpeculativeConfig, algorithm, target, drafter, prompt_len: int
     if k == "auto":
         raise ConfigError('lookahead="auto" is chosen by the Engine or generate() (a simulation of the models)')
     if spec.tree is not None:
-        window = getattr(model_of(target), "context_window", None)
+        window = model_of(target).context_window
         shape = check_tree(spec.tree, room=None if window is None else window - prompt_len)
         changes.update(tree=shape, lookahead=tree_depth(shape))
     elif algorithm.hierarchy:

@@ -37,7 +37,7 @@ def adaptive_policy(spec: SpeculativeConfig, target: Pool, drafter: Pool | None,
             "lookahead=\"adaptive\" weighs the target's and the drafter model's latency profiles (simulated models, or "
             "real ones given a measured profile: `specpar profile`); with the n-gram proposer alone, give a lookahead"
         )
-    a = getattr(model_of(drafter), "acceptance_rate", None)
+    a = model_of(drafter).acceptance_rate
     return adaptive_lookahead(
         spec.algorithm,
         t,

@@ -35,6 +35,7 @@ from specpar.core.calls import Proposal
 from specpar.core.config import SpeculativeConfig
 from specpar.core.decoding import Decoding
 from specpar.core.errors import Cancelled, ConfigError
+from specpar.core.model import Server
 from specpar.core.results import GenerationResult
 from specpar.runtimes.base import Pool, Runtime, Task
 
@@ -46,7 +47,7 @@ class LevelsProposal(Proposal):
     work: list[list[int]] = field(default_factory=list)
 
 
-class LevelsServer:
+class LevelsServer(Server):
     """The drafter levels of a hierarchy as one server: Draft(context, k) -> M_{K-1}'s next k tokens.
 
     servers: [K] servers of M0 .. M_{K-1} (each with its own cache), smallest first.
@@ -56,7 +57,7 @@ class LevelsServer:
     def __init__(self, servers: Sequence, buffers: Sequence[int], name: str = "levels"):
         if not servers:
             raise ConfigError("a LevelsServer needs at least one drafter server")
-        self.servers = list(servers)
+        self.servers = self.parts = list(servers)
         self.name = name
         self.levels = DrafterLevels(self._run_now, check_buffers(buffers, len(servers) - 1) + [1])
         self._elapsed = 0.0

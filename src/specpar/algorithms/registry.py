@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from specpar.algorithms.checks import check_drafter_faster, check_request
+from specpar.algorithms.checks import check_drafter_faster, check_model, check_request
 from specpar.algorithms.defaults import resolve
 from specpar.algorithms.dsi import dsi
 from specpar.algorithms.generation import Generation
@@ -80,6 +80,7 @@ def run_generation(
     algorithm = ALGORITHMS[spec.algorithm]
     merged = isinstance(drafter, (list, tuple)) and not algorithm.hierarchy  # several drafters' trees, merged
     drafters = list(drafter) if isinstance(drafter, (list, tuple)) else [] if drafter is None else [drafter]
+    target, drafters = check_model("target", target), [check_model("drafter", d) for d in drafters]
     if ready_made is None:
         ready_made = isinstance(target, Pool) or any(isinstance(d, Pool) for d in drafters)
     drafters = fit_drafters(model_of(target), drafters)  # rows that differ from the target's only by padding
@@ -93,8 +94,8 @@ def run_generation(
     # on the virtual clock the collector stays paused until the result is made (collector_paused's docstring)
     with collector_paused(runtime.name == "virtual"), rt:
         result = algorithm.run(Generation(query, rt), pools, spec)
-    result.left_running = tuple(getattr(rt, "left_running", ()))
-    lost = getattr(rt, "lost", ())  # replicas a runtime lost during the generation (Ray)
+    result.left_running = tuple(rt.left_running)
+    lost = rt.lost  # replicas a runtime lost during the generation (threads, Ray)
     if lost:
         result.replicas_lost = tuple(x.server for x in lost)
         result.time_lost_ms = sum(x.lost_ms for x in lost)
@@ -129,12 +130,5 @@ def pool_of(source, n: int, name: str) -> Pool:
     if isinstance(source, Pool):
         if len(source) < n:
             raise ConfigError(f"the {name} pool has {len(source)} server(s) but {n} are needed (sp_degree)")
-        pool = Pool(source.servers[:n], name)
-        pool.model = model_of(source)  # what the servers were made from
-        return pool
-    if not hasattr(source, "server"):
-        raise ConfigError(
-            f"the {name} must be a model (with .server(name), e.g. a SimulatedModel) or a Pool of servers, got "
-            f"{type(source).__name__}"
-        )
-    return Pool([source.server(f"{name}{i}") for i in range(n)], name)
+        return Pool(source.servers[:n], name, model=source.model)
+    return Pool([source.server(f"{name}{i}") for i in range(n)], name, model=source)

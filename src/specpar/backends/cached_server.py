@@ -14,10 +14,11 @@ from specpar.backends.forward_log import ForwardLog
 from specpar.core.calls import Draft, DraftTree, Proposal, Score, Scores, ScoreTree
 from specpar.core.errors import Cancelled, ConfigError, ServerError, stop_if_cancelled
 from specpar.core.latency import stall_limit_s
+from specpar.core.model import Server
 from specpar.core.prefix import common_prefix_len
 
 
-class CachedServer:
+class CachedServer(Server):
     """One instance of a model with its own KV cache, kept across calls; implements the runtime's server contract
     (:meth:`run`, :meth:`compute`, :meth:`reset`).
 

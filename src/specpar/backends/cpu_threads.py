@@ -11,6 +11,8 @@ import threading
 from collections.abc import Sequence
 from contextlib import contextmanager
 
+from specpar.core.model import as_model
+
 
 def cpu_cores() -> int:
     try:
@@ -19,9 +21,22 @@ def cpu_cores() -> int:
         return os.cpu_count() or 1
 
 
+def pass_threads(cores: int, units: int, busy: int, cpus_per_server: float | None = None) -> int:
+    """The threads an engine gives each forward pass (torch's count, a llama.cpp server's batch threads), so that
+    the servers running at once share ``cores`` without oversubscribing them: on Ray (``cpus_per_server`` given)
+    each actor's CPU bundle; with ``units`` > 1 processing units one unit's worth of cores; with one unit (ready-made
+    servers, ``generate``) all cores for the one server non-SI and SI run at a time, a share of them for the
+    ``busy`` servers DSI runs at once. The engine and the predictions of :mod:`specpar.prediction` both ask here."""
+    if cpus_per_server is not None:
+        return max(1, int(cpus_per_server))
+    if units > 1:
+        return max(1, cores // units)
+    return max(1, cores // max(1, busy))
+
+
 def model_uses_torch(model) -> bool:
     """Whether ``model`` computes with torch (a transformers model: its thread count is torch's, process-wide)."""
-    return hasattr(model, "module_on")
+    return as_model(model).kind == "transformers"
 
 
 class SharedThreads:
@@ -31,12 +46,12 @@ class SharedThreads:
     :mod:`specpar.backends.llama.settings`).
 
     torch: whether to set torch's count (never imported for models that do not use it).
-    servers: the servers whose ``set_batch_threads`` (llama.cpp) takes the count.
+    servers: the servers whose ``set_batch_threads`` takes the count (llama.cpp's; the others have no such setting).
     """
 
     def __init__(self, torch: bool, servers: Sequence = ()):
         self._torch = torch
-        self._servers = [s for s in servers if hasattr(s, "set_batch_threads")]
+        self._servers = list(servers)
         self._lock = threading.Lock()
         self._count = 0
         self._before: tuple = (None, [])

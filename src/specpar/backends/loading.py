@@ -4,7 +4,8 @@ Errors name the settings as the library takes them (``target=``, ``drafter=``, `
 ``--target``, ``--drafter`` and ``--dtype`` instead (:data:`CLI_FLAGS`).
 
 :func:`choose_backend` decides between llama.cpp (GGUF files on the CPU) and transformers; :func:`load_pair`
-loads a target and a drafter on it, checking before any weights load that they share a tokenizer.
+loads a target and a drafter on it, checking before any weights load that they share a tokenizer;
+:class:`LoadConfig` is an Engine's loading and placement settings.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ import logging
 import os
 import sys
 import time
+import warnings
+from dataclasses import dataclass, fields
 
 from specpar.core.errors import ConfigError
 
@@ -184,3 +187,56 @@ def _load_llama(target, drafter, dtype, progress: bool):
         for line in m.describe().splitlines():
             log.info("%s", line)
     return t, d
+
+
+@dataclass(frozen=True, kw_only=True)
+class LoadConfig:
+    """How an :class:`~specpar.Engine` loads models given as paths (or the default pair) and places their servers.
+
+    backend: "llama" (GGUF files on llama.cpp, CPU) or "transformers"; default: :func:`choose_backend`'s.
+    devices: the drafter's servers on the first, the target's round-robin over the others (one device: all on it);
+        default: where the models are. dtype: the transformers weights' type (default float32).
+    max_model_len: real models: the longest sequence a server holds (prompt + output), for the memory check
+        (vLLM's name; ``max_tokens`` is its deprecated alias, a request's output length being max_tokens).
+    """
+
+    backend: str | None = None
+    devices: tuple[str, ...] | None = None
+    dtype: str | None = None
+    max_model_len: int = 4096
+
+    @classmethod
+    def take(cls, options: dict) -> LoadConfig:
+        """The config named by ``options``' keywords for it, taken out of ``options``."""
+        if "max_tokens" in options:
+            warnings.warn("Engine(max_tokens=) is deprecated: give max_model_len=", DeprecationWarning, stacklevel=3)
+            options.setdefault("max_model_len", options.pop("max_tokens"))
+        fields = {name: options.pop(name) for name in LOAD_FIELDS if name in options}
+        if fields.get("devices") is not None:
+            fields["devices"] = tuple(fields["devices"])
+        return cls(**fields)
+
+    def load(self, target, drafter):
+        """(target, drafter) loaded from their paths (the default pair for None and None) on :func:`choose_backend`'s
+        backend: the drafter on the first device, the target on the second where there are two."""
+        backend = choose_backend(self.backend, target, drafter, self.devices)
+        if backend == "llama":
+            devices = list(self.devices or ["cpu"])
+        else:
+            from specpar.backends.transformers_model import available_devices
+
+            devices = list(self.devices) if self.devices else available_devices()
+        target_device = devices[1] if len(devices) > 1 else None
+        return load_pair(target, drafter, devices[0], self.dtype, target_device=target_device, backend=backend)
+
+    def placement(self, target, drafter) -> tuple[list[str], list[str]]:
+        """(the target's devices, the drafter's): ``devices``, else where the models are (the drafter's device
+        first, then the target's; "cpu" for simulated models)."""
+        devices = list(self.devices or ())
+        if not devices:
+            first = drafter if drafter is not None else target
+            devices = list(dict.fromkeys(m.device or "cpu" for m in (first, target)))
+        return (devices[1:] if len(devices) > 1 else devices), devices[:1]
+
+
+LOAD_FIELDS = tuple(f.name for f in fields(LoadConfig))

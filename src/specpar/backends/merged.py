@@ -13,10 +13,11 @@ from collections.abc import Sequence
 
 from specpar.core.calls import DraftTree
 from specpar.core.errors import ConfigError
+from specpar.core.model import Server
 from specpar.core.trees import TokenTree, merge, source_decoding
 
 
-class MergedDrafters:
+class MergedDrafters(Server):
     """Drafter servers s = 0, 1, ... behind one server: drafter s drafts with its own seed
     (:func:`~specpar.core.trees.source_decoding`) and its nodes carry ``source = s``.
 
@@ -27,9 +28,9 @@ class MergedDrafters:
     def __init__(self, servers: Sequence, name: str = "merged"):
         if not servers:
             raise ConfigError("a merge of drafters needs at least one drafter")
-        self.servers = list(servers)
+        self.servers = self.parts = list(servers)
         self.name = name
-        self.latency = getattr(self.servers[0], "latency", None)
+        self.latency = self.servers[0].latency
 
     def _calls(self, call) -> list[DraftTree]:
         if type(call) is not DraftTree:

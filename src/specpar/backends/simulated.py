@@ -41,6 +41,7 @@ from specpar.core.decoding import Decoding, mix64
 from specpar.core.errors import ConfigError
 from specpar.core.latency import LatencyProfile
 from specpar.core.logits_processors import rows, scaled
+from specpar.core.model import Model, Server
 from specpar.core.numbers import is_int, is_number
 from specpar.core.prefix import common_prefix_len, shared_base_lcp
 from specpar.core.trees import BestFirst, TokenTree, expand, grow_best_first
@@ -84,8 +85,11 @@ def peaked_probs(h: int, vocab_size: int, spread: float, mode: int, zeros, tempe
     return e / e.sum()
 
 
-class SimulatedLM:
+class SimulatedLM(Model):
     """What the simulated target and drafters share: the prefix hash and the server interface."""
+
+    kind = "simulated"
+    logits = None  # SimulatedModel's: its logits for a prefix hash (a stack's models have none)
 
     vocab_size: int
     latency: LatencyProfile
@@ -138,7 +142,7 @@ class SimulatedLM:
     def processed_rows(self, hashes, context, start: int, decoding: Decoding):
         """Rows for the prefixes with hashes ``hashes`` (positions start, start + 1, ...; prefixes
         context[:start + i]) through the request's logits processors (:func:`specpar.core.logits_processors.rows`)."""
-        logits = getattr(self, "logits", None)
+        logits = self.logits
         if logits is None:
             raise ConfigError(
                 f"{type(self).__name__} has no logits, so top_k, top_p, min_p and repetition_penalty cannot "
@@ -482,7 +486,7 @@ class GrownDraft:
 _names = itertools.count()
 
 
-class SimulatedServer:
+class SimulatedServer(Server):
     """One instance of a simulated model: a cache of prefix hashes and a latency profile.
 
     Implements the runtime's server contract: ``duration_ms(call)`` (virtual clock),

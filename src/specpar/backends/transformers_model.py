@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from specpar.backends.transformers_server import TransformersServer
 from specpar.core.errors import ConfigError
 from specpar.core.latency import LatencyProfile
+from specpar.core.model import Model
 from specpar.core.numbers import positive_int
 
 _names = itertools.count()
@@ -58,7 +59,7 @@ def available_devices() -> list[str]:
     return [f"cuda:{i}" for i in range(n)] if n else ["cpu"]
 
 
-class TransformersModel:
+class TransformersModel(Model):
     """A causal LM with its tokenizer.
 
     source: a loaded ``PreTrainedModel``, or a local directory / hub id for ``AutoModelForCausalLM``.
@@ -72,6 +73,8 @@ class TransformersModel:
     factory: a picklable function returning this model, for the Ray runtime's actors to build their own copy
         (weights never travel); set for a model loaded from a directory, None for a module in memory unless given.
     """
+
+    kind = "transformers"
 
     def __init__(
         self,

@@ -273,7 +273,7 @@ class TransformersServer(CachedServer):
     def remote_spec(self):
         """How a Ray actor builds this server: it calls the model's ``factory`` (which loads or builds the model in
         the actor's process: weights never travel), then makes a server of the same name there."""
-        factory = getattr(self.model, "factory", None)
+        factory = self.model.factory
         if factory is None:
             raise ConfigError(
                 f"{self.model.name} was built from a module in memory, so a Ray actor cannot build its own copy: "

@@ -11,9 +11,9 @@ draft distribution with zeros is still a distribution; the target's rows are the
 Two models whose tokenizers map text to different ids cannot speculate for each other: that is refused
 (:func:`check_tokenizers`), and :func:`~specpar.backends.loading.load_pair` does it before loading any weights.
 
-A model takes part through three optional attributes: ``tokenizer`` (with ``get_vocab()``), ``vocab_size`` (the
-width of the rows its servers return) and ``with_rows(n)`` (a copy whose servers return rows of width n; models
-without it, as simulated drafters of another target, are never fitted).
+A model takes part through its :class:`~specpar.core.model.Model` fields: ``tokenizer`` (with ``get_vocab()``),
+``vocab_size`` (the width of the rows its servers return) and ``with_rows(n)`` (a copy whose servers return rows of
+width n; None for models that cannot be fitted, as simulated targets).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 
 from specpar.core.errors import ConfigError
+from specpar.core.model import Model, as_model
 
 log = logging.getLogger(__name__)
 
@@ -37,43 +38,37 @@ def check_tokenizers(target_tokenizer, drafter_tokenizer, target_name: str = "ta
         )
 
 
-def token_count(model) -> int | None:
+def token_count(model: Model) -> int | None:
     """How many ids are real tokens: the model's ``token_count`` where it says, else one more than its tokenizer's
     largest id; None when unknown."""
-    count = getattr(model, "token_count", None)
-    if count is not None:
-        return count
-    tokenizer = getattr(model, "tokenizer", None)
-    if tokenizer is None:
+    if model.token_count is not None:
+        return model.token_count
+    if model.tokenizer is None:
         return None
-    ids = tokenizer.get_vocab().values()
+    ids = model.tokenizer.get_vocab().values()
     return max(ids) + 1 if ids else 0
 
 
 def fit_drafter(target, drafter):
     """The drafter to pair with ``target``: ``drafter.with_rows(target's width)`` when their rows differ only by
     padding (every real token id below both widths, where known), else ``drafter`` itself (one width already, no
-    ``with_rows``, or rows that differ by more than padding: greedy decoding still works, sampling is refused by
-    :func:`specpar.algorithms.checks.check_tokens`). Different tokenizers are refused (:func:`check_tokenizers`)."""
-    check_tokenizers(
-        getattr(target, "tokenizer", None),
-        getattr(drafter, "tokenizer", None),
-        getattr(target, "name", "target"),
-        getattr(drafter, "name", "drafter"),
-    )
-    width, own = getattr(target, "vocab_size", None), getattr(drafter, "vocab_size", None)
-    if width is None or own is None or width == own or not hasattr(drafter, "with_rows"):
+    ``with_rows``, Pools of servers, or rows that differ by more than padding: greedy decoding still works, sampling
+    is refused by :func:`specpar.algorithms.checks.check_tokens`). Different tokenizers are refused
+    (:func:`check_tokenizers`)."""
+    t, d = as_model(target), as_model(drafter)
+    check_tokenizers(t.tokenizer, d.tokenizer, t.name or "target", d.name or "drafter")
+    width, own = t.vocab_size, d.vocab_size
+    if width is None or own is None or width == own or d.with_rows is None:
         return drafter
-    tokens = max((n for n in (token_count(target), token_count(drafter)) if n is not None), default=None)
-    if tokens is not None and tokens > min(width, getattr(drafter, "native_rows", own)):
+    tokens = max((n for n in (token_count(t), token_count(d)) if n is not None), default=None)
+    if tokens is not None and tokens > min(width, d.native_rows or own):
         log.info("drafter rows %d vs target rows %d for %d tokens: more than padding, not fitted", own, width, tokens)
         return drafter
     log.info(
         "drafter %s has %d output rows, target %s %d: the rows beyond %s are padding, fitted to the target's width",
-        getattr(drafter, "name", "drafter"), own, getattr(target, "name", "target"), width,
-        tokens if tokens is not None else "the narrower model's",
+        d.name or "drafter", own, t.name or "target", width, tokens if tokens is not None else "the narrower model's",
     )  # fmt: skip
-    return drafter.with_rows(width)
+    return d.with_rows(width)
 
 
 def fit_drafters(target, drafter):

@@ -21,6 +21,8 @@ from specpar.core.errors import ConfigError
 from specpar.core.numbers import is_int, is_number
 
 ALGORITHMS = ("nonsi", "si", "dsi", "hsd", "hsd-sp")
+AUTO = "auto"  # the fastest of the algorithms on this machine, by prediction (specpar.prediction.auto)
+AUTO_CHOOSES = ("lookahead", "tree", "proposer", "buffers", "prefill_replicas", "dedicated_cursor")
 LOOKAHEAD_MODES = ("auto", "adaptive")
 RUNTIMES = ("virtual", "threads", "ray")
 CANCEL_MODES = ("now", "end")
@@ -92,6 +94,8 @@ class SpeculativeConfig:
                 "dsi": "SI whose verifications run on --sp-degree target servers while drafting goes on",
                 "hsd": "a stack of drafters, each verifying the one below",
                 "hsd-sp": "HSD with DSI's parallel verification at the top",
+                "auto": "the fastest exact method and its settings on this machine, by a prediction from its "
+                "measured profile (`specpar predict` shows it)",
             },
         ),
     )
@@ -166,8 +170,8 @@ class SpeculativeConfig:
     )
 
     def __post_init__(self):
-        if self.algorithm not in ALGORITHMS:
-            raise ConfigError(f"algorithm must be one of {', '.join(ALGORITHMS)}, got {self.algorithm!r}")
+        if self.algorithm not in ALGORITHMS and self.algorithm != AUTO:
+            raise ConfigError(f"algorithm must be one of {', '.join(ALGORITHMS)} or {AUTO}, got {self.algorithm!r}")
         k = self.lookahead
         if k is not None and k not in LOOKAHEAD_MODES and not is_int(k, 1):
             raise ConfigError(f"lookahead must be an integer >= 1, 'auto' or 'adaptive', got {k!r}")
@@ -212,8 +216,12 @@ class SpeculativeConfig:
     def for_request(self, **changes) -> SpeculativeConfig:
         """A request's speculation over these defaults (an engine's or a server's): :meth:`replace`, except that a
         request switching to an algorithm that takes no token tree or n-gram proposer (non-SI, HSD) leaves the
-        defaults' tree and n-gram proposer behind instead of being refused for them; ones it names are checked."""
+        defaults' tree and n-gram proposer behind instead of being refused for them, and one switching to "auto"
+        the defaults' settings it chooses itself (AUTO_CHOOSES); ones it names are checked."""
         algorithm = changes.get("algorithm")
+        if algorithm == AUTO:  # auto chooses the method's settings: the defaults' own are left behind
+            kept = {k: v for k, v in changes.items() if v is not None}
+            return replace(self, **{name: kept.get(name) for name in AUTO_CHOOSES}, **kept)
         if algorithm is not None and algorithm not in ("si", "dsi"):
             kept = {k: v for k, v in changes.items() if v is not None}
             if "tree" not in kept:

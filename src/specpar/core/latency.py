@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from specpar.core.errors import ConfigError
@@ -73,6 +74,102 @@ class LatencyProfile:
             ms = self.tpot_ms + self.per_token_ms * (n_new - 1) if n_new > 1 else self.tpot_ms
         ms += (call.k - 1) * self.tpot_ms
         return ms + self.per_token_ms * call.extra_tokens if self.per_token_ms else ms
+
+
+def line_through(points: Sequence[tuple[float, float]], x: float) -> float:
+    """Piecewise-linear through ``points`` (sorted by x, distinct x): interpolated between them, the nearest
+    segment's line outside them; one point: its y everywhere."""
+    if len(points) == 1:
+        return points[0][1]
+    i = 1
+    while i < len(points) - 1 and points[i][0] < x:
+        i += 1
+    (x0, y0), (x1, y1) = points[i - 1], points[i]
+    return y0 + (y1 - y0) * (x - x0) / (x1 - x0)
+
+
+@dataclass(frozen=True, slots=True)
+class PassCosts:
+    """Measured forward-pass costs of one model on one machine, with the threads the engine gives its passes
+    (a machine profile's model costs at one thread count: :mod:`specpar.prediction.machine`), in ms. The same
+    contract as :class:`LatencyProfile` for the servers that time calls with it (``call_ms``, ``cache_matters``),
+    and its linear summary (``ttft_ms``, ``tpot_ms``, ``per_token_ms``) for the rules that read one (Eq. 1).
+
+    prefill: ((prompt_tokens, ms), ...), increasing lengths: a pass over a prompt on an empty cache
+        (:func:`line_through` between and beyond the points).
+    passes: (v(1), ..., v(K)): one pass over k new tokens on a warm cache; past K the line through the last two.
+    call_ms_extra: added to every call (a runtime's round trip to the server: threads, Ray).
+    """
+
+    prefill: tuple[tuple[int, float], ...]
+    passes: tuple[float, ...]
+    call_ms_extra: float = 0.0
+    cache_matters = True  # a class constant: a pass's cost always depends on what the server has cached
+
+    def v(self, k: int) -> float:
+        """One pass over ``k`` >= 1 new tokens on a warm cache (ms)."""
+        v = self.passes
+        if k <= len(v):
+            return v[k - 1] if k > 0 else v[0]
+        if len(v) == 1:
+            return v[0] * k  # one measured point: proportional
+        return v[-1] + (v[-1] - v[-2]) * (k - len(v))
+
+    def prefill_ms(self, tokens: int) -> float:
+        """A prefill of a prompt of ``tokens`` tokens (ms), never below 0."""
+        return max(0.0, line_through(self.prefill, tokens))
+
+    @property
+    def ttft_ms(self) -> float:
+        return self.prefill[0][1]
+
+    @property
+    def tpot_ms(self) -> float:
+        return self.passes[0]
+
+    @property
+    def per_token_ms(self) -> float:
+        """The mean cost of one more token in a pass, over the passes measured (0 with one)."""
+        v = self.passes
+        return max(0.0, (v[-1] - v[0]) / (len(v) - 1)) if len(v) > 1 else 0.0
+
+    def call_ms(self, call, cached: int) -> float:
+        """Time of a Draft or Score call on a server whose cache holds the first ``cached`` tokens of its context,
+        as :meth:`LatencyProfile.call_ms` prices it with the measured costs: on an empty cache a prefill of the
+        prompt (the context less its drafts) plus what its drafts add to a one-token pass; otherwise v(new tokens);
+        a draft of k tokens adds k - 1 one-token passes; a tree's nodes beyond one per pass (``extra_tokens``) add
+        what they add to a one-token pass. On a linear profile this is LatencyProfile's time exactly."""
+        v1 = self.passes[0]
+        if call.kind == "verify":
+            if cached == 0:
+                d = call.n_drafts
+                return (
+                    self.prefill_ms(len(call.context) + call.extra_tokens - d) + self.v(1 + d) - v1 + self.call_ms_extra
+                )
+            return self.v(max(1, len(call.context) + call.extra_tokens - cached)) + self.call_ms_extra
+        ms = self.prefill_ms(len(call.context)) if cached == 0 else self.v(max(1, len(call.context) - cached))
+        ms += (call.k - 1) * v1 + self.call_ms_extra
+        return ms + self.v(1 + call.extra_tokens) - v1 if call.extra_tokens else ms
+
+
+def check_contention(factors) -> tuple[float, ...]:
+    """Contention factors (f(1), f(2), ...) checked: numbers >= 1, the first 1.0; a ConfigError otherwise."""
+    if isinstance(factors, (str, bytes)) or not isinstance(factors, Sequence) or not factors:
+        raise ConfigError(f"contention must be slowdown factors for 1, 2, ... busy servers, got {factors!r}")
+    for f in factors:
+        if isinstance(f, bool) or not isinstance(f, (int, float)) or not 1.0 <= f <= MAX_LATENCY_MS:
+            raise ConfigError(f"contention factors are numbers >= 1, got {f!r} in {factors!r}")
+    if factors[0] != 1.0:
+        raise ConfigError(f"the first contention factor (one busy server) is 1.0, got {factors!r}")
+    return tuple(float(f) for f in factors)
+
+
+def slowdown(factors: Sequence[float], busy: int) -> float:
+    """f(busy): how many times longer a pass takes while ``busy`` servers run at once, from measured ``factors``
+    (f(1), f(2), ...); past the last, in proportion to ``busy`` (the cores shared evenly)."""
+    if busy <= len(factors):
+        return factors[max(busy, 1) - 1]
+    return factors[-1] * busy / len(factors)
 
 
 STALL_FACTOR = 10.0

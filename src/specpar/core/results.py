@@ -42,6 +42,7 @@ METRICS = {
         "tokens per token the target made itself = accepted drafts in a row + 1 (SI's equals its tokens/pass; "
         "DSI's runs go on across lookahead windows)"
     ),
+    "predicted s": "the time the machine profile predicts for the run (`specpar predict`; auto: its choice's)",
 }
 
 
@@ -115,6 +116,12 @@ class GenerationResult:
     time_lost_ms: float = 0.0  # time their unfinished calls had run before being redone elsewhere
     # one per output token when asked for (SamplingParams.logprobs, Decoding.logprobs), else None
     logprobs: list[TokenLogprob] | None = None
+    # an Engine's request: the time it waited for processing units, and its time outside forward passes (real
+    # models on threads: :func:`overhead`); None elsewhere
+    queue_ms: float | None = None
+    overhead: dict | None = None
+    # algorithm="auto": what it chose and why ({"method", "label", "predicted_ms", "reason"}: prediction.auto.Choice)
+    auto: dict | None = None
 
     @property
     def timeline(self) -> list[TaskRecord]:

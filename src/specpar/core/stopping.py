@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from specpar.core.errors import ConfigError
+from specpar.core.model import Model
 
 # Tokens that end generation in the chat and base formats of common model families, as llama.cpp lists them
 # (llama-vocab.cpp's end-of-generation tokens): matched against a tokenizer's special and added tokens only.
@@ -31,14 +32,14 @@ END_OF_TEXT_TOKENS = (
 )
 
 
-def end_of_text_ids(model) -> frozenset[int]:
+def end_of_text_ids(model: Model) -> frozenset[int]:
     """Every id that ends a model's text: its generation config's and tokenizer's eos ids, and the tokenizer's
     special tokens that are end-of-text markers (Qwen2.5 ends completions with <|endoftext|> 151643 and chat
     turns with <|im_end|> 151645; its GGUF names only one of them as eos). Empty for a model that names none."""
     ids: set[int] = set()
-    eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    eos = getattr(model.generation_config, "eos_token_id", None)  # transformers' GenerationConfig, or None
     ids.update(eos if isinstance(eos, (list, tuple)) else () if eos is None else (eos,))
-    tok = getattr(model, "tokenizer", None)
+    tok = model.tokenizer
     if tok is not None:
         if getattr(tok, "eos_token_id", None) is not None:
             ids.add(tok.eos_token_id)

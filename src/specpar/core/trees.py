@@ -378,9 +378,9 @@ def grow_best_first(
     ``fed``: the nodes the drafter was run on, in the order fed (a server's cache holds them: ``ranked(fed,
     frontier, k)`` is called with frontier = [-1] first, then with the nodes each pass appended to ``fed``);
     passes: forward passes, the root's included. Greedy: nodes carry no rows (the verifier follows the target's
-    argmax). Sampling: each node's row is the point mass on its token; the candidates are a deterministic function
-    of the context, so multi-step speculative sampling with those rows (accept x with probability p(x), then
-    p <- norm(p without x)) is lossless: it samples the target's law without replacement over the candidates.
+    argmax). Sampling: each node's row is the point mass on its token; the candidates are a deterministic function of
+    the context, so multi-step speculative sampling with those rows (accept x with probability p(x), then p <- norm(p
+    without x)) is lossless: it samples the target's law without replacement over the candidates.
     """
     budget, limit = shape.nodes, shape.max_depth
     # candidate c: value (path log-probability), parent candidate (-1: root), token, depth; fed node or None
@@ -418,11 +418,19 @@ def grow_best_first(
         for c, (tokens, probs) in zip(todo, ranked(fed, frontier, budget)):
             propose(c, tokens, probs)
         passes += 1
+    return _best_tree((best(), parent, token, value), None if decoding.greedy else vocab_size, source), fed, passes
+
+
+def _best_tree(candidates: tuple, vocab_size: int | None, source: int) -> TokenTree:
+    """The tree of the ``candidates`` chosen (chosen, parent, token, value: the chosen candidates, parents first,
+    and every candidate's parent, token and path log-probability); each node's row the point mass on its token
+    (sampling: ``vocab_size`` wide; greedy: None, no row)."""
+    chosen, parent, token, value = candidates
     tree, node = TokenTree(), {-1: -1}
-    for c in best():  # parents first (they rank above their children)
+    for c in chosen:  # parents first (they rank above their children)
         row = None
-        if not decoding.greedy:
+        if vocab_size is not None:
             row = np.zeros(vocab_size)
             row[token[c]] = 1.0
         node[c] = tree.add(node[parent[c]], token[c], source, row, logq=value[c])
-    return tree, fed, passes
+    return tree

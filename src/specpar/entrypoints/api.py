@@ -52,10 +52,22 @@ def generate(
     """
     from specpar.entrypoints.engine import Engine  # the engine is built on this module's neighbours
 
+    params, options = _split(params, options)
+    keep_actors = _is_pool(target) or _is_pool(drafter)
+    # one request: all the servers its configuration needs (units=1), no other to share them with
+    engine = Engine(target, drafter, speculative_config=speculative_config, runtime=runtime, units=1,
+                    keep_actors=keep_actors, **options)  # fmt: skip
+    with collector_paused(engine.runtime == "virtual"), engine:  # closed with the collector still paused
+        return engine.generate(prompt, params, stream=stream)
+
+
+def _split(params: SamplingParams | None, options: dict) -> tuple[SamplingParams, dict]:
+    """generate()'s keywords split into the request's SamplingParams (``params``, or its fields, max_tokens 64 by
+    default and greedy) and the Engine's keywords (the configs' fields, ``runtime_options``)."""
     options = dict(options)
     runtime_options = options.pop("runtime_options", None)
     if "max_new_tokens" in options:
-        warnings.warn("generate(max_new_tokens=) is deprecated: give max_tokens=", DeprecationWarning, stacklevel=2)
+        warnings.warn("generate(max_new_tokens=) is deprecated: give max_tokens=", DeprecationWarning, stacklevel=3)
         if "max_tokens" in options:
             raise ConfigError("give max_tokens= (max_new_tokens= is its deprecated alias), not both")
         options["max_tokens"] = options.pop("max_new_tokens")
@@ -66,19 +78,7 @@ def generate(
         raise ConfigError(
             f"give the sampling parameters either as params= or as keywords, not both: {sorted(sampling)}"
         )
-    engine = Engine(
-        target,
-        drafter,
-        speculative_config=speculative_config,
-        runtime=runtime,
-        runtime_options=runtime_options,
-        keep_actors=_is_pool(target) or _is_pool(drafter),
-        units=1,  # one request: all the servers its configuration needs, no other to share them with
-        **spec_fields,
-        **runtime_fields,
-    )
-    with collector_paused(engine.runtime == "virtual"), engine:  # closed with the collector still paused
-        return engine.generate(prompt, params, stream=stream)
+    return params, {**spec_fields, **runtime_fields, "runtime_options": runtime_options}
 
 
 def _is_pool(source) -> bool:

@@ -462,59 +462,25 @@ def _argmax_words(h: Heatmap, s: np.ndarray, fn=np.argmax) -> str:
 
 
 def reproduce(
-    resolution: int = 50,
-    n: int = 100,
-    repeats: int = 5,
-    sp_degree: int = 7,
-    seed: int = 0,
-    only=None,
-    table2_rows: list[Table2Row] | None = None,
-    progress=None,
-    figures: dict | None = None,
-    lookaheads: tuple[int, int] = (1, 200),
+    only=None, *, table2_rows: list[Table2Row] | None = None, progress=None, figures: dict | None = None, **grid
 ) -> list[Claim]:
     """Measure and judge every claim (or those in ``only``), in CLAIM_KEYS order.
 
-    figures: if a dict, receives the measured GridFigures under "grid" (for writing the heatmaps).
+    grid: the heatmaps' settings, as :func:`measure_grid` takes them (resolution 50, n 100, repeats 5, sp_degree 7,
+    seed 0, lookaheads (1, 200) by default). figures: if a dict, receives the measured GridFigures under "grid" (for
+    writing the heatmaps).
     """
     keys = list(CLAIM_KEYS if not only else only)
     unknown = set(keys) - set(CLAIM_KEYS)
     if unknown:
         raise ConfigError(f"unknown claim {sorted(unknown)}; choose from {', '.join(CLAIM_KEYS)}")
-    grid_opts = (
-        f"--resolution {resolution} -N {n} --repeats {repeats} --sp-degree {sp_degree} --seed {seed}"
-        f" --lookaheads {lookaheads[0]}-{lookaheads[1]}"
-    )
-    fig2_cmd = f"specpar heatmap {grid_opts}"
+    grid = {**GRID_DEFAULTS, **grid}
     claims = []
     if {"theorem1", "theorem2", "fig2b", "fig2d", "fig2a"} & set(keys):
-        g = measure_grid(resolution, n, repeats, sp_degree, seed, lookaheads=lookaheads, progress=progress)
+        g = measure_grid(**grid, progress=progress)
         if figures is not None:
             figures["grid"] = g
-        f2, f7 = g.fig2, g.fig7
-        s2, s7 = f2.speedup("dsi_vs_nonsi"), f7.speedup("dsi_vs_nonsi")
-        if "theorem1" in keys:
-            worst = (
-                f"Fig. 2 grid min {s2.min():.4f}x {_argmax_words(f2, s2, np.argmin)}, Fig. 7 grid min {s7.min():.4f}x"
-            )
-            claims.append(
-                check_theorem1(
-                    float(min(s2.min(), s7.min())), worst, f"{fig2_cmd}  and  specpar heatmap -k 5 {grid_opts}"
-                )
-            )
-        if "theorem2" in keys:
-            claims.append(
-                check_theorem2(
-                    float(g.theorem2_ratio.min()), g.theorem2_rechecks, f"specpar reproduce --only theorem2 {grid_opts}"
-                )
-            )
-        if "fig2b" in keys:
-            claims.append(check_fig2b(float(f2.speedup("dsi_vs_si").min()), g.fig2b_rechecks, sp_degree, fig2_cmd))
-        if "fig2d" in keys:
-            s = f2.speedup("dsi_vs_best")
-            claims.append(check_fig2d(float(s.max()), _argmax_words(f2, s) + f", N = {n}", fig2_cmd))
-        if "fig2a" in keys:
-            claims.append(check_fig2a(f2.speedup("si_vs_nonsi"), f2.c, f2.a, fig2_cmd))
+        claims += _grid_claims(g, keys, grid)
     if "sp-vs-mp" in keys:
         m = measure_sp_vs_mp()
         claims.append(
@@ -533,17 +499,48 @@ def reproduce(
         if progress:
             progress("Amdahl")
     if "table2" in keys:
-        rows = list(table2_rows if table2_rows is not None else TABLE2_KNOWN)
-        results = {r.name: measure_table2_row(r.c, r.a) for r in rows if r.c is not None and r.a is not None}
-        given = " ".join(r.option or f"--table2-row '{r.name}' {r.c:g} {r.a:g}" for r in rows if r.name in results)
-        claims.append(
-            check_table2(
-                rows,
-                results,
-                "specpar reproduce --only table2 " + (given or "--starcoder-latency-ratio C --phi3-acceptance-rate A"),
-            )
-        )
+        claims.append(_table2_claim(table2_rows))
         if progress:
             progress("Table 2")
     order = {k: i for i, k in enumerate(CLAIM_KEYS)}
     return sorted(claims, key=lambda c: order[c.key])
+
+
+GRID_DEFAULTS = {"resolution": 50, "n": 100, "repeats": 5, "sp_degree": 7, "seed": 0, "lookaheads": (1, 200)}
+
+
+def _grid_claims(g: GridFigures, keys: list[str], grid: dict) -> list[Claim]:
+    """The claims judged on the heatmaps ``g`` measured with the settings ``grid``."""
+    lo, hi = grid["lookaheads"]
+    grid_opts = (
+        f"--resolution {grid['resolution']} -N {grid['n']} --repeats {grid['repeats']} --sp-degree "
+        f"{grid['sp_degree']} --seed {grid['seed']} --lookaheads {lo}-{hi}"
+    )
+    fig2_cmd = f"specpar heatmap {grid_opts}"
+    f2, f7 = g.fig2, g.fig7
+    s2, s7 = f2.speedup("dsi_vs_nonsi"), f7.speedup("dsi_vs_nonsi")
+    claims = []
+    if "theorem1" in keys:
+        worst = f"Fig. 2 grid min {s2.min():.4f}x {_argmax_words(f2, s2, np.argmin)}, Fig. 7 grid min {s7.min():.4f}x"
+        both = f"{fig2_cmd}  and  specpar heatmap -k 5 {grid_opts}"
+        claims.append(check_theorem1(float(min(s2.min(), s7.min())), worst, both))
+    if "theorem2" in keys:
+        cmd = f"specpar reproduce --only theorem2 {grid_opts}"
+        claims.append(check_theorem2(float(g.theorem2_ratio.min()), g.theorem2_rechecks, cmd))
+    if "fig2b" in keys:
+        claims.append(check_fig2b(float(f2.speedup("dsi_vs_si").min()), g.fig2b_rechecks, grid["sp_degree"], fig2_cmd))
+    if "fig2d" in keys:
+        s = f2.speedup("dsi_vs_best")
+        claims.append(check_fig2d(float(s.max()), _argmax_words(f2, s) + f", N = {grid['n']}", fig2_cmd))
+    if "fig2a" in keys:
+        claims.append(check_fig2a(f2.speedup("si_vs_nonsi"), f2.c, f2.a, fig2_cmd))
+    return claims
+
+
+def _table2_claim(table2_rows: list[Table2Row] | None) -> Claim:
+    """Table 2's claim, on its known rows (or ``table2_rows``)."""
+    rows = list(table2_rows if table2_rows is not None else TABLE2_KNOWN)
+    results = {r.name: measure_table2_row(r.c, r.a) for r in rows if r.c is not None and r.a is not None}
+    given = " ".join(r.option or f"--table2-row '{r.name}' {r.c:g} {r.a:g}" for r in rows if r.name in results)
+    cmd = "specpar reproduce --only table2 " + (given or "--starcoder-latency-ratio C --phi3-acceptance-rate A")
+    return check_table2(rows, results, cmd)

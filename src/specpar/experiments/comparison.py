@@ -64,28 +64,24 @@ def compare(
     make_models: Callable[[int], tuple],
     make_prompt: Callable[[int], Sequence[int]],
     *,
-    max_tokens: int,
     lookahead: int | Mapping[str, int],
-    sp_degree: int,
     repeats: int = 1,
     seed: int = 0,
-    temperature: float = 0.0,
-    coupling: str = "rejection",
-    runtime: str = "virtual",
-    runtime_options: dict | None = None,
     algorithms: Iterable[str] = ("nonsi", "si", "dsi"),
     progress: Callable[[str], None] | None = None,
-    stream: Callable[[list[int]], None] | None = None,
-    tree: Sequence[int] | None = None,
+    **run,
 ) -> dict[str, AlgorithmSummary]:
     """Run each algorithm ``repeats`` times, interleaved, repeat r on models and prompt built from ``seed + r``.
 
     make_models(seed) -> (target, drafter); make_prompt(seed) -> token ids.
     lookahead: one for every algorithm, or one per algorithm ({"si": 6, "dsi": 2}).
     Through :func:`~specpar.experiments.loop.run_arms`: interleaved (nonsi, si, dsi, nonsi, ...).
-    progress: called with each algorithm's name when a run ends; stream: every run's verified tokens as they come.
-    tree: a token tree <k1, ..., km>: SI and DSI also run over it, as "si-tree" and "dsi-tree" (beside the chains).
+    progress: called with each algorithm's name when a run ends.
+    run: each run's :func:`~specpar.experiments.runs.run_once` keywords (max_tokens, sp_degree, temperature,
+    coupling, runtime, runtime_options, stream: every run's verified tokens as they come); ``tree`` (a token tree
+    <k1, ..., km>): SI and DSI also run over it, as "si-tree" and "dsi-tree" (beside the chains).
     """
+    tree = run.pop("tree", None)
     algorithms = list(algorithms)
     if tree is not None:
         algorithms += [f"{a}-tree" for a in ("si", "dsi") if a in algorithms]
@@ -94,50 +90,44 @@ def compare(
         target, drafter = make_models(seed + r)
         return r, target, drafter, make_prompt(seed + r)
 
-    def run(algo, repeat):
+    def one(algo, repeat):
         r, target, drafter, prompt = repeat
+        k = lookahead.get(algo) if isinstance(lookahead, Mapping) else lookahead
+        tree_of = tree if algo.endswith("-tree") else None
         return run_once(
-            prompt,
-            target,
-            drafter,
-            algorithm=algo.removesuffix("-tree"),
-            max_tokens=max_tokens,
-            lookahead=lookahead.get(algo) if isinstance(lookahead, Mapping) else lookahead,
-            tree=tree if algo.endswith("-tree") else None,
-            sp_degree=sp_degree,
-            temperature=temperature,
-            coupling=coupling,
-            seed=seed + r,
-            runtime=runtime,
-            runtime_options=runtime_options,
-            stream=stream,
-        )
+            prompt, target, drafter, algorithm=algo.removesuffix("-tree"), lookahead=k, tree=tree_of, seed=seed + r,
+            **run,
+        )  # fmt: skip
 
     runs = run_arms(
-        algorithms, repeats, run, setup=setup, on_result=(lambda a, r, res: progress(a)) if progress else None
+        algorithms, repeats, one, setup=setup, on_result=(lambda a, r, res: progress(a)) if progress else None
     )
-    out = {}
-    for algo, results in runs.items():
-        s = AlgorithmSummary(
-            algo, results[0].lookahead, results[0].sp_degree, [x.time_ms for x in results], first_run=results[0]
-        )
-        drafted = sum(x.drafted for x in results)
-        accepted = sum(x.accepted for x in results)
-        rounds = sum(x.rounds for x in results)
-        verifications = sum(x.verifications for x in results)
-        if drafted:
-            s.acceptance_rate = accepted / drafted
-        if rounds:
-            s.mean_run_length = 1 + accepted / rounds
-        if verifications:
-            s.mean_acceptance_length = sum(len(x.tokens) for x in results) / verifications
-        s.target_forwards = statistics.fmean(x.target_forwards for x in results)
-        s.drafter_forwards = statistics.fmean(x.drafter_forwards for x in results)
-        if "nonsi" in runs:
-            s.vs_nonsi = speedup([x.time_ms for x in runs["nonsi"]], s.time_ms)
-            if temperature == 0 or coupling == "gumbel":  # then the tokens must be non-SI's, not only in law
-                s.same_tokens_as_nonsi = all(a.tokens == b.tokens for a, b in zip(runs["nonsi"], results))
-        if "si" in runs:
-            s.vs_si = speedup([x.time_ms for x in runs["si"]], s.time_ms)
-        out[algo] = s
-    return out
+    exact = run.get("temperature", 0.0) == 0 or run.get("coupling") == "gumbel"  # the tokens must be non-SI's
+    return {algo: summarize(algo, results, runs, exact) for algo, results in runs.items()}
+
+
+def summarize(algo: str, results: list, runs: dict, exact: bool) -> AlgorithmSummary:
+    """One algorithm's runs summarized, beside non-SI's and SI's (``runs``: every algorithm's); exact: its tokens
+    must be non-SI's (greedy, or the Gumbel coupling), not only follow their law."""
+    s = AlgorithmSummary(
+        algo, results[0].lookahead, results[0].sp_degree, [x.time_ms for x in results], first_run=results[0]
+    )
+    drafted = sum(x.drafted for x in results)
+    accepted = sum(x.accepted for x in results)
+    rounds = sum(x.rounds for x in results)
+    verifications = sum(x.verifications for x in results)
+    if drafted:
+        s.acceptance_rate = accepted / drafted
+    if rounds:
+        s.mean_run_length = 1 + accepted / rounds
+    if verifications:
+        s.mean_acceptance_length = sum(len(x.tokens) for x in results) / verifications
+    s.target_forwards = statistics.fmean(x.target_forwards for x in results)
+    s.drafter_forwards = statistics.fmean(x.drafter_forwards for x in results)
+    if "nonsi" in runs:
+        s.vs_nonsi = speedup([x.time_ms for x in runs["nonsi"]], s.time_ms)
+        if exact:
+            s.same_tokens_as_nonsi = all(a.tokens == b.tokens for a, b in zip(runs["nonsi"], results))
+    if "si" in runs:
+        s.vs_si = speedup([x.time_ms for x in runs["si"]], s.time_ms)
+    return s

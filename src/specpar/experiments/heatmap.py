@@ -28,7 +28,7 @@ from __future__ import annotations
 import csv
 import math
 import statistics
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -151,57 +151,79 @@ def compute_heatmap(
     repeats: int = 5,
     sp_degree: int = 7,
     lookaheads: tuple[int, int] = (1, 200),
-    fixed_lookahead: int | None = None,
     seed: int = 0,
-    c: Sequence[float] | None = None,
-    a: Sequence[float] | None = None,
     progress: Callable[[int, int], None] | None = None,
+    **cells,
 ) -> Heatmap:
-    """Fig. 2 (``fixed_lookahead=None``) or Fig. 7 (``fixed_lookahead=5``) on :func:`grid` (``resolution``).
+    """Fig. 2 (every lookahead in ``lookaheads``) or Fig. 7 (``fixed_lookahead=5``) on :func:`grid` (``resolution``).
 
-    c, a: explicit axes instead of the paper's grid at ``resolution``.
-    progress(done, total): called as batches of work finish.
+    cells: ``c``, ``a``: explicit axes instead of the paper's grid at ``resolution``; ``fixed_lookahead``: one
+    lookahead for every cell. progress(done, total): called as batches of work finish.
     """
-    _check(n, repeats, sp_degree, lookaheads, fixed_lookahead)
+    unknown = sorted(set(cells) - {"c", "a", "fixed_lookahead"})
+    if unknown:
+        raise ConfigError(f"compute_heatmap takes no option {', '.join(unknown)}")
+    fixed = cells.get("fixed_lookahead")
+    _check(n, repeats, sp_degree, lookaheads, fixed)
+    cs, as_ = _axes(resolution, cells.get("c"), cells.get("a"))
+    ks = np.array([fixed] if fixed is not None else range(lookaheads[0], lookaheads[1] + 1))
+    nz = next_rejection(acceptance_uniforms(repeats, n, seed), as_)  # [A, repeats, n+1]
+    si_batches = max(1, math.ceil(len(ks) / 25))
+    si, si_lookahead = _best_si(nz, ks, cs, n, si_batches)
+
+    def candidates(i: int) -> list[int]:
+        return [fixed] if fixed is not None else valid_lookaheads(float(cs[i]), sp_degree, lookaheads, n)
+
+    pairs = [(i, k) for i in range(len(cs)) for k in candidates(i)]
+    dsi, dsi_k = _best_dsi(nz, pairs, cs, n, sp_degree, (si_batches, progress))
+    sp_needed = np.array([[sp_degree_needed(1.0, float(cs[i]), int(k)) for k in dsi_k[i]] for i in range(len(cs))])
+    return Heatmap(
+        c=cs, a=as_, nonsi=np.full((len(cs), len(as_)), float(n)), si=si, dsi=dsi, si_lookahead=si_lookahead,
+        dsi_lookahead=dsi_k, sp_needed=sp_needed, sp_degree=sp_degree, n=n, repeats=repeats, fixed_lookahead=fixed,
+        lookaheads=tuple(lookaheads), seed=seed,
+    )  # fmt: skip
+
+
+def _axes(resolution: int, c, a) -> tuple[np.ndarray, np.ndarray]:
+    """The drafter latencies c [C] and acceptance rates a [A]: those given, else the paper's grid."""
     cs, as_ = grid(resolution) if c is None or a is None else (None, None)
     cs = np.asarray(c if c is not None else cs, dtype=float)
     as_ = np.asarray(a if a is not None else as_, dtype=float)
     if cs.size == 0 or as_.size == 0 or not ((cs > 0) & (cs <= 1)).all() or not ((as_ >= 0) & (as_ <= 1)).all():
         raise ConfigError("drafter latencies c must lie in (0, 1] and acceptance rates a in [0, 1]")
-    ks = np.array([fixed_lookahead] if fixed_lookahead is not None else range(lookaheads[0], lookaheads[1] + 1))
-    nz = next_rejection(acceptance_uniforms(repeats, n, seed), as_)  # [A, repeats, n+1]
-    C, A = len(cs), len(as_)
-    si_batches = max(1, math.ceil(len(ks) / 25))
+    return cs, as_
 
-    # SI: drafted tokens and rounds per (lookahead, a, repeat); latency (si_time) for every c at once.
+
+def _best_si(nz: np.ndarray, ks: np.ndarray, cs: np.ndarray, n: int, batches: int):
+    """SI's fastest lookahead per cell and its latency, [C, A] each: drafted tokens and rounds per (lookahead, a,
+    repeat) from ``nz`` [A, repeats, n+1], the latency (si_time) for every c at once."""
+    A, repeats = nz.shape[0], nz.shape[1]
     drafted = np.empty((len(ks), A))
     rounds = np.empty((len(ks), A))
     flat = nz.reshape(A * repeats, n + 1)
-    for ks_batch in np.array_split(np.arange(len(ks)), si_batches):
+    for ks_batch in np.array_split(np.arange(len(ks)), batches):
         kk = np.repeat(ks[ks_batch], A * repeats)
         d, r = si_counts(np.tile(flat, (len(ks_batch), 1)), kk, n)
         drafted[ks_batch] = d.reshape(len(ks_batch), A, repeats).mean(axis=2)
         rounds[ks_batch] = r.reshape(len(ks_batch), A, repeats).mean(axis=2)
     si_all = si_time(drafted[:, None, :], rounds[:, None, :], cs[None, :, None])  # [K, C, A]
     best = np.argmin(si_all, axis=0)
-    si = np.take_along_axis(si_all, best[None], axis=0)[0]
-    si_lookahead = ks[best]
+    return np.take_along_axis(si_all, best[None], axis=0)[0], ks[best]
 
-    # DSI: every candidate lookahead of each c, one run per (c, k, a, repeat), in batches; the best per cell.
-    def candidates(i: int) -> list[int]:
-        if fixed_lookahead is not None:
-            return [fixed_lookahead]
-        return valid_lookaheads(float(cs[i]), sp_degree, lookaheads, n)
 
-    pairs = [(i, k) for i in range(C) for k in candidates(i)]
+def _best_dsi(nz: np.ndarray, pairs: list, cs: np.ndarray, n: int, sp_degree: int, progress: tuple):
+    """DSI's fastest lookahead per cell and its latency, [C, A] each: one run per (c, k, a, repeat) for every
+    candidate (c's index, k) in ``pairs``, in batches. progress: (batches done before these, the callback)."""
+    A, repeats = nz.shape[0], nz.shape[1]
+    before, report = progress
     n_batches = min(len(pairs), math.ceil(len(pairs) * A * repeats / 20000))  # never an empty batch
     batches = np.array_split(np.arange(len(pairs)), max(1, n_batches))
-    total = si_batches + len(batches)
-    if progress:
-        progress(si_batches, total)
-    dsi = np.full((C, A), np.inf)
-    dsi_k = np.zeros((C, A), dtype=np.int64)
-    for done, batch in enumerate(batches, si_batches + 1):
+    total = before + len(batches)
+    if report:
+        report(before, total)
+    dsi = np.full((len(cs), A), np.inf)
+    dsi_k = np.zeros((len(cs), A), dtype=np.int64)
+    for done, batch in enumerate(batches, before + 1):
         cis = np.array([pairs[b][0] for b in batch])
         kks = np.array([pairs[b][1] for b in batch])
         runs = len(batch) * A * repeats
@@ -216,25 +238,9 @@ def compute_heatmap(
         for row, i, k in zip(means, cis, kks):
             better = row < dsi[i] - 1e-12  # ties keep the smaller lookahead (candidates come in increasing order)
             dsi[i, better], dsi_k[i, better] = row[better], k
-        if progress:
-            progress(done, total)
-    sp_needed = np.array([[sp_degree_needed(1.0, float(cs[i]), int(k)) for k in dsi_k[i]] for i in range(C)])
-    return Heatmap(
-        c=cs,
-        a=as_,
-        nonsi=np.full((len(cs), A), float(n)),
-        si=si,
-        dsi=dsi,
-        si_lookahead=si_lookahead,
-        dsi_lookahead=dsi_k,
-        sp_needed=sp_needed,
-        sp_degree=sp_degree,
-        n=n,
-        repeats=repeats,
-        fixed_lookahead=fixed_lookahead,
-        lookaheads=tuple(lookaheads),
-        seed=seed,
-    )
+        if report:
+            report(done, total)
+    return dsi, dsi_k
 
 
 def valid_lookaheads(c: float, sp_degree: int, lookaheads: tuple[int, int], n: int) -> list[int]:

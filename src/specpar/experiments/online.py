@@ -27,6 +27,7 @@ from specpar.planning.lookahead import sp_degree_needed, verification_servers
 from specpar.prediction.pair_profile import PairProfile
 
 TABLE2_LOOKAHEADS = (1, 5, 10)
+VOCAB = 16  # the simulated models' vocabulary
 
 
 def feasible_lookaheads(profile: PairProfile, lookaheads: Sequence[int], sp_degree: int) -> list[tuple[int, int]]:
@@ -113,15 +114,13 @@ def run_online(
     sp_degree: int = 7,
     lookaheads: Sequence[int] = TABLE2_LOOKAHEADS,
     seed: int = 0,
-    vocab_size: int = 16,
-    runtime: str = "threads",
     progress: Callable[[str], None] | None = None,
-    runtime_options: dict | None = None,
-    stream: Callable[[list[int]], None] | None = None,
+    **run,
 ) -> OnlineTable:
-    """Measure one pair profile. ``runtime`` may be "ray" (runtime_options: RayRuntime's), or "virtual" too
-    (then measured = predicted). progress: called with the arm's name after each run; stream: the measured runs'
-    tokens as they are verified (a progress bar)."""
+    """Measure one pair profile (simulated models of VOCAB tokens). run: the measured runs' :func:`run_once`
+    keywords: ``runtime`` ("threads" by default; "ray", with runtime_options: RayRuntime's; or "virtual" too, then
+    measured = predicted), ``stream`` (the measured runs' tokens as they are verified: a progress bar). progress:
+    called with the arm's name after each run."""
     for name, v in (("N", n), ("repeats", repeats), ("sp_degree", sp_degree)):
         positive_int(name, v)
     feasible = feasible_lookaheads(profile, lookaheads, sp_degree)
@@ -130,60 +129,43 @@ def run_online(
             f"no lookahead in {tuple(lookaheads)} satisfies Eq. 1 with SP <= {sp_degree} for {profile.label} "
             f"(drafter at {profile.drafter_fraction:.3g} of the target's latency): give larger lookaheads"
         )
-    table = OnlineTable(
-        profile,
-        n,
-        repeats,
-        sp_degree,
-        [],
-        [],
-        [OnlineRow(k, need) for k, need in feasible],
-        [k for k in lookaheads if k not in dict(feasible)],
-    )
+    rows = [OnlineRow(k, need) for k, need in feasible]
+    infeasible = [k for k in lookaheads if k not in dict(feasible)]
+    table = OnlineTable(profile, n, repeats, sp_degree, [], [], rows, infeasible)
 
     def setup(r):
-        target = SimulatedModel(vocab_size, seed=seed + r, latency=profile.target)
+        target = SimulatedModel(VOCAB, seed=seed + r, latency=profile.target)
         drafter = target.drafter(profile.acceptance_rate, profile.drafter, seed=seed + r + 7919)
-        return target, drafter, [random.Random(seed + r).randrange(vocab_size) for _ in range(8)]
+        return target, drafter, [random.Random(seed + r).randrange(VOCAB) for _ in range(8)]
 
     arms = {"nonsi": ("nonsi", {})}
     for row in table.rows:
         arms[f"si-{row.lookahead}"] = ("si", dict(lookahead=row.lookahead))
         arms[f"dsi-{row.lookahead}"] = ("dsi", dict(lookahead=row.lookahead, sp_degree=sp_degree))
+    run = {"runtime": "threads", **run}
 
     def both(arm, models):
-        """Wall time on ``runtime`` and the virtual clock's time for the same run."""
+        """Wall time on the runtime and the virtual clock's time for the same run."""
         target, drafter, prompt = models
         algo, kw = arms[arm]
-        measured = run_once(
-            prompt,
-            target,
-            drafter,
-            algorithm=algo,
-            max_tokens=n,
-            runtime=runtime,
-            runtime_options=runtime_options,
-            stream=stream,
-            **kw,
-        )
-        if runtime == "virtual":  # the measurement is the prediction
+        measured = run_once(prompt, target, drafter, algorithm=algo, max_tokens=n, **run, **kw)
+        if run["runtime"] == "virtual":  # the measurement is the prediction
             return measured.time_ms, measured.time_ms
         predicted = run_once(prompt, target, drafter, algorithm=algo, max_tokens=n, runtime="virtual", **kw)
         if measured.tokens != predicted.tokens:  # greedy: both must be the target's own output
-            raise RuntimeError(f"{algo} returned different tokens on {runtime} and on the virtual clock")
+            raise RuntimeError(f"{algo} returned different tokens on {run['runtime']} and on the virtual clock")
         return measured.time_ms, predicted.time_ms
 
     runs = run_arms(
         list(arms), repeats, both, setup=setup, on_result=(lambda a, r, _: progress(a)) if progress else None
     )
-    table.nonsi_ms, table.nonsi_virtual_ms = [m for m, _ in runs["nonsi"]], [v for _, v in runs["nonsi"]]
+    table.nonsi_ms, table.nonsi_virtual_ms = _split_runs(runs["nonsi"])
     for row in table.rows:
-        row.si_ms, row.si_virtual_ms = (
-            [m for m, _ in runs[f"si-{row.lookahead}"]],
-            [v for _, v in runs[f"si-{row.lookahead}"]],
-        )
-        row.dsi_ms, row.dsi_virtual_ms = (
-            [m for m, _ in runs[f"dsi-{row.lookahead}"]],
-            [v for _, v in runs[f"dsi-{row.lookahead}"]],
-        )
+        row.si_ms, row.si_virtual_ms = _split_runs(runs[f"si-{row.lookahead}"])
+        row.dsi_ms, row.dsi_virtual_ms = _split_runs(runs[f"dsi-{row.lookahead}"])
     return table
+
+
+def _split_runs(pairs: list[tuple[float, float]]) -> tuple[list[float], list[float]]:
+    """(measured times, predicted times) of an arm's runs."""
+    return [m for m, _ in pairs], [v for _, v in pairs]

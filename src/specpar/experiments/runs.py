@@ -8,7 +8,7 @@ Decoding.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 from specpar.algorithms.registry import run_generation
 from specpar.core.config import RuntimeConfig, SpeculativeConfig, split_options
@@ -18,24 +18,18 @@ from specpar.core.results import GenerationResult
 
 
 def run_once(
-    prompt: Sequence[int],
-    target,
-    drafter=None,
-    *,
-    max_tokens: int,
-    runtime: str = "virtual",
-    runtime_options: Mapping | None = None,
-    temperature: float = 0.0,
-    seed: int = 0,
-    coupling: str = "rejection",
-    stream=None,
-    sp_degree: int = 4,
-    **options,
+    prompt: Sequence[int], target, drafter=None, *, max_tokens: int, sp_degree: int = 4, stream=None, **options
 ) -> GenerationResult:
-    """One generation (greedy unless ``temperature`` > 0). options: SpeculativeConfig fields (algorithm, lookahead,
-    tree, ...) and RuntimeConfig fields (cancel_frees, link_ms, ...); sp_degree as :func:`specpar.generate`'s."""
-    spec_fields, runtime_fields, _ = split_options(options)
+    """One generation. options: SpeculativeConfig fields (algorithm, lookahead, tree, ...); ``runtime`` (a name,
+    "virtual" by default), ``runtime_options`` and RuntimeConfig fields (cancel_frees, link_ms, ...); the decoding's
+    ``temperature`` (0 by default: greedy), ``seed`` (0) and ``coupling`` ("rejection"). sp_degree as
+    :func:`specpar.generate`'s."""
+    options = dict(options)
+    runtime, runtime_options = options.pop("runtime", "virtual"), options.pop("runtime_options", None)
+    spec_fields, runtime_fields, decoding = split_options(options, sampling=("temperature", "seed", "coupling"))
     spec = SpeculativeConfig(sp_degree=sp_degree, **spec_fields)
     config = RuntimeConfig.coerce(runtime, runtime_options, **runtime_fields)
-    decoding = Decoding(temperature, seed, coupling=coupling)
+    decoding = Decoding(
+        decoding.get("temperature", 0.0), decoding.get("seed", 0), coupling=decoding.get("coupling", "rejection")
+    )
     return run_generation(Query(prompt, max_tokens, decoding, stream=stream), target, drafter, spec, config)

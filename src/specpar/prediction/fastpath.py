@@ -103,6 +103,12 @@ def _draft_ms(kk: np.ndarray, t1: np.ndarray) -> np.ndarray:
     return t1 + (kk - 1) * t1
 
 
+def _row_first(r: np.ndarray, arrive: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """Whether the target's row at the cursor (ready at ``r``) comes before the chunk (``arrive``), runs ``w``: the
+    virtual clock takes a draft first when it ends with a target pass (to 1e-9)."""
+    return np.round(r[w], 9) < np.round(arrive[w], 9)
+
+
 def dsi_latency(nz: np.ndarray, k: np.ndarray, t1: np.ndarray, n: int, sp: int, target_ms: float = 1.0) -> np.ndarray:
     """DSI's latency [R] for runs ``nz`` [R, n+1] with lookahead ``k`` [R], drafter latency ``t1`` [R] (same unit
     as ``target_ms``) and ``sp`` target servers, following the recurrence in the module docstring."""
@@ -121,13 +127,9 @@ def dsi_latency(nz: np.ndarray, k: np.ndarray, t1: np.ndarray, n: int, sp: int, 
         done = kk <= 0  # only the last token is left: it is the target's row at p
         out[ids[done]] = r[done]
         arrive = s + _draft_ms(kk, t1)
-
-        def ready_first(w):  # the virtual clock takes a draft first when it ends with a target pass (to 1e-9)
-            return np.round(r[w], 9) < np.round(arrive[w], 9)
-
         m = np.zeros(ids.size, dtype=np.int64)
         taking = ~done
-        taking[taking] = ready_first(np.nonzero(taking)[0])
+        taking[taking] = _row_first(r, arrive, np.nonzero(taking)[0])
         while taking.any():  # the target takes the cursor's token itself while the chunk is still drafting
             w = np.nonzero(taking)[0]
             m[w] += 1
@@ -137,7 +139,7 @@ def dsi_latency(nz: np.ndarray, k: np.ndarray, t1: np.ndarray, n: int, sp: int, 
             w = w[~last]
             r[w] = _submit(free, w, r[w], T)
             taking = np.zeros(ids.size, dtype=bool)
-            taking[w] = ready_first(w)
+            taking[w] = _row_first(r, arrive, w)
         first = nz[ids, np.minimum(p, n)]  # the first wrong draft from the chunk's start
         discard = ~done & (m >= 1) & ((m >= kk) | (first < p + m))
         kept = ~done & ~discard

@@ -21,7 +21,6 @@ candidate (it uses one server).
 
 from __future__ import annotations
 
-import statistics
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -205,22 +204,20 @@ def _event(
     seed: int,
     dedicated_cursor: bool,
 ) -> dict[int, float]:
-    from specpar.algorithms.registry import run_generation
     from specpar.backends.simulated import SimulatedModel
-    from specpar.core.config import RuntimeConfig, SpeculativeConfig
-    from specpar.core.query import Query
+    from specpar.core.config import SpeculativeConfig
+    from specpar.prediction.simulate import DRAFTER_SEED, clock, mean_time_ms
 
     n = min(n, EVENT_MAX_N)
     pairs = []
     for r in range(seed, seed + min(16, max(4, EVENT_TOKENS // n))):
         model = SimulatedModel(16, seed=r, latency=target)
-        pairs.append((model, model.drafter(a, drafter, seed=r + 7919), [r % 16, 3]))
-    out, virtual = {}, RuntimeConfig(name="virtual")
+        pairs.append((model, model.drafter(a, drafter, seed=r + DRAFTER_SEED), [r % 16, 3]))
+    out = {}
     modes = {"dedicated_cursor": dedicated_cursor} if algorithm == "dsi" else {}
     for k in ks:
         spec = SpeculativeConfig(algorithm=algorithm, lookahead=k, sp_degree=sp, **modes)
-        times = [run_generation(Query(p, n), t, d, spec, virtual).time_ms for t, d, p in pairs]
-        out[k] = statistics.fmean(times)
+        out[k] = mean_time_ms(pairs, spec, clock(), n)[0]
     return out
 
 
@@ -233,7 +230,7 @@ def auto_lookahead(
     from specpar.runtimes.base import latency_of, model_of
 
     t, d = latency_of(target), latency_of(drafter)
-    a = getattr(model_of(drafter), "acceptance_rate", None)
+    a = None if drafter is None else model_of(drafter).acceptance_rate
     if t is None or d is None or a is None:
         raise ConfigError(
             'lookahead="auto" needs both latency profiles and the drafter\'s acceptance rate (a simulated drafter); '

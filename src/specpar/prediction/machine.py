@@ -27,7 +27,7 @@ from pathlib import Path
 
 from specpar.core.errors import ConfigError
 from specpar.core.json_output import dumps, parse
-from specpar.core.latency import MAX_LATENCY_MS, LatencyProfile
+from specpar.core.latency import MAX_LATENCY_MS, LatencyProfile, PassCosts, check_contention, slowdown
 from specpar.core.paths import read_text
 
 FORMAT = "specpar-machine/1"
@@ -51,18 +51,6 @@ def _rate(value, name: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value) or not 0 <= value <= 1:
         raise ConfigError(f"{name} must be a number in [0, 1], got {value!r}")
     return float(value)
-
-
-def _line(points: Sequence[tuple[float, float]], x: float) -> float:
-    """Piecewise-linear through ``points`` (sorted by x): interpolated inside, the nearest segment's line outside;
-    one point: constant."""
-    if len(points) == 1:
-        return points[0][1]
-    i = 1
-    while i < len(points) - 1 and points[i][0] < x:
-        i += 1
-    (x0, y0), (x1, y1) = points[i - 1], points[i]
-    return y0 + (y1 - y0) * (x - x0) / (x1 - x0)
 
 
 @dataclass(frozen=True)
@@ -121,18 +109,18 @@ class ModelCosts:
             return self.prefill_ms
         return _nearest(self.prefill_by_threads, threads)
 
+    def costs(self, threads: int, call_ms_extra: float = 0.0) -> PassCosts:
+        """What a server's calls cost with ``threads`` threads for its passes (and ``call_ms_extra`` per call: a
+        runtime's round trip), for the simulated servers of a prediction."""
+        return PassCosts(self.prefill_points(threads), self.table(threads), call_ms_extra)
+
     def pass_cost(self, k: int, threads: int) -> float:
         """v(k): one pass over ``k`` >= 1 new tokens on a warm cache, with ``threads`` threads (ms)."""
-        v = self.table(threads)
-        if k <= len(v):
-            return v[k - 1]
-        if len(v) == 1:
-            return v[0] * k  # one measured point: proportional
-        return v[-1] + (v[-1] - v[-2]) * (k - len(v))
+        return self.costs(threads).v(k)
 
     def prefill(self, tokens: int, threads: int | None = None) -> float:
         """A prefill of a prompt of ``tokens`` tokens (ms), never below 0, with ``threads`` threads (None: any)."""
-        return max(0.0, _line(self.prefill_points(threads), tokens))
+        return PassCosts(self.prefill_points(threads), self.table(threads or min(self.pass_ms))).prefill_ms(tokens)
 
     def to_dict(self) -> dict:
         out = {
@@ -228,13 +216,7 @@ class MachineProfile:
             raise ConfigError(f"a machine profile's key must be an object, got {self.key!r}")
         if not isinstance(self.target, ModelCosts) or not isinstance(self.drafter, (ModelCosts, type(None))):
             raise ConfigError("a machine profile's target (and drafter) must be ModelCosts")
-        c = self.contention
-        if isinstance(c, (str, bytes)) or not isinstance(c, Sequence) or not c:
-            raise ConfigError(f"contention must be slowdown factors for 1, 2, ... busy servers, got {c!r}")
-        c = tuple(float(_ms(f, "a contention factor")) for f in c)
-        if c[0] != 1.0 or any(f < 1.0 for f in c):
-            raise ConfigError(f"contention factors are >= 1 and the first (one busy server) is 1.0, got {c!r}")
-        object.__setattr__(self, "contention", c)
+        object.__setattr__(self, "contention", check_contention(self.contention))
         if not isinstance(self.overhead_ms, Mapping):
             raise ConfigError(f"overhead_ms must map runtimes to ms, got {self.overhead_ms!r}")
         over = {"threads": 0.0, "ray": 0.0}
@@ -253,10 +235,7 @@ class MachineProfile:
     # -- costs ----------------------------------------------------------------------------------------------
     def slowdown(self, busy: int) -> float:
         """f(busy): how many times longer a pass takes while ``busy`` >= 1 servers run at once."""
-        c = self.contention
-        if busy <= len(c):
-            return c[max(busy, 1) - 1]
-        return c[-1] * busy / len(c)
+        return slowdown(self.contention, busy)
 
     @property
     def has_contention(self) -> bool:
@@ -400,3 +379,14 @@ def load_or_build(
         return {"format": FORMAT, **fig.profile_fields(key)}
 
     return profile_cache.load_or_measure(key, measure, MachineProfile.from_dict, refresh=refresh)
+
+
+def cached(target, drafter=None) -> MachineProfile | None:
+    """The profile of the ``target`` and ``drafter`` models on this machine if specpar's cache holds a valid one
+    (nothing is measured); else None."""
+    from specpar.prediction import profile_cache
+
+    key = profile_cache.profile_key(target, drafter)
+    if not profile_cache.cacheable(key):
+        return None
+    return profile_cache.read(profile_cache.cache_path(key), key, MachineProfile.from_dict)

@@ -104,7 +104,7 @@ def prefill_ms(model, prompt: Sequence[int], runtime: str, n_threads: int, repea
             with runtime_over([server], runtime) as (rt, pools), threads(model, [server], n_threads):
                 out.append(timed(rt, pools[0], Score(tuple(prompt), 0, GREEDY))[0])
         finally:
-            close_server(server)
+            server.close()
     return statistics.median(out)
 
 
@@ -128,7 +128,7 @@ def contention(model, seq: Sequence[int], held: int, most: int, runtime: str, pa
             out.append(1.0 if n == 1 else max(1.0, together / alone[n_threads]))
     finally:
         for s in servers:
-            close_server(s)
+            s.close()
     return tuple(out)
 
 
@@ -162,12 +162,6 @@ def call_overhead_ms(runtime: str, calls: int = 200, context_tokens: int = 256) 
             timed(rt, pools[0], Score(context, 0, GREEDY))
             out.append((time.perf_counter() - t0) * 1e3)
     return statistics.median(out)
-
-
-def close_server(server) -> None:
-    close = getattr(server, "close", None)
-    if close is not None:
-        close()
 
 
 def greedy_run(model, server, prompt: Sequence[int], tokens: int, runtime: str, n_threads: int) -> dict:

@@ -24,8 +24,10 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from specpar.algorithms.checks import check_context_window
 from specpar.backends.cpu_threads import cpu_cores
 from specpar.core.errors import ConfigError
+from specpar.core.model import as_model
 from specpar.prediction import measure, profiling
 
 WALKS = (2, 4, 8)
@@ -142,10 +144,12 @@ def measure_pair(
     """Measure ``target`` and ``drafter`` (models) on this machine over ``prompts`` (token ids; module docstring)."""
     if not prompts:
         raise ConfigError("measuring a pair needs at least one sample prompt")
+    for ids in prompts:  # each prompt and its greedy tokens fit in both models' context windows
+        check_context_window(len(ids), options.tokens + 1, target, drafter)
     step = progress or (lambda label: None)
     t0, load0, cores = time.perf_counter(), _load(), cpu_cores()
     fig = PairFigures(
-        names={"target": getattr(target, "name", "target"), "drafter": getattr(drafter, "name", "drafter")}
+        names={"target": as_model(target).name or "target", "drafter": as_model(drafter).name or "drafter"}
     )
     outs = _decode(target, drafter, prompts, options, fig, step, cores)
     sample = [t for ids, out in zip(prompts, outs) for t in (*ids, *out)]
@@ -179,7 +183,7 @@ def _decode(target, drafter, prompts, options: MeasureOptions, fig: PairFigures,
         try:
             run = measure.greedy_run(target, server, ids, options.tokens, options.runtime, cores)
         finally:
-            measure.close_server(server)
+            server.close()
         outs.append(run["tokens"])
         fig.sample_prefill["target"].append((len(ids), run["prefill_ms"]))
         fig.steps["target"] += run["steps_ms"]
@@ -189,7 +193,7 @@ def _decode(target, drafter, prompts, options: MeasureOptions, fig: PairFigures,
             mine = measure.greedy_run(drafter, server, ids, options.tokens, options.runtime, cores)
             hits.append(measure.drafter_hits(server, ids, run["tokens"], options.runtime))
         finally:
-            measure.close_server(server)
+            server.close()
         drafts.append(mine["tokens"])
         fig.sample_prefill["drafter"].append((len(ids), mine["prefill_ms"]))
         fig.steps["drafter"] += mine["steps_ms"]
@@ -204,7 +208,8 @@ def _decode(target, drafter, prompts, options: MeasureOptions, fig: PairFigures,
 def _lengths(wanted: Sequence[int], available: int, *models) -> list[int]:
     """The prefill lengths to time: those of ``wanted`` that the sample's ``available`` tokens and the models'
     context windows allow, and the longest allowed when none of them is."""
-    most = min([available, *(getattr(m, "context_window", available + 1) - 1 for m in models)])
+    windows = [as_model(m).context_window for m in models]
+    most = min([available, *(w - 1 for w in windows if w is not None)])
     return sorted({n for n in wanted if n <= most} or {most})
 
 
@@ -218,7 +223,7 @@ def _passes(model, seq, held: int, n_threads: int, options: MeasureOptions) -> t
         ):
             return measure.pass_costs(rt, pools[0], seq, held, options.max_pass, options.repeats)
     finally:
-        measure.close_server(server)
+        server.close()
 
 
 def _pooled(rates: list[dict]) -> dict:
@@ -243,7 +248,7 @@ def _app_f(target, drafter, fig: PairFigures, prompts: int, options: MeasureOpti
         tpot = statistics.median(fig.steps[role])
         verify = fig.passes[role][cores][options.lookahead]
         figures = profiling.latency(ttft, tpot, verify, options.lookahead)
-        return {"name": getattr(m, "name", role), "device": getattr(m, "device", "cpu"), **figures}
+        return {"name": as_model(m).name or role, "device": as_model(m).device or "cpu", **figures}
 
     return profiling.profile(
         model("target", target), model("drafter", drafter), fig.acceptance, prompts, options.tokens, options.lookahead

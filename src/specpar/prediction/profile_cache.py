@@ -31,6 +31,7 @@ from pathlib import Path
 from specpar.backends.cpu_threads import cpu_cores
 from specpar.core.errors import ConfigError, SpecparWarning
 from specpar.core.json_output import dumps
+from specpar.core.model import as_model
 
 MEASURE_VERSION = 1
 """Raised whenever what :mod:`specpar.prediction.measure_pair` measures, or how, changes: older caches are stale."""
@@ -86,10 +87,10 @@ def _gpus() -> list[str]:
 def model_key(model) -> dict:
     """What a profile depends on of one model: its name, its files' fingerprint (None: held in memory only) and its
     backend settings."""
-    path = getattr(model, "path", None)
+    model = as_model(model)
+    path = model.path
     files = fingerprint(path) if path is not None and Path(path).exists() else None
-    settings = model.backend_settings() if hasattr(model, "backend_settings") else {"backend": type(model).__name__}
-    return {"name": getattr(model, "name", None), "files": files, "settings": settings}
+    return {"name": model.name, "files": files, "settings": model.backend_settings()}
 
 
 def profile_key(target, drafter) -> dict:
@@ -167,8 +168,8 @@ def load_or_measure(key: Mapping, measure: Callable[[], dict], parse: Callable[[
 
 def sample_prompts(model) -> list[list[int]]:
     """:func:`sample_texts` in ``model``'s tokenizer; a ConfigError for a model without one."""
-    if getattr(model, "tokenizer", None) is None or not hasattr(model, "encode"):
-        raise ConfigError(f"{getattr(model, 'name', model)!r} has no tokenizer: give the sample's token ids (prompts=)")
+    if as_model(model).tokenizer is None:
+        raise ConfigError(f"{as_model(model).name or model!r} has no tokenizer: give the sample's token ids (prompts=)")
     return [model.encode(text) for text in sample_texts()]
 
 

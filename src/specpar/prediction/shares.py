@@ -7,11 +7,18 @@ vectorized fast path in the paper's time-unit model, else the virtual clock), at
 with: the request's own if it gave an integer, the fastest predicted for "auto", else Eq. 1's smallest (the
 runner's default). Non-SI is always an option, so no share runs slower than non-SI would on one unit.
 
+Given a machine's predictions (``predict``: a request's time as the engine would run it on this machine,
+:func:`specpar.prediction.auto.predict_request`, the ones ``algorithm="auto"`` chooses by), every option is
+predicted by them instead: the machine profile's costs (v(k), contention, overheads), token trees and the n-gram
+proposer included.
+
 Where latencies are unknown the options keep the order DSI > SI > non-SI without predictions (:class:`ShareCurve`
-then splits units evenly). Token trees and HSD are not predicted either.
+then splits units evenly). Without a machine's predictions, token trees and HSD are not predicted either.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 from specpar.core.config import SpeculativeConfig
 from specpar.core.errors import ConfigError
@@ -30,14 +37,22 @@ def max_share(spec: SpeculativeConfig, units: int) -> int:
 
 
 def share_curve(
-    policy: str, spec: SpeculativeConfig, target, drafter, units: int, max_tokens: int = CURVE_TOKENS, seed: int = 0
+    policy: str,
+    spec: SpeculativeConfig,
+    target,
+    drafter,
+    units: int,
+    max_tokens: int = CURVE_TOKENS,
+    seed: int = 0,
+    machine: Callable[[SpeculativeConfig, int], float] | None = None,
 ) -> ShareCurve:
     """The options of a request of ``spec`` under ``policy`` ("adaptive", or fixed "dsi", "si", "nonsi") on a
     scheduler of ``units`` units. target, drafter: models or Pools (their latency profiles and the drafter's
-    acceptance rate are read when known)."""
+    acceptance rate are read when known). machine: (a request's SpeculativeConfig, output tokens) -> its predicted
+    ms on this machine (the module docstring); None: from the latency profiles."""
     if policy not in POLICIES:
         raise ConfigError(f"policy must be one of {', '.join(POLICIES)}, got {policy!r}")
-    predict = _Predictor(spec, target, drafter, min(max_tokens, CURVE_TOKENS), seed)
+    predict = _Predictor(spec, target, drafter, min(max_tokens, CURVE_TOKENS), seed, machine)
     top = max_share(spec, units)
     ceiling = spec.algorithm
     if policy == "nonsi" or ceiling == "nonsi":
@@ -77,17 +92,17 @@ def _config(option: Option) -> tuple:
 class _Predictor:
     """Options with their predicted time per token (memoized per configuration)."""
 
-    def __init__(self, spec: SpeculativeConfig, target, drafter, n: int, seed: int):
-        self.spec, self.n, self.seed = spec, max(2, n), seed
+    def __init__(self, spec: SpeculativeConfig, target, drafter, n: int, seed: int, machine=None):
+        self.spec, self.n, self.seed, self.machine = spec, max(2, n), seed, machine
         self.t, self.d = latency_of(target), latency_of(drafter) if drafter is not None else None
-        self.a = getattr(model_of(drafter), "acceptance_rate", None) if drafter is not None else None
+        self.a = model_of(drafter).acceptance_rate if drafter is not None else None
         self.known = (
             self.t is not None
             and self.t.tpot_ms > 0
             and spec.tree is None
             and (spec.algorithm == "nonsi" or (self.d is not None and self.d.tpot_ms > 0 and self.a is not None))
             and spec.proposer is None  # the drafter model's latency and rate say nothing of the n-gram proposer
-        )
+        ) or machine is not None
         self._memo: dict = {}
 
     def option(self, units: int, algorithm: str, sp: int = 1) -> Option:
@@ -104,6 +119,8 @@ class _Predictor:
         k = spec.lookahead if isinstance(spec.lookahead, int) else None
         if not self.known:
             return k, None
+        if self.machine is not None:
+            return self._on_machine(algorithm, sp, k)
         t = self.t
         if algorithm == "nonsi":
             return None, (t.ttft_ms + (n - 1) * t.tpot_ms) / n
@@ -118,3 +135,42 @@ class _Predictor:
             except ConfigError:
                 k = 5
         return k, predict_ms(algorithm, t, self.d, self.a, sp, n, [k], self.seed, cursor)[k] / n
+
+    def _on_machine(self, algorithm: str, sp: int, k: int | None) -> tuple[int | None, float]:
+        """An option's (lookahead, ms per token) by the machine's predictions: the request's lookahead, the runner's
+        default (None), or for "auto" the fastest of the lookaheads the predictions search."""
+        from specpar.prediction.methods import LOOKAHEADS
+
+        option = self.spec.for_request(algorithm=algorithm, sp_degree=sp if algorithm == "dsi" else None)
+        if algorithm == "nonsi":
+            return None, self.machine(option, self.n) / self.n
+        if self.spec.lookahead == "auto":
+            times = {j: self.machine(option.replace(lookahead=j), self.n) for j in LOOKAHEADS if j < self.n}
+            k = min(times, key=times.get)
+            return k, times[k] / self.n
+        return k, self.machine(option.replace(lookahead=k) if k else option, self.n) / self.n
+
+
+class Curves:
+    """An engine's share curves, made once per configuration and length (:func:`share_curve`): under ``policy`` on
+    ``units`` units of ``target`` and ``drafter`` Pools; one unit (ready-made servers) runs each request's own
+    configuration on all of it."""
+
+    def __init__(self, policy: str, target, drafter, units: int):
+        self.policy, self.target, self.drafter, self.units = policy, target, drafter, units
+        self._made: dict = {}
+
+    def of(self, spec: SpeculativeConfig, max_tokens: int, machine=None) -> ShareCurve:
+        """``spec``'s curve for requests of ``max_tokens`` tokens; ``machine``: the machine's predictions (a
+        configuration auto chose: its shares predicted as auto predicts, :func:`share_curve`)."""
+        key = (spec, min(max_tokens, CURVE_TOKENS), machine is not None)
+        curve = self._made.get(key)
+        if curve is None:
+            if self.units == 1:
+                k = spec.lookahead if isinstance(spec.lookahead, int) else None
+                curve = fixed(Option(1, spec.algorithm, spec.sp_degree or 1, k))
+            else:
+                curve = share_curve(self.policy, spec, self.target, self.drafter, self.units, max_tokens,
+                                    machine=machine)  # fmt: skip
+            self._made[key] = curve
+        return curve

@@ -10,44 +10,27 @@ from abc import ABC, abstractmethod
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
 
 from specpar.core.errors import ConfigError
-from specpar.core.latency import STALL_FACTOR, STALL_FLOOR_S, stall_limit_s
+from specpar.core.latency import STALL_FACTOR, STALL_FLOOR_S, LatencyProfile, stall_limit_s
+from specpar.core.model import Model, Server, as_model, as_server
 from specpar.core.numbers import is_number
 from specpar.core.results import TaskRecord
-
-
-class Server(Protocol):
-    """What a runtime needs of a server (a model instance with its own cache).
-
-    cached_len(context): how many leading tokens of ``context`` the server's cache holds (what a call on it
-        would not have to compute again); pools use it to choose a replica.
-    duration_ms(call): how long ``call`` takes from the server's current state (virtual clock).
-    compute(call): the result, at once (virtual clock).
-    run(call, cancelled): the result in real time; returns early (None) once ``cancelled`` is set.
-    """
-
-    name: str
-
-    def cached_len(self, context) -> int: ...
-
-    def duration_ms(self, call) -> float: ...
-
-    def compute(self, call) -> Any: ...
-
-    def run(self, call, cancelled) -> Any: ...
 
 
 class Pool:
     """Interchangeable servers (e.g. sp_degree replicas of the target); a task runs on an idle one, chosen by
     :meth:`pick` (the same rule on every runtime)."""
 
-    def __init__(self, servers: Sequence[Server], name: str):
+    def __init__(self, servers: Sequence[Server], name: str, model: Model | None = None):
+        """model: what the servers were made from (default: the first server's model)."""
         if not servers:
             raise ValueError(f"pool {name!r} needs at least one server")
-        self.servers = list(servers)
+        self.servers = [as_server(s) for s in servers]
         self.name = name
+        if model is None:  # the servers' model, else the first server seen as one (what it has, defaults for the rest)
+            model = self.servers[0].model or as_model(self.servers[0])
+        self.model = model
 
     def __len__(self) -> int:
         return len(self.servers)
@@ -74,18 +57,18 @@ class Pool:
         return f"Pool({self.name}, {len(self.servers)} servers)"
 
 
-def model_of(source):
-    """The model behind a model or a Pool (the model its servers were made from, else its first server)."""
+def model_of(source) -> Model | None:
+    """The model behind a model or a Pool (the model its servers were made from); None for None."""
     if isinstance(source, Pool):
-        return getattr(source, "model", None) or getattr(source.servers[0], "model", source.servers[0])
-    return source
+        return source.model
+    return None if source is None else as_model(source)
 
 
-def latency_of(source):
-    """The LatencyProfile of a model or of a Pool's servers, or None when unknown."""
+def latency_of(source) -> LatencyProfile | None:
+    """The LatencyProfile of a model or of a Pool's servers; None when unknown (or for None)."""
     if isinstance(source, Pool):
-        source = source.servers[0]
-    return getattr(source, "latency", None)
+        return source.servers[0].latency
+    return None if source is None else as_model(source).latency
 
 
 _ids = itertools.count()
@@ -132,8 +115,9 @@ class Task:
         self.cancelled = self.done = False
         self.cancel_event = None
         # cached: tokens of the context the server held when the call started; limit_s: how long it may run before
-        # its server counts as stalled (CallLimits). Both set by the real runtimes when it starts, never on the
-        # virtual clock (left unset here: attributes less per simulated task)
+        # its server counts as stalled (CallLimits). Both set by the real runtimes when it starts, None on the
+        # virtual clock
+        self.cached = self.limit_s = None
 
     def __repr__(self) -> str:
         return f"Task({self.id}, {getattr(self.call, 'kind', '?')} on {self.pool.name})"
@@ -172,7 +156,7 @@ class CallLimits:
         measured = self._longest.get((task.pool.name, task.call.kind))
         predicted = None
         if latency is not None:
-            cached = getattr(task, "cached", None) or 0
+            cached = task.cached or 0
             try:
                 predicted = latency.call_ms(task.call, cached if latency.cache_matters else 0)
             except (AttributeError, TypeError):  # a call the profile cannot price
@@ -213,13 +197,11 @@ _claims_lock = threading.Lock()
 
 
 def _with_parts(servers) -> list:
-    """Servers and the servers they are made of (a merge of drafters, HSD's levels: their ``servers`` lists)."""
+    """Servers and the servers they are made of (a merge of drafters, HSD's levels: their ``parts``)."""
     out = []
     for s in servers:
         out.append(s)
-        parts = getattr(s, "servers", None)
-        if isinstance(parts, list):
-            out.extend(_with_parts(parts))
+        out.extend(_with_parts(s.parts))
     return out
 
 
@@ -233,6 +215,8 @@ class Runtime(ABC):
     """
 
     name = "runtime"
+    left_running: Sequence[str] = ()  # threads close() left behind, finishing a call (threads)
+    lost: Sequence[LostReplica] = ()  # servers lost during the generation (threads, Ray)
 
     def __init__(self, pools: Sequence[Pool]):
         self.pools = list(pools)
@@ -352,7 +336,7 @@ class Runtime(ABC):
                 t.cancelled,
                 len(t.call.context),
                 t.call.n_drafts if t.call.kind == "verify" else t.call.k,
-                getattr(t, "cached", None),
+                t.cached,
             )
             for t in self.tasks
             if t.server is not None and t.start is not None and t.end is not None

@@ -48,8 +48,7 @@ class ServerHost:
             import torch
 
             torch.set_num_threads(max(1, threads))
-        if hasattr(self.server, "set_batch_threads"):  # llama.cpp: its batched passes (one-token passes keep one)
-            self.server.set_batch_threads(max(1, int(threads)))
+        self.server.set_batch_threads(max(1, int(threads)))  # llama.cpp: its batched passes (one-token passes: one)
         self.base: list[int] = []  # the verified tokens of the current generation, as sent
         self.tokens: tuple[int, ...] = ()  # the last context of a call that did not come as a Context
         self.calls = 0  # calls that ran
@@ -110,9 +109,7 @@ class ServerHost:
 
     def reset(self) -> None:
         """Empty the server's cache (a prefill comes next) and forget the tokens sent."""
-        reset = getattr(self.server, "reset", None)
-        if reset is not None:
-            reset()
+        self.server.reset()
         self.base, self.tokens = [], ()
 
     def stats(self) -> dict:
@@ -215,13 +212,13 @@ class Group:
 
 def remote_spec(server):
     """The picklable function that builds ``server`` in another process, or a ConfigError."""
-    spec = getattr(server, "remote_spec", None)
+    spec = server.remote_spec()
     if spec is None:
         raise ConfigError(
-            f"server {getattr(server, 'name', server)!r} ({type(server).__name__}) cannot run on Ray: it has no "
-            "remote_spec() telling an actor how to build it"
+            f"server {server.name!r} ({type(server).__name__}) cannot run on Ray: it has no remote_spec() telling an "
+            "actor how to build it"
         )
-    return spec()
+    return spec
 
 
 # local server -> its RemoteServer, for actors kept between runs (reuse); the actor dies with its server

@@ -102,7 +102,7 @@ class RayRuntime(Runtime):
         connect(cpus=len(servers) * self.cpus_per_server)
         self._session = self._ray.get_runtime_context().get_node_id()  # new with every Ray this process joins
         self._remote = self._actors(servers)  # local server -> RemoteServer
-        self._latency = {r: getattr(s, "latency", None) for s, r in self._remote.items()}  # for the stall limits
+        self._latency = {r: s.latency for s, r in self._remote.items()}  # for the stall limits
         self._replicas = {p: [self._remote[s] for s in p.servers] for p in remote_pools}
         self._queues(self._replicas)  # live idle replicas, longest idle first
         self._running: dict = {}  # ObjectRef -> (task, replica, seq), cancelled calls included until they return

@@ -30,7 +30,7 @@ from collections.abc import Callable
 from greenlet import getcurrent, greenlet
 
 from specpar.runtimes.base import Pool, Task
-from specpar.runtimes.virtual import VirtualRuntime
+from specpar.runtimes.virtual import Contention, VirtualRuntime
 
 _WAKE_RANK = -1  # wake-ups sort before task ends at the same time
 
@@ -57,6 +57,7 @@ class SharedClock:
         self._seq = itertools.count()
         self._hub: greenlet | None = None
         self.busy_until: dict = {}  # server -> ms until which a cancelled pass keeps it (cancel_frees="end")
+        self.contention: Contention | None = None  # the machine's, shared by every generation (ClockRuntime)
         self.events = 0  # entries the hub has handled (the simulator's cost is per event)
 
     def now(self) -> float:
@@ -116,6 +117,10 @@ class SharedClock:
                 task: Task = payload
                 if task.done:  # cancelled with cancel_frees="now": its server is already free
                     continue
+                if self.contention is not None:
+                    if self.contention.stale(entry):  # its end moved: a later entry holds it
+                        continue
+                    self.contention.stop(task, task.end)
                 self._now = task.end
                 task.done = True
                 owner: ClockRuntime = entry[4]
@@ -166,9 +171,13 @@ class ClockRuntime(VirtualRuntime):
 
     name = "virtual"
 
-    def __init__(self, pools, cancel_frees="now", link_ms=0.0, *, clock: SharedClock):
-        super().__init__(pools, cancel_frees, link_ms)
+    def __init__(self, pools, cancel_frees="now", link_ms=0.0, contention=None, *, clock: SharedClock):
+        super().__init__(pools, cancel_frees, link_ms, contention)
         self.clock = clock
+        if self._contention is not None:  # one machine: every generation on the clock slows the others
+            if clock.contention is None:
+                clock.contention = self._contention
+            self._contention = clock.contention
         self._greenlet = getcurrent()
         self._live: set[Task] = set()  # submitted, neither finished nor cancelled
 
@@ -192,7 +201,13 @@ class ClockRuntime(VirtualRuntime):
         if self._linked:
             end += self._round_trip[task.pool]
         task.end = end
+        if self._contention is not None:  # (a start delayed by busy_until is slowed from now on: an approximation)
+            self._contention.start(task, clock._now, self._push)
+            return
         heapq.heappush(clock._heap, (int(end * 1e9 + 0.5), self._rank[task.pool], task.id, task, self))
+
+    def _push(self, task: Task) -> None:
+        heapq.heappush(self.clock._heap, (int(task.end * 1e9 + 0.5), self._rank[task.pool], task.id, task, self))
 
     def wait(self) -> Task:
         if not self._live:
@@ -209,6 +224,8 @@ class ClockRuntime(VirtualRuntime):
         elif self._frees_now[task.pool]:
             task.end = self.clock._now
             task.done = True
+            if self._contention is not None:
+                self._contention.stop(task, task.end)
             self._free(task.pool, task.server)
         else:  # its server stays busy until the task's end, for whichever generation uses it next
             self.clock.busy_until[task.server] = task.end

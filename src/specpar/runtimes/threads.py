@@ -160,7 +160,7 @@ class ThreadRuntime(Runtime):
         result = error = None
         try:
             task.cached = server.cached_len(task.call.context)
-            task.limit_s = self.limits.limit_s(task, getattr(server, "latency", None))
+            task.limit_s = self.limits.limit_s(task, server.latency)
             me.until = time.perf_counter() + task.limit_s
             result = server.run(task.call, cancelled)
         except BaseException as exc:  # surfaced by wait(), never lost in the worker
@@ -210,11 +210,7 @@ class ThreadRuntime(Runtime):
         work queued on their pool waits behind."""
         with self._lock:
             waiting = self._waiting()
-            return [
-                t
-                for t in self._running
-                if getattr(t, "limit_s", None) is not None and (not t.cancelled or t.pool in waiting)
-            ]
+            return [t for t in self._running if t.limit_s is not None and (not t.cancelled or t.pool in waiting)]
 
     def _lose_stuck(self) -> None:
         """Lose the server of each watched call past its stall limit; a ServerError if work is left waiting on a

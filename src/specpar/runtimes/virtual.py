@@ -15,9 +15,10 @@ from __future__ import annotations
 import gc
 import heapq
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from specpar.core.errors import ConfigError, ServerError
+from specpar.core.latency import check_contention, slowdown
 from specpar.runtimes.base import Pool, Runtime, Task
 
 CANCEL_MODES = ("now", "end")
@@ -70,6 +71,51 @@ _pauses = 0  # collector_paused blocks open, in every thread
 _was_enabled = False  # the collector's state when the first of them opened
 
 
+class Contention:
+    """Passes slowed by the servers busy at once (a machine profile's contention), as processor sharing: while n
+    tasks hold servers, each advances at 1 / f(n) of its own speed (f: :func:`specpar.core.latency.slowdown`), so
+    when n changes every running task's remaining time is stretched or shrunk by f(new) / f(old). A cancelled task
+    counts while it keeps its server (cancel_frees="end"). Runs without contention never make one (their times
+    stay those of the paper's model, bit for bit).
+
+    running: task -> the function that puts the task's (new) end on its clock's heap; ends rescheduled this way
+    leave stale entries on the heap, which the clock skips (their time is no longer the task's end).
+    """
+
+    __slots__ = ("factors", "running")
+
+    def __init__(self, factors):
+        self.factors = check_contention(factors)
+        self.running: dict[Task, Callable[[Task], None]] = {}
+
+    def _rescale(self, now: float, before: int, after: int) -> None:
+        ratio = slowdown(self.factors, after) / slowdown(self.factors, before)
+        if ratio != 1.0:
+            for task, push in self.running.items():
+                task.end = now + (task.end - now) * ratio
+                push(task)
+
+    def start(self, task: Task, now: float, push: Callable[[Task], None]) -> None:
+        """``task`` starts at ``now``, its ``end`` set at its own speed: the others slow down, it runs at the new
+        count's speed; every end goes on the heap through ``push``."""
+        n = len(self.running)
+        self._rescale(now, n, n + 1)
+        task.end = now + (task.end - now) * slowdown(self.factors, n + 1)
+        self.running[task] = push
+        push(task)
+
+    def stop(self, task: Task, now: float) -> None:
+        """``task`` no longer holds its server (it ended, or was cancelled and freed it): the others speed up."""
+        if self.running.pop(task, None) is not None:
+            n = len(self.running)
+            self._rescale(now, n + 1, n)
+
+    @staticmethod
+    def stale(entry) -> bool:
+        """Whether a heap entry (end in ns, ..., task at [3]) is no longer its task's end."""
+        return entry[0] != int(entry[3].end * 1e9 + 0.5)
+
+
 class VirtualRuntime(Runtime):
     """Discrete-event runtime.
 
@@ -85,6 +131,9 @@ class VirtualRuntime(Runtime):
         result cross the link, so a task takes its server's duration plus 2 x link_ms,
         and its server takes the next task only once the result is back (as on Ray).
         Cancellation is taken as immediate.
+    contention: None (every pass takes its server's duration), or a machine's slowdown factors (f(1) = 1.0,
+        f(2), ...): while n servers are busy at once each pass runs f(n) times slower (:class:`Contention`;
+        with link_ms, the round trip is stretched with the pass).
     """
 
     name = "virtual"
@@ -94,6 +143,7 @@ class VirtualRuntime(Runtime):
         pools: Sequence[Pool],
         cancel_frees: str | Mapping[str, str] = "now",
         link_ms: float | Mapping[str, float] = 0.0,
+        contention: Sequence[float] | None = None,
     ):
         modes = cancel_frees if isinstance(cancel_frees, Mapping) else {p.name: cancel_frees for p in pools}
         for mode in modes.values():
@@ -117,9 +167,9 @@ class VirtualRuntime(Runtime):
         # paper's time-unit model): every choice of replica gives the same times and tokens here, so the one idle
         # longest is taken without comparing caches (a shortcut of Pool.pick: 1.2x the simulator's speed)
         self._any_replica = {
-            p: all(not getattr(getattr(s, "latency", None), "cache_matters", True) for s in p.servers)
-            for p in self.pools
+            p: all(s.latency is not None and not s.latency.cache_matters for s in p.servers) for p in self.pools
         }
+        self._contention = None if contention is None else Contention(contention)
         self._paused = None
         self.claim([s for p in self.pools for s in p.servers])
 
@@ -155,8 +205,15 @@ class VirtualRuntime(Runtime):
         if self._linked:
             end += self._round_trip[task.pool]
         task.end = end
+        if self._contention is not None:
+            self._contention.start(task, now, self._push)
+            return
         # ends are compared on a 1e-9 ms grid, so that float sums such as 5 x 0.2 do not decide ties
         heapq.heappush(self._heap, (int(end * 1e9 + 0.5), self._rank[task.pool], task.id, task))
+
+    def _push(self, task: Task) -> None:
+        """Put ``task``'s end on the heap (again: under contention ends move)."""
+        heapq.heappush(self._heap, (int(task.end * 1e9 + 0.5), self._rank[task.pool], task.id, task))
 
     def _free(self, pool: Pool, server) -> None:
         task = self._next_queued(pool, server)
@@ -175,11 +232,16 @@ class VirtualRuntime(Runtime):
         return task
 
     def wait(self) -> Task:
-        heap = self._heap
+        heap, contention = self._heap, self._contention
         while heap:
-            task = heapq.heappop(heap)[3]
+            entry = heapq.heappop(heap)
+            task = entry[3]
             if task.done:  # cancelled with cancel_frees="now": its server is already free
                 continue
+            if contention is not None:
+                if contention.stale(entry):  # its end moved: a later entry holds it
+                    continue
+                contention.stop(task, task.end)
             self._now = task.end
             task.done = True
             if task.cancelled:  # cancelled with cancel_frees="end": the server was busy until now
@@ -207,4 +269,6 @@ class VirtualRuntime(Runtime):
         if self._frees_now[task.pool]:
             task.end = self._now
             task.done = True
+            if self._contention is not None:
+                self._contention.stop(task, self._now)
             self._free(task.pool, task.server)

@@ -75,6 +75,7 @@ class Request:
         self.ticket: Ticket | None = None
         self.segments: list[tuple[Option, int, GenerationResult]] = []  # (option, units, result) per configuration
         self.end_ms = None
+        self.choice = None  # what algorithm="auto" chose for it (a prediction.auto.Choice), set by the engine
 
     @property
     def prompt(self) -> Sequence[int]:

@@ -6,6 +6,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from specpar.core.calls import Context
+from specpar.core.errors import ConfigError
+from specpar.core.numbers import is_int
 from specpar.planning.load import Option
 from specpar.runtimes.base import Pool
 
@@ -27,7 +29,7 @@ class Unit:
 
     def __post_init__(self):
         # servers whose times depend on what they hold (the others need not be asked: see cached)
-        self.caching = [s for s in self.servers if getattr(getattr(s, "latency", None), "cache_matters", True)]
+        self.caching = [s for s in self.servers if s.latency is None or s.latency.cache_matters]
 
     def cached(self, context: Context) -> tuple[int, int]:
         """How much of ``context`` the unit's target and drafter servers hold (a request prefers its own). Servers
@@ -40,6 +42,40 @@ class Unit:
     @property
     def servers(self) -> list:
         return [*self.targets, *self.drafters, *(s for level in self.levels for s in level)]
+
+
+def unit_count(units: int | None, sp_degree: int, drafts: bool = True, ready_made: bool = False) -> int:
+    """How many units of one target and one drafter server each an engine makes: ``units``, by default sp_degree + 1
+    (sp_degree without a drafter); 0: one unit of every server (units=1, or servers given ready-made as Pools)."""
+    if units is not None and not is_int(units, 1, 1024):
+        raise ConfigError(f"units must be an integer in [1, 1024], got {units!r}")
+    if ready_made:
+        if units not in (None, 1):
+            raise ConfigError("servers given as Pools form one processing unit: give models for units > 1")
+        return 0
+    if units == 1:
+        return 0
+    if units is None:
+        return sp_degree + 1 if drafts else sp_degree
+    return units
+
+
+def servers_of_units(n: int, sp_degree: int) -> tuple[int, int]:
+    """(target servers, drafter servers per drafter model) of ``n`` units (0: one unit of sp_degree targets)."""
+    return (n, n) if n else (sp_degree, 1)
+
+
+def make_units(targets: Pool, drafters: Pool | list[Pool] | None, n: int) -> list[Unit]:
+    """The processing units over an engine's servers: ``n`` of one target server each, with its drafter server (or
+    one server per level); n = 0: one unit of every server."""
+    levels = drafters if isinstance(drafters, list) else []
+    pool = drafters if isinstance(drafters, Pool) else None
+    if n == 0:
+        return [Unit(0, targets.servers, pool.servers if pool else [], [p.servers for p in levels])]
+    return [
+        Unit(i, [targets.servers[i]], [pool.servers[i]] if pool else [], [[p.servers[i]] for p in levels])
+        for i in range(n)
+    ]
 
 
 @dataclass
@@ -72,6 +108,6 @@ def place(option: Option, units: Sequence[Unit]) -> Placement:
 
 def _cached(servers, context: Context) -> int:
     return max(
-        (s.cached_len(context) for s in servers if getattr(getattr(s, "latency", None), "cache_matters", True)),
+        (s.cached_len(context) for s in servers if s.latency is None or s.latency.cache_matters),
         default=0,
     )

@@ -21,7 +21,7 @@ from specpar.entrypoints.cli.arguments import ADVANCED, DeprecatedFlag, command_
 from specpar.entrypoints.cli.main import ArgumentParser, all_commands, build_parser, main
 
 COMMANDS = ("simulate", "simulate load", "simulate hsd", "plan", "hsd-plan", "heatmap", "reproduce", "table",
-            "generate", "bench", "profile", "serve")  # fmt: skip
+            "generate", "bench", "profile", "predict", "serve")  # fmt: skip
 
 
 def commands(parser) -> dict[str, argparse.ArgumentParser]:
@@ -282,7 +282,10 @@ def test_speculative_config_mistakes_are_one_line(capsys):
         (["serve", "--speculative-config", "{method: dsi}"], "--speculative-config is not valid JSON"),
         (["serve", "--speculative-config", '{"draft_model": "x"}'], "unknown SpeculativeConfig key 'draft_model'"),
         (["bench", "--speculative-config", '{"method": "si"}'], "this command does not take 'method'"),
-        (["generate", "hi", "--speculative-config", '{"method": "hsd"}'], "method must be one of nonsi, si, dsi here"),
+        (
+            ["generate", "hi", "--speculative-config", '{"method": "hsd"}'],
+            "method must be one of nonsi, si, dsi, auto here",
+        ),
         (["serve", "--speculative-config", '{"model": 3}'], "--speculative-config: model is a path"),
         (["serve", "--simulated", "--speculative-config", '{"model": "d.gguf"}'], "give either --simulated or a MODEL"),
     ]:
@@ -310,7 +313,7 @@ def test_serve_takes_hsd_tree_and_dsi_options(flags, algorithm, lookahead):
 def test_the_metadata_choices_are_the_values_the_configs_accept():
     spec = {f.name: f.metadata for f in core_config.fields(SpeculativeConfig)}
     runtime = {f.name: f.metadata for f in core_config.fields(RuntimeConfig) if f.metadata}
-    assert tuple(spec["algorithm"]["choices"]) == core_config.ALGORITHMS
+    assert tuple(spec["algorithm"]["choices"]) == (*core_config.ALGORITHMS, core_config.AUTO)
     assert tuple(runtime["name"]["choices"]) == core_config.RUNTIMES
     assert tuple(runtime["cancel_frees"]["choices"]) == core_config.CANCEL_MODES
     assert tuple(runtime["placement"]["choices"]) == core_config.PLACEMENTS

@@ -24,6 +24,7 @@ from specpar.backends.llama.settings import LlamaSettings, model_warnings
 from specpar.backends.llama.tokenizer import GGUFTokenizer
 from specpar.core.errors import ConfigError, SpecparWarning
 from specpar.core.latency import LatencyProfile
+from specpar.core.model import Model
 
 _names = itertools.count()
 TREE_SEQS = 64  # sequence ids per server: token trees of up to 64 leaves score in one pass
@@ -69,7 +70,7 @@ def _load_weights(path: str, repack: bool) -> _Weights:
     return weights
 
 
-class LlamaModel:
+class LlamaModel(Model):
     """A GGUF model with its tokenizer, run by llama.cpp on the CPU.
 
     path: the .gguf file.
@@ -80,6 +81,7 @@ class LlamaModel:
     n_ctx: tokens a server's cache holds by default (default: the context window, at most 4096).
     """
 
+    kind = "llama"
     device = "cpu"
 
     def __init__(

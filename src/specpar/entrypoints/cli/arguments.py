@@ -774,6 +774,20 @@ def add_model_args(p, target: bool = True, advanced: tuple[str, ...] = ()) -> No
             advanced_flag(action)
 
 
+def add_machine_profile(p, advanced: bool = True) -> None:
+    """--profile: the machine profile ``--algorithm auto`` and the predictions read (Engine's ``profile``); listed by
+    --help=all only when ``advanced`` (the measured one is the default)."""
+    action = p.add_argument(
+        "--profile",
+        metavar="FILE",
+        default=None,
+        help='the machine profile --algorithm auto and the predictions use ("format": "specpar-machine/1"; '
+        "default: the one measured for the models on this machine, `specpar profile`)",
+    )
+    if advanced:
+        advanced_flag(action)
+
+
 def add_prompt_args(p, default: str | None = None) -> None:
     p.add_argument(
         "--dataset",

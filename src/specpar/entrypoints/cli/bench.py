@@ -6,6 +6,7 @@ import dataclasses
 
 from specpar.core.errors import ConfigError
 from specpar.core.json_output import JsonLines, print_json
+from specpar.core.results import fmt
 from specpar.core.trees import parse_tree
 from specpar.entrypoints.cli import arguments, real_models
 from specpar.entrypoints.cli.arguments import (
@@ -46,7 +47,11 @@ def register(sub) -> None:
     arguments.add_speculation_arguments(p, fields=("lookahead", "sp_degree", "tree", "proposer", "prefill_replicas",
                                                      "dedicated_cursor"))  # fmt: skip
     algorithms = p.add_argument(
-        "--algorithms", default="nonsi,si,dsi", metavar="LIST", help="comma-separated algorithms (default nonsi,si,dsi)"
+        "--algorithms",
+        default="nonsi,si,dsi",
+        metavar="LIST",
+        help="comma-separated algorithms (default nonsi,si,dsi; auto: the fastest by the machine profile's prediction, "
+        "per prompt)",
     )
     add_deprecated(p, algorithms, "--algos")
     p.add_argument(
@@ -67,6 +72,7 @@ def register(sub) -> None:
     )
     advanced_flag(timeline)
     arguments.add_model_args(p)
+    arguments.add_machine_profile(p)
     add_runtime_arguments(p, choices=("threads", "ray"), default="threads", fields=REAL_TIME_FIELDS)
     p.set_defaults(func=run)
 
@@ -80,9 +86,9 @@ def run(args) -> int:
         args.output = check_output_file(args.output, "-o")
     arms = _arms(args)
     algorithms = list(arms)
-    uses_dsi = any(algo == "dsi" for algo, _ in arms.values())
+    uses_dsi = any(algo in ("dsi", "auto") for algo, _ in arms.values())
     chosen = prompts.load(args.dataset, args.prompts)
-    target, drafter, servers = real_models.load(args, args.sp_degree if uses_dsi else 1, max_tokens=4096)
+    target, drafter, servers = real_models.load(args, args.sp_degree if uses_dsi else 1, max_model_len=4096)
     encoded = [(p.id, p.token_ids(target)) for p in chosen]
     for _, ids in encoded:
         servers.check_length(len(ids), args.max_tokens)
@@ -122,14 +128,16 @@ def _arms(args) -> dict:
         algorithms = [a.strip() for a in args.algorithms.split(",") if a.strip()]
         bad = [a for a in algorithms if a not in NAMES]
         if bad or not algorithms:
-            raise ConfigError(f"--algorithms must list some of nonsi, si, dsi, got {args.algorithms!r}")
+            raise ConfigError(f"--algorithms must list some of nonsi, si, dsi, auto, got {args.algorithms!r}")
         return {a: (a, {}) for a in algorithms}
     arms = {}
     for text in args.arm:
         words = text.split()
         if not words or words[0] not in NAMES:
-            raise ConfigError(f"--arm is 'ALGO [k=K] [tree=SHAPE]' with ALGO one of nonsi, si, dsi, got {text!r}")
+            raise ConfigError(f"--arm is 'ALGO [k=K] [tree=SHAPE]' with ALGO one of nonsi, si, dsi, auto, got {text!r}")
         algo, changes = words[0], {}
+        if algo == "auto" and words[1:]:
+            raise ConfigError(f"--arm {text!r}: auto chooses its own settings (give it alone)")
         for word in words[1:]:
             key, _, value = word.partition("=")
             if key == "k" and value.isdigit() and int(value) > 0:
@@ -165,6 +173,7 @@ def _row(pid, ids, res, base, args, target) -> dict:
         "target_forwards": res.target_forwards,
         "drafter_forwards": res.drafter_forwards,
         "same_tokens_as_nonsi": same,
+        "auto": res.auto,
         "outside_forward_fraction": res.overhead["outside_forward_fraction"] if res.overhead else None,
         "tokens": res.tokens,
         "text": target.decode(res.tokens),
@@ -206,8 +215,27 @@ def summarize(by_algo: dict, greedy: bool) -> dict:
                 else None  # Ray: the forward passes run in the actors
             ),
         }
+        chosen = [r.auto for r in results if r.auto is not None]
+        if chosen:
+            s["auto"] = auto_summary(chosen, results)
         out[algo] = s
     return out
+
+
+def auto_summary(chosen: list[dict], results) -> dict:
+    """What ``auto`` ran over the prompts (label -> prompts), its predicted and measured times in all (s) and the
+    median and worst |predicted - measured| / measured over the prompts."""
+    import statistics
+    from collections import Counter
+
+    errors = [abs(c["predicted_ms"] - r.time_ms) / r.time_ms for c, r in zip(chosen, results) if r.time_ms > 0]
+    return {
+        "ran": dict(Counter(c["label"] for c in chosen).most_common()),
+        "predicted_s": sum(c["predicted_ms"] for c in chosen) / 1000,
+        "measured_s": sum(r.time_ms for r in results) / 1000,
+        "median_error": statistics.median(errors) if errors else None,
+        "worst_error": max(errors) if errors else None,
+    }
 
 
 def _config(args, target, drafter, servers) -> dict:
@@ -225,7 +253,7 @@ def _config(args, target, drafter, servers) -> dict:
         "target": target.name,
         "drafter": drafter.name,
         "devices": sorted({s.device for s in servers.all}),
-        "torch_threads": {a: servers.threads_for(a) for a in NAMES},
+        "torch_threads": {a: servers.threads_for(a) for a in NAMES if a != "auto"},
     }
 
 
@@ -246,5 +274,14 @@ def _print(args, summary, why, target, drafter, servers) -> None:
     columns = ("time s", "tokens /s", "vs non-SI", "vs SI", "accept rate", "run len", "tokens/pass", "same as non-SI",
                "outside fwd")  # fmt: skip
     print_comparison(console, rows, columns, why=why)
+    for algo, s in summary.items():
+        if "auto" in s:
+            a = s["auto"]
+            ran = ", ".join(f"{label} on {n} prompt{'s' if n > 1 else ''}" for label, n in a["ran"].items())
+            console.print(
+                f"{NAMES.get(algo, algo)} ran {ran}: predicted {a['predicted_s']:.1f} s in all, measured "
+                f"{a['measured_s']:.1f} s (|predicted - measured| / measured per prompt: median "
+                f"{fmt(100 * a['median_error'], '.0f', '%')}, worst {fmt(100 * a['worst_error'], '.0f', '%')})"
+            )
     if args.output:
         console.print(f"per prompt: {args.output}")

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from specpar.core.results import fmt, metrics_footnote
 
-NAMES = {"nonsi": "non-SI", "si": "SI", "dsi": "DSI"}
+NAMES = {"nonsi": "non-SI", "si": "SI", "dsi": "DSI", "auto": "auto"}
 
 
 def speedups_of(by_algo: dict, algo: str) -> dict:
@@ -69,6 +69,7 @@ CELLS: dict[str, Callable[[Mapping], str]] = {  # each column's cell from a row
     "k": lambda r: str(r.get("lookahead") or "-"),
     "SP": lambda r: str(r["sp_degree"]),
     "time s": lambda r: fmt(r["time_s"], ".2f"),
+    "predicted s": lambda r: fmt(r.get("predicted_s"), ".2f"),
     "latency ms": lambda r: f"{r['mean_ms']:.1f}±{r['std_ms']:.1f}",
     "tokens /s": lambda r: fmt(r.get("tokens_per_second")),
     "vs non-SI": lambda r: speedup_cell(r, "nonsi"),

@@ -39,13 +39,14 @@ def register(sub) -> None:
     )
     arguments.add_prompt_args(p)
     p.add_argument("--chat", action="store_true", help="put the prompt text in the target's chat template")
-    arguments.add_speculation_arguments(p)
+    arguments.add_speculation_arguments(p, algorithms=("nonsi", "si", "dsi", "auto"))
     add_sampling_arguments(p, GENERATE_SAMPLING, {"max_tokens": 64, "temperature": 0.0, "seed": 0},
                            title="sampling and stopping (vLLM's SamplingParams)")  # fmt: skip
     p.add_argument("--compare", action="store_true", help="also run the other algorithms and print all side by side")
     add_repeats(p, 1, "with --compare: runs of each algorithm, interleaved, for the spread of the ratios")
     add_json(p, "print one JSON object instead of text and tables")
     arguments.add_model_args(p)
+    arguments.add_machine_profile(p)
     add_runtime_arguments(p, choices=("threads", "ray"), default="threads", fields=REAL_TIME_FIELDS)
     p.set_defaults(func=run)
 
@@ -105,11 +106,14 @@ def run(args) -> int:
     check_tree_processors(args.spec, params.processors)  # before the models load (the engine checks it again)
     chosen = chosen_prompt(args)
     main = args.algorithm
-    algorithms = [main] + ([a for a in ("nonsi", "si", "dsi") if a != main] if args.compare else [])
-    sp = args.sp_degree if "dsi" in algorithms else 1
-    target, drafter, servers = real_models.load(args, sp, max_tokens=4096)
+    algorithms = [main] + ([a for a in ("nonsi", "si", "dsi", "auto") if a != main] if args.compare else [])
+    sp = args.sp_degree if {"dsi", "auto"} & set(algorithms) else 1
+    target, drafter, servers = real_models.load(args, sp, max_model_len=4096)
     what, ids = prompt_ids(args, target, chosen)
     servers.check_length(len(ids), args.max_tokens)
+    predicted, why_not = predictions(servers, args, algorithms, len(ids))
+    if main != "auto" and "auto" not in predicted:  # no profile to choose from: the comparison goes on without it
+        algorithms = [a for a in algorithms if a != "auto"]
     if args.compare:
         real_models.warn_load()
     repeats = args.repeats
@@ -161,14 +165,41 @@ def run(args) -> int:
                 "repeats": repeats,
                 "time_ms": {a: [r.time_ms for r in rs] for a, rs in runs.items()},
                 "speedups": speedups,
+                "predicted_ms": predicted,
             }
         )
         return 0
-    _report(args, results, runs, speedups)
+    _report(args, results, runs, speedups, predicted, why_not)
     return 0
 
 
-def _report(args, results, runs, speedups) -> None:
+NOT_YET = (
+    "no machine profile of these models on this machine yet: `specpar profile` measures one (or `--algorithm "
+    "auto` on first need), --profile FILE gives one"
+)
+
+
+def predictions(engine, args, algorithms, prompt_tokens: int) -> tuple[dict, str | None]:
+    """{algorithm: its predicted ms} for the runs of ``algorithms`` on ``engine`` (auto's: its choice's), and why
+    there are none (no machine profile of the models given or cached, or a ConfigError's words), else None."""
+    from specpar.prediction.auto import predict_request
+    from specpar.prediction.machine import cached
+
+    if args.algorithm != "auto" and args.profile is None and cached(engine.target_model, engine.drafter_model) is None:
+        return {}, NOT_YET  # a comparison does not measure the machine for its predictions: auto does, on first need
+    out = {}
+    try:
+        for algo in algorithms:
+            spec = real_models.arm(args.spec, engine, algo)
+            out[algo] = predict_request(engine, spec, prompt_tokens, args.max_tokens)
+    except ConfigError as exc:
+        if args.algorithm == "auto":
+            raise
+        return out, str(exc)
+    return out, None
+
+
+def _report(args, results, runs, speedups, predicted, why_not) -> None:
     """The main algorithm's statistics (its first run); with --compare a table of all, times the mean over
     the repeats and ratios with their spread."""
 
@@ -178,13 +209,18 @@ def _report(args, results, runs, speedups) -> None:
 
     console = table_console(stderr=True, wide=120)
     main = results[args.algorithm]
+    if main.auto is not None:
+        console.print(
+            f"auto ran {main.auto['label']}: predicted {main.auto['predicted_ms'] / 1000:.2f} s, measured "
+            f"{main.time_ms / 1000:.2f} s ({main.auto['reason']})"
+        )
     console.print(
         f"{NAMES[args.algorithm]}: {len(main.tokens)} tokens in {main.time_ms / 1000:.2f} s = "
         f"{fmt(main.tokens_per_second)} tokens/s"
         f" (first token {main.ttft_ms / 1000:.2f} s); "
         + (
             ""
-            if args.algorithm == "nonsi"
+            if main.algorithm == "nonsi"
             else f"acceptance rate {fmt(main.acceptance_rate)}, run length {fmt(main.mean_run_length)} "
             f"(tokens per target-made token), {fmt(main.mean_acceptance_length)} tokens per target pass, "
             f"lookahead {main.lookahead}, "
@@ -200,18 +236,24 @@ def _report(args, results, runs, speedups) -> None:
     n = len(runs["nonsi"])
     title = f"same prompt, same loaded servers, {n} interleaved run{'s' if n > 1 else ''} each"
     rows = {}
-    for algo in ("nonsi", "si", "dsi"):
+    for algo in [a for a in ("nonsi", "si", "dsi", "auto") if a in results]:
+        r = results[algo]
         mean_s = sum(x.time_ms for x in runs[algo]) / len(runs[algo]) / 1000
         same = all(x.tokens == b.tokens for x, b in zip(runs[algo], runs["nonsi"]))
         rows[algo] = {
-            **results[algo].to_dict(),
+            **r.to_dict(),
             **speedups[algo],
+            "name": f"auto: {r.auto['label']}" if r.auto else None,
             "time_s": mean_s,
-            "tokens_per_second": len(results[algo].tokens) / mean_s if mean_s > 0 else None,
+            "predicted_s": predicted[algo] / 1000 if algo in predicted else None,
+            "tokens_per_second": len(r.tokens) / mean_s if mean_s > 0 else None,
             "same_tokens_as_nonsi": None if algo == "nonsi" or args.temperature else same,
             **({"acceptance_rate": None, "mean_run_length": None} if algo == "nonsi" else {}),  # nothing drafted
         }
-    columns = ("time s", "tokens /s", "vs non-SI", "vs SI", "accept rate", "run len", "tokens/pass", "same as non-SI")
+    columns = ("time s", *(("predicted s",) if predicted else ()), "tokens /s", "vs non-SI", "vs SI", "accept rate",
+               "run len", "tokens/pass", "same as non-SI")  # fmt: skip
     print_comparison(console, rows, columns, title, real_models.why_line(runs))
+    if why_not:
+        console.print(f"no predictions: {why_not}", style="dim")
     if args.repeats == 1:
         console.print("one run each: no spread to judge the ratios by; --repeats 3 or more gives one", style="dim")

@@ -34,6 +34,7 @@ COMMANDS = [
     "specpar.entrypoints.cli.generate",
     "specpar.entrypoints.cli.bench",
     "specpar.entrypoints.cli.profile",
+    "specpar.entrypoints.cli.predict",
     "specpar.entrypoints.cli.serve",
 ]
 

@@ -40,7 +40,10 @@ def backend(args) -> str:
 
 def arm(spec: SpeculativeConfig, engine, algorithm: str, **changes) -> SpeculativeConfig:
     """``spec`` for one run of ``algorithm`` on ``engine``: no token tree or proposer for non-SI, at most the engine's
-    target servers (it made one when no run verifies in parallel)."""
+    target servers (it made one when no run verifies in parallel); for "auto", none of the settings it chooses
+    (the flags' lookahead, tree, proposer are the other algorithms')."""
+    if algorithm == "auto":
+        return spec.for_request(algorithm="auto", sp_degree=min(spec.sp_degree or engine.sp_degree, engine.sp_degree))
     tree = None if algorithm == "nonsi" else changes.pop("tree", spec.tree)
     proposer = None if algorithm == "nonsi" else changes.pop("proposer", spec.proposer)
     sp = min(spec.sp_degree or engine.sp_degree, engine.sp_degree)
@@ -70,7 +73,7 @@ def load_models(args, devs: list[str] | None = None):
         raise ConfigError(in_flags(str(exc))) from None
 
 
-def load(args, sp_degree: int, max_tokens: int, **engine_options):
+def load(args, sp_degree: int, max_model_len: int, **engine_options):
     """(target, drafter, an Engine with sp_degree target servers, the speculation and runtime the flags give, and
     ``engine_options``: Engine's keywords, e.g. units, policy), loaded once."""
     from specpar.algorithms.registry import ALGORITHMS
@@ -79,14 +82,15 @@ def load(args, sp_degree: int, max_tokens: int, **engine_options):
     devs = devices(args)
     target, drafter = load_models(args, devs)
     spec = getattr(args, "spec", None) or SpeculativeConfig()
-    hierarchy = ALGORITHMS[spec.algorithm].hierarchy  # HSD's drafter is a list of levels: here one
+    hierarchy = spec.algorithm in ALGORITHMS and ALGORITHMS[spec.algorithm].hierarchy  # HSD's levels: here one
     engine = Engine(
         target,
         [drafter] if hierarchy and drafter is not None else drafter,
         speculative_config=dataclasses.replace(spec, sp_degree=sp_degree),
         runtime=getattr(args, "runtime_config", None),
         devices=devs,
-        max_tokens=max_tokens,
+        max_model_len=max_model_len,
+        profile=getattr(args, "profile", None),
         **engine_options,
     )
     return target, drafter, engine
@@ -117,8 +121,8 @@ def check_tree_depth(args) -> None:
 def check_servers(args, sp_degree: int | None = None) -> None:
     """Refuse, before the models load, more servers than the runtime can run on this machine (a thread or a
     process each: :mod:`specpar.runtimes.capacity`), as the Engine would after loading."""
-    from specpar.entrypoints.engine import servers_of_units, unit_count
     from specpar.runtimes.capacity import check_servers as check
+    from specpar.scheduling.units import servers_of_units, unit_count
 
     spec = getattr(args, "spec", None) or SpeculativeConfig()
     sp = sp_degree or spec.sp_degree or 2  # the Engine's default for real models

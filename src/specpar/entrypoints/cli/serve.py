@@ -6,13 +6,14 @@ import argparse
 import os
 import socket
 
-from specpar.core.config import ALGORITHMS, SPECULATIVE_FIELDS
+from specpar.core.config import ALGORITHMS, AUTO, SPECULATIVE_FIELDS
 from specpar.core.errors import ConfigError
 from specpar.entrypoints.cli.arguments import (
     LATENCY_FIELDS,
     MAX_INTEGER,
     REAL_TIME_FIELDS,
     add_deprecated,
+    add_machine_profile,
     add_model_args,
     add_pair_arguments,
     add_runtime_arguments,
@@ -74,13 +75,15 @@ def register(sub) -> None:
                    help="prompt + max_tokens limit for a target without a context window (default 2048)")  # fmt: skip
     p.add_argument("--shutdown-timeout", type=ranged(float, 0, 86400), default=30.0,
                    help="seconds in-flight requests may take to finish on SIGTERM (default 30)")  # fmt: skip
-    add_speculation_arguments(p, fields=SPECULATIVE_FIELDS, algorithms=ALGORITHMS, advanced=True, simulated=True)
+    add_speculation_arguments(p, fields=SPECULATIVE_FIELDS, algorithms=(*ALGORITHMS, AUTO), advanced=True,
+                              simulated=True)  # fmt: skip
     add_runtime_arguments(p, choices=("threads", "ray"), default="threads", fields=REAL_TIME_FIELDS)
     g = p.add_argument_group("simulated models (numbers: --help=all)")
     g.add_argument("--simulated", action="store_true", help="serve simulated models (no weights)")
     add_pair_arguments(g, fields=(*LATENCY_FIELDS, "acceptance_rate", "vocab_size", "seed"),
                        defaults={"target_tpot_ms": 2.0, "vocab_size": 32}, title=None, advanced=True)  # fmt: skip
     add_model_args(p, target=False, advanced=("--drafter",))
+    add_machine_profile(p)
     p.set_defaults(func=run)
 
 
@@ -91,16 +94,24 @@ def build_engine(args):
     from specpar.algorithms.registry import ALGORITHMS as REGISTRY
 
     args.target = getattr(args, "target", None)  # MODEL, when given
+    args.spec = served_spec(args)
     if args.simulated:
         target, drafter = args.pair.models()
-        levels = REGISTRY[args.spec.algorithm].hierarchy
+        levels = args.spec.algorithm in REGISTRY and REGISTRY[args.spec.algorithm].hierarchy
         engine = Engine(target, [drafter] if levels else drafter, speculative_config=args.spec,
-                        runtime=args.runtime_config, units=args.units, policy=args.policy)  # fmt: skip
+                        runtime=args.runtime_config, units=args.units, policy=args.policy,
+                        profile=args.profile)  # fmt: skip
         return engine, "specpar-simulated"
     from specpar.entrypoints.cli.real_models import load
 
-    _, _, engine = load(args, args.sp_degree, max_tokens=4096, units=args.units, policy=args.policy)
+    _, _, engine = load(args, args.sp_degree, max_model_len=4096, units=args.units, policy=args.policy)
     return engine, args.target or engine.target_model.name
+
+
+def served_spec(args):
+    """The requests' default speculation: the flags', with none of the settings "auto" chooses itself."""
+    spec = args.spec
+    return spec.for_request(algorithm=AUTO, sp_degree=spec.sp_degree) if spec.algorithm == AUTO else spec
 
 
 def check(args) -> str | None:

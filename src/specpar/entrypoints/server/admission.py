@@ -36,7 +36,7 @@ class Timing:
     def engine_started(self, called: float, results) -> None:
         """The generation's start: when the first of ``results`` (GenerationResults of engine calls made at
         ``called``) got its units, each having waited ``queue_ms``."""
-        waits = [r.queue_ms for r in results if getattr(r, "queue_ms", None) is not None]
+        waits = [r.queue_ms for r in results if r.queue_ms is not None]
         started = called + (min(waits) / 1e3 if waits else 0.0)
         if self.started is None or started < self.started:
             self.started = started

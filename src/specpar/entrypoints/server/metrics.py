@@ -30,6 +30,11 @@ clock, reported in seconds):
 * ``specpar:cancelled_tasks_total{pool="target"|"drafter"}``: tasks cancelled (DSI cancels the work that
   follows a rejected draft);
 * ``specpar:target_time_wasted_seconds_total``: target server time spent in tasks then cancelled.
+
+``algorithm="auto"`` (:mod:`specpar.prediction.auto`): ``specpar:auto_choices_total{method}`` counts the requests
+auto ran each method for; ``specpar:auto_predicted_seconds_total`` and ``specpar:auto_measured_seconds_total`` sum
+their predicted and measured generation times (the runtime's clock), so that the ratio of their rates is the mean
+measured / predicted.
 """
 
 from __future__ import annotations
@@ -92,6 +97,10 @@ class Metrics:
                                LATENCY_BUCKETS)  # fmt: skip
         for pool in ("target", "drafter"):
             self.cancelled.labels(model_name, pool)
+        self.auto = counter("auto_choices", "Requests algorithm 'auto' ran each method for.", ("method",))
+        self.auto_predicted_s = counter("auto_predicted_seconds", "Predicted generation time of auto's requests.")
+        self.auto_measured_s = counter("auto_measured_seconds",
+                                       "Measured generation time of auto's requests (runtime clock).")  # fmt: skip
 
     def error(self, endpoint: str, status) -> None:
         self.errors.labels(self.model_name, endpoint, str(status)).inc()
@@ -138,6 +147,10 @@ class Metrics:
         self.busy.labels(name).set(busy / result.time_ms if result.time_ms > 0 else 0.0)
         for pool, n in cancelled.items():
             self.cancelled.labels(name, pool).inc(n)
+        if result.auto is not None:
+            self.auto.labels(name, result.auto["method"]).inc()
+            self.auto_predicted_s.labels(name).inc(result.auto["predicted_ms"] / 1e3)
+            self.auto_measured_s.labels(name).inc(result.time_ms / 1e3)
 
     def text(self) -> bytes:
         """The Prometheus text exposition of every metric."""

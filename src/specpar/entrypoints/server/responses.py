@@ -41,7 +41,7 @@ class Shape:
                 choice = {"index": job.index, "text": self.text(job, r)}
             choice |= {"logprobs": logprobs, "finish_reason": r.finish_reason, "token_ids": r.tokens}  # vLLM's ids
             choices.append(choice)
-        return {**self.head(self.object), "choices": choices, "usage": self.usage(plan, results)}
+        return {**self.head(self.object), "choices": choices, "usage": self.usage(plan, results), **chosen(results)}
 
     def chunk(self, index: int, piece, finish_reason: str | None = None, logprobs=None) -> str:
         """One event: ``piece`` of choice ``index`` (text; for chat a delta dict, or None for an empty one)."""
@@ -54,7 +54,8 @@ class Shape:
         return self.event({**self.head(self.chunk_object), "choices": [choice]})
 
     def usage_chunk(self, plan: Plan, results) -> str:
-        return self.event({**self.head(self.chunk_object), "choices": [], "usage": self.usage(plan, results)})
+        body = {**self.head(self.chunk_object), "choices": [], "usage": self.usage(plan, results), **chosen(results)}
+        return self.event(body)
 
     @staticmethod
     def event(data: dict) -> str:
@@ -77,6 +78,15 @@ class Shape:
             "top_logprobs": [{token(t): max(v, FLOOR) for t, v in x.top} for x in entries],
             "text_offset": offsets,
         }
+
+
+def chosen(results) -> dict:
+    """The ``specpar`` field beside ``usage``: what ``algorithm="auto"`` ran, predicted and why (the first choice's;
+    the choices of one request are predicted alike), with its measured generation time; none without auto."""
+    auto = next((r for r in results if r.auto is not None), None)
+    if auto is None:
+        return {}
+    return {"specpar": {**auto.auto, "measured_ms": auto.time_ms}}
 
 
 def _entry(token: str, logprob: float) -> dict:

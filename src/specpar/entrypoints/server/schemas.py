@@ -53,7 +53,7 @@ class Strict(BaseModel):
 class Speculative(Strict):
     """Per-request speculation (each field: the server's own when left out)."""
 
-    algorithm: Literal["nonsi", "si", "dsi"] | None = None
+    algorithm: Literal["nonsi", "si", "dsi", "auto"] | None = None
     lookahead: Annotated[int, Field(ge=1, le=64)] | None = None
     sp_degree: Annotated[int, Field(ge=1)] | None = None
     proposer: str | None = None  # "drafter", "ngram[:MIN:MAX]", either with "+drafter" (SpeculativeConfig.proposer)

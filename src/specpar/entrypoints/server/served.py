@@ -18,8 +18,8 @@ class Served:
         self.engine = engine
         model = engine.target_model
         self.tokenizer = engine.tokenizer
-        self.vocab_size = getattr(model, "vocab_size", None)
-        self.max_model_len = getattr(model, "context_window", None) or max_model_len
+        self.vocab_size = model.vocab_size
+        self.max_model_len = model.context_window or max_model_len
 
     def prompt_ids(self, prompt, param: str = "prompt") -> list[int]:
         """A prompt (text, or token ids) as token ids, checked against the vocabulary; never empty."""

@@ -1,0 +1,379 @@
+"""An engine's request path: a prompt and its SamplingParams to a result, one request or many at once, whole or as a
+stream. :class:`~specpar.Engine` makes one :class:`Requests` and its public methods call it.
+
+One request: its token ids and stop conditions, its speculation (the engine's defaults with its own changes,
+``lookahead="auto"`` chosen), its :class:`~specpar.core.query.Query`, a :class:`~specpar.scheduling.request.Request`
+on the scheduler, which runs it on units of its own (:func:`~specpar.algorithms.registry.run_generation` per
+configuration); then its text and a log line. Many: one thread per unit takes them in order, or on the virtual clock
+all of them at time 0 on one shared clock. A stream: :mod:`specpar.entrypoints.streaming`.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from contextlib import contextmanager
+
+from specpar.backends.cpu_threads import SharedThreads, cpu_cores, pass_threads
+from specpar.core.config import RuntimeConfig, SpeculativeConfig, split_options
+from specpar.core.errors import ConfigError
+from specpar.core.params import SAMPLING_FIELDS, SamplingParams
+from specpar.core.query import Query
+from specpar.core.results import GenerationResult, overhead
+from specpar.core.stopping import Stopping, detokenize, end_of_text_ids
+from specpar.prediction.shares import Curves
+from specpar.runtimes import Pool
+from specpar.runtimes.base import model_of
+from specpar.runtimes.virtual import collector_paused
+from specpar.scheduling import Scheduler, Unit
+from specpar.scheduling.request import Request
+
+log = logging.getLogger(__name__)
+
+MAX_SPECS = 1024  # requests' SpeculativeConfigs kept made (each a set of changed fields)
+
+
+class Gate:
+    """Requests run at once; :meth:`alone` waits until none runs and holds new ones back (reset, close, a burst)."""
+
+    def __init__(self):
+        self._cond = threading.Condition(threading.Lock())
+        self._active = 0
+        self._exclusive = False
+        self.closed = False
+
+    @contextmanager
+    def request(self):
+        """One request runs inside (a ConfigError once closed)."""
+        with self._cond:
+            while self._exclusive:
+                self._cond.wait()
+            if self.closed:
+                raise ConfigError("this engine is closed")
+            self._active += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._active -= 1
+                if not self._active and self._exclusive:
+                    self._cond.notify_all()  # alone() waits for the last request
+
+    @contextmanager
+    def alone(self, close: bool = False):
+        """No request runs inside (those running finish first; new ones wait). close: none starts after it."""
+        with self._cond:
+            self.closed = self.closed or close
+            while self._exclusive:
+                self._cond.wait()
+            self._exclusive = True
+            while self._active:
+                self._cond.wait()
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._exclusive = False
+                self._cond.notify_all()
+
+
+class Requests:
+    """The request path of an engine's servers (module docstring).
+
+    targets, drafters: the engine's Pools (drafters: one Pool, a list of level Pools, or None). units: its processing
+    units. runtime: where requests run. spec: each request's defaults (its sp_degree: the most a request may use).
+    policy: how requests share the units. keep_actors: Ray keeps each server's actor between requests.
+    """
+
+    def __init__(
+        self,
+        targets: Pool,
+        drafters,
+        units: list[Unit],
+        runtime: RuntimeConfig,
+        spec: SpeculativeConfig,
+        policy: str,
+        keep_actors: bool,
+    ):
+        self.targets, self.drafters, self.units, self.runtime = targets, drafters, units, runtime
+        self.spec, self.keep_actors = spec, keep_actors
+        self.scheduler = Scheduler(units)
+        self.curves = Curves(policy, targets, drafters, len(units))
+        self.model = model_of(targets)
+        self.tokenizer = self.model.tokenizer
+        self.end_of_text = end_of_text_ids(self.model)
+        self.servers = [s for u in units for s in u.servers]
+        # torch's threads only for torch models; llama.cpp servers here (on Ray their actors set their own)
+        torch = any(model_of(p).kind == "transformers" for p in _pools(targets, drafters))
+        self.threads = SharedThreads(torch, self.servers if runtime.name != "ray" else [])
+        self.gate = Gate()
+        self._specs: dict = {}  # a request's changed fields -> its SpeculativeConfig (see config)
+        self.profile, self._auto = None, None  # algorithm="auto"'s machine profile (as the engine was given it)
+
+    # -- one request ------------------------------------------------------------------------------
+    def one(self, prompt, params: SamplingParams, spec: SpeculativeConfig, stream=None) -> GenerationResult:
+        """One request, run now on the engine's scheduler; its result with its text."""
+        request = self.make(prompt, params, spec, stream, self.scheduler, self.runtime)
+        with self.gate.request():
+            result = self.run(request)
+        return self.finished(result, request, params)
+
+    def make(
+        self, prompt, params: SamplingParams, spec: SpeculativeConfig, stream, scheduler: Scheduler, runtime
+    ) -> Request:
+        """A request on ``scheduler`` and ``runtime``, not yet run; its speculation with lookahead "auto" chosen."""
+        if self.gate.closed:
+            raise ConfigError("this engine is closed")
+        ids = self.prompt_ids(prompt)
+        choice = None
+        if spec.algorithm == "auto":
+            spec, choice = self.auto().resolve(spec, len(ids), params.max_tokens)
+        if spec.uses_drafter and self.drafters is None:
+            raise ConfigError(f"algorithm {spec.algorithm!r} needs a drafter: give the engine one")
+        curve = self.curves.of(spec, params.max_tokens, self._machine() if choice else None)
+        if spec.lookahead == "auto" and curve.option(curve.max_units).ms_per_token is None:
+            spec = spec.replace(lookahead=self.auto_lookahead(spec, params.max_tokens))  # (or its clear error)
+        decoding = params.decoding(len(ids), self.end_of_text)
+        query = Query(ids, params.max_tokens, decoding, self.stopping(ids, params), stream)
+        request = Request(scheduler, query, spec, curve, runtime, self.keep_actors)
+        request.choice = choice
+        return request
+
+    def run(self, request: Request) -> GenerationResult:
+        """``request`` run; its result with the time outside forward passes (``overhead``: real models on this
+        process's threads) and waiting for units (``queue_ms``)."""
+        local = self.model.real and self.runtime.name != "ray"  # on Ray the passes run in the actors
+        if not self.model.real:
+            with collector_paused(self.runtime.name == "virtual"):
+                result = request.run()
+        else:
+            spec = request.spec
+            marks = {id(s): len(s.forward_log) for s in self.servers} if local else None
+            with self.threads(self.threads_for(spec.algorithm, spec.uses_drafter)):
+                t0 = time.perf_counter()
+                result = request.run()
+                t1 = time.perf_counter()
+            if local:  # the forward passes of the servers this request ran on
+                intervals = [iv for s in request.servers for iv in s.forward_log[marks[id(s)] :]]
+                result.overhead = overhead(intervals, t0, t1)
+        result.queue_ms = request.queue_ms
+        return result
+
+    def finished(self, result: GenerationResult, request: Request, params: SamplingParams) -> GenerationResult:
+        """``result`` (of ``request``) with its text and what ``auto`` chose for it, logged."""
+        prompt = request.prompt
+        if request.choice is not None:
+            result.auto = request.choice.to_dict()
+        if self.tokenizer is not None:
+            result.text = detokenize(self.tokenizer, prompt, result.tokens, *texts(params))
+        if log.isEnabledFor(logging.INFO):
+            log.info(
+                "%s: %d prompt + %d new tokens in %.1f ms (%s), finish %s, acceptance rate %.2f, mean acceptance "
+                "length %.2f, lookahead %s", result.algorithm, len(prompt), len(result.tokens), result.time_ms,
+                result.runtime, result.finish_reason, result.acceptance_rate, result.mean_acceptance_length,
+                result.lookahead,
+            )  # fmt: skip
+        return result
+
+    # -- many at once -----------------------------------------------------------------------------
+    def many(self, prompts: list[list[int]], params: list[SamplingParams], spec, stream) -> list[GenerationResult]:
+        """Requests at once: on the virtual clock a burst (:meth:`burst`); else at most one per unit in the scheduler
+        at a time (more would only wait there), taken in order by as many threads; the first error (by prompt) is
+        raised once the others have ended, and no request starts after it."""
+        if self.runtime.name == "virtual" and len(prompts) > 1:
+            return self.burst(prompts, params, spec, stream)
+        return in_threads(
+            [lambda p=p, q=q: self.one(p, q, spec, stream) for p, q in zip(prompts, params)], len(self.units)
+        )
+
+    def burst(self, prompts: list[list[int]], params: list[SamplingParams], spec, stream) -> list[GenerationResult]:
+        """The virtual clock's requests at once: every one arrives at time 0 on one shared clock, on a scheduler of
+        the units of its own (as ``specpar simulate load`` runs them), while no other request runs; each result's
+        times are those under this load. The first error (by prompt) is raised once every request ended."""
+        from specpar.runtimes.shared_clock import SharedClock
+
+        clock = SharedClock()
+        scheduler = Scheduler(self.units, clock)
+        runtime = self.runtime.replace(options={**self.runtime.options, "clock": clock})
+        made = [self.make(p, q, spec, stream, scheduler, runtime) for p, q in zip(prompts, params)]
+        results: list = [None] * len(made)
+        failed: dict[int, BaseException] = {}
+
+        def one(i: int) -> None:
+            try:
+                results[i] = made[i].run()
+            except BaseException as exc:  # raised in the caller's thread below
+                failed[i] = exc
+
+        with self.gate.alone(), collector_paused(True):
+            if self.gate.closed:
+                raise ConfigError("this engine is closed")
+            for i in range(len(made)):
+                clock.spawn(one, i)
+            clock.run()
+        if failed:
+            raise failed[min(failed)]
+        for request, result, p in zip(made, results, params):
+            result.queue_ms = request.queue_ms
+            self.finished(result, request, p)
+        return results
+
+    # -- what a request is made of -------------------------------------------------------------------
+    def config(self, speculative_config, params, options: Mapping) -> tuple[SpeculativeConfig, SamplingParams]:
+        """A request's SpeculativeConfig (the engine's, with the request's changes) and SamplingParams."""
+        spec_fields, runtime_fields, sampling = split_options(options, sampling=SAMPLING_FIELDS)
+        if runtime_fields:
+            raise ConfigError(f"the runtime is the engine's: {sorted(runtime_fields)} cannot change per request")
+        if speculative_config is None and spec_fields:  # the engine's defaults with a few fields changed: made once
+            try:
+                key = tuple(spec_fields.items())
+                spec = self._specs.get(key)
+            except TypeError:  # an unhashable value (a list): made each time
+                key = spec = None
+            if spec is None:
+                spec = self._spec(None, spec_fields)
+                if key is not None:
+                    if len(self._specs) >= MAX_SPECS:
+                        self._specs.clear()
+                    self._specs[key] = spec
+        else:
+            spec = self._spec(speculative_config, spec_fields)
+        return spec, sampling_params(params, sampling)
+
+    def _spec(self, speculative_config, spec_fields: dict) -> SpeculativeConfig:
+        base = self.spec if speculative_config is None else SpeculativeConfig.coerce(speculative_config)
+        spec = base.for_request(**spec_fields)
+        most = self.spec.sp_degree
+        if spec.sp_degree is None:
+            spec = spec.replace(sp_degree=most)
+        if spec.sp_degree > most:
+            raise ConfigError(f"sp_degree {spec.sp_degree} is more than the engine's {most} target servers")
+        return spec
+
+    def prompt_ids(self, prompt) -> list[int]:
+        """A prompt (text, or token ids) as token ids; a ConfigError for anything else, or an empty one."""
+        if type(prompt) is list and prompt:  # the common case, without the abstract classes' checks
+            return list(prompt)
+        if isinstance(prompt, str):
+            if self.tokenizer is None:
+                raise ConfigError("a text prompt needs a target with a tokenizer: give token ids")
+            ids = self.model.encode(prompt)
+        elif isinstance(prompt, (bytes, Mapping)) or not isinstance(prompt, Iterable):
+            raise ConfigError(f"the prompt must be text or a list of token ids, got {type(prompt).__name__}")
+        else:
+            ids = list(prompt)
+        if not ids:
+            raise ConfigError("prompt is empty: give at least one token (the target needs a prefix to continue)")
+        return ids
+
+    def stopping(self, prompt_ids: Sequence[int], params: SamplingParams) -> Stopping | None:
+        """The request's stop conditions: end of text (unless ignore_eos), its stop ids and strings."""
+        ids = set(params.stop_token_ids) | (set() if params.ignore_eos else set(self.end_of_text))
+        if not ids and not params.stop:
+            return None
+        return Stopping(ids, params.stop, self.tokenizer, prompt_ids, params.min_tokens)
+
+    def auto_lookahead(self, spec: SpeculativeConfig, max_tokens: int) -> int:
+        """lookahead="auto": the fastest by simulation of the models' latencies and acceptance rate."""
+        from specpar.prediction.lookahead_choice import auto_lookahead
+
+        k = auto_lookahead(
+            self.targets, self.drafters, spec.algorithm, spec.sp_degree, max_tokens, spec.dedicated_cursor
+        )
+        log.info("lookahead %d: the fastest %s's simulation predicts (lookahead='auto')", k, spec.algorithm)
+        return k
+
+    def threads_for(self, algorithm: str, uses_drafter: bool = True) -> int:
+        """torch threads per forward pass, so that the servers running at once share the cores without
+        oversubscribing them (:func:`~specpar.backends.cpu_threads.pass_threads`, the rule the predictions
+        follow too; a drafter model the n-gram proposer leaves idle takes none)."""
+        ray = self.runtime.cpus_per_server if self.runtime.name == "ray" else None
+        running = self.servers if uses_drafter else self.targets.servers
+        cpu = [s for s in running if s.device == "cpu"]
+        busy = len(cpu) if algorithm in ("dsi", "hsd-sp") else 1  # non-SI and SI run one server at a time
+        return pass_threads(cpu_cores(), len(self.units), busy, ray)
+
+    def auto(self):
+        """``algorithm="auto"``'s chooser (:class:`specpar.prediction.auto.Auto`), made on first use."""
+        if self._auto is None:
+            from specpar.prediction.auto import for_servers
+
+            self._auto = for_servers(self.profile, self.targets, self.drafters, len(self.units), self.runtime,
+                                     self.spec.sp_degree)  # fmt: skip
+        return self._auto
+
+    def _machine(self):
+        """The machine's predictions for the shares of a configuration auto chose (those it chose by)."""
+        from specpar.prediction.auto import predict_request
+
+        return lambda spec, n: predict_request(self, spec, 16, n)
+
+
+def in_threads(calls: list, workers: int) -> list:
+    """Each of ``calls`` (functions of no argument) made on one of ``workers`` threads, taken in order; their
+    results in order. The first error (by call) is raised once the threads have ended; no call starts after it."""
+    n = len(calls)
+    workers = min(n, workers)
+    if workers <= 1:
+        return [call() for call in calls]
+    results: list = [None] * n
+    failed: dict[int, BaseException] = {}
+    order = iter(range(n))
+    lock = threading.Lock()
+
+    def work() -> None:
+        while not failed:
+            with lock:
+                i = next(order, None)
+            if i is None:
+                return
+            try:
+                results[i] = calls[i]()
+            except BaseException as exc:  # raised in the caller's thread below
+                failed[i] = exc
+
+    threads = [threading.Thread(target=work, name="specpar-request", daemon=True) for _ in range(workers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if failed:
+        raise failed[min(failed)]
+    return results
+
+
+def one_prompt(prompts) -> bool:
+    """Whether ``prompts`` is one prompt (text or token ids), not a list of them."""
+    if type(prompts) is list:  # the common case, without the abstract classes' checks
+        return not prompts or not isinstance(prompts[0], (str, list, tuple))
+    if isinstance(prompts, str) or not isinstance(prompts, Iterable):
+        return True  # one prompt (prompt_ids refuses what is not one)
+    seq = list(prompts) if not isinstance(prompts, Sequence) else prompts
+    return len(seq) == 0 or not isinstance(seq[0], (str, list, tuple))
+
+
+def sampling_params(params: SamplingParams | None, sampling: dict) -> SamplingParams:
+    """A request's SamplingParams: ``params``, or one made of the ``sampling`` keywords (not both)."""
+    if params is not None and sampling:
+        raise ConfigError(
+            f"give the sampling parameters either as params= or as keywords, not both: {sorted(sampling)}"
+        )
+    if params is not None and not isinstance(params, SamplingParams):
+        raise ConfigError(f"params must be a SamplingParams, got {type(params).__name__}")
+    return params if params is not None else SamplingParams.from_kwargs(**sampling)
+
+
+def check_stream(stream) -> None:
+    if stream is not None and not callable(stream):
+        raise ConfigError(f"stream must be a function called with each run of new token ids, got {stream!r:.60}")
+
+
+def texts(params: SamplingParams) -> tuple:
+    """The stop strings' settings of a request's text: (stop, min_tokens, include_stop_str_in_output)."""
+    return params.stop, params.min_tokens, params.include_stop_str_in_output
+
+
+def _pools(targets: Pool, drafters) -> list[Pool]:
+    return [targets, *(drafters if isinstance(drafters, list) else [] if drafters is None else [drafters])]

@@ -1,0 +1,282 @@
+"""Every method's predicted time on a machine, each at its best settings: what ``specpar predict`` prints and what
+``algorithm="auto"`` chooses from.
+
+A method is a way to decode (non-SI, SI, DSI, SI and DSI over token trees, SI and DSI with the n-gram proposer,
+HSD) on a runtime (threads, Ray); its settings are the lookahead, the SP degree, DSI's dedicated cursor, the tree's
+shape. Each setting's time is :func:`specpar.prediction.simulate.predicted_ms`: the algorithm's own code on the
+virtual clock with the machine profile's costs, the passes given the threads the engine would give them
+(:func:`specpar.backends.cpu_threads.pass_threads`, the engine's own rule, for the engine's shape:
+:class:`EngineShape`). The search runs over a small grid (:data:`LOOKAHEADS`, :data:`TREES`, SP degrees up to the
+engine's target servers, DSI's dedicated cursor or not; :func:`families`), every setting on the same sample pairs,
+so that settings are compared on the same draws.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+
+from specpar.backends.cpu_threads import pass_threads
+from specpar.core.config import SpeculativeConfig, parse_proposer
+from specpar.core.errors import ConfigError
+from specpar.prediction.machine import MachineProfile
+from specpar.prediction.simulate import MAX_SIMULATED, MIN_PAIRS, predicted_ms
+
+LOOKAHEADS = tuple(range(1, 9))
+QUICK_PAIRS = 2  # the first round's sample pairs per setting
+PATIENCE = 2  # a family's search stops after this many longer lookaheads in a row that are no faster
+REFINE = 2  # each method's fastest settings of the first round predicted again on the full sample
+CONTEND = 0.05  # methods predicted within this fraction of the fastest are predicted again on the final sample ...
+FINAL_TOKENS, FINAL_MAX_PAIRS = 3000, 32  # ... of about this many output tokens, on at most this many pairs
+TREES = ("2,1,1", "2,2,1,1", "3,2,1", "best:8")
+METHODS = ("nonsi", "si", "dsi", "tree-si", "tree-dsi", "ngram-si", "ngram-dsi", "hsd")
+NAMES = {
+    "nonsi": "non-SI",
+    "si": "SI",
+    "dsi": "DSI",
+    "tree-si": "SI tree",
+    "tree-dsi": "DSI tree",
+    "ngram-si": "n-gram SI",
+    "ngram-dsi": "n-gram DSI",
+    "hsd": "HSD",
+}
+
+
+@dataclass(frozen=True)
+class EngineShape:
+    """What the engine that will run a request offers, as far as its time goes.
+
+    units: its processing units (an Engine's ``units``; ``generate()`` and ready-made Pools: 1).
+    targets: its target servers, the most a request verifies on at once (its ``sp_degree``).
+    runtime: "threads" or "ray". cpus_per_server: Ray's CPU bundle per actor (its passes' threads).
+    cpu: whether the servers run on the CPU (their passes' threads share its cores), else each on a device.
+    drafter: whether it has a drafter model.
+    cancel_frees: what a cancelled task does to its server (the virtual clock's RuntimeConfig.cancel_frees): real
+        runtimes' target passes run to their end, a draft stops between passes.
+    """
+
+    units: int = 1
+    targets: int = 2
+    runtime: str = "threads"
+    cpus_per_server: float | None = None
+    cpu: bool = True
+    drafter: bool = True
+    cancel_frees: str | Mapping[str, str] = field(default_factory=lambda: {"target": "end"})
+
+    def threads(self, profile: MachineProfile, spec: SpeculativeConfig) -> int:
+        """The threads the engine gives each pass of a request of ``spec`` (Engine.threads_for's rule)."""
+        uses_drafter = spec.uses_drafter and self.drafter
+        servers = (self.targets + (1 if uses_drafter else 0)) if self.cpu else 0
+        busy = servers if spec.algorithm in ("dsi", "hsd-sp") else 1
+        ray = (self.cpus_per_server or 1.0) if self.runtime == "ray" else None
+        return pass_threads(profile.cores, self.units, busy, ray)
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """One configuration's predicted time: ``ms`` for the request (its prefill and every output token)."""
+
+    method: str
+    spec: SpeculativeConfig
+    runtime: str
+    threads: int
+    ms: float
+
+    @property
+    def label(self) -> str:
+        """The method and its settings in a few words: "DSI k=3 SP 2", "SI tree 2,2,1", "non-SI"."""
+        s, name = self.spec, NAMES[self.method]
+        if self.method == "nonsi":
+            words = name
+        elif self.method.startswith("tree"):
+            words = f"{name} {_tree_text(s.tree)}" + (f" SP {s.sp_degree}" if s.algorithm == "dsi" else "")
+        else:
+            k = s.buffers[-1] if s.algorithm == "hsd" else s.lookahead
+            words = f"{name} k={k}" + (f" SP {s.sp_degree}" if s.algorithm == "dsi" else "")
+        if s.algorithm == "dsi" and s.dedicated_cursor and s.sp_degree > 1:
+            words += " (cursor kept)"
+        return words + (" on Ray" if self.runtime == "ray" else "")
+
+    def to_dict(self) -> dict:
+        s = self.spec
+        return {
+            "method": self.method,
+            "label": self.label,
+            "predicted_ms": self.ms,
+            "runtime": self.runtime,
+            "threads": self.threads,
+            "speculative_config": {
+                "algorithm": s.algorithm,
+                "lookahead": s.lookahead,
+                "sp_degree": s.sp_degree,
+                "tree": None if s.tree is None else _tree_text(s.tree),
+                "proposer": s.proposer,
+                "dedicated_cursor": s.dedicated_cursor,
+                "prefill_replicas": s.prefill_replicas,
+            },
+        }
+
+
+def _tree_text(tree) -> str:
+    return str(tree) if not isinstance(tree, tuple) else ",".join(map(str, tree))
+
+
+@dataclass
+class MethodPredictions:
+    """Every method's best setting, fastest first (``best``), and every setting tried (``tried``)."""
+
+    prompt_tokens: int
+    max_tokens: int
+    best: list[Prediction]
+    tried: list[Prediction] = field(default_factory=list)
+
+    @property
+    def fastest(self) -> Prediction:
+        return self.best[0]
+
+    def of(self, method: str) -> Prediction | None:
+        return next((p for p in self.best if p.method == method), None)
+
+
+def available(profile: MachineProfile, shape: EngineShape, methods: Iterable[str] = METHODS) -> list[str]:
+    """The methods this profile can predict and this engine can run: a drafter model (and its acceptance rate) for
+    those that draft with one, n-gram rates for the n-gram proposer's."""
+    with_model = profile.drafter is not None and profile.acceptance_rate is not None and shape.drafter
+    ngram = {"match_rate", "acceptance_rate"} <= set(profile.ngram)
+    out = []
+    for m in methods:
+        if m not in METHODS:
+            raise ConfigError(f"unknown method {m!r}: the methods are {', '.join(METHODS)}")
+        if m == "nonsi" or (m.startswith("ngram") and ngram) or (not m.startswith("ngram") and with_model):
+            out.append(m)
+    return out
+
+
+def families(method: str, targets: int, lookaheads: Sequence[int] = LOOKAHEADS,
+             dsi: tuple[int, bool] | None = None) -> list[list[SpeculativeConfig]]:  # fmt: skip
+    """The settings of ``method`` searched on an engine of ``targets`` target servers, in families: one per SP
+    degree and cursor mode, lookaheads in increasing order (a family's search stops once longer lookaheads stop
+    paying). Token trees with DSI are tried at ``dsi``'s (SP degree, dedicated cursor): chain DSI's fastest."""
+    modes = [(sp, c) for sp in range(1, targets + 1) for c in ((False, True) if sp > 1 else (False,))]
+    if method == "nonsi":
+        return [[SpeculativeConfig(algorithm="nonsi")]]
+    if method in ("si", "ngram-si"):
+        proposer = "ngram" if method == "ngram-si" else None
+        return [[SpeculativeConfig(algorithm="si", lookahead=k, proposer=proposer) for k in lookaheads]]
+    if method in ("dsi", "ngram-dsi"):
+        proposer = "ngram" if method == "ngram-dsi" else None
+        return [
+            [
+                SpeculativeConfig(
+                    algorithm="dsi",
+                    lookahead=k,
+                    sp_degree=sp,
+                    dedicated_cursor=c,
+                    prefill_replicas=True,
+                    proposer=proposer,
+                )
+                for k in lookaheads
+            ]  # fmt: skip
+            for sp, c in modes
+        ]
+    if method == "tree-si":
+        return [[SpeculativeConfig(algorithm="si", tree=t)] for t in TREES]
+    if method == "tree-dsi":
+        sp, c = dsi or (targets, False)
+        return [[SpeculativeConfig(algorithm="dsi", tree=t, sp_degree=sp, dedicated_cursor=c, prefill_replicas=True)]
+                for t in TREES]  # fmt: skip
+    return [[SpeculativeConfig(algorithm="hsd", buffers=(k,)) for k in lookaheads]]
+
+
+def predict_methods(profile: MachineProfile, prompt_tokens: int, max_tokens: int, shape: EngineShape | None = None,
+                    methods: Iterable[str] = METHODS, runtimes: Sequence[str] | None = None) -> MethodPredictions:  # fmt: skip
+    """Each of ``methods`` (those :func:`available`) at its fastest setting for a prompt of ``prompt_tokens`` tokens
+    and ``max_tokens`` output tokens, on each of ``runtimes`` (default: the shape's), fastest first.
+
+    Three rounds: each family of settings (:func:`families`) on QUICK_PAIRS sample pairs, in order, until PATIENCE
+    settings in a row are no faster than its fastest; then each method's REFINE fastest on the full sample
+    (:func:`specpar.prediction.simulate.pair_count`): a method's time is its best setting's there; then the methods
+    within CONTEND of the fastest again on a larger sample (:func:`_settle`)."""
+    shape = shape or EngineShape()
+    if prompt_tokens < 1 or max_tokens < 1:
+        raise ConfigError(f"a prediction needs a prompt and an output of at least one token, got {prompt_tokens} "
+                          f"and {max_tokens}")  # fmt: skip
+    tried: dict[tuple, list[Prediction]] = {}
+    for runtime in runtimes or (shape.runtime,):
+        on = replace(shape, runtime=runtime)
+        for method in sorted(available(profile, on, methods), key=lambda m: m == "tree-dsi"):  # after chain DSI
+            chain = min(tried.get(("dsi", runtime), ()), key=lambda p: p.ms, default=None)
+            dsi = None if chain is None else (chain.spec.sp_degree, chain.spec.dedicated_cursor)
+            tried[method, runtime] = [
+                p
+                for family in families(method, on.targets, _lookaheads(max_tokens), dsi)
+                for p in _search(profile, method, family, on, prompt_tokens, max_tokens)
+            ]
+    best = [_refine(profile, quick, replace(shape, runtime=runtime), prompt_tokens, max_tokens)
+            for (_, runtime), quick in tried.items()]  # fmt: skip
+    best = _settle(profile, best, shape, prompt_tokens, max_tokens)
+    return MethodPredictions(prompt_tokens, max_tokens, sorted(best, key=lambda p: p.ms),
+                             [p for ps in tried.values() for p in ps])  # fmt: skip
+
+
+def _refine(profile, quick: list[Prediction], shape: EngineShape, prompt_tokens: int, max_tokens: int) -> Prediction:
+    """A method's REFINE fastest settings of the first round on the full sample: the fastest of them."""
+    if len(quick) == 1:
+        return quick[0]
+    finalists = sorted(quick, key=lambda p: p.ms)[:REFINE]
+    return min((_predict(profile, p.method, p.spec, shape, prompt_tokens, max_tokens) for p in finalists),
+               key=lambda p: p.ms)  # fmt: skip
+
+
+def _settle(profile, best: list[Prediction], shape: EngineShape, prompt_tokens: int, max_tokens: int):
+    """The methods within CONTEND of the fastest predicted again on the final sample (FINAL_TOKENS output tokens
+    in all): the choice among close ones rests on the most draws."""
+    fastest = min(p.ms for p in best)
+    pairs = max(MIN_PAIRS, min(FINAL_MAX_PAIRS, FINAL_TOKENS // max(1, min(max_tokens, MAX_SIMULATED))))
+    out = []
+    for p in best:
+        if p.method != "nonsi" and p.ms <= fastest * (1 + CONTEND):
+            p = _predict(profile, p.method, p.spec, replace(shape, runtime=p.runtime), prompt_tokens, max_tokens,
+                         pairs)  # fmt: skip
+        out.append(p)
+    return out
+
+
+def _search(profile, method: str, family: list[SpeculativeConfig], shape: EngineShape, prompt_tokens: int,
+            max_tokens: int) -> list[Prediction]:  # fmt: skip
+    """A family's settings in order on QUICK_PAIRS pairs, until PATIENCE in a row are no faster than the best."""
+    out, best, worse = [], None, 0
+    for spec in family:
+        p = _predict(profile, method, spec, shape, prompt_tokens, max_tokens, QUICK_PAIRS)
+        out.append(p)
+        if best is None or p.ms < best.ms:
+            best, worse = p, 0
+        else:
+            worse += 1
+            if worse >= PATIENCE:
+                break
+    return out
+
+
+def _predict(profile, method: str, spec: SpeculativeConfig, shape: EngineShape, prompt_tokens: int, max_tokens: int,
+             pairs: int | None = None) -> Prediction:  # fmt: skip
+    threads = shape.threads(profile, spec)
+    ms = predicted_ms(profile, spec, prompt_tokens, max_tokens, threads, shape.runtime, pairs=pairs,
+                      cancel_frees=shape.cancel_frees)  # fmt: skip
+    return Prediction(method, spec, shape.runtime, threads, ms)
+
+
+def _lookaheads(max_tokens: int) -> tuple[int, ...]:
+    """The lookaheads worth trying for an output of ``max_tokens`` tokens (a draft past the end is cut)."""
+    return tuple(k for k in LOOKAHEADS if k < max(2, max_tokens))
+
+
+def method_of(spec: SpeculativeConfig) -> str:
+    """The method (a key of NAMES) a resolved configuration runs."""
+    if spec.algorithm in ("nonsi", "hsd"):
+        return spec.algorithm
+    if spec.algorithm not in ("si", "dsi"):
+        raise ConfigError(f"no prediction of algorithm {spec.algorithm!r}")
+    if spec.proposer is not None and parse_proposer(spec.proposer).ngram:
+        return f"ngram-{spec.algorithm}"
+    return f"tree-{spec.algorithm}" if spec.tree is not None else spec.algorithm

@@ -1,0 +1,100 @@
+"""algorithm="auto" (prediction/auto.py): the engine runs the method its prediction calls fastest, and says so."""
+
+from __future__ import annotations
+
+import pytest
+
+from specpar import Engine, generate
+from specpar.backends.simulated import SimulatedModel
+from specpar.core.config import SpeculativeConfig
+from specpar.core.errors import ConfigError
+from specpar.core.latency import LatencyProfile
+from specpar.prediction.auto import bucket
+from specpar.prediction.machine import MachineProfile
+
+PROMPT = [i % 16 for i in range(20)]
+
+
+def pair(c: float, a: float, per_token: float = 0.0, seed: int = 1):
+    target = SimulatedModel(16, seed=seed, latency=LatencyProfile(10.0, 10.0, per_token))
+    return target, target.drafter(a, LatencyProfile(10.0 * c, 10.0 * c), seed=seed + 1)
+
+
+def test_auto_runs_plain_decoding_where_speculation_cannot_pay():
+    target, drafter = pair(c=0.9, a=0.05, per_token=3.0)  # a slow drafter that is almost always wrong
+    result = generate(PROMPT, target, drafter, algorithm="auto", max_tokens=40)
+    assert result.algorithm == "nonsi"
+    assert result.auto["method"] == "nonsi" and result.auto["reason"].startswith("non-SI: predicted")
+    assert result.auto["predicted_ms"] == pytest.approx(result.time_ms)  # nothing random in non-SI: exact
+    assert result.tokens == target.greedy_tokens(PROMPT, 40)
+
+
+def test_auto_runs_dsi_where_it_pays():
+    target, drafter = pair(c=0.05, a=0.9)  # the paper's regime: a fast, accurate drafter, passes of one step
+    result = generate(PROMPT, target, drafter, algorithm="auto", max_tokens=40)
+    assert result.algorithm == "dsi" and result.auto["method"] in ("dsi", "tree-dsi")
+    assert result.tokens == target.greedy_tokens(PROMPT, 40)
+    plain = generate(PROMPT, target, drafter, algorithm="nonsi", max_tokens=40)
+    assert result.time_ms < 0.5 * plain.time_ms
+
+
+def test_the_reason_names_the_others_and_the_cost_of_a_pass():
+    target, drafter = pair(c=0.1, a=0.8, per_token=2.0)
+    with Engine(target, drafter, units=1) as engine:
+        choice = engine.auto().choose(20, 40)
+    words = choice.reason
+    assert words.startswith(f"{choice.chosen.label}: predicted ")
+    assert "decode steps on this machine" in words and words.count(" ms") >= 3
+    assert f"a pass over {1 + next(p.spec.lookahead for p in choice.predictions.best if p.spec.lookahead)}" in words
+
+
+def test_auto_caps_dsi_at_the_requests_sp_degree():
+    target, drafter = pair(c=0.05, a=0.9)
+    with Engine(target, drafter, sp_degree=4, units=1) as engine:
+        result = engine.generate(PROMPT, max_tokens=30, algorithm="auto", sp_degree=2)
+    assert result.sp_degree <= 2
+
+
+def test_auto_takes_a_profile_file(tmp_path):
+    target, drafter = pair(c=0.05, a=0.9)
+    # a machine where every pass of two tokens or more costs ten steps: only plain decoding pays
+    slow = MachineProfile.from_latency(LatencyProfile(10.0, 10.0, 100.0), LatencyProfile(0.5, 0.5), 0.9)
+    slow.save(tmp_path / "m.json")
+    with Engine(target, drafter, units=1, profile=str(tmp_path / "m.json")) as engine:
+        assert engine.generate(PROMPT, max_tokens=20, algorithm="auto").algorithm == "nonsi"
+    with Engine(target, drafter, units=1) as engine:  # control: the models' own costs
+        assert engine.generate(PROMPT, max_tokens=20, algorithm="auto").algorithm == "dsi"
+
+
+def test_auto_keeps_its_choices_per_kind_of_request():
+    target, drafter = pair(c=0.1, a=0.8)
+    with Engine(target, drafter, units=1) as engine:
+        auto = engine.auto()
+        first = auto.predictions(20, 30)
+        assert auto.predictions(31, 30) is first and auto.predictions(33, 30) is not first
+        assert bucket(20) == 32 and bucket(1) == 16
+
+
+@pytest.mark.parametrize("field", [{"tree": "2,1"}, {"proposer": "ngram"}, {"lookahead": 3}])
+def test_auto_with_settings_of_its_own_is_one_clear_error(field):
+    target, drafter = pair(c=0.1, a=0.8)
+    with pytest.raises(ConfigError, match="auto"):
+        generate(PROMPT, target, drafter, max_tokens=5, speculative_config=SpeculativeConfig(algorithm="auto",
+                                                                                                 **field))  # fmt: skip
+
+
+def test_vllm_spelling_method_auto():
+    assert SpeculativeConfig.coerce({"method": "auto"}).algorithm == "auto"
+
+
+def test_the_schedulers_shares_of_an_auto_request_use_the_machines_predictions():
+    target, drafter = pair(c=0.05, a=0.9)
+    slow = MachineProfile.from_latency(LatencyProfile(10.0, 10.0, 100.0), LatencyProfile(0.5, 0.5), 0.9)
+    spec = SpeculativeConfig(algorithm="dsi", sp_degree=2, lookahead=3)
+    with Engine(target, drafter, units=3, profile=slow) as engine:
+        requests = engine._requests
+        spec = requests.config(spec, None, {})[0]
+        curve = requests.curves.of(spec, 30, requests._machine())  # as auto's choice: every share predicted
+        assert [curve.option(u).algorithm for u in (1, 2, 3)] == ["nonsi"] * 3
+        # control: a request that names its algorithm keeps the models' own latencies, where DSI pays
+        assert requests.curves.of(spec, 30).option(3).algorithm == "dsi"
