@@ -104,6 +104,7 @@ class SamplingParams:
                 "gumbel": "drafter-invariant: a seed gives non-SI's tokens for every algorithm and runtime; a lower "
                 "acceptance rate",
             },
+            advanced=True,
         ),
     )
 

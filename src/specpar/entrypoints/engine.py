@@ -76,12 +76,12 @@ class Engine:
         for every request: "dsi" (each waits for its whole DSI share), "si" (one unit each), "nonsi".
     keep_actors: Ray: keep each server's actor for the engine's next request (killed at close() when the engine
         made the servers; servers given as Pools keep theirs for whoever owns them).
-    profile: the machine profile ``algorithm="auto"`` predicts from (a MachineProfile or its JSON file; default:
-        simulated models' own latencies, else the profile measured for the models on this machine):
-        :mod:`specpar.prediction.auto`.
     options: the fields of the three configs as keywords: SpeculativeConfig's, RuntimeConfig's, and
         :class:`~specpar.backends.loading.LoadConfig`'s (``backend=``, ``devices=``, ``dtype=``,
-        ``max_model_len=``: how models given as paths load, where servers go, how long a sequence each holds).
+        ``max_model_len=``: how models given as paths load, where servers go, how long a sequence each holds); and
+        ``profile=``: the machine profile ``algorithm="auto"`` predicts from (a MachineProfile or its JSON file;
+        default: simulated models' own latencies, else the profile measured for the models on this machine):
+        :mod:`specpar.prediction.auto`.
     """
 
     def __init__(
@@ -94,10 +94,10 @@ class Engine:
         units: int | None = None,
         policy: str = "adaptive",
         keep_actors: bool = True,
-        profile=None,
         **options,
     ):
         options = dict(options)
+        profile = options.pop("profile", None)
         load, runtime_options = LoadConfig.take(options), options.pop("runtime_options", None)
         spec_fields, runtime_fields, _ = split_options(options)
         spec = with_changes(speculative_config, spec_fields)
@@ -120,9 +120,12 @@ class Engine:
         check_servers(runtime_config, targets, drafters * len(_listed(drafter)))  # before any is made (a thread each)
         self.targets, self.drafters = self._servers(target, drafter, targets, drafters, load)
         self.units = make_units(self.targets, self.drafters, n)
-        spec = spec.replace(sp_degree=sp_degree)  # each request's defaults
-        self._requests = Requests(self.targets, self.drafters, self.units, runtime_config, spec, policy, keep_actors)
+        self.spec = spec.replace(sp_degree=sp_degree)  # each request's defaults
+        self.runtime_config = runtime_config
+        self._requests = Requests(self.targets, self.drafters, self.units, runtime_config, self.spec, policy,
+                                  keep_actors)  # fmt: skip
         self._requests.profile = profile
+        self.tokenizer = self._requests.tokenizer  # the target's (None: token ids only)
         self._warned_sampling = False  # the one SamplingDefaultWarning (_note_default_sampling)
         if log.isEnabledFor(logging.INFO):
             for s in self.all:
@@ -146,28 +149,14 @@ class Engine:
 
     # -- what is read ----------------------------------------------------------------------------
     @property
-    def spec(self) -> SpeculativeConfig:
-        """Each request's default speculation (its ``sp_degree``: the most a request may use)."""
-        return self._requests.spec
-
-    @property
     def sp_degree(self) -> int:
         """The most target servers a request's DSI verifies on at once."""
         return self.spec.sp_degree
 
     @property
-    def runtime_config(self) -> RuntimeConfig:
-        return self._requests.runtime
-
-    @property
     def runtime(self) -> str:
         """The runtime's name: "virtual", "threads" or "ray"."""
         return self.runtime_config.name
-
-    @property
-    def tokenizer(self):
-        """The target's tokenizer (None: token ids only)."""
-        return self._requests.tokenizer
 
     @property
     def end_of_text(self) -> frozenset[int]:

@@ -16,7 +16,7 @@ pytest.importorskip("fastapi")
 uvicorn = pytest.importorskip("uvicorn")
 openai = pytest.importorskip("openai")
 
-from live_server import (  # noqa: E402
+from served import (  # noqa: E402
     KEY,
     client,
     gauge,

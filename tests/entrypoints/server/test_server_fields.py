@@ -12,7 +12,7 @@ import pytest
 pytest.importorskip("fastapi")
 openai = pytest.importorskip("openai")
 
-from live_server import KEY, client, post, running, simulated_engine  # noqa: E402
+from served import KEY, client, post, running, simulated_engine  # noqa: E402
 from specpar import SamplingParams  # noqa: E402
 from specpar.entrypoints.server.app import create_app  # noqa: E402
 

@@ -14,7 +14,7 @@ import pytest
 
 pytest.importorskip("fastapi")
 
-from live_server import KEY, client, running, simulated_engine  # noqa: E402
+from served import KEY, client, running, simulated_engine  # noqa: E402
 from specpar import Engine, SamplingParams  # noqa: E402
 from specpar.entrypoints.server.app import create_app  # noqa: E402
 

@@ -14,7 +14,7 @@ import pytest
 pytest.importorskip("fastapi")
 openai = pytest.importorskip("openai")
 
-from live_server import (  # noqa: E402
+from served import (  # noqa: E402
     KEY,
     client,
     metrics_text,

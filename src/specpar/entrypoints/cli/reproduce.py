@@ -58,7 +58,7 @@ def register(subparsers) -> None:
     )
     add_deprecated(p, phi3, "--phi3-acceptance")
     advanced_flag(phi3)
-    p.add_argument(
+    row = p.add_argument(
         "--table2-row",
         nargs=3,
         action="append",
@@ -66,6 +66,7 @@ def register(subparsers) -> None:
         metavar=("NAME", "C", "A"),
         help="another Table 2 configuration: drafter latency fraction C and acceptance rate A",
     )
+    advanced_flag(row)
     add_output(
         p,
         "also write the Fig. 2 and Fig. 7 heatmaps (PNG + CSV) measured for the report into DIR",

@@ -18,6 +18,7 @@ from specpar.entrypoints.cli.arguments import (
     add_pair_arguments,
     add_runtime_arguments,
     add_speculation_arguments,
+    advanced_flag,
     command_parser,
     ranged,
 )
@@ -74,8 +75,8 @@ def register(sub) -> None:
     p.add_argument("--served-model-name", default=None, help="the model's name in the API (default: the target's)")
     p.add_argument("--max-model-len", type=ranged(int, 1, MAX_INTEGER), default=2048,
                    help="prompt + max_tokens limit for a target without a context window (default 2048)")  # fmt: skip
-    p.add_argument("--shutdown-timeout", type=ranged(float, 0, 86400), default=30.0,
-                   help="seconds in-flight requests may take to finish on SIGTERM (default 30)")  # fmt: skip
+    advanced_flag(p.add_argument("--shutdown-timeout", type=ranged(float, 0, 86400), default=30.0,
+                                 help="seconds in-flight requests may take to finish on SIGTERM (default 30)"))  # fmt: skip
     add_speculation_arguments(p, fields=SPECULATIVE_FIELDS, algorithms=(*ALGORITHMS, AUTO), advanced=True,
                               simulated=True)  # fmt: skip
     add_runtime_arguments(p, choices=("threads", "ray"), default="threads", fields=REAL_TIME_FIELDS)

@@ -1,6 +1,7 @@
-"""A live specpar server for the tests: in this process on a port the OS chose (found from the server's own socket,
-never a port picked first and bound later, which another process may take meanwhile), or as a `specpar serve`
-subprocess on ``--port 0`` (its port read from the line it prints); raw HTTP and the official OpenAI client."""
+"""A live ``specpar serve`` app for the tests (shared by the server tests and the proposers'): in this process on a
+port the OS chose (found from the server's own socket, never a port picked first and bound later, which another
+process may take meanwhile), or as a `specpar serve` subprocess on ``--port 0`` (its port read from the line it
+prints); the official OpenAI client and raw HTTP against it, and its Prometheus text read back."""
 
 from __future__ import annotations
 
