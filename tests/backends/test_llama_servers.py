@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import json
 import os
 import subprocess
 import sys
@@ -154,7 +155,13 @@ def test_sampling_follows_the_targets_distribution(small_vocab_pair, algorithm, 
         counts = Counter(
             tuple(
                 engine.generate(
-                    PROMPT, algorithm=algorithm, lookahead=lookahead, max_tokens=N, temperature=temperature, seed=s
+                    PROMPT,
+                    algorithm=algorithm,
+                    lookahead=lookahead,
+                    max_tokens=N,
+                    temperature=temperature,
+                    seed=s,
+                    coupling="rejection",
                 ).tokens
             )
             for s in range(SAMPLES)
@@ -545,3 +552,48 @@ def test_the_default_pair_on_a_machine_without_a_gpu_driver_chooses_llama_withou
     assert run(loading_module.GPU_DEVICE_FILES) == ["llama", "False"]
     # control: where a driver's device file exists, torch is asked (and imported) whether it sees a GPU
     assert run(("/",)) == ["llama", "True"]
+
+
+def test_the_llama_path_imports_neither_torch_nor_transformers(paths):
+    """A GGUF pair on llama.cpp end to end from the command line (its tokenizer and chat template from the GGUF
+    files), with every import of torch, transformers, accelerate, gguf and datasets refused: what '.[models]'
+    installs is enough (issue 32, item 2). The control: the transformers backend on the same run needs them."""
+    from blocked_imports import blocking
+    from processes import run_python
+
+    def cli(*argv):
+        code = blocking() + f"from specpar.entrypoints.cli.main import main\nsys.exit(main({list(argv)!r}))\n"
+        return run_python(code, timeout=300)
+
+    models = ["--target", str(paths[0]), "--drafter", str(paths[1])]
+    p = cli("generate", "def fib(n):", "--compare", "-N", "6", "--json", *models)
+    assert p.returncode == 0 and "blocked import" not in p.stderr, p.stderr[-2000:]
+    chat = cli("generate", "--chat", "hi", "-N", "4", *models)
+    assert chat.returncode == 0, chat.stderr[-2000:]
+    control = cli("generate", "hi", "-N", "2", "--backend", "transformers", *models)
+    assert control.returncode != 0 and "blocked import of" in control.stderr + control.stdout
+
+
+def test_generate_sizes_each_servers_cache_for_its_request(paths, monkeypatch, capsys):
+    """The README's main job held 3 target and 3 drafter caches of 4,096 tokens (about 0.5 GB of its 2.53 GB peak,
+    issue 32's goal 2.5 GB): generate now sizes them for its prompt, -N and the drafts ahead (llama.cpp pads to
+    256 cells)."""
+    from specpar.entrypoints import cli
+    from specpar.entrypoints.cli import real_models
+
+    made = []
+    real = real_models.load
+
+    def load(*a, **k):
+        out = real(*a, **k)
+        made.append(out[2])
+        return out
+
+    monkeypatch.setattr(real_models, "load", load)
+    argv = ["generate", "def fib(n):", "--compare", "-N", "12", "--json", "--target", str(paths[0]), "--drafter",
+            str(paths[1])]  # fmt: skip
+    assert cli.main(argv) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["results"]["dsi"]["tokens"] == out["results"]["nonsi"]["tokens"]
+    caches = {s.n_ctx for s in made[0].all}
+    assert caches == {256}, caches  # 4,096 before: the model's default

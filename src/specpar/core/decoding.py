@@ -8,9 +8,12 @@ sample, bonus sample), so losslessness is unaffected: the draws that decide
 position ``i`` are fresh given the prefix, whatever happened on discarded branches.
 
 What a seed reproduces depends on the coupling of draft and target (``Decoding.coupling``). Greedy decoding
-(temperature 0) needs no seed: every algorithm gives the target's greedy tokens on every runtime. When sampling:
+(temperature 0) needs no seed: every algorithm gives the target's greedy tokens on every runtime. A request's
+:class:`~specpar.core.params.SamplingParams` samples with ``"gumbel"`` when it has a seed and ``"rejection"`` when
+it has none, unless its ``coupling`` says otherwise (``SamplingParams.resolved_coupling``): in ``generate()``, an
+Engine, the command line and the server alike, a seed reproduces on every runtime. When sampling:
 
-* ``"rejection"`` (default; Leviathan et al., the papers' algorithm and acceptance rate): a
+* ``"rejection"`` (without a seed; Leviathan et al., the papers' algorithm and acceptance rate): a
   position's token is decided either by testing a draft there (acceptance test, residual
   sample) or, when no draft reached it first, by the target's own sample (bonus). Both are
   exact in distribution but give different tokens, and a test's outcome depends on the

@@ -37,7 +37,9 @@ def generate(
     params: the request's :class:`SamplingParams`; or give its fields as keywords: ``max_tokens`` (64 by default
         here; ``max_new_tokens``, Hugging Face's name, is a deprecated alias), temperature, seed, top_k, top_p,
         min_p, repetition_penalty, stop, stop_token_ids, ignore_eos, coupling. Greedy unless a temperature > 0 is
-        given, as Hugging Face's ``generate``.
+        given, as Hugging Face's ``generate`` (an :class:`Engine` request, like vLLM's, samples at temperature 1
+        when none is given). A seed makes the sampling reproduce on every runtime and for every algorithm (the
+        Gumbel coupling, unless ``coupling`` says otherwise; :mod:`specpar.core.decoding`).
     speculative_config: a :class:`SpeculativeConfig` or vLLM's shape of it (``{"method": "dsi",
         "num_speculative_tokens": 5, "sp_degree": 4}``); or give its fields as keywords: ``algorithm`` ("nonsi",
         "si", "dsi" (default), "hsd", "hsd-sp"), ``lookahead`` (k; default Eq. 1's smallest for sp_degree; "auto":

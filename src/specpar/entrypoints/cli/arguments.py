@@ -200,6 +200,11 @@ class Default:
     why: str | None = None
 
 
+SEEDED_COUPLING = Default(
+    None,
+    "gumbel: the --seed (always given) then reproduces on every runtime; rejection for the papers' higher "
+    "acceptance rate",
+)  # the commands with a --seed default of their own (generate, bench)
 PAPER_SP_DEGREE = Default(7, "an 8-GPU node with the drafter on the eighth, as in the paper")
 AUTO_LOOKAHEAD = Default(
     "auto",
@@ -567,11 +572,16 @@ def command_help(parser: argparse.ArgumentParser, which: str | None = None) -> s
     return text
 
 
-def add_sampling_arguments(p, fields, defaults=None, helps=None, title: str | None = None) -> ConfigOptions:
-    """SamplingParams' flags for ``fields`` (``args.sampling``), in a group when ``title`` is given; ``defaults``
-    and ``helps`` as :class:`ConfigOptions` takes them (a command that generates N tokens of something:
+def add_sampling_arguments(
+    p, fields, defaults=None, helps=None, title: str | None = None, advanced: tuple[str, ...] = ()
+) -> ConfigOptions:
+    """SamplingParams' flags for ``fields`` (``args.sampling``), in a group when ``title`` is given; ``defaults``,
+    ``helps`` and ``advanced`` (listed only by --help=all) as :class:`ConfigOptions` takes them (a command that
+    generates N tokens of something:
     ``add_sampling_arguments(p, ("max_tokens",), {"max_tokens": 100}, {"max_tokens": "tokens per run"})``)."""
-    options = ConfigOptions(SamplingParams, "sampling", fields=fields, defaults=defaults, helps=helps)
+    options = ConfigOptions(
+        SamplingParams, "sampling", fields=fields, defaults=defaults, helps=helps, advanced=advanced
+    )
     options.add_to(p, title)
     return options
 

@@ -9,6 +9,7 @@ import sys
 
 from specpar.core.config import SpeculativeConfig, parse_proposer
 from specpar.core.errors import ConfigError
+from specpar.core.trees import BestFirst, tree_size
 
 
 def device_names(args) -> list[str] | None:
@@ -74,14 +75,15 @@ def load_models(args, devs: list[str] | None = None):
         raise ConfigError(in_flags(str(exc))) from None
 
 
-def load(args, sp_degree: int, max_model_len: int, **engine_options):
+def load(args, sp_degree: int, max_model_len: int, models: tuple | None = None, **engine_options):
     """(target, drafter, an Engine with sp_degree target servers, the speculation and runtime the flags give, and
-    ``engine_options``: Engine's keywords, e.g. units, policy), loaded once."""
+    ``engine_options``: Engine's keywords, e.g. units, policy), loaded once (``models``: the pair already loaded).
+    max_model_len: the longest sequence a server's cache holds (llama.cpp sizes each cache for it)."""
     from specpar.algorithms.registry import ALGORITHMS
     from specpar.entrypoints.engine import Engine
 
     devs = devices(args)
-    target, drafter = load_models(args, devs)
+    target, drafter = models if models is not None else load_models(args, devs)
     spec = getattr(args, "spec", None) or SpeculativeConfig()
     hierarchy = spec.algorithm in ALGORITHMS and ALGORITHMS[spec.algorithm].hierarchy  # HSD's levels: here one
     engine = Engine(
@@ -95,6 +97,18 @@ def load(args, sp_degree: int, max_model_len: int, **engine_options):
         **engine_options,
     )
     return target, drafter, engine
+
+
+def cache_tokens(args, prompt_len: int, sp_degree: int) -> int:
+    """The tokens a server's cache must hold for one prompt of ``prompt_len`` tokens and ``-N`` new ones: both, plus
+    the drafts DSI may send ahead of the verified text (a chunk per server and the one drafting, each a lookahead or
+    a token tree). A cache sized for the request, not the model's 4,096 tokens, is what keeps the README's main job
+    under its memory goal (the KV caches of 3 target and 3 drafter servers at 4,096 tokens: about 0.5 GB)."""
+    spec = getattr(args, "spec", None) or SpeculativeConfig()
+    k = spec.lookahead if isinstance(spec.lookahead, int) else 16
+    if spec.tree is not None:  # every node of a tree takes a cell of the cache
+        k = max(k, spec.tree.nodes if isinstance(spec.tree, BestFirst) else tree_size(spec.tree))
+    return prompt_len + args.max_tokens + (sp_degree + 1) * k + 16
 
 
 def check_common(args) -> None:

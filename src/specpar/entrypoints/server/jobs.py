@@ -116,13 +116,12 @@ def samples(req, served: Served, prompt_len: int, max_tokens: int, logprobs: int
         bias = dict(zip(served.check_ids([int(k) for k in req.logit_bias], "logit_bias"), req.logit_bias.values()))
     served.check_length(prompt_len, max_tokens)
     given = {k: getattr(req, k) for k in OPTIONAL if getattr(req, k) is not None}
-    coupling = req.coupling or ("gumbel" if req.seed is not None else "rejection")
     out = []
     for j in range(req.n):
         seed = None if req.seed is None else (req.seed + j) % 2**63
         try:
             out.append(SamplingParams(**given, logit_bias=bias, max_tokens=max_tokens, min_tokens=req.min_tokens,
-                                      ignore_eos=req.ignore_eos, seed=seed, logprobs=logprobs, coupling=coupling,
+                                      ignore_eos=req.ignore_eos, seed=seed, logprobs=logprobs, coupling=req.coupling,
                                       include_stop_str_in_output=req.include_stop_str_in_output))  # fmt: skip
         except ConfigError as exc:
             raise RequestError(str(exc), _param_named(str(exc))) from None
