@@ -820,8 +820,9 @@ def add_prompt_args(p, default: str | None = None) -> None:
 
 
 REAL_LOOKAHEAD_HELP = (
-    "draft tokens per verification (k; vLLM's num_speculative_tokens). 'auto' and 'adaptive' weigh latency profiles, "
-    "which models loaded from files do not have yet: `specpar profile` and `specpar plan` name the fastest k"
+    "draft tokens per verification (k; vLLM's num_speculative_tokens), or 'adaptive': re-chosen at each window from "
+    "the acceptance seen so far, weighing the costs of this machine's profile of the pair (--profile, else measured "
+    "on first need: about a minute)"
 )
 
 
@@ -836,7 +837,7 @@ def add_speculation_arguments(
     --help=all) and --speculative-config, whose "model" (vLLM's key) is the drafter; for the commands that load real
     models: -k is a number there (simulated: a command that also serves simulated models, for which 'auto' and
     'adaptive' run)."""
-    lookahead_help = REAL_LOOKAHEAD_HELP + ("; with --simulated they run" if simulated else "")
+    lookahead_help = REAL_LOOKAHEAD_HELP + ("; 'auto' with --simulated" if simulated else "")
     options = ConfigOptions(
         SpeculativeConfig,
         "spec",
@@ -849,7 +850,7 @@ def add_speculation_arguments(
         choices={"algorithm": tuple(algorithms)},
         speculative_config=True,
         helps={"lookahead": lookahead_help},
-        metavars={} if simulated else {"lookahead": "K"},
+        metavars={} if simulated else {"lookahead": "K|adaptive"},
         advanced=advanced,
         json_args={"model": "drafter"},
     )

@@ -84,6 +84,7 @@ def load(args, sp_degree: int, max_model_len: int, models: tuple | None = None, 
 
     devs = devices(args)
     target, drafter = models if models is not None else load_models(args, devs)
+    measured_latency(args, target, drafter, sp_degree)  # -k adaptive's costs, before the servers copy them
     spec = getattr(args, "spec", None) or SpeculativeConfig()
     hierarchy = spec.algorithm in ALGORITHMS and ALGORITHMS[spec.algorithm].hierarchy  # HSD's levels: here one
     engine = Engine(
@@ -157,15 +158,36 @@ def check_servers(args, sp_degree: int | None = None) -> None:
 
 
 def check_lookahead(args) -> None:
-    """Refuse -k auto and -k adaptive before the models load: both weigh the models' latency profiles, which a pair
-    loaded from files has not (the engine would refuse them only after loading)."""
+    """Refuse -k auto before the models load: it weighs latency profiles a pair loaded from files has not (the engine
+    would refuse it only after loading); ``--algorithm auto`` chooses from the machine profile instead. -k adaptive
+    takes its latencies from the machine profile (:func:`measured_latency`)."""
     spec = getattr(args, "spec", None)
-    if spec is not None and spec.lookahead in ("auto", "adaptive"):
+    if spec is not None and spec.lookahead == "auto":
         raise ConfigError(
-            f"-k {spec.lookahead} weighs the models' latency profiles, which real models loaded here do not have: "
-            "measure the pair with `specpar profile -o pair.json`, then `specpar plan --profile pair.json` names "
-            "the fastest lookahead; give it as -k K"
+            "-k auto weighs the models' latency profiles, which real models loaded here do not have: --algorithm "
+            "auto chooses the algorithm and lookahead from the machine profile, or -k adaptive re-chooses k as it goes"
         )
+
+
+def measured_latency(args, target, drafter, sp_degree: int, prompt_len: int = 128) -> None:
+    """-k adaptive on models loaded from files: give them the latency profiles of this machine's profile of the pair
+    (``--profile FILE``, else specpar's cache, measured on first need: about a minute for the default pair), at the
+    threads a pass gets here, so that the adaptive lookahead has costs to weigh (:meth:`ModelCosts.latency_profile`).
+    Nothing for any other lookahead, or for models that have latency profiles already."""
+    spec = getattr(args, "spec", None)
+    if spec is None or spec.lookahead != "adaptive":
+        return
+    if target.latency is not None and (drafter is None or drafter.latency is not None):
+        return
+    from specpar.backends.cpu_threads import cpu_cores, pass_threads
+    from specpar.prediction.machine import load_or_build
+
+    profile = load_or_build(getattr(args, "profile", None), target=target, drafter=drafter)
+    units = getattr(args, "units", None) or sp_degree + 1
+    threads = pass_threads(cpu_cores(), units, units if spec.algorithm == "dsi" else 1, None)
+    target.latency = profile.target.latency_profile(threads, prompt_len)
+    if drafter is not None and profile.drafter is not None:
+        drafter.latency = profile.drafter.latency_profile(threads, prompt_len)
 
 
 def task_ms(results, kind: str, server_prefix: str) -> list[float]:
