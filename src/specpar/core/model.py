@@ -27,8 +27,8 @@ class Server(Protocol):
     cached_len(context): how many leading tokens of ``context`` its cache holds (pools choose a replica by it).
     duration_ms(call): how long ``call`` takes from its current state (virtual clock). compute(call): the result
         at once (virtual clock). run(call, cancelled): the result in real time; None once ``cancelled`` is set.
-    reset(): forget its cache. set_batch_threads(n): llama.cpp's threads for passes of 2+ tokens, the count before
-        (None: no such setting). remote_spec(): how a Ray actor builds it (None: it cannot run on Ray).
+    reset(): forget its cache. set_batch_threads(n): llama.cpp's threads for the passes its mode runs on several
+        (exact mode: passes of 2+ tokens; fast mode: every pass), the count before (None: no such setting). remote_spec(): how a Ray actor builds it (None: it cannot run on Ray).
     close(): free what it holds (its cache's memory); it runs no more calls after.
     """
 

@@ -23,6 +23,7 @@ def generate(
     speculative_config: SpeculativeConfig | Mapping | None = None,
     runtime: str | RuntimeConfig | None = None,
     stream=None,
+    exact: bool | None = None,
     **options,
 ) -> GenerationResult:
     """Generate up to ``max_tokens`` tokens after ``prompt`` exactly as ``target`` would: one request on a one-off
@@ -36,7 +37,9 @@ def generate(
     params: the request's :class:`SamplingParams`; or give its fields as keywords: ``max_tokens`` (64 by default
         here; ``max_new_tokens``, Hugging Face's name, is a deprecated alias), temperature, seed, top_k, top_p,
         min_p, repetition_penalty, stop, stop_token_ids, ignore_eos, coupling. Greedy unless a temperature > 0 is
-        given, as Hugging Face's ``generate``.
+        given, as Hugging Face's ``generate`` (an :class:`Engine` request, like vLLM's, samples at temperature 1
+        when none is given). A seed makes the sampling reproduce on every runtime and for every algorithm (the
+        Gumbel coupling, unless ``coupling`` says otherwise; :mod:`specpar.core.decoding`).
     speculative_config: a :class:`SpeculativeConfig` or vLLM's shape of it (``{"method": "dsi",
         "num_speculative_tokens": 5, "sp_degree": 4}``); or give its fields as keywords: ``algorithm`` ("nonsi",
         "si", "dsi" (default), "hsd", "hsd-sp"), ``lookahead`` (k; default Eq. 1's smallest for sp_degree; "auto":
@@ -49,6 +52,9 @@ def generate(
         keywords (``cancel_frees``, ``link_ms``, ``call_timeout_s``, ``cpus_per_server``, ``placement``, ...), and
         ``runtime_options=`` passes the runtime's own keyword arguments (e.g. Ray's ``{"local_pools": ()}``).
     stream: called with each run of newly verified token ids as they are accepted.
+    exact: llama.cpp's exact mode (True; the default: every algorithm's greedy output is the target's own, bitwise)
+        or its fast mode (False: llama.cpp's fastest settings, lossless in distribution); see
+        :mod:`specpar.backends.llama.settings`. Models given loaded must run in that mode.
     """
     from specpar.entrypoints.engine import Engine  # the engine is built on this module's neighbours
 
@@ -56,7 +62,7 @@ def generate(
     keep_actors = _is_pool(target) or _is_pool(drafter)
     # one request: all the servers its configuration needs (units=1), no other to share them with
     engine = Engine(target, drafter, speculative_config=speculative_config, runtime=runtime, units=1,
-                    keep_actors=keep_actors, **options)  # fmt: skip
+                    keep_actors=keep_actors, exact=exact, **options)  # fmt: skip
     with collector_paused(engine.runtime == "virtual"), engine:  # closed with the collector still paused
         return engine.generate(prompt, params, stream=stream)
 

@@ -11,13 +11,12 @@ pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
 openai = pytest.importorskip("openai")
 
-from test_server import KEY, client, gauge, post, running, simulated_engine  # noqa: E402
-
+from served import KEY, client, gauge, post, running, simulated_engine  # noqa: E402
 from specpar.entrypoints.server.app import create_app  # noqa: E402
 
 
 def counter(url: str, name: str, **labels) -> float:
-    from test_server import metrics_text, parse_prometheus
+    from served import metrics_text, parse_prometheus
 
     key = frozenset({("model_name", "sim"), *labels.items()})
     return parse_prometheus(metrics_text(url)).get((f"specpar:{name}_total", key), 0.0)
