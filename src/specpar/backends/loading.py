@@ -162,7 +162,9 @@ def check_mode(exact: bool | None, *models) -> None:
                     if mode is None
                     else f"runs in the {'exact' if mode else 'fast'} mode"
                 )
-                raise ConfigError(f"exact={exact} but {one.name or repr(one)} {runs}: load the models with exact={exact}")
+                raise ConfigError(
+                    f"exact={exact} but {one.name or repr(one)} {runs}: load the models with exact={exact}"
+                )
 
 
 def context_window_of(path) -> int | None:
