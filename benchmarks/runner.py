@@ -283,7 +283,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not argv or argv[0] in ("-h", "--help", "--list"):
         print(__doc__.split("\n\n")[0].strip() + "\n\nbenchmarks (python -m benchmarks NAME --help for one):")
         for name, bench in sorted(benchmarks().items()):
-            print(f"  {name:<22} {textwrap.shorten(bench.description.strip().splitlines()[0], 54)}")
+            first = " ".join(bench.description.strip().split("\n\n")[0].split())
+            print(textwrap.fill(first, 80, initial_indent=f"  {name:<22} ", subsequent_indent=" " * 25))
         return 0
     results = run(argv[0], argv[1:])
     bench = load(argv[0])

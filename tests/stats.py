@@ -33,5 +33,8 @@ def chi_square_p_value(observed: Counter, expected_probs: Mapping[Hashable, floa
 
 
 def output_counts(prompt, target, drafter, samples: int, **generate_kwargs) -> Counter:
-    """How often each output (its tuple of tokens) comes out of ``samples`` generations seeded 0 .. samples - 1."""
+    """How often each output (its tuple of tokens) comes out of ``samples`` generations seeded 0 .. samples - 1;
+    with the rejection coupling unless ``coupling`` is given (a seed alone would choose the Gumbel coupling: these
+    counts test the papers' rejection sampling, and its biased controls patch it)."""
+    generate_kwargs.setdefault("coupling", "rejection")
     return Counter(tuple(generate(prompt, target, drafter, seed=i, **generate_kwargs).tokens) for i in range(samples))

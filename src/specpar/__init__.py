@@ -2,7 +2,7 @@
 
 from specpar.backends import LatencyProfile, SimulatedDrafter, SimulatedModel
 from specpar.core.decoding import Decoding
-from specpar.core.errors import ConfigError, ServerError, SpecparError, SpecparWarning
+from specpar.core.errors import ConfigError, SamplingDefaultWarning, ServerError, SpecparError, SpecparWarning
 from specpar.core.params import SamplingParams
 from specpar.core.results import GenerationResult
 from specpar.entrypoints.api import generate
@@ -26,4 +26,5 @@ __all__ = [
     "ServerError",
     "SpecparError",
     "SpecparWarning",
+    "SamplingDefaultWarning",
 ]

@@ -185,8 +185,8 @@ def test_vllms_speculative_config_and_a_requests_override_reach_the_proposer():
 def test_a_served_request_picks_the_ngram_proposer():
     """A server with no drafter model speculates per request with the n-gram proposer (and without it, cannot)."""
     pytest.importorskip("uvicorn")
-    from test_server import post, running
-
+    pytest.importorskip("openai")
+    from served import post, running
     from specpar.entrypoints.server.app import create_app
 
     target, _ = _pair()

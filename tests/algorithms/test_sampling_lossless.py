@@ -104,7 +104,7 @@ def test_sampled_tokens_do_not_depend_on_the_runtime(algorithm):
     target = SimulatedModel(6, seed=2, latency=LatencyProfile.uniform(0.3))
     drafter = target.drafter(0.6, LatencyProfile.uniform(0.05), seed=1)
     for seed in range(3):
-        kw = dict(algorithm=algorithm, max_tokens=25, lookahead=3, temperature=1.0, seed=seed)
+        kw = dict(algorithm=algorithm, max_tokens=25, lookahead=3, temperature=1.0, seed=seed, coupling="rejection")
         assert (
             generate([1], target, drafter, **kw).tokens
             == generate([1], target, drafter, runtime="threads", **kw).tokens

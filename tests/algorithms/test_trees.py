@@ -217,7 +217,10 @@ def test_a_tree_of_one_chain_is_the_chain_algorithm_exactly(algorithm, sp, tempe
         target = SimulatedModel(8, seed=4, latency=lat)
         drafter = target.drafter(0.6, LatencyProfile.uniform(0.1), seed=5)
         for k in (1, 4):
-            kw = dict(algorithm=algorithm, sp_degree=sp, max_tokens=40, temperature=temperature, seed=3)
+            # rejection sampling, as before seeds chose the Gumbel coupling: a one-chain tree drafts its nodes with
+            # other draws than a chain does under the Gumbel coupling (the same tokens, other acceptances)
+            kw = dict(algorithm=algorithm, sp_degree=sp, max_tokens=40, temperature=temperature, seed=3,
+                      coupling="rejection")  # fmt: skip
             chain = generate([1, 2], target, drafter, lookahead=k, **kw)
             tree = generate([1, 2], target, drafter, tree=(1,) * k, **kw)
             assert (tree.tokens, tree.time_ms, tree.accepted, tree.target_forwards) == (
@@ -297,7 +300,15 @@ def sample_outputs(target, drafter, algorithm, tree):
     return Counter(
         tuple(
             generate(
-                PROMPT, target, drafter, algorithm=algorithm, max_tokens=N, tree=tree, temperature=1.0, seed=i
+                PROMPT,
+                target,
+                drafter,
+                algorithm=algorithm,
+                max_tokens=N,
+                tree=tree,
+                temperature=1.0,
+                seed=i,
+                coupling="rejection",  # SpecInfer's multi-step sampling (a seed alone would choose the Gumbel coupling)
             ).tokens
         )
         for i in range(SAMPLES)

@@ -53,3 +53,22 @@ def test_default_pair_runs_every_algorithm_on_a_humaneval_prompt_with_the_same_o
     assert results["si"].acceptance_rate > 0.3  # same family, same tokenizer: drafts are mostly accepted
     for r in results.values():
         assert r.overhead["outside_forward_fraction"] < 0.05
+
+
+def test_the_readmes_main_job_imports_neither_torch_nor_transformers():
+    """'.[models]' installs llama.cpp, the pair and the prompts, not torch or transformers (issue 32, item 2): the
+    README's first command (here with fewer tokens) runs with every import of them refused."""
+    pytest.importorskip("llama_cpp")
+    import sys
+
+    from blocked_imports import blocking
+    from processes import run_python
+
+    code = blocking() + (
+        "from specpar.entrypoints.cli.main import main\n"
+        "sys.exit(main(['generate', '--dataset', 'humaneval', '0', '--compare', '-N', '8', '--json']))\n"
+    )
+    p = run_python(code, timeout=600)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert "blocked import" not in p.stderr and '"dsi"' in p.stdout
+    assert sys.executable  # (the child ran in this interpreter's environment)

@@ -157,3 +157,16 @@ def test_an_explicit_dedicated_cursor_reaches_the_default_lookahead():
     plain = generate(PROMPT, target, drafter, max_tokens=8, sp_degree=4)
     kept = generate(PROMPT, target, drafter, max_tokens=8, sp_degree=4, dedicated_cursor=True)
     assert (plain.lookahead, kept.lookahead) == (5, 7)
+
+
+def test_latencies_given_as_numpy_floats_resolve_dsi_modes_as_plain_bools():
+    """A profile refit with NumPy (benchmarks' calibration) gave NumPy floats, whose comparisons made DSI's
+    prefill rule a NumPy bool that SpeculativeConfig then refused; the profile keeps plain floats."""
+    import numpy as np
+
+    from specpar.algorithms.defaults import prefill_pays_off, verification_costs_grow
+
+    lat = LatencyProfile(np.float64(30.0), np.float64(20.0), np.float64(1.5))
+    assert type(lat.ttft_ms) is float and type(lat.per_token_ms) is float
+    target = SimulatedModel(8, seed=0, latency=lat)
+    assert prefill_pays_off(target) is True and verification_costs_grow(target) is True

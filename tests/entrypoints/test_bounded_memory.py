@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-import specpar.entrypoints.engine as engine_module
+import specpar.entrypoints.requests as requests_module
 from specpar import SamplingParams
 from specpar.backends.forward_log import ForwardLog
 from specpar.entrypoints.engine import Engine
@@ -35,7 +35,7 @@ def test_the_forward_log_holds_the_latest_passes_and_numbers_them_from_the_first
 
 
 def test_an_engine_serving_5000_requests_on_a_tiny_pair_keeps_its_memory_bounded(monkeypatch):
-    monkeypatch.setattr(engine_module, "cpu_cores", lambda: 1)  # one torch thread: a tiny pass in a millisecond
+    monkeypatch.setattr(requests_module, "cpu_cores", lambda: 1)  # one torch thread: a tiny pass in a millisecond
     target, drafter = tiny_pair(vocab=64, seed=0)
     params = SamplingParams(max_tokens=1)
     with Engine(target, drafter, sp_degree=1) as engine:

@@ -115,3 +115,27 @@ def test_a_result_without_local_forward_passes_has_no_overhead_figure():
     target = SimulatedModel(8, seed=3)
     with Engine(target, target.drafter(0.6, seed=1)) as engine:
         assert engine.generate(PROMPTS[0], SamplingParams(temperature=0, max_tokens=5)).overhead is None
+
+
+def test_a_request_without_sampling_params_warns_once_that_it_samples():
+    """Issue 32, item 6: generate() is greedy, an Engine request samples (vLLM's default); a user moving from one to
+    the other is told once per engine, and not when the request says what it wants."""
+    import warnings
+
+    from specpar import SamplingDefaultWarning
+
+    target = SimulatedModel(16, seed=1, latency=LatencyProfile.uniform(1.0))
+    drafter = target.drafter(0.8, LatencyProfile.uniform(0.1))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        generate([1, 2], target, drafter, max_tokens=4)  # greedy by default: nothing to say
+        with Engine(target, drafter) as engine:
+            engine.generate([1, 2], SamplingParams(max_tokens=4))  # params given: what the user asked for
+            engine.generate([1, 2], max_tokens=4, temperature=0)
+            assert not [w for w in caught if w.category is SamplingDefaultWarning]
+            engine.generate([1, 2], max_tokens=4)  # no params, no temperature: it samples at 1
+            list(engine.stream([1, 2], max_tokens=4))
+            engine.generate([[1, 2], [3]], max_tokens=4)
+    said = [w for w in caught if w.category is SamplingDefaultWarning]
+    assert len(said) == 1 and "samples at temperature 1" in str(said[0].message)
+    assert said[0].filename == __file__  # it points at the caller's line

@@ -9,6 +9,7 @@ from specpar.entrypoints.cli import main
 from specpar.experiments.claims import (
     FAIL,
     MISSING,
+    NOTE,
     PARTIAL,
     PASS,
     CellRecheck,
@@ -16,6 +17,7 @@ from specpar.experiments.claims import (
     check_amdahl,
     check_fig2a,
     check_fig2b,
+    check_fig2b_strict,
     check_fig2d,
     check_sp_vs_mp,
     check_table2,
@@ -42,6 +44,7 @@ def test_theorem2_check_fails_only_on_a_significant_slowdown():
     assert check_theorem2(0.99, [recheck(10.0, 10.02, 0.05)], "cmd").status == PASS  # noise of 5 repeats
     assert check_theorem2(0.95, [recheck(10.0, 10.02, 0.05), recheck(10.0, 10.5, 0.05)], "cmd").status == FAIL
     assert check_fig2b(0.95, [recheck(10.0, 10.5, 0.05)], 7, "cmd").status == FAIL
+    assert check_fig2b_strict(0.95, [recheck(10.0, 10.5, 0.05)], 7, "cmd").status == NOTE  # reported, never a FAIL
 
 
 def test_fig2d_check_wants_about_1_6():
@@ -119,8 +122,18 @@ def test_reproduce_rejects_bad_table2_input(capsys):
 
 
 @pytest.mark.slow
-def test_fig2b_at_resolution_20_fails_only_where_eq1_forces_a_long_lookahead_and_explains_it():
+def test_fig2b_at_resolution_20_passes_under_the_authors_protocol_and_the_stricter_comparison_says_where_not():
+    """Issue 32, item 1. Under the authors' protocol (SI's lookaheads filtered by Eq. 1 on 7 servers too, as their
+    heatmap code does: at c = 0.01 SI then runs k = 15 at nearly every acceptance rate, as DSI does) DSI is no
+    slower than SI in any cell: PASS. Against SI at its unrestricted best (a stricter comparison than the paper's)
+    the c = 0.01 row stays slower, reported as a NOTE with its cells and cause."""
     g = measure_grid(resolution=20, n=100, repeats=5, sp_degree=7)
+    eq1 = g.fig2.speedup("dsi_vs_si_eq1")
+    assert (eq1 >= 1 - 1e-9).all() and not g.fig2b_eq1_rechecks
+    assert (g.fig2.si_eq1 >= g.fig2.si - 1e-12).all()  # a restricted SI is never faster than its unrestricted best
+    assert (g.fig2.si_eq1_lookahead[0] == 15).mean() > 0.8  # c = 0.01: Eq. 1's smallest, as in the authors' runs
+    claim = check_fig2b(float(eq1.min()), g.fig2b_eq1_rechecks, 7, "cmd")
+    assert claim.status == PASS and "the authors' protocol" in claim.statement and "Eq. 1 on 7" in claim.statement
     s = g.fig2.speedup("dsi_vs_si")
     c_min = g.fig2.c[0]
     assert (s[1:] >= 1 - 1e-9).all()  # every drafter latency but the fastest: DSI no slower than SI
@@ -130,9 +143,11 @@ def test_fig2b_at_resolution_20_fails_only_where_eq1_forces_a_long_lookahead_and
         assert r.c == c_min and r.lookahead_dsi >= 15 and r.lookahead_si < 15 and not r.si_lookahead_valid
         assert r.si_at_dsi_lookahead_ms > r.dsi_ms > r.si_ms  # that lookahead costs SI more than DSI loses
         assert r.relaxed_lookahead < 15 and r.relaxed_ms < r.si_ms  # a shorter lookahead on 7 servers wins
-    claim = check_fig2b(float(s.min()), g.fig2b_rechecks, 7, "cmd")
-    assert claim.status == FAIL and "admits only lookaheads >= 15" in claim.measured
-    assert "in none of them does SI's best lookahead satisfy Eq. 1" in claim.measured
+    strict = check_fig2b_strict(float(s.min()), g.fig2b_rechecks, 7, "cmd")
+    assert strict.status == NOTE and "admits only lookaheads >= 15" in strict.measured
+    assert "in none of them does SI's best lookahead satisfy Eq. 1" in strict.measured
+    # the control: the same slower cells judged as the claim would FAIL it (the protocol is what makes it pass)
+    assert check_fig2b(float(s.min()), g.fig2b_rechecks, 7, "cmd").status == FAIL
 
 
 def test_fig2b_words_name_cells_where_sis_lookahead_was_valid():

@@ -31,13 +31,12 @@ def check_context_window(prompt_len: int, max_tokens: int, *sources) -> None:
     None: no model)."""
     models = [model_of(source) for source in sources if source is not None]
     windows = [(m.context_window, m.name or "a model") for m in models if m.context_window is not None]
-    if windows:
-        window, name = min(windows)
-        if prompt_len + max_tokens > window:
-            raise ConfigError(
-                f"the prompt has {prompt_len} tokens and {max_tokens} new ones are asked for, but {name}'s "
-                f"context window is {window} tokens: shorten the prompt or lower max_tokens"
-            )
+    window, name = min(windows, default=(None, None))
+    if window is not None and prompt_len + max_tokens > window:
+        raise ConfigError(
+            f"the prompt has {prompt_len} tokens and {max_tokens} new ones are asked for, but {name}'s context window "
+            f"is {window} tokens: shorten the prompt or lower max_tokens"
+        )
 
 
 def check_tokens(query: Query, target, *drafters) -> None:

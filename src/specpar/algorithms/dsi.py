@@ -71,12 +71,13 @@ class DSI:
     drafted_from: the position that draft continues from. dry: the last proposal was empty (ask again only after
         the next event).
     warming: prefills of the prompt on the other target servers (prefill_replicas; never cancelled); warmed: of
-        those, the ones that completed. keep_one: one target server is kept for passes on the cursor.
+        those, the ones that completed. dedicated_cursor: one target server is kept for passes on the cursor (asked
+        for, and there is more than one).
     """
 
     __slots__ = (
         "runtime", "target", "proposer", "g", "lookahead", "decoding", "shape", "pending", "known", "scored",
-        "verifying", "view", "drafting", "ready", "drafted_from", "dry", "warming", "warmed", "keep_one",
+        "verifying", "view", "drafting", "ready", "drafted_from", "dry", "warming", "warmed", "dedicated_cursor",
     )  # fmt: skip
 
     def __init__(self, g: Generation, target: Pool, proposer: Proposer, lookahead: int, dedicated_cursor: bool):
@@ -94,7 +95,7 @@ class DSI:
         self.dry = False
         self.warming: set[Task] = set()
         self.warmed = 0
-        self.keep_one = dedicated_cursor and len(target) > 1
+        self.dedicated_cursor = dedicated_cursor and len(target) > 1
 
     def run(self, prefill_replicas: bool = False) -> None:
         """Until every output token is verified: before every event, the invariants that make DSI never slower
@@ -208,7 +209,7 @@ class DSI:
             self.runtime.cancel(verifying.pop(0))  # every row it would give is already behind the cursor
         if cursor in self.known:
             return
-        if not self.keep_one:  # a verification that covers the cursor stands in for a pass on it
+        if not self.dedicated_cursor:  # a verification that covers the cursor stands in for a pass on it
             if verifying and verifying[0].call.start <= cursor:
                 return
             at = 0
@@ -245,7 +246,7 @@ class DSI:
         unless one server is kept for the cursor)."""
         pending = self.pending
         if pending.unsent and (
-            not self.keep_one or sum(1 for t in self.verifying if t.call.n_drafts) < len(self.target) - 1
+            not self.dedicated_cursor or sum(1 for t in self.verifying if t.call.n_drafts) < len(self.target) - 1
         ):
             self.verifying.append(self.runtime.submit(self.target, self.shape.verification(self.view)))
             pending.unsent = 0

@@ -8,9 +8,12 @@ sample, bonus sample), so losslessness is unaffected: the draws that decide
 position ``i`` are fresh given the prefix, whatever happened on discarded branches.
 
 What a seed reproduces depends on the coupling of draft and target (``Decoding.coupling``). Greedy decoding
-(temperature 0) needs no seed: every algorithm gives the target's greedy tokens on every runtime. When sampling:
+(temperature 0) needs no seed: every algorithm gives the target's greedy tokens on every runtime. A request's
+:class:`~specpar.core.params.SamplingParams` samples with ``"gumbel"`` when it has a seed and ``"rejection"`` when
+it has none, unless its ``coupling`` says otherwise (``SamplingParams.resolved_coupling``): in ``generate()``, an
+Engine, the command line and the server alike, a seed reproduces on every runtime. When sampling:
 
-* ``"rejection"`` (default; Leviathan et al., the papers' algorithm and acceptance rate): a
+* ``"rejection"`` (without a seed; Leviathan et al., the papers' algorithm and acceptance rate): a
   position's token is decided either by testing a draft there (acceptance test, residual
   sample) or, when no draft reached it first, by the target's own sample (bonus). Both are
   exact in distribution but give different tokens, and a test's outcome depends on the
@@ -145,6 +148,9 @@ class Decoding:
     logprobs: None (the default), or how many of the most likely tokens the generation records beside each output
         token's own log-probability: target servers then return log-probability rows
         (:class:`specpar.core.calls.Scores` says in which form).
+    prompt_len: the request's prompt length (0: not given). A server may prefill the prompt in its own fastest
+        passes as long as every server of the request does it alike (llama.cpp's exact mode:
+        :mod:`specpar.backends.llama.prefill`); it stays the first prompt's when a paused request goes on.
     """
 
     temperature: float = 0.0
@@ -152,6 +158,7 @@ class Decoding:
     processors: LogitsProcessors | None = None
     coupling: str = "rejection"
     logprobs: int | None = None
+    prompt_len: int = 0
     greedy: bool = field(init=False, repr=False, compare=False)  # temperature == 0, read once per token
     # servers must process rows: processors that change this decoding's rows (greedy: only a penalty does)
     reshapes: bool = field(init=False, repr=False, compare=False)
@@ -166,6 +173,8 @@ class Decoding:
         if self.logprobs is not None and (isinstance(self.logprobs, bool) or not isinstance(self.logprobs, int)
                                           or self.logprobs < 0):  # fmt: skip
             raise ConfigError(f"logprobs must be None or an integer >= 0, got {self.logprobs!r}")
+        if isinstance(self.prompt_len, bool) or not isinstance(self.prompt_len, int) or self.prompt_len < 0:
+            raise ConfigError(f"prompt_len must be an integer >= 0, got {self.prompt_len!r}")
         greedy = self.temperature == 0.0
         object.__setattr__(self, "greedy", greedy)
         p = self.processors

@@ -31,3 +31,8 @@ def stop_if_cancelled(cancelled) -> None:
     """Raise :class:`Cancelled` if a call's ``cancelled`` event is set (None: the call cannot be cancelled)."""
     if cancelled is not None and cancelled.is_set():
         raise Cancelled
+
+
+class SamplingDefaultWarning(UserWarning):
+    """A request that samples at its surface's default temperature without having asked (an Engine request with no
+    SamplingParams and no temperature: vLLM's temperature 1, where ``generate()`` is greedy)."""

@@ -34,6 +34,8 @@ class LatencyProfile:
             v = getattr(self, name)
             if not is_number(v, 0, MAX_LATENCY_MS):
                 raise ConfigError(f"latency {name} must be a number of ms in [0, {MAX_LATENCY_MS:g}], got {v!r}")
+            if type(v) not in (int, float):  # a NumPy float: plain, so that every rule on it gives a plain bool
+                object.__setattr__(self, name, float(v))
         object.__setattr__(self, "cache_matters", self.ttft_ms != self.tpot_ms or self.per_token_ms != 0)
 
     @classmethod

@@ -42,8 +42,10 @@ class SamplingParams:
         :mod:`specpar.core.decoding`); None (the default): fresh randomness for every request.
     logprobs: None, or the number of most likely tokens to report beside each output token's own log-probability
         (from the target's processed rows, ``GenerationResult.logprobs``).
-    coupling: specpar's own: "rejection" (rejection sampling, the default) or "gumbel" (drafter-invariant: a seed
-        gives the same tokens on every runtime and for every algorithm; a lower acceptance rate).
+    coupling: specpar's own: "rejection" (rejection sampling: the papers', the higher acceptance rate) or "gumbel"
+        (drafter-invariant: a seed gives the same tokens on every runtime and for every algorithm; a lower acceptance
+        rate); None (the default): "gumbel" when a seed is given, so that a seeded request reproduces everywhere
+        (threads and Ray included), else "rejection" (:attr:`resolved_coupling`; :mod:`specpar.core.decoding`).
 
     Where it differs from vLLM's: no ``n``, ``best_of`` or prompt logprobs (call ``Engine.generate`` once per
     sample; the server's ``n`` does); no ``bad_words``, ``allowed_token_ids``, ``truncate_prompt_tokens`` or
@@ -91,16 +93,18 @@ class SamplingParams:
     )
     seed: int | None = field(default=None, metadata=flag("--seed", SEED_HELP, metavar="S"))
     logprobs: int | None = None
-    coupling: str = field(
-        default="rejection",
+    coupling: str | None = field(
+        default=None,
         metadata=flag(
             "--coupling",
             "how a sampled draft is judged",
+            default="gumbel with a seed (it then reproduces on every runtime), else rejection",
             choices={
                 "rejection": "the papers' rejection sampling",
                 "gumbel": "drafter-invariant: a seed gives non-SI's tokens for every algorithm and runtime; a lower "
                 "acceptance rate",
             },
+            advanced=True,
         ),
     )
 
@@ -152,8 +156,19 @@ class SamplingParams:
         lp = self.logprobs
         if lp is not None and not is_int(lp, 0):
             raise ConfigError(f"logprobs must be None or an integer >= 0 (the top tokens to report), got {lp!r}")
-        if self.coupling not in COUPLINGS:
-            raise ConfigError(f"coupling must be one of {COUPLINGS}, got {self.coupling!r}")
+        if self.coupling is not None and self.coupling not in COUPLINGS:
+            raise ConfigError(
+                f"coupling must be one of {COUPLINGS} (or None: gumbel with a seed), got {self.coupling!r}"
+            )
+
+    @property
+    def resolved_coupling(self) -> str:
+        """The coupling this request samples with: ``coupling``, or by default "gumbel" when a seed is given (a
+        seeded request reproduces on every runtime and for every algorithm) and "rejection" without one (the higher
+        acceptance rate)."""
+        if self.coupling is not None:
+            return self.coupling
+        return "gumbel" if self.seed is not None else "rejection"
 
     @classmethod
     def from_kwargs(cls, **kwargs) -> SamplingParams:
@@ -189,7 +204,7 @@ class SamplingParams:
         (see :meth:`processors_for`)."""
         seed = secrets.randbits(63) if self.seed is None else self.seed
         procs = self.processors_for(prompt_len, end_of_text)
-        return Decoding(self.temperature, seed, procs, self.coupling, self.logprobs)
+        return Decoding(self.temperature, seed, procs, self.resolved_coupling, self.logprobs, prompt_len or 0)
 
 
 SAMPLING_FIELDS = tuple(f.name for f in fields(SamplingParams))

@@ -36,7 +36,9 @@ def generate(
     params: the request's :class:`SamplingParams`; or give its fields as keywords: ``max_tokens`` (64 by default
         here; ``max_new_tokens``, Hugging Face's name, is a deprecated alias), temperature, seed, top_k, top_p,
         min_p, repetition_penalty, stop, stop_token_ids, ignore_eos, coupling. Greedy unless a temperature > 0 is
-        given, as Hugging Face's ``generate``.
+        given, as Hugging Face's ``generate`` (an :class:`Engine` request, like vLLM's, samples at temperature 1
+        when none is given). A seed makes the sampling reproduce on every runtime and for every algorithm (the
+        Gumbel coupling, unless ``coupling`` says otherwise; :mod:`specpar.core.decoding`).
     speculative_config: a :class:`SpeculativeConfig` or vLLM's shape of it (``{"method": "dsi",
         "num_speculative_tokens": 5, "sp_degree": 4}``); or give its fields as keywords: ``algorithm`` ("nonsi",
         "si", "dsi" (default), "hsd", "hsd-sp"), ``lookahead`` (k; default Eq. 1's smallest for sp_degree; "auto":
@@ -49,6 +51,9 @@ def generate(
         keywords (``cancel_frees``, ``link_ms``, ``call_timeout_s``, ``cpus_per_server``, ``placement``, ...), and
         ``runtime_options=`` passes the runtime's own keyword arguments (e.g. Ray's ``{"local_pools": ()}``).
     stream: called with each run of newly verified token ids as they are accepted.
+    exact (a keyword): llama.cpp's exact mode (True; the default: every algorithm's greedy output is the target's
+        own, bitwise) or its fast mode (False: llama.cpp's fastest settings, lossless in distribution); see
+        :mod:`specpar.backends.llama.settings`. Models given loaded must run in that mode.
     """
     from specpar.entrypoints.engine import Engine  # the engine is built on this module's neighbours
 
@@ -63,9 +68,9 @@ def generate(
 
 def _split(params: SamplingParams | None, options: dict) -> tuple[SamplingParams, dict]:
     """generate()'s keywords split into the request's SamplingParams (``params``, or its fields, max_tokens 64 by
-    default and greedy) and the Engine's keywords (the configs' fields, ``runtime_options``)."""
+    default and greedy) and the Engine's keywords (the configs' fields, ``runtime_options``, ``exact``)."""
     options = dict(options)
-    runtime_options = options.pop("runtime_options", None)
+    runtime_options, exact = options.pop("runtime_options", None), options.pop("exact", None)
     if "max_new_tokens" in options:
         warnings.warn("generate(max_new_tokens=) is deprecated: give max_tokens=", DeprecationWarning, stacklevel=3)
         if "max_tokens" in options:
@@ -78,7 +83,7 @@ def _split(params: SamplingParams | None, options: dict) -> tuple[SamplingParams
         raise ConfigError(
             f"give the sampling parameters either as params= or as keywords, not both: {sorted(sampling)}"
         )
-    return params, {**spec_fields, **runtime_fields, "runtime_options": runtime_options}
+    return params, {**spec_fields, **runtime_fields, "runtime_options": runtime_options, "exact": exact}
 
 
 def _is_pool(source) -> bool:

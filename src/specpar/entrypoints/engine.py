@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import warnings
 from collections.abc import Iterator, Mapping
 
 from specpar.algorithms.checks import check_context_window, check_model
@@ -29,7 +30,7 @@ from specpar.backends.loading import LoadConfig
 from specpar.backends.vocabulary import fit_drafters
 from specpar.core.config import RuntimeConfig, SpeculativeConfig, split_options
 from specpar.core.config import speculative_config as with_changes
-from specpar.core.errors import ConfigError
+from specpar.core.errors import ConfigError, SamplingDefaultWarning
 from specpar.core.params import SAMPLING_FIELDS, SamplingParams
 from specpar.core.results import GenerationResult
 from specpar.entrypoints.requests import Requests, check_stream, one_prompt, sampling_params
@@ -75,12 +76,13 @@ class Engine:
         for every request: "dsi" (each waits for its whole DSI share), "si" (one unit each), "nonsi".
     keep_actors: Ray: keep each server's actor for the engine's next request (killed at close() when the engine
         made the servers; servers given as Pools keep theirs for whoever owns them).
-    profile: the machine profile ``algorithm="auto"`` predicts from (a MachineProfile or its JSON file; default:
-        simulated models' own latencies, else the profile measured for the models on this machine):
-        :mod:`specpar.prediction.auto`.
     options: the fields of the three configs as keywords: SpeculativeConfig's, RuntimeConfig's, and
         :class:`~specpar.backends.loading.LoadConfig`'s (``backend=``, ``devices=``, ``dtype=``,
-        ``max_model_len=``: how models given as paths load, where servers go, how long a sequence each holds).
+        ``max_model_len=``, ``exact=``: how models given as paths load and in which llama.cpp mode, where servers go,
+        how long a sequence each holds); and
+        ``profile=``: the machine profile ``algorithm="auto"`` predicts from (a MachineProfile or its JSON file;
+        default: simulated models' own latencies, else the profile measured for the models on this machine):
+        :mod:`specpar.prediction.auto`.
     """
 
     def __init__(
@@ -93,10 +95,10 @@ class Engine:
         units: int | None = None,
         policy: str = "adaptive",
         keep_actors: bool = True,
-        profile=None,
         **options,
     ):
         options = dict(options)
+        profile = options.pop("profile", None)
         load, runtime_options = LoadConfig.take(options), options.pop("runtime_options", None)
         spec_fields, runtime_fields, _ = split_options(options)
         spec = with_changes(speculative_config, spec_fields)
@@ -107,6 +109,7 @@ class Engine:
         if target is None or isinstance(target, (str, os.PathLike)):
             target, drafter = load.load(target, drafter)
         target, drafter = _checked(target, fit_drafters(target, drafter))
+        load.check_mode(model_of(target), [model_of(d) for d in _listed(drafter)])
         self.real = model_of(target).real
         sp_degree = spec.sp_degree or (len(target) if isinstance(target, Pool) else 2 if self.real else 4)
         runtime_config = runtime_config.replace(name=runtime_config.name or ("threads" if self.real else "virtual"))
@@ -119,9 +122,13 @@ class Engine:
         check_servers(runtime_config, targets, drafters * len(_listed(drafter)))  # before any is made (a thread each)
         self.targets, self.drafters = self._servers(target, drafter, targets, drafters, load)
         self.units = make_units(self.targets, self.drafters, n)
-        spec = spec.replace(sp_degree=sp_degree)  # each request's defaults
-        self._requests = Requests(self.targets, self.drafters, self.units, runtime_config, spec, policy, keep_actors)
+        self.spec = spec.replace(sp_degree=sp_degree)  # each request's defaults
+        self.runtime_config = runtime_config
+        self._requests = Requests(self.targets, self.drafters, self.units, runtime_config, self.spec, policy,
+                                  keep_actors)  # fmt: skip
         self._requests.profile = profile
+        self.tokenizer = self._requests.tokenizer  # the target's (None: token ids only)
+        self._warned_sampling = False  # the one SamplingDefaultWarning (_note_default_sampling)
         if log.isEnabledFor(logging.INFO):
             for s in self.all:
                 log.info("server %s on %s", s.name, s.device or runtime_config.name)
@@ -144,28 +151,14 @@ class Engine:
 
     # -- what is read ----------------------------------------------------------------------------
     @property
-    def spec(self) -> SpeculativeConfig:
-        """Each request's default speculation (its ``sp_degree``: the most a request may use)."""
-        return self._requests.spec
-
-    @property
     def sp_degree(self) -> int:
         """The most target servers a request's DSI verifies on at once."""
         return self.spec.sp_degree
 
     @property
-    def runtime_config(self) -> RuntimeConfig:
-        return self._requests.runtime
-
-    @property
     def runtime(self) -> str:
         """The runtime's name: "virtual", "threads" or "ray"."""
         return self.runtime_config.name
-
-    @property
-    def tokenizer(self):
-        """The target's tokenizer (None: token ids only)."""
-        return self._requests.tokenizer
 
     @property
     def end_of_text(self) -> frozenset[int]:
@@ -198,7 +191,10 @@ class Engine:
         """One result for one prompt (text, or token ids), a list of results for a list of prompts, in order.
 
         params: the request's SamplingParams (or give its fields as keywords); with a list of prompts, one
-        SamplingParams for all or a list of them, one per prompt (as vLLM's LLM.generate). speculative_config (or
+        SamplingParams for all or a list of them, one per prompt (as vLLM's LLM.generate). The default is vLLM's:
+        it *samples* at temperature 1 (where ``generate()`` and the command line are greedy unless a temperature is
+        given, and the server samples as OpenAI's does); a request with neither params nor a ``temperature=`` gets a
+        one-time SamplingDefaultWarning saying so (``temperature=0``: the target's greedy tokens). speculative_config (or
         its fields as keywords: ``algorithm=``, ``lookahead=``, ``tree=``, ``sp_degree=`` up to the engine's, ...):
         this request's speculation, over the engine's defaults. stream: called with each run of newly verified
         token ids (with a list of prompts, from the thread of whichever request verified them).
@@ -212,6 +208,7 @@ class Engine:
         requests = self._requests
         if isinstance(prompts, Iterator):  # (read once)
             prompts = list(prompts)
+        self._note_default_sampling(params, options)
         if one_prompt(prompts):
             spec, params = requests.config(speculative_config, params, options)
             check_stream(stream)
@@ -245,9 +242,23 @@ class Engine:
         of its own; closing the iterator early ends it, and so does setting ``cancel`` (from any thread: the
         generation ends at its next verified tokens, the iterator then ends and returns None). Arguments as
         :meth:`generate`'s."""
+        self._note_default_sampling(params, options)
         spec, params = self._requests.config(speculative_config, params, options)
         ids = self._requests.prompt_ids(prompt)
         return (yield from stream_pieces(self._requests, ids, params, spec, cancel))
+
+    def _note_default_sampling(self, params, options) -> None:
+        """Warn once per engine when a request leaves its temperature to SamplingParams' default (1: it samples)."""
+        if params is not None or "temperature" in options or self._warned_sampling:
+            return
+        self._warned_sampling = True
+        warnings.warn(
+            "this Engine request has no SamplingParams and no temperature: it samples at temperature 1 (vLLM's "
+            "SamplingParams default), whereas generate() and the command line are greedy unless given a temperature; "
+            "pass SamplingParams(temperature=0) (or temperature=0) for the target's greedy tokens",
+            SamplingDefaultWarning,
+            stacklevel=3,
+        )
 
     def prompt_ids(self, prompt) -> list[int]:
         """A prompt (text, or token ids) as token ids; a ConfigError for anything else, or an empty one."""

@@ -23,6 +23,7 @@ from specpar.planning.lookahead import satisfies_eq1
 from specpar.prediction.fastpath import acceptance_uniforms, dsi_latency, next_rejection, si_counts, si_time
 
 PASS, FAIL, MISSING, PARTIAL = "PASS", "FAIL", "MISSING", "PARTIAL"
+NOTE = "NOTE"  # a measurement beside a claim, stricter than the paper's: reported, never a FAIL
 
 
 @dataclass
@@ -68,17 +69,26 @@ class CellRecheck:
 
 
 def recheck_cells(
-    h: Heatmap, ratio: np.ndarray, dsi_k, sp_of, repeats: int = 2000, seed: int = 12345, relax: bool = False
+    h: Heatmap,
+    ratio: np.ndarray,
+    dsi_k,
+    sp_of,
+    repeats: int = 2000,
+    seed: int = 12345,
+    relax: bool = False,
+    si_lookahead: np.ndarray | None = None,
 ) -> list[CellRecheck]:
     """Re-run every cell with ``ratio`` = SI / DSI below 1 (worst first) with ``repeats`` fresh paired runs.
     dsi_k(i, j) and sp_of(i, j) give DSI's lookahead and servers in cell (i, j); ``relax``: also DSI's fastest
-    smaller lookahead on the same servers (Eq. 1 then fails)."""
+    smaller lookahead on the same servers (Eq. 1 then fails); si_lookahead: SI's lookahead per cell (default: its
+    unrestricted best, ``h.si_lookahead``)."""
     out = []
+    si_k = h.si_lookahead if si_lookahead is None else si_lookahead
     cells = np.argwhere(ratio < 1.0 - 1e-9)
     order = np.argsort(ratio[tuple(cells.T)]) if len(cells) else []
     uniforms = acceptance_uniforms(repeats, h.n, seed)  # the same fresh draws for every cell
     for i, j in cells[order]:
-        c, a, k_si, k_dsi, sp = float(h.c[i]), float(h.a[j]), int(h.si_lookahead[i, j]), dsi_k(i, j), sp_of(i, j)
+        c, a, k_si, k_dsi, sp = float(h.c[i]), float(h.a[j]), int(si_k[i, j]), dsi_k(i, j), sp_of(i, j)
         nz = next_rejection(uniforms, [a])[0]
         drafted, rounds = si_counts(nz, np.full(repeats, k_si), h.n)
         si = si_time(drafted, rounds, c)
@@ -103,7 +113,8 @@ class GridFigures:
     fig7: Heatmap
     theorem2_ratio: np.ndarray  # SI / DSI at SI's lookahead, Eq. 1 servers (>= 2)
     theorem2_rechecks: list[CellRecheck] = field(default_factory=list)
-    fig2b_rechecks: list[CellRecheck] = field(default_factory=list)
+    fig2b_rechecks: list[CellRecheck] = field(default_factory=list)  # against SI at its unrestricted best (b')
+    fig2b_eq1_rechecks: list[CellRecheck] = field(default_factory=list)  # under the authors' protocol (b)
 
 
 def measure_grid(
@@ -130,10 +141,10 @@ def measure_grid(
     )
     if progress:
         progress("Theorem 2")
-    f2b = recheck_cells(
-        fig2, fig2.speedup("dsi_vs_si"), lambda i, j: int(fig2.dsi_lookahead[i, j]), lambda i, j: sp_degree, relax=True
-    )
-    return GridFigures(fig2, fig7, ratio, t2, f2b)
+    dsi_k, servers = (lambda i, j: int(fig2.dsi_lookahead[i, j])), (lambda i, j: sp_degree)
+    f2b = recheck_cells(fig2, fig2.speedup("dsi_vs_si"), dsi_k, servers, relax=True)
+    f2b_eq1 = recheck_cells(fig2, fig2.speedup("dsi_vs_si_eq1"), dsi_k, servers, si_lookahead=fig2.si_eq1_lookahead)
+    return GridFigures(fig2, fig7, ratio, t2, f2b, f2b_eq1)
 
 
 def measure_sp_vs_mp(
@@ -314,14 +325,38 @@ def _fig2b_cause_words(rechecks: list[CellRecheck]) -> str:
     return words
 
 
+AUTHORS_PROTOCOL = (
+    "the authors' protocol: their offline heatmap code (keyboardAnt/distributed-speculative-inference, "
+    "dsi/configs/heatmap.py and dsi/heatmap/enrich.py) keeps only the <c, a, k> configurations that satisfy Eq. 1 on "
+    "{sp} target servers, SI's included, and compares each algorithm at its fastest remaining lookahead"
+)
+
+
 def check_fig2b(min_ratio: float, rechecks: list[CellRecheck], sp_degree: int, command: str) -> Claim:
+    """Fig. 2(b) as the paper measured it (:data:`AUTHORS_PROTOCOL`): PASS unless a cell where the grid shows DSI
+    slower stays significantly slower on re-run."""
     ok, words = _recheck_words(rechecks)
     return Claim(
         "fig2b",
         "Fig. 2(b), §4.1",
-        f"DSI (its fastest lookahead satisfying Eq. 1 for SP = {sp_degree}) is faster than SI (its fastest "
-        "lookahead) in every cell",
+        f"DSI is never slower than SI (no pink cell), under {AUTHORS_PROTOCOL.format(sp=sp_degree)}",
         PASS if ok else FAIL,
+        f"min DSI speedup over SI {min_ratio:.4f}x; {words}{_fig2b_cause_words(rechecks)}",
+        command,
+        min_ratio,
+    )
+
+
+def check_fig2b_strict(min_ratio: float, rechecks: list[CellRecheck], sp_degree: int, command: str) -> Claim:
+    """A stricter comparison than the paper's, reported as what it is (NOTE, never FAIL): SI at its unrestricted
+    best lookahead, DSI at its fastest satisfying Eq. 1; the cells where DSI is significantly slower, and why."""
+    _, words = _recheck_words(rechecks)
+    return Claim(
+        "fig2b-strict",
+        "beyond Fig. 2(b)",
+        f"a stricter comparison than the paper's: DSI (its fastest lookahead satisfying Eq. 1 for SP = {sp_degree}) "
+        "against SI at its fastest lookahead of all, Eq. 1 or not",
+        NOTE,
         f"min DSI speedup over SI {min_ratio:.4f}x; {words}{_fig2b_cause_words(rechecks)}",
         command,
         min_ratio,
@@ -453,7 +488,7 @@ def check_table2(
 
 # --- the report ------------------------------------------------------------------------------------------------
 
-CLAIM_KEYS = ("theorem1", "theorem2", "fig2b", "fig2d", "fig2a", "sp-vs-mp", "amdahl", "table2")
+CLAIM_KEYS = ("theorem1", "theorem2", "fig2b", "fig2b-strict", "fig2d", "fig2a", "sp-vs-mp", "amdahl", "table2")
 
 
 def _argmax_words(h: Heatmap, s: np.ndarray, fn=np.argmax) -> str:
@@ -476,7 +511,9 @@ def reproduce(
         raise ConfigError(f"unknown claim {sorted(unknown)}; choose from {', '.join(CLAIM_KEYS)}")
     grid = {**GRID_DEFAULTS, **grid}
     claims = []
-    if {"theorem1", "theorem2", "fig2b", "fig2d", "fig2a"} & set(keys):
+    if "fig2b" in keys and "fig2b-strict" not in keys:  # the stricter comparison goes beside the claim
+        keys.append("fig2b-strict")
+    if {"theorem1", "theorem2", "fig2b", "fig2b-strict", "fig2d", "fig2a"} & set(keys):
         g = measure_grid(**grid, progress=progress)
         if figures is not None:
             figures["grid"] = g
@@ -528,7 +565,11 @@ def _grid_claims(g: GridFigures, keys: list[str], grid: dict) -> list[Claim]:
         cmd = f"specpar reproduce --only theorem2 {grid_opts}"
         claims.append(check_theorem2(float(g.theorem2_ratio.min()), g.theorem2_rechecks, cmd))
     if "fig2b" in keys:
-        claims.append(check_fig2b(float(f2.speedup("dsi_vs_si").min()), g.fig2b_rechecks, grid["sp_degree"], fig2_cmd))
+        ratio = float(f2.speedup("dsi_vs_si_eq1").min())
+        claims.append(check_fig2b(ratio, g.fig2b_eq1_rechecks, grid["sp_degree"], fig2_cmd + "   (panel b)"))
+    if "fig2b-strict" in keys:
+        ratio = float(f2.speedup("dsi_vs_si").min())
+        claims.append(check_fig2b_strict(ratio, g.fig2b_rechecks, grid["sp_degree"], fig2_cmd + "   (panel b')"))
     if "fig2d" in keys:
         s = f2.speedup("dsi_vs_best")
         claims.append(check_fig2d(float(s.max()), _argmax_words(f2, s) + f", N = {grid['n']}", fig2_cmd))

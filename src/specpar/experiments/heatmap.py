@@ -7,7 +7,11 @@ rate a and reports mean latencies; speedup of X over Y = mean(Y) / mean(X).
 
 * non-SI: n target passes.
 * SI: its best lookahead in ``lookaheads`` for each cell (the mean over repeats
-  minimized over k), or the fixed lookahead.
+  minimized over k), or the fixed lookahead; and (``si_eq1``) its best among the lookaheads
+  that satisfy Eq. 1, DSI's candidates: the authors' protocol, whose offline heatmap code
+  filters every (c, a, k) configuration by Eq. 1 on the target servers, SI's included, and
+  gives each algorithm its fastest remaining lookahead (panel (b); panel (b') compares DSI with
+  SI at its unrestricted best, a stricter comparison than the paper's).
 * DSI: its fastest lookahead for each cell among all those in the range that satisfy
   the paper's Eq. 1 on ``sp_degree`` target servers (the drafter on one more device;
   :func:`valid_lookaheads`), as the paper ran DSI over every configuration satisfying
@@ -40,7 +44,8 @@ from specpar.prediction.fastpath import acceptance_uniforms, dsi_latency, next_r
 
 PANELS = {  # name: (title, numerator, denominator) of speedup = numerator latency / denominator latency
     "si_vs_nonsi": ("(a) SI vs non-SI", "nonsi", "si"),
-    "dsi_vs_si": ("(b) DSI vs SI", "si", "dsi"),
+    "dsi_vs_si_eq1": ("(b) DSI vs SI, both over Eq. 1's lookaheads (the authors')", "si_eq1", "dsi"),
+    "dsi_vs_si": ("(b') DSI vs SI at its unrestricted best", "si", "dsi"),
     "dsi_vs_nonsi": ("(c) DSI vs non-SI", "nonsi", "dsi"),
     "dsi_vs_best": ("(d) DSI vs the faster of SI and non-SI", "best", "dsi"),
 }
@@ -70,6 +75,8 @@ class Heatmap:
     si: np.ndarray
     dsi: np.ndarray
     si_lookahead: np.ndarray  # [C, A] SI's (best) lookahead per cell
+    si_eq1: np.ndarray  # [C, A] SI at its best lookahead among those satisfying Eq. 1 (DSI's candidates)
+    si_eq1_lookahead: np.ndarray  # [C, A] that lookahead
     dsi_lookahead: np.ndarray  # [C, A] DSI's (best valid) lookahead per cell
     sp_needed: np.ndarray  # [C, A] target servers DSI needs at its lookahead (sp_degree_needed)
     sp_degree: int
@@ -106,6 +113,8 @@ class Heatmap:
             "nonsi",
             "si",
             "si_lookahead",
+            "si_eq1",
+            "si_eq1_lookahead",
             "dsi",
             "dsi_lookahead",
             "sp_degree",
@@ -125,6 +134,8 @@ class Heatmap:
                             f"{self.nonsi[i, j]:.6g}",
                             f"{self.si[i, j]:.6g}",
                             int(self.si_lookahead[i, j]),
+                            f"{self.si_eq1[i, j]:.6g}",
+                            int(self.si_eq1_lookahead[i, j]),
                             f"{self.dsi[i, j]:.6g}",
                             int(self.dsi_lookahead[i, j]),
                             self.sp_degree,
@@ -168,18 +179,21 @@ def compute_heatmap(
     cs, as_ = _axes(resolution, cells.get("c"), cells.get("a"))
     ks = np.array([fixed] if fixed is not None else range(lookaheads[0], lookaheads[1] + 1))
     nz = next_rejection(acceptance_uniforms(repeats, n, seed), as_)  # [A, repeats, n+1]
-    si_batches = max(1, math.ceil(len(ks) / 25))
-    si, si_lookahead = _best_si(nz, ks, cs, n, si_batches)
-
-    def candidates(i: int) -> list[int]:
-        return [fixed] if fixed is not None else valid_lookaheads(float(cs[i]), sp_degree, lookaheads, n)
-
-    pairs = [(i, k) for i in range(len(cs)) for k in candidates(i)]
+    # DSI's candidate lookaheads per c (Eq. 1's, or the fixed one): SI's too under the authors' protocol
+    allowed = [[fixed] if fixed is not None else valid_lookaheads(float(c), sp_degree, lookaheads, n) for c in cs]
+    beyond = sorted({k for row in allowed for k in row} - {int(k) for k in ks})  # Eq. 1's smallest past the range
+    ks_si = np.concatenate([ks, np.array(beyond, dtype=ks.dtype)])
+    si_batches = max(1, math.ceil(len(ks_si) / 25))
+    si_all = _si_latencies(nz, ks_si, cs, n, si_batches)
+    best = np.argmin(si_all[: len(ks)], axis=0)  # SI's unrestricted best: over the range only
+    si, si_lookahead = np.take_along_axis(si_all, best[None], axis=0)[0], ks[best]
+    si_eq1, si_eq1_lookahead = _si_over(si_all, ks_si, allowed)
+    pairs = [(i, k) for i in range(len(cs)) for k in allowed[i]]
     dsi, dsi_k = _best_dsi(nz, pairs, cs, n, sp_degree, (si_batches, progress))
     sp_needed = np.array([[sp_degree_needed(1.0, float(cs[i]), int(k)) for k in dsi_k[i]] for i in range(len(cs))])
     return Heatmap(
         c=cs, a=as_, nonsi=np.full((len(cs), len(as_)), float(n)), si=si, dsi=dsi, si_lookahead=si_lookahead,
-        dsi_lookahead=dsi_k, sp_needed=sp_needed, sp_degree=sp_degree, n=n, repeats=repeats, fixed_lookahead=fixed,
+        si_eq1=si_eq1, si_eq1_lookahead=si_eq1_lookahead, dsi_lookahead=dsi_k, sp_needed=sp_needed, sp_degree=sp_degree, n=n, repeats=repeats, fixed_lookahead=fixed,
         lookaheads=tuple(lookaheads), seed=seed,
     )  # fmt: skip
 
@@ -194,9 +208,9 @@ def _axes(resolution: int, c, a) -> tuple[np.ndarray, np.ndarray]:
     return cs, as_
 
 
-def _best_si(nz: np.ndarray, ks: np.ndarray, cs: np.ndarray, n: int, batches: int):
-    """SI's fastest lookahead per cell and its latency, [C, A] each: drafted tokens and rounds per (lookahead, a,
-    repeat) from ``nz`` [A, repeats, n+1], the latency (si_time) for every c at once."""
+def _si_latencies(nz: np.ndarray, ks: np.ndarray, cs: np.ndarray, n: int, batches: int) -> np.ndarray:
+    """SI's mean latency [K, C, A] at each lookahead of ``ks``: drafted tokens and rounds per (lookahead, a, repeat)
+    from ``nz`` [A, repeats, n+1], the latency (si_time) for every c at once."""
     A, repeats = nz.shape[0], nz.shape[1]
     drafted = np.empty((len(ks), A))
     rounds = np.empty((len(ks), A))
@@ -206,9 +220,7 @@ def _best_si(nz: np.ndarray, ks: np.ndarray, cs: np.ndarray, n: int, batches: in
         d, r = si_counts(np.tile(flat, (len(ks_batch), 1)), kk, n)
         drafted[ks_batch] = d.reshape(len(ks_batch), A, repeats).mean(axis=2)
         rounds[ks_batch] = r.reshape(len(ks_batch), A, repeats).mean(axis=2)
-    si_all = si_time(drafted[:, None, :], rounds[:, None, :], cs[None, :, None])  # [K, C, A]
-    best = np.argmin(si_all, axis=0)
-    return np.take_along_axis(si_all, best[None], axis=0)[0], ks[best]
+    return si_time(drafted[:, None, :], rounds[:, None, :], cs[None, :, None])  # [K, C, A]
 
 
 def _best_dsi(nz: np.ndarray, pairs: list, cs: np.ndarray, n: int, sp_degree: int, progress: tuple):
@@ -241,6 +253,19 @@ def _best_dsi(nz: np.ndarray, pairs: list, cs: np.ndarray, n: int, sp_degree: in
         if report:
             report(done, total)
     return dsi, dsi_k
+
+
+def _si_over(si_all: np.ndarray, ks: np.ndarray, allowed: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
+    """SI's mean latency [C, A] and lookahead at its best among ``allowed[i]`` (row i's lookaheads, increasing, each
+    in ``ks``); si_all: [K, C, A] SI's mean latencies at the lookaheads ``ks``."""
+    index = {int(k): x for x, k in enumerate(ks)}
+    C, A = si_all.shape[1:]
+    out, best = np.empty((C, A)), np.zeros((C, A), dtype=np.int64)
+    for i, row in enumerate(allowed):
+        lat = si_all[[index[k] for k in row], i]  # [len(row), A]
+        pick = np.argmin(lat, axis=0)  # ties: the smaller lookahead (rows are increasing)
+        out[i], best[i] = lat[pick, np.arange(A)], np.asarray(row)[pick]
+    return out, best
 
 
 def valid_lookaheads(c: float, sp_degree: int, lookaheads: tuple[int, int], n: int) -> list[int]:

@@ -122,6 +122,13 @@ class ModelCosts:
         """A prefill of a prompt of ``tokens`` tokens (ms), never below 0, with ``threads`` threads (None: any)."""
         return PassCosts(self.prefill_points(threads), self.table(threads or min(self.pass_ms))).prefill_ms(tokens)
 
+    def latency_profile(self, threads: int, prompt_tokens: int = 128) -> LatencyProfile:
+        """These costs as a :class:`LatencyProfile` (what the virtual clock and ``lookahead="adaptive"`` weigh): TTFT
+        the prefill of ``prompt_tokens``, TPOT v(1), per extra token the mean slope of v over the passes measured,
+        for passes given ``threads`` threads."""
+        costs = self.costs(threads)  # its linear summary: PassCosts' ttft, tpot and per-token slope
+        return LatencyProfile(costs.prefill_ms(prompt_tokens), costs.tpot_ms, costs.per_token_ms)
+
     def to_dict(self) -> dict:
         out = {
             "name": self.name,

@@ -56,11 +56,11 @@ CLI_CASES = [
     (["bench", "--devices", " , ", "-n", "1"], "--devices must name at least one device"),
     (["generate", "--repeats", "3", "hi"], "--repeats is for --compare"),
     (["generate", "--repeats", "0", "--compare", "hi"], "--repeats must be >= 1, got 0"),  # an IndexError before
-    # -k auto/adaptive weigh latency profiles that a pair loaded from files has not: refused before loading (serve
-    # started and refused every request, generate failed after loading)
+    # -k auto weighs latency profiles that a pair loaded from files has not: refused before loading (serve started
+    # and refused every request, generate failed after loading); -k adaptive takes them from the machine profile
     (["generate", "-k", "auto", "hi"], "-k auto weighs the models' latency profiles"),
-    (["bench", "-k", "adaptive", "-n", "1"], "-k adaptive weighs the models' latency profiles"),
-    (["serve", "-k", "adaptive"], "-k adaptive weighs the models' latency profiles"),
+    (["bench", "-k", "auto", "-n", "1"], "--algorithm auto chooses the algorithm and lookahead"),
+    (["serve", "-k", "auto"], "-k auto weighs the models' latency profiles"),
     (["generate", "--tree", "2,2", "--top-p", "0.5", "--temperature", "1", "hi"], "token trees (tree=) do not take"),
     # issue 32, 4d: 5,000 levels of nesting were a RecursionError traceback (generate, bench, serve)
     (["generate", "--speculative-config", DEEP, "hi"], "--speculative-config is nested too deeply to read"),

@@ -104,7 +104,7 @@ def test_every_panel_of_a_figure_shares_one_colour_scale(tmp_path, monkeypatch):
     monkeypatch.setattr(plt, "close", figures.append)
     assert main(["heatmap", "--resolution", "4", "-N", "20", "--repeats", "1", "-o", str(tmp_path / "f")]) == 0
     images = [ax.images[0] for ax in figures[0].axes if ax.images]
-    assert len(images) == 4
+    assert len(images) == 5  # (a), (b) under the authors' protocol, (b') stricter, (c), (d)
     assert len({(im.norm.vmin, im.norm.vmax) for im in images}) == 1
     widest = max(float(abs(im.get_array()).max()) for im in images)
     assert images[0].norm.vmax == pytest.approx(min(max(widest, 0.1), 2.0))

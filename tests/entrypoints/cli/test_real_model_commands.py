@@ -12,6 +12,9 @@ from specpar.entrypoints import cli
 from specpar.prediction.machine import MachineProfile
 from tiny_transformers import reference_greedy, save_tiny_pair
 
+# a profile of the tiny models in specpar's cache would add predictions and an auto row to --compare
+pytestmark = pytest.mark.usefixtures("isolated_cache")
+
 PROMPT = "w1 w7 w3 w9 w2"
 
 
@@ -169,3 +172,21 @@ def test_a_prompt_that_encodes_to_no_tokens_is_named_before_profiling(pair_dirs,
     code = cli.main(["profile", "--dataset", str(blank), "-o", str(tmp_path / "p.json")] + _models(pair_dirs))
     assert_one_line_error(code, capsys.readouterr().err, "prompt blank encodes to no tokens for target")
     assert not (tmp_path / "p.json").exists()
+
+
+def _sampled_arms(pair_dirs, capsys, seed: int, *extra: str) -> dict:
+    args = ["generate", PROMPT, "-N", "10", "-k", "3", "--sp-degree", "2", "--compare", "--json", "--temperature",
+            "1", "--seed", str(seed), *extra]  # fmt: skip
+    assert cli.main(args + _models(pair_dirs)) == 0
+    return {a: r["tokens"] for a, r in json.loads(capsys.readouterr().out)["results"].items()}
+
+
+def test_a_sampled_generate_with_a_seed_gives_every_algorithm_non_si_tokens(pair_dirs, capsys):
+    """Issue 32, item 5: the command line's seed (always given: --seed 0 by default) samples with the Gumbel coupling,
+    so SI and DSI on threads give non-SI's tokens for that seed; the control, --coupling rejection (the default
+    before), does not for some seed."""
+    for seed in range(3):
+        arms = _sampled_arms(pair_dirs, capsys, seed)
+        assert arms["si"] == arms["nonsi"] and arms["dsi"] == arms["nonsi"], (seed, arms)
+    rejection = [_sampled_arms(pair_dirs, capsys, seed, "--coupling", "rejection") for seed in range(6)]
+    assert any(a["dsi"] != a["nonsi"] or a["si"] != a["nonsi"] for a in rejection), rejection

@@ -7,12 +7,8 @@ import http.client
 import json
 import os
 import signal
-import socket
-import subprocess
-import sys
 import threading
 import time
-from contextlib import contextmanager
 
 import pytest
 
@@ -20,41 +16,21 @@ pytest.importorskip("fastapi")
 uvicorn = pytest.importorskip("uvicorn")
 openai = pytest.importorskip("openai")
 
-from specpar import Engine, LatencyProfile, SamplingParams, SimulatedModel  # noqa: E402
+from served import (  # noqa: E402
+    KEY,
+    client,
+    gauge,
+    metrics_text,
+    next_event,
+    parse_prometheus,
+    post,
+    running,
+    serve_process,
+    simulated_engine,
+    stream_socket,
+)
+from specpar import Engine, SamplingParams  # noqa: E402
 from specpar.entrypoints.server.app import create_app  # noqa: E402
-
-KEY = "sk-test"
-TASK_MS = 2.0  # the simulated target's forward pass
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@contextmanager
-def running(app):
-    """``app`` served by uvicorn on a free loopback port in a thread: yields its base URL; stops it after."""
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=free_port(), log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        assert time.monotonic() < deadline and thread.is_alive(), "the server did not start"
-        time.sleep(0.01)
-    try:
-        yield f"http://127.0.0.1:{server.config.port}"
-    finally:
-        server.should_exit = True
-        thread.join(10)
-        assert not thread.is_alive()
-
-
-def simulated_engine(runtime: str = "threads", **options) -> Engine:
-    target = SimulatedModel(32, seed=0, latency=LatencyProfile.uniform(TASK_MS))
-    drafter = target.drafter(0.8, LatencyProfile.uniform(TASK_MS / 10))
-    return Engine(target, drafter, sp_degree=2, runtime=runtime, lookahead=3, **options)
 
 
 @pytest.fixture(scope="module")
@@ -66,22 +42,6 @@ def sim():
         yield url, engine
     assert engine.closed  # the app's shutdown closed the engine
     assert not [t for t in threading.enumerate() if t.name == "specpar-stream" and t not in before]
-
-
-def client(url: str, key: str = KEY):
-    return openai.OpenAI(base_url=url + "/v1", api_key=key, max_retries=0, timeout=20)
-
-
-def post(url: str, path: str, body, key: str | None = KEY) -> tuple[int, dict]:
-    """(status, JSON body) of a raw POST; ``body`` is sent as is when it is bytes."""
-    host, port = url.removeprefix("http://").split(":")
-    conn = http.client.HTTPConnection(host, int(port), timeout=20)
-    headers = {"Content-Type": "application/json"} | ({"Authorization": f"Bearer {key}"} if key else {})
-    conn.request("POST", path, body if isinstance(body, bytes) else json.dumps(body).encode(), headers)
-    response = conn.getresponse()
-    status, data = response.status, json.loads(response.read())
-    conn.close()
-    return status, data
 
 
 def greedy(engine, prompt, n):
@@ -176,42 +136,6 @@ def test_eight_concurrent_clients_get_their_single_call_outputs(sim):
         t.join(60)
     assert not errors, errors
     assert len(outputs) == 40 and all(outputs[t, i] == single[i] for t, i in outputs)
-
-
-def stream_socket(url: str, body: dict):
-    """A raw streaming request: (socket file, socket) after the response headers."""
-    host, port = url.removeprefix("http://").split(":")
-    sock = socket.create_connection((host, int(port)), timeout=20)
-    data = json.dumps(body).encode()
-    sock.sendall(
-        b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-        + f"Connection: close\r\nAuthorization: Bearer {KEY}\r\nContent-Length: {len(data)}\r\n\r\n".encode()
-        + data
-    )
-    f = sock.makefile("rb")
-    while f.readline() not in (b"\r\n", b""):
-        pass
-    return f, sock
-
-
-def wait_listening(port: int, timeout_s: float = 10) -> None:
-    """Until a server listens on 127.0.0.1:``port``."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return
-        except OSError:
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
-
-
-def next_event(f) -> bytes:
-    """The next server-sent event's line of a raw chunked response (chunk sizes and blank lines skipped)."""
-    while line := f.readline():
-        if line.startswith(b"data: "):
-            return line
-    raise AssertionError("the stream ended")
 
 
 def test_a_client_leaving_mid_stream_frees_the_servers(sim):
@@ -309,39 +233,6 @@ def test_past_the_queue_bound_429():
         waiting.join(10)
 
 
-def gauge(url: str, name: str) -> float:
-    return parse_prometheus(metrics_text(url))[f"specpar:{name}", frozenset({("model_name", "sim")})]
-
-
-def metrics_text(url: str) -> str:
-    host, port = url.removeprefix("http://").split(":")
-    conn = http.client.HTTPConnection(host, int(port), timeout=10)
-    conn.request("GET", "/metrics")
-    return conn.getresponse().read().decode()
-
-
-def parse_prometheus(text: str) -> dict:
-    """{(name, frozenset of label pairs): value} of a Prometheus text exposition; asserts its grammar."""
-    import re
-
-    sample = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{([a-zA-Z_]\w*="[^"]*"(,[a-zA-Z_]\w*="[^"]*")*)?\})? (\S+)$')
-    types, out = {}, {}
-    for line in text.splitlines():
-        if line.startswith("# TYPE "):
-            _, _, name, kind = line.split(" ")
-            assert kind in ("counter", "gauge", "histogram"), line
-            types[name] = kind
-        elif line.startswith("# HELP ") or not line:
-            continue
-        else:
-            m = sample.match(line)
-            assert m, line
-            name, labels = m.group(1), frozenset(re.findall(r'(\w+)="([^"]*)"', m.group(3) or ""))
-            assert name in types or name.rsplit("_", 1)[0] in types, f"{name} has no TYPE"
-            out[name, labels] = float(m.group(5))
-    return out
-
-
 def test_metrics_parse_and_count_the_requests_sent():
     # the virtual clock: each request's drafts, acceptances and timeline are those of its direct call
     with simulated_engine("virtual") as engine, running(create_app(engine, "sim")) as url:
@@ -392,15 +283,10 @@ def test_sigterm_finishes_the_stream_in_flight_then_exits(processes, runtime):
     running in the server's process group."""
     if runtime == "ray":
         pytest.importorskip("ray")
-    port = free_port()
     env = dict(os.environ, SPECPAR_API_KEY=KEY)
-    cmd = [sys.executable, "-m", "specpar", "serve", "--simulated", "--port", str(port), "--target-ms", "2", "-v",
-           "--runtime", runtime, "--sp-degree", "1"]  # fmt: skip
-    proc = processes.start(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc, url = serve_process(processes, "--simulated", "--target-ms", "2", "-v", "--runtime", runtime,
+                              "--sp-degree", "1", env=env)  # fmt: skip
     try:
-        assert "specpar serve" in proc.stdout.readline()
-        url = f"http://127.0.0.1:{port}"
-        wait_listening(port)
         f, sock = stream_socket(url, {"prompt": [2], "max_tokens": 300, "temperature": 0, "stream": True})
         next_event(f)
         proc.send_signal(signal.SIGTERM)
@@ -410,9 +296,7 @@ def test_sigterm_finishes_the_stream_in_flight_then_exits(processes, runtime):
         # uvicorn re-raises the signal once it has shut down (Ray's Python handler then exits with status 15)
         assert proc.wait(60) in (0, -signal.SIGTERM, signal.SIGTERM)
         assert "engine closed" in proc.stderr.read()
-        with pytest.raises(OSError):
-            socket.create_connection(("127.0.0.1", port), timeout=1)
-        time.sleep(2)  # a local Ray's processes stop with it
+        time.sleep(2)  # a local Ray's processes stop with it (and the server's socket with the server)
         with pytest.raises(ProcessLookupError):
             os.killpg(proc.pid, 0)
     finally:
@@ -428,15 +312,10 @@ def test_sigterm_past_the_shutdown_timeout_ends_requests_as_openai_errors(proces
     request a plain-text 500, a CancelledError traceback per request in the log. Now: the stream ends with an error
     event and [DONE], the whole request gets a 503 with OpenAI's error body, no traceback; and a short request in
     flight at the signal (the control) still finishes normally within the timeout."""
-    port = free_port()
-    cmd = [sys.executable, "-m", "specpar", "serve", "--simulated", "--port", str(port), "--target-tpot", "50",
-           "--drafter-tpot", "5", "--shutdown-timeout", "1", "--units", "3", "--sp-degree", "1"]  # fmt: skip
-    proc = processes.start(cmd, env=dict(os.environ, SPECPAR_API_KEY=KEY), stdout=subprocess.PIPE,
-                           stderr=subprocess.PIPE, text=True)  # fmt: skip
+    proc, url = serve_process(processes, "--simulated", "--target-tpot", "50", "--drafter-tpot", "5",
+                              "--shutdown-timeout", "1", "--units", "3", "--sp-degree", "1",
+                              env=dict(os.environ, SPECPAR_API_KEY=KEY))  # fmt: skip
     try:
-        assert "specpar serve" in proc.stdout.readline()
-        url = f"http://127.0.0.1:{port}"
-        wait_listening(port)
         f, sock = stream_socket(url, {"prompt": [2], "max_tokens": 100, "temperature": 0, "stream": True})
         next_event(f)
         answers = {}

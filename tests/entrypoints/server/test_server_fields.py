@@ -12,8 +12,7 @@ import pytest
 pytest.importorskip("fastapi")
 openai = pytest.importorskip("openai")
 
-from test_server import KEY, client, post, running, simulated_engine  # noqa: E402
-
+from served import KEY, client, post, running, simulated_engine  # noqa: E402
 from specpar import SamplingParams  # noqa: E402
 from specpar.entrypoints.server.app import create_app  # noqa: E402
 
@@ -192,3 +191,42 @@ def test_a_server_started_with_a_tree_serves_a_non_si_request():
         assert status == 200 and reply["choices"][0]["token_ids"] == target.greedy_tokens([1, 2], 8)
         status, reply = post(url, "/v1/completions", body, key=None)  # the server's tree, for DSI
         assert status == 200 and reply["choices"][0]["token_ids"] == target.greedy_tokens([1, 2], 8)
+
+
+@pytest.mark.slow
+def test_logprobs_of_byte_tokens_are_keyed_by_the_token_not_its_text(tmp_path):
+    """A byte-level GGUF tokenizer (GPT-2's 256 byte tokens): five continuation bytes 0x80-0x84 pushed to the top by
+    logit_bias each decode alone to U+FFFD. Before: completions' top_logprobs collapsed them to one key (5 asked, 1
+    back) and the chosen token's logprob was read under another token's key; chat's bytes were U+FFFD's
+    (239, 191, 189). Now each is named as OpenAI names such tokens, "bytes:\\x80", with its own bytes."""
+    pytest.importorskip("gguf")
+    from specpar import Engine
+    from tiny_gguf import write_tiny_gguf
+
+    paths = [write_tiny_gguf(tmp_path / f"{n}.gguf", noise=0.01 * i) for i, n in enumerate(("t", "d"))]
+    bias = {str(b): 50 for b in range(0x80, 0x85)}
+    with Engine(str(paths[0]), str(paths[1]), backend="llama", sp_degree=1) as engine:
+        with running(create_app(engine, "tiny", max_model_len=512)) as url:
+            body = {"prompt": "def fib(n):", "max_tokens": 2, "temperature": 0, "logprobs": 5, "logit_bias": bias}
+            status, out = post(url, "/v1/completions", body, key=None)
+            assert status == 200, out
+            lp = out["choices"][0]["logprobs"]
+            top = lp["top_logprobs"][0]
+            assert set(top) == {f"bytes:\\x{b:02x}" for b in range(0x80, 0x85)}, top  # five distinct keys
+            chosen = lp["tokens"][0]
+            assert chosen == f"bytes:\\x{out['choices'][0]['token_ids'][0]:02x}"
+            assert lp["token_logprobs"][0] == top[chosen] == max(top.values())  # greedy: its own, the largest
+            chat = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2, "temperature": 0,
+                    "logprobs": True, "top_logprobs": 5, "logit_bias": bias}  # fmt: skip
+            status, out = post(url, "/v1/chat/completions", chat, key=None)
+            assert status == 200, out
+            first = out["choices"][0]["logprobs"]["content"][0]
+            assert sorted(e["bytes"] for e in first["top_logprobs"]) == [[b] for b in range(0x80, 0x85)]
+            assert all(e["token"] == f"bytes:\\x{e['bytes'][0]:02x}" for e in first["top_logprobs"])
+            assert first["bytes"] == [out["choices"][0]["token_ids"][0]]  # its own byte, not U+FFFD's 239, 191, 189
+        # what collapsed them: decoded alone each is U+FFFD; the control: a whole character keeps its text and bytes
+        from specpar.entrypoints.server.served import Served
+
+        assert {engine.tokenizer.decode([b]) for b in range(0x80, 0x85)} == {"\ufffd"}
+        served = Served(engine)
+        assert (served.token(0x61), served.token_bytes(0x61)) == ("a", b"a")

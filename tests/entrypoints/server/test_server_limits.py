@@ -14,8 +14,7 @@ import pytest
 
 pytest.importorskip("fastapi")
 
-from test_server import KEY, client, running, simulated_engine  # noqa: E402
-
+from served import KEY, client, running, simulated_engine  # noqa: E402
 from specpar import Engine, SamplingParams  # noqa: E402
 from specpar.entrypoints.server.app import create_app  # noqa: E402
 
@@ -90,7 +89,7 @@ def test_an_assistant_message_with_null_content_and_no_tool_calls_is_refused(sim
 
 
 FLAGS = ["--max-model-len 0", "--api-key=", "--shutdown-timeout -1", "--vocab 1e9", "--vocab 1000000000",
-         "--sp-degree 100000", "--port 70000", "--port 0", "--max-queue 0", "-k 0", "--acceptance 2",
+         "--sp-degree 100000", "--port 70000", "--max-queue 0", "-k 0", "--acceptance 2",
          "--target-ms nan", "--host 999.1.1.1"]  # fmt: skip
 
 

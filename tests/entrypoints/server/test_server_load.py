@@ -14,7 +14,7 @@ import pytest
 pytest.importorskip("fastapi")
 openai = pytest.importorskip("openai")
 
-from test_server import (  # noqa: E402
+from served import (  # noqa: E402
     KEY,
     client,
     metrics_text,
@@ -25,7 +25,6 @@ from test_server import (  # noqa: E402
     simulated_engine,
     stream_socket,
 )
-
 from specpar import Engine, SamplingParams  # noqa: E402
 from specpar.entrypoints.server.app import create_app  # noqa: E402
 

@@ -12,8 +12,8 @@ pytest.importorskip("fastapi")
 schemathesis = pytest.importorskip("schemathesis")
 
 from hypothesis import HealthCheck, given, settings  # noqa: E402
-from test_server import KEY, post, running  # noqa: E402
 
+from served import KEY, post, running  # noqa: E402
 from specpar import Engine, SamplingParams, SimulatedModel  # noqa: E402
 from specpar.entrypoints.server.app import create_app  # noqa: E402
 

@@ -50,16 +50,24 @@ class GGUFTokenizer:
             n = -got  # the buffer was too small: llama.cpp says how many ids there are
 
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
+        return self._bytes(ids, skip_special_tokens).decode("utf-8", "replace")
+
+    def token_bytes(self, token: int) -> bytes:
+        """The bytes one token stands for (a special token: its text), before any UTF-8 decoding: a byte-level
+        token that is part of a character is that byte, not U+FFFD (:mod:`specpar.core.token_text`)."""
+        return self._bytes([token], skip_special_tokens=False)
+
+    def _bytes(self, ids: Sequence[int], skip_special_tokens: bool) -> bytes:
         ids = [int(i) for i in ids]
         if not ids:
-            return ""
+            return b""
         tokens = (ctypes.c_int32 * len(ids))(*ids)
         n = 16 * len(ids) + 16
         while True:
             buf = ctypes.create_string_buffer(n)
             got = self._L.llama_detokenize(self.vocab, tokens, len(ids), buf, n, False, not skip_special_tokens)
             if got >= 0:
-                return buf.raw[:got].decode("utf-8", "replace")
+                return buf.raw[:got]
             n = -got
 
     def __call__(self, text: str, add_special_tokens: bool = False) -> dict:

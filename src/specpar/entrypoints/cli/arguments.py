@@ -200,6 +200,11 @@ class Default:
     why: str | None = None
 
 
+SEEDED_COUPLING = Default(
+    None,
+    "gumbel: the --seed (always given) then reproduces on every runtime; rejection for the papers' higher "
+    "acceptance rate",
+)  # the commands with a --seed default of their own (generate, bench)
 PAPER_SP_DEGREE = Default(7, "an 8-GPU node with the drafter on the eighth, as in the paper")
 AUTO_LOOKAHEAD = Default(
     "auto",
@@ -567,11 +572,16 @@ def command_help(parser: argparse.ArgumentParser, which: str | None = None) -> s
     return text
 
 
-def add_sampling_arguments(p, fields, defaults=None, helps=None, title: str | None = None) -> ConfigOptions:
-    """SamplingParams' flags for ``fields`` (``args.sampling``), in a group when ``title`` is given; ``defaults``
-    and ``helps`` as :class:`ConfigOptions` takes them (a command that generates N tokens of something:
+def add_sampling_arguments(
+    p, fields, defaults=None, helps=None, title: str | None = None, advanced: tuple[str, ...] = ()
+) -> ConfigOptions:
+    """SamplingParams' flags for ``fields`` (``args.sampling``), in a group when ``title`` is given; ``defaults``,
+    ``helps`` and ``advanced`` (listed only by --help=all) as :class:`ConfigOptions` takes them (a command that
+    generates N tokens of something:
     ``add_sampling_arguments(p, ("max_tokens",), {"max_tokens": 100}, {"max_tokens": "tokens per run"})``)."""
-    options = ConfigOptions(SamplingParams, "sampling", fields=fields, defaults=defaults, helps=helps)
+    options = ConfigOptions(
+        SamplingParams, "sampling", fields=fields, defaults=defaults, helps=helps, advanced=advanced
+    )
     options.add_to(p, title)
     return options
 
@@ -742,7 +752,8 @@ PAIR_HELP = (
 
 def add_model_args(p, target: bool = True, advanced: tuple[str, ...] = ()) -> None:
     """The models group: --target (unless ``target`` is False: serve takes it as its MODEL), --drafter, --backend,
-    --devices, --dtype (those in ``advanced`` listed by --help=all only)."""
+    --exact/--no-exact, --devices, --dtype (those in ``advanced``, --exact and --dtype listed by --help=all only;
+    --backend's help names --no-exact)."""
     g = p.add_argument_group("models", PAIR_HELP)
     if target:
         g.add_argument(
@@ -753,8 +764,18 @@ def add_model_args(p, target: bool = True, advanced: tuple[str, ...] = ()) -> No
         "--backend",
         choices=("llama", "transformers"),
         default=None,
-        help="llama: GGUF files on llama.cpp (CPU), bitwise exact; transformers: float32 torch models (any device). "
+        help="llama: GGUF files on llama.cpp (CPU), bitwise exact, or with --no-exact (--help=all) its fast mode; "
+        "transformers: float32 torch models (any device). "
         "Default: llama for GGUF files and the default pair on the CPU when `specpar[llama]` is installed",
+    )
+    g.add_argument(
+        "--exact",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="llama.cpp's exact mode (the default): every algorithm's greedy output is the target's own, bitwise, "
+        "the prompt prefilled in llama.cpp's fastest passes; --no-exact: its fast mode, llama.cpp's own fastest "
+        "settings on all free cores, speculation lossless in distribution, greedy outputs that may differ from the "
+        "exact mode's at near ties (docs/llama_cpp.md)",
     )
     g.add_argument(
         "--devices",
@@ -770,7 +791,7 @@ def add_model_args(p, target: bool = True, advanced: tuple[str, ...] = ()) -> No
         help="weights dtype for the models (default float32)",
     )
     for action in g._group_actions:
-        if action.option_strings[-1] in (*advanced, "--dtype"):
+        if action.option_strings[-1] in (*advanced, "--dtype", "--no-exact"):
             advanced_flag(action)
 
 
@@ -799,8 +820,9 @@ def add_prompt_args(p, default: str | None = None) -> None:
 
 
 REAL_LOOKAHEAD_HELP = (
-    "draft tokens per verification (k; vLLM's num_speculative_tokens). 'auto' and 'adaptive' weigh latency profiles, "
-    "which models loaded from files do not have yet: `specpar profile` and `specpar plan` name the fastest k"
+    "draft tokens per verification (k; vLLM's num_speculative_tokens), or 'adaptive': re-chosen at each window from "
+    "the acceptance seen so far, weighing the costs of this machine's profile of the pair (--profile, else measured "
+    "on first need: about a minute)"
 )
 
 
@@ -815,7 +837,7 @@ def add_speculation_arguments(
     --help=all) and --speculative-config, whose "model" (vLLM's key) is the drafter; for the commands that load real
     models: -k is a number there (simulated: a command that also serves simulated models, for which 'auto' and
     'adaptive' run)."""
-    lookahead_help = REAL_LOOKAHEAD_HELP + ("; with --simulated they run" if simulated else "")
+    lookahead_help = REAL_LOOKAHEAD_HELP + ("; 'auto' with --simulated" if simulated else "")
     options = ConfigOptions(
         SpeculativeConfig,
         "spec",
@@ -828,7 +850,7 @@ def add_speculation_arguments(
         choices={"algorithm": tuple(algorithms)},
         speculative_config=True,
         helps={"lookahead": lookahead_help},
-        metavars={} if simulated else {"lookahead": "K"},
+        metavars={} if simulated else {"lookahead": "K|adaptive"},
         advanced=advanced,
         json_args={"model": "drafter"},
     )

@@ -42,8 +42,10 @@ def register(sub) -> None:
     p = command_parser(sub, "bench", "non-SI vs SI vs DSI on real models over N prompts", DESCRIPTION)
     arguments.add_prompt_args(p, default="humaneval")
     add_prompt_count(p, 10, "prompts to run, the dataset's first n")
-    add_sampling_arguments(p, ("max_tokens", "temperature", "seed"), {"max_tokens": 64, "temperature": 0.0, "seed": 0},
-                           {"max_tokens": "tokens per prompt", "seed": "{help}; prompt i: seed + i"})  # fmt: skip
+    add_sampling_arguments(p, ("max_tokens", "temperature", "seed", "coupling"), {"max_tokens": 64, "temperature": 0.0,
+                           "seed": 0, "coupling": arguments.SEEDED_COUPLING},
+                           {"max_tokens": "tokens per prompt", "seed": "{help}; prompt i: seed + i"},
+                           advanced=("coupling",))  # fmt: skip
     arguments.add_speculation_arguments(p, fields=("lookahead", "sp_degree", "tree", "proposer", "prefill_replicas",
                                                      "dedicated_cursor"))  # fmt: skip
     algorithms = p.add_argument(

@@ -29,7 +29,7 @@ loaded servers and a table shows all three side by side.
 """
 
 GENERATE_SAMPLING = ("max_tokens", "temperature", "top_k", "top_p", "min_p", "repetition_penalty", "stop",
-                     "stop_token_ids", "ignore_eos", "seed")  # fmt: skip
+                     "stop_token_ids", "ignore_eos", "seed", "coupling")  # fmt: skip
 
 
 def register(sub) -> None:
@@ -40,8 +40,9 @@ def register(sub) -> None:
     arguments.add_prompt_args(p)
     p.add_argument("--chat", action="store_true", help="put the prompt text in the target's chat template")
     arguments.add_speculation_arguments(p, algorithms=("nonsi", "si", "dsi", "auto"))
-    add_sampling_arguments(p, GENERATE_SAMPLING, {"max_tokens": 64, "temperature": 0.0, "seed": 0},
-                           title="sampling and stopping (vLLM's SamplingParams)")  # fmt: skip
+    add_sampling_arguments(p, GENERATE_SAMPLING, {"max_tokens": 64, "temperature": 0.0, "seed": 0,
+                                                  "coupling": arguments.SEEDED_COUPLING},
+                           title="sampling and stopping (vLLM's SamplingParams)", advanced=("coupling",))  # fmt: skip
     p.add_argument("--compare", action="store_true", help="also run the other algorithms and print all side by side")
     add_repeats(p, 1, "with --compare: runs of each algorithm, interleaved, for the spread of the ratios")
     add_json(p, "print one JSON object instead of text and tables")
@@ -108,8 +109,9 @@ def run(args) -> int:
     main = args.algorithm
     algorithms = [main] + ([a for a in ("nonsi", "si", "dsi", "auto") if a != main] if args.compare else [])
     sp = args.sp_degree if {"dsi", "auto"} & set(algorithms) else 1
-    target, drafter, servers = real_models.load(args, sp, max_model_len=4096)
-    what, ids = prompt_ids(args, target, chosen)
+    target, drafter = real_models.load_models(args)
+    what, ids = prompt_ids(args, target, chosen)  # before the servers: their caches are sized for this request
+    _, _, servers = real_models.load(args, sp, real_models.cache_tokens(args, len(ids), sp), models=(target, drafter))
     servers.check_length(len(ids), args.max_tokens)
     predicted, why_not = predictions(servers, args, algorithms, len(ids))
     if main != "auto" and "auto" not in predicted:  # no profile to choose from: the comparison goes on without it

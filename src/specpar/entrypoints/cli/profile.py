@@ -14,6 +14,7 @@ from specpar.entrypoints.cli.arguments import (
     add_json,
     add_output,
     add_prompt_count,
+    advanced_flag,
     command_parser,
     integer,
 )
@@ -51,10 +52,14 @@ def register(sub) -> None:
     )
     add_deprecated(p, tokens, "--tokens", "--accept-tokens")
     p.add_argument("-k", "--lookahead", type=integer, default=5, help="drafts in App. F's verification (default 5)")
-    p.add_argument("--max-pass", type=integer, default=10, metavar="K", help="longest pass timed, tokens (default 10)")
-    p.add_argument("--repeats", type=integer, default=3, help="timings of each pass length, median (default 3)")
-    p.add_argument("--ray", action=argparse.BooleanOptionalAction, default=None,
-                   help="measure a Ray actor call's round trip too (starts Ray; default: when Ray is installed)")  # fmt: skip
+    finer = [  # the measurement's finer controls (--help=all)
+        p.add_argument("--max-pass", type=integer, default=10, metavar="K", help="longest pass timed, tokens (default 10)"),
+        p.add_argument("--repeats", type=integer, default=3, help="timings of each pass length, median (default 3)"),
+        p.add_argument("--ray", action=argparse.BooleanOptionalAction, default=None,
+                       help="measure a Ray actor call's round trip too (starts Ray; default: when Ray is installed)"),
+    ]  # fmt: skip
+    for action in finer:
+        advanced_flag(action)
     add_output(p, "where to write the profile (default profile.json)", "FILE.json", "profile.json", old=("--out",))
     add_json(p, "print the profile as JSON instead of a summary")
     arguments.add_model_args(p)

@@ -9,6 +9,7 @@ import sys
 
 from specpar.core.config import SpeculativeConfig, parse_proposer
 from specpar.core.errors import ConfigError
+from specpar.core.trees import BestFirst, tree_size
 
 
 def device_names(args) -> list[str] | None:
@@ -62,25 +63,27 @@ def load_models(args, devs: list[str] | None = None):
         return load_pair(
             args.target,
             args.drafter,
-            devs[0],
+            devs[:2],
             args.dtype,
             progress=sys.stderr.isatty(),
-            target_device=devs[1] if len(devs) > 1 else devs[0],
             backend=args.backend,
             with_drafter=spec.proposer is None or parse_proposer(spec.proposer).uses_drafter,
+            exact=getattr(args, "exact", None),
         )
     except ConfigError as exc:
         raise ConfigError(in_flags(str(exc))) from None
 
 
-def load(args, sp_degree: int, max_model_len: int, **engine_options):
+def load(args, sp_degree: int, max_model_len: int, models: tuple | None = None, **engine_options):
     """(target, drafter, an Engine with sp_degree target servers, the speculation and runtime the flags give, and
-    ``engine_options``: Engine's keywords, e.g. units, policy), loaded once."""
+    ``engine_options``: Engine's keywords, e.g. units, policy), loaded once (``models``: the pair already loaded).
+    max_model_len: the longest sequence a server's cache holds (llama.cpp sizes each cache for it)."""
     from specpar.algorithms.registry import ALGORITHMS
     from specpar.entrypoints.engine import Engine
 
     devs = devices(args)
-    target, drafter = load_models(args, devs)
+    target, drafter = models if models is not None else load_models(args, devs)
+    measured_latency(args, target, drafter, sp_degree)  # -k adaptive's costs, before the servers copy them
     spec = getattr(args, "spec", None) or SpeculativeConfig()
     hierarchy = spec.algorithm in ALGORITHMS and ALGORITHMS[spec.algorithm].hierarchy  # HSD's levels: here one
     engine = Engine(
@@ -96,11 +99,32 @@ def load(args, sp_degree: int, max_model_len: int, **engine_options):
     return target, drafter, engine
 
 
+def cache_tokens(args, prompt_len: int, sp_degree: int) -> int:
+    """The tokens a server's cache must hold for one prompt of ``prompt_len`` tokens and ``-N`` new ones: both, plus
+    the drafts DSI may send ahead of the verified text (a chunk per server and the one drafting, each a lookahead or
+    a token tree). A cache sized for the request, not the model's 4,096 tokens, is what keeps the README's main job
+    under its memory goal (the KV caches of 3 target and 3 drafter servers at 4,096 tokens: about 0.5 GB)."""
+    spec = getattr(args, "spec", None) or SpeculativeConfig()
+    k = spec.lookahead if isinstance(spec.lookahead, int) else 16
+    if spec.tree is not None:  # every node of a tree takes a cell of the cache
+        k = max(k, spec.tree.nodes if isinstance(spec.tree, BestFirst) else tree_size(spec.tree))
+    return prompt_len + args.max_tokens + (sp_degree + 1) * k + 16
+
+
 def check_common(args) -> None:
     device_names(args)
     check_lookahead(args)
     check_servers(args)
     check_tree_depth(args)
+    check_mode_flag(args)
+
+
+def check_mode_flag(args) -> None:
+    """Refuse --no-exact for a backend without llama.cpp's fast mode, before the models load."""
+    from specpar.backends.loading import check_exact
+
+    if getattr(args, "exact", None) is False:
+        check_exact(False, backend(args))
 
 
 def check_tree_depth(args) -> None:
@@ -133,15 +157,36 @@ def check_servers(args, sp_degree: int | None = None) -> None:
 
 
 def check_lookahead(args) -> None:
-    """Refuse -k auto and -k adaptive before the models load: both weigh the models' latency profiles, which a pair
-    loaded from files has not (the engine would refuse them only after loading)."""
+    """Refuse -k auto before the models load: it weighs latency profiles a pair loaded from files has not (the engine
+    would refuse it only after loading); ``--algorithm auto`` chooses from the machine profile instead. -k adaptive
+    takes its latencies from the machine profile (:func:`measured_latency`)."""
     spec = getattr(args, "spec", None)
-    if spec is not None and spec.lookahead in ("auto", "adaptive"):
+    if spec is not None and spec.lookahead == "auto":
         raise ConfigError(
-            f"-k {spec.lookahead} weighs the models' latency profiles, which real models loaded here do not have: "
-            "measure the pair with `specpar profile -o pair.json`, then `specpar plan --profile pair.json` names "
-            "the fastest lookahead; give it as -k K"
+            "-k auto weighs the models' latency profiles, which real models loaded here do not have: --algorithm "
+            "auto chooses the algorithm and lookahead from the machine profile, or -k adaptive re-chooses k as it goes"
         )
+
+
+def measured_latency(args, target, drafter, sp_degree: int, prompt_len: int = 128) -> None:
+    """-k adaptive on models loaded from files: give them the latency profiles of this machine's profile of the pair
+    (``--profile FILE``, else specpar's cache, measured on first need: about a minute for the default pair), at the
+    threads a pass gets here, so that the adaptive lookahead has costs to weigh (:meth:`ModelCosts.latency_profile`).
+    Nothing for any other lookahead, or for models that have latency profiles already."""
+    spec = getattr(args, "spec", None)
+    if spec is None or spec.lookahead != "adaptive":
+        return
+    if target.latency is not None and (drafter is None or drafter.latency is not None):
+        return
+    from specpar.backends.cpu_threads import cpu_cores, pass_threads
+    from specpar.prediction.machine import load_or_build
+
+    profile = load_or_build(getattr(args, "profile", None), target=target, drafter=drafter)
+    units = getattr(args, "units", None) or sp_degree + 1
+    threads = pass_threads(cpu_cores(), units, units if spec.algorithm == "dsi" else 1, None)
+    target.latency = profile.target.latency_profile(threads, prompt_len)
+    if drafter is not None and profile.drafter is not None:
+        drafter.latency = profile.drafter.latency_profile(threads, prompt_len)
 
 
 def task_ms(results, kind: str, server_prefix: str) -> list[float]:

@@ -18,6 +18,7 @@ from specpar.entrypoints.cli.arguments import (
     add_pair_arguments,
     add_runtime_arguments,
     add_speculation_arguments,
+    advanced_flag,
     command_parser,
     ranged,
 )
@@ -58,7 +59,8 @@ def register(sub) -> None:
     )
     add_deprecated(p, model, "--target")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
-    p.add_argument("--port", type=ranged(int, 1, 65535), default=8000, help="port (default 8000)")
+    p.add_argument("--port", type=ranged(int, 0, 65535), default=8000,
+                   help="port (default 8000; 0: a free one, which the line printed at start names)")  # fmt: skip
     p.add_argument("--api-key", type=api_key, default=None,
                    help="require 'Authorization: Bearer KEY' (default: env SPECPAR_API_KEY)")  # fmt: skip
     p.add_argument("--max-queue", type=ranged(int, 1, 1 << 20), default=64,
@@ -73,8 +75,8 @@ def register(sub) -> None:
     p.add_argument("--served-model-name", default=None, help="the model's name in the API (default: the target's)")
     p.add_argument("--max-model-len", type=ranged(int, 1, MAX_INTEGER), default=2048,
                    help="prompt + max_tokens limit for a target without a context window (default 2048)")  # fmt: skip
-    p.add_argument("--shutdown-timeout", type=ranged(float, 0, 86400), default=30.0,
-                   help="seconds in-flight requests may take to finish on SIGTERM (default 30)")  # fmt: skip
+    advanced_flag(p.add_argument("--shutdown-timeout", type=ranged(float, 0, 86400), default=30.0,
+                                 help="seconds in-flight requests may take to finish on SIGTERM (default 30)"))  # fmt: skip
     add_speculation_arguments(p, fields=SPECULATIVE_FIELDS, algorithms=(*ALGORITHMS, AUTO), advanced=True,
                               simulated=True)  # fmt: skip
     add_runtime_arguments(p, choices=("threads", "ray"), default="threads", fields=REAL_TIME_FIELDS)
@@ -114,16 +116,20 @@ def served_spec(args):
     return spec.for_request(algorithm=AUTO, sp_degree=spec.sp_degree) if spec.algorithm == AUTO else spec
 
 
-def check(args) -> str | None:
-    """What the flags leave to check before anything loads; returns the API key (None: open)."""
+def check(args) -> tuple[str | None, socket.socket]:
+    """What the flags leave to check before anything loads; returns the API key (None: open) and the socket bound to
+    the address, which the server then listens on (so no other process takes the port meanwhile)."""
     args.target = getattr(args, "target", None)  # MODEL, when given
     if args.simulated and (args.target or args.drafter):
         raise ConfigError("give either --simulated or a MODEL (or --drafter), not both")
+    if args.simulated and args.exact is not None:
+        raise ConfigError("--exact/--no-exact choose llama.cpp's mode: simulated models have none")
     if not args.simulated:
-        from specpar.entrypoints.cli.real_models import check_lookahead, check_tree_depth
+        from specpar.entrypoints.cli.real_models import check_lookahead, check_mode_flag, check_tree_depth
 
         check_lookahead(args)
         check_tree_depth(args)
+        check_mode_flag(args)
     if args.sp_degree > MAX_SERVE_SERVERS:
         raise ConfigError(f"--sp-degree must be at most {MAX_SERVE_SERVERS} to serve, got {args.sp_degree}")
     from specpar.entrypoints.cli.real_models import check_servers
@@ -134,14 +140,18 @@ def check(args) -> str | None:
     key = args.api_key if args.api_key is not None else os.environ.get("SPECPAR_API_KEY")
     if key is not None and not key.strip():
         raise ConfigError("SPECPAR_API_KEY is set but empty: unset it to serve without a key")
-    try:  # the address, before the model loads (uvicorn binds it again once the engine is up)
+    try:  # the address, before the model loads: bound now, listened on once the engine is up
         family = socket.getaddrinfo(args.host, args.port, type=socket.SOCK_STREAM)[0][0]
-        with socket.socket(family, socket.SOCK_STREAM) as s:
-            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            s.bind((args.host, args.port))
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((args.host, args.port))
+        except BaseException:
+            sock.close()
+            raise
     except OSError as exc:
         raise ConfigError(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}") from None
-    return key
+    return key, sock
 
 
 def run(args) -> int:
@@ -151,7 +161,14 @@ def run(args) -> int:
         raise ConfigError(
             f"specpar serve needs FastAPI, uvicorn, pydantic and prometheus_client: pip install 'specpar[serve]' ({exc})"
         ) from None
-    api_key = check(args)
+    api_key, sock = check(args)
+    try:
+        return _serve(args, api_key, sock, create_app, serve)
+    finally:
+        sock.close()
+
+
+def _serve(args, api_key, sock, create_app, serve) -> int:
     if args.runtime == "ray":
         # Ray now, in the main thread, before uvicorn takes SIGTERM: started by the first request's worker thread,
         # Ray's own SIGTERM handler (a stack dump) came after uvicorn's and ended the server at once, without
@@ -163,7 +180,8 @@ def run(args) -> int:
     engine, name = build_engine(args)
     app = create_app(engine, args.served_model_name or name, api_key=api_key, max_queue=args.max_queue,
                      max_model_len=args.max_model_len)  # fmt: skip
-    print(f"specpar serve: {name} on http://{args.host}:{args.port}/v1 ({args.algorithm}, sp_degree {args.sp_degree}, "
+    port = sock.getsockname()[1]
+    print(f"specpar serve: {name} on http://{args.host}:{port}/v1 ({args.algorithm}, sp_degree {args.sp_degree}, "
           f"{len(engine.units)} processing units, {args.policy})", flush=True)  # fmt: skip
-    serve(app, args.host, args.port, args.shutdown_timeout)
+    serve(app, args.host, port, args.shutdown_timeout, sock=sock)
     return 0

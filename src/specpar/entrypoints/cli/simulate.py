@@ -14,6 +14,7 @@ from specpar.entrypoints.cli.arguments import (
     LATENCY_FIELDS,
     PAPER_SP_DEGREE,
     ConfigOptions,
+    Default,
     add_json,
     add_output,
     add_pair_arguments,
@@ -52,7 +53,8 @@ def register(sub) -> None:
         helps={"tree": "{help}; SI and DSI run over it beside the chains"},
     )
     spec.add_to(p)
-    add_sampling_arguments(p, ("max_tokens", "temperature", "coupling"), {"max_tokens": 100, "temperature": 0.0})
+    add_sampling_arguments(p, ("max_tokens", "temperature", "coupling"), {"max_tokens": 100, "temperature": 0.0,
+                           "coupling": Default(None, COUPLING_DEFAULT)})  # fmt: skip
     add_runtime_arguments(p)
     add_repeats(p, 5, "runs per algorithm, interleaved")
     add_json(p)
@@ -213,6 +215,19 @@ def run(args) -> int:
     return 0
 
 
+COUPLING_DEFAULT = (
+    "rejection on the virtual clock (the papers'; a seed reproduces there with either), gumbel on threads and Ray "
+    "(so that the seed reproduces there too)"
+)
+
+
+def coupling_of(args) -> str:
+    """--coupling, or its default for the runtime (COUPLING_DEFAULT): simulate's runs always have a seed."""
+    if args.coupling is not None:
+        return args.coupling
+    return "rejection" if args.runtime_config.name in (None, "virtual") else "gumbel"
+
+
 def _run_with_progress(compare, args, make_models, make_prompt, k):
     kwargs = dict(
         max_tokens=args.max_tokens,
@@ -221,7 +236,7 @@ def _run_with_progress(compare, args, make_models, make_prompt, k):
         repeats=args.repeats,
         seed=args.seed,
         temperature=args.temperature,
-        coupling=args.coupling,
+        coupling=coupling_of(args),
         tree=args.tree,
         **experiment_runtime(args),
     )

@@ -23,6 +23,7 @@ from specpar.entrypoints.cli.arguments import (
     add_repeats,
     add_runtime_arguments,
     add_sampling_arguments,
+    advanced_flag,
     command_parser,
     experiment_runtime,
     integers,
@@ -49,17 +50,19 @@ def register(modes) -> None:
         help="acceptance rates of adjacent models alpha[i][i+1] (instead of --alpha; "
         f"default {','.join(map(str, DEFAULT_CHAIN))} with costs {','.join(map(str, DEFAULT_COSTS))} ms)",
     )
-    g.add_argument(
+    levels = g.add_argument(
         "--levels",
         type=integers,
         default=None,
         metavar="I,J,...",
         help="run this hierarchy (model indices, the target last) instead of the optimizer's",
     )
+    advanced_flag(levels)
     spec = ConfigOptions(
         SpeculativeConfig,
         "spec",
         fields=("buffers", "sp_degree"),
+        advanced=("buffers",),
         defaults={"buffers": Default(None, "the optimizer's"), "sp_degree": PAPER_SP_DEGREE},
         helps={
             "buffers": "{help}: the sizes for --levels, one per level below the target",

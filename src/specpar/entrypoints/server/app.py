@@ -231,13 +231,13 @@ def _json_media(content_type: str | None) -> bool:
     return media == "application/json" or (media.startswith("application/") and media.endswith("+json"))
 
 
-def serve(app: FastAPI, host: str = "127.0.0.1", port: int = 8000, shutdown_timeout: float = 30.0) -> None:
+def serve(app: FastAPI, host: str = "127.0.0.1", port: int = 8000, shutdown_timeout: float = 30.0, sock=None) -> None:
     """Run ``app`` with uvicorn until SIGINT/SIGTERM: then it stops accepting, lets in-flight requests finish
     for up to ``shutdown_timeout`` seconds, ends those left as OpenAI errors (:mod:`.shutdown`), and closes the
-    engine."""
+    engine. sock: a socket already bound to the address, to listen on (host and port are then its)."""
     import uvicorn
 
     from specpar.entrypoints.server.shutdown import server
 
     config = uvicorn.Config(app, host=host, port=port, log_level="warning")
-    server(config, app.state.context.shutdown, shutdown_timeout).run()
+    server(config, app.state.context.shutdown, shutdown_timeout).run(sockets=None if sock is None else [sock])

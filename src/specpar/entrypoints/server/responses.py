@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import codecs
 import json
 
+from specpar.core.token_text import token_name
 from specpar.entrypoints.server.jobs import Plan
 from specpar.entrypoints.server.schemas import id_text
 from specpar.entrypoints.server.served import Served
@@ -62,22 +64,30 @@ class Shape:
         return f"data: {json.dumps(data)}\n\n"
 
     def logprobs(self, result, offset: int = 0) -> dict:
-        """A result's logprobs: chat's {"content": [...]} or completions' {"tokens", "token_logprobs", ...}."""
-        token, entries = self.served.token, result.logprobs or []
+        """A result's logprobs: chat's {"content": [...]} or completions' {"tokens", "token_logprobs", ...}.
+
+        Each token is named by :meth:`Served.token` (its text, or OpenAI's ``bytes:`` form for a token that is part of
+        a character), with its own bytes in chat's ``bytes``; ``text_offset``: where each token's text starts in the
+        output's text (characters, counted by decoding the tokens' bytes in order)."""
+        entries = result.logprobs or []
         if self.chat:
-            return {"content": [{**_entry(token(x.token), x.logprob),
-                                 "top_logprobs": [_entry(token(t), v) for t, v in x.top]} for x in entries]}  # fmt: skip
-        tokens = [token(x.token) for x in entries]
-        offsets, at = [], offset
-        for s in tokens:
+            return {"content": [{**self._entry(x.token, x.logprob),
+                                 "top_logprobs": [self._entry(t, v) for t, v in x.top]} for x in entries]}  # fmt: skip
+        token = self.served.token
+        decoder, offsets, at = codecs.getincrementaldecoder("utf-8")("replace"), [], offset
+        for x in entries:
             offsets.append(at)
-            at += len(s)
+            at += len(decoder.decode(self.served.token_bytes(x.token)))
         return {
-            "tokens": tokens,
+            "tokens": [token(x.token) for x in entries],
             "token_logprobs": [max(x.logprob, FLOOR) for x in entries],
             "top_logprobs": [{token(t): max(v, FLOOR) for t, v in x.top} for x in entries],
             "text_offset": offsets,
         }
+
+    def _entry(self, token: int, logprob: float) -> dict:
+        data = self.served.token_bytes(token)
+        return {"token": token_name(data), "logprob": max(logprob, FLOOR), "bytes": list(data)}
 
 
 def chosen(results) -> dict:
@@ -87,7 +97,3 @@ def chosen(results) -> dict:
     if auto is None:
         return {}
     return {"specpar": {**auto.auto, "measured_ms": auto.time_ms}}
-
-
-def _entry(token: str, logprob: float) -> dict:
-    return {"token": token, "logprob": max(logprob, FLOOR), "bytes": list(token.encode())}

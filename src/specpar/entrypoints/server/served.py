@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from specpar.core.errors import ConfigError
+from specpar.core.token_text import token_bytes, token_name
 from specpar.entrypoints.server.schemas import RequestError, id_text, parse_id_text
 
 
@@ -72,9 +73,14 @@ class Served:
         """The text of token ids (id text without a tokenizer)."""
         return id_text(ids) if self.tokenizer is None else self.tokenizer.decode(ids, skip_special_tokens=True)
 
+    def token_bytes(self, t: int) -> bytes:
+        """One token's own bytes (chat logprobs' ``bytes``): a byte-level token's byte, not U+FFFD's."""
+        return f" {t}".encode() if self.tokenizer is None else token_bytes(self.tokenizer, t)
+
     def token(self, t: int) -> str:
-        """One token's own text, as the logprobs name it."""
-        return f" {t}" if self.tokenizer is None else self.tokenizer.decode([t])
+        """One token's name in the logprobs: its text, or OpenAI's ``bytes:\\xNN`` form for a token that is not whole
+        characters alone (so distinct tokens keep distinct names: :mod:`specpar.core.token_text`)."""
+        return token_name(self.token_bytes(t))
 
 
 def content_text(content) -> str:
