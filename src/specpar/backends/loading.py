@@ -15,9 +15,11 @@ import os
 import sys
 import time
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass, fields
 
 from specpar.core.errors import ConfigError
+from specpar.core.model import as_model
 
 log = logging.getLogger(__name__)
 
@@ -80,22 +82,22 @@ def _cuda_visible() -> bool:
 def load_pair(
     target: str | None = None,
     drafter: str | None = None,
-    device: str = "cpu",
+    devices: Sequence[str] = ("cpu",),
     dtype: str | None = None,
     progress: bool = True,
-    target_device: str | None = None,
     backend: str | None = None,
     with_drafter: bool = True,
     exact: bool | None = None,
 ):
     """(target, drafter): the default pair when neither is given, else the two given; LlamaModels (GGUF files on
-    llama.cpp) or TransformersModels, as :func:`choose_backend` says; the drafter is loaded on ``device``, the
-    target on ``target_device`` (default: the same). with_drafter=False (nothing drafts with a model: an n-gram
+    llama.cpp) or TransformersModels, as :func:`choose_backend` says; the drafter is loaded on the first of
+    ``devices``, the target on the second (default: the same). with_drafter=False (nothing drafts with a model: an n-gram
     proposer alone): no drafter is needed, and none is loaded unless given; then (target, None). exact: llama.cpp's
     exact mode (True, the default) or its fast mode (False: :mod:`specpar.backends.llama.settings`); the
     transformers backend has one mode and refuses False."""
     from specpar.backends.weights import load_default_pair
 
+    device, target_device = devices[0], devices[1] if len(devices) > 1 else None
     backend = choose_backend(backend, target, drafter, [d for d in (device, target_device) if d])
     check_exact(exact, backend)
     if not with_drafter and drafter is None:
@@ -141,29 +143,28 @@ def check_exact(exact, backend: str) -> None:
 
 
 def model_exact(model) -> bool | None:
-    """The mode a loaded model (or a Pool of its servers) runs in: True (exact), False (fast), None (a backend
-    without modes)."""
-    model = getattr(model, "model", model)  # a Pool made from a model, or a server
-    settings = getattr(model, "settings", None)
-    return getattr(settings, "exact", None)
+    """The mode a loaded model runs in: True (exact), False (fast), None (a backend without modes)."""
+    return as_model(model).exact_mode
 
 
 def check_mode(exact: bool | None, *models) -> None:
-    """Refuse loaded models (lists of them, Pools) that do not run in the mode ``exact`` asks (None: any)."""
+    """Refuse loaded models (lists of them) that do not run in the mode ``exact`` asks (None: any)."""
     if exact is None:
         return
     check_exact(exact, "llama")
     for m in models:
         for one in m if isinstance(m, (list, tuple)) else [] if m is None else [m]:
-            mode = model_exact(one)
+            one = as_model(one)
+            mode = one.exact_mode
             if mode != exact and (mode is not None or exact is False):
-                name = getattr(getattr(one, "model", one), "name", one)
                 runs = (
                     "has no fast mode (llama.cpp's)"
                     if mode is None
                     else f"runs in the {'exact' if mode else 'fast'} mode"
                 )
-                raise ConfigError(f"exact={exact} but {name} {runs}: load the models with exact={exact}")
+                raise ConfigError(
+                    f"exact={exact} but {one.name or repr(one)} {runs}: load the models with exact={exact}"
+                )
 
 
 def context_window_of(path) -> int | None:
@@ -270,9 +271,7 @@ class LoadConfig:
             from specpar.backends.transformers_model import available_devices
 
             devices = list(self.devices) if self.devices else available_devices()
-        target_device = devices[1] if len(devices) > 1 else None
-        return load_pair(target, drafter, devices[0], self.dtype, target_device=target_device, backend=backend,
-                         exact=self.exact)  # fmt: skip
+        return load_pair(target, drafter, devices[:2], self.dtype, backend=backend, exact=self.exact)
 
     def check_mode(self, target, drafter) -> None:
         """Refuse models (loaded here or given) that do not run in the mode ``exact`` asks."""

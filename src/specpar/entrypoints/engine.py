@@ -108,8 +108,8 @@ class Engine:
         self._owns_servers = not isinstance(target, Pool)
         if target is None or isinstance(target, (str, os.PathLike)):
             target, drafter = load.load(target, drafter)
-        load.check_mode(target, drafter)
         target, drafter = _checked(target, fit_drafters(target, drafter))
+        load.check_mode(model_of(target), [model_of(d) for d in _listed(drafter)])
         self.real = model_of(target).real
         sp_degree = spec.sp_degree or (len(target) if isinstance(target, Pool) else 2 if self.real else 4)
         runtime_config = runtime_config.replace(name=runtime_config.name or ("threads" if self.real else "virtual"))

@@ -142,6 +142,11 @@ class LlamaModel(Model):
         return self.vocab_size - 1
 
     @property
+    def exact_mode(self) -> bool:
+        """The mode its servers run in: True (the exact settings), False (the fast ones)."""
+        return self.settings.exact
+
+    @property
     def exact(self) -> bool:
         """Whether its servers' rows are bitwise those of one-token decoding (the exact mode, no exactness warning)."""
         return self.settings.exact and not self.exactness_warnings

@@ -63,10 +63,9 @@ def load_models(args, devs: list[str] | None = None):
         return load_pair(
             args.target,
             args.drafter,
-            devs[0],
+            devs[:2],
             args.dtype,
             progress=sys.stderr.isatty(),
-            target_device=devs[1] if len(devs) > 1 else devs[0],
             backend=args.backend,
             with_drafter=spec.proposer is None or parse_proposer(spec.proposer).uses_drafter,
             exact=getattr(args, "exact", None),
