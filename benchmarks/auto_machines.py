@@ -63,7 +63,7 @@ def table2_ratio(profile: MachineProfile, c: float, pairs: int = 48) -> float:
     shape = EngineShape(units=1, targets=7, runtime="virtual", cpu=False, cancel_frees="now")
 
     def ms(spec) -> float:
-        return predicted_ms(profile, spec, PROMPT, TOKENS, 1, "virtual", pairs=pairs, cancel_frees=shape.cancel_frees)
+        return predicted_ms(profile, spec, PROMPT, TOKENS, shape, pairs=pairs)
 
     si = min(ms(SpeculativeConfig(algorithm="si", lookahead=k)) for k in TABLE2_LOOKAHEADS)
     dsi = min(

@@ -2,7 +2,8 @@
 
 Greedy non-SI, SI, DSI (threads and Ray) and token trees (SpecInfer widths and best-first) on the first ``-n``
 HumanEval prompts, ``-N`` tokens each (end of text ignored, so every prompt gives N tokens to compare), against
-the same backend's one-token greedy decoding: the prompt prefilled, then every token its own forward pass.
+the same backend's one-token greedy decoding: the prompt prefilled in its canonical passes (as every server of a
+request prefills it), then every token its own forward pass.
 Round r is prompt r (its reference decoded on first need); each arm reports its differing tokens per prompt, and the
 summary their total; the goal is 0.
 
@@ -31,11 +32,12 @@ ARMS = (  # name, algorithm, lookahead, sp_degree, tree, runtime
 
 
 def one_token_greedy(server, prompt: list[int], n: int) -> list[int]:
-    """The target's own greedy decoding: the prompt prefilled, then one forward pass per token."""
+    """The target's own greedy decoding: the prompt prefilled (in its canonical passes, as every server of a request
+    prefills it: specpar.backends.llama.prefill), then one forward pass per token."""
     server.reset()
-    seq = list(prompt)
+    seq, greedy = list(prompt), Decoding(prompt_len=len(prompt))
     for _ in range(n):
-        seq.append(server.run(Score(tuple(seq), 0, Decoding())).rows[0])
+        seq.append(server.run(Score(tuple(seq), 0, greedy)).rows[0])
     return seq[len(prompt) :]
 
 

@@ -6,7 +6,9 @@ Per prompt every arm runs once from a cold cache, in an order that rotates from 
 shared machine does not favour one arm): specpar's arms on one Ray engine whose actors are built once (the target
 servers in actors, the drafter in the driver: Ray's default here), and llama.cpp's own tools, built from the
 source vendored in the llama-cpp-python sdist (benchmarks.llama_cpp_tools): ``llama-speculative-simple`` (the
-draft-model speculative decoding of llama-server) and ``llama-completion`` (its plain decoding), both greedy.
+draft-model speculative decoding of llama-server) and ``llama-completion`` (its plain decoding), both greedy (with
+``--no-repack`` on a CPU with AMX, where their repacked AMX matmul faults: ggml-org/llama.cpp#20824); specpar's arms
+in the exact mode, or with ``--no-exact`` in the fast mode.
 
 Equal resources: every model computation of every arm runs ``--threads`` threads (default 1: specpar's exact
 setting for one-token passes, one per server; llama.cpp's -t, -tb, -td, -tbd get the same number), and every arm
@@ -33,7 +35,7 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
-from benchmarks.llama_cpp_tools import tools
+from benchmarks.llama_cpp_tools import cpu_range, same_text, tools
 from benchmarks.runner import Arm, Benchmark
 from specpar.core.params import SamplingParams
 
@@ -46,8 +48,12 @@ EVAL = re.compile(r"(prompt eval|eval) time =\s+([\d.]+) ms /\s+(\d+)")
 def run_llama_cpp(arm: str, bindir: Path, target: Path, drafter: Path, prompt: str, args) -> dict:
     """One llama.cpp run: its generated text and time (ms, encode + decode as it reports them)."""
     threads = str(args.threads)
+    from specpar.backends.llama.library import build_has
+
     common = ["-p", prompt, "-n", str(args.N), "--temp", "0", "--top-k", "1", "-t", threads, "-tb", threads,
               "-c", "2048", "--seed", "0"]  # fmt: skip
+    if build_has("AMX_INT8"):  # their repacked AMX matmul faults on AMX CPUs (ggml-org/llama.cpp#20824)
+        common.append("--no-repack")
     if arm == "llama.cpp speculative":
         cmd = [str(bindir / "llama-speculative-simple"), "-m", str(target), "-md", str(drafter),
                "--spec-type", "draft-simple", "--spec-draft-n-max", str(args.k), "--spec-draft-n-min", "0",
@@ -73,17 +79,17 @@ def run_llama_cpp(arm: str, bindir: Path, target: Path, drafter: Path, prompt: s
     return {"text": text, "time_ms": ms, "process_s": wall, **extra}
 
 
-def load_models(threads: int):
-    """The default pair on llama.cpp, every forward pass on ``threads`` threads (1: specpar's exact default)."""
+def load_models(threads: int, exact: bool = True):
+    """The default pair on llama.cpp in the exact or the fast mode, every forward pass on ``threads`` threads."""
     from specpar.backends import weights
     from specpar.backends.llama.model import LlamaModel
     from specpar.backends.llama.settings import LlamaSettings
     from specpar.backends.loading import load_pair
 
-    target, drafter = load_pair(backend="llama", progress=False)
+    target, drafter = load_pair(backend="llama", progress=False, exact=exact)
     paths = weights.joined_path(weights.TARGET), weights.joined_path(weights.DRAFTER)
-    if threads != 1:  # equal threads for specpar: the same count in one-token passes (exact here: contexts < 257)
-        settings = LlamaSettings(threads=threads, batch_threads=threads)
+    if threads != 1 or not exact:  # equal threads: the same count in one-token passes (exact here: contexts < 257)
+        settings = LlamaSettings(exact=exact, threads=threads, batch_threads=threads)
         target = LlamaModel(paths[0], name=target.name, settings=settings)
         drafter = LlamaModel(paths[1], name=drafter.name, settings=settings)
     return target, drafter, paths
@@ -97,6 +103,7 @@ def options(p) -> None:
                    "llama.cpp's -t, -tb, -td, -tbd and specpar's servers' (default 1: specpar's exact setting)")  # fmt: skip
     p.add_argument("--cores", default=",".join(str(c) for c in sorted(os.sched_getaffinity(0))),
                    help="the CPUs every arm runs on (taskset list; default all this process may use)")  # fmt: skip
+    p.add_argument("--no-exact", dest="exact", action="store_false", help="specpar's arms in the fast mode")
 
 
 def arms(args) -> list[Arm]:
@@ -111,9 +118,9 @@ def session(args):
     from specpar.entrypoints.engine import Engine
     from specpar.experiments import prompts
 
-    os.sched_setaffinity(0, {int(c) for part in args.cores.split(",") for c in _cpu_range(part)})
+    os.sched_setaffinity(0, {int(c) for part in args.cores.split(",") for c in cpu_range(part)})
     bindir = tools()
-    target, drafter, paths = load_models(args.threads)
+    target, drafter, paths = load_models(args.threads, args.exact)
     engine = Engine(
         target, drafter, sp_degree=2, runtime="ray", max_model_len=2048, cpus_per_server=args.threads, units=1
     )
@@ -150,7 +157,7 @@ def summarize(results, args) -> dict:
         acc = [row[arm]["acceptance_rate"] for row in rows if row[arm].get("acceptance_rate") is not None]
         same = f"{sum(same_as_nonsi(row, arm) for row in rows)}/{len(rows)}"
         if arm == "llama.cpp speculative":
-            same += f"; {sum(_same_text(row[arm]['text'], row['llama.cpp plain']['text']) for row in rows)}/{len(rows)}"
+            same += f"; {sum(same_text(row[arm]['text'], row['llama.cpp plain']['text']) for row in rows)}/{len(rows)}"
             same += " = llama.cpp plain's text"
         out[arm] = {"mean_s": round(statistics.mean(times) / 1000, 2),
                     "vs_nonsi": round(statistics.mean(base) / statistics.mean(times), 2),
@@ -164,20 +171,7 @@ def same_as_nonsi(row: dict, arm: str) -> bool:
     """Whether an arm's output equals non-SI's: its tokens (specpar's arms) or its text (llama.cpp's tools)."""
     if arm in SPECPAR_ARMS:
         return row[arm]["tokens"] == row["nonsi"]["tokens"]
-    return _same_text(row[arm]["text"], row["nonsi"]["text"])
-
-
-def _same_text(a: str, b: str) -> bool:
-    """The same text up to the shorter one's end (llama.cpp's speculative run may go a few tokens past -n; its
-    tools end their output with newlines of their own)."""
-    a, b = a.rstrip("\n"), b.rstrip("\n")
-    n = min(len(a), len(b))
-    return n > 0 and a[:n] == b[:n]
-
-
-def _cpu_range(part: str) -> range:
-    lo, _, hi = part.partition("-")
-    return range(int(lo), int(hi or lo) + 1)
+    return same_text(row[arm]["text"], row["nonsi"]["text"])
 
 
 BENCHMARK = Benchmark(

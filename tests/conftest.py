@@ -33,6 +33,14 @@ def no_thread_leak():
 
 
 @pytest.fixture
+def isolated_cache(tmp_path, monkeypatch):
+    """specpar's cache (converted models, machine profiles) in a folder of the test's own: what a command finds
+    there (a profile of the tiny models measured by an earlier run, say) cannot change what it does. Only for tests
+    whose models are not the default pair's (those would be converted again)."""
+    monkeypatch.setenv("SPECPAR_CACHE", str(tmp_path / "specpar-cache"))
+
+
+@pytest.fixture
 def processes():
     """Start a test's subprocesses with ``processes.start(argv, **popen_kw)``: each in a process group of its own,
     with default signal dispositions, killed with its group at teardown whatever happened (tests/processes.py)."""

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import threading
 import time
+import warnings
 from collections import Counter
 
 import numpy as np
@@ -29,7 +30,7 @@ from specpar.backends.llama.model import LlamaModel, check_same_tokenizer_files,
 from specpar.backends.loading import choose_backend  # noqa: E402
 from specpar.core.calls import Draft, Score  # noqa: E402
 from specpar.core.decoding import Decoding  # noqa: E402
-from specpar.core.errors import ConfigError  # noqa: E402
+from specpar.core.errors import ConfigError, SpecparWarning  # noqa: E402
 from specpar.core.latency import LatencyProfile  # noqa: E402
 from specpar.core.logits_processors import log_softmax  # noqa: E402
 from specpar.core.stopping import end_of_text_ids  # noqa: E402
@@ -53,10 +54,11 @@ def pair(paths):
 
 
 def reference_greedy(model: LlamaModel, prompt, n: int) -> list[int]:
-    """One-token greedy decoding: every token its own pass."""
-    server, seq = model.server("reference"), list(prompt)
+    """One-token greedy decoding: the prompt prefilled as every server of a request prefills it, then every token
+    its own pass."""
+    server, seq, greedy = model.server("reference"), list(prompt), Decoding(prompt_len=len(prompt))
     for _ in range(n):
-        seq.append(server.run(Score(tuple(seq), 0, Decoding())).rows[0])
+        seq.append(server.run(Score(tuple(seq), 0, greedy)).rows[0])
     server.close()
     return seq[len(prompt) :]
 
@@ -123,11 +125,13 @@ def test_ray_runs_each_server_in_an_actor_that_loads_the_gguf_itself(pair, ray_l
 V, N, PROMPT, SAMPLES = 4, 2, [0, 1], 1500
 
 
-@pytest.fixture(scope="module")
-def small_vocab_pair(tmp_path_factory):
+@pytest.fixture(scope="module", params=[True, False], ids=["exact", "fast"])
+def small_vocab_pair(tmp_path_factory, request):
     root = tmp_path_factory.mktemp("v4")
     make = lambda name, seed: LlamaModel(  # noqa: E731
-        write_tiny_gguf(root / name, vocab=V, seed=seed, layers=1, std=0.2, out_std=0.2), name=name
+        write_tiny_gguf(root / name, vocab=V, seed=seed, layers=1, std=0.2, out_std=0.2),
+        name=name,
+        exact=request.param,
     )
     return make("t.gguf", 11), make("d.gguf", 12)
 
@@ -135,13 +139,16 @@ def small_vocab_pair(tmp_path_factory):
 def _joint(model: LlamaModel, temperature: float) -> dict:
     server, out = model.server("joint"), {}
     for seq in itertools.product(range(V), repeat=N):
-        rows = server.run(Score(tuple(PROMPT + list(seq)), N, Decoding(temperature, 0))).rows
+        decoding = Decoding(temperature, 0, prompt_len=len(PROMPT))
+        rows = server.run(Score(tuple(PROMPT + list(seq)), N, decoding)).rows
         out[seq] = float(np.prod([rows[i][t] for i, t in enumerate(seq)]))
     return out
 
 
 @pytest.mark.parametrize("algorithm,lookahead", [("si", 2), ("dsi", 1)])
 def test_sampling_follows_the_targets_distribution(small_vocab_pair, algorithm, lookahead):
+    """In both modes (the fast mode: lossless in distribution up to rounding), with the drafter's own distribution
+    as the control the samples must reject."""
     target, drafter = small_vocab_pair
     temperature = 0.9
     with Engine(target, drafter, sp_degree=2, runtime="threads") as engine:
@@ -165,15 +172,102 @@ def test_sampling_follows_the_targets_distribution(small_vocab_pair, algorithm, 
     assert chi_square_p_value(counts, drafter_joint) < 1e-6
 
 
+@pytest.fixture(scope="module")
+def fast_pair(paths):
+    return (
+        LlamaModel(paths[0], name="t", latency=LATENCIES[0], exact=False),
+        LlamaModel(paths[1], name="d", latency=LATENCIES[1], exact=False),
+    )
+
+
+@pytest.mark.parametrize("runtime", ["threads", "virtual"])
+def test_the_fast_mode_runs_every_algorithm(fast_pair, tmp_path, runtime, no_thread_leak):
+    """Every algorithm runs in the fast mode; non-SI there is llama.cpp's own plain decoding (the prompt in one pass,
+    then one token per pass), token for token."""
+    target, drafter = fast_pair
+    smallest = LlamaModel(write_tiny_gguf(tmp_path / "d2.gguf", noise=0.03), latency=LATENCIES[1], exact=False)
+    expected = reference_greedy(target, PROMPTS[2], 24)
+    configs = [("nonsi", None, 1, None, drafter), ("si", 3, 1, None, drafter), ("dsi", 3, 2, None, drafter),
+               ("si", None, 1, (2, 2, 1), drafter), ("dsi", None, 2, "best:6", drafter),
+               ("hsd", 2, 1, None, [smallest, drafter]), ("hsd-sp", 2, 2, None, [smallest, drafter])]  # fmt: skip
+    for algorithm, k, sp, tree, d in configs:
+        res = generate(PROMPTS[2], target, d, algorithm=algorithm, max_tokens=24, lookahead=k, sp_degree=sp,
+                       tree=tree, runtime=runtime, ignore_eos=True, exact=False)  # fmt: skip
+        assert len(res.tokens) == 24 and all(0 <= t < target.vocab_size for t in res.tokens), algorithm
+        if algorithm == "nonsi":
+            assert res.tokens == expected
+
+
+def test_a_mode_asked_of_models_loaded_in_the_other_is_refused(pair, fast_pair, paths):
+    with pytest.raises(ConfigError, match="exact=True but t runs in the fast mode"):
+        Engine(*fast_pair, exact=True)
+    with pytest.raises(ConfigError, match="exact=False but t runs in the exact mode"):
+        generate(PROMPTS[0], *pair, max_tokens=2, exact=False)
+    with pytest.raises(ConfigError, match="exact must be True, False or None"):
+        Engine(str(paths[0]), str(paths[1]), exact="no")
+    with pytest.raises(ConfigError, match=r"--no-exact\) is llama.cpp's fast mode; the transformers backend"):
+        loading_module.load_pair(str(paths[0]), str(paths[1]), backend="transformers", exact=False)
+
+
+def test_a_fast_server_refuses_an_exact_request_and_answers_the_others(fast_pair, pair):
+    """serve: the models run in one mode; a request's exact=true is refused (400, param "exact") where it is the
+    fast mode, exact=false is answered in either (the exact mode's answer is a correct one for it)."""
+    pytest.importorskip("fastapi")
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(__file__)), "entrypoints", "server"))
+    from test_server import post, running
+
+    from specpar.entrypoints.server.app import create_app
+
+    for models, exact_ok in ((fast_pair, False), (pair, True)):
+        engine = Engine(*models, sp_degree=2, units=1)
+        with running(create_app(engine, "tiny", api_key=None, max_model_len=512)) as url:
+            body = {"prompt": PROMPTS[0], "max_tokens": 4, "temperature": 0}
+            status, data = post(url, "/v1/completions", {**body, "exact": True}, key=None)
+            assert status == (200 if exact_ok else 400), data
+            if not exact_ok:
+                assert data["error"]["param"] == "exact" and "fast mode" in data["error"]["message"]
+            status, data = post(url, "/v1/completions", {**body, "exact": False}, key=None)
+            assert status == 200, data
+
+
+def test_no_exact_with_a_float_gguf_says_what_it_means(tmp_path, capsys):
+    """--no-exact -v on a float32 GGUF: the fast mode's line, and what llamafile's kernels (in this build or not) do
+    with float weights; in the exact mode the same file is named not exact where the build has llamafile."""
+    from specpar.entrypoints import cli
+
+    t = str(write_tiny_gguf(tmp_path / "f32.gguf", quantized=False))
+    argv = ["generate", "def f(", "-N", "3", "--algorithm", "nonsi", "--target", t, "--drafter", t, "-v"]
+    assert cli.main(argv + ["--no-exact"]) == 0
+    err = capsys.readouterr().err
+    assert "fast mode" in err and "weights in F32" in err
+    assert ("llamafile's tinyBLAS kernels (this build has them)" if library.build_has("LLAMAFILE") else
+            "this build has no llamafile") in err  # fmt: skip
+    with pytest.warns(SpecparWarning) if library.build_has("LLAMAFILE") else warnings.catch_warnings():
+        assert cli.main(argv) == 0
+    err = capsys.readouterr().err
+    assert "exact mode" in err and ("NOT exact" in err) == library.build_has("LLAMAFILE")
+
+
+def test_no_exact_on_a_backend_without_modes_is_one_line(paths, capsys):
+    from specpar.entrypoints import cli
+
+    argv = ["generate", "x", "-N", "2", "--target", str(paths[0]), "--drafter", str(paths[1]), "--no-exact",
+            "--backend", "transformers"]  # fmt: skip
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "is llama.cpp's fast mode" in err[0]
+
+
 def test_a_cancelled_draft_stops_between_passes_and_the_cache_stays_exact(pair):
     _, drafter = pair
     server = drafter.server("d")
     cancelled = threading.Event()
     cancelled.set()
     ctx = tuple(PROMPTS[1])
-    assert server.run(Draft(ctx, 5, Decoding()), cancelled) is None
-    assert server.forwards == 1 and server.tokens == ctx
-    proposal = server.run(Draft(ctx, 5, Decoding()))
+    greedy = Decoding(prompt_len=len(ctx))
+    assert server.run(Draft(ctx, 5, greedy), cancelled) is None
+    assert server.forwards == 1 and server.tokens == ctx[:-1]  # the prompt's canonical pass, not its last token's
+    proposal = server.run(Draft(ctx, 5, greedy))
     assert proposal.tokens == reference_greedy(drafter, ctx, 5)
     assert server.tokens == ctx + tuple(proposal.tokens[:-1])  # the last draft is never fed
 
@@ -401,7 +495,7 @@ def test_generate_on_gguf_files_gives_the_targets_tokens_and_says_it_is_exact(pa
     assert {a: r["tokens"] for a, r in json.loads(out)["results"].items()} == dict.fromkeys(
         ("dsi", "nonsi", "si"), expected
     )
-    assert "flash attention on" in err and "bitwise exact" in err  # -v: the settings, and what they guarantee
+    assert "exact mode: flash attention on" in err and "bitwise exact" in err  # -v: the mode, the settings, the promise
 
 
 def test_a_reset_waits_for_the_call_running_on_the_server_and_its_log_is_bounded(pair):

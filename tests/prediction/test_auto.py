@@ -85,6 +85,12 @@ def test_auto_with_settings_of_its_own_is_one_clear_error(field):
 
 def test_vllm_spelling_method_auto():
     assert SpeculativeConfig.coerce({"method": "auto"}).algorithm == "auto"
+    target, drafter = pair(c=0.05, a=0.9)
+    with Engine(target, drafter, method="auto", units=1) as engine:  # the spelling, as a keyword
+        assert engine.generate(PROMPT, max_tokens=10, temperature=0).auto is not None
+        assert engine.generate(PROMPT, max_tokens=10, temperature=0, method="nonsi").algorithm == "nonsi"
+    with pytest.raises(ConfigError, match="given twice"):
+        Engine(target, drafter, method="auto", algorithm="dsi")
 
 
 def test_the_schedulers_shares_of_an_auto_request_use_the_machines_predictions():

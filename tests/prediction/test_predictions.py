@@ -47,14 +47,14 @@ def engine_run_ms(spec: SpeculativeConfig, prompt_tokens: int, n: int) -> float:
 @pytest.mark.parametrize("spec", SPECS, ids=lambda s: f"{s.algorithm}-{s.lookahead}-{s.tree}")
 def test_the_prediction_is_the_engines_run_on_models_with_known_costs(spec):
     profile = MachineProfile.from_latency(TARGET, DRAFTER, A)
-    predicted = predicted_ms(profile, spec, 12, 40, threads=1)
+    predicted = predicted_ms(profile, spec, 12, 40)
     assert predicted == pytest.approx(engine_run_ms(spec, 12, 40), rel=1e-9)
 
 
 def test_control_a_profile_of_other_costs_predicts_another_time():
     spec = SPECS[2]
     other = MachineProfile.from_latency(LatencyProfile(30.0, 10.0, 0.0), DRAFTER, A)  # no per-token cost
-    assert predicted_ms(other, spec, 12, 40, threads=1) != pytest.approx(engine_run_ms(spec, 12, 40), rel=1e-3)
+    assert predicted_ms(other, spec, 12, 40) != pytest.approx(engine_run_ms(spec, 12, 40), rel=1e-3)
 
 
 def cpu_machine() -> tuple[MachineProfile, MachineProfile]:
@@ -76,7 +76,7 @@ def test_the_full_profile_ranks_configurations_as_the_machine_runs_them_and_a_li
     arms = SPECS[:3]
 
     def order(profile, seed):
-        times = [predicted_ms(profile, s, 20, 64, threads=1, seed=seed) for s in arms]
+        times = [predicted_ms(profile, s, 20, 64, seed=seed) for s in arms]
         return sorted(range(len(arms)), key=times.__getitem__)
 
     machine = order(full, seed=100)  # the machine: its own costs, other draws than the predictions'

@@ -123,9 +123,15 @@ def test_a_gguf_models_key_names_its_llama_settings(tmp_path):
 
     path = write_tiny_gguf(tmp_path / "tiny.gguf")
     exact = profile_cache.model_key(LlamaModel(path))
+    fast = profile_cache.model_key(LlamaModel(path, exact=False))
     with pytest.warns(SpecparWarning, match="not bitwise exact"):
-        fast = profile_cache.model_key(LlamaModel(path, settings=LlamaSettings(ubatch=512)))
-    assert exact["files"] == fast["files"] == profile_cache.fingerprint(path)
-    assert exact["settings"]["exact"] and not fast["settings"]["exact"]
-    assert (exact["settings"]["ubatch"], fast["settings"]["ubatch"]) == (63, 512)
+        broken = profile_cache.model_key(LlamaModel(path, settings=LlamaSettings(ubatch=512)))
+    assert exact["files"] == fast["files"] == broken["files"] == profile_cache.fingerprint(path)
+    assert (exact["settings"]["mode"], fast["settings"]["mode"], broken["settings"]["mode"]) == (
+        "exact",
+        "fast",
+        "exact",
+    )
+    assert exact["settings"]["exact"] and not fast["settings"]["exact"] and not broken["settings"]["exact"]
+    assert (exact["settings"]["ubatch"], broken["settings"]["ubatch"]) == (LlamaSettings().pass_limit, 512)
     assert exact["settings"]["backend"] == "llama" and "build" in exact["settings"]

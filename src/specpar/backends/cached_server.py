@@ -30,7 +30,8 @@ class CachedServer(Server):
     bounded), for the time a generation spends outside forward passes; forwards: how many passes ran.
 
     A subclass sets ``model`` and ``latency`` (its profile, or None) and gives ``_clear()`` (forget the cache),
-    ``_sync(context, need_from)`` (bring the cache to ``context``, return the logits of its inputs from ``need_from``
+    ``_sync(context, need_from, decoding)`` (bring the cache to ``context`` of a request decoded with ``decoding``,
+    whose ``prompt_len`` a backend may prefill in passes of its own; return the logits of its inputs from ``need_from``
     on), ``_rows``, the draft loop's three steps (``_last_logits``, ``_draft_row``, ``_next_logits``), the tree calls
     ``_score_tree`` and ``_draft_tree``, and where it needs one, a context every call runs in (``_inside_call``). A
     call that sees its ``cancelled`` event set between two passes raises :class:`~specpar.core.errors.Cancelled`
@@ -117,14 +118,14 @@ class CachedServer(Server):
     def _score(self, call: Score) -> Scores:
         """Rows for positions len(context) - n .. len(context): the logits at inputs len(context) - n - 1 on."""
         ctx = call.context
-        logits = self._sync(ctx, len(ctx) - call.n_drafts - 1)
+        logits = self._sync(ctx, len(ctx) - call.n_drafts - 1, call.decoding)
         return Scores(call.start, self._rows(logits, call.decoding, ctx, call.start))
 
     def _draft(self, call: Draft, cancelled) -> Proposal:
         """``call.k`` tokens drafted one at a time: a pass over the unseen context, then one per drafted token but the
         last, ``cancelled`` checked between them; when sampling, with the rows they were drawn from."""
         ctx, dec = call.context, call.decoding
-        logits = self._last_logits(ctx, cancelled)
+        logits = self._last_logits(ctx, cancelled, dec)
         tokens, q = [], []
         for i in range(call.k):
             position = len(ctx) + i

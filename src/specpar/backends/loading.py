@@ -15,9 +15,11 @@ import os
 import sys
 import time
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass, fields
 
 from specpar.core.errors import ConfigError
+from specpar.core.model import as_model
 
 log = logging.getLogger(__name__)
 
@@ -80,24 +82,28 @@ def _cuda_visible() -> bool:
 def load_pair(
     target: str | None = None,
     drafter: str | None = None,
-    device: str = "cpu",
+    devices: Sequence[str] = ("cpu",),
     dtype: str | None = None,
     progress: bool = True,
-    target_device: str | None = None,
     backend: str | None = None,
     with_drafter: bool = True,
+    exact: bool | None = None,
 ):
     """(target, drafter): the default pair when neither is given, else the two given; LlamaModels (GGUF files on
-    llama.cpp) or TransformersModels, as :func:`choose_backend` says; the drafter is loaded on ``device``, the
-    target on ``target_device`` (default: the same). with_drafter=False (nothing drafts with a model: an n-gram
-    proposer alone): no drafter is needed, and none is loaded unless given; then (target, None)."""
+    llama.cpp) or TransformersModels, as :func:`choose_backend` says; the drafter is loaded on the first of
+    ``devices``, the target on the second (default: the same). with_drafter=False (nothing drafts with a model: an n-gram
+    proposer alone): no drafter is needed, and none is loaded unless given; then (target, None). exact: llama.cpp's
+    exact mode (True, the default) or its fast mode (False: :mod:`specpar.backends.llama.settings`); the
+    transformers backend has one mode and refuses False."""
     from specpar.backends.weights import load_default_pair
 
+    device, target_device = devices[0], devices[1] if len(devices) > 1 else None
     backend = choose_backend(backend, target, drafter, [d for d in (device, target_device) if d])
+    check_exact(exact, backend)
     if not with_drafter and drafter is None:
-        return _load_target(target, device, dtype, progress, target_device, backend), None
+        return _load_target(target, device, dtype, progress, target_device, backend, exact), None
     if backend == "llama":
-        return _load_llama(target, drafter, dtype, progress)
+        return _load_llama(target, drafter, dtype, progress, exact)
     from transformers.utils import logging as transformers_logging
 
     from specpar.backends.transformers_model import TransformersModel, load_tokenizers
@@ -125,6 +131,42 @@ def load_pair(
     return t, d
 
 
+def check_exact(exact, backend: str) -> None:
+    """Refuse an ``exact`` that is not True, False or None, and the fast mode on a backend that has none."""
+    if exact is not None and not isinstance(exact, bool):
+        raise ConfigError(f"exact must be True, False or None (the default: True), got {exact!r}")
+    if exact is False and backend != "llama":
+        raise ConfigError(
+            f"exact=False (--no-exact) is llama.cpp's fast mode; the {backend} backend computes one way: drop it, or "
+            "run GGUF files with --backend llama"
+        )
+
+
+def model_exact(model) -> bool | None:
+    """The mode a loaded model runs in: True (exact), False (fast), None (a backend without modes)."""
+    return as_model(model).exact_mode
+
+
+def check_mode(exact: bool | None, *models) -> None:
+    """Refuse loaded models (lists of them) that do not run in the mode ``exact`` asks (None: any)."""
+    if exact is None:
+        return
+    check_exact(exact, "llama")
+    for m in models:
+        for one in m if isinstance(m, (list, tuple)) else [] if m is None else [m]:
+            one = as_model(one)
+            mode = one.exact_mode
+            if mode != exact and (mode is not None or exact is False):
+                runs = (
+                    "has no fast mode (llama.cpp's)"
+                    if mode is None
+                    else f"runs in the {'exact' if mode else 'fast'} mode"
+                )
+                raise ConfigError(
+                    f"exact={exact} but {one.name or repr(one)} {runs}: load the models with exact={exact}"
+                )
+
+
 def context_window_of(path) -> int | None:
     """The context window of the model at ``path`` read before it loads: a GGUF file's ``<arch>.context_length``,
     a transformers directory's ``max_position_embeddings`` (or ``n_positions``); None when it does not say (or
@@ -147,27 +189,27 @@ def context_window_of(path) -> int | None:
     return int(value) if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
-def _load_target(target, device, dtype, progress: bool, target_device, backend: str):
+def _load_target(target, device, dtype, progress: bool, target_device, backend: str, exact=None):
     """The target alone (the default pair's, or the one given), on ``backend``."""
     from specpar.backends.weights import load_default_pair
 
     if target is None:
         if backend == "llama" and dtype is not None:
             raise ConfigError("dtype= is for the transformers backend: a GGUF file carries its own quantization")
-        return load_default_pair(device, progress, target_device, backend=backend, with_drafter=False)[0]
+        return load_default_pair(device, progress, target_device, backend=backend, with_drafter=False, exact=exact)[0]
     if backend == "llama":
         from specpar.backends.llama.model import LlamaModel
 
         if dtype is not None:
             raise ConfigError("dtype= is for the transformers backend: a GGUF file carries its own quantization")
-        return LlamaModel(target)
+        return LlamaModel(target, exact=exact)
     from specpar.backends.transformers_model import TransformersModel
 
     return TransformersModel(target, device=target_device or device, dtype=dtype)
 
 
-def _load_llama(target, drafter, dtype, progress: bool):
-    """(target, drafter) LlamaModels: the default pair's GGUF files, or the two files given."""
+def _load_llama(target, drafter, dtype, progress: bool, exact: bool | None = None):
+    """(target, drafter) LlamaModels: the default pair's GGUF files, or the two files given, in the mode asked."""
     from specpar.backends.llama.model import LlamaModel, check_same_tokenizer_files, check_same_vocabulary
     from specpar.backends.weights import load_default_pair
 
@@ -175,12 +217,12 @@ def _load_llama(target, drafter, dtype, progress: bool):
         raise ConfigError("dtype= is for the transformers backend: a GGUF file carries its own quantization")
     t0 = time.perf_counter()
     if target is None and drafter is None:
-        t, d = load_default_pair(progress=progress, backend="llama")
+        t, d = load_default_pair(progress=progress, backend="llama", exact=exact)
     else:
         if target is None or drafter is None:
             raise ConfigError("give both target= and drafter= (or neither, for the default pair)")
         check_same_tokenizer_files(target, drafter)  # from the headers, before any weights load
-        t, d = LlamaModel(target), LlamaModel(drafter)
+        t, d = LlamaModel(target, exact=exact), LlamaModel(drafter, exact=exact)
         check_same_vocabulary(t, d)
     log.info("loaded %s (target) and %s (drafter) on llama.cpp in %.1f s", t.name, d.name, time.perf_counter() - t0)
     for m in (t, d):
@@ -198,12 +240,15 @@ class LoadConfig:
         default: where the models are. dtype: the transformers weights' type (default float32).
     max_model_len: real models: the longest sequence a server holds (prompt + output), for the memory check
         (vLLM's name; ``max_tokens`` is its deprecated alias, a request's output length being max_tokens).
+    exact: llama.cpp's exact mode (True; None: the default, True) or its fast mode (False)
+        (:mod:`specpar.backends.llama.settings`); models given loaded must run in the mode asked.
     """
 
     backend: str | None = None
     devices: tuple[str, ...] | None = None
     dtype: str | None = None
     max_model_len: int = 4096
+    exact: bool | None = None
 
     @classmethod
     def take(cls, options: dict) -> LoadConfig:
@@ -226,8 +271,11 @@ class LoadConfig:
             from specpar.backends.transformers_model import available_devices
 
             devices = list(self.devices) if self.devices else available_devices()
-        target_device = devices[1] if len(devices) > 1 else None
-        return load_pair(target, drafter, devices[0], self.dtype, target_device=target_device, backend=backend)
+        return load_pair(target, drafter, devices[:2], self.dtype, backend=backend, exact=self.exact)
+
+    def check_mode(self, target, drafter) -> None:
+        """Refuse models (loaded here or given) that do not run in the mode ``exact`` asks."""
+        check_mode(self.exact, target, drafter)
 
     def placement(self, target, drafter) -> tuple[list[str], list[str]]:
         """(the target's devices, the drafter's): ``devices``, else where the models are (the drafter's device

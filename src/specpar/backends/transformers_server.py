@@ -148,7 +148,7 @@ class TransformersServer(CachedServer):
             "position_ids": torch.tensor([positions], device=self.device),
         }
 
-    def _sync(self, context: tuple[int, ...], need_from: int):
+    def _sync(self, context: tuple[int, ...], need_from: int, decoding=None):
         """Bring the cache to ``context`` and return logits for input indices need_from .. len(context)-1."""
         if len(context) > self.model.context_window:
             raise ConfigError(
@@ -191,7 +191,7 @@ class TransformersServer(CachedServer):
 
         return torch.inference_mode()
 
-    def _last_logits(self, ctx, cancelled):
+    def _last_logits(self, ctx, cancelled, decoding=None):
         return self._sync(ctx, len(ctx) - 1)[-1]
 
     def _draft_row(self, logits, dec: Decoding, ctx, tokens: list[int], position: int):

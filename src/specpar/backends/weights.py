@@ -218,21 +218,22 @@ def load_default_pair(
     target_device: str | None = None,
     backend: str = "transformers",
     with_drafter: bool = True,
+    exact: bool | None = None,
 ):
     """(target, drafter): Qwen2.5-Coder-1.5B-Instruct and -0.5B-Instruct, the drafter on ``device``, the target on
-    ``target_device`` (default: the same). backend "llama": LlamaModels over the joined Q4_K_M files (CPU);
-    "transformers": TransformersModels in float32. with_drafter=False: (target, None), the drafter not loaded (an
-    n-gram proposer drafts)."""
+    ``target_device`` (default: the same). backend "llama": LlamaModels over the joined Q4_K_M files (CPU), in the
+    exact mode or, ``exact=False``, the fast mode; "transformers": TransformersModels in float32. with_drafter=False:
+    (target, None), the drafter not loaded (an n-gram proposer drafts)."""
     models = (TARGET, DRAFTER) if with_drafter else (TARGET,)
     for model in models:  # say what is missing before joining or converting anything
         part_paths(model)
     if backend == "llama":
         from specpar.backends.llama.model import LlamaModel, check_same_vocabulary
 
-        target = LlamaModel(ensure_joined(TARGET, progress), name="qwen2.5-coder-1.5b")
+        target = LlamaModel(ensure_joined(TARGET, progress), name="qwen2.5-coder-1.5b", exact=exact)
         if not with_drafter:
             return target, None
-        drafter = LlamaModel(ensure_joined(DRAFTER, progress), name="qwen2.5-coder-0.5b")
+        drafter = LlamaModel(ensure_joined(DRAFTER, progress), name="qwen2.5-coder-0.5b", exact=exact)
         check_same_vocabulary(target, drafter)
         return target, drafter
     from specpar.backends.transformers_model import TransformersModel

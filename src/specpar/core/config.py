@@ -513,11 +513,17 @@ RUNTIME_FIELDS = tuple(f.name for f in fields(RuntimeConfig) if f.name not in ("
 
 def split_options(options: Mapping[str, Any], *, sampling: Sequence[str] = ()) -> tuple[dict, dict, dict]:
     """Keyword options of an entry point (``Engine``, ``generate``) split by the object each one names: (the
-    SpeculativeConfig fields, the RuntimeConfig fields, the names in ``sampling``); an unknown name is a ConfigError
-    that lists the known ones."""
+    SpeculativeConfig fields, vLLM's names for them too (``method="auto"``, ``num_speculative_tokens=5``; method
+    "ngram": the n-gram proposer), the RuntimeConfig fields, the names in ``sampling``); an unknown name is a
+    ConfigError that lists the known ones."""
     spec, runtime, rest = {}, {}, {}
     for name, value in options.items():
-        if name in SPECULATIVE_FIELDS:
+        if name in VLLM_NAMES:
+            name, value = ("proposer", "ngram") if name == "method" and value == "ngram" else (VLLM_NAMES[name], value)
+            if name in options or name in spec:
+                raise ConfigError(f"{name!r} is given twice (once by vLLM's name for it)")
+            spec[name] = value
+        elif name in SPECULATIVE_FIELDS:
             spec[name] = value
         elif name in RUNTIME_FIELDS:
             runtime[name] = value

@@ -148,6 +148,9 @@ class Decoding:
     logprobs: None (the default), or how many of the most likely tokens the generation records beside each output
         token's own log-probability: target servers then return log-probability rows
         (:class:`specpar.core.calls.Scores` says in which form).
+    prompt_len: the request's prompt length (0: not given). A server may prefill the prompt in its own fastest
+        passes as long as every server of the request does it alike (llama.cpp's exact mode:
+        :mod:`specpar.backends.llama.prefill`); it stays the first prompt's when a paused request goes on.
     """
 
     temperature: float = 0.0
@@ -155,6 +158,7 @@ class Decoding:
     processors: LogitsProcessors | None = None
     coupling: str = "rejection"
     logprobs: int | None = None
+    prompt_len: int = 0
     greedy: bool = field(init=False, repr=False, compare=False)  # temperature == 0, read once per token
     # servers must process rows: processors that change this decoding's rows (greedy: only a penalty does)
     reshapes: bool = field(init=False, repr=False, compare=False)
@@ -169,6 +173,8 @@ class Decoding:
         if self.logprobs is not None and (isinstance(self.logprobs, bool) or not isinstance(self.logprobs, int)
                                           or self.logprobs < 0):  # fmt: skip
             raise ConfigError(f"logprobs must be None or an integer >= 0, got {self.logprobs!r}")
+        if isinstance(self.prompt_len, bool) or not isinstance(self.prompt_len, int) or self.prompt_len < 0:
+            raise ConfigError(f"prompt_len must be an integer >= 0, got {self.prompt_len!r}")
         greedy = self.temperature == 0.0
         object.__setattr__(self, "greedy", greedy)
         p = self.processors

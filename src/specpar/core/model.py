@@ -27,8 +27,8 @@ class Server(Protocol):
     cached_len(context): how many leading tokens of ``context`` its cache holds (pools choose a replica by it).
     duration_ms(call): how long ``call`` takes from its current state (virtual clock). compute(call): the result
         at once (virtual clock). run(call, cancelled): the result in real time; None once ``cancelled`` is set.
-    reset(): forget its cache. set_batch_threads(n): llama.cpp's threads for passes of 2+ tokens, the count before
-        (None: no such setting). remote_spec(): how a Ray actor builds it (None: it cannot run on Ray).
+    reset(): forget its cache. set_batch_threads(n): llama.cpp's threads for the passes its mode runs on several
+        (exact mode: passes of 2+ tokens; fast mode: every pass), the count before (None: no such setting). remote_spec(): how a Ray actor builds it (None: it cannot run on Ray).
     close(): free what it holds (its cache's memory); it runs no more calls after.
     """
 
@@ -70,7 +70,8 @@ class Model(Protocol):
         real model's until measured). tokenizer: text to ids and back (None: token ids only), with ``encode`` and
         ``decode``. device: where it computes (None: a simulation). generation_config: transformers' (its eos ids).
     path: the file or directory it was loaded from (None: built in memory, or simulated). backend_settings(): how
-        its backend computes, as a profile's key records it.
+        its backend computes, as a profile's key records it. exact_mode: the llama.cpp mode it runs in (True:
+        the exact settings, False: the fast ones); None: a backend without modes.
     acceptance_rate: a simulated drafter's, known by construction (None: unknown).
     token_count: the ids that are real tokens (None: its tokenizer's, or unknown); native_rows: its own output rows
         before any fitting (None: vocab_size). with_rows(n): a copy whose servers return rows of width n (None: it
@@ -89,6 +90,7 @@ class Model(Protocol):
     device: str | None = None
     generation_config: Any = None
     path: str | None = None
+    exact_mode: bool | None = None
     acceptance_rate: float | None = None
     token_count: int | None = None
     native_rows: int | None = None
@@ -110,7 +112,8 @@ class Model(Protocol):
 
 
 MODEL_FIELDS = ("name", "kind", "vocab_size", "max_token_id", "context_window", "latency", "tokenizer", "device",
-                "generation_config", "path", "acceptance_rate", "token_count", "native_rows", "with_rows")  # fmt: skip
+                "generation_config", "path", "exact_mode", "acceptance_rate", "token_count", "native_rows",
+                "with_rows")  # fmt: skip
 SERVER_FIELDS = ("model", "latency", "device", "parts", "forward_log")
 
 

@@ -204,7 +204,7 @@ class SamplingParams:
         (see :meth:`processors_for`)."""
         seed = secrets.randbits(63) if self.seed is None else self.seed
         procs = self.processors_for(prompt_len, end_of_text)
-        return Decoding(self.temperature, seed, procs, self.resolved_coupling, self.logprobs)
+        return Decoding(self.temperature, seed, procs, self.resolved_coupling, self.logprobs, prompt_len or 0)
 
 
 SAMPLING_FIELDS = tuple(f.name for f in fields(SamplingParams))

@@ -51,6 +51,9 @@ def generate(
         keywords (``cancel_frees``, ``link_ms``, ``call_timeout_s``, ``cpus_per_server``, ``placement``, ...), and
         ``runtime_options=`` passes the runtime's own keyword arguments (e.g. Ray's ``{"local_pools": ()}``).
     stream: called with each run of newly verified token ids as they are accepted.
+    exact (a keyword): llama.cpp's exact mode (True; the default: every algorithm's greedy output is the target's
+        own, bitwise) or its fast mode (False: llama.cpp's fastest settings, lossless in distribution); see
+        :mod:`specpar.backends.llama.settings`. Models given loaded must run in that mode.
     """
     from specpar.entrypoints.engine import Engine  # the engine is built on this module's neighbours
 
@@ -65,9 +68,9 @@ def generate(
 
 def _split(params: SamplingParams | None, options: dict) -> tuple[SamplingParams, dict]:
     """generate()'s keywords split into the request's SamplingParams (``params``, or its fields, max_tokens 64 by
-    default and greedy) and the Engine's keywords (the configs' fields, ``runtime_options``)."""
+    default and greedy) and the Engine's keywords (the configs' fields, ``runtime_options``, ``exact``)."""
     options = dict(options)
-    runtime_options = options.pop("runtime_options", None)
+    runtime_options, exact = options.pop("runtime_options", None), options.pop("exact", None)
     if "max_new_tokens" in options:
         warnings.warn("generate(max_new_tokens=) is deprecated: give max_tokens=", DeprecationWarning, stacklevel=3)
         if "max_tokens" in options:
@@ -80,7 +83,7 @@ def _split(params: SamplingParams | None, options: dict) -> tuple[SamplingParams
         raise ConfigError(
             f"give the sampling parameters either as params= or as keywords, not both: {sorted(sampling)}"
         )
-    return params, {**spec_fields, **runtime_fields, "runtime_options": runtime_options}
+    return params, {**spec_fields, **runtime_fields, "runtime_options": runtime_options, "exact": exact}
 
 
 def _is_pool(source) -> bool:

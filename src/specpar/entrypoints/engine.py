@@ -78,7 +78,8 @@ class Engine:
         made the servers; servers given as Pools keep theirs for whoever owns them).
     options: the fields of the three configs as keywords: SpeculativeConfig's, RuntimeConfig's, and
         :class:`~specpar.backends.loading.LoadConfig`'s (``backend=``, ``devices=``, ``dtype=``,
-        ``max_model_len=``: how models given as paths load, where servers go, how long a sequence each holds); and
+        ``max_model_len=``, ``exact=``: how models given as paths load and in which llama.cpp mode, where servers go,
+        how long a sequence each holds); and
         ``profile=``: the machine profile ``algorithm="auto"`` predicts from (a MachineProfile or its JSON file;
         default: simulated models' own latencies, else the profile measured for the models on this machine):
         :mod:`specpar.prediction.auto`.
@@ -108,6 +109,7 @@ class Engine:
         if target is None or isinstance(target, (str, os.PathLike)):
             target, drafter = load.load(target, drafter)
         target, drafter = _checked(target, fit_drafters(target, drafter))
+        load.check_mode(model_of(target), [model_of(d) for d in _listed(drafter)])
         self.real = model_of(target).real
         sp_degree = spec.sp_degree or (len(target) if isinstance(target, Pool) else 2 if self.real else 4)
         runtime_config = runtime_config.replace(name=runtime_config.name or ("threads" if self.real else "virtual"))

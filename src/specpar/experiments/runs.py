@@ -30,6 +30,9 @@ def run_once(
     spec = SpeculativeConfig(sp_degree=sp_degree, **spec_fields)
     config = RuntimeConfig.coerce(runtime, runtime_options, **runtime_fields)
     decoding = Decoding(
-        decoding.get("temperature", 0.0), decoding.get("seed", 0), coupling=decoding.get("coupling", "rejection")
+        decoding.get("temperature", 0.0),
+        decoding.get("seed", 0),
+        coupling=decoding.get("coupling", "rejection"),
+        prompt_len=len(prompt),
     )
     return run_generation(Query(prompt, max_tokens, decoding, stream=stream), target, drafter, spec, config)

@@ -212,9 +212,7 @@ def predict_request(engine, spec: SpeculativeConfig, prompt_tokens: int, max_tok
         return auto.choose(prompt_tokens, max_tokens, spec.sp_degree).predicted_ms
     drafter = engine.drafters if spec.speculates else None
     resolved = resolve(spec, ALGORITHMS[spec.algorithm], engine.targets, drafter, prompt_tokens)
-    threads = auto.shape.threads(auto.profile, resolved)
     method = method_of(resolved)
     if not available(auto.profile, auto.shape, [method]):
         raise ConfigError(f"no prediction of {NAMES[method]} here: the engine or its profile has no drafter or rates")
-    return predicted_ms(auto.profile, resolved, prompt_tokens, max_tokens, threads, auto.shape.runtime,
-                        cancel_frees=auto.shape.cancel_frees)  # fmt: skip
+    return predicted_ms(auto.profile, resolved, prompt_tokens, max_tokens, auto.shape)

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from specpar.core.config import SpeculativeConfig
 from specpar.core.errors import ConfigError
 from specpar.core.latency import LatencyProfile
 from specpar.core.numbers import int_at_least
@@ -123,7 +124,6 @@ def choose_lookahead(
     sp_degree: int,
     n: int = 100,
     *,
-    max_lookahead: int | None = None,
     seed: int = 0,
     algorithm: str = "dsi",
     dedicated_cursor: bool | None = None,
@@ -140,42 +140,44 @@ def choose_lookahead(
         raise ConfigError("choosing a lookahead needs target and drafter latencies > 0 ms")
     if n < 2:
         return LookaheadChoice(1, sp_degree, n, "none needed", {1: 0.0}, [1], algorithm)
-    kept = algorithm == "dsi" and keeps_cursor_server(target.per_token_ms, dedicated_cursor)
+    spec = SpeculativeConfig(
+        algorithm=algorithm, sp_degree=sp_degree, dedicated_cursor=dedicated_cursor if algorithm == "dsi" else None
+    )
+    kept = _kept(spec, target)
     fast = uniform_profiles(target, drafter) and not kept  # the fast path follows DSI without a kept server
-    limit = max_lookahead or (min(n - 1, 200) if fast else min(n - 1, EVENT_MAX_LOOKAHEAD))
+    limit = min(n - 1, 200) if fast else min(n - 1, EVENT_MAX_LOOKAHEAD)
     everything = list(range(1, limit + 1))
     valid = everything if algorithm == "si" else candidates(target, drafter, sp_degree, limit, kept)
     ks = valid or everything
-    if fast:
-        c = drafter.tpot_ms / target.tpot_ms
-        predicted = _fast_path(algorithm, target.tpot_ms, c, acceptance_rate, sp_degree, n, ks, seed)
-        method = "fast path"
-    else:
-        predicted = _event(algorithm, target, drafter, acceptance_rate, sp_degree, n, ks, seed, kept)
-        method = "virtual clock"
+    predicted = predict_ms(spec, target, drafter, acceptance_rate, n, ks, seed)
     best = min(ks, key=lambda k: (predicted[k], k))
-    return LookaheadChoice(best, sp_degree, n, method, predicted, valid, algorithm)
+    return LookaheadChoice(best, sp_degree, n, "fast path" if fast else "virtual clock", predicted, valid, algorithm)
 
 
 def predict_ms(
-    algorithm: str,
+    spec: SpeculativeConfig,
     target: LatencyProfile,
     drafter: LatencyProfile,
     acceptance_rate: float,
-    sp_degree: int,
     n: int,
     lookaheads: list[int],
     seed: int = 0,
-    dedicated_cursor: bool | None = None,
 ) -> dict[int, float]:
-    """``algorithm``'s ("dsi" or "si") predicted mean latency (ms) for ``n`` tokens at each of ``lookaheads``, as
-    :func:`choose_lookahead` predicts its candidates' (the fast path for uniform profiles and no server kept for
-    the cursor, else the virtual clock)."""
-    kept = algorithm == "dsi" and keeps_cursor_server(target.per_token_ms, dedicated_cursor)
+    """``spec.algorithm``'s ("dsi" or "si") predicted mean latency (ms) for ``n`` tokens at each of ``lookaheads``, on
+    ``spec.sp_degree`` target servers keeping one for the cursor as ``spec.dedicated_cursor`` says (a
+    SpeculativeConfig), as :func:`choose_lookahead` predicts its candidates' (the fast path for uniform profiles and
+    no server kept for the cursor, else the virtual clock)."""
+    kept = _kept(spec, target)
     if uniform_profiles(target, drafter) and not kept:
         c = drafter.tpot_ms / target.tpot_ms
-        return _fast_path(algorithm, target.tpot_ms, c, acceptance_rate, sp_degree, n, lookaheads, seed)
-    return _event(algorithm, target, drafter, acceptance_rate, sp_degree, n, lookaheads, seed, kept)
+        return _fast_path(spec.algorithm, target.tpot_ms, c, acceptance_rate, spec.sp_degree, n, lookaheads, seed)
+    spec = spec.replace(dedicated_cursor=kept) if spec.algorithm == "dsi" else spec
+    return _event(spec, target, drafter, acceptance_rate, n, lookaheads, seed)
+
+
+def _kept(spec: SpeculativeConfig, target: LatencyProfile) -> bool:
+    """Whether ``spec``'s DSI keeps a target server for the cursor on ``target``'s latencies (SI: never)."""
+    return spec.algorithm == "dsi" and keeps_cursor_server(target.per_token_ms, spec.dedicated_cursor)
 
 
 def _fast_path(
@@ -194,18 +196,9 @@ def _fast_path(
 
 
 def _event(
-    algorithm: str,
-    target: LatencyProfile,
-    drafter: LatencyProfile,
-    a: float,
-    sp: int,
-    n: int,
-    ks: list[int],
-    seed: int,
-    dedicated_cursor: bool,
+    spec: SpeculativeConfig, target: LatencyProfile, drafter: LatencyProfile, a: float, n: int, ks: list[int], seed: int
 ) -> dict[int, float]:
     from specpar.backends.simulated import SimulatedModel
-    from specpar.core.config import SpeculativeConfig
     from specpar.prediction.simulate import DRAFTER_SEED, clock, mean_time_ms
 
     n = min(n, EVENT_MAX_N)
@@ -213,12 +206,7 @@ def _event(
     for r in range(seed, seed + min(16, max(4, EVENT_TOKENS // n))):
         model = SimulatedModel(16, seed=r, latency=target)
         pairs.append((model, model.drafter(a, drafter, seed=r + DRAFTER_SEED), [r % 16, 3]))
-    out = {}
-    modes = {"dedicated_cursor": dedicated_cursor} if algorithm == "dsi" else {}
-    for k in ks:
-        spec = SpeculativeConfig(algorithm=algorithm, lookahead=k, sp_degree=sp, **modes)
-        out[k] = mean_time_ms(pairs, spec, clock(), n)[0]
-    return out
+    return {k: mean_time_ms(pairs, spec.replace(lookahead=k), clock(), n)[0] for k in ks}
 
 
 def auto_lookahead(

@@ -126,9 +126,8 @@ class ModelCosts:
         """These costs as a :class:`LatencyProfile` (what the virtual clock and ``lookahead="adaptive"`` weigh): TTFT
         the prefill of ``prompt_tokens``, TPOT v(1), per extra token the mean slope of v over the passes measured,
         for passes given ``threads`` threads."""
-        v = self.table(threads)
-        slope = (v[-1] - v[0]) / (len(v) - 1) if len(v) > 1 else 0.0
-        return LatencyProfile(self.prefill(prompt_tokens, threads), v[0], max(0.0, slope))
+        costs = self.costs(threads)  # its linear summary: PassCosts' ttft, tpot and per-token slope
+        return LatencyProfile(costs.prefill_ms(prompt_tokens), costs.tpot_ms, costs.per_token_ms)
 
     def to_dict(self) -> dict:
         out = {

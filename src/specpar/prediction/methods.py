@@ -13,21 +13,21 @@ so that settings are compared on the same draws.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
-from specpar.backends.cpu_threads import pass_threads
 from specpar.core.config import SpeculativeConfig, parse_proposer
 from specpar.core.errors import ConfigError
 from specpar.prediction.machine import MachineProfile
-from specpar.prediction.simulate import MAX_SIMULATED, MIN_PAIRS, predicted_ms
+from specpar.prediction.simulate import MAX_SIMULATED, MIN_PAIRS, EngineShape, predicted_ms
 
 LOOKAHEADS = tuple(range(1, 9))
 QUICK_PAIRS = 2  # the first round's sample pairs per setting
 PATIENCE = 2  # a family's search stops after this many longer lookaheads in a row that are no faster
-REFINE = 2  # each method's fastest settings of the first round predicted again on the full sample
+REFINE, REFINE_MAX = 2, 6  # each method's fastest settings of the first round predicted again on the full sample:
+QUICK_SPREAD = 0.10  # those within this fraction of its fastest there, at least REFINE, at most REFINE_MAX
 CONTEND = 0.05  # methods predicted within this fraction of the fastest are predicted again on the final sample ...
-FINAL_TOKENS, FINAL_MAX_PAIRS = 3000, 32  # ... of about this many output tokens, on at most this many pairs
+FINAL_TOKENS, FINAL_MAX_PAIRS = 6000, 64  # ... of about this many output tokens, on at most this many pairs
 TREES = ("2,1,1", "2,2,1,1", "3,2,1", "best:8")
 METHODS = ("nonsi", "si", "dsi", "tree-si", "tree-dsi", "ngram-si", "ngram-dsi", "hsd")
 NAMES = {
@@ -40,36 +40,6 @@ NAMES = {
     "ngram-dsi": "n-gram DSI",
     "hsd": "HSD",
 }
-
-
-@dataclass(frozen=True)
-class EngineShape:
-    """What the engine that will run a request offers, as far as its time goes.
-
-    units: its processing units (an Engine's ``units``; ``generate()`` and ready-made Pools: 1).
-    targets: its target servers, the most a request verifies on at once (its ``sp_degree``).
-    runtime: "threads" or "ray". cpus_per_server: Ray's CPU bundle per actor (its passes' threads).
-    cpu: whether the servers run on the CPU (their passes' threads share its cores), else each on a device.
-    drafter: whether it has a drafter model.
-    cancel_frees: what a cancelled task does to its server (the virtual clock's RuntimeConfig.cancel_frees): real
-        runtimes' target passes run to their end, a draft stops between passes.
-    """
-
-    units: int = 1
-    targets: int = 2
-    runtime: str = "threads"
-    cpus_per_server: float | None = None
-    cpu: bool = True
-    drafter: bool = True
-    cancel_frees: str | Mapping[str, str] = field(default_factory=lambda: {"target": "end"})
-
-    def threads(self, profile: MachineProfile, spec: SpeculativeConfig) -> int:
-        """The threads the engine gives each pass of a request of ``spec`` (Engine.threads_for's rule)."""
-        uses_drafter = spec.uses_drafter and self.drafter
-        servers = (self.targets + (1 if uses_drafter else 0)) if self.cpu else 0
-        busy = servers if spec.algorithm in ("dsi", "hsd-sp") else 1
-        ray = (self.cpus_per_server or 1.0) if self.runtime == "ray" else None
-        return pass_threads(profile.cores, self.units, busy, ray)
 
 
 @dataclass(frozen=True)
@@ -194,9 +164,9 @@ def predict_methods(profile: MachineProfile, prompt_tokens: int, max_tokens: int
     and ``max_tokens`` output tokens, on each of ``runtimes`` (default: the shape's), fastest first.
 
     Three rounds: each family of settings (:func:`families`) on QUICK_PAIRS sample pairs, in order, until PATIENCE
-    settings in a row are no faster than its fastest; then each method's REFINE fastest on the full sample
-    (:func:`specpar.prediction.simulate.pair_count`): a method's time is its best setting's there; then the methods
-    within CONTEND of the fastest again on a larger sample (:func:`_settle`)."""
+    settings in a row are no faster than its fastest; then each method's fastest (:func:`_refine`) on the full sample
+    (:func:`specpar.prediction.simulate.pair_count`); then those within CONTEND of the fastest again on a larger
+    sample (:func:`_settle`). A method's time is its best setting's in the last round it reached."""
     shape = shape or EngineShape()
     if prompt_tokens < 1 or max_tokens < 1:
         raise ConfigError(f"a prediction needs a prompt and an output of at least one token, got {prompt_tokens} "
@@ -212,34 +182,44 @@ def predict_methods(profile: MachineProfile, prompt_tokens: int, max_tokens: int
                 for family in families(method, on.targets, _lookaheads(max_tokens), dsi)
                 for p in _search(profile, method, family, on, prompt_tokens, max_tokens)
             ]
-    best = [_refine(profile, quick, replace(shape, runtime=runtime), prompt_tokens, max_tokens)
-            for (_, runtime), quick in tried.items()]  # fmt: skip
-    best = _settle(profile, best, shape, prompt_tokens, max_tokens)
-    return MethodPredictions(prompt_tokens, max_tokens, sorted(best, key=lambda p: p.ms),
+    refined = [p for (_, runtime), quick in tried.items()
+               for p in _refine(profile, quick, replace(shape, runtime=runtime), prompt_tokens, max_tokens)]  # fmt: skip
+    best: dict[tuple, Prediction] = {}
+    for p in _settle(profile, refined, shape, prompt_tokens, max_tokens):
+        if (p.method, p.runtime) not in best or p.ms < best[p.method, p.runtime].ms:
+            best[p.method, p.runtime] = p
+    return MethodPredictions(prompt_tokens, max_tokens, sorted(best.values(), key=lambda p: p.ms),
                              [p for ps in tried.values() for p in ps])  # fmt: skip
 
 
-def _refine(profile, quick: list[Prediction], shape: EngineShape, prompt_tokens: int, max_tokens: int) -> Prediction:
-    """A method's REFINE fastest settings of the first round on the full sample: the fastest of them."""
+def _refine(profile, quick: list[Prediction], shape: EngineShape, prompt_tokens: int, max_tokens: int):
+    """A method's fastest settings of the first round (those within QUICK_SPREAD of its fastest there, at least
+    REFINE and at most REFINE_MAX of them: two pairs tell settings apart only roughly), predicted again on the full
+    sample."""
     if len(quick) == 1:
-        return quick[0]
-    finalists = sorted(quick, key=lambda p: p.ms)[:REFINE]
-    return min((_predict(profile, p.method, p.spec, shape, prompt_tokens, max_tokens) for p in finalists),
-               key=lambda p: p.ms)  # fmt: skip
+        return quick
+    ranked = sorted(quick, key=lambda p: p.ms)
+    close = [p for p in ranked if p.ms <= ranked[0].ms * (1 + QUICK_SPREAD)]
+    kept = ranked[: min(REFINE_MAX, max(REFINE, len(close)))]
+    return [_predict(profile, p.method, p.spec, shape, prompt_tokens, max_tokens) for p in kept]
 
 
-def _settle(profile, best: list[Prediction], shape: EngineShape, prompt_tokens: int, max_tokens: int):
-    """The methods within CONTEND of the fastest predicted again on the final sample (FINAL_TOKENS output tokens
-    in all): the choice among close ones rests on the most draws."""
-    fastest = min(p.ms for p in best)
+def _settle(profile, refined: list[Prediction], shape: EngineShape, prompt_tokens: int, max_tokens: int):
+    """The settings within CONTEND of the fastest (of any method) predicted again on the final sample
+    (FINAL_TOKENS output tokens in all), until every one within CONTEND of the fastest has been: the choice among
+    close ones rests on the most draws, and never compares a final estimate with a rougher one."""
     pairs = max(MIN_PAIRS, min(FINAL_MAX_PAIRS, FINAL_TOKENS // max(1, min(max_tokens, MAX_SIMULATED))))
-    out = []
-    for p in best:
-        if p.method != "nonsi" and p.ms <= fastest * (1 + CONTEND):
-            p = _predict(profile, p.method, p.spec, replace(shape, runtime=p.runtime), prompt_tokens, max_tokens,
-                         pairs)  # fmt: skip
-        out.append(p)
-    return out
+    out, settled = list(refined), {i for i, p in enumerate(refined) if p.method == "nonsi"}
+    while True:
+        fastest = min(p.ms for p in out)
+        close = [i for i, p in enumerate(out) if i not in settled and p.ms <= fastest * (1 + CONTEND)]
+        if not close:
+            return out
+        for i in close:
+            p = out[i]
+            out[i] = _predict(profile, p.method, p.spec, replace(shape, runtime=p.runtime), prompt_tokens, max_tokens,
+                              pairs)  # fmt: skip
+            settled.add(i)
 
 
 def _search(profile, method: str, family: list[SpeculativeConfig], shape: EngineShape, prompt_tokens: int,
@@ -260,10 +240,8 @@ def _search(profile, method: str, family: list[SpeculativeConfig], shape: Engine
 
 def _predict(profile, method: str, spec: SpeculativeConfig, shape: EngineShape, prompt_tokens: int, max_tokens: int,
              pairs: int | None = None) -> Prediction:  # fmt: skip
-    threads = shape.threads(profile, spec)
-    ms = predicted_ms(profile, spec, prompt_tokens, max_tokens, threads, shape.runtime, pairs=pairs,
-                      cancel_frees=shape.cancel_frees)  # fmt: skip
-    return Prediction(method, spec, shape.runtime, threads, ms)
+    ms = predicted_ms(profile, spec, prompt_tokens, max_tokens, shape, pairs=pairs)
+    return Prediction(method, spec, shape.runtime, shape.threads(profile, spec), ms)
 
 
 def _lookaheads(max_tokens: int) -> tuple[int, ...]:

@@ -134,7 +134,8 @@ class _Predictor:
                 k = min_lookahead(t.tpot_ms, self.d.tpot_ms, sp, per_token_ms=t.per_token_ms, dedicated_cursor=cursor)
             except ConfigError:
                 k = 5
-        return k, predict_ms(algorithm, t, self.d, self.a, sp, n, [k], self.seed, cursor)[k] / n
+        setting = SpeculativeConfig(algorithm=algorithm, sp_degree=sp, dedicated_cursor=cursor)
+        return k, predict_ms(setting, t, self.d, self.a, n, [k], self.seed)[k] / n
 
     def _on_machine(self, algorithm: str, sp: int, k: int | None) -> tuple[int | None, float]:
         """An option's (lookahead, ms per token) by the machine's predictions: the request's lookahead, the runner's

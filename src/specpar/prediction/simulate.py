@@ -20,8 +20,10 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
+from specpar.backends.cpu_threads import pass_threads
 from specpar.backends.simulated import SimulatedDrafter, SimulatedModel, SimulatedServer, unit
 from specpar.core.calls import Draft, Proposal
 from specpar.core.config import RuntimeConfig, SpeculativeConfig
@@ -129,22 +131,52 @@ def mean_time_ms(pairs: Sequence[tuple], spec: SpeculativeConfig, runtime: Runti
     return statistics.fmean(times), statistics.fmean(firsts)
 
 
+@dataclass(frozen=True)
+class EngineShape:
+    """What the engine that will run a request offers, as far as its time goes.
+
+    units: its processing units (an Engine's ``units``; ``generate()`` and ready-made Pools: 1).
+    targets: its target servers, the most a request verifies on at once (its ``sp_degree``).
+    runtime: "threads" or "ray". cpus_per_server: Ray's CPU bundle per actor (its passes' threads).
+    cpu: whether the servers run on the CPU (their passes' threads share its cores), else each on a device.
+    drafter: whether it has a drafter model.
+    cancel_frees: what a cancelled task does to its server (the virtual clock's RuntimeConfig.cancel_frees): real
+        runtimes' target passes run to their end, a draft stops between passes.
+    """
+
+    units: int = 1
+    targets: int = 2
+    runtime: str = "threads"
+    cpus_per_server: float | None = None
+    cpu: bool = True
+    drafter: bool = True
+    cancel_frees: str | Mapping[str, str] = field(default_factory=lambda: {"target": "end"})
+
+    def threads(self, profile: MachineProfile, spec: SpeculativeConfig) -> int:
+        """The threads the engine gives each pass of a request of ``spec`` (Engine.threads_for's rule)."""
+        uses_drafter = spec.uses_drafter and self.drafter
+        servers = (self.targets + (1 if uses_drafter else 0)) if self.cpu else 0
+        busy = servers if spec.algorithm in ("dsi", "hsd-sp") else 1
+        ray = (self.cpus_per_server or 1.0) if self.runtime == "ray" else None
+        return pass_threads(profile.cores, self.units, busy, ray)
+
+
 def predicted_ms(profile: MachineProfile, spec: SpeculativeConfig, prompt_tokens: int, max_tokens: int,
-                 threads: int, runtime: str = "threads", seed: int = 0, pairs: int | None = None,
-                 cancel_frees=REAL_CANCEL) -> float:  # fmt: skip
+                 shape: EngineShape | None = None, seed: int = 0, pairs: int | None = None) -> float:  # fmt: skip
     """``spec``'s predicted time (ms) for a prompt of ``prompt_tokens`` tokens and ``max_tokens`` output tokens on
-    the machine ``profile`` describes, passes given ``threads`` threads, on ``runtime`` ("threads" or "ray"),
-    averaged over ``pairs`` sample pairs (default :func:`pair_count`'s); a cancelled task frees its server as
-    ``cancel_frees`` says (:func:`clock`).
+    the machine ``profile`` describes, run by an engine of ``shape`` (default :class:`EngineShape`'s: the threads its
+    passes get, its runtime's round trip, what a cancelled task does), averaged over ``pairs`` sample pairs
+    (default :func:`pair_count`'s) from ``seed``.
 
     Outputs longer than MAX_SIMULATED tokens are simulated that long and the time after the first token scaled to
     the length (the runs' steady state: their draws are iid)."""
     from specpar.core.config import parse_proposer
 
+    shape = shape or EngineShape()
     ngram = spec.proposer is not None and parse_proposer(spec.proposer).ngram
     sim = spec.replace(proposer="drafter") if ngram else spec  # the n-gram proposer is a drafter here
     n = min(max_tokens, MAX_SIMULATED)
     count = 1 if spec.algorithm == "nonsi" else pairs or pair_count(spec, n)
-    made = sample_pairs(profile, prompt_tokens, count, threads, runtime, ngram, seed)
-    ms, first = mean_time_ms(made, sim, clock(profile, cancel_frees), n, profile.per_token_ms)
+    made = sample_pairs(profile, prompt_tokens, count, shape.threads(profile, spec), shape.runtime, ngram, seed)
+    ms, first = mean_time_ms(made, sim, clock(profile, shape.cancel_frees), n, profile.per_token_ms)
     return ms if n == max_tokens else first + (ms - first) * (max_tokens - 1) / (n - 1)

@@ -48,7 +48,7 @@ class ServerHost:
             import torch
 
             torch.set_num_threads(max(1, threads))
-        self.server.set_batch_threads(max(1, int(threads)))  # llama.cpp: its batched passes (one-token passes: one)
+        self.server.set_batch_threads(max(1, int(threads)))  # llama.cpp: its batched passes (the fast mode: all)
         self.base: list[int] = []  # the verified tokens of the current generation, as sent
         self.tokens: tuple[int, ...] = ()  # the last context of a call that did not come as a Context
         self.calls = 0  # calls that ran

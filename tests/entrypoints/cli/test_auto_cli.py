@@ -12,6 +12,9 @@ from specpar.entrypoints import cli
 from specpar.prediction.machine import MachineProfile
 from tiny_transformers import reference_greedy, save_tiny_pair
 
+# a profile of the tiny models in specpar's cache would add predictions and an auto row to --compare
+pytestmark = pytest.mark.usefixtures("isolated_cache")
+
 PROMPT = "w1 w7 w3 w9 w2"
 
 
@@ -86,3 +89,22 @@ def test_a_bad_profile_file_is_one_clear_error(pair_dirs, tmp_path, capsys):
                     + models(pair_dirs)) == 2  # fmt: skip
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "machine profile" in err[0]
+
+
+def test_generate_compare_predicts_from_a_profile_already_cached(pair_dirs, profiles, capsys):
+    """--compare measures nothing, but a profile of the models in specpar's cache gives it predictions and an auto
+    row (control: the isolated cache without it gives neither)."""
+    from specpar.backends.transformers_model import TransformersModel
+    from specpar.prediction import profile_cache
+    from specpar.prediction.machine import MachineProfile
+
+    argv = ["generate", PROMPT, "-N", "6", "--compare", "--json"] + models(pair_dirs)
+    assert cli.main(argv) == 0
+    assert json.loads(capsys.readouterr().out)["predicted_ms"] == {}  # control: nothing cached
+    target, drafter = (TransformersModel(d, dtype="float64") for d in pair_dirs)
+    key = profile_cache.profile_key(target, drafter)
+    data = {**MachineProfile.load(profiles[1]).to_dict(), "key": key}
+    profile_cache.write(profile_cache.cache_path(key), data)
+    assert cli.main(argv) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert set(out["results"]) == {"nonsi", "si", "dsi", "auto"} == set(out["predicted_ms"])

@@ -11,6 +11,9 @@ from specpar.backends.transformers_model import TransformersModel
 from specpar.entrypoints import cli
 from tiny_transformers import reference_greedy, save_tiny_pair
 
+# a profile of the tiny models in specpar's cache would add predictions and an auto row to --compare
+pytestmark = pytest.mark.usefixtures("isolated_cache")
+
 PROMPT = "w1 w7 w3 w1 w7 w3 w1"  # repeats itself: the lookups match
 
 

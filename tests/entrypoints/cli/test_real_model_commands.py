@@ -12,6 +12,9 @@ from specpar.entrypoints import cli
 from specpar.prediction.machine import MachineProfile
 from tiny_transformers import reference_greedy, save_tiny_pair
 
+# a profile of the tiny models in specpar's cache would add predictions and an auto row to --compare
+pytestmark = pytest.mark.usefixtures("isolated_cache")
+
 PROMPT = "w1 w7 w3 w9 w2"
 
 

@@ -13,6 +13,9 @@ from specpar.core.results import METRICS, metrics_footnote
 from specpar.entrypoints import cli
 from tiny_transformers import save_tiny_pair
 
+# a profile of the tiny models in specpar's cache would add predictions and an auto row to --compare
+pytestmark = pytest.mark.usefixtures("isolated_cache")
+
 
 def defined_terms(text: str) -> set[str]:
     return {term for term in METRICS if f"{term} = " in text}

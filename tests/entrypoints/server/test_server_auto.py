@@ -56,3 +56,17 @@ def test_a_streamed_auto_request_says_its_choice_in_the_usage_chunk():
         chunks = list(stream)
         last = json.loads(chunks[-1].model_dump_json())
         assert last["usage"]["completion_tokens"] == 6 and last["specpar"]["predicted_ms"] > 0
+
+
+def test_serve_algorithm_auto_is_every_requests_default():
+    from specpar.entrypoints.cli import arguments, serve
+    from specpar.entrypoints.cli.main import build_parser
+
+    args = build_parser().parse_args(["serve", "--simulated", "--vocab-size", "16", "--algorithm", "auto"])
+    arguments.build_all(args)
+    engine, _ = serve.build_engine(args)
+    with engine:
+        result = engine.generate([1, 2, 3], max_tokens=12, temperature=0)
+        assert result.auto is not None and result.tokens == engine.target_model.greedy_tokens([1, 2, 3], 12)
+        # a request that names its algorithm runs it (the default's settings auto chose are not carried over)
+        assert engine.generate([1, 2, 3], max_tokens=12, temperature=0, algorithm="si").algorithm == "si"

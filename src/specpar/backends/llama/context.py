@@ -2,8 +2,9 @@
 
 A :class:`LlamaContext` owns a ``llama_context`` (its cache of ``n_ctx`` cells, shared by every sequence id:
 ``kv_unified``) and a reusable ``llama_batch``. :meth:`decode` feeds tokens at given positions, each in a set of
-sequence ids, in passes of at most ``ubatch`` tokens, and returns the logits of the rows asked for; llama.cpp
-computes logits only for those rows (no ``logits_all`` buffer of n_ctx x vocab floats).
+sequence ids, in the passes its caller plans (:mod:`specpar.backends.llama.prefill`), and returns the logits of the
+rows asked for; llama.cpp computes logits only for those rows (no ``logits_all`` buffer of n_ctx x vocab floats,
+at most ``max_outputs`` rows a pass).
 
 Cells and positions: tokens are fed in position order and only ever removed from the end
 (:meth:`keep`), so the cache's cells hold positions 0 .. n-1 in order. Flash attention sums the visible cells in
@@ -20,6 +21,8 @@ from specpar.backends.llama.library import lib, recent_errors
 from specpar.backends.llama.settings import LlamaSettings
 from specpar.core.errors import ConfigError
 
+MAX_OUTPUTS = 64  # logits rows a pass may return (a pass asking for more is split: prefill.passes)
+
 
 class LlamaContext:
     """A llama.cpp context over ``model`` (a loaded ``llama_model`` pointer) with ``n_ctx`` cells.
@@ -32,9 +35,12 @@ class LlamaContext:
         L = lib()
         p = L.llama_context_default_params()
         p.n_ctx = n_ctx
-        p.n_batch = p.n_ubatch = settings.ubatch  # one llama_decode = one pass: the chunking is ours
-        # the logits buffer holds one pass's rows (llama.cpp keeps at least a row per sequence), not n_ctx x vocab
-        p.n_outputs_max = max(settings.ubatch, n_seq)
+        # one llama_decode = one pass: the chunking is ours (the prompt's passes may be longer than the others)
+        self.max_pass = max(settings.ubatch, settings.prefill_ubatch if settings.exact else 0)
+        p.n_batch = p.n_ubatch = self.max_pass
+        # the logits buffer holds a pass's rows (llama.cpp keeps at least a row per sequence), not n_ctx x vocab
+        self.max_outputs = max(min(settings.ubatch, MAX_OUTPUTS), n_seq)
+        p.n_outputs_max = self.max_outputs
         p.n_seq_max = n_seq
         p.kv_unified = True
         p.n_threads, p.n_threads_batch = settings.threads, settings.batch_threads
@@ -49,9 +55,8 @@ class LlamaContext:
         self.mem = L.llama_get_memory(self.ctx)
         self.n_ctx = n_ctx
         self.vocab = vocab
-        self.ubatch = settings.ubatch
         self.n_seq = n_seq
-        self.batch = L.llama_batch_init(self.ubatch, 0, n_seq)
+        self.batch = L.llama_batch_init(self.max_pass, 0, n_seq)
         self.fed = 0
         self.threads, self.batch_threads = settings.threads, settings.batch_threads
 
@@ -62,20 +67,24 @@ class LlamaContext:
         rows: Sequence[int],
         seqs: Sequence[Sequence[int]] | None = None,
         cancelled=None,
+        passes: Sequence[int] | None = None,
     ) -> np.ndarray | None:
-        """Feed ``tokens`` at ``positions`` (in sequence 0, or the ids ``seqs[i]``) and return the float32 logits of
-        the inputs at indices ``rows`` (ascending), [len(rows), vocab]; None if ``cancelled`` was set between
-        passes (the tokens fed so far stay cached)."""
+        """Feed ``tokens`` at ``positions`` (in sequence 0, or the ids ``seqs[i]``) in passes of the lengths
+        ``passes`` (default: one pass) and return the float32 logits of the inputs at indices ``rows`` (ascending),
+        [len(rows), vocab]; None if ``cancelled`` was set between passes (the tokens fed so far stay cached)."""
         L, b, V = self._L, self.batch, self.vocab
         out = np.empty((len(rows), V), dtype=np.float32)
         want = set(rows)
         done = 0
         n = len(tokens)
         self.fed = 0  # tokens of this call fed so far (all of them unless cancelled)
-        for start in range(0, n, self.ubatch):
+        if sum(passes or (n,)) != n or max(passes or (n,), default=0) > self.max_pass:
+            raise ValueError(f"passes {passes} do not cover {n} tokens in passes of at most {self.max_pass}")
+        start = 0
+        for length in passes or (n,):
             if start and cancelled is not None and cancelled.is_set():
                 return None
-            stop = min(n, start + self.ubatch)
+            stop = start + length
             outputs = 0
             for i in range(start, stop):
                 j = i - start
@@ -89,6 +98,8 @@ class LlamaContext:
                 flag = i in want
                 b.logits[j] = flag
                 outputs += flag
+            if outputs > self.max_outputs:
+                raise ValueError(f"{outputs} rows asked of one pass: at most {self.max_outputs}")
             b.n_tokens = stop - start
             rc = L.llama_decode(self.ctx, b)
             if rc != 0:
@@ -99,11 +110,13 @@ class LlamaContext:
                 logits = np.ctypeslib.as_array(L.llama_get_logits(self.ctx), shape=(outputs, V))
                 out[done : done + outputs] = logits
                 done += outputs
+            start = stop
         return out
 
-    def set_batch_threads(self, n: int) -> int:
-        """Threads for passes of 2+ tokens (one-token passes keep theirs); returns the count before."""
-        before, self.batch_threads = self.batch_threads, max(1, int(n))
+    def set_threads(self, threads: int, batch_threads: int) -> tuple[int, int]:
+        """Threads for one-token passes and for passes of 2+ tokens; returns the counts before."""
+        before = self.threads, self.batch_threads
+        self.threads, self.batch_threads = max(1, int(threads)), max(1, int(batch_threads))
         self._L.llama_set_n_threads(self.ctx, self.threads, self.batch_threads)
         return before
 

@@ -1,12 +1,12 @@
 """llama.cpp, loaded once per process through llama-cpp-python's ctypes bindings, in its exact settings.
 
-``lib()`` returns the ``llama_cpp`` module (the C functions and structs) after three things that must happen
-before the first forward pass of the process:
+``lib()`` returns the ``llama_cpp`` module (the C functions and structs) after what must happen before the first
+forward pass of the process:
 
-* ``GGML_CPU_TILED_MM=0`` in the environment: ggml's tiled K-quant matmul (taken from 8 batch rows up) sums in
-  another order than the one-row kernel, so a verification row would differ from the same position decoded alone.
-  ggml reads the variable once per process, at its first matmul: a value a user set before is kept and named in
-  a warning (:mod:`specpar.backends.llama.settings`).
+* ``GGML_CPU_TILED_MM`` is read as ggml reads it (once per process, at its first matmul; unset means on): ggml's
+  tiled K-quant matmul, taken by passes of 8+ rows, sums in another order than the one-row kernel, so the exact
+  mode keeps its passes after the prompt to 7 tokens while it is on, and to 63 when a user switched it off
+  (:mod:`specpar.backends.llama.settings`); the prompt's prefill takes it (2x faster on the default pair).
 * llama.cpp's log goes to the ``specpar.llama`` logger (debug), and its last error lines are kept so that a model
   that will not load is refused with llama.cpp's own reason (:func:`recent_errors`).
 * ``llama_backend_init()``.
@@ -19,6 +19,7 @@ from __future__ import annotations
 import collections
 import logging
 import os
+import re
 import threading
 
 from specpar.core.errors import ConfigError
@@ -32,7 +33,7 @@ _errors: collections.deque[str] = collections.deque(maxlen=8)
 _callback = None  # the C callback object: kept alive as long as llama.cpp may call it
 TILED_MM = "GGML_CPU_TILED_MM"
 LOG_ERROR, LOG_CONT = 4, 5  # ggml_log_level (ggml.h): an error line, and the continuation of the line before
-_tiled_before: str | None = None  # the user's own value of GGML_CPU_TILED_MM, if any
+_tiled: bool | None = None  # GGML_CPU_TILED_MM as ggml reads it, recorded when llama.cpp is loaded
 
 
 def available() -> bool:
@@ -55,10 +56,8 @@ def lib():
 
 
 def _load():
-    global _callback, _tiled_before
-    _tiled_before = os.environ.get(TILED_MM)
-    if _tiled_before is None:
-        os.environ[TILED_MM] = "0"
+    global _callback, _tiled
+    _tiled = _tiled_from(os.environ.get(TILED_MM))
     try:
         import llama_cpp
     except ImportError as exc:
@@ -84,9 +83,18 @@ def _load():
     return llama_cpp
 
 
-def tiled_mm_setting() -> str | None:
-    """The user's own value of GGML_CPU_TILED_MM when llama.cpp was loaded (None: specpar set it to 0)."""
-    return _tiled_before
+def _tiled_from(value: str | None) -> bool:
+    """GGML_CPU_TILED_MM read as ggml reads it: unset, or an integer other than 0 (atoi), is on."""
+    if value is None:
+        return True
+    number = re.match(r"\s*[+-]?\d*", value).group().strip()
+    return number not in ("", "+", "-") and int(number) != 0
+
+
+def tiled_mm_on() -> bool:
+    """Whether ggml's tiled K-quant matmul is on in this process: GGML_CPU_TILED_MM when llama.cpp was loaded (ggml
+    reads it once), or now if it is not loaded yet."""
+    return _tiled if _tiled is not None else _tiled_from(os.environ.get(TILED_MM))
 
 
 def recent_errors(clear: bool = False) -> list[str]:

@@ -8,7 +8,6 @@ server of one model in a process shares one loaded copy of the weights.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import itertools
 import os
@@ -17,10 +16,11 @@ import warnings
 import weakref
 from collections.abc import Sequence
 
+from specpar.backends.llama.context import MAX_OUTPUTS
 from specpar.backends.llama.gguf_file import TOKENS, GGUFHeader, read_header
-from specpar.backends.llama.library import build_has, lib, recent_errors, system_info, tiled_mm_setting
+from specpar.backends.llama.library import build_has, lib, recent_errors, system_info
 from specpar.backends.llama.server import LlamaServer
-from specpar.backends.llama.settings import LlamaSettings, model_warnings
+from specpar.backends.llama.settings import LlamaSettings, fast_weights_note, model_warnings
 from specpar.backends.llama.tokenizer import GGUFTokenizer
 from specpar.core.errors import ConfigError, SpecparWarning
 from specpar.core.latency import LatencyProfile
@@ -29,7 +29,7 @@ from specpar.core.model import Model
 _names = itertools.count()
 TREE_SEQS = 64  # sequence ids per server: token trees of up to 64 leaves score in one pass
 CELL_PAD = 256  # llama.cpp pads a cache's size to a multiple of 256 cells
-COMPUTE_BYTES = 64 << 20  # a rough allowance for a context's compute buffers (passes of <= 63 tokens)
+COMPUTE_BYTES_PER_TOKEN = 1 << 20  # a rough allowance for a context's compute buffers, per token of its longest pass
 
 
 class _Weights:
@@ -74,9 +74,10 @@ class LlamaModel(Model):
     """A GGUF model with its tokenizer, run by llama.cpp on the CPU.
 
     path: the .gguf file.
-    settings: how its servers compute (default: the exact settings, :class:`LlamaSettings`); settings that break
-        exactness are named in a :class:`~specpar.core.errors.SpecparWarning`, and so are weights that this build
-        of llama.cpp multiplies with batch-size-dependent kernels.
+    exact: the exact mode (default) or the fast mode (False): :mod:`specpar.backends.llama.settings`.
+    settings: how its servers compute (default: the mode's settings, :class:`LlamaSettings`); in the exact mode,
+        settings that break exactness are named in a :class:`~specpar.core.errors.SpecparWarning`, and so are weights
+        that this build of llama.cpp multiplies with batch-size-dependent kernels.
     latency: a measured LatencyProfile (from ``specpar profile``), used only by the virtual clock.
     n_ctx: tokens a server's cache holds by default (default: the context window, at most 4096).
     """
@@ -89,6 +90,7 @@ class LlamaModel(Model):
         path,
         *,
         name: str | None = None,
+        exact: bool | None = None,
         settings: LlamaSettings | None = None,
         latency: LatencyProfile | None = None,
         n_ctx: int | None = None,
@@ -96,7 +98,8 @@ class LlamaModel(Model):
         path = os.fspath(path)
         self.path = path
         self.header = read_header(path)  # a clear refusal for a missing, truncated or foreign file
-        self.settings = settings or LlamaSettings()
+        lib()  # GGML_CPU_TILED_MM is read as llama.cpp loads: the exact mode's pass limit follows it
+        self.settings = resolve_settings(exact, settings)
         self.weights = _load_weights(path, self.settings.repack)
         L = lib()
         ptr = self.weights.ptr
@@ -120,8 +123,12 @@ class LlamaModel(Model):
         self.latency = latency
         self.tree_seqs = TREE_SEQS
         self.factory = functools.partial(LlamaModel, path, name=self.name, settings=self.settings, latency=latency)
-        self.exactness_warnings = self.settings.warnings(tiled_mm_setting()) + model_warnings(
-            self.header.matrix_types(), build_has("LLAMAFILE")
+        llamafile = build_has("LLAMAFILE")
+        self.exactness_warnings = self.settings.warnings() + model_warnings(
+            self.header.matrix_types(), llamafile, self.settings.exact
+        )
+        self.notes = (
+            [] if self.settings.exact else [n for n in [fast_weights_note(self.header.matrix_types(), llamafile)] if n]
         )
         for line in self.exactness_warnings:
             warnings.warn(f"{self.name}: not bitwise exact: {line}", SpecparWarning, stacklevel=2)
@@ -133,15 +140,20 @@ class LlamaModel(Model):
         return self.vocab_size - 1
 
     @property
+    def exact_mode(self) -> bool:
+        """The mode its servers run in: True (the exact settings), False (the fast ones)."""
+        return self.settings.exact
+
+    @property
     def exact(self) -> bool:
-        """Whether its servers' rows are bitwise those of one-token decoding (no exactness warning)."""
-        return not self.exactness_warnings
+        """Whether its servers' rows are bitwise those of one-token decoding (the exact mode, no exactness warning)."""
+        return self.settings.exact and not self.exactness_warnings
 
     def backend_settings(self) -> dict:
-        """What its servers' speed depends on besides the file (a machine profile's key): the backend, its library's
-        version and build, the settings and whether they are exact."""
+        """What its servers' rows and speed depend on besides the file (a machine profile's key): the backend, its
+        library's version and build, the settings with the mode ("exact" or "fast"), and whether rows are exact."""
         build = f"{getattr(lib(), '__version__', '?')}: {system_info()}"
-        return {"backend": "llama", "build": build, **dataclasses.asdict(self.settings), "exact": self.exact}
+        return {"backend": "llama", "build": build, **self.settings.as_dict(), "exact": self.exact}
 
     def kv_bytes_per_token(self) -> int:
         """Bytes one cached token costs in one server's cache (f16 keys and values, every layer)."""
@@ -155,8 +167,11 @@ class LlamaModel(Model):
             self.settings.describe(),
         ]
         if self.exact:
-            lines.append("bitwise exact: every row equals one-token decoding's, whatever the pass that computed it")
-        lines += [f"NOT exact: {w}" for w in self.exactness_warnings]
+            lines.append(
+                "bitwise exact: every row after the prompt equals one-token decoding's, whatever the pass that "
+                "computed it"
+            )
+        lines += [f"NOT exact: {w}" for w in self.exactness_warnings] + self.notes
         return "\n".join(lines)
 
     # -- servers -------------------------------------------------------------------------------------------
@@ -188,7 +203,12 @@ class LlamaModel(Model):
         """Refuse, before allocating, servers whose caches and buffers would not fit in the memory available."""
         from specpar.backends.transformers_model import available_memory
 
-        per_server = n_ctx * self.kv_bytes_per_token() + self.settings.ubatch * self.vocab_size * 4 + COMPUTE_BYTES
+        st = self.settings
+        longest = max(st.ubatch, st.prefill_ubatch if st.exact else 0)
+        outputs = max(min(st.ubatch, MAX_OUTPUTS), self.tree_seqs)
+        per_server = (
+            n_ctx * self.kv_bytes_per_token() + outputs * self.vocab_size * 4 + longest * COMPUTE_BYTES_PER_TOKEN
+        )
         need, free = n_servers * per_server, available_memory("cpu")
         if need > free:
             raise ConfigError(
@@ -217,6 +237,18 @@ class LlamaModel(Model):
 
     def __repr__(self) -> str:
         return f"LlamaModel({self.name}, {self.path})"
+
+
+def resolve_settings(exact: bool | None, settings: LlamaSettings | None) -> LlamaSettings:
+    """The settings a model runs in: ``settings``, or the mode's (``exact``: True, the default, or False); a
+    ConfigError when the two disagree."""
+    if settings is None:
+        return LlamaSettings(exact=True if exact is None else exact)
+    if not isinstance(settings, LlamaSettings):
+        raise ConfigError(f"settings must be a LlamaSettings, got {type(settings).__name__}")
+    if exact is not None and exact != settings.exact:
+        raise ConfigError(f"exact={exact} but the settings given are the {settings.mode} mode's: give one of the two")
+    return settings
 
 
 def check_same_vocabulary(target: LlamaModel, drafter: LlamaModel) -> None:

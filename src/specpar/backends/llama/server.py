@@ -1,8 +1,11 @@
 """A server over a GGUF model on llama.cpp: its own context and KV cache, kept across calls, cut to the common prefix.
 
-The server remembers which tokens its cache holds (``tokens``, at positions 0 .. len-1). A call carries the
-whole context; the server keeps the longest common prefix, cuts the cache there (``llama_memory_seq_rm``) and
-feeds only the rest, in passes of at most ``ubatch`` tokens, asking llama.cpp for the logits of the rows it needs:
+The server remembers which tokens its cache holds (``tokens``, at positions 0 .. len-1) and, in the exact mode,
+the prompt region they were prefilled for (``region_end``). A call carries the whole context (and in its decoding,
+its request's prompt length); the server keeps the longest common prefix its cache may reuse for that prompt
+(:func:`specpar.backends.llama.prefill.reusable`), cuts the cache there (``llama_memory_seq_rm``) and feeds only the
+rest: the prompt in its canonical passes, the tokens after it in passes of at most ``ubatch`` tokens
+(:func:`specpar.backends.llama.prefill.passes`), asking llama.cpp for the logits of the rows it needs:
 
 * ``Score(context, n)``: the rows for positions len(context)-n .. len(context) are the logits at input indices
   len(context)-n-1 .. len(context)-1: one pass over the unseen tail (at least those n+1 inputs).
@@ -15,8 +18,8 @@ feeds only the rest, in passes of at most ``ubatch`` tokens, asking llama.cpp fo
   out of the middle of the cache would leave holes that later tokens fill out of position order, and flash
   attention sums the cache in cell order, so the rows would no longer be bitwise those of a chain.
 
-In the exact settings (:mod:`specpar.backends.llama.settings`) every row is bitwise the row of one-token decoding,
-whatever the pass it was computed in. Rows follow :class:`specpar.core.calls.Scores`: argmax ids when greedy
+In the exact mode (:mod:`specpar.backends.llama.settings`) every row after the prompt is bitwise the row of one-token
+decoding after the same canonical prefill, whatever the pass it was computed in. Rows follow :class:`specpar.core.calls.Scores`: argmax ids when greedy
 (carrying their log-softmax rows when the decoding asks for log-probabilities), float64 probability rows after the
 shared logits processors (:func:`specpar.core.logits_processors.rows`) when sampling; drafts are sampled with the
 position-keyed uniforms of :mod:`specpar.core.decoding`.
@@ -31,6 +34,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from specpar.backends.cached_server import CachedServer
+from specpar.backends.llama import prefill
 from specpar.backends.llama.context import LlamaContext
 from specpar.backends.llama.tree_seqs import TreeSeqs
 from specpar.core.calls import DraftTree, Scores, ScoreTree, as_context
@@ -53,12 +57,15 @@ class LlamaServer(CachedServer):
         self.device = "cpu"
         self.latency = model.latency
         self.n_ctx = n_ctx
+        self.settings = model.settings
         self._ctx = LlamaContext(model.weights.ptr, model.settings, n_ctx, model.vocab_size, model.tree_seqs)
+        self.region_end = 0  # the prompt region (prefill.region) the cached tokens were prefilled for
 
     # -- the cache ---------------------------------------------------------------------------------------
     def _clear(self) -> None:
         self._ctx.clear()
         self.tokens = ()
+        self.region_end = 0
 
     def _crop(self, keep: int) -> None:
         if keep < len(self.tokens):
@@ -73,12 +80,36 @@ class LlamaServer(CachedServer):
                 "max_tokens"
             )
 
-    def _forward(self, new: Sequence[int], rows_from: int, cancelled=None) -> np.ndarray:
-        """Feed ``new`` after the cached tokens; the float32 logits [len(new) - rows_from, V] of its inputs from
-        ``rows_from`` on (Cancelled if cancelled between passes: what was fed stays cached and recorded)."""
+    def _region(self, context, decoding) -> int:
+        """The end of the canonical prompt region of ``context``'s request (0: none, and always in the fast mode)."""
+        prompt_len = getattr(decoding, "prompt_len", 0) if self.settings.exact else 0
+        if prompt_len > len(context):
+            raise ConfigError(f"a call's context ({len(context)} tokens) is shorter than its prompt ({prompt_len})")
+        return prefill.region(prompt_len)
+
+    def _keep(self, context, limit: int, region: int) -> int:
+        """Cut the cache to what a call for ``context`` (whose prompt region ends at ``region``) may reuse, at most
+        ``limit`` tokens; returns how many it holds."""
+        if self.settings.exact:
+            limit = min(limit, prefill.reusable(self.region_end, region, self.settings.prefill_ubatch))
+        keep = min(common_prefix_len(self.tokens, context), limit)
+        self._crop(keep)
+        self.region_end = region  # what is kept was computed as this region computes it
+        return keep
+
+    def _plan(self, start: int, stop: int, rows=(), region: int = 0) -> list[int]:
+        """The passes that feed positions start .. stop - 1 (prefill.passes with this server's settings)."""
+        st = self.settings
+        return prefill.passes(start, stop, region, st.prefill_ubatch, st.ubatch, rows, self._ctx.max_outputs)
+
+    def _forward(self, new: Sequence[int], rows_from: int, cancelled=None, region: int = 0) -> np.ndarray:
+        """Feed ``new`` after the cached tokens (those below ``region`` in the prompt's canonical passes); the float32
+        logits [len(new) - rows_from, V] of its inputs from ``rows_from`` on (Cancelled if cancelled between passes:
+        what was fed stays cached and recorded)."""
         held = len(self.tokens)
+        plan = self._plan(held, held + len(new), range(held + rows_from, held + len(new)), region)
         t0 = time.perf_counter()
-        out = self._ctx.decode(new, range(held, held + len(new)), range(rows_from, len(new)), None, cancelled)
+        out = self._ctx.decode(new, range(held, held + len(new)), range(rows_from, len(new)), None, cancelled, plan)
         self._passed(t0, time.perf_counter())
         if out is None:  # stopped between passes: the cache holds the passes that ran
             self.tokens += tuple(new[: self._ctx.fed])
@@ -86,12 +117,13 @@ class LlamaServer(CachedServer):
         self.tokens += tuple(new)
         return out
 
-    def _sync(self, context, need_from: int, cancelled=None) -> np.ndarray:
-        """Bring the cache to ``context``; the logits of its inputs from ``need_from`` on."""
+    def _sync(self, context, need_from: int, decoding=None, cancelled=None) -> np.ndarray:
+        """Bring the cache to ``context`` (of a request decoded with ``decoding``: its prompt length); the logits of
+        its inputs from ``need_from`` on."""
         self._check_window(len(context))
-        keep = min(common_prefix_len(self.tokens, context), need_from)
-        self._crop(keep)
-        return self._forward(context[keep:], need_from - keep, cancelled)
+        region = self._region(context, decoding)
+        keep = self._keep(context, need_from, region)
+        return self._forward(context[keep:], need_from - keep, cancelled, region)
 
     # -- rows ----------------------------------------------------------------------------------------------
     @staticmethod
@@ -104,8 +136,8 @@ class LlamaServer(CachedServer):
         return rows(logits, context, start, decoding)
 
     # -- the contract (run, compute, _score, _draft: CachedServer) -------------------------------------------
-    def _last_logits(self, ctx, cancelled) -> np.ndarray:
-        return self._sync(ctx, len(ctx) - 1, cancelled)
+    def _last_logits(self, ctx, cancelled, decoding=None) -> np.ndarray:
+        return self._sync(ctx, len(ctx) - 1, decoding, cancelled)
 
     def _draft_row(self, logits: np.ndarray, dec: Decoding, ctx, tokens: list[int], position: int):
         if dec.greedy and not dec.reshapes:
@@ -126,8 +158,9 @@ class LlamaServer(CachedServer):
         positions = [*range(held, base), *(base + d - 1 for d in tree.depths[lo:hi])]
         ids = [seqs.linear()] * len(new) + [seqs.of(i) for i in range(lo, hi)]
         first = len(new) - 1 if new else 0
+        plan = self._plan(0, len(tokens), range(first, len(tokens)))  # after the prompt region: exact passes
         t0 = time.perf_counter()
-        out = self._ctx.decode(tokens, positions, range(first, len(tokens)), ids, cancelled)
+        out = self._ctx.decode(tokens, positions, range(first, len(tokens)), ids, cancelled, plan)
         self._passed(t0, time.perf_counter())
         self.tokens += tuple(new)  # the tree's cells go at the call's end (TreeSeqs.close)
         if out is None:
@@ -138,8 +171,7 @@ class LlamaServer(CachedServer):
         """Rows at the root and after every node of the tree, from one forward pass."""
         ctx, tree = call.context, call.tree
         self._check_window(len(ctx) + tree.depth)
-        keep = min(common_prefix_len(self.tokens, ctx), len(ctx) - 1)
-        self._crop(keep)
+        keep = self._prefill(ctx, call.decoding)
         with TreeSeqs.whole(self._ctx, tree, keep, len(ctx)) as seqs:
             logits = self._feed_tree(seqs, ctx[keep:], tree, 0, len(tree))
         # trees take no logits processors (refused in generate), so rows need no context
@@ -149,11 +181,21 @@ class LlamaServer(CachedServer):
         """SpecInfer's expansion (one pass per level over its new nodes) or best-first growth (one per step)."""
         ctx = call.context
         self._check_window(len(ctx) + tree_depth(call.shape))
-        logits = self._sync(ctx, len(ctx) - 1, cancelled)
+        logits = self._sync(ctx, len(ctx) - 1, call.decoding, cancelled)
         with TreeSeqs.growing(self._ctx, len(ctx)) as seqs:
             if isinstance(call.shape, BestFirst):
                 return self._grow(call, seqs, logits, cancelled)
             return self._expand(call, seqs, logits, cancelled)
+
+    def _prefill(self, context, decoding) -> int:
+        """Cut the cache to what ``context`` may reuse (at most all but its last token) and feed its prompt region
+        in the canonical passes; returns how many of its tokens the cache holds (the rest go with the tree)."""
+        region = self._region(context, decoding)
+        keep = self._keep(context, len(context) - 1, region)
+        if keep < region:
+            self._forward(context[keep:region], region - keep, None, region)
+            keep = region
+        return keep
 
     def _level(self, seqs: TreeSeqs, tree: TokenTree, frontier: list[int], cancelled) -> np.ndarray:
         """The logits of the nodes fed since the last pass (the new frontier), fed now."""
@@ -196,8 +238,12 @@ class LlamaServer(CachedServer):
         return functools.partial(build_server, self.model.factory, self.name, self.n_ctx)
 
     def set_batch_threads(self, n: int) -> int:
-        """Threads for passes of 2+ tokens from now on (exact at any count); returns the count before."""
-        return self._ctx.set_batch_threads(n)
+        """``n`` threads for the passes this mode lets run on several from now on (exact: passes of 2+ tokens, at
+        any count; fast: every pass); returns the count before."""
+        ctx = self._ctx
+        before = ctx.batch_threads
+        ctx.set_threads(ctx.threads if self.settings.exact else n, n)
+        return before
 
     def close(self) -> None:
         """Free the context (its KV cache); the server cannot run calls after."""

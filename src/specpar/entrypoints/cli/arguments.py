@@ -752,7 +752,8 @@ PAIR_HELP = (
 
 def add_model_args(p, target: bool = True, advanced: tuple[str, ...] = ()) -> None:
     """The models group: --target (unless ``target`` is False: serve takes it as its MODEL), --drafter, --backend,
-    --devices, --dtype (those in ``advanced`` listed by --help=all only)."""
+    --exact/--no-exact, --devices, --dtype (those in ``advanced``, --exact and --dtype listed by --help=all only;
+    --backend's help names --no-exact)."""
     g = p.add_argument_group("models", PAIR_HELP)
     if target:
         g.add_argument(
@@ -763,8 +764,18 @@ def add_model_args(p, target: bool = True, advanced: tuple[str, ...] = ()) -> No
         "--backend",
         choices=("llama", "transformers"),
         default=None,
-        help="llama: GGUF files on llama.cpp (CPU), bitwise exact; transformers: float32 torch models (any device). "
+        help="llama: GGUF files on llama.cpp (CPU), bitwise exact, or with --no-exact (--help=all) its fast mode; "
+        "transformers: float32 torch models (any device). "
         "Default: llama for GGUF files and the default pair on the CPU when `specpar[llama]` is installed",
+    )
+    g.add_argument(
+        "--exact",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="llama.cpp's exact mode (the default): every algorithm's greedy output is the target's own, bitwise, "
+        "the prompt prefilled in llama.cpp's fastest passes; --no-exact: its fast mode, llama.cpp's own fastest "
+        "settings on all free cores, speculation lossless in distribution, greedy outputs that may differ from the "
+        "exact mode's at near ties (docs/llama_cpp.md)",
     )
     g.add_argument(
         "--devices",
@@ -780,7 +791,7 @@ def add_model_args(p, target: bool = True, advanced: tuple[str, ...] = ()) -> No
         help="weights dtype for the models (default float32)",
     )
     for action in g._group_actions:
-        if action.option_strings[-1] in (*advanced, "--dtype"):
+        if action.option_strings[-1] in (*advanced, "--dtype", "--no-exact"):
             advanced_flag(action)
 
 

@@ -63,12 +63,12 @@ def load_models(args, devs: list[str] | None = None):
         return load_pair(
             args.target,
             args.drafter,
-            devs[0],
+            devs[:2],
             args.dtype,
             progress=sys.stderr.isatty(),
-            target_device=devs[1] if len(devs) > 1 else devs[0],
             backend=args.backend,
             with_drafter=spec.proposer is None or parse_proposer(spec.proposer).uses_drafter,
+            exact=getattr(args, "exact", None),
         )
     except ConfigError as exc:
         raise ConfigError(in_flags(str(exc))) from None
@@ -116,6 +116,15 @@ def check_common(args) -> None:
     check_lookahead(args)
     check_servers(args)
     check_tree_depth(args)
+    check_mode_flag(args)
+
+
+def check_mode_flag(args) -> None:
+    """Refuse --no-exact for a backend without llama.cpp's fast mode, before the models load."""
+    from specpar.backends.loading import check_exact
+
+    if getattr(args, "exact", None) is False:
+        check_exact(False, backend(args))
 
 
 def check_tree_depth(args) -> None:

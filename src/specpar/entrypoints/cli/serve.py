@@ -122,11 +122,14 @@ def check(args) -> tuple[str | None, socket.socket]:
     args.target = getattr(args, "target", None)  # MODEL, when given
     if args.simulated and (args.target or args.drafter):
         raise ConfigError("give either --simulated or a MODEL (or --drafter), not both")
+    if args.simulated and args.exact is not None:
+        raise ConfigError("--exact/--no-exact choose llama.cpp's mode: simulated models have none")
     if not args.simulated:
-        from specpar.entrypoints.cli.real_models import check_lookahead, check_tree_depth
+        from specpar.entrypoints.cli.real_models import check_lookahead, check_mode_flag, check_tree_depth
 
         check_lookahead(args)
         check_tree_depth(args)
+        check_mode_flag(args)
     if args.sp_degree > MAX_SERVE_SERVERS:
         raise ConfigError(f"--sp-degree must be at most {MAX_SERVE_SERVERS} to serve, got {args.sp_degree}")
     from specpar.entrypoints.cli.real_models import check_servers

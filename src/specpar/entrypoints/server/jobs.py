@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from specpar.backends.loading import model_exact
 from specpar.core.errors import ConfigError
 from specpar.core.params import SamplingParams
 from specpar.entrypoints.server.schemas import ChatCompletionRequest, CompletionRequest, RequestError
@@ -71,7 +72,23 @@ def chat_plan(req: ChatCompletionRequest, served: Served) -> Plan:
     return _plan(req, True, jobs, logprobs, served)
 
 
+def check_exact_field(exact: bool | None, engine_exact: bool | None) -> None:
+    """A request's ``exact`` against the mode the server's models were loaded in (``serve --no-exact``: the fast
+    mode). The models run in one mode, so a request gets the cheapest correct answer the loaded models give:
+    exact=false is always honoured (the exact mode's output is one the fast mode may give: its promise, lossless in
+    distribution, holds), exact=true only where the models run the exact mode (or a backend with one mode);
+    refused with a 400 on a server in the fast mode (loading the weights again in the other mode would take seconds
+    and the memory of a second copy)."""
+    if exact and engine_exact is False:
+        raise RequestError(
+            "exact=true: this server's models run llama.cpp's fast mode (serve --no-exact), whose greedy outputs may "
+            "differ from the target's own; ask without exact, or send it to a server started without --no-exact",
+            "exact",
+        )
+
+
 def _plan(req, chat: bool, jobs: list[Job], logprobs, served: Served) -> Plan:
+    check_exact_field(req.exact, model_exact(served.engine.target_model))
     options = req.stream_options
     if options is not None and not req.stream:
         raise RequestError("stream_options is only allowed when stream is true", "stream_options")

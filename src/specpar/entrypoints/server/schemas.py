@@ -7,7 +7,8 @@ may send that this server cannot honour exactly are declared and refused with a 
 specpar's own fields, beside vLLM's (``top_k``, ``min_p``, ``repetition_penalty``, ``min_tokens``,
 ``stop_token_ids``, ``ignore_eos``, ``include_stop_str_in_output``): ``coupling`` ("rejection" or "gumbel", see
 :mod:`specpar.core.decoding`; default "gumbel" when a seed is given, so that a seed reproduces for every algorithm,
-else "rejection") and ``speculative`` (per-request speculation, like llama.cpp's ``speculative.n_max``).
+else "rejection"), ``speculative`` (per-request speculation, like llama.cpp's ``speculative.n_max``) and ``exact``
+(the llama.cpp mode the answer needs, :func:`specpar.entrypoints.server.jobs.check_exact_field`).
 """
 
 from __future__ import annotations
@@ -116,6 +117,7 @@ class SamplingRequest(Strict):
     service_tier: str | None = None
     coupling: Literal["rejection", "gumbel"] | None = None
     speculative: Speculative | None = None
+    exact: bool | None = None
 
     @field_validator("logit_bias")
     @classmethod
