@@ -70,8 +70,6 @@ def measure_here(name: str, prompt: int, repeats: int, reference: int) -> dict:
     """One arm, in this process (its GGML_CPU_TILED_MM set by the parent)."""
     import warnings
 
-    import numpy as np
-
     from specpar.backends import weights
     from specpar.backends.llama.model import LlamaModel
     from specpar.backends.llama.settings import LlamaSettings
@@ -87,38 +85,12 @@ def measure_here(name: str, prompt: int, repeats: int, reference: int) -> dict:
     p = len(ids)
     dec = Decoding(prompt_len=p if canonical else 0)
     server = model.server("a", n_ctx=1024)
-
-    def prefill(s, upto: int):
-        s.reset()
-        return s._sync(tuple(ids), upto, dec)
-
-    prefill_ms = median_ms(lambda: prefill(server, p), repeats)  # the prompt's tokens (none of their rows)
-    first_ms = median_ms(lambda: prefill(server, p - 1), repeats)
-    rows = {p: prefill(server, p - 1)[-1].copy()}  # the row after position p - 1: the first output token's
-    seq, steps = list(ids), []
-    for _ in range(reference):  # one-token greedy decoding: the arm's reference rows
-        seq.append(int(rows[len(seq)].argmax()))
-        t0 = time.perf_counter()
-        rows[len(seq)] = server._sync(tuple(seq), len(seq) - 1, dec)[-1].copy()
-        steps.append((time.perf_counter() - t0) * 1000)
-    bad = []
-
-    def check(s, end: int, k: int, what: str):
-        got = s._sync(tuple(seq[:end]), end - k - 1, dec)
-        if not all(np.array_equal(row, rows[end - k + i]) for i, row in enumerate(got)):
-            bad.append(what)
-
-    def verify4():
-        server._sync(tuple(seq[: p + 40]), p + 35, dec)  # cut back 5 tokens, then a pass over them
-
-    for base in (p + 3, p + reference - 40):  # at the prompt's end; past 256 cached tokens
-        for k in KS:
-            check(server, base + (7 * k) % 20 + k, k, f"verify k={k} from {base}")
+    prefill_ms = median_ms(lambda: _prefill(server, ids, p, dec), repeats)  # the prompt's tokens (none of their rows)
+    first_ms = median_ms(lambda: _prefill(server, ids, p - 1, dec), repeats)
+    seq, rows, steps = _one_token_decoding(server, ids, dec, reference)
+    bad = _checks(model, server, seq, rows, dec, p, reference)
     server._sync(tuple(seq[: p + 40]), p + 39, dec)
-    verify_ms = median_ms(verify4, 5)
-    second = model.server("b", n_ctx=1024)
-    prefill(second, p - 1)
-    check(second, p + CATCH_UP + 4, CATCH_UP + 3, f"catch-up of {CATCH_UP} + 4 drafts")
+    verify_ms = median_ms(lambda: server._sync(tuple(seq[: p + 40]), p + 35, dec), 5)  # cut 5 back, a pass over them
     return {
         "prompt_tokens": p,
         "prefill_ms": prefill_ms,
@@ -129,6 +101,47 @@ def measure_here(name: str, prompt: int, repeats: int, reference: int) -> dict:
         "settings": model.settings.describe(),
         "load": os.getloadavg()[0],
     }
+
+
+def _prefill(server, ids: list[int], upto: int, dec):
+    """A cold prefill of the prompt ``ids``; the logits of its inputs from ``upto`` on."""
+    server.reset()
+    return server._sync(tuple(ids), upto, dec)
+
+
+def _one_token_decoding(server, ids: list[int], dec, n: int) -> tuple[list[int], dict, list[float]]:
+    """The arm's reference: the prompt prefilled, then ``n`` greedy tokens one pass each; (the sequence, {position:
+    the float32 row after it}, each step's ms)."""
+    p = len(ids)
+    rows = {p: _prefill(server, ids, p - 1, dec)[-1].copy()}  # the row after position p - 1: the first output's
+    seq, steps = list(ids), []
+    for _ in range(n):
+        seq.append(int(rows[len(seq)].argmax()))
+        t0 = time.perf_counter()
+        rows[len(seq)] = server._sync(tuple(seq), len(seq) - 1, dec)[-1].copy()
+        steps.append((time.perf_counter() - t0) * 1000)
+    return seq, rows, steps
+
+
+def _checks(model, server, seq: list[int], rows: dict, dec, p: int, reference: int) -> list[str]:
+    """The checks whose rows differ from the reference's (bitwise): verifications of k = 1 .. 16 drafts after a cut
+    cache at the prompt's end and past 256 cached tokens, and a catch-up with drafts on a second server."""
+    import numpy as np
+
+    bad = []
+
+    def check(s, end: int, k: int, what: str):
+        got = s._sync(tuple(seq[:end]), end - k - 1, dec)
+        if not all(np.array_equal(row, rows[end - k + i]) for i, row in enumerate(got)):
+            bad.append(what)
+
+    for base in (p + 3, p + reference - 40):
+        for k in KS:
+            check(server, base + (7 * k) % 20 + k, k, f"verify k={k} from {base}")
+    second = model.server("b", n_ctx=1024)
+    _prefill(second, seq[:p], p - 1, dec)
+    check(second, p + CATCH_UP + 4, CATCH_UP + 3, f"catch-up of {CATCH_UP} + 4 drafts")
+    return bad
 
 
 def options(p) -> None:

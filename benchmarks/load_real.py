@@ -1,22 +1,23 @@
 """Real models under load on this machine: 1, 2 and 4 concurrent clients, beside the simulator's prediction.
 
-The default pair (or --target/--drafter) on ``--backend`` (transformers; llama once the llama.cpp backend is in),
-an Engine of ``--units`` processing units (default: the cores), one torch thread per server. Steps, in one run:
+The default pair (or --target/--drafter) on ``--backend`` (llama, or transformers), an Engine of ``--units``
+processing units (default: the cores), each unit's passes on its share of the cores. Steps, in one run:
 
-1. profile: each model's TTFT, TPOT and per-token cost and the pair's acceptance rate (the App. F figures of its
-   machine profile, ``specpar profile``'s measurement), given to the servers so the scheduler predicts each share's
-   option (:mod:`specpar.prediction.shares`);
+1. profile: the pair's machine profile (``specpar profile``'s measurement, from specpar's cache, or with --measure
+   measured first on three prompts the clients never send), given to the engine so that its scheduler predicts each
+   share's option from it;
 2. load: C closed-loop clients (threads) each send ``--requests`` greedy requests of N tokens (HumanEval prompts),
    back to back; throughput = output tokens / wall time, per C, and its ratio to C = 1 (goal: >= 1.6 at 2 and 4);
 3. prediction: the same closed loop on the virtual clock (:class:`specpar.experiments.load.LoadSimulation`) with
-   the measured profile (goal: each measured throughput within 15% of its prediction);
+   the machine profile's costs at the threads each unit's passes get, its per-call round trip and its contention
+   (goal: each measured throughput within 15% of its prediction);
 4. single client vs today's engine: the same requests one at a time, on this Engine with its defaults and on the
    Engine of ``--baseline-src`` (a checkout before the scheduler) in a subprocess, alternated (goal: within 5%).
 
 Each number of clients is an arm (2 and 3), and the single-client comparison (4) the last one (--single 0: none;
 it frees the load engine's weights first). The machine is shared: compare ratios taken in one run.
 
-    python -m benchmarks load_real [--backend transformers] [--clients 1,2,4] [--requests 3] [-N 32]
+    python -m benchmarks load_real [--backend llama] [--clients 1,2,4] [--requests 3] [-N 32] [--measure]
         [--baseline-src /work/main]
 """
 
@@ -35,7 +36,6 @@ from types import SimpleNamespace
 
 from benchmarks.runner import Arm, Benchmark
 from specpar import Engine, SamplingParams
-from specpar.core.latency import LatencyProfile
 
 
 def prompts(n: int) -> list[str]:
@@ -45,17 +45,18 @@ def prompts(n: int) -> list[str]:
 
 
 def load_engine(args, **kw) -> Engine:
-    options = {} if args.backend == "transformers" else {"backend": args.backend}
-    return Engine(args.target, args.drafter, runtime="threads", **options, **kw)
+    return Engine(args.target, args.drafter, runtime="threads", backend=args.backend, **kw)
 
 
-def profile(engine: Engine, texts: list[str]) -> dict:
-    """The App. F figures of the engine's models' machine profile (``specpar profile``'s measurement, from specpar's
-    cache or measured now on these prompts)."""
+def profile(args, texts: list[str]):
+    """The pair's machine profile (``specpar profile``'s measurement, from specpar's cache or measured now on
+    ``texts``), and the models, loaded once."""
+    from specpar.backends.loading import load_pair
     from specpar.prediction.machine import load_or_build
 
-    ids = [engine.prompt_ids(t) for t in texts]
-    return load_or_build(target=engine.target_model, drafter=engine.drafter_model, prompts=ids).meta["app_f"]
+    target, drafter = load_pair(args.target, args.drafter, backend=args.backend, progress=False)
+    ids = [target.encode(t) for t in texts]
+    return load_or_build(target=target, drafter=drafter, prompts=ids, refresh=args.measure), target, drafter
 
 
 def closed_loop(engine: Engine, texts: list[str], clients: int, requests: int, n: int) -> dict:
@@ -88,15 +89,17 @@ def closed_loop(engine: Engine, texts: list[str], clients: int, requests: int, n
             "latency_mean_s": statistics.fmean(latencies), "requests": len(latencies)}  # fmt: skip
 
 
-def predicted(prof: dict, units: int, clients: int, requests: int, n: int) -> float:
+def predicted(machine, units: int, clients: int, requests: int, n: int, prompt_length: int) -> float:
+    """The closed loop's throughput on the virtual clock with the machine profile's costs: each pass at the threads
+    an engine of ``units`` units gives it, the runtime's round trip per call, the machine's contention."""
+    from specpar.backends.cpu_threads import pass_threads
     from specpar.experiments.load import LoadSetting, LoadSimulation
 
-    def lat(role):
-        p = prof[role]
-        return LatencyProfile(p["ttft_ms"], p["tpot_ms"], p["per_token_ms"])
-
-    setting = LoadSetting(units=units, target=lat("target"), drafter=lat("drafter"), max_tokens=n,
-                          acceptance_rate=prof["acceptance_rate"]["geometric"], lookahead=None)  # fmt: skip
+    threads, over = pass_threads(machine.cores, units, 1), machine.overhead_ms["threads"]
+    setting = LoadSetting(units=units, target=machine.target.costs(threads, over),
+                          drafter=machine.drafter.costs(threads, over), max_tokens=n, prompt_length=prompt_length,
+                          acceptance_rate=machine.acceptance_rate, lookahead=None,
+                          contention=machine.contention)  # fmt: skip
     return LoadSimulation(setting).run("adaptive", clients=clients, requests=clients * requests).throughput
 
 
@@ -138,7 +141,7 @@ def single_client(args, texts: list[str]) -> dict:
 
 
 def options(p) -> None:
-    p.add_argument("--backend", default="transformers", choices=("transformers", "llama"), help="default transformers")
+    p.add_argument("--backend", default="llama", choices=("transformers", "llama"), help="default llama")
     p.add_argument("--target", default=None, help="the target model (default: the default pair's)")
     p.add_argument("--drafter", default=None, help="the drafter model")
     p.add_argument("--units", type=int, default=os.cpu_count(), help="processing units (default: the cores)")
@@ -147,6 +150,7 @@ def options(p) -> None:
     p.add_argument("-N", type=int, default=32, help="tokens per request (default 32)")
     p.add_argument("--single", type=int, default=6, help="single-client requests per engine (0: no such arm)")
     p.add_argument("--baseline-src", default="/work/main", help="the checkout the single client compares with")
+    p.add_argument("--measure", action="store_true", help="measure the pair's machine profile first (not the cache's)")
 
 
 def arms(args) -> list[Arm]:
@@ -157,18 +161,14 @@ def arms(args) -> list[Arm]:
 @contextlib.contextmanager
 def session(args):
     """The prompts, and the load engine (made on first need, its servers given the measured profile)."""
-    s = SimpleNamespace(texts=prompts(16), engine=None, profile=None)
+    s = SimpleNamespace(texts=prompts(19), engine=None, profile=None, prompt_length=None)
 
     def engine() -> Engine:
         if s.engine is None:
-            s.engine = load_engine(args, units=args.units)
-            s.profile = prof = profile(s.engine, s.texts[:3])
-            for role, servers in (("target", s.engine.targets.servers), ("drafter", s.engine.drafters.servers)):
-                for server in servers:
-                    server.latency = LatencyProfile(prof[role]["ttft_ms"], prof[role]["tpot_ms"],
-                                                    prof[role]["per_token_ms"])  # fmt: skip
-            s.engine.drafter_model.acceptance_rate = prof["acceptance_rate"]["geometric"]
+            s.profile, target, drafter = profile(args, s.texts[-3:])  # the sample: prompts the clients never send
+            s.engine = Engine(target, drafter, runtime="threads", units=args.units, profile=s.profile)
             s.engine.generate(s.texts[0], SamplingParams(max_tokens=4, temperature=0, ignore_eos=True))  # warm-up
+            s.prompt_length = round(statistics.fmean(len(target.encode(t)) for t in s.texts[:-3]))
         return s.engine
 
     def release() -> None:
@@ -190,8 +190,8 @@ def measure(arm: Arm, args, r: int) -> dict:
         s.release()
         return single_client(args, s.texts)
     c = arm.settings["clients"]
-    row = closed_loop(s.load_engine(), s.texts, c, args.requests, args.N)
-    row["predicted_tokens_per_s"] = predicted(s.profile, args.units, c, args.requests, args.N)
+    row = closed_loop(s.load_engine(), s.texts[:-3], c, args.requests, args.N)
+    row["predicted_tokens_per_s"] = predicted(s.profile, args.units, c, args.requests, args.N, s.prompt_length)
     row["measured_over_predicted"] = row["tokens_per_s"] / row["predicted_tokens_per_s"]
     return row
 
@@ -201,9 +201,13 @@ def summarize(results, args) -> dict:
     one = loads[0].figures["tokens_per_s"]
     out = {f"{a.arm.settings['clients']} clients: tokens/s x 1 client": a.figures["tokens_per_s"] / one
            for a in loads[1:]}  # fmt: skip
-    if args.session.profile:
-        prof = args.session.profile
-        out["profile"] = {**{r: prof[r] for r in ("target", "drafter")}, "a": prof["acceptance_rate"]["geometric"]}
+    machine = args.session.profile
+    if machine is not None:
+        out["profile"] = {"v(1) ms": {r: getattr(machine, r).pass_cost(1, 1) for r in ("target", "drafter")},
+                          "contention": list(machine.contention), "acceptance_rate": machine.acceptance_rate,
+                          "measured": dict(machine.meta).get("when"), "load_average": dict(machine.meta).get("load_average")}  # fmt: skip
+        errors = [abs(a.figures["measured_over_predicted"] - 1) for a in loads]
+        out["goal"] = f"each within 15% of its prediction: {'met' if max(errors) <= 0.15 else 'NOT met'}"
     return out
 
 

@@ -125,8 +125,30 @@ def measure(arm: Arm, args, r: int) -> dict:
         "predicted_ms": predicted,
         "error": (predicted - result.time_ms) / result.time_ms,
         "prompt_tokens": len(ids),
+        **breakdown(result),
         "tokens": list(result.tokens),
         "chose": None if chose is None else str(getattr(chose, "label", chose)),
+    }
+
+
+def breakdown(result) -> dict:
+    """Where a run's time went, from its timeline: the target's first call (the prefill), the median of its later
+    calls, the drafter's calls, and the time no call ran (the algorithm's own, the hand-offs), all ms."""
+    timeline = [t for t in result.timeline if not t.cancelled]
+    target = sorted((t for t in timeline if t.kind == "verify"), key=lambda t: t.start_ms)
+    drafts = [t.end_ms - t.start_ms for t in timeline if t.kind == "draft"]
+    busy, end = 0.0, 0.0
+    for t in sorted(result.timeline, key=lambda t: t.start_ms):
+        a, b = max(t.start_ms, end), t.end_ms
+        if b > a:
+            busy, end = busy + b - a, b
+    later = [t.end_ms - t.start_ms for t in target[1:]]
+    return {
+        "first_target_call_ms": target[0].end_ms - target[0].start_ms if target else None,
+        "target_call_median_ms": statistics.median(later) if later else None,
+        "target_calls": len(target),
+        "draft_calls_ms": sum(drafts),
+        "outside_calls_ms": max(0.0, result.time_ms - busy),
     }
 
 
@@ -175,6 +197,11 @@ BENCHMARK = Benchmark(
         "predicted_ms": "its prediction from the machine profile, ms",
         "error": "(predicted - measured) / measured",
         "prompt_tokens": "prompt length, tokens",
+        "first_target_call_ms": "the target's first call (the prefill), ms",
+        "target_call_median_ms": "the target's later calls, median ms",
+        "target_calls": "the target's calls",
+        "draft_calls_ms": "the drafter's calls, ms in all",
+        "outside_calls_ms": "time no call ran, ms",
     },
     arms=arms,
     measure=measure,

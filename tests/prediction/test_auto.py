@@ -38,6 +38,7 @@ def test_auto_runs_dsi_where_it_pays():
     assert result.time_ms < 0.5 * plain.time_ms
 
 
+@pytest.mark.slow
 def test_the_reason_names_the_others_and_the_cost_of_a_pass():
     target, drafter = pair(c=0.1, a=0.8, per_token=2.0)
     with Engine(target, drafter, units=1) as engine:
@@ -55,6 +56,7 @@ def test_auto_caps_dsi_at_the_requests_sp_degree():
     assert result.sp_degree <= 2
 
 
+@pytest.mark.slow
 def test_auto_takes_a_profile_file(tmp_path):
     target, drafter = pair(c=0.05, a=0.9)
     # a machine where every pass of two tokens or more costs ten steps: only plain decoding pays
@@ -66,6 +68,7 @@ def test_auto_takes_a_profile_file(tmp_path):
         assert engine.generate(PROMPT, max_tokens=20, algorithm="auto").algorithm == "dsi"
 
 
+@pytest.mark.slow
 def test_auto_keeps_its_choices_per_kind_of_request():
     target, drafter = pair(c=0.1, a=0.8)
     with Engine(target, drafter, units=1) as engine:

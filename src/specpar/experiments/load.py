@@ -32,7 +32,12 @@ PERCENTILES = (50, 90, 99)
 
 @dataclass(frozen=True)
 class LoadSetting:
-    """The simulated deployment: ``units`` processing units, each with a target and a drafter server."""
+    """The simulated deployment: ``units`` processing units, each with a target and a drafter server.
+
+    target, drafter: each server's costs (a LatencyProfile, or a machine profile's measured PassCosts);
+    contention: a machine profile's (f(1), f(2), ...): passes slow while several servers run at once (None: the
+    paper's clock, every server its own hardware).
+    """
 
     units: int = 8
     target: LatencyProfile = field(default_factory=lambda: LatencyProfile.uniform(30.0))
@@ -43,6 +48,7 @@ class LoadSetting:
     vocab_size: int = 32
     lookahead: int | str | None = "auto"
     temperature: float = 0.0
+    contention: tuple[float, ...] | None = None
 
     @property
     def nonsi_capacity(self) -> float:
@@ -163,7 +169,8 @@ class LoadSimulation:
         ]
         scheduler = Scheduler(units, clock)
         curve = self.curve(policy)
-        runtime = RuntimeConfig(name="virtual", options={"clock": clock})
+        machine = {} if s.contention is None else {"contention": s.contention}  # one machine for every request
+        runtime = RuntimeConfig(name="virtual", options={"clock": clock, **machine})
         decoding = Decoding(s.temperature, self.seed)
         records: list[RequestRecord] = []
 

@@ -38,6 +38,7 @@ def models(pair_dirs):
     return ["--target", pair_dirs[0], "--drafter", pair_dirs[1], "--dtype", "float64", "--devices", "cpu"]
 
 
+@pytest.mark.slow
 def test_predict_lists_every_method_fastest_first_and_what_auto_runs(profiles, capsys):
     assert cli.main(["predict", "--profile", profiles[1], "--prompt-length", "20", "-N", "30", "--sp-degree", "7",
                      "--json"]) == 0  # fmt: skip
@@ -49,6 +50,7 @@ def test_predict_lists_every_method_fastest_first_and_what_auto_runs(profiles, c
     assert "--algorithm auto runs: non-SI" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_generate_auto_runs_the_predicted_fastest_and_says_so(pair_dirs, profiles, capsys):
     for profile, ran in ((profiles[0], "non-SI"), (profiles[1], "DSI")):
         code = cli.main(["generate", PROMPT, "-N", "30", "--algorithm", "auto", "--profile", profile, "--json",

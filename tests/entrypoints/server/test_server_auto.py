@@ -14,6 +14,8 @@ openai = pytest.importorskip("openai")
 from served import KEY, client, gauge, post, running, simulated_engine  # noqa: E402
 from specpar.entrypoints.server.app import create_app  # noqa: E402
 
+pytestmark = pytest.mark.slow  # live servers
+
 
 def counter(url: str, name: str, **labels) -> float:
     from served import metrics_text, parse_prometheus

@@ -36,7 +36,7 @@ class LlamaContext:
         p = L.llama_context_default_params()
         p.n_ctx = n_ctx
         # one llama_decode = one pass: the chunking is ours (the prompt's passes may be longer than the others)
-        self.max_pass = max(settings.ubatch, settings.prefill_ubatch if settings.exact else 0)
+        self.max_pass = settings.longest_pass
         p.n_batch = p.n_ubatch = self.max_pass
         # the logits buffer holds a pass's rows (llama.cpp keeps at least a row per sequence), not n_ctx x vocab
         self.max_outputs = max(min(settings.ubatch, MAX_OUTPUTS), n_seq)

@@ -120,6 +120,11 @@ class LlamaSettings:
         """The most tokens of an exact pass in this process (7 with the tiled matmul on, else 63)."""
         return exact_pass_limit(self.tiled_mm)
 
+    @property
+    def longest_pass(self) -> int:
+        """The most tokens of one forward pass (a context's n_ubatch): the prompt's passes count in the exact mode."""
+        return max(self.ubatch, self.prefill_ubatch if self.exact else 0)
+
     def as_dict(self) -> dict:
         """Everything that changes a server's rows or costs, with the mode: a cache key for measured costs."""
         return {"mode": self.mode, **{k: v for k, v in asdict(self).items() if k != "exact"}}

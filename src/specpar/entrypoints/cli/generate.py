@@ -21,11 +21,15 @@ from specpar.entrypoints.cli.progress import TokenProgress
 from specpar.experiments.loop import run_arms
 
 DESCRIPTION = """\
-Generate text with non-SI, SI or DSI on real transformers models (thread runtime).
-The output is exactly the target's: token for token when greedy (the default), in
-distribution when sampling. Text is printed as it is verified; then acceptance
-statistics and tokens/s. With --compare, the other two algorithms run on the same
-loaded servers and a table shows all three side by side.
+Generate text with non-SI, SI, DSI or auto on real models: GGUF files on llama.cpp
+(the default for the default pair on the CPU; bitwise exact, or --no-exact for its
+fast mode) or transformers models (--backend transformers, any torch device), on
+threads or Ray (--runtime). The output is exactly the target's: token for token when
+greedy (the default), in distribution when sampling. Text is printed as it is
+verified; then acceptance statistics and tokens/s. --algorithm auto runs the method
+the pair's machine profile predicts fastest and says why. With --compare, the other
+algorithms run on the same loaded servers and a table shows them side by side, with
+each one's predicted time when the pair has a machine profile.
 """
 
 GENERATE_SAMPLING = ("max_tokens", "temperature", "top_k", "top_p", "min_p", "repetition_penalty", "stop",
