@@ -8,13 +8,14 @@ methods; importing it does not import Ray (an optional dependency), constructing
 :func:`make_runtime` builds the one a :class:`~specpar.core.config.RuntimeConfig` names.
 """
 
+import dataclasses
 import inspect
 from collections.abc import Sequence
 
 from specpar.core.config import RuntimeConfig
 from specpar.core.errors import ConfigError
 from specpar.runtimes.base import Pool, Runtime, Task, TaskRecord
-from specpar.runtimes.ray_runtime import RayRuntime
+from specpar.runtimes.ray_runtime import RayOptions, RayRuntime
 from specpar.runtimes.threads import ThreadRuntime
 from specpar.runtimes.virtual import VirtualRuntime
 
@@ -43,10 +44,14 @@ def make_runtime(config: RuntimeConfig, pools: Sequence[Pool], ready_made: bool 
 
 
 def _check_options(cls, options) -> None:
-    """A ConfigError naming the runtime options ``cls`` does not take (before: a TypeError from its constructor)."""
-    params = inspect.signature(cls.__init__).parameters
-    kinds = (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
-    known = [n for n, p in params.items() if n not in ("self", "pools") and p.kind in kinds]
+    """A ConfigError naming the runtime options ``cls`` does not take (before: a TypeError from its constructor): the
+    fields of its ``options_type``, else its constructor's keywords."""
+    if cls.options_type is not None:
+        known = [f.name for f in dataclasses.fields(cls.options_type)]
+    else:
+        params = inspect.signature(cls.__init__).parameters
+        kinds = (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+        known = [n for n, p in params.items() if n not in ("self", "pools") and p.kind in kinds]
     unknown = sorted(str(k) for k in options if k not in known)
     if unknown:
         raise ConfigError(
@@ -62,6 +67,7 @@ __all__ = [
     "VirtualRuntime",
     "ThreadRuntime",
     "RayRuntime",
+    "RayOptions",
     "RUNTIMES",
     "RuntimeConfig",
     "make_runtime",

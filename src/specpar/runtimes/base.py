@@ -215,6 +215,7 @@ class Runtime(ABC):
     """
 
     name = "runtime"
+    options_type: type | None = None  # a dataclass of its options (Ray's), else its constructor's keywords are
     left_running: Sequence[str] = ()  # threads close() left behind, finishing a call (threads)
     lost: Sequence[LostReplica] = ()  # servers lost during the generation (threads, Ray)
 

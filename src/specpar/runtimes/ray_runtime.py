@@ -33,6 +33,7 @@ import math
 import queue
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass, replace
 
 from specpar.core.errors import ConfigError, ServerError
 from specpar.core.latency import STALL_FACTOR, STALL_FLOOR_S
@@ -48,14 +49,16 @@ PLACEMENT_TIMEOUT_S = 60.0
 STRATEGIES = ("PACK", "SPREAD")
 
 
-class RayRuntime(Runtime):
-    """Runtime on Ray actors; times are the driver's wall-clock ms since the actors were ready.
+@dataclass(frozen=True)
+class RayOptions:
+    """A :class:`RayRuntime`'s settings (checked when made).
 
     cpus_per_server: CPUs in each server's bundle (and its torch threads, at least 1).
     placement: "PACK" (one node if it fits) or "SPREAD" (across nodes).
     call_timeout_s: a call running longer than this loses its replica; None (the default): each call's limit is
         derived from its server's latency (:class:`~specpar.runtimes.base.CallLimits`, with ``stall_factor`` and
         ``stall_floor_s``); ``math.inf``: no limit. The pools in ``local_pools`` follow the same limits.
+    join_timeout_s: how long close() waits for the calls it cancelled before killing their actors.
     reuse_actors: keep the actors with their servers for later runs instead of killing them at close().
     gpu_pools: pools whose servers get one GPU each when the cluster has GPUs.
     inject_link_ms: a delay each new actor adds before and after every call, as if it were that far away (to
@@ -64,42 +67,47 @@ class RayRuntime(Runtime):
         round trip per call, at the price of sharing the driver's process (see the README's figures).
     """
 
-    name = "ray"
+    cpus_per_server: float = 1.0
+    placement: str = "PACK"
+    call_timeout_s: float | None = None
+    join_timeout_s: float = DEFAULT_JOIN_TIMEOUT_S
+    reuse_actors: bool = False
+    gpu_pools: Sequence[str] = ("target",)
+    inject_link_ms: float = 0.0
+    local_pools: Sequence[str] = ()
+    stall_factor: float = STALL_FACTOR
+    stall_floor_s: float = STALL_FLOOR_S
 
-    def __init__(
-        self,
-        pools: Sequence[Pool],
-        cpus_per_server: float = 1.0,
-        placement: str = "PACK",
-        call_timeout_s: float | None = None,
-        join_timeout_s: float = DEFAULT_JOIN_TIMEOUT_S,
-        reuse_actors: bool = False,
-        gpu_pools: Sequence[str] = ("target",),
-        inject_link_ms: float = 0.0,
-        local_pools: Sequence[str] = (),
-        stall_factor: float = STALL_FACTOR,
-        stall_floor_s: float = STALL_FLOOR_S,
-    ):
-        if not (isinstance(cpus_per_server, (int, float)) and cpus_per_server > 0 and math.isfinite(cpus_per_server)):
-            raise ConfigError(f"cpus_per_server must be > 0, got {cpus_per_server!r}")
-        if placement not in STRATEGIES:
-            raise ConfigError(f"placement must be one of {STRATEGIES}, got {placement!r}")
-        self.limits = CallLimits(call_timeout_s, stall_factor, stall_floor_s)
+    def __post_init__(self):
+        cpus = self.cpus_per_server
+        if not (isinstance(cpus, (int, float)) and cpus > 0 and math.isfinite(cpus)):
+            raise ConfigError(f"cpus_per_server must be > 0, got {cpus!r}")
+        if self.placement not in STRATEGIES:
+            raise ConfigError(f"placement must be one of {STRATEGIES}, got {self.placement!r}")
+
+
+class RayRuntime(Runtime):
+    """Runtime on Ray actors; times are the driver's wall-clock ms since the actors were ready.
+
+    options: its :class:`RayOptions`, or their fields as keywords (``RayRuntime(pools, cpus_per_server=2)``;
+    keywords change the fields of ``options`` when both are given).
+    """
+
+    name = "ray"
+    options_type = RayOptions
+
+    def __init__(self, pools: Sequence[Pool], options: RayOptions | None = None, **keywords):
+        o = replace(options or RayOptions(), **keywords)
+        self.limits = CallLimits(o.call_timeout_s, o.stall_factor, o.stall_floor_s)
         super().__init__(pools)
-        self.cpus_per_server = float(cpus_per_server)
-        self.placement = placement
-        self.call_timeout_s = call_timeout_s
-        self.join_timeout_s = join_timeout_s
-        self.reuse_actors = reuse_actors
-        self.gpu_pools = tuple(gpu_pools)
-        self.inject_link_ms = float(inject_link_ms)
+        self.options = o
         self.lost: list[LostReplica] = []
         self._ray = import_ray()
-        remote_pools = [p for p in self.pools if p.name not in local_pools]
+        remote_pools = [p for p in self.pools if p.name not in o.local_pools]
         servers = [(p, s) for p in remote_pools for s in p.servers]
         if not self._ray.is_initialized():  # a local Ray is started for these servers: one process each
             capacity.check_local_actors(len(servers))
-        connect(cpus=len(servers) * self.cpus_per_server)
+        connect(cpus=len(servers) * o.cpus_per_server)
         self._session = self._ray.get_runtime_context().get_node_id()  # new with every Ray this process joins
         self._remote = self._actors(servers)  # local server -> RemoteServer
         self._latency = {r: s.latency for s, r in self._remote.items()}  # for the stall limits
@@ -110,10 +118,10 @@ class RayRuntime(Runtime):
         self._in_flight = 0
         # what finished: an ObjectRef (put by Ray's callback) or a Task of a local pool (put by its thread)
         self._finished: queue.SimpleQueue = queue.SimpleQueue()
-        local = [p for p in self.pools if p.name in local_pools]
+        local = [p for p in self.pools if p.name in o.local_pools]
         self._local = (
-            ThreadRuntime(local, call_timeout_s, finished=self._finished, stall_factor=stall_factor,
-                          stall_floor_s=stall_floor_s)
+            ThreadRuntime(local, o.call_timeout_s, finished=self._finished, stall_factor=o.stall_factor,
+                          stall_floor_s=o.stall_floor_s)
             if local
             else None
         )  # fmt: skip
@@ -125,7 +133,7 @@ class RayRuntime(Runtime):
         """A RemoteServer per local server: a kept one when reusing, new actors (one placement group) else."""
         remote, new = {}, []
         for pool, server in servers:
-            kept = ray_actors.kept(server, self._session) if self.reuse_actors else None
+            kept = ray_actors.kept(server, self._session) if self.options.reuse_actors else None
             if kept is not None and server not in remote:
                 remote[server] = kept
             elif server not in remote:
@@ -134,7 +142,7 @@ class RayRuntime(Runtime):
         if new:
             for server, made in zip([s for _, s in new], self._make([(p, s) for p, s in new])):
                 remote[server] = made
-        if self.reuse_actors:
+        if self.options.reuse_actors:
             for server, r in remote.items():
                 ray_actors.keep(server, r, self._session)
         return remote
@@ -149,32 +157,35 @@ class RayRuntime(Runtime):
         specs = [ray_actors.remote_spec(s) for _, s in servers]
         gpus = ray.cluster_resources().get("GPU", 0) > 0
         bundles = [
-            {"CPU": self.cpus_per_server, **({"GPU": 1} if gpus and p.name in self.gpu_pools else {})}
+            {
+                "CPU": float(self.options.cpus_per_server),
+                **({"GPU": 1} if gpus and p.name in self.options.gpu_pools else {}),
+            }
             for p, _ in servers
         ]
         have, need = ray.cluster_resources().get("CPU", 0), sum(b["CPU"] for b in bundles)
         if need > have:
             raise ConfigError(
-                f"{len(bundles)} servers with {self.cpus_per_server:g} CPU(s) each need {need:g} CPUs, but the Ray "
+                f"{len(bundles)} servers with {self.options.cpus_per_server:g} CPU(s) each need {need:g} CPUs, but the Ray "
                 f"cluster has {have:g}: lower cpus_per_server (--cpus-per-server) or sp_degree, or add nodes"
             )
-        pg = placement_group(bundles, strategy=self.placement)
+        pg = placement_group(bundles, strategy=self.options.placement)
         if not pg.wait(timeout_seconds=PLACEMENT_TIMEOUT_S):
             remove_placement_group(pg)
             raise ConfigError(
-                f"Ray cannot place {len(bundles)} servers with {self.cpus_per_server:g} CPU(s) each "
-                f"(placement {self.placement}; free: {ray.available_resources()}): lower cpus_per_server "
+                f"Ray cannot place {len(bundles)} servers with {self.options.cpus_per_server:g} CPU(s) each "
+                f"(placement {self.options.placement}; free: {ray.available_resources()}): lower cpus_per_server "
                 "(--cpus-per-server) or sp_degree, or add nodes"
             )
         group = ray_actors.Group(pg, len(bundles))
         host = ray.remote(concurrency_groups={ray_actors.CONTROL: 1})(ray_actors.ServerHost)
-        threads = max(1, int(self.cpus_per_server))
+        threads = max(1, int(self.options.cpus_per_server))
         actors = [
             host.options(
                 num_cpus=b["CPU"],
                 num_gpus=b.get("GPU", 0),
                 scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=i),
-            ).remote(spec, threads, self.inject_link_ms)
+            ).remote(spec, threads, float(self.options.inject_link_ms))
             for i, (b, spec) in enumerate(zip(bundles, specs))
         ]
         made = [ray_actors.RemoteServer(s.name, a, group) for (_, s), a in zip(servers, actors)]
@@ -344,14 +355,14 @@ class RayRuntime(Runtime):
         self.cancel_all()
         if self._running and self._ray.is_initialized():
             refs = list(self._running)
-            done, _ = self._ray.wait(refs, num_returns=len(refs), timeout=self.join_timeout_s)
+            done, _ = self._ray.wait(refs, num_returns=len(refs), timeout=self.options.join_timeout_s)
             for ref in refs:
                 if ref not in done:
                     task, replica, _ = self._running[ref]
-                    self._lose(task, replica, f"still busy {self.join_timeout_s:g} s after close()")
+                    self._lose(task, replica, f"still busy {self.options.join_timeout_s:g} s after close()")
             self._running.clear()
             self._ref.clear()
-        if not self.reuse_actors:
+        if not self.options.reuse_actors:
             for replica in self._remote.values():
                 replica.kill()
         if self._local is not None:

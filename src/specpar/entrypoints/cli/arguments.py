@@ -253,6 +253,7 @@ def shown(value) -> str:
     return str(value)
 
 
+@dataclass(eq=False)
 class ConfigOptions:
     """One configuration dataclass's flags in one command.
 
@@ -270,40 +271,34 @@ class ConfigOptions:
     vLLM's {"model": "drafter"}).
     """
 
-    def __init__(
-        self,
-        cls,
-        dest: str,
-        *,
-        fields=None,
-        defaults: Mapping[str, Any] | None = None,
-        choices: Mapping[str, tuple] | None = None,
-        old_values: Mapping[str, Mapping[str, str]] | None = None,
-        convert: Mapping[str, Callable] | None = None,
-        helps: Mapping[str, str] | None = None,
-        speculative_config: bool = False,
-        optional: str | None = None,
-        required: tuple[str, ...] = (),
-        metavars: Mapping[str, str] | None = None,
-        advanced: tuple[str, ...] | bool = (),
-        json_args: Mapping[str, str] | None = None,
-    ):
-        self.cls, self.dest = cls, dest
+    cls: type
+    dest: str
+    _: dataclasses.KW_ONLY
+    fields: Sequence[str] | None = None
+    defaults: Mapping[str, Any] | None = None
+    choices: Mapping[str, tuple] | None = None
+    old_values: Mapping[str, Mapping[str, str]] | None = None
+    convert: Mapping[str, Callable] | None = None
+    helps: Mapping[str, str] | None = None
+    speculative_config: bool = False
+    optional: str | None = None
+    required: tuple[str, ...] = ()
+    metavars: Mapping[str, str] | None = None
+    advanced: tuple[str, ...] | bool = ()
+    json_args: Mapping[str, str] | None = None
+
+    def __post_init__(self):
+        cls = self.cls
         self.flagged = {f.name: f for f in dataclasses.fields(cls) if "flag" in f.metadata}
-        self.fields = tuple(self.flagged) if fields is None else tuple(fields)
+        self.fields = tuple(self.flagged) if self.fields is None else tuple(self.fields)
         unknown = [name for name in self.fields if name not in self.flagged]
         if unknown:
             raise ValueError(f"{cls.__name__} has no flag for {unknown}")
-        self.defaults = dict(defaults or {})
-        self.choices = dict(choices or {})
-        self.old_values = {k: dict(v) for k, v in (old_values or {}).items()}
-        self.convert = dict(convert or {})
-        self.helps = dict(helps or {})
-        self.optional, self.required = optional, tuple(required)
-        self.advanced = set(self.fields) if advanced is True else set(advanced or ())
-        self.json_args = dict(json_args or {})
-        self.speculative_config = speculative_config
-        self.metavars = dict(metavars or {})
+        for name in ("defaults", "choices", "convert", "helps", "metavars", "json_args"):  # (None: none)
+            setattr(self, name, dict(getattr(self, name) or {}))
+        self.old_values = {k: dict(v) for k, v in (self.old_values or {}).items()}
+        self.required = tuple(self.required)
+        self.advanced = set(self.fields) if self.advanced is True else set(self.advanced or ())
         self.hints = typing.get_type_hints(cls)
 
     def flag(self, name: str) -> str:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import sys
+from dataclasses import dataclass
+from typing import Any
 
 from specpar.core.errors import ConfigError
 from specpar.core.json_output import print_json
@@ -105,10 +107,9 @@ def run(args) -> int:
         raise ConfigError(f"--repeats must be >= 1, got {args.repeats}")
     if args.repeats > 1 and not args.compare:
         raise ConfigError("--repeats is for --compare (it repeats the comparison)")
-    params = args.sampling
     from specpar.algorithms.checks import check_tree_processors
 
-    check_tree_processors(args.spec, params.processors)  # before the models load (the engine checks it again)
+    check_tree_processors(args.spec, args.sampling.processors)  # before the models load (the engine checks it again)
     chosen = chosen_prompt(args)
     main = args.algorithm
     algorithms = [main] + ([a for a in ("nonsi", "si", "dsi", "auto") if a != main] if args.compare else [])
@@ -122,42 +123,9 @@ def run(args) -> int:
         algorithms = [a for a in algorithms if a != "auto"]
     if args.compare:
         real_models.warn_load()
-    repeats = args.repeats
-    left = len(algorithms) * repeats - 1  # runs after the first, shown by a progress bar (the first by its text)
-    bar = None
-
-    def run(algo, r):
-        stream = None
-        if r == 0 and algo == main and not args.json:
-            print(
-                f"[{NAMES[algo]} on {what}: {len(ids)} prompt tokens, {args.max_tokens} new, "
-                f"{'greedy' if args.temperature == 0 else f'temperature {args.temperature:g}'}]",
-                file=sys.stderr,
-            )
-            stream = Streamer(target, ids, params.stop)
-        servers.reset()  # every algorithm starts from a cold cache (its TTFT includes the prefill)
-        res = servers.generate(
-            ids,
-            params,
-            speculative_config=real_models.arm(args.spec, servers, algo),
-            stream=stream or (bar.callback if bar else None),
-        )
-        if stream is not None:
-            stream.finish()
-            print()
-            if res.finish_reason == "stop":
-                print(f"[stopped after {len(res.tokens)} tokens: end of text or a stop]", file=sys.stderr)
-        return res
-
-    def on_result(algo, r, res):
-        nonlocal bar
-        if bar is None and left:
-            bar = bars.enter_context(TokenProgress(left * args.max_tokens, "comparing", not args.json))
-        if bar is not None:
-            bar.describe(f"ran {NAMES[algo]}, repeat {r + 1} of {repeats}")
-
     with contextlib.ExitStack() as bars:
-        runs = run_arms(algorithms, repeats, run, on_result=on_result)
+        arms = _Arms(args, servers, target, what, ids, left=len(algorithms) * args.repeats - 1, bars=bars)
+        runs = run_arms(algorithms, args.repeats, arms, on_result=arms.on_result)
     results = {a: rs[0] for a, rs in runs.items()}
     speedups = {a: speedups_of(runs, a) for a in runs} if args.compare else None
     if args.json:
@@ -168,7 +136,7 @@ def run(args) -> int:
                 "text": results[main].text,
                 "finish_reason": results[main].finish_reason,
                 "results": {a: dict(r.to_dict(), overhead=r.overhead) for a, r in results.items()},
-                "repeats": repeats,
+                "repeats": args.repeats,
                 "time_ms": {a: [r.time_ms for r in rs] for a, rs in runs.items()},
                 "speedups": speedups,
                 "predicted_ms": predicted,
@@ -177,6 +145,53 @@ def run(args) -> int:
         return 0
     _report(args, results, runs, speedups, predicted, why_not)
     return 0
+
+
+@dataclass
+class _Arms:
+    """One run of an algorithm on the loaded servers, for :func:`~specpar.experiments.loop.run_arms`: the main
+    algorithm's first run streams its text (unless --json), the later ones move a progress bar (made at the first
+    result, in ``bars``, when there are any: ``left`` runs after the first)."""
+
+    args: Any
+    servers: Any  # the Engine real_models.load made
+    target: Any  # its target model (for the streamed text)
+    what: str  # what the prompt is ("prompt", or a --dataset id)
+    ids: list[int]  # the prompt's token ids
+    left: int
+    bars: contextlib.ExitStack
+    bar: TokenProgress | None = None
+
+    def __call__(self, algo: str, r: int):
+        args, stream = self.args, None
+        if r == 0 and algo == args.algorithm and not args.json:
+            print(
+                f"[{NAMES[algo]} on {self.what}: {len(self.ids)} prompt tokens, {args.max_tokens} new, "
+                f"{'greedy' if args.temperature == 0 else f'temperature {args.temperature:g}'}]",
+                file=sys.stderr,
+            )
+            stream = Streamer(self.target, self.ids, args.sampling.stop)
+        self.servers.reset()  # every algorithm starts from a cold cache (its TTFT includes the prefill)
+        res = self.servers.generate(
+            self.ids,
+            args.sampling,
+            speculative_config=real_models.arm(args.spec, self.servers, algo),
+            stream=stream or (self.bar.callback if self.bar else None),
+        )
+        if stream is not None:
+            stream.finish()
+            print()
+            if res.finish_reason == "stop":
+                print(f"[stopped after {len(res.tokens)} tokens: end of text or a stop]", file=sys.stderr)
+        return res
+
+    def on_result(self, algo: str, r: int, res) -> None:
+        if self.bar is None and self.left:
+            self.bar = self.bars.enter_context(
+                TokenProgress(self.left * self.args.max_tokens, "comparing", not self.args.json)
+            )
+        if self.bar is not None:
+            self.bar.describe(f"ran {NAMES[algo]}, repeat {r + 1} of {self.args.repeats}")
 
 
 NOT_YET = (

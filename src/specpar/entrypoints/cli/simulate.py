@@ -134,8 +134,7 @@ def run(args) -> int:
     if args.repeats < 1:
         raise ConfigError(f"--repeats must be >= 1, got {args.repeats}")
     from specpar.core.json_output import print_json
-    from specpar.experiments.comparison import compare
-    from specpar.planning import analytic
+    from specpar.entrypoints.cli.progress import status
 
     if args.output:
         from specpar.core.paths import check_output_file, image_suffixes
@@ -143,76 +142,84 @@ def run(args) -> int:
         args.output = check_output_file(args.output, "-o", image_suffixes())
     pair = pair_from_args(args)
     (target_lat, drafter_lat), a = pair.latencies(), pair.mean_acceptance_rate
-    c = drafter_lat.tpot_ms / target_lat.tpot_ms if target_lat.tpot_ms > 0 else None  # undefined: printed "-"
-    from specpar.entrypoints.cli.progress import status
-
     with status("choosing each algorithm's lookahead (-k auto)", args.lookahead == "auto" and not args.json):
         k, why = _lookaheads(args, target_lat, drafter_lat, a)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", SpecparWarning)
-        summary = _run_with_progress(compare, args, pair.models, pair.prompt, k)
-    messages = sorted({str(w.message) for w in caught if issubclass(w.category, SpecparWarning)})
-
-    closed = {}
-    if (
-        target_lat.ttft_ms == target_lat.tpot_ms
-        and drafter_lat.ttft_ms == drafter_lat.tpot_ms
-        and target_lat.per_token_ms == 0
-        and isinstance(k["si"], int)  # a fixed lookahead (not "adaptive")
-    ):
-        n, t, d = args.max_tokens, target_lat.tpot_ms, drafter_lat.tpot_ms
-        closed = {
-            "nonsi_ms": analytic.nonsi_latency(t, n),
-            "si_expected_ms": analytic.si_expected_latency(t, d, a, k["si"], n),
-            "dsi_prop1_bound_ms_lookahead1": analytic.dsi_latency_bound(t, d, a, n),
-        }
-
+    summary, messages = _compare(args, pair, k)
+    closed = _closed_forms(args, target_lat, drafter_lat, a, k)
     if args.output:
         from specpar.experiments.timeline_plot import plot_timelines
 
-        plot_timelines(
-            [s.first_run for s in summary.values()],
-            args.output,
-            title=f"c = {fmt(c, '.3g')}, a = {a:g}, N = {args.max_tokens}, seed {args.seed}",
-        )
+        c = _drafter_fraction(target_lat, drafter_lat)
+        title = f"c = {fmt(c, '.3g')}, a = {a:g}, N = {args.max_tokens}, seed {args.seed}"
+        plot_timelines([s.first_run for s in summary.values()], args.output, title=title)
     if args.json:
         print_json(
             {
-                "config": {
-                    "target": {
-                        "ttft_ms": target_lat.ttft_ms,
-                        "tpot_ms": target_lat.tpot_ms,
-                        "per_token_ms": target_lat.per_token_ms,
-                    },
-                    "drafter": {
-                        "ttft_ms": drafter_lat.ttft_ms,
-                        "tpot_ms": drafter_lat.tpot_ms,
-                        "per_token_ms": drafter_lat.per_token_ms,
-                    },
-                    "drafter_latency_fraction": c,
-                    "acceptance_rate": a,
-                    "acceptance_regimes": pair.acceptance_regimes,
-                    "lookahead": k,
-                    "lookahead_choice": why,
-                    "sp_degree": args.sp_degree,
-                    "max_new_tokens": args.max_tokens,
-                    "runtime": args.runtime,
-                    "link_ms": args.link_ms,
-                    "temperature": args.temperature,
-                    "seed": args.seed,
-                    "repeats": args.repeats,
-                    "tree": str(args.tree) if isinstance(args.tree, BestFirst) else args.tree,
-                },
+                "config": _config_json(args, pair, k, why),
                 "results": {name: s.to_dict() for name, s in summary.items()},
                 "closed_forms": closed,
                 "warnings": messages,
             },
         )
         return 0
-    _print_table(args, summary, target_lat, drafter_lat, c, k, why, closed, messages)
+    _print_table(args, summary, target_lat, drafter_lat, k, why, closed, messages)
     if args.output:
         print(f"timeline of the first repeat written to {args.output}")
     return 0
+
+
+def _drafter_fraction(target_lat, drafter_lat) -> float | None:
+    """c, the drafter's per-token latency over the target's (None when the target's is 0: printed "-")."""
+    return drafter_lat.tpot_ms / target_lat.tpot_ms if target_lat.tpot_ms > 0 else None
+
+
+def _compare(args, pair, k) -> tuple[dict, list[str]]:
+    """The comparison's summaries ({arm: summary}) and the specpar warnings it raised (sorted, once each)."""
+    from specpar.experiments.comparison import compare
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", SpecparWarning)
+        summary = _run_with_progress(compare, args, pair.models, pair.prompt, k)
+    return summary, sorted({str(w.message) for w in caught if issubclass(w.category, SpecparWarning)})
+
+
+def _closed_forms(args, target_lat, drafter_lat, a: float, k) -> dict[str, float]:
+    """The paper's closed forms (ms) beside the simulation, where they hold: constant pass latencies (TTFT = TPOT, no
+    per-token cost) and a fixed lookahead; else {}."""
+    from specpar.planning import analytic
+
+    constant = target_lat.ttft_ms == target_lat.tpot_ms and drafter_lat.ttft_ms == drafter_lat.tpot_ms
+    if not (constant and target_lat.per_token_ms == 0 and isinstance(k["si"], int)):  # not "adaptive"
+        return {}
+    n, t, d = args.max_tokens, target_lat.tpot_ms, drafter_lat.tpot_ms
+    return {
+        "nonsi_ms": analytic.nonsi_latency(t, n),
+        "si_expected_ms": analytic.si_expected_latency(t, d, a, k["si"], n),
+        "dsi_prop1_bound_ms_lookahead1": analytic.dsi_latency_bound(t, d, a, n),
+    }
+
+
+def _config_json(args, pair, k, why) -> dict:
+    """The comparison's settings, as --json prints them under "config"."""
+    target_lat, drafter_lat = pair.latencies()
+    latency = lambda lat: {"ttft_ms": lat.ttft_ms, "tpot_ms": lat.tpot_ms, "per_token_ms": lat.per_token_ms}  # noqa: E731
+    return {
+        "target": latency(target_lat),
+        "drafter": latency(drafter_lat),
+        "drafter_latency_fraction": _drafter_fraction(target_lat, drafter_lat),
+        "acceptance_rate": pair.mean_acceptance_rate,
+        "acceptance_regimes": pair.acceptance_regimes,
+        "lookahead": k,
+        "lookahead_choice": why,
+        "sp_degree": args.sp_degree,
+        "max_new_tokens": args.max_tokens,
+        "runtime": args.runtime,
+        "link_ms": args.link_ms,
+        "temperature": args.temperature,
+        "seed": args.seed,
+        "repeats": args.repeats,
+        "tree": str(args.tree) if isinstance(args.tree, BestFirst) else args.tree,
+    }
 
 
 COUPLING_DEFAULT = (
@@ -249,8 +256,8 @@ def _run_with_progress(compare, args, make_models, make_prompt, k):
         return compare(make_models, make_prompt, progress=progress, stream=bar.callback, **kwargs)
 
 
-def _print_table(args, summary, target_lat, drafter_lat, c, k, why, closed, messages) -> None:
-
+def _print_table(args, summary, target_lat, drafter_lat, k, why, closed, messages) -> None:
+    """The comparison as a table, under a line of its settings and one of its lookaheads."""
     from specpar.entrypoints.cli.comparison import print_comparison
     from specpar.entrypoints.cli.console import table_console
 
@@ -259,7 +266,7 @@ def _print_table(args, summary, target_lat, drafter_lat, c, k, why, closed, mess
     mode = "greedy" if args.temperature == 0 else f"sampling at temperature {args.temperature:g}"
     console.print(
         f"target {target_lat.tpot_ms:g} ms/token (TTFT {target_lat.ttft_ms:g} ms), "
-        f"drafter {drafter_lat.tpot_ms:g} ms/token (c = {fmt(c, '.3g')}), "
+        f"drafter {drafter_lat.tpot_ms:g} ms/token (c = {fmt(_drafter_fraction(target_lat, drafter_lat), '.3g')}), "
         + (
             f"a = {args.acceptance_regimes} (regimes), "
             if args.acceptance_regimes

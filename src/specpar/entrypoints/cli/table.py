@@ -84,14 +84,9 @@ def _profiles(args):
 
 
 def run(args) -> int:
-    from rich.table import Table
-
     from specpar.core.json_output import print_json
     from specpar.entrypoints.cli import real_models
     from specpar.entrypoints.cli.console import table_console
-    from specpar.entrypoints.cli.progress import TokenProgress
-    from specpar.experiments.loop import inconclusive_line
-    from specpar.experiments.online import feasible_lookaheads, run_online
 
     console = table_console(stderr=args.json, highlight=False)
     pairs, note = _profiles(args)
@@ -99,73 +94,81 @@ def run(args) -> int:
         real_models.warn_load()
     if note:
         console.print(f"[yellow]note:[/yellow] {note}")
-    tables = []
-    for pair in pairs:
-        kwargs = dict(
-            n=args.max_tokens,
-            repeats=args.repeats,
-            sp_degree=args.sp_degree,
-            lookaheads=args.lookaheads,
-            seed=args.seed,
-            **experiment_runtime(args),
-        )
-        runs = args.repeats * (1 + 2 * len(feasible_lookaheads(pair, args.lookaheads, args.sp_degree)))
-        with TokenProgress(runs * args.max_tokens, f"{pair.label}: {args.runtime}", not args.json) as bar:
-            done = iter(range(1, runs + 1))
-            progress = lambda arm: bar.describe(f"{pair.label}: {arm}, run {next(done)} of {runs}")  # noqa: E731
-            tables.append(run_online(pair, progress=progress, stream=bar.callback, **kwargs))
+    tables = [_measure(args, pair) for pair in pairs]
     if args.json:
         print_json({"tables": [t.to_dict() for t in tables], "note": note})
         return 0
     for t in tables:
-        p = t.profile
-        console.print(
-            f"[bold]{p.label}[/]: target TPOT {p.target.tpot_ms:g} ms (TTFT {p.target.ttft_ms:g}), drafter TPOT "
-            f"{p.drafter.tpot_ms:g} ms (TTFT {p.drafter.ttft_ms:g}, c = {p.drafter_fraction:.3g}), a = "
-            f"{p.acceptance_rate:g}; N = {t.n}, {t.repeats} repeats on {args.runtime}, DSI on up to {t.sp_degree} "
-            "target servers",
-            highlight=False,
-        )
-        table = Table()
-        for col in (
-            "lookahead",
-            "SP (Eq. 1)",
-            "DSI vs SI",
-            "predicted",
-            "DSI vs non-SI",
-            "predicted",
-            "SI ms",
-            "DSI ms",
-            "non-SI ms",
-        ):
-            table.add_column(col, justify="right")
-        for row in t.rows:
-            m, v = t.speedups(row), t.speedups(row, virtual=True)
-            table.add_row(
-                str(row.lookahead),
-                str(row.sp_needed),
-                f"{m['dsi_vs_si'].value:.2f}x ± {m['dsi_vs_si'].std:.2f}",
-                f"{v['dsi_vs_si'].value:.2f}x",
-                f"{m['dsi_vs_nonsi'].value:.2f}x ± {m['dsi_vs_nonsi'].std:.2f}",
-                f"{v['dsi_vs_nonsi'].value:.2f}x",
-                f"{_mean(row.si_ms):.1f}",
-                f"{_mean(row.dsi_ms):.1f}",
-                f"{_mean(t.nonsi_ms):.1f}",
-            )
-        console.print(table)
-        for row in t.rows:
-            for key, s in t.speedups(row).items():
-                line = inconclusive_line(
-                    f"k = {row.lookahead}: DSI", "SI" if key == "dsi_vs_si" else "non-SI", s.to_dict()
-                )
-                if line:
-                    console.print(f"  [yellow]note:[/yellow] {line}")
-        if t.infeasible:
-            console.print(
-                f"  lookahead {', '.join(map(str, t.infeasible))} left out: Eq. 1 needs more than "
-                f"{t.sp_degree} target servers"
-            )
+        _print_online(console, t, args.runtime)
     return 0
+
+
+def _measure(args, pair):
+    """One pair's online table (:func:`~specpar.experiments.online.run_online`), with a progress bar over its runs."""
+    from specpar.entrypoints.cli.progress import TokenProgress
+    from specpar.experiments.online import feasible_lookaheads, run_online
+
+    kwargs = dict(
+        n=args.max_tokens,
+        repeats=args.repeats,
+        sp_degree=args.sp_degree,
+        lookaheads=args.lookaheads,
+        seed=args.seed,
+        **experiment_runtime(args),
+    )
+    runs = args.repeats * (1 + 2 * len(feasible_lookaheads(pair, args.lookaheads, args.sp_degree)))
+    with TokenProgress(runs * args.max_tokens, f"{pair.label}: {args.runtime}", not args.json) as bar:
+        done = iter(range(1, runs + 1))
+        progress = lambda arm: bar.describe(f"{pair.label}: {arm}, run {next(done)} of {runs}")  # noqa: E731
+        return run_online(pair, progress=progress, stream=bar.callback, **kwargs)
+
+
+COLUMNS = ("lookahead", "SP (Eq. 1)", "DSI vs SI", "predicted", "DSI vs non-SI", "predicted", "SI ms", "DSI ms",
+           "non-SI ms")  # fmt: skip
+
+
+def _print_online(console, t, runtime: str) -> None:
+    """One pair's table: a line of its pair, a row per lookahead (measured speedups +- their spread beside the
+    virtual clock's), then notes on inconclusive ratios and the lookaheads Eq. 1 left out."""
+    from rich.table import Table
+
+    from specpar.experiments.loop import inconclusive_line
+
+    p = t.profile
+    console.print(
+        f"[bold]{p.label}[/]: target TPOT {p.target.tpot_ms:g} ms (TTFT {p.target.ttft_ms:g}), drafter TPOT "
+        f"{p.drafter.tpot_ms:g} ms (TTFT {p.drafter.ttft_ms:g}, c = {p.drafter_fraction:.3g}), a = "
+        f"{p.acceptance_rate:g}; N = {t.n}, {t.repeats} repeats on {runtime}, DSI on up to {t.sp_degree} "
+        "target servers",
+        highlight=False,
+    )
+    table = Table()
+    for col in COLUMNS:
+        table.add_column(col, justify="right")
+    for row in t.rows:
+        m, v = t.speedups(row), t.speedups(row, virtual=True)
+        table.add_row(
+            str(row.lookahead),
+            str(row.sp_needed),
+            f"{m['dsi_vs_si'].value:.2f}x ± {m['dsi_vs_si'].std:.2f}",
+            f"{v['dsi_vs_si'].value:.2f}x",
+            f"{m['dsi_vs_nonsi'].value:.2f}x ± {m['dsi_vs_nonsi'].std:.2f}",
+            f"{v['dsi_vs_nonsi'].value:.2f}x",
+            f"{_mean(row.si_ms):.1f}",
+            f"{_mean(row.dsi_ms):.1f}",
+            f"{_mean(t.nonsi_ms):.1f}",
+        )
+    console.print(table)
+    for row in t.rows:
+        for key, s in t.speedups(row).items():
+            line = inconclusive_line(f"k = {row.lookahead}: DSI", "SI" if key == "dsi_vs_si" else "non-SI", s.to_dict())
+            if line:
+                console.print(f"  [yellow]note:[/yellow] {line}")
+    if t.infeasible:
+        console.print(
+            f"  lookahead {', '.join(map(str, t.infeasible))} left out: Eq. 1 needs more than "
+            f"{t.sp_degree} target servers"
+        )
 
 
 def _mean(xs):
