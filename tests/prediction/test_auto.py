@@ -53,7 +53,17 @@ def test_auto_caps_dsi_at_the_requests_sp_degree():
     target, drafter = pair(c=0.05, a=0.9)
     with Engine(target, drafter, sp_degree=4, units=1) as engine:
         result = engine.generate(PROMPT, max_tokens=30, algorithm="auto", sp_degree=2)
-    assert result.sp_degree <= 2
+    assert result.algorithm == "dsi" and result.sp_degree <= 2  # DSI pays here: the cap, not another method
+
+
+def test_auto_never_considers_hsd_which_an_engine_of_one_drafter_cannot_run():
+    target, drafter = pair(c=0.05, a=0.9)
+    with Engine(target, drafter, units=1) as engine:
+        choice = engine.auto().choose(20, 30)
+        with pytest.raises(ConfigError, match="list of drafters"):  # what it would run, had it chosen HSD
+            engine.generate(PROMPT, max_tokens=5, algorithm="hsd", buffers=(3,))
+    assert "hsd" not in [p.method for p in choice.predictions.best + choice.predictions.tried]
+    assert "HSD" not in choice.reason
 
 
 @pytest.mark.slow

@@ -204,7 +204,7 @@ def predict_request(engine, spec: SpeculativeConfig, prompt_tokens: int, max_tok
     choice's. A ConfigError when the engine has no machine profile."""
     from specpar.algorithms.defaults import resolve
     from specpar.algorithms.registry import ALGORITHMS
-    from specpar.prediction.methods import NAMES, available, method_of
+    from specpar.prediction.methods import METHODS, NAMES, available, method_of
     from specpar.prediction.simulate import predicted_ms
 
     auto = engine.auto()
@@ -213,6 +213,6 @@ def predict_request(engine, spec: SpeculativeConfig, prompt_tokens: int, max_tok
     drafter = engine.drafters if spec.speculates else None
     resolved = resolve(spec, ALGORITHMS[spec.algorithm], engine.targets, drafter, prompt_tokens)
     method = method_of(resolved)
-    if not available(auto.profile, auto.shape, [method]):
+    if method not in METHODS or not available(auto.profile, auto.shape, [method]):
         raise ConfigError(f"no prediction of {NAMES[method]} here: the engine or its profile has no drafter or rates")
     return predicted_ms(auto.profile, resolved, prompt_tokens, max_tokens, auto.shape)
