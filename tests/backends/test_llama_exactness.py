@@ -167,11 +167,33 @@ def test_keeping_what_another_prompts_last_pass_computed_changes_the_rows(path, 
     model = LlamaModel(path, settings=LlamaSettings(prefill_ubatch=128))
     reference = one_token_rows(model, SEQ, 110, PROMPT)
     other = SEQ[:48] + [(t + 1) % 259 for t in SEQ[48:50]]
-    for reused, expected in ((prefill.reusable, True), (lambda held, wanted, size: prefill.EVERYTHING, False)):
+    everything, every_token = (lambda held, wanted, size: prefill.EVERYTHING), (lambda keep, end, size: keep)
+    for (reused, kept), expected in (
+        ((prefill.reusable, prefill.whole_passes), True),
+        ((everything, every_token), False),
+    ):
         monkeypatch.setattr(prefill, "reusable", reused)
+        monkeypatch.setattr(prefill, "whole_passes", kept)
         server = model.server("cut")
         server.run(Score(tuple(other), 0, rows(len(other))))
         assert same_rows(server.run(Score(tuple(SEQ[: PROMPT + 6]), 6, rows(PROMPT))), PROMPT, reference) is expected
+
+
+def test_a_prompt_of_the_same_length_sharing_part_of_a_pass_is_prefilled_again_from_that_pass(path, monkeypatch):
+    """Two prompts of one length share their region's shape, not its keys and values: a server that held another
+    100-token prompt sharing 48 tokens (inside its one canonical pass of 99) feeds that pass again whole and gives a
+    fresh prefill's rows. Control: keeping the 48 shared tokens (the pass fed from its middle) gives other rows."""
+    model = LlamaModel(path, settings=LlamaSettings(prefill_ubatch=128))
+    reference = one_token_rows(model, SEQ, 110, PROMPT)
+    other = SEQ[:48] + [(t + 1) % 259 for t in SEQ[48:PROMPT]]
+    for kept, expected in ((prefill.whole_passes, True), (lambda keep, end, size: keep, False)):
+        monkeypatch.setattr(prefill, "whole_passes", kept)
+        server = model.server("same-length")
+        server.run(Score(tuple(other), 0, rows(len(other))))
+        fed, decode = [], server._ctx.decode
+        server._ctx.decode = lambda tokens, *args, **kw: fed.append(len(tokens)) or decode(tokens, *args, **kw)
+        assert same_rows(server.run(Score(tuple(SEQ[: PROMPT + 6]), 6, rows(PROMPT))), PROMPT, reference) is expected
+        assert fed == [PROMPT + 6 if expected else PROMPT + 6 - 48]
 
 
 def test_a_chat_that_goes_on_keeps_the_passes_of_its_earlier_prompt(passes32):

@@ -60,3 +60,8 @@ def test_a_cache_is_reused_in_the_whole_passes_both_regions_share():
     assert prefill.reusable(99, 79, 32) == 64
     assert prefill.reusable(0, 99, 32) == 0  # a cache filled without a region (exact passes only)
     assert prefill.reusable(20, 99, 32) == 0  # a short prompt: its only pass, 0-20, is not 0-32
+
+
+def test_below_the_region_only_whole_passes_of_a_shared_prefix_are_kept():
+    assert [prefill.whole_passes(keep, 99, 32) for keep in (0, 31, 32, 48, 64, 98)] == [0, 0, 32, 32, 64, 96]
+    assert [prefill.whole_passes(keep, 99, 32) for keep in (99, 105)] == [99, 105]  # past the region: every token

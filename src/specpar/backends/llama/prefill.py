@@ -9,7 +9,9 @@ that catches up after a cut cache and one that joins later compute the very same
 such pass takes llama.cpp's fastest kernels (its tiled matmul and flash attention; ~2x on the default pair).
 
 A cache filled under one region is valid for another only in the passes both share: whole passes of ``size``
-tokens below both regions' ends (:func:`reusable`), or all of it when the regions are equal.
+tokens below both regions' ends (:func:`reusable`), or all of it when the regions are equal; and only whole passes
+of what the two prompts' tokens share below the region's end (:func:`whole_passes`: two prompts of one length share
+the shape of their passes, not their keys and values).
 """
 
 from __future__ import annotations
@@ -32,6 +34,12 @@ def reusable(held: int, wanted: int, size: int) -> int:
     if held == wanted:
         return EVERYTHING
     return min(held, wanted) // size * size
+
+
+def whole_passes(keep: int, end: int, size: int) -> int:
+    """Of ``keep`` cached tokens a request whose region ends at ``end`` shares, those it may keep: below the region's
+    end only whole canonical passes (a pass fed again from its middle would be another shape), past it all."""
+    return keep if keep >= end else keep - keep % size
 
 
 def passes(

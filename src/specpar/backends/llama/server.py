@@ -93,6 +93,8 @@ class LlamaServer(CachedServer):
         if self.settings.exact:
             limit = min(limit, prefill.reusable(self.region_end, region, self.settings.prefill_ubatch))
         keep = min(common_prefix_len(self.tokens, context), limit)
+        if self.settings.exact:
+            keep = prefill.whole_passes(keep, region, self.settings.prefill_ubatch)
         self._crop(keep)
         self.region_end = region  # what is kept was computed as this region computes it
         return keep
