@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import resource
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 from specpar.core.errors import ConfigError
@@ -54,23 +55,30 @@ def stack_bytes() -> int:
     return DEFAULT_STACK_BYTES if soft == resource.RLIM_INFINITY else soft
 
 
-def _pids_left() -> tuple[int, str] | None:
-    """Tasks the cgroup's pids.max still allows (cgroup v2, else v1's pids controller), or None."""
+def _cgroup_usage(controller: str, v2: tuple[str, str], v1: tuple[str, str]) -> Iterator[tuple[int, int]]:
+    """(limit, in use) of ``controller`` in each cgroup of this process that sets both: read from the files ``v2``
+    (limit, usage) in cgroup v2's unified tree, or ``v1`` in v1's ``/sys/fs/cgroup/<controller>`` tree."""
     try:
         lines = Path("/proc/self/cgroup").read_text().splitlines()
     except OSError:
-        return None
+        return
     for line in lines:
         _, controllers, path = line.split(":", 2)
         if controllers == "":
-            base = Path("/sys/fs/cgroup") / path.lstrip("/")
-        elif "pids" in controllers.split(","):
-            base = Path("/sys/fs/cgroup/pids") / path.lstrip("/")
+            base, files = Path("/sys/fs/cgroup", path.lstrip("/")), v2
+        elif controller in controllers.split(","):
+            base, files = Path("/sys/fs/cgroup", controller, path.lstrip("/")), v1
         else:
             continue
-        most, now = _read_int(base / "pids.max"), _read_int(base / "pids.current")
+        most, now = _read_int(base / files[0]), _read_int(base / files[1])
         if most is not None and now is not None:
-            return most - now, f"the cgroup's pids.max ({most}, {now} in use)"
+            yield most, now
+
+
+def _pids_left() -> tuple[int, str] | None:
+    """Tasks the cgroup's pids.max still allows (cgroup v2, else v1's pids controller), or None."""
+    for most, now in _cgroup_usage("pids", ("pids.max", "pids.current"), ("pids.max", "pids.current")):
+        return most - now, f"the cgroup's pids.max ({most}, {now} in use)"
     return None
 
 
@@ -125,22 +133,9 @@ def _status_meminfo(field: str) -> int | None:
 
 def _memory_cap_left() -> int | None:
     """Bytes left under this process's cgroup memory limit (v2 memory.max, v1 memory.limit_in_bytes), or None."""
-    try:
-        lines = Path("/proc/self/cgroup").read_text().splitlines()
-    except OSError:
-        return None
-    for line in lines:
-        _, controllers, path = line.split(":", 2)
-        rel = path.lstrip("/")
-        if controllers == "":
-            base = Path("/sys/fs/cgroup", rel)
-            most, now = _read_int(base / "memory.max"), _read_int(base / "memory.current")
-        elif "memory" in controllers.split(","):
-            base = Path("/sys/fs/cgroup/memory", rel)
-            most, now = _read_int(base / "memory.limit_in_bytes"), _read_int(base / "memory.usage_in_bytes")
-        else:
-            continue
-        if most is not None and now is not None and most < 2**60:  # v1 writes "no limit" as a huge number
+    v2, v1 = ("memory.max", "memory.current"), ("memory.limit_in_bytes", "memory.usage_in_bytes")
+    for most, now in _cgroup_usage("memory", v2, v1):
+        if most < 2**60:  # v1 writes "no limit" as a huge number
             return max(0, most - now)
     return None
 

@@ -727,6 +727,12 @@ def add_runtime_arguments(p, choices=RUNTIMES, default: str = "virtual", fields=
     return options
 
 
+def experiment_settings(args) -> dict:
+    """The experiments' run settings from the flags heatmap, reproduce and table share: ``n`` (-N, tokens per run),
+    ``repeats`` (runs per arm or cell), ``sp_degree`` (target servers) and ``seed``."""
+    return {"n": args.max_tokens, "repeats": args.repeats, "sp_degree": args.sp_degree, "seed": args.seed}
+
+
 def experiment_runtime(args) -> dict:
     """The experiments' runtime keywords (``runtime=``, ``runtime_options=``) for ``args.runtime_config``: its name,
     and its fields that differ from their defaults."""

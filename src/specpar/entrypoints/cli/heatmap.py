@@ -15,6 +15,7 @@ from specpar.entrypoints.cli.arguments import (
     add_sampling_arguments,
     advanced_flag,
     command_parser,
+    experiment_settings,
     integer,
     lookahead_range,
     ranged,
@@ -112,14 +113,7 @@ def compute_with_progress(args, fixed_lookahead, label: str):
     """compute_heatmap with the progress display on a terminal."""
     from specpar.experiments.heatmap import compute_heatmap
 
-    kwargs = dict(
-        n=args.max_tokens,
-        repeats=args.repeats,
-        sp_degree=args.sp_degree,
-        lookaheads=lookahead_range(args),
-        fixed_lookahead=fixed_lookahead,
-        seed=args.seed,
-    )
+    kwargs = dict(lookaheads=lookahead_range(args), fixed_lookahead=fixed_lookahead, **experiment_settings(args))
     from specpar.entrypoints.cli.progress import TokenProgress
 
     with TokenProgress(None, label, unit="cells") as bar:

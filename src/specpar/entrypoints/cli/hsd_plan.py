@@ -111,6 +111,13 @@ def describe(levels, n_models: int) -> str:
     return " < ".join("target" if m == n_models - 1 else f"M{m}" for m in levels)
 
 
+def _plan_row(name: str, plan: dict, n_models: int, target_alone: float, forwards: str = "") -> list[str]:
+    """A plan's row of the table: its hierarchy, buffers, latency per token and speedup over the target alone."""
+    latency = plan["latency"]
+    return [name, describe(plan["levels"], n_models), str(list(plan["buffers"])), f"{latency:.4g}",
+            f"{target_alone / latency:.3f}x", forwards]  # fmt: skip
+
+
 def run(args) -> int:
     alpha = read_alpha(args.alpha)
     report = plan_report(args.costs, alpha, args.t_max)
@@ -125,25 +132,11 @@ def run(args) -> int:
     table = Table(title=f"HSD plan for {n} models (T <= {args.t_max})")
     for col in ("plan", "hierarchy", "T", "latency / token", "speedup vs target", "forwards / token"):
         table.add_column(col, justify="left" if col in ("plan", "hierarchy") else "right")
-    best, single = report["best"], report["best_single_drafter"]
+    best, alone = report["best"], report["target_alone_latency"]
     fwd = ", ".join(f"{f:.3g}" for f in best["forwards_per_token"])
-    table.add_row(
-        "best (HSD)",
-        describe(best["levels"], n),
-        str(list(best["buffers"])),
-        f"{best['latency']:.4g}",
-        f"{report['speedup_vs_target']:.3f}x",
-        fwd,
-    )
-    table.add_row(
-        "best single drafter (SI)",
-        describe(single["levels"], n),
-        str(list(single["buffers"])),
-        f"{single['latency']:.4g}",
-        f"{report['target_alone_latency'] / single['latency']:.3f}x",
-        "",
-    )
-    table.add_row("target alone", "target", "-", f"{report['target_alone_latency']:.4g}", "1.000x", "1")
+    table.add_row(*_plan_row("best (HSD)", best, n, alone, fwd))
+    table.add_row(*_plan_row("best single drafter (SI)", report["best_single_drafter"], n, alone))
+    table.add_row("target alone", "target", "-", f"{alone:.4g}", "1.000x", "1")
     table_console().print(table)
     s = report["speedup_vs_best_single_drafter"]
     print(

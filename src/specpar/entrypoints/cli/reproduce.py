@@ -12,6 +12,7 @@ from specpar.entrypoints.cli.arguments import (
     add_output,
     advanced_flag,
     command_parser,
+    experiment_settings,
     lookahead_range,
     number,
 )
@@ -24,6 +25,12 @@ FAIL), and the command that reproduces it. Grid claims use the offline
 heatmaps at --resolution (default 50: a reduced grid; 100 is the paper's).
 Exit status 1 if any claim FAILs.
 """
+
+
+TABLE2_INPUTS = (  # (flag, metavar, what it is, its former spelling): the figures Table 2 needs that our copy lacks
+    ("--starcoder-latency-ratio", "C", "StarCoder-168M's latency over StarCoder-15B's", "--starcoder-drafter-latency"),
+    ("--phi3-acceptance-rate", "A", "Phi3-4B's acceptance rate against Phi3-14B", "--phi3-acceptance"),
+)
 
 
 def register(subparsers) -> None:
@@ -40,24 +47,12 @@ def register(subparsers) -> None:
         metavar="CLAIM",
         help=f"check only these claims: {', '.join(CLAIM_KEYS)}",
     )
-    star = p.add_argument(
-        "--starcoder-latency-ratio",
-        type=number,
-        default=None,
-        metavar="C",
-        help="Table 2: StarCoder-168M's latency over StarCoder-15B's (not in our copy)",
-    )
-    add_deprecated(p, star, "--starcoder-drafter-latency")
-    advanced_flag(star)
-    phi3 = p.add_argument(
-        "--phi3-acceptance-rate",
-        type=number,
-        default=None,
-        metavar="A",
-        help="Table 2: Phi3-4B's acceptance rate against Phi3-14B (not in our copy)",
-    )
-    add_deprecated(p, phi3, "--phi3-acceptance")
-    advanced_flag(phi3)
+    for name, metavar, what, old in TABLE2_INPUTS:
+        action = p.add_argument(
+            name, type=number, default=None, metavar=metavar, help=f"Table 2: {what} (not in our copy)"
+        )
+        add_deprecated(p, action, old)
+        advanced_flag(action)
     row = p.add_argument(
         "--table2-row",
         nargs=3,
@@ -109,21 +104,13 @@ def run(args) -> int:
     console = table_console(wide=120, highlight=False)
     figures: dict = {}
     t0 = time.perf_counter()
-    kwargs = dict(
-        resolution=args.resolution,
-        n=args.max_tokens,
-        repeats=args.repeats,
-        sp_degree=args.sp_degree,
-        seed=args.seed,
-        only=args.only,
-        table2_rows=_table2_rows(args),
-        figures=figures,
-        lookaheads=lookahead_range(args),
-    )
+    grid = dict(resolution=args.resolution, lookaheads=lookahead_range(args), **experiment_settings(args))
+    table2 = _table2_rows(args)
     from specpar.entrypoints.cli.progress import TokenProgress
 
     with TokenProgress(None, "measuring", not args.json, unit="steps") as bar:
-        claims = reproduce(progress=lambda what: bar.advance(f"measured {what}"), **kwargs)
+        progress = lambda what: bar.advance(f"measured {what}")  # noqa: E731
+        claims = reproduce(args.only, table2_rows=table2, progress=progress, figures=figures, **grid)
     seconds = time.perf_counter() - t0
     if args.output and "grid" in figures:
         from specpar.experiments.plots import plot_heatmap

@@ -17,6 +17,7 @@ from specpar.entrypoints.cli.arguments import (
     advanced_flag,
     command_parser,
     experiment_runtime,
+    experiment_settings,
 )
 
 DESCRIPTION = """\
@@ -108,14 +109,7 @@ def _measure(args, pair):
     from specpar.entrypoints.cli.progress import TokenProgress
     from specpar.experiments.online import feasible_lookaheads, run_online
 
-    kwargs = dict(
-        n=args.max_tokens,
-        repeats=args.repeats,
-        sp_degree=args.sp_degree,
-        lookaheads=args.lookaheads,
-        seed=args.seed,
-        **experiment_runtime(args),
-    )
+    kwargs = dict(lookaheads=args.lookaheads, **experiment_settings(args), **experiment_runtime(args))
     runs = args.repeats * (1 + 2 * len(feasible_lookaheads(pair, args.lookaheads, args.sp_degree)))
     with TokenProgress(runs * args.max_tokens, f"{pair.label}: {args.runtime}", not args.json) as bar:
         done = iter(range(1, runs + 1))
