@@ -136,3 +136,22 @@ def test_auto_under_a_fixed_policy_chooses_only_what_the_policy_runs():
     with Engine(target, drafter, algorithm="auto", sp_degree=2, policy="si") as engine:
         result = engine.generate(PROMPT, SamplingParams(temperature=0, max_tokens=30))
     assert result.algorithm == "si" and result.auto["method"] in ("si", "tree-si", "ngram-si")
+
+
+def test_outputs_past_the_simulated_length_share_one_search_scaled(monkeypatch):
+    import specpar.prediction.auto as auto_module
+    from specpar.prediction.simulate import MAX_SIMULATED, predicted_ms
+
+    target, drafter = pair(c=0.1, a=0.8)
+    searches = []
+    search = auto_module.predict_methods
+    monkeypatch.setattr(auto_module, "predict_methods", lambda *a, **k: searches.append(a[2]) or search(*a, **k))
+    with Engine(target, drafter, units=1) as engine:
+        auto = engine.auto()
+        long, longer = auto.predictions(20, 200), auto.predictions(20, 300)
+    assert searches == [MAX_SIMULATED]  # one search for every output past the simulated length
+    assert (long.max_tokens, longer.max_tokens) == (200, 300)
+    plain = predicted_ms(auto.profile, SpeculativeConfig(algorithm="nonsi"), 32, 300, auto.shape)
+    assert longer.of("nonsi").ms == pytest.approx(plain, rel=1e-9)  # scaled as a search at 300 tokens predicts
+    fastest = longer.fastest  # a drafting method's kept time scaled by its own first token's time
+    assert fastest.ms == pytest.approx(fastest.first_ms + (long.of(fastest.method).ms - fastest.first_ms) * 299 / 199)
