@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from concurrent.futures import Future
 from dataclasses import dataclass, replace
 
 from specpar.core.config import AUTO_CHOOSES, SpeculativeConfig
@@ -107,6 +108,7 @@ class Auto:
         self.shape = shape
         self.methods = tuple(methods)
         self._kept: dict[tuple, MethodPredictions] = {}
+        self._pending: dict[tuple, Future] = {}  # the searches under way
         self._lock = threading.Lock()
 
     def predictions(self, prompt_tokens: int, max_tokens: int, sp_degree: int | None = None,
@@ -118,14 +120,27 @@ class Auto:
         targets = min(sp_degree or self.shape.targets, self.shape.targets)
         key = (bucket(prompt_tokens), min(max_tokens, MAX_SIMULATED), targets, processors)
         with self._lock:
-            kept = self._kept.get(key)
-        if kept is None:
-            methods = [m for m in self.methods if not (processors and m.startswith("tree"))]
-            kept = predict_methods(self.profile, key[0], key[1], replace(self.shape, targets=targets), methods)
+            kept, pending = self._kept.get(key), self._pending.get(key)
+            mine = kept is None and pending is None
+            if mine:  # one search per key at a time: requests asking meanwhile wait for its result
+                pending = self._pending[key] = Future()
+        if kept is None and not mine:
+            kept = pending.result()
+        elif mine:
+            try:
+                methods = [m for m in self.methods if not (processors and m.startswith("tree"))]
+                kept = predict_methods(self.profile, key[0], key[1], replace(self.shape, targets=targets), methods)
+            except BaseException as exc:
+                with self._lock:
+                    del self._pending[key]
+                pending.set_exception(exc)
+                raise
             with self._lock:
                 if len(self._kept) >= KEPT:
                     self._kept.pop(next(iter(self._kept)))
                 self._kept[key] = kept
+                del self._pending[key]
+            pending.set_result(kept)
         return kept if max_tokens == key[1] else kept.scaled(max_tokens)
 
     def choose(self, prompt_tokens: int, max_tokens: int, sp_degree: int | None = None,
