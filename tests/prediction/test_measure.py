@@ -108,3 +108,51 @@ def test_options_are_checked_before_any_measurement():
         MeasureOptions(max_pass=4, lookahead=4)
     with pytest.raises(ValueError, match="repeats >= 1"):
         MeasureOptions(repeats=0)
+
+
+@pytest.mark.slow  # llama.cpp
+def test_a_prefill_is_measured_in_the_passes_a_request_feeds(tmp_path, monkeypatch):
+    """llama.cpp's exact mode prefills a request's prompt in canonical passes (512 tokens; prefill.py): a measured
+    prefill, the sample's decodings and the drafter's hits feed the passes a request of that prompt feeds. The
+    control: the call without the prompt's length (the measurement before) feeds exact passes of at most 7."""
+    pytest.importorskip("llama_cpp")
+    from specpar.backends.llama.context import LlamaContext
+    from specpar.backends.llama.model import LlamaModel
+    from specpar.core.calls import Score
+    from specpar.core.decoding import GREEDY
+    from specpar.experiments.runs import run_once
+    from tiny_gguf import write_tiny_gguf
+
+    model = LlamaModel(write_tiny_gguf(tmp_path / "tiny.gguf"), name="tiny")
+    fed, decode = [], LlamaContext.decode
+
+    def spy(self, tokens, positions, rows, seqs=None, cancelled=None, passes=None):
+        fed.append(list(passes or (len(tokens),)))
+        return decode(self, tokens, positions, rows, seqs, cancelled, passes)
+
+    monkeypatch.setattr(LlamaContext, "decode", spy)
+    prompt = [(7 * i) % 250 + 3 for i in range(40)]
+    run_once(prompt, model, max_tokens=2, algorithm="nonsi", runtime="threads")
+    requested = fed[0]
+    assert requested == [39, 1]  # the prompt but its last token in one canonical pass, then that token
+    fed.clear()
+    measure.prefill_ms(model, prompt, "threads", 1)
+    assert fed == [requested]
+    fed.clear()
+    server = model.server("sample")
+    try:
+        run = measure.greedy_run(model, server, prompt, 3, "threads", 1)
+        assert fed[0] == requested and len(fed) == 3  # the prompt's passes, then one-token steps
+        fed.clear()
+        measure.drafter_hits(server, prompt, run["tokens"], "threads")
+        assert sum(fed[0]) <= len(run["tokens"]) + 1  # the cached prompt reused: its last token and the outputs fed
+    finally:
+        server.close()
+    fed.clear()
+    server = model.server("control")  # the control: the measurement's call before, its prompt's length not given
+    try:
+        with measure.runtime_over([server], "threads") as (rt, pools):
+            measure.timed(rt, pools[0], Score(tuple(prompt), 0, GREEDY))
+    finally:
+        server.close()
+    assert fed != [requested] and max(fed[0]) <= model.settings.ubatch < 39

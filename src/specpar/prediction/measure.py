@@ -14,6 +14,10 @@ What is measured (each function returns plain values, in ms):
 * :func:`pass_costs`: v(k), one pass over k = 1..K new tokens on a warm cache (a decode step is v(1), a
   verification of k drafts v(k + 1)): the cache is cut back to the same prefix before each pass;
 * :func:`prefill_ms`: a prompt's first pass on an empty cache (a fresh server);
+
+Every call carries its request's prompt length (:func:`request`), as an engine's requests do: a backend may prefill
+a prompt in passes of its own (llama.cpp's exact mode: canonical passes of 512 tokens, about twice as fast as the
+exact passes of 7 it feeds a context whose prompt it is not told), so a prefill is timed in the shape requests make.
 * :func:`contention`: how much longer a server's one-token passes take while n servers of the model run them at
   once, each given the threads the engine gives n busy servers (f(1) = 1.0);
 * :func:`call_overhead_ms`: one call's round trip through a runtime (threads, Ray) beyond the server's own time;
@@ -35,13 +39,18 @@ from specpar.algorithms.nonsi import non_si
 from specpar.backends.cpu_threads import SharedThreads, cpu_cores, model_uses_torch
 from specpar.core.calls import Draft, Score
 from specpar.core.config import NGRAM_SIZES, RuntimeConfig, SpeculativeConfig
-from specpar.core.decoding import GREEDY
+from specpar.core.decoding import GREEDY, Decoding
 from specpar.core.errors import ConfigError
 from specpar.core.prefix import common_prefix_len
 from specpar.core.query import Query
 from specpar.runtimes import Pool, Runtime, make_runtime
 
 NONSI = SpeculativeConfig(algorithm="nonsi")
+
+
+def request(prompt_len: int) -> Decoding:
+    """The decoding of a greedy request whose prompt is ``prompt_len`` tokens (what an engine gives its calls)."""
+    return Decoding(prompt_len=prompt_len)
 
 
 @contextmanager
@@ -74,47 +83,50 @@ def thread_counts(cores: int | None = None) -> tuple[int, ...]:
     return tuple(sorted({1, cores or cpu_cores()}))
 
 
-def pass_costs(runtime: Runtime, pool: Pool, seq: Sequence[int], held: int, max_pass: int, repeats: int = 3):
+def pass_costs(runtime: Runtime, pool: Pool, seq: Sequence[int], held: int, max_pass: int, repeats: int = 3,
+               prompt_len: int = 0):  # fmt: skip
     """v(1..max_pass): the median ms of one pass over k new tokens (``seq[held:held + k]``) with ``seq[:held]``
     cached, each k ``repeats`` times, the ks interleaved (a drift of the machine's load spreads over all of them).
 
     Before each timed pass the cache is cut back to ``seq[:held]`` by a call for that context (one one-token pass,
     not timed); the timed call asks for the rows of all k tokens (``Score(seq[:held + k], k - 1)``), as a
-    verification of k - 1 drafts does.
+    verification of k - 1 drafts does. prompt_len: the request's prompt (at most ``held``), prefilled as requests do.
     """
     if held < 1 or max_pass < 1 or repeats < 1 or len(seq) < held + max_pass:
         raise ConfigError(f"pass_costs needs held >= 1 and {held + max_pass} tokens, got {len(seq)}")
-    seq = tuple(seq)
+    seq, decoding = tuple(seq), request(prompt_len)
     samples: dict[int, list[float]] = {k: [] for k in range(1, max_pass + 1)}
     for _ in range(repeats):
         for k in samples:
-            timed(runtime, pool, Score(seq[:held], 0, GREEDY))
-            ms, _ = timed(runtime, pool, Score(seq[: held + k], k - 1, GREEDY))
+            timed(runtime, pool, Score(seq[:held], 0, decoding))
+            ms, _ = timed(runtime, pool, Score(seq[: held + k], k - 1, decoding))
             samples[k].append(ms)
     return tuple(statistics.median(samples[k]) for k in samples)
 
 
 def prefill_ms(model, prompt: Sequence[int], runtime: str, n_threads: int, repeats: int = 1) -> float:
     """The median ms of the first pass over ``prompt`` on a fresh server of ``model`` (an empty cache), its batch
-    passes given ``n_threads`` threads."""
+    passes given ``n_threads`` threads, as a request of that prompt makes it (:func:`request`)."""
     out = []
     for i in range(repeats):
         server = model.server(f"prefill{i}")
         try:
             with runtime_over([server], runtime) as (rt, pools), threads(model, [server], n_threads):
-                out.append(timed(rt, pools[0], Score(tuple(prompt), 0, GREEDY))[0])
+                out.append(timed(rt, pools[0], Score(tuple(prompt), 0, request(len(prompt))))[0])
         finally:
             server.close()
     return statistics.median(out)
 
 
-def contention(model, seq: Sequence[int], held: int, most: int, runtime: str, passes: int = 8, rounds: int = 3):
+def contention(model, seq: Sequence[int], held: int, most: int, runtime: str, passes: int = 8, rounds: int = 3,
+               prompt_len: int = 0):  # fmt: skip
     """(f(1), ..., f(most)): how many times longer a one-token pass takes while n servers of ``model`` run such
     passes at once than on one server alone, each given the threads the engine gives n busy servers (f(1) = 1.0;
     a figure below 1, the machine's other load easing meanwhile, counts as 1.0).
 
     Each server holds ``seq[:held]`` and runs ``rounds`` calls of ``passes`` one-token passes (a draft); the n
-    servers start together. ms per pass: the median over servers and rounds.
+    servers start together. ms per pass: the median over servers and rounds. prompt_len: the request's prompt (at
+    most ``held``).
     """
     servers = [model.server(f"busy{i}") for i in range(most)]
     alone: dict[int, float] = {}  # threads -> ms per pass of one server alone
@@ -123,8 +135,10 @@ def contention(model, seq: Sequence[int], held: int, most: int, runtime: str, pa
         for n in range(1, most + 1):
             n_threads = max(1, cpu_cores() // n)
             if n_threads not in alone:
-                alone[n_threads] = _passes_at_once(model, servers[:1], seq, held, runtime, n_threads, passes, rounds)
-            together = _passes_at_once(model, servers[:n], seq, held, runtime, n_threads, passes, rounds)
+                alone[n_threads] = _passes_at_once(
+                    model, servers[:1], seq, held, runtime, n_threads, passes, rounds, prompt_len
+                )
+            together = _passes_at_once(model, servers[:n], seq, held, runtime, n_threads, passes, rounds, prompt_len)
             out.append(1.0 if n == 1 else max(1.0, together / alone[n_threads]))
     finally:
         for s in servers:
@@ -132,15 +146,17 @@ def contention(model, seq: Sequence[int], held: int, most: int, runtime: str, pa
     return tuple(out)
 
 
-def _passes_at_once(model, servers, seq, held: int, runtime: str, n_threads: int, passes: int, rounds: int) -> float:
+def _passes_at_once(model, servers, seq, held: int, runtime: str, n_threads: int, passes: int, rounds: int,
+                    prompt_len: int) -> float:  # fmt: skip
     """ms per one-token pass while ``servers`` each run ``rounds`` drafts of ``passes`` passes at once (median)."""
+    decoding = request(prompt_len)
     with runtime_over(servers, runtime) as (rt, pools), threads(model, servers, n_threads):
         for pool in pools:
-            timed(rt, pool, Score(tuple(seq[:held]), 0, GREEDY))
+            timed(rt, pool, Score(tuple(seq[:held]), 0, decoding))
         times = []
         for _ in range(rounds):
             for pool in pools:
-                rt.submit(pool, Draft(tuple(seq[:held]), passes, GREEDY))
+                rt.submit(pool, Draft(tuple(seq[:held]), passes, decoding))
             times += [rt.wait() for _ in pools]
     return statistics.median((t.end - t.start) / passes for t in times)
 
@@ -173,7 +189,7 @@ def greedy_run(model, server, prompt: Sequence[int], tokens: int, runtime: str, 
     loop and each call's hand-off to the server)}.
     """
     with runtime_over([server], runtime) as (rt, pools), threads(model, [server], n_threads):
-        result = non_si(Generation(Query(list(prompt), tokens), rt), {"target": pools[0]}, NONSI)
+        result = non_si(Generation(Query(list(prompt), tokens, request(len(prompt))), rt), {"target": pools[0]}, NONSI)
         spans = [t.end - t.start for t in rt.tasks]
     return {
         "tokens": list(result.tokens),
@@ -188,7 +204,7 @@ def drafter_hits(server, prompt: Sequence[int], target_out: Sequence[int], runti
     target's own prefix (App. F.2's direct rate is their mean): one pass over the output."""
     context = tuple(prompt) + tuple(target_out)
     with runtime_over([server], runtime) as (rt, pools):
-        _, scores = timed(rt, pools[0], Score(context, len(target_out), GREEDY))
+        _, scores = timed(rt, pools[0], Score(context, len(target_out), request(len(prompt))))
     return [r == t for r, t in zip(scores.rows, target_out)]
 
 

@@ -159,9 +159,9 @@ def measure_pair(
         for n in measure.thread_counts(cores):
             fig.prefill[role][n] = [(m, measure.prefill_ms(model, sample[:m], options.runtime, n)) for m in lengths]
             step(f"{role} prefills of {', '.join(map(str, lengths))} tokens, {n} thread(s)")
-            fig.passes[role][n] = _passes(model, seq, held, n, options)
+            fig.passes[role][n] = _passes(model, seq, held, n, options, len(prompts[0]))
             step(f"{role} passes over 1..{options.max_pass} tokens, {n} thread(s)")
-    fig.contention = measure.contention(target, seq, held, cores + 1, options.runtime)
+    fig.contention = measure.contention(target, seq, held, cores + 1, options.runtime, prompt_len=len(prompts[0]))
     step(f"contention of 1..{cores + 1} servers")
     for runtime in options.overheads:
         fig.overhead_ms[runtime] = measure.call_overhead_ms(runtime)
@@ -213,15 +213,16 @@ def _lengths(wanted: Sequence[int], available: int, *models) -> list[int]:
     return sorted({n for n in wanted if n <= most} or {most})
 
 
-def _passes(model, seq, held: int, n_threads: int, options: MeasureOptions) -> tuple[float, ...]:
-    """v(1..K) of a fresh server of ``model`` holding ``seq[:held]``, its passes given ``n_threads`` threads."""
+def _passes(model, seq, held: int, n_threads: int, options: MeasureOptions, prompt_len: int) -> tuple[float, ...]:
+    """v(1..K) of a fresh server of ``model`` holding ``seq[:held]`` (a request's, whose prompt is ``seq[:prompt_len]``),
+    its passes given ``n_threads`` threads."""
     server = model.server("passes")
     try:
         with (
             measure.runtime_over([server], options.runtime) as (rt, pools),
             measure.threads(model, [server], n_threads),
         ):
-            return measure.pass_costs(rt, pools[0], seq, held, options.max_pass, options.repeats)
+            return measure.pass_costs(rt, pools[0], seq, held, options.max_pass, options.repeats, prompt_len)
     finally:
         server.close()
 

@@ -33,8 +33,9 @@ from specpar.core.errors import ConfigError, SpecparWarning
 from specpar.core.json_output import dumps
 from specpar.core.model import as_model
 
-MEASURE_VERSION = 1
-"""Raised whenever what :mod:`specpar.prediction.measure_pair` measures, or how, changes: older caches are stale."""
+MEASURE_VERSION = 2
+"""Raised whenever what :mod:`specpar.prediction.measure_pair` measures, or how, changes: older caches are stale.
+2: prefills timed in the passes requests feed (their prompt length given; llama.cpp's canonical passes)."""
 MIB = 1 << 20
 
 
