@@ -9,6 +9,7 @@ from specpar.backends.simulated import SimulatedModel
 from specpar.core.config import SpeculativeConfig
 from specpar.core.errors import ConfigError
 from specpar.core.latency import LatencyProfile
+from specpar.core.params import SamplingParams
 from specpar.prediction.auto import bucket
 from specpar.prediction.machine import MachineProfile
 
@@ -53,7 +54,17 @@ def test_auto_caps_dsi_at_the_requests_sp_degree():
     target, drafter = pair(c=0.05, a=0.9)
     with Engine(target, drafter, sp_degree=4, units=1) as engine:
         result = engine.generate(PROMPT, max_tokens=30, algorithm="auto", sp_degree=2)
-    assert result.sp_degree <= 2
+    assert result.algorithm == "dsi" and result.sp_degree <= 2  # DSI pays here: the cap, not another method
+
+
+def test_auto_never_considers_hsd_which_an_engine_of_one_drafter_cannot_run():
+    target, drafter = pair(c=0.05, a=0.9)
+    with Engine(target, drafter, units=1) as engine:
+        choice = engine.auto().choose(20, 30)
+        with pytest.raises(ConfigError, match="list of drafters"):  # what it would run, had it chosen HSD
+            engine.generate(PROMPT, max_tokens=5, algorithm="hsd", buffers=(3,))
+    assert "hsd" not in [p.method for p in choice.predictions.best + choice.predictions.tried]
+    assert "HSD" not in choice.reason
 
 
 @pytest.mark.slow
@@ -107,3 +118,21 @@ def test_the_schedulers_shares_of_an_auto_request_use_the_machines_predictions()
         assert [curve.option(u).algorithm for u in (1, 2, 3)] == ["nonsi"] * 3
         # control: a request that names its algorithm keeps the models' own latencies, where DSI pays
         assert requests.curves.of(spec, 30).option(3).algorithm == "dsi"
+
+
+@pytest.mark.parametrize("sampling", [{"top_k": 5}, {"top_p": 0.9}, {"repetition_penalty": 1.2}])
+def test_auto_leaves_out_token_trees_for_a_request_with_logits_processors(sampling):
+    target, drafter = pair(c=0.05, a=0.5)  # a machine where a token tree is the fastest
+    with Engine(target, drafter, algorithm="auto", sp_degree=1, units=1) as engine:
+        greedy = engine.generate(PROMPT, SamplingParams(temperature=0, max_tokens=30))
+        assert greedy.auto["method"].startswith("tree")  # control: without processors auto picks a tree here
+        result = engine.generate(PROMPT, SamplingParams(temperature=0.8, seed=1, max_tokens=30, **sampling))
+    assert not result.auto["method"].startswith("tree") and result.auto["method"] != "nonsi"
+    assert len(result.tokens) == 30
+
+
+def test_auto_under_a_fixed_policy_chooses_only_what_the_policy_runs():
+    target, drafter = pair(c=0.05, a=0.9)  # DSI pays
+    with Engine(target, drafter, algorithm="auto", sp_degree=2, policy="si") as engine:
+        result = engine.generate(PROMPT, SamplingParams(temperature=0, max_tokens=30))
+    assert result.algorithm == "si" and result.auto["method"] in ("si", "tree-si", "ngram-si")

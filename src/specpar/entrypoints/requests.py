@@ -127,15 +127,15 @@ class Requests:
         if self.gate.closed:
             raise ConfigError("this engine is closed")
         ids = self.prompt_ids(prompt)
+        decoding = params.decoding(len(ids), self.end_of_text)
         choice = None
-        if spec.algorithm == "auto":
-            spec, choice = self.auto().resolve(spec, len(ids), params.max_tokens)
+        if spec.algorithm == "auto":  # among what this request can run (trees take no logits processors)
+            spec, choice = self.auto().resolve(spec, len(ids), params.max_tokens, decoding.processors is not None)
         if spec.uses_drafter and self.drafters is None:
             raise ConfigError(f"algorithm {spec.algorithm!r} needs a drafter: give the engine one")
         curve = self.curves.of(spec, params.max_tokens, self._machine() if choice else None)
         if spec.lookahead == "auto" and curve.option(curve.max_units).ms_per_token is None:
             spec = spec.replace(lookahead=self.auto_lookahead(spec, params.max_tokens))  # (or its clear error)
-        decoding = params.decoding(len(ids), self.end_of_text)
         query = Query(ids, params.max_tokens, decoding, self.stopping(ids, params), stream)
         request = Request(scheduler, query, spec, curve, runtime, self.keep_actors)
         request.choice = choice
@@ -301,7 +301,7 @@ class Requests:
             from specpar.prediction.auto import for_servers
 
             self._auto = for_servers(self.profile, self.targets, self.drafters, len(self.units), self.runtime,
-                                     self.spec.sp_degree)  # fmt: skip
+                                     self.spec.sp_degree, self.curves.policy)  # fmt: skip
         return self._auto
 
     def _machine(self):

@@ -108,37 +108,43 @@ class Auto:
         self._kept: dict[tuple, MethodPredictions] = {}
         self._lock = threading.Lock()
 
-    def predictions(self, prompt_tokens: int, max_tokens: int, sp_degree: int | None = None) -> MethodPredictions:
+    def predictions(self, prompt_tokens: int, max_tokens: int, sp_degree: int | None = None,
+                    processors: bool = False) -> MethodPredictions:  # fmt: skip
         """Every method's best setting for a prompt of ``prompt_tokens`` (rounded up to a power of two) and
-        ``max_tokens`` output tokens, DSI on at most ``sp_degree`` target servers (default: the engine's)."""
+        ``max_tokens`` output tokens, DSI on at most ``sp_degree`` target servers (default: the engine's); with
+        ``processors`` (the request has logits processors) no token trees, which do not take them."""
         targets = min(sp_degree or self.shape.targets, self.shape.targets)
-        key = (bucket(prompt_tokens), max_tokens, targets)
+        key = (bucket(prompt_tokens), max_tokens, targets, processors)
         with self._lock:
             kept = self._kept.get(key)
         if kept is None:
-            kept = predict_methods(self.profile, key[0], max_tokens, replace(self.shape, targets=targets), self.methods)
+            methods = [m for m in self.methods if not (processors and m.startswith("tree"))]
+            kept = predict_methods(self.profile, key[0], max_tokens, replace(self.shape, targets=targets), methods)
             with self._lock:
                 if len(self._kept) >= KEPT:
                     self._kept.pop(next(iter(self._kept)))
                 self._kept[key] = kept
         return kept
 
-    def choose(self, prompt_tokens: int, max_tokens: int, sp_degree: int | None = None) -> Choice:
-        """The fastest method for this request, and why."""
-        predictions = self.predictions(prompt_tokens, max_tokens, sp_degree)
+    def choose(self, prompt_tokens: int, max_tokens: int, sp_degree: int | None = None,
+               processors: bool = False) -> Choice:  # fmt: skip
+        """The fastest method for this request (``processors``: it has logits processors), and why."""
+        predictions = self.predictions(prompt_tokens, max_tokens, sp_degree, processors)
         shift = self.profile.target.prefill(prompt_tokens) - self.profile.target.prefill(predictions.prompt_tokens)
         best = chosen(predictions)
         return Choice(best.spec, best, best.ms + shift, reason(best, predictions, self.profile, shift), predictions)
 
-    def resolve(self, spec: SpeculativeConfig, prompt_tokens: int, max_tokens: int) -> tuple[SpeculativeConfig, Choice]:
-        """``spec`` with algorithm "auto" made the fastest method's configuration (its sp_degree caps DSI's)."""
+    def resolve(self, spec: SpeculativeConfig, prompt_tokens: int, max_tokens: int,
+                processors: bool = False) -> tuple[SpeculativeConfig, Choice]:  # fmt: skip
+        """``spec`` with algorithm "auto" made the fastest method's configuration (its sp_degree caps DSI's) among
+        those the request can run (``processors``: it has logits processors, which token trees do not take)."""
         given = [name for name in AUTO_CHOOSES if getattr(spec, name) not in (None, "auto")]
         if given:
             raise ConfigError(
                 f'algorithm="auto" chooses the method and its settings: give no {", ".join(given)} with it '
                 "(sp_degree caps DSI's servers)"
             )
-        choice = self.choose(prompt_tokens, max_tokens, spec.sp_degree)
+        choice = self.choose(prompt_tokens, max_tokens, spec.sp_degree, processors)
         log.info("auto: %s", choice.reason)
         return choice.spec, choice
 
@@ -175,10 +181,11 @@ def _name(model: Model | None) -> str:
     return str(model.name if model is not None and model.name else type(model).__name__)
 
 
-def for_servers(profile, targets, drafters, units: int, runtime, sp_degree: int) -> Auto:
+def for_servers(profile, targets, drafters, units: int, runtime, sp_degree: int, policy: str = "adaptive") -> Auto:
     """``auto`` for an engine's servers: the ``targets`` Pool and ``drafters`` (a Pool, levels, or None), ``units``
     processing units, ``runtime`` (its RuntimeConfig) and ``sp_degree`` target servers at most; its profile is
-    :func:`profile_of` ``profile`` (as the engine was given it)."""
+    :func:`profile_of` ``profile`` (as the engine was given it). ``policy``: the engine's (a fixed "si" or "nonsi"
+    runs no DSI, or nothing but non-SI: auto chooses among what it runs)."""
     from specpar.runtimes import Pool
     from specpar.runtimes.base import latency_of, model_of
 
@@ -196,7 +203,17 @@ def for_servers(profile, targets, drafters, units: int, runtime, sp_degree: int)
         drafter=drafter is not None,
         cancel_frees=runtime.cancel_frees if runtime.name == "virtual" else {"target": "end"},
     )
-    return Auto(profile, shape)
+    return Auto(profile, shape, policy_methods(policy))
+
+
+def policy_methods(policy: str) -> tuple[str, ...]:
+    """The methods an engine of scheduling ``policy`` runs as they are chosen (planning.load's policies: a fixed
+    "si" runs DSI as SI, "nonsi" runs everything as non-SI)."""
+    if policy == "nonsi":
+        return ("nonsi",)
+    if policy == "si":
+        return tuple(m for m in METHODS if not m.endswith("dsi"))
+    return METHODS
 
 
 def predict_request(engine, spec: SpeculativeConfig, prompt_tokens: int, max_tokens: int) -> float:
@@ -205,7 +222,7 @@ def predict_request(engine, spec: SpeculativeConfig, prompt_tokens: int, max_tok
     choice's. A ConfigError when the engine has no machine profile."""
     from specpar.algorithms.defaults import resolve
     from specpar.algorithms.registry import ALGORITHMS
-    from specpar.prediction.methods import NAMES, available, method_of
+    from specpar.prediction.methods import METHODS, NAMES, available, method_of
     from specpar.prediction.simulate import predicted_ms
 
     auto = engine.auto()
@@ -214,6 +231,6 @@ def predict_request(engine, spec: SpeculativeConfig, prompt_tokens: int, max_tok
     drafter = engine.drafters if spec.speculates else None
     resolved = resolve(spec, ALGORITHMS[spec.algorithm], engine.targets, drafter, prompt_tokens)
     method = method_of(resolved)
-    if not available(auto.profile, auto.shape, [method]):
+    if method not in METHODS or not available(auto.profile, auto.shape, [method]):
         raise ConfigError(f"no prediction of {NAMES[method]} here: the engine or its profile has no drafter or rates")
     return predicted_ms(auto.profile, resolved, prompt_tokens, max_tokens, auto.shape)
