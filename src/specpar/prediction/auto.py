@@ -28,6 +28,7 @@ from dataclasses import dataclass, replace
 
 from specpar.core.config import AUTO_CHOOSES, SpeculativeConfig
 from specpar.core.errors import ConfigError
+from specpar.core.model import Model
 from specpar.prediction.machine import MachineProfile, load_or_build
 from specpar.prediction.methods import METHODS, EngineShape, MethodPredictions, Prediction, predict_methods
 from specpar.prediction.simulate import MAX_SIMULATED
@@ -174,10 +175,10 @@ def bucket(tokens: int) -> int:
     return n
 
 
-def profile_of(given, target_model, drafter_model, latencies) -> MachineProfile:
+def profile_of(given, target_model: Model, drafter_model: Model | None, latencies) -> MachineProfile:
     """The profile ``auto`` predicts from (module docstring): ``given`` (a MachineProfile or a JSON file's path);
     else the simulated models' ``latencies`` (target, drafter: LatencyProfiles, or None when unknown) and the
-    drafter's acceptance rate; else the profile measured for the models (``load_or_build``)."""
+    drafter's acceptance rate (the Models' own; drafter_model None: no drafter); else the profile measured for the models (``load_or_build``)."""
     if isinstance(given, MachineProfile):
         return given
     if isinstance(given, (str, os.PathLike)):
@@ -185,7 +186,7 @@ def profile_of(given, target_model, drafter_model, latencies) -> MachineProfile:
     if given is not None:
         raise ConfigError(f"profile must be a MachineProfile or a JSON file's path, got {type(given).__name__}")
     t, d = latencies
-    rate = getattr(drafter_model, "acceptance_rate", None)
+    rate = drafter_model.acceptance_rate if drafter_model is not None else None
     simulated = not target_model.real  # a simulated model: its latency profile is its cost
     if simulated and t is not None:
         with_drafter = d is not None and rate is not None
@@ -194,8 +195,8 @@ def profile_of(given, target_model, drafter_model, latencies) -> MachineProfile:
     return load_or_build(target=target_model, drafter=drafter_model)
 
 
-def _name(model) -> str:
-    return str(getattr(model, "name", None) or type(model).__name__)
+def _name(model: Model | None) -> str:
+    return str(model.name if model is not None and model.name else type(model).__name__)
 
 
 def for_servers(profile, targets, drafters, units: int, runtime, sp_degree: int, policy: str = "adaptive") -> Auto:
@@ -216,7 +217,7 @@ def for_servers(profile, targets, drafters, units: int, runtime, sp_degree: int,
         targets=sp_degree,
         runtime=runtime.name,
         cpus_per_server=runtime.cpus_per_server if runtime.name == "ray" else None,
-        cpu=target_model.real and all(getattr(s, "device", "cpu") == "cpu" for s in servers),
+        cpu=target_model.real and all(s.device == "cpu" for s in servers),
         drafter=drafter is not None,
         cancel_frees=runtime.cancel_frees if runtime.name == "virtual" else {"target": "end"},
     )
