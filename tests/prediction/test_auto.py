@@ -107,17 +107,21 @@ def test_vllm_spelling_method_auto():
         Engine(target, drafter, method="auto", algorithm="dsi")
 
 
-def test_the_schedulers_shares_of_an_auto_request_use_the_machines_predictions():
+def test_the_schedulers_shares_of_an_auto_request_come_from_autos_predictions():
+    from specpar.prediction.shares import choice_curve
+
     target, drafter = pair(c=0.05, a=0.9)
-    slow = MachineProfile.from_latency(LatencyProfile(10.0, 10.0, 100.0), LatencyProfile(0.5, 0.5), 0.9)
-    spec = SpeculativeConfig(algorithm="dsi", sp_degree=2, lookahead=3)
-    with Engine(target, drafter, units=3, profile=slow) as engine:
-        requests = engine._requests
-        spec = requests.config(spec, None, {})[0]
-        curve = requests.curves.of(spec, 30, requests._machine())  # as auto's choice: every share predicted
-        assert [curve.option(u).algorithm for u in (1, 2, 3)] == ["nonsi"] * 3
-        # control: a request that names its algorithm keeps the models' own latencies, where DSI pays
-        assert requests.curves.of(spec, 30).option(3).algorithm == "dsi"
+    with Engine(target, drafter, sp_degree=3) as engine:  # 4 units
+        choice = engine.auto().choose(20, 30)
+        curve = choice_curve(choice, 4, "adaptive")
+    assert choice.spec.algorithm == "dsi" and curve.max_units == choice.spec.sp_degree + 1
+    top = curve.option(curve.max_units)  # the largest share runs auto's choice, at its predicted time
+    assert (top.algorithm, top.sp_degree, top.lookahead) == ("dsi", choice.spec.sp_degree, choice.spec.lookahead)
+    assert top.ms_per_token == pytest.approx(choice.chosen.ms / 30)
+    rates = [curve.option(u).ms_per_token for u in range(1, curve.max_units + 1)]
+    assert rates == sorted(rates, reverse=True) and rates[-1] < rates[-2]  # fewer units: slower, never faster
+    assert curve.option(1).algorithm in ("si", "nonsi")
+    assert choice_curve(choice, 4, "dsi").min_units == curve.max_units  # a fixed policy: the choice alone
 
 
 @pytest.mark.parametrize("sampling", [{"top_k": 5}, {"top_p": 0.9}, {"repetition_penalty": 1.2}])
@@ -209,3 +213,30 @@ def test_an_engine_of_auto_builds_its_chooser_once_when_it_starts(monkeypatch):
         for t in threads:
             t.join()
     assert built == [1, 1]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("c", [0.05, 0.2, 0.5])
+@pytest.mark.parametrize("a", [0.5, 0.7, 0.8, 0.9])
+def test_what_auto_reports_is_what_ran_over_a_grid(a, c):
+    target, drafter = pair(c=c, a=a)
+    with Engine(target, drafter, algorithm="auto", sp_degree=3) as engine:  # units = 4: the adaptive shares
+        result = engine.generate(PROMPT, SamplingParams(temperature=0, max_tokens=40))
+    spec = engine.auto().choose(len(PROMPT), 40).spec
+    assert (result.algorithm, result.sp_degree if result.algorithm == "dsi" else 1) == (
+        spec.algorithm, spec.sp_degree if spec.algorithm == "dsi" else 1)  # fmt: skip
+    assert result.auto["label"] == engine.auto().choose(len(PROMPT), 40).chosen.label
+    assert "chosen" not in result.auto  # ran as chosen (alone on the engine)
+
+
+def test_an_auto_request_on_fewer_units_says_what_ran_and_what_was_chosen():
+    target, drafter = pair(c=0.05, a=0.9)
+    with Engine(target, drafter, algorithm="auto", sp_degree=3) as engine:  # 4 units, 4 requests at once
+        results = engine.generate([PROMPT] * 4, SamplingParams(temperature=0, max_tokens=40))
+        chosen = engine.auto().choose(len(PROMPT), 40).chosen.label
+    for result in results:
+        if result.algorithm == "dsi" and result.sp_degree == 3 and "segments" not in result.details:
+            assert result.auto["label"] == chosen and "chosen" not in result.auto
+        else:  # a share smaller than the choice's: the report names what ran
+            assert result.auto["chosen"] == chosen and result.auto["label"] != chosen
+    assert any("chosen" in r.auto for r in results)  # four requests cannot all have DSI SP 3's four units

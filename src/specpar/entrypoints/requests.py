@@ -23,12 +23,12 @@ from specpar.core.params import SAMPLING_FIELDS, SamplingParams
 from specpar.core.query import Query
 from specpar.core.results import GenerationResult, overhead
 from specpar.core.stopping import Stopping, detokenize, end_of_text_ids
-from specpar.prediction.shares import Curves
+from specpar.prediction.shares import Curves, choice_curve
 from specpar.runtimes import Pool
 from specpar.runtimes.base import model_of
 from specpar.runtimes.virtual import collector_paused
 from specpar.scheduling import Scheduler, Unit
-from specpar.scheduling.request import Request
+from specpar.scheduling.request import Request, configure
 
 log = logging.getLogger(__name__)
 
@@ -134,7 +134,10 @@ class Requests:
             spec, choice = self.auto().resolve(spec, len(ids), params.max_tokens, decoding.processors is not None)
         if spec.uses_drafter and self.drafters is None:
             raise ConfigError(f"algorithm {spec.algorithm!r} needs a drafter: give the engine one")
-        curve = self.curves.of(spec, params.max_tokens, self._machine() if choice else None)
+        if choice is not None:  # its largest share runs what auto chose, the smaller ones as auto predicts them
+            curve = choice_curve(choice, len(self.units), self.curves.policy)
+        else:
+            curve = self.curves.of(spec, params.max_tokens)
         if spec.lookahead == "auto" and curve.option(curve.max_units).ms_per_token is None:
             spec = spec.replace(lookahead=self.auto_lookahead(spec, params.max_tokens))  # (or its clear error)
         query = Query(ids, params.max_tokens, decoding, self.stopping(ids, params), stream)
@@ -165,8 +168,9 @@ class Requests:
     def finished(self, result: GenerationResult, request: Request, params: SamplingParams) -> GenerationResult:
         """``result`` (of ``request``) with its text and what ``auto`` chose for it, logged."""
         prompt = request.prompt
-        if request.choice is not None:
-            result.auto = request.choice.to_dict()
+        if request.choice is not None:  # what ran: the choice, or (on fewer units, under load) what its shares ran
+            result.auto = request.choice.ran([(configure(request.spec, o), o.ms_per_token) for o, _, _ in request.segments],
+                                             len(result.tokens))  # fmt: skip
         if self.tokenizer is not None:
             result.text = detokenize(self.tokenizer, prompt, result.tokens, *texts(params))
         if log.isEnabledFor(logging.INFO):
@@ -307,12 +311,6 @@ class Requests:
                     self._auto = for_servers(self.profile, self.targets, self.drafters, len(self.units), self.runtime,
                                              self.spec.sp_degree, self.curves.policy)  # fmt: skip
         return self._auto
-
-    def _machine(self):
-        """The machine's predictions for the shares of a configuration auto chose (those it chose by)."""
-        from specpar.prediction.auto import predict_request
-
-        return lambda spec, n: predict_request(self, spec, 16, n)
 
 
 def in_threads(calls: list, workers: int) -> list:

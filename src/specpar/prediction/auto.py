@@ -72,6 +72,25 @@ class Choice:
             "reason": self.reason,
         }
 
+    def ran(self, configurations: list[tuple[SpeculativeConfig, float | None]], tokens: int) -> dict:
+        """:meth:`to_dict` for a request that ran ``configurations`` (each a SpeculativeConfig and its share's
+        predicted ms per token, in order) and made ``tokens`` tokens: the choice's when it ran as chosen; else
+        (fewer units under load) the method and label of what ran (joined by ", then "), its shares' predicted
+        time, and the choice's label as ``chosen``."""
+        from specpar.prediction.methods import method_of
+
+        ran = [Prediction(method_of(spec), spec, self.chosen.runtime, 0, 0.0) for spec, _ in configurations]
+        if all(p.label == self.chosen.label for p in ran):
+            return self.to_dict()
+        known = all(ms is not None for _, ms in configurations)
+        return {
+            "method": ran[-1].method,
+            "label": ", then ".join(dict.fromkeys(p.label for p in ran)),
+            "predicted_ms": sum(ms for _, ms in configurations) / len(configurations) * tokens if known else 0.0,
+            "reason": self.reason,
+            "chosen": self.chosen.label,
+        }
+
 
 def chosen(predictions: MethodPredictions) -> Prediction:
     """The method ``auto`` runs: the fastest, unless it beats non-SI by no more than MARGIN (then non-SI)."""
