@@ -136,3 +136,76 @@ def test_auto_under_a_fixed_policy_chooses_only_what_the_policy_runs():
     with Engine(target, drafter, algorithm="auto", sp_degree=2, policy="si") as engine:
         result = engine.generate(PROMPT, SamplingParams(temperature=0, max_tokens=30))
     assert result.algorithm == "si" and result.auto["method"] in ("si", "tree-si", "ngram-si")
+
+
+def test_outputs_past_the_simulated_length_share_one_search_scaled(monkeypatch):
+    import specpar.prediction.auto as auto_module
+    from specpar.prediction.simulate import MAX_SIMULATED, predicted_ms
+
+    target, drafter = pair(c=0.1, a=0.8)
+    searches = []
+    search = auto_module.predict_methods
+    monkeypatch.setattr(auto_module, "predict_methods", lambda *a, **k: searches.append(a[2]) or search(*a, **k))
+    with Engine(target, drafter, units=1) as engine:
+        auto = engine.auto()
+        long, longer = auto.predictions(20, 200), auto.predictions(20, 300)
+    assert searches == [MAX_SIMULATED]  # one search for every output past the simulated length
+    assert (long.max_tokens, longer.max_tokens) == (200, 300)
+    plain = predicted_ms(auto.profile, SpeculativeConfig(algorithm="nonsi"), 32, 300, auto.shape)
+    assert longer.of("nonsi").ms == pytest.approx(plain, rel=1e-9)  # scaled as a search at 300 tokens predicts
+    fastest = longer.fastest  # a drafting method's kept time scaled by its own first token's time
+    assert fastest.ms == pytest.approx(fastest.first_ms + (long.of(fastest.method).ms - fastest.first_ms) * 299 / 199)
+
+
+def test_identical_requests_at_once_share_one_search(monkeypatch):
+    import threading
+    import time
+
+    import specpar.prediction.auto as auto_module
+
+    target, drafter = pair(c=0.1, a=0.8)
+    searches, search = [], auto_module.predict_methods
+
+    def slow(*args, **kwargs):
+        searches.append(args[1:3])
+        time.sleep(0.2)  # long enough for the other threads to ask meanwhile
+        return search(*args, **kwargs)
+
+    monkeypatch.setattr(auto_module, "predict_methods", slow)
+    with Engine(target, drafter, units=1) as engine:
+        auto = engine.auto()
+        out = []
+        threads = [threading.Thread(target=lambda: out.append(auto.predictions(20, 30))) for _ in range(3)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert len(searches) == 1 and len(out) == 3 and all(o is out[0] for o in out)
+
+
+def test_an_engine_of_auto_builds_its_chooser_once_when_it_starts(monkeypatch):
+    import threading
+    import time
+
+    import specpar.prediction.auto as auto_module
+
+    target, drafter = pair(c=0.1, a=0.8)
+    built, build = [], auto_module.for_servers
+
+    def slow(*args, **kwargs):
+        built.append(1)
+        time.sleep(0.2)
+        return build(*args, **kwargs)
+
+    monkeypatch.setattr(auto_module, "for_servers", slow)
+    with Engine(target, drafter, algorithm="auto", units=1) as engine:
+        assert built == [1]  # made (measured, for real models) as the engine starts, not in a request
+        engine.generate(PROMPT, SamplingParams(temperature=0, max_tokens=5))
+    with Engine(target, drafter, units=1) as engine:  # another default: made on first need, once
+        assert built == [1]
+        threads = [threading.Thread(target=engine.auto) for _ in range(3)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert built == [1, 1]

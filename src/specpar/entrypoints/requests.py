@@ -111,6 +111,7 @@ class Requests:
         self.gate = Gate()
         self._specs: dict = {}  # a request's changed fields -> its SpeculativeConfig (see config)
         self.profile, self._auto = None, None  # algorithm="auto"'s machine profile (as the engine was given it)
+        self._auto_lock = threading.Lock()  # one chooser made (one profile measured) however many ask at once
 
     # -- one request ------------------------------------------------------------------------------
     def one(self, prompt, params: SamplingParams, spec: SpeculativeConfig, stream=None) -> GenerationResult:
@@ -304,12 +305,15 @@ class Requests:
         return pass_threads(cpu_cores(), len(self.units), busy, ray)
 
     def auto(self):
-        """``algorithm="auto"``'s chooser (:class:`specpar.prediction.auto.Auto`), made on first use."""
+        """``algorithm="auto"``'s chooser (:class:`specpar.prediction.auto.Auto`), made on first use (the Engine
+        makes it as it starts when auto is its default), once: requests asking at once wait for the one made."""
         if self._auto is None:
             from specpar.prediction.auto import for_servers
 
-            self._auto = for_servers(self.profile, self.targets, self.drafters, len(self.units), self.runtime,
-                                     self.spec.sp_degree, self.curves.policy)  # fmt: skip
+            with self._auto_lock:
+                if self._auto is None:
+                    self._auto = for_servers(self.profile, self.targets, self.drafters, len(self.units), self.runtime,
+                                             self.spec.sp_degree, self.curves.policy)  # fmt: skip
         return self._auto
 
     def _machine(self):

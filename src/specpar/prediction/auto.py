@@ -12,7 +12,8 @@ else, for simulated models, their own latency profiles and the drafter's accepta
 simulated apart); else the profile measured on this machine for the engine's models
 (:func:`specpar.prediction.machine.load_or_build`).
 
-Choices are kept per (prompt length rounded up to a power of two, output length, SP degree allowed), so that a
+Choices are kept per (prompt length rounded up to a power of two, output length up to MAX_SIMULATED tokens
+(longer ones: that search scaled), SP degree allowed, logits processors or not), so that a
 server answering many requests predicts once per kind of request; a request's predicted times are the kept ones
 moved by the target's prefill at its own prompt length.
 """
@@ -22,6 +23,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from concurrent.futures import Future
 from dataclasses import dataclass, replace
 
 from specpar.core.config import AUTO_CHOOSES, SpeculativeConfig
@@ -30,6 +32,7 @@ from specpar.core.model import Model
 from specpar.core.query import RequestShape
 from specpar.prediction.machine import MachineProfile, load_or_build
 from specpar.prediction.methods import METHODS, EngineShape, MethodPredictions, Prediction, predict_methods
+from specpar.prediction.simulate import MAX_SIMULATED
 
 log = logging.getLogger(__name__)
 
@@ -107,25 +110,40 @@ class Auto:
         self.shape = shape
         self.methods = tuple(methods)
         self._kept: dict[tuple, MethodPredictions] = {}
+        self._pending: dict[tuple, Future] = {}  # the searches under way
         self._lock = threading.Lock()
 
     def predictions(self, prompt_tokens: int, max_tokens: int, sp_degree: int | None = None,
                     processors: bool = False) -> MethodPredictions:  # fmt: skip
         """Every method's best setting for a prompt of ``prompt_tokens`` (rounded up to a power of two) and
         ``max_tokens`` output tokens, DSI on at most ``sp_degree`` target servers (default: the engine's); with
-        ``processors`` (the request has logits processors) no token trees, which do not take them."""
+        ``processors`` (the request has logits processors) no token trees, which do not take them. Outputs past
+        MAX_SIMULATED tokens share the search of that many, scaled (as each prediction scales them)."""
         targets = min(sp_degree or self.shape.targets, self.shape.targets)
-        key = (bucket(prompt_tokens), max_tokens, targets, processors)
+        key = (bucket(prompt_tokens), min(max_tokens, MAX_SIMULATED), targets, processors)
         with self._lock:
-            kept = self._kept.get(key)
-        if kept is None:
-            methods = [m for m in self.methods if not (processors and m.startswith("tree"))]
-            kept = predict_methods(self.profile, key[0], max_tokens, replace(self.shape, targets=targets), methods)
+            kept, pending = self._kept.get(key), self._pending.get(key)
+            mine = kept is None and pending is None
+            if mine:  # one search per key at a time: requests asking meanwhile wait for its result
+                pending = self._pending[key] = Future()
+        if kept is None and not mine:
+            kept = pending.result()
+        elif mine:
+            try:
+                methods = [m for m in self.methods if not (processors and m.startswith("tree"))]
+                kept = predict_methods(self.profile, key[0], key[1], replace(self.shape, targets=targets), methods)
+            except BaseException as exc:
+                with self._lock:
+                    del self._pending[key]
+                pending.set_exception(exc)
+                raise
             with self._lock:
                 if len(self._kept) >= KEPT:
                     self._kept.pop(next(iter(self._kept)))
                 self._kept[key] = kept
-        return kept
+                del self._pending[key]
+            pending.set_result(kept)
+        return kept if max_tokens == key[1] else kept.scaled(max_tokens)
 
     def choose(self, prompt_tokens: int, max_tokens: int, sp_degree: int | None = None,
                processors: bool = False) -> Choice:  # fmt: skip

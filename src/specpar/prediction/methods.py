@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 from specpar.core.config import SpeculativeConfig, parse_proposer
 from specpar.core.errors import ConfigError
 from specpar.prediction.machine import MachineProfile
-from specpar.prediction.simulate import MAX_SIMULATED, MIN_PAIRS, EngineShape, predicted_ms
+from specpar.prediction.simulate import MAX_SIMULATED, MIN_PAIRS, EngineShape, predicted_times, scaled
 
 LOOKAHEADS = tuple(range(1, 9))
 QUICK_PAIRS = 2  # the first round's sample pairs per setting
@@ -46,13 +46,15 @@ NAMES = {
 
 @dataclass(frozen=True)
 class Prediction:
-    """One configuration's predicted time: ``ms`` for the request (its prefill and every output token)."""
+    """One configuration's predicted time: ``ms`` for the request (its prefill and every output token);
+    ``first_ms``: to its first token (None: not known)."""
 
     method: str
     spec: SpeculativeConfig
     runtime: str
     threads: int
     ms: float
+    first_ms: float | None = None
 
     @property
     def label(self) -> str:
@@ -108,6 +110,19 @@ class MethodPredictions:
 
     def of(self, method: str) -> Prediction | None:
         return next((p for p in self.best if p.method == method), None)
+
+    def scaled(self, max_tokens: int) -> MethodPredictions:
+        """These predictions (of MAX_SIMULATED output tokens or more) for ``max_tokens`` output tokens, each
+        setting's time after its first token in proportion (as a search at ``max_tokens`` predicts each setting:
+        :func:`specpar.prediction.simulate.predicted_ms`); fastest first again."""
+        if self.max_tokens < min(max_tokens, MAX_SIMULATED):
+            raise ConfigError(f"predictions of {self.max_tokens} tokens cannot be scaled to {max_tokens}")
+
+        def one(p: Prediction) -> Prediction:
+            return replace(p, ms=scaled(p.ms, p.first_ms, self.max_tokens, max_tokens))
+
+        best = sorted(map(one, self.best), key=lambda p: p.ms)
+        return MethodPredictions(self.prompt_tokens, max_tokens, best, [one(p) for p in self.tried])
 
 
 def available(profile: MachineProfile, shape: EngineShape, methods: Iterable[str] = METHODS) -> list[str]:
@@ -242,8 +257,8 @@ def _search(profile, method: str, family: list[SpeculativeConfig], shape: Engine
 
 def _predict(profile, method: str, spec: SpeculativeConfig, shape: EngineShape, prompt_tokens: int, max_tokens: int,
              pairs: int | None = None) -> Prediction:  # fmt: skip
-    ms = predicted_ms(profile, spec, prompt_tokens, max_tokens, shape, pairs=pairs)
-    return Prediction(method, spec, shape.runtime, shape.threads(profile, spec), ms)
+    ms, first = predicted_times(profile, spec, prompt_tokens, max_tokens, shape, pairs=pairs)
+    return Prediction(method, spec, shape.runtime, shape.threads(profile, spec), ms, first)
 
 
 def _lookaheads(max_tokens: int) -> tuple[int, ...]:
