@@ -20,7 +20,7 @@ from specpar.backends.cpu_threads import SharedThreads, cpu_cores, pass_threads
 from specpar.core.config import RuntimeConfig, SpeculativeConfig, split_options
 from specpar.core.errors import ConfigError
 from specpar.core.params import SAMPLING_FIELDS, SamplingParams
-from specpar.core.query import Query
+from specpar.core.query import Query, RequestShape
 from specpar.core.results import GenerationResult, overhead
 from specpar.core.stopping import Stopping, detokenize, end_of_text_ids
 from specpar.prediction.shares import Curves, choice_curve
@@ -129,21 +129,29 @@ class Requests:
             raise ConfigError("this engine is closed")
         ids = self.prompt_ids(prompt)
         decoding = params.decoding(len(ids), self.end_of_text)
+        shape = RequestShape(len(ids), params.max_tokens, decoding.processors is not None)
+        spec, curve, choice = self.speculation(spec, shape)
+        query = Query(ids, params.max_tokens, decoding, self.stopping(ids, params), stream)
+        request = Request(scheduler, query, spec, curve, runtime, self.keep_actors)
+        request.choice = choice
+        return request
+
+    def speculation(self, spec: SpeculativeConfig, shape: RequestShape):
+        """(``spec`` resolved for a request of ``shape``, its share curve, what ``auto`` chose or None): algorithm
+        "auto" made the predicted fastest method among those the request can run (trees take no logits
+        processors), then lookahead "auto" the fastest by simulation where the curve does not choose it."""
         choice = None
-        if spec.algorithm == "auto":  # among what this request can run (trees take no logits processors)
-            spec, choice = self.auto().resolve(spec, len(ids), params.max_tokens, decoding.processors is not None)
+        if spec.algorithm == "auto":
+            spec, choice = self.auto().resolve(spec, shape)
         if spec.uses_drafter and self.drafters is None:
             raise ConfigError(f"algorithm {spec.algorithm!r} needs a drafter: give the engine one")
         if choice is not None:  # its largest share runs what auto chose, the smaller ones as auto predicts them
             curve = choice_curve(choice, len(self.units), self.curves.policy)
         else:
-            curve = self.curves.of(spec, params.max_tokens)
+            curve = self.curves.of(spec, shape.max_tokens)
         if spec.lookahead == "auto" and curve.option(curve.max_units).ms_per_token is None:
-            spec = spec.replace(lookahead=self.auto_lookahead(spec, params.max_tokens))  # (or its clear error)
-        query = Query(ids, params.max_tokens, decoding, self.stopping(ids, params), stream)
-        request = Request(scheduler, query, spec, curve, runtime, self.keep_actors)
-        request.choice = choice
-        return request
+            spec = spec.replace(lookahead=self.auto_lookahead(spec, shape.max_tokens))  # (or its clear error)
+        return spec, curve, choice
 
     def run(self, request: Request) -> GenerationResult:
         """``request`` run; its result with the time outside forward passes (``overhead``: real models on this

@@ -29,6 +29,7 @@ from dataclasses import dataclass, replace
 from specpar.core.config import AUTO_CHOOSES, SpeculativeConfig
 from specpar.core.errors import ConfigError
 from specpar.core.model import Model
+from specpar.core.query import RequestShape
 from specpar.prediction.machine import MachineProfile, load_or_build
 from specpar.prediction.methods import METHODS, EngineShape, MethodPredictions, Prediction, predict_methods
 from specpar.prediction.simulate import MAX_SIMULATED
@@ -171,17 +172,16 @@ class Auto:
         best = chosen(predictions)
         return Choice(best.spec, best, best.ms + shift, reason(best, predictions, self.profile, shift), predictions)
 
-    def resolve(self, spec: SpeculativeConfig, prompt_tokens: int, max_tokens: int,
-                processors: bool = False) -> tuple[SpeculativeConfig, Choice]:  # fmt: skip
-        """``spec`` with algorithm "auto" made the fastest method's configuration (its sp_degree caps DSI's) among
-        those the request can run (``processors``: it has logits processors, which token trees do not take)."""
+    def resolve(self, spec: SpeculativeConfig, shape: RequestShape) -> tuple[SpeculativeConfig, Choice]:
+        """``spec`` with algorithm "auto" made the fastest method's configuration (its sp_degree caps DSI's) for a
+        request of ``shape``, among those it can run (with logits processors: no token trees)."""
         given = [name for name in AUTO_CHOOSES if getattr(spec, name) not in (None, "auto")]
         if given:
             raise ConfigError(
                 f'algorithm="auto" chooses the method and its settings: give no {", ".join(given)} with it '
                 "(sp_degree caps DSI's servers)"
             )
-        choice = self.choose(prompt_tokens, max_tokens, spec.sp_degree, processors)
+        choice = self.choose(shape.prompt_tokens, shape.max_tokens, spec.sp_degree, shape.processors)
         log.info("auto: %s", choice.reason)
         return choice.spec, choice
 
