@@ -22,7 +22,7 @@ from specpar.core.errors import ConfigError
 from specpar.core.params import SAMPLING_FIELDS, SamplingParams
 from specpar.core.query import Query, RequestShape
 from specpar.core.results import GenerationResult, overhead
-from specpar.core.stopping import Stopping, detokenize, end_of_text_ids
+from specpar.core.stopping import detokenize, end_of_text_ids
 from specpar.prediction.shares import Curves, choice_curve
 from specpar.runtimes import Pool
 from specpar.runtimes.base import model_of
@@ -131,7 +131,7 @@ class Requests:
         decoding = params.decoding(len(ids), self.end_of_text)
         shape = RequestShape(len(ids), params.max_tokens, decoding.processors is not None)
         spec, curve, choice = self.speculation(spec, shape)
-        query = Query(ids, params.max_tokens, decoding, self.stopping(ids, params), stream)
+        query = Query(ids, params.max_tokens, decoding, params.stopping(ids, self.end_of_text, self.tokenizer), stream)
         request = Request(scheduler, query, spec, curve, runtime, self.keep_actors)
         request.choice = choice
         return request
@@ -280,13 +280,6 @@ class Requests:
         if not ids:
             raise ConfigError("prompt is empty: give at least one token (the target needs a prefix to continue)")
         return ids
-
-    def stopping(self, prompt_ids: Sequence[int], params: SamplingParams) -> Stopping | None:
-        """The request's stop conditions: end of text (unless ignore_eos), its stop ids and strings."""
-        ids = set(params.stop_token_ids) | (set() if params.ignore_eos else set(self.end_of_text))
-        if not ids and not params.stop:
-            return None
-        return Stopping(ids, params.stop, self.tokenizer, prompt_ids, params.min_tokens)
 
     def auto_lookahead(self, spec: SpeculativeConfig, max_tokens: int) -> int:
         """lookahead="auto": the fastest by simulation of the models' latencies and acceptance rate."""
