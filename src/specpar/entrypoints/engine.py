@@ -279,10 +279,11 @@ class Engine:
         the engine's; :meth:`Requests.threads_for`)."""
         return self._requests.threads_for(algorithm, uses_drafter, sp_degree)
 
-    def auto(self):
+    def auto(self, profile=None):
         """``algorithm="auto"``'s chooser for this engine (:class:`specpar.prediction.auto.Auto`), made on first use
-        from its machine profile."""
-        return self._requests.auto()
+        from its machine profile (``profile``: one already at hand, a MachineProfile, when none was given; the engine
+        keeps its own once made)."""
+        return self._requests.auto(profile)
 
     def load_metrics(self) -> LoadMetrics:
         """Requests running and waiting, units in use and per request, output tokens and goodput

@@ -302,15 +302,16 @@ class Requests:
         cpu = [s for s in (*targets, *drafters) if s.device == "cpu"]
         return pass_threads(cpu_cores(), len(self.units), busy_servers(algorithm, len(cpu)), ray)
 
-    def auto(self):
+    def auto(self, profile=None):
         """``algorithm="auto"``'s chooser (:class:`specpar.prediction.auto.Auto`), made on first use (the Engine
-        makes it as it starts when auto is its default), once: requests asking at once wait for the one made."""
+        makes it as it starts when auto is its default), once: requests asking at once wait for the one made.
+        profile: a MachineProfile at hand, used when the engine was given none."""
         if self._auto is None:
             from specpar.prediction.auto import for_servers
 
             with self._auto_lock:
                 if self._auto is None:
-                    self._auto = for_servers(self.profile, self.targets, self.drafters, len(self.units), self.runtime,
+                    self._auto = for_servers(self.profile or profile, self.targets, self.drafters, len(self.units), self.runtime,
                                              self.spec.sp_degree, self.curves.policy)  # fmt: skip
         return self._auto
 

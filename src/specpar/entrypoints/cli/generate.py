@@ -206,8 +206,11 @@ def predictions(engine, args, algorithms, prompt_tokens: int) -> tuple[dict, str
     from specpar.prediction.auto import predict_request
     from specpar.prediction.machine import cached
 
-    if args.algorithm != "auto" and args.profile is None and cached(engine.target_model, engine.drafter_model) is None:
-        return {}, NOT_YET  # a comparison does not measure the machine for its predictions: auto does, on first need
+    if args.algorithm != "auto" and args.profile is None:  # a comparison does not measure the machine: auto does
+        profile = cached(engine.target_model, engine.drafter_model)
+        if profile is None:
+            return {}, NOT_YET
+        engine.auto(profile)  # auto predicts from the profile found (the cache is read, the models' files hashed, once)
     out = {}
     try:
         for algo in algorithms:
