@@ -83,6 +83,11 @@ def test_bench_runs_an_auto_arm_and_sums_its_predictions(pair_dirs, profiles, tm
     summary = json.loads(capsys.readouterr().out)["summary"]
     assert summary["auto"]["auto"]["ran"] == {"non-SI": 2} and summary["auto"]["same_tokens_as_nonsi"] is True
     assert summary["auto"]["auto"]["predicted_s"] > 0
+    assert summary["auto"]["auto"]["why"].startswith("non-SI: predicted")
+    assert cli.main(["bench", "--dataset", str(prompts), "-n", "2", "-N", "6", "--algorithms", "nonsi,auto",
+                     "--profile", profiles[0]] + models(pair_dirs)) == 0  # fmt: skip
+    printed = capsys.readouterr()
+    assert "why (its most frequent choice): non-SI: predicted" in printed.out + printed.err
 
 
 def test_a_bad_profile_file_is_one_clear_error(pair_dirs, tmp_path, capsys):
@@ -93,9 +98,9 @@ def test_a_bad_profile_file_is_one_clear_error(pair_dirs, tmp_path, capsys):
     assert len(err) == 1 and "machine profile" in err[0]
 
 
-def test_generate_compare_predicts_from_a_profile_already_cached(pair_dirs, profiles, capsys):
+def test_generate_compare_predicts_from_a_profile_already_cached(pair_dirs, profiles, capsys, monkeypatch):
     """--compare measures nothing, but a profile of the models in specpar's cache gives it predictions and an auto
-    row (control: the isolated cache without it gives neither)."""
+    row (control: the isolated cache without it gives neither), read once (the models' files fingerprinted once)."""
     from specpar.backends.transformers_model import TransformersModel
     from specpar.prediction import profile_cache
     from specpar.prediction.machine import MachineProfile
@@ -107,6 +112,9 @@ def test_generate_compare_predicts_from_a_profile_already_cached(pair_dirs, prof
     key = profile_cache.profile_key(target, drafter)
     data = {**MachineProfile.load(profiles[1]).to_dict(), "key": key}
     profile_cache.write(profile_cache.cache_path(key), data)
+    keys, profile_key = [], profile_cache.profile_key
+    monkeypatch.setattr(profile_cache, "profile_key", lambda *a, **k: keys.append(1) or profile_key(*a, **k))
     assert cli.main(argv) == 0
     out = json.loads(capsys.readouterr().out)
     assert set(out["results"]) == {"nonsi", "si", "dsi", "auto"} == set(out["predicted_ms"])
+    assert len(keys) == 1  # one look at the cache: the profile found there is the one auto predicts from

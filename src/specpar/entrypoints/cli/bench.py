@@ -225,14 +225,17 @@ def summarize(by_algo: dict, greedy: bool) -> dict:
 
 
 def auto_summary(chosen: list[dict], results) -> dict:
-    """What ``auto`` ran over the prompts (label -> prompts), its predicted and measured times in all (s) and the
-    median and worst |predicted - measured| / measured over the prompts."""
+    """What ``auto`` ran over the prompts (label -> prompts), why it chose the one it ran most (its reason line, of
+    the first prompt it ran that on), its predicted and measured times in all (s) and the median and worst
+    |predicted - measured| / measured over the prompts."""
     import statistics
     from collections import Counter
 
     errors = [abs(c["predicted_ms"] - r.time_ms) / r.time_ms for c, r in zip(chosen, results) if r.time_ms > 0]
+    ran = dict(Counter(c["label"] for c in chosen).most_common())
     return {
-        "ran": dict(Counter(c["label"] for c in chosen).most_common()),
+        "ran": ran,
+        "why": next(c["reason"] for c in chosen if c["label"] == next(iter(ran))),
         "predicted_s": sum(c["predicted_ms"] for c in chosen) / 1000,
         "measured_s": sum(r.time_ms for r in results) / 1000,
         "median_error": statistics.median(errors) if errors else None,
@@ -285,5 +288,6 @@ def _print(args, summary, why, target, drafter, servers) -> None:
                 f"{a['measured_s']:.1f} s (|predicted - measured| / measured per prompt: median "
                 f"{fmt(100 * a['median_error'], '.0f', '%')}, worst {fmt(100 * a['worst_error'], '.0f', '%')})"
             )
+            console.print(f"why (its most frequent choice): {a['why']}")
     if args.output:
         console.print(f"per prompt: {args.output}")
