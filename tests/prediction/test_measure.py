@@ -42,7 +42,9 @@ def pair(target_latency, drafter_latency, acceptance=0.8):
 
 def test_a_simulated_pair_measures_to_its_known_costs_exactly():
     target, drafter = pair(Linear(40.0, 10.0, 2.0), Linear(8.0, 3.0, 0.5))
-    fig = measure_pair(target, drafter, PROMPTS, VIRTUAL)
+    labels = []
+    fig = measure_pair(target, drafter, PROMPTS, VIRTUAL, labels.append)
+    assert [label for label, _ in fig.meta["step_seconds"]] == labels and len(labels) == VIRTUAL.steps(2, 2)
     for n_threads in (1, 2):
         assert fig.passes["target"][n_threads] == tuple(10.0 + 2.0 * (k - 1) for k in range(1, 9))
         assert fig.passes["drafter"][n_threads] == tuple(3.0 + 0.5 * (k - 1) for k in range(1, 9))

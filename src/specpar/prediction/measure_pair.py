@@ -155,7 +155,7 @@ def measure_pair(
         raise ConfigError("measuring a pair needs at least one sample prompt")
     for ids in prompts:  # each prompt and its greedy tokens fit in both models' context windows
         check_context_window(len(ids), options.tokens + 1, target, drafter)
-    step = progress or (lambda label: None)
+    step, spent = _timed_steps(progress or (lambda label: None))
     t0, load0, cores = time.perf_counter(), _load(), cpu_cores()
     fig = PairFigures(
         names={"target": as_model(target).name or "target", "drafter": as_model(drafter).name or "drafter"}
@@ -180,7 +180,8 @@ def measure_pair(
     fig.ngram = _pooled(rates)
     fig.app_f = _app_f(target, drafter, fig, len(prompts), options, cores)
     fig.meta = {"when": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "load_average": [load0, _load()],
-                "seconds": time.perf_counter() - t0, "prompts": len(prompts), "tokens": options.tokens,
+                "seconds": time.perf_counter() - t0, "step_seconds": spent, "prompts": len(prompts),
+                "tokens": options.tokens,
                 "cores": cores}  # fmt: skip
     return fig
 
@@ -265,6 +266,20 @@ def _app_f(target, drafter, fig: PairFigures, prompts: int, options: MeasureOpti
     return profiling.profile(
         model("target", target), model("drafter", drafter), fig.acceptance, prompts, options.tokens, options.lookahead
     )
+
+
+def _timed_steps(progress: Callable[[str], None]) -> tuple[Callable[[str], None], list]:
+    """``progress`` that also records each step's label and seconds since the step before (or the start) in the
+    list returned beside it (the profile's ``meta["step_seconds"]``: where a measurement's time goes)."""
+    spent, last = [], [time.perf_counter()]
+
+    def step(label: str) -> None:
+        now = time.perf_counter()
+        spent.append([label, round(now - last[0], 3)])
+        last[0] = now
+        progress(label)
+
+    return step, spent
 
 
 def _load() -> list[float]:
