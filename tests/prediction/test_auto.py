@@ -9,6 +9,7 @@ from specpar.backends.simulated import SimulatedModel
 from specpar.core.config import SpeculativeConfig
 from specpar.core.errors import ConfigError
 from specpar.core.latency import LatencyProfile
+from specpar.core.params import SamplingParams
 from specpar.prediction.auto import bucket
 from specpar.prediction.machine import MachineProfile
 
@@ -53,7 +54,17 @@ def test_auto_caps_dsi_at_the_requests_sp_degree():
     target, drafter = pair(c=0.05, a=0.9)
     with Engine(target, drafter, sp_degree=4, units=1) as engine:
         result = engine.generate(PROMPT, max_tokens=30, algorithm="auto", sp_degree=2)
-    assert result.sp_degree <= 2
+    assert result.algorithm == "dsi" and result.sp_degree <= 2  # DSI pays here: the cap, not another method
+
+
+def test_auto_never_considers_hsd_which_an_engine_of_one_drafter_cannot_run():
+    target, drafter = pair(c=0.05, a=0.9)
+    with Engine(target, drafter, units=1) as engine:
+        choice = engine.auto().choose(20, 30)
+        with pytest.raises(ConfigError, match="list of drafters"):  # what it would run, had it chosen HSD
+            engine.generate(PROMPT, max_tokens=5, algorithm="hsd", buffers=(3,))
+    assert "hsd" not in [p.method for p in choice.predictions.best + choice.predictions.tried]
+    assert "HSD" not in choice.reason
 
 
 @pytest.mark.slow
@@ -96,14 +107,136 @@ def test_vllm_spelling_method_auto():
         Engine(target, drafter, method="auto", algorithm="dsi")
 
 
-def test_the_schedulers_shares_of_an_auto_request_use_the_machines_predictions():
+def test_the_schedulers_shares_of_an_auto_request_come_from_autos_predictions():
+    from specpar.prediction.shares import choice_curve
+
     target, drafter = pair(c=0.05, a=0.9)
-    slow = MachineProfile.from_latency(LatencyProfile(10.0, 10.0, 100.0), LatencyProfile(0.5, 0.5), 0.9)
-    spec = SpeculativeConfig(algorithm="dsi", sp_degree=2, lookahead=3)
-    with Engine(target, drafter, units=3, profile=slow) as engine:
-        requests = engine._requests
-        spec = requests.config(spec, None, {})[0]
-        curve = requests.curves.of(spec, 30, requests._machine())  # as auto's choice: every share predicted
-        assert [curve.option(u).algorithm for u in (1, 2, 3)] == ["nonsi"] * 3
-        # control: a request that names its algorithm keeps the models' own latencies, where DSI pays
-        assert requests.curves.of(spec, 30).option(3).algorithm == "dsi"
+    with Engine(target, drafter, sp_degree=3) as engine:  # 4 units
+        choice = engine.auto().choose(20, 30)
+        curve = choice_curve(choice, 4, "adaptive")
+    assert choice.spec.algorithm == "dsi" and curve.max_units == choice.spec.sp_degree + 1
+    top = curve.option(curve.max_units)  # the largest share runs auto's choice, at its predicted time
+    assert (top.algorithm, top.sp_degree, top.lookahead) == ("dsi", choice.spec.sp_degree, choice.spec.lookahead)
+    assert top.ms_per_token == pytest.approx(choice.chosen.ms / 30)
+    rates = [curve.option(u).ms_per_token for u in range(1, curve.max_units + 1)]
+    assert rates == sorted(rates, reverse=True) and rates[-1] < rates[-2]  # fewer units: slower, never faster
+    assert curve.option(1).algorithm in ("si", "nonsi")
+    assert choice_curve(choice, 4, "dsi").min_units == curve.max_units  # a fixed policy: the choice alone
+
+
+@pytest.mark.parametrize("sampling", [{"top_k": 5}, {"top_p": 0.9}, {"repetition_penalty": 1.2}])
+def test_auto_leaves_out_token_trees_for_a_request_with_logits_processors(sampling):
+    target, drafter = pair(c=0.05, a=0.5)  # a machine where a token tree is the fastest
+    with Engine(target, drafter, algorithm="auto", sp_degree=1, units=1) as engine:
+        greedy = engine.generate(PROMPT, SamplingParams(temperature=0, max_tokens=30))
+        assert greedy.auto["method"].startswith("tree")  # control: without processors auto picks a tree here
+        result = engine.generate(PROMPT, SamplingParams(temperature=0.8, seed=1, max_tokens=30, **sampling))
+    assert not result.auto["method"].startswith("tree") and result.auto["method"] != "nonsi"
+    assert len(result.tokens) == 30
+
+
+def test_auto_under_a_fixed_policy_chooses_only_what_the_policy_runs():
+    target, drafter = pair(c=0.05, a=0.9)  # DSI pays
+    with Engine(target, drafter, algorithm="auto", sp_degree=2, policy="si") as engine:
+        result = engine.generate(PROMPT, SamplingParams(temperature=0, max_tokens=30))
+    assert result.algorithm == "si" and result.auto["method"] in ("si", "tree-si", "ngram-si")
+
+
+def test_outputs_past_the_simulated_length_share_one_search_scaled(monkeypatch):
+    import specpar.prediction.auto as auto_module
+    from specpar.prediction.simulate import MAX_SIMULATED, predicted_ms
+
+    target, drafter = pair(c=0.1, a=0.8)
+    searches = []
+    search = auto_module.predict_methods
+    monkeypatch.setattr(auto_module, "predict_methods", lambda *a, **k: searches.append(a[2]) or search(*a, **k))
+    with Engine(target, drafter, units=1) as engine:
+        auto = engine.auto()
+        long, longer = auto.predictions(20, 200), auto.predictions(20, 300)
+    assert searches == [MAX_SIMULATED]  # one search for every output past the simulated length
+    assert (long.max_tokens, longer.max_tokens) == (200, 300)
+    plain = predicted_ms(auto.profile, SpeculativeConfig(algorithm="nonsi"), 32, 300, auto.shape)
+    assert longer.of("nonsi").ms == pytest.approx(plain, rel=1e-9)  # scaled as a search at 300 tokens predicts
+    fastest = longer.fastest  # a drafting method's kept time scaled by its own first token's time
+    assert fastest.ms == pytest.approx(fastest.first_ms + (long.of(fastest.method).ms - fastest.first_ms) * 299 / 199)
+
+
+def test_identical_requests_at_once_share_one_search(monkeypatch):
+    import threading
+    import time
+
+    import specpar.prediction.auto as auto_module
+
+    target, drafter = pair(c=0.1, a=0.8)
+    searches, search = [], auto_module.predict_methods
+
+    def slow(*args, **kwargs):
+        searches.append(args[1:3])
+        time.sleep(0.2)  # long enough for the other threads to ask meanwhile
+        return search(*args, **kwargs)
+
+    monkeypatch.setattr(auto_module, "predict_methods", slow)
+    with Engine(target, drafter, units=1) as engine:
+        auto = engine.auto()
+        out = []
+        threads = [threading.Thread(target=lambda: out.append(auto.predictions(20, 30))) for _ in range(3)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert len(searches) == 1 and len(out) == 3 and all(o is out[0] for o in out)
+
+
+def test_an_engine_of_auto_builds_its_chooser_once_when_it_starts(monkeypatch):
+    import threading
+    import time
+
+    import specpar.prediction.auto as auto_module
+
+    target, drafter = pair(c=0.1, a=0.8)
+    built, build = [], auto_module.for_servers
+
+    def slow(*args, **kwargs):
+        built.append(1)
+        time.sleep(0.2)
+        return build(*args, **kwargs)
+
+    monkeypatch.setattr(auto_module, "for_servers", slow)
+    with Engine(target, drafter, algorithm="auto", units=1) as engine:
+        assert built == [1]  # made (measured, for real models) as the engine starts, not in a request
+        engine.generate(PROMPT, SamplingParams(temperature=0, max_tokens=5))
+    with Engine(target, drafter, units=1) as engine:  # another default: made on first need, once
+        assert built == [1]
+        threads = [threading.Thread(target=engine.auto) for _ in range(3)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert built == [1, 1]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("c", [0.05, 0.2, 0.5])
+@pytest.mark.parametrize("a", [0.5, 0.7, 0.8, 0.9])
+def test_what_auto_reports_is_what_ran_over_a_grid(a, c):
+    target, drafter = pair(c=c, a=a)
+    with Engine(target, drafter, algorithm="auto", sp_degree=3) as engine:  # units = 4: the adaptive shares
+        result = engine.generate(PROMPT, SamplingParams(temperature=0, max_tokens=40))
+    spec = engine.auto().choose(len(PROMPT), 40).spec
+    assert (result.algorithm, result.sp_degree if result.algorithm == "dsi" else 1) == (
+        spec.algorithm, spec.sp_degree if spec.algorithm == "dsi" else 1)  # fmt: skip
+    assert result.auto["label"] == engine.auto().choose(len(PROMPT), 40).chosen.label
+    assert "chosen" not in result.auto  # ran as chosen (alone on the engine)
+
+
+def test_an_auto_request_on_fewer_units_says_what_ran_and_what_was_chosen():
+    target, drafter = pair(c=0.05, a=0.9)
+    with Engine(target, drafter, algorithm="auto", sp_degree=3) as engine:  # 4 units, 4 requests at once
+        results = engine.generate([PROMPT] * 4, SamplingParams(temperature=0, max_tokens=40))
+        chosen = engine.auto().choose(len(PROMPT), 40).chosen.label
+    for result in results:
+        if result.algorithm == "dsi" and result.sp_degree == 3 and "segments" not in result.details:
+            assert result.auto["label"] == chosen and "chosen" not in result.auto
+        else:  # a share smaller than the choice's: the report names what ran
+            assert result.auto["chosen"] == chosen and result.auto["label"] != chosen
+    assert any("chosen" in r.auto for r in results)  # four requests cannot all have DSI SP 3's four units

@@ -90,7 +90,8 @@ def test_every_method_is_predicted_at_its_best_settings_fastest_first():
                              ngram={"match_rate": 0.5, "acceptance_rate": 0.8})  # fmt: skip
     result = predict_methods(profile, 10, 30, EngineShape(units=1, targets=2))
     methods = [p.method for p in result.best]
-    assert sorted(methods) == sorted(["nonsi", "si", "dsi", "tree-si", "tree-dsi", "ngram-si", "ngram-dsi", "hsd"])
+    # (HSD needs a list of drafters; a profile of one drafter model predicts it as SI, which it cannot run as)
+    assert sorted(methods) == sorted(["nonsi", "si", "dsi", "tree-si", "tree-dsi", "ngram-si", "ngram-dsi"])
     assert [p.ms for p in result.best] == sorted(p.ms for p in result.best)
     for best in result.best:  # each method's best is the fastest of its settings tried (up to the two rounds' draws)
         quick = min(p.ms for p in result.tried if p.method == best.method)

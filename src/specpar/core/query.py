@@ -1,4 +1,5 @@
-"""What one generation is asked for, below the Engine: :class:`Query`."""
+"""What one generation is asked for, below the Engine: :class:`Query`, and the numbers of it that predictions
+read, :class:`RequestShape`."""
 
 from __future__ import annotations
 
@@ -25,3 +26,17 @@ class Query:
     decoding: Decoding = GREEDY
     stopping: Stopping | None = None
     stream: Callable[[list[int]], None] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RequestShape:
+    """What a request's predictions read of it (``algorithm="auto"``, ``lookahead="auto"``, the share curves), made
+    once at the Engine's edge: plain numbers, never the prompt or the SamplingParams.
+
+    prompt_tokens: the prompt's length in tokens. max_tokens: the most output tokens. processors: whether its
+    decoding has logits processors (top_k, top_p, ...: token trees take none).
+    """
+
+    prompt_tokens: int
+    max_tokens: int
+    processors: bool = False

@@ -25,6 +25,7 @@ Metric definitions (the field's, as vLLM uses them; tested in tests/experiments/
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -123,15 +124,13 @@ class GenerationResult:
     # algorithm="auto": what it chose and why ({"method", "label", "predicted_ms", "reason"}: prediction.auto.Choice)
     auto: dict | None = None
 
-    @property
+    @functools.cached_property
     def timeline(self) -> list[TaskRecord]:
         """Every task that ran (server, kind, start, end, cancelled), ms from the generation's start.
 
         Built on first access: most simulations never draw it.
         """
-        if not hasattr(self, "_timeline"):
-            self._timeline = self.timeline_source() if self.timeline_source else []
-        return self._timeline
+        return self.timeline_source() if self.timeline_source else []
 
     @property
     def acceptance_rate(self) -> float:

@@ -127,6 +127,12 @@ class Engine:
         self._requests = Requests(self.targets, self.drafters, self.units, runtime_config, self.spec, policy,
                                   keep_actors)  # fmt: skip
         self._requests.profile = profile
+        if self.spec.algorithm == "auto":  # its chooser (and the machine's profile, measured if need be) made now,
+            try:  # not inside the first requests
+                self._requests.auto()
+            except BaseException:
+                self.close()
+                raise
         self.tokenizer = self._requests.tokenizer  # the target's (None: token ids only)
         self._warned_sampling = False  # the one SamplingDefaultWarning (_note_default_sampling)
         if log.isEnabledFor(logging.INFO):

@@ -20,15 +20,15 @@ from specpar.backends.cpu_threads import SharedThreads, cpu_cores, pass_threads
 from specpar.core.config import RuntimeConfig, SpeculativeConfig, split_options
 from specpar.core.errors import ConfigError
 from specpar.core.params import SAMPLING_FIELDS, SamplingParams
-from specpar.core.query import Query
+from specpar.core.query import Query, RequestShape
 from specpar.core.results import GenerationResult, overhead
 from specpar.core.stopping import Stopping, detokenize, end_of_text_ids
-from specpar.prediction.shares import Curves
+from specpar.prediction.shares import Curves, choice_curve
 from specpar.runtimes import Pool
 from specpar.runtimes.base import model_of
 from specpar.runtimes.virtual import collector_paused
 from specpar.scheduling import Scheduler, Unit
-from specpar.scheduling.request import Request
+from specpar.scheduling.request import Request, configure
 
 log = logging.getLogger(__name__)
 
@@ -111,6 +111,7 @@ class Requests:
         self.gate = Gate()
         self._specs: dict = {}  # a request's changed fields -> its SpeculativeConfig (see config)
         self.profile, self._auto = None, None  # algorithm="auto"'s machine profile (as the engine was given it)
+        self._auto_lock = threading.Lock()  # one chooser made (one profile measured) however many ask at once
 
     # -- one request ------------------------------------------------------------------------------
     def one(self, prompt, params: SamplingParams, spec: SpeculativeConfig, stream=None) -> GenerationResult:
@@ -127,19 +128,30 @@ class Requests:
         if self.gate.closed:
             raise ConfigError("this engine is closed")
         ids = self.prompt_ids(prompt)
-        choice = None
-        if spec.algorithm == "auto":
-            spec, choice = self.auto().resolve(spec, len(ids), params.max_tokens)
-        if spec.uses_drafter and self.drafters is None:
-            raise ConfigError(f"algorithm {spec.algorithm!r} needs a drafter: give the engine one")
-        curve = self.curves.of(spec, params.max_tokens, self._machine() if choice else None)
-        if spec.lookahead == "auto" and curve.option(curve.max_units).ms_per_token is None:
-            spec = spec.replace(lookahead=self.auto_lookahead(spec, params.max_tokens))  # (or its clear error)
         decoding = params.decoding(len(ids), self.end_of_text)
+        shape = RequestShape(len(ids), params.max_tokens, decoding.processors is not None)
+        spec, curve, choice = self.speculation(spec, shape)
         query = Query(ids, params.max_tokens, decoding, self.stopping(ids, params), stream)
         request = Request(scheduler, query, spec, curve, runtime, self.keep_actors)
         request.choice = choice
         return request
+
+    def speculation(self, spec: SpeculativeConfig, shape: RequestShape):
+        """(``spec`` resolved for a request of ``shape``, its share curve, what ``auto`` chose or None): algorithm
+        "auto" made the predicted fastest method among those the request can run (trees take no logits
+        processors), then lookahead "auto" the fastest by simulation where the curve does not choose it."""
+        choice = None
+        if spec.algorithm == "auto":
+            spec, choice = self.auto().resolve(spec, shape)
+        if spec.uses_drafter and self.drafters is None:
+            raise ConfigError(f"algorithm {spec.algorithm!r} needs a drafter: give the engine one")
+        if choice is not None:  # its largest share runs what auto chose, the smaller ones as auto predicts them
+            curve = choice_curve(choice, len(self.units), self.curves.policy)
+        else:
+            curve = self.curves.of(spec, shape.max_tokens)
+        if spec.lookahead == "auto" and curve.option(curve.max_units).ms_per_token is None:
+            spec = spec.replace(lookahead=self.auto_lookahead(spec, shape.max_tokens))  # (or its clear error)
+        return spec, curve, choice
 
     def run(self, request: Request) -> GenerationResult:
         """``request`` run; its result with the time outside forward passes (``overhead``: real models on this
@@ -164,8 +176,9 @@ class Requests:
     def finished(self, result: GenerationResult, request: Request, params: SamplingParams) -> GenerationResult:
         """``result`` (of ``request``) with its text and what ``auto`` chose for it, logged."""
         prompt = request.prompt
-        if request.choice is not None:
-            result.auto = request.choice.to_dict()
+        if request.choice is not None:  # what ran: the choice, or (on fewer units, under load) what its shares ran
+            result.auto = request.choice.ran([(configure(request.spec, o), o.ms_per_token) for o, _, _ in request.segments],
+                                             len(result.tokens))  # fmt: skip
         if self.tokenizer is not None:
             result.text = detokenize(self.tokenizer, prompt, result.tokens, *texts(params))
         if log.isEnabledFor(logging.INFO):
@@ -296,19 +309,16 @@ class Requests:
         return pass_threads(cpu_cores(), len(self.units), busy, ray)
 
     def auto(self):
-        """``algorithm="auto"``'s chooser (:class:`specpar.prediction.auto.Auto`), made on first use."""
+        """``algorithm="auto"``'s chooser (:class:`specpar.prediction.auto.Auto`), made on first use (the Engine
+        makes it as it starts when auto is its default), once: requests asking at once wait for the one made."""
         if self._auto is None:
             from specpar.prediction.auto import for_servers
 
-            self._auto = for_servers(self.profile, self.targets, self.drafters, len(self.units), self.runtime,
-                                     self.spec.sp_degree)  # fmt: skip
+            with self._auto_lock:
+                if self._auto is None:
+                    self._auto = for_servers(self.profile, self.targets, self.drafters, len(self.units), self.runtime,
+                                             self.spec.sp_degree, self.curves.policy)  # fmt: skip
         return self._auto
-
-    def _machine(self):
-        """The machine's predictions for the shares of a configuration auto chose (those it chose by)."""
-        from specpar.prediction.auto import predict_request
-
-        return lambda spec, n: predict_request(self, spec, 16, n)
 
 
 def in_threads(calls: list, workers: int) -> list:

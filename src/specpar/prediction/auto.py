@@ -12,7 +12,8 @@ else, for simulated models, their own latency profiles and the drafter's accepta
 simulated apart); else the profile measured on this machine for the engine's models
 (:func:`specpar.prediction.machine.load_or_build`).
 
-Choices are kept per (prompt length rounded up to a power of two, output length, SP degree allowed), so that a
+Choices are kept per (prompt length rounded up to a power of two, output length up to MAX_SIMULATED tokens
+(longer ones: that search scaled), SP degree allowed, logits processors or not), so that a
 server answering many requests predicts once per kind of request; a request's predicted times are the kept ones
 moved by the target's prefill at its own prompt length.
 """
@@ -22,12 +23,16 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from concurrent.futures import Future
 from dataclasses import dataclass, replace
 
 from specpar.core.config import AUTO_CHOOSES, SpeculativeConfig
 from specpar.core.errors import ConfigError
+from specpar.core.model import Model
+from specpar.core.query import RequestShape
 from specpar.prediction.machine import MachineProfile, load_or_build
 from specpar.prediction.methods import METHODS, EngineShape, MethodPredictions, Prediction, predict_methods
+from specpar.prediction.simulate import MAX_SIMULATED
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +73,25 @@ class Choice:
             "reason": self.reason,
         }
 
+    def ran(self, configurations: list[tuple[SpeculativeConfig, float | None]], tokens: int) -> dict:
+        """:meth:`to_dict` for a request that ran ``configurations`` (each a SpeculativeConfig and its share's
+        predicted ms per token, in order) and made ``tokens`` tokens: the choice's when it ran as chosen; else
+        (fewer units under load) the method and label of what ran (joined by ", then "), its shares' predicted
+        time, and the choice's label as ``chosen``."""
+        from specpar.prediction.methods import method_of
+
+        ran = [Prediction(method_of(spec), spec, self.chosen.runtime, 0, 0.0) for spec, _ in configurations]
+        if all(p.label == self.chosen.label for p in ran):
+            return self.to_dict()
+        known = all(ms is not None for _, ms in configurations)
+        return {
+            "method": ran[-1].method,
+            "label": ", then ".join(dict.fromkeys(p.label for p in ran)),
+            "predicted_ms": sum(ms for _, ms in configurations) / len(configurations) * tokens if known else 0.0,
+            "reason": self.reason,
+            "chosen": self.chosen.label,
+        }
+
 
 def chosen(predictions: MethodPredictions) -> Prediction:
     """The method ``auto`` runs: the fastest, unless it beats non-SI by no more than MARGIN (then non-SI)."""
@@ -105,39 +129,59 @@ class Auto:
         self.shape = shape
         self.methods = tuple(methods)
         self._kept: dict[tuple, MethodPredictions] = {}
+        self._pending: dict[tuple, Future] = {}  # the searches under way
         self._lock = threading.Lock()
 
-    def predictions(self, prompt_tokens: int, max_tokens: int, sp_degree: int | None = None) -> MethodPredictions:
+    def predictions(self, prompt_tokens: int, max_tokens: int, sp_degree: int | None = None,
+                    processors: bool = False) -> MethodPredictions:  # fmt: skip
         """Every method's best setting for a prompt of ``prompt_tokens`` (rounded up to a power of two) and
-        ``max_tokens`` output tokens, DSI on at most ``sp_degree`` target servers (default: the engine's)."""
+        ``max_tokens`` output tokens, DSI on at most ``sp_degree`` target servers (default: the engine's); with
+        ``processors`` (the request has logits processors) no token trees, which do not take them. Outputs past
+        MAX_SIMULATED tokens share the search of that many, scaled (as each prediction scales them)."""
         targets = min(sp_degree or self.shape.targets, self.shape.targets)
-        key = (bucket(prompt_tokens), max_tokens, targets)
+        key = (bucket(prompt_tokens), min(max_tokens, MAX_SIMULATED), targets, processors)
         with self._lock:
-            kept = self._kept.get(key)
-        if kept is None:
-            kept = predict_methods(self.profile, key[0], max_tokens, replace(self.shape, targets=targets), self.methods)
+            kept, pending = self._kept.get(key), self._pending.get(key)
+            mine = kept is None and pending is None
+            if mine:  # one search per key at a time: requests asking meanwhile wait for its result
+                pending = self._pending[key] = Future()
+        if kept is None and not mine:
+            kept = pending.result()
+        elif mine:
+            try:
+                methods = [m for m in self.methods if not (processors and m.startswith("tree"))]
+                kept = predict_methods(self.profile, key[0], key[1], replace(self.shape, targets=targets), methods)
+            except BaseException as exc:
+                with self._lock:
+                    del self._pending[key]
+                pending.set_exception(exc)
+                raise
             with self._lock:
                 if len(self._kept) >= KEPT:
                     self._kept.pop(next(iter(self._kept)))
                 self._kept[key] = kept
-        return kept
+                del self._pending[key]
+            pending.set_result(kept)
+        return kept if max_tokens == key[1] else kept.scaled(max_tokens)
 
-    def choose(self, prompt_tokens: int, max_tokens: int, sp_degree: int | None = None) -> Choice:
-        """The fastest method for this request, and why."""
-        predictions = self.predictions(prompt_tokens, max_tokens, sp_degree)
+    def choose(self, prompt_tokens: int, max_tokens: int, sp_degree: int | None = None,
+               processors: bool = False) -> Choice:  # fmt: skip
+        """The fastest method for this request (``processors``: it has logits processors), and why."""
+        predictions = self.predictions(prompt_tokens, max_tokens, sp_degree, processors)
         shift = self.profile.target.prefill(prompt_tokens) - self.profile.target.prefill(predictions.prompt_tokens)
         best = chosen(predictions)
         return Choice(best.spec, best, best.ms + shift, reason(best, predictions, self.profile, shift), predictions)
 
-    def resolve(self, spec: SpeculativeConfig, prompt_tokens: int, max_tokens: int) -> tuple[SpeculativeConfig, Choice]:
-        """``spec`` with algorithm "auto" made the fastest method's configuration (its sp_degree caps DSI's)."""
+    def resolve(self, spec: SpeculativeConfig, shape: RequestShape) -> tuple[SpeculativeConfig, Choice]:
+        """``spec`` with algorithm "auto" made the fastest method's configuration (its sp_degree caps DSI's) for a
+        request of ``shape``, among those it can run (with logits processors: no token trees)."""
         given = [name for name in AUTO_CHOOSES if getattr(spec, name) not in (None, "auto")]
         if given:
             raise ConfigError(
                 f'algorithm="auto" chooses the method and its settings: give no {", ".join(given)} with it '
                 "(sp_degree caps DSI's servers)"
             )
-        choice = self.choose(prompt_tokens, max_tokens, spec.sp_degree)
+        choice = self.choose(shape.prompt_tokens, shape.max_tokens, spec.sp_degree, shape.processors)
         log.info("auto: %s", choice.reason)
         return choice.spec, choice
 
@@ -150,10 +194,10 @@ def bucket(tokens: int) -> int:
     return n
 
 
-def profile_of(given, target_model, drafter_model, latencies) -> MachineProfile:
+def profile_of(given, target_model: Model, drafter_model: Model | None, latencies) -> MachineProfile:
     """The profile ``auto`` predicts from (module docstring): ``given`` (a MachineProfile or a JSON file's path);
     else the simulated models' ``latencies`` (target, drafter: LatencyProfiles, or None when unknown) and the
-    drafter's acceptance rate; else the profile measured for the models (``load_or_build``)."""
+    drafter's acceptance rate (the Models' own; drafter_model None: no drafter); else the profile measured for the models (``load_or_build``)."""
     if isinstance(given, MachineProfile):
         return given
     if isinstance(given, (str, os.PathLike)):
@@ -161,7 +205,7 @@ def profile_of(given, target_model, drafter_model, latencies) -> MachineProfile:
     if given is not None:
         raise ConfigError(f"profile must be a MachineProfile or a JSON file's path, got {type(given).__name__}")
     t, d = latencies
-    rate = getattr(drafter_model, "acceptance_rate", None)
+    rate = drafter_model.acceptance_rate if drafter_model is not None else None
     simulated = not target_model.real  # a simulated model: its latency profile is its cost
     if simulated and t is not None:
         with_drafter = d is not None and rate is not None
@@ -170,14 +214,15 @@ def profile_of(given, target_model, drafter_model, latencies) -> MachineProfile:
     return load_or_build(target=target_model, drafter=drafter_model)
 
 
-def _name(model) -> str:
-    return str(getattr(model, "name", None) or type(model).__name__)
+def _name(model: Model | None) -> str:
+    return str(model.name if model is not None and model.name else type(model).__name__)
 
 
-def for_servers(profile, targets, drafters, units: int, runtime, sp_degree: int) -> Auto:
+def for_servers(profile, targets, drafters, units: int, runtime, sp_degree: int, policy: str = "adaptive") -> Auto:
     """``auto`` for an engine's servers: the ``targets`` Pool and ``drafters`` (a Pool, levels, or None), ``units``
     processing units, ``runtime`` (its RuntimeConfig) and ``sp_degree`` target servers at most; its profile is
-    :func:`profile_of` ``profile`` (as the engine was given it)."""
+    :func:`profile_of` ``profile`` (as the engine was given it). ``policy``: the engine's (a fixed "si" or "nonsi"
+    runs no DSI, or nothing but non-SI: auto chooses among what it runs)."""
     from specpar.runtimes import Pool
     from specpar.runtimes.base import latency_of, model_of
 
@@ -192,11 +237,21 @@ def for_servers(profile, targets, drafters, units: int, runtime, sp_degree: int)
         targets=sp_degree,
         runtime=runtime.name,
         cpus_per_server=runtime.cpus_per_server if runtime.name == "ray" else None,
-        cpu=target_model.real and all(getattr(s, "device", "cpu") == "cpu" for s in servers),
+        cpu=target_model.real and all(s.device == "cpu" for s in servers),
         drafter=drafter is not None,
         cancel_frees=runtime.cancel_frees if runtime.name == "virtual" else {"target": "end"},
     )
-    return Auto(profile, shape)
+    return Auto(profile, shape, policy_methods(policy))
+
+
+def policy_methods(policy: str) -> tuple[str, ...]:
+    """The methods an engine of scheduling ``policy`` runs as they are chosen (planning.load's policies: a fixed
+    "si" runs DSI as SI, "nonsi" runs everything as non-SI)."""
+    if policy == "nonsi":
+        return ("nonsi",)
+    if policy == "si":
+        return tuple(m for m in METHODS if not m.endswith("dsi"))
+    return METHODS
 
 
 def predict_request(engine, spec: SpeculativeConfig, prompt_tokens: int, max_tokens: int) -> float:
@@ -205,7 +260,7 @@ def predict_request(engine, spec: SpeculativeConfig, prompt_tokens: int, max_tok
     choice's. A ConfigError when the engine has no machine profile."""
     from specpar.algorithms.defaults import resolve
     from specpar.algorithms.registry import ALGORITHMS
-    from specpar.prediction.methods import NAMES, available, method_of
+    from specpar.prediction.methods import METHODS, NAMES, available, method_of
     from specpar.prediction.simulate import predicted_ms
 
     auto = engine.auto()
@@ -214,6 +269,6 @@ def predict_request(engine, spec: SpeculativeConfig, prompt_tokens: int, max_tok
     drafter = engine.drafters if spec.speculates else None
     resolved = resolve(spec, ALGORITHMS[spec.algorithm], engine.targets, drafter, prompt_tokens)
     method = method_of(resolved)
-    if not available(auto.profile, auto.shape, [method]):
+    if method not in METHODS or not available(auto.profile, auto.shape, [method]):
         raise ConfigError(f"no prediction of {NAMES[method]} here: the engine or its profile has no drafter or rates")
     return predicted_ms(auto.profile, resolved, prompt_tokens, max_tokens, auto.shape)

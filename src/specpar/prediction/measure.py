@@ -29,7 +29,6 @@ exact passes of 7 it feeds a context whose prompt it is not told), so a prefill 
 
 from __future__ import annotations
 
-import functools
 import statistics
 import time
 from collections.abc import Iterator, Sequence
@@ -144,33 +143,34 @@ def contention(model, seq: Sequence[int], held: int, most: int, runtime: str, pa
     most ``held``).
     """
     servers = [model.server(f"busy{i}") for i in range(most)]
+    context, decoding = tuple(seq[:held]), request(prompt_len)
     alone: dict[int, float] = {}  # threads -> ms per pass of one server alone
     out = [1.0]  # f(1): one server alone, by definition (not timed)
     try:
         for n in range(2, most + 1):
             n_threads = max(1, cpu_cores() // n)
-            at_once = functools.partial(_passes_at_once, model, seq=seq, held=held, runtime=runtime,
-                                        n_threads=n_threads, passes=passes, rounds=rounds, prompt_len=prompt_len)  # fmt: skip
             if n_threads not in alone:
-                alone[n_threads] = at_once(servers[:1])
-            out.append(max(1.0, at_once(servers[:n]) / alone[n_threads]))
+                alone[n_threads] = _passes_at_once(model, servers[:1], context, decoding, runtime, n_threads, passes,
+                                                   rounds)  # fmt: skip
+            together = _passes_at_once(model, servers[:n], context, decoding, runtime, n_threads, passes, rounds)
+            out.append(max(1.0, together / alone[n_threads]))
     finally:
         for s in servers:
             s.close()
     return tuple(out[:most])
 
 
-def _passes_at_once(model, servers, seq, held: int, runtime: str, n_threads: int, passes: int, rounds: int,
-                    prompt_len: int) -> float:  # fmt: skip
-    """ms per one-token pass while ``servers`` each run ``rounds`` drafts of ``passes`` passes at once (median)."""
-    decoding = request(prompt_len)
+def _passes_at_once(model, servers, context: tuple, decoding, runtime: str, n_threads: int, passes: int,
+                    rounds: int) -> float:  # fmt: skip
+    """ms per one-token pass while ``servers`` each hold ``context`` and run ``rounds`` drafts of ``passes`` passes
+    after it at once, decoded with ``decoding`` (median)."""
     with runtime_over(servers, runtime) as (rt, pools), threads(model, servers, n_threads):
         for pool in pools:
-            timed(rt, pool, Score(tuple(seq[:held]), 0, decoding))
+            timed(rt, pool, Score(context, 0, decoding))
         times = []
         for _ in range(rounds):
             for pool in pools:
-                rt.submit(pool, Draft(tuple(seq[:held]), passes, decoding))
+                rt.submit(pool, Draft(context, passes, decoding))
             times += [rt.wait() for _ in pools]
     return statistics.median((t.end - t.start) / passes for t in times)
 

@@ -1,8 +1,8 @@
 """Every method's predicted time on a machine, each at its best settings: what ``specpar predict`` prints and what
 ``algorithm="auto"`` chooses from.
 
-A method is a way to decode (non-SI, SI, DSI, SI and DSI over token trees, SI and DSI with the n-gram proposer,
-HSD) on a runtime (threads, Ray); its settings are the lookahead, the SP degree, DSI's dedicated cursor, the tree's
+A method is a way to decode (non-SI, SI, DSI, SI and DSI over token trees, SI and DSI with the n-gram proposer) on
+a runtime (threads, Ray); its settings are the lookahead, the SP degree, DSI's dedicated cursor, the tree's
 shape. Each setting's time is :func:`specpar.prediction.simulate.predicted_ms`: the algorithm's own code on the
 virtual clock with the machine profile's costs, the passes given the threads the engine would give them
 (:func:`specpar.backends.cpu_threads.pass_threads`, the engine's own rule, for the engine's shape:
@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 from specpar.core.config import SpeculativeConfig, parse_proposer
 from specpar.core.errors import ConfigError
 from specpar.prediction.machine import MachineProfile
-from specpar.prediction.simulate import MAX_SIMULATED, MIN_PAIRS, EngineShape, predicted_ms
+from specpar.prediction.simulate import MAX_SIMULATED, MIN_PAIRS, EngineShape, predicted_times, scaled
 
 LOOKAHEADS = tuple(range(1, 9))
 QUICK_PAIRS = 2  # the first round's sample pairs per setting
@@ -29,7 +29,9 @@ QUICK_SPREAD = 0.10  # those within this fraction of its fastest there, at least
 CONTEND = 0.05  # methods predicted within this fraction of the fastest are predicted again on the final sample ...
 FINAL_TOKENS, FINAL_MAX_PAIRS = 6000, 64  # ... of about this many output tokens, on at most this many pairs
 TREES = ("2,1,1", "2,2,1,1", "3,2,1", "best:8")
-METHODS = ("nonsi", "si", "dsi", "tree-si", "tree-dsi", "ngram-si", "ngram-dsi", "hsd")
+METHODS = ("nonsi", "si", "dsi", "tree-si", "tree-dsi", "ngram-si", "ngram-dsi")
+"""The methods predicted and chosen from. HSD is not one: it needs a list of drafters (an engine of one drafter
+refuses it), and on an engine of HSD levels ``auto`` sees no drafter model; with one drafter it is SI."""
 NAMES = {
     "nonsi": "non-SI",
     "si": "SI",
@@ -44,13 +46,15 @@ NAMES = {
 
 @dataclass(frozen=True)
 class Prediction:
-    """One configuration's predicted time: ``ms`` for the request (its prefill and every output token)."""
+    """One configuration's predicted time: ``ms`` for the request (its prefill and every output token);
+    ``first_ms``: to its first token (None: not known)."""
 
     method: str
     spec: SpeculativeConfig
     runtime: str
     threads: int
     ms: float
+    first_ms: float | None = None
 
     @property
     def label(self) -> str:
@@ -107,6 +111,19 @@ class MethodPredictions:
     def of(self, method: str) -> Prediction | None:
         return next((p for p in self.best if p.method == method), None)
 
+    def scaled(self, max_tokens: int) -> MethodPredictions:
+        """These predictions (of MAX_SIMULATED output tokens or more) for ``max_tokens`` output tokens, each
+        setting's time after its first token in proportion (as a search at ``max_tokens`` predicts each setting:
+        :func:`specpar.prediction.simulate.predicted_ms`); fastest first again."""
+        if self.max_tokens < min(max_tokens, MAX_SIMULATED):
+            raise ConfigError(f"predictions of {self.max_tokens} tokens cannot be scaled to {max_tokens}")
+
+        def one(p: Prediction) -> Prediction:
+            return replace(p, ms=scaled(p.ms, p.first_ms, self.max_tokens, max_tokens))
+
+        best = sorted(map(one, self.best), key=lambda p: p.ms)
+        return MethodPredictions(self.prompt_tokens, max_tokens, best, [one(p) for p in self.tried])
+
 
 def available(profile: MachineProfile, shape: EngineShape, methods: Iterable[str] = METHODS) -> list[str]:
     """The methods this profile can predict and this engine can run: a drafter model (and its acceptance rate) for
@@ -155,7 +172,7 @@ def families(method: str, targets: int, lookaheads: Sequence[int] = LOOKAHEADS,
         sp, c = dsi or (targets, False)
         return [[SpeculativeConfig(algorithm="dsi", tree=t, sp_degree=sp, dedicated_cursor=c, prefill_replicas=True)]
                 for t in TREES]  # fmt: skip
-    return [[SpeculativeConfig(algorithm="hsd", buffers=(k,)) for k in lookaheads]]
+    raise ConfigError(f"no search of {method!r}")
 
 
 def predict_methods(profile: MachineProfile, prompt_tokens: int, max_tokens: int, shape: EngineShape | None = None,
@@ -240,8 +257,8 @@ def _search(profile, method: str, family: list[SpeculativeConfig], shape: Engine
 
 def _predict(profile, method: str, spec: SpeculativeConfig, shape: EngineShape, prompt_tokens: int, max_tokens: int,
              pairs: int | None = None) -> Prediction:  # fmt: skip
-    ms = predicted_ms(profile, spec, prompt_tokens, max_tokens, shape, pairs=pairs)
-    return Prediction(method, spec, shape.runtime, shape.threads(profile, spec), ms)
+    ms, first = predicted_times(profile, spec, prompt_tokens, max_tokens, shape, pairs=pairs)
+    return Prediction(method, spec, shape.runtime, shape.threads(profile, spec), ms, first)
 
 
 def _lookaheads(max_tokens: int) -> tuple[int, ...]:

@@ -7,18 +7,14 @@ vectorized fast path in the paper's time-unit model, else the virtual clock), at
 with: the request's own if it gave an integer, the fastest predicted for "auto", else Eq. 1's smallest (the
 runner's default). Non-SI is always an option, so no share runs slower than non-SI would on one unit.
 
-Given a machine's predictions (``predict``: a request's time as the engine would run it on this machine,
-:func:`specpar.prediction.auto.predict_request`, the ones ``algorithm="auto"`` chooses by), every option is
-predicted by them instead: the machine profile's costs (v(k), contention, overheads), token trees and the n-gram
-proposer included.
+A request ``algorithm="auto"`` resolved has its curve made of auto's own predictions (:func:`choice_curve`): its
+largest share runs auto's choice, at the time auto predicted for it, so that what auto reports is what runs.
 
 Where latencies are unknown the options keep the order DSI > SI > non-SI without predictions (:class:`ShareCurve`
-then splits units evenly). Without a machine's predictions, token trees and HSD are not predicted either.
+then splits units evenly). Token trees and HSD are not predicted here either.
 """
 
 from __future__ import annotations
-
-from collections.abc import Callable
 
 from specpar.core.config import SpeculativeConfig
 from specpar.core.errors import ConfigError
@@ -44,15 +40,13 @@ def share_curve(
     units: int,
     max_tokens: int = CURVE_TOKENS,
     seed: int = 0,
-    machine: Callable[[SpeculativeConfig, int], float] | None = None,
 ) -> ShareCurve:
     """The options of a request of ``spec`` under ``policy`` ("adaptive", or fixed "dsi", "si", "nonsi") on a
     scheduler of ``units`` units. target, drafter: models or Pools (their latency profiles and the drafter's
-    acceptance rate are read when known). machine: (a request's SpeculativeConfig, output tokens) -> its predicted
-    ms on this machine (the module docstring); None: from the latency profiles."""
+    acceptance rate are read when known)."""
     if policy not in POLICIES:
         raise ConfigError(f"policy must be one of {', '.join(POLICIES)}, got {policy!r}")
-    predict = _Predictor(spec, target, drafter, min(max_tokens, CURVE_TOKENS), seed, machine)
+    predict = _Predictor(spec, target, drafter, min(max_tokens, CURVE_TOKENS), seed)
     top = max_share(spec, units)
     ceiling = spec.algorithm
     if policy == "nonsi" or ceiling == "nonsi":
@@ -92,8 +86,8 @@ def _config(option: Option) -> tuple:
 class _Predictor:
     """Options with their predicted time per token (memoized per configuration)."""
 
-    def __init__(self, spec: SpeculativeConfig, target, drafter, n: int, seed: int, machine=None):
-        self.spec, self.n, self.seed, self.machine = spec, max(2, n), seed, machine
+    def __init__(self, spec: SpeculativeConfig, target, drafter, n: int, seed: int):
+        self.spec, self.n, self.seed = spec, max(2, n), seed
         self.t, self.d = latency_of(target), latency_of(drafter) if drafter is not None else None
         self.a = model_of(drafter).acceptance_rate if drafter is not None else None
         self.known = (
@@ -102,7 +96,7 @@ class _Predictor:
             and spec.tree is None
             and (spec.algorithm == "nonsi" or (self.d is not None and self.d.tpot_ms > 0 and self.a is not None))
             and spec.proposer is None  # the drafter model's latency and rate say nothing of the n-gram proposer
-        ) or machine is not None
+        )
         self._memo: dict = {}
 
     def option(self, units: int, algorithm: str, sp: int = 1) -> Option:
@@ -119,8 +113,6 @@ class _Predictor:
         k = spec.lookahead if isinstance(spec.lookahead, int) else None
         if not self.known:
             return k, None
-        if self.machine is not None:
-            return self._on_machine(algorithm, sp, k)
         t = self.t
         if algorithm == "nonsi":
             return None, (t.ttft_ms + (n - 1) * t.tpot_ms) / n
@@ -137,20 +129,6 @@ class _Predictor:
         setting = SpeculativeConfig(algorithm=algorithm, sp_degree=sp, dedicated_cursor=cursor)
         return k, predict_ms(setting, t, self.d, self.a, n, [k], self.seed)[k] / n
 
-    def _on_machine(self, algorithm: str, sp: int, k: int | None) -> tuple[int | None, float]:
-        """An option's (lookahead, ms per token) by the machine's predictions: the request's lookahead, the runner's
-        default (None), or for "auto" the fastest of the lookaheads the predictions search."""
-        from specpar.prediction.methods import LOOKAHEADS
-
-        option = self.spec.for_request(algorithm=algorithm, sp_degree=sp if algorithm == "dsi" else None)
-        if algorithm == "nonsi":
-            return None, self.machine(option, self.n) / self.n
-        if self.spec.lookahead == "auto":
-            times = {j: self.machine(option.replace(lookahead=j), self.n) for j in LOOKAHEADS if j < self.n}
-            k = min(times, key=times.get)
-            return k, times[k] / self.n
-        return k, self.machine(option.replace(lookahead=k) if k else option, self.n) / self.n
-
 
 class Curves:
     """An engine's share curves, made once per configuration and length (:func:`share_curve`): under ``policy`` on
@@ -161,17 +139,58 @@ class Curves:
         self.policy, self.target, self.drafter, self.units = policy, target, drafter, units
         self._made: dict = {}
 
-    def of(self, spec: SpeculativeConfig, max_tokens: int, machine=None) -> ShareCurve:
-        """``spec``'s curve for requests of ``max_tokens`` tokens; ``machine``: the machine's predictions (a
-        configuration auto chose: its shares predicted as auto predicts, :func:`share_curve`)."""
-        key = (spec, min(max_tokens, CURVE_TOKENS), machine is not None)
+    def of(self, spec: SpeculativeConfig, max_tokens: int) -> ShareCurve:
+        """``spec``'s curve for requests of ``max_tokens`` tokens (a configuration auto chose: :func:`choice_curve`)."""
+        key = (spec, min(max_tokens, CURVE_TOKENS))
         curve = self._made.get(key)
         if curve is None:
             if self.units == 1:
                 k = spec.lookahead if isinstance(spec.lookahead, int) else None
                 curve = fixed(Option(1, spec.algorithm, spec.sp_degree or 1, k))
             else:
-                curve = share_curve(self.policy, spec, self.target, self.drafter, self.units, max_tokens,
-                                    machine=machine)  # fmt: skip
+                curve = share_curve(self.policy, spec, self.target, self.drafter, self.units, max_tokens)
             self._made[key] = curve
         return curve
+
+
+def choice_curve(choice, units: int, policy: str) -> ShareCurve:
+    """The shares of a request ``algorithm="auto"`` resolved (``choice``: a :class:`specpar.prediction.auto.Choice`)
+    on a scheduler of ``units`` units under ``policy``, from auto's own predictions (its MethodPredictions): on its
+    largest share (:func:`max_share` of the choice) the choice at its predicted time; under the adaptive policy, on
+    each smaller share the fastest setting auto predicted that runs there as the request would (non-SI, or the
+    choice's own tree, proposer, lookahead and cursor with fewer units: :func:`_runs_as`) and is slower than the
+    choice (those auto ranked faster lost its final search), else the smaller share's. Fixed policies: the choice
+    alone (auto chose among what the policy runs)."""
+    spec, predictions = choice.spec, choice.predictions
+    n = predictions.max_tokens
+    top = max_share(spec, units)
+
+    def option(u: int, p) -> Option:
+        s = p.spec
+        return Option(u, s.algorithm, s.sp_degree if s.algorithm == "dsi" else 1, s.lookahead, p.ms / n)
+
+    chosen = option(top, choice.chosen)
+    if policy != "adaptive" or top == 1:
+        return fixed(chosen)
+    candidates = {p.spec: p for p in (*predictions.tried, *predictions.best) if _runs_as(p.spec, spec)}
+    candidates = [p for p in candidates.values() if p.ms > choice.chosen.ms]
+    options: list[Option] = []
+    for u in range(1, top):
+        fits = [p for p in candidates if max_share(p.spec, units) <= u]
+        best = option(u, min(fits, key=lambda p: p.ms))
+        if options and options[-1].ms_per_token <= best.ms_per_token:  # a unit more gains nothing
+            best = Option(u, *_config(options[-1]))
+        options.append(best)
+    return ShareCurve((*options, chosen))
+
+
+def _runs_as(setting: SpeculativeConfig, spec: SpeculativeConfig) -> bool:
+    """Whether a request of ``spec`` runs ``setting`` when its share's option is ``setting``'s algorithm and SP
+    degree (:func:`specpar.scheduling.request.configure`): non-SI always; SI and DSI with ``spec``'s tree, proposer
+    and lookahead (and DSI with its cursor)."""
+    if setting.algorithm == "nonsi":
+        return True
+    same = (setting.tree, setting.proposer, setting.lookahead) == (spec.tree, spec.proposer, spec.lookahead)
+    if setting.algorithm == "dsi":
+        return same and spec.algorithm == "dsi" and setting.dedicated_cursor == spec.dedicated_cursor
+    return same and setting.algorithm == "si"

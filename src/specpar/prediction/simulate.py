@@ -169,7 +169,13 @@ def predicted_ms(profile: MachineProfile, spec: SpeculativeConfig, prompt_tokens
     (default :func:`pair_count`'s) from ``seed``.
 
     Outputs longer than MAX_SIMULATED tokens are simulated that long and the time after the first token scaled to
-    the length (the runs' steady state: their draws are iid)."""
+    the length (the runs' steady state: their draws are iid; :func:`scaled`)."""
+    return predicted_times(profile, spec, prompt_tokens, max_tokens, shape, seed, pairs)[0]
+
+
+def predicted_times(profile: MachineProfile, spec: SpeculativeConfig, prompt_tokens: int, max_tokens: int,
+                    shape: EngineShape | None = None, seed: int = 0, pairs: int | None = None) -> tuple[float, float]:  # fmt: skip
+    """:func:`predicted_ms`'s time (ms) and the predicted time to the first token (ms) it scales by."""
     from specpar.core.config import parse_proposer
 
     shape = shape or EngineShape()
@@ -179,4 +185,10 @@ def predicted_ms(profile: MachineProfile, spec: SpeculativeConfig, prompt_tokens
     count = 1 if spec.algorithm == "nonsi" else pairs or pair_count(spec, n)
     made = sample_pairs(profile, prompt_tokens, count, shape.threads(profile, spec), shape.runtime, ngram, seed)
     ms, first = mean_time_ms(made, sim, clock(profile, shape.cancel_frees), n, profile.per_token_ms)
-    return ms if n == max_tokens else first + (ms - first) * (max_tokens - 1) / (n - 1)
+    return scaled(ms, first, n, max_tokens), first
+
+
+def scaled(ms: float, first_ms: float, n: int, max_tokens: int) -> float:
+    """A time ``ms`` of ``n`` output tokens (``first_ms`` of them to the first) at ``max_tokens`` tokens: the time
+    after the first token in proportion to the tokens after it."""
+    return ms if n == max_tokens else first_ms + (ms - first_ms) * (max_tokens - 1) / (n - 1)

@@ -31,7 +31,7 @@ def test_a_requests_auto_reports_its_choice_in_the_response_and_the_metrics():
                                                      "speculative": {"algorithm": "auto"}})  # fmt: skip
         assert status == 200, body
         chosen = body["specpar"]
-        assert chosen["method"] in ("dsi", "tree-dsi", "si", "tree-si", "hsd")  # a fast, accurate drafter: it pays
+        assert chosen["method"] in ("dsi", "tree-dsi", "si", "tree-si")  # a fast, accurate drafter: it pays
         assert chosen["predicted_ms"] > 0 and chosen["measured_ms"] > 0
         assert chosen["reason"].startswith(chosen["label"] + ": predicted")
         assert body["usage"]["completion_tokens"] == 12

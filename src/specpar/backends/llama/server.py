@@ -82,7 +82,7 @@ class LlamaServer(CachedServer):
 
     def _region(self, context, decoding) -> int:
         """The end of the canonical prompt region of ``context``'s request (0: none, and always in the fast mode)."""
-        prompt_len = getattr(decoding, "prompt_len", 0) if self.settings.exact else 0
+        prompt_len = decoding.prompt_len if self.settings.exact and decoding is not None else 0
         if prompt_len > len(context):
             raise ConfigError(f"a call's context ({len(context)} tokens) is shorter than its prompt ({prompt_len})")
         return prefill.region(prompt_len)
