@@ -240,3 +240,23 @@ def test_an_auto_request_on_fewer_units_says_what_ran_and_what_was_chosen():
         else:  # a share smaller than the choice's: the report names what ran
             assert result.auto["chosen"] == chosen and result.auto["label"] != chosen
     assert any("chosen" in r.auto for r in results)  # four requests cannot all have DSI SP 3's four units
+
+
+@pytest.mark.parametrize("sp", [1, 2, 4])
+def test_a_requests_passes_get_the_threads_its_prediction_gave_them(sp, monkeypatch):
+    import dataclasses
+
+    import specpar.entrypoints.requests as requests_module
+    from tests.tiny_transformers import tiny_pair
+
+    target, drafter = tiny_pair()  # real models on the CPU: their passes' threads share its cores
+    profile = dataclasses.replace(
+        MachineProfile.from_latency(LatencyProfile(10.0, 10.0), LatencyProfile(1.0, 1.0), 0.8), cores=12
+    )
+    monkeypatch.setattr(requests_module, "cpu_cores", lambda: profile.cores)
+    with Engine(target, drafter, units=1, sp_degree=4, profile=profile) as engine:
+        shape = engine.auto().shape
+        for algorithm in ("nonsi", "si", "dsi"):
+            spec = SpeculativeConfig(algorithm=algorithm, lookahead=None if algorithm == "nonsi" else 3, sp_degree=sp)
+            assert engine.threads_for(algorithm, sp_degree=sp) == shape.threads(profile, spec), algorithm
+    assert shape.threads(profile, SpeculativeConfig(algorithm="dsi", lookahead=3, sp_degree=sp)) == 12 // (sp + 1)

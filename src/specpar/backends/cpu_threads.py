@@ -34,6 +34,14 @@ def pass_threads(cores: int, units: int, busy: int, cpus_per_server: float | Non
     return max(1, cores // max(1, busy))
 
 
+def busy_servers(algorithm: str, cpu_servers: int) -> int:
+    """The servers whose passes share the cores at once in a request of ``algorithm`` on one unit (the ``busy`` of
+    :func:`pass_threads`): DSI's ``cpu_servers`` (the CPU servers the request uses: its SP degree's target servers
+    and its drafter's), one for the others (non-SI and SI run one server at a time). The engine
+    (``Engine.threads_for``) and the predictions (``EngineShape.threads``) both ask here."""
+    return cpu_servers if algorithm in ("dsi", "hsd-sp") else 1
+
+
 def model_uses_torch(model) -> bool:
     """Whether ``model`` computes with torch (a transformers model: its thread count is torch's, process-wide)."""
     return as_model(model).kind == "transformers"

@@ -12,6 +12,7 @@ from specpar.core.decoding import COUPLINGS, Decoding, check_temperature
 from specpar.core.errors import ConfigError
 from specpar.core.logits_processors import LogitsProcessors
 from specpar.core.numbers import is_int, is_number
+from specpar.core.stopping import Stopping
 
 MAX_TOKENS = 2**31 - 1
 """The most new tokens a request may ask for: what the command line's -N takes (a C size). Far more than any context
@@ -205,6 +206,14 @@ class SamplingParams:
         seed = secrets.randbits(63) if self.seed is None else self.seed
         procs = self.processors_for(prompt_len, end_of_text)
         return Decoding(self.temperature, seed, procs, self.resolved_coupling, self.logprobs, prompt_len or 0)
+
+    def stopping(self, prompt_ids: Sequence[int], end_of_text: Iterable[int] = (), tokenizer=None) -> Stopping | None:
+        """The request's stop conditions: its model's ``end_of_text`` ids (unless ignore_eos), its stop ids, and its
+        stop strings, found in ``tokenizer``'s text of the output after ``prompt_ids``; None when it has none."""
+        ids = set(self.stop_token_ids) | (set() if self.ignore_eos else set(end_of_text))
+        if not ids and not self.stop:
+            return None
+        return Stopping(ids, self.stop, tokenizer, prompt_ids, self.min_tokens)
 
 
 SAMPLING_FIELDS = tuple(f.name for f in fields(SamplingParams))

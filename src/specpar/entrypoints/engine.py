@@ -274,9 +274,10 @@ class Engine:
         """Refuse a prompt and output longer than the models' context windows, before any work."""
         check_context_window(prompt_len, max_tokens, self.target_model, self.drafter_model)
 
-    def threads_for(self, algorithm: str, uses_drafter: bool = True) -> int:
-        """torch threads per forward pass of a request of ``algorithm`` (:meth:`Requests.threads_for`)."""
-        return self._requests.threads_for(algorithm, uses_drafter)
+    def threads_for(self, algorithm: str, uses_drafter: bool = True, sp_degree: int | None = None) -> int:
+        """torch threads per forward pass of a request of ``algorithm`` on ``sp_degree`` target servers (default:
+        the engine's; :meth:`Requests.threads_for`)."""
+        return self._requests.threads_for(algorithm, uses_drafter, sp_degree)
 
     def auto(self):
         """``algorithm="auto"``'s chooser for this engine (:class:`specpar.prediction.auto.Auto`), made on first use

@@ -16,13 +16,13 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from contextlib import contextmanager
 
-from specpar.backends.cpu_threads import SharedThreads, cpu_cores, pass_threads
+from specpar.backends.cpu_threads import SharedThreads, busy_servers, cpu_cores, pass_threads
 from specpar.core.config import RuntimeConfig, SpeculativeConfig, split_options
 from specpar.core.errors import ConfigError
 from specpar.core.params import SAMPLING_FIELDS, SamplingParams
 from specpar.core.query import Query, RequestShape
 from specpar.core.results import GenerationResult, overhead
-from specpar.core.stopping import Stopping, detokenize, end_of_text_ids
+from specpar.core.stopping import detokenize, end_of_text_ids
 from specpar.prediction.shares import Curves, choice_curve
 from specpar.runtimes import Pool
 from specpar.runtimes.base import model_of
@@ -131,7 +131,7 @@ class Requests:
         decoding = params.decoding(len(ids), self.end_of_text)
         shape = RequestShape(len(ids), params.max_tokens, decoding.processors is not None)
         spec, curve, choice = self.speculation(spec, shape)
-        query = Query(ids, params.max_tokens, decoding, self.stopping(ids, params), stream)
+        query = Query(ids, params.max_tokens, decoding, params.stopping(ids, self.end_of_text, self.tokenizer), stream)
         request = Request(scheduler, query, spec, curve, runtime, self.keep_actors)
         request.choice = choice
         return request
@@ -163,7 +163,7 @@ class Requests:
         else:
             spec = request.spec
             marks = {id(s): len(s.forward_log) for s in self.servers} if local else None
-            with self.threads(self.threads_for(spec.algorithm, spec.uses_drafter)):
+            with self.threads(self.threads_for(spec.algorithm, spec.uses_drafter, spec.sp_degree)):
                 t0 = time.perf_counter()
                 result = request.run()
                 t1 = time.perf_counter()
@@ -281,13 +281,6 @@ class Requests:
             raise ConfigError("prompt is empty: give at least one token (the target needs a prefix to continue)")
         return ids
 
-    def stopping(self, prompt_ids: Sequence[int], params: SamplingParams) -> Stopping | None:
-        """The request's stop conditions: end of text (unless ignore_eos), its stop ids and strings."""
-        ids = set(params.stop_token_ids) | (set() if params.ignore_eos else set(self.end_of_text))
-        if not ids and not params.stop:
-            return None
-        return Stopping(ids, params.stop, self.tokenizer, prompt_ids, params.min_tokens)
-
     def auto_lookahead(self, spec: SpeculativeConfig, max_tokens: int) -> int:
         """lookahead="auto": the fastest by simulation of the models' latencies and acceptance rate."""
         from specpar.prediction.lookahead_choice import auto_lookahead
@@ -298,15 +291,16 @@ class Requests:
         log.info("lookahead %d: the fastest %s's simulation predicts (lookahead='auto')", k, spec.algorithm)
         return k
 
-    def threads_for(self, algorithm: str, uses_drafter: bool = True) -> int:
+    def threads_for(self, algorithm: str, uses_drafter: bool = True, sp_degree: int | None = None) -> int:
         """torch threads per forward pass, so that the servers running at once share the cores without
         oversubscribing them (:func:`~specpar.backends.cpu_threads.pass_threads`, the rule the predictions
-        follow too; a drafter model the n-gram proposer leaves idle takes none)."""
+        follow too): the CPU servers of the request's ``sp_degree`` targets (default: the engine's) and its drafter
+        (a drafter model the n-gram proposer leaves idle takes none), :func:`~specpar.backends.cpu_threads.busy_servers`."""
         ray = self.runtime.cpus_per_server if self.runtime.name == "ray" else None
-        running = self.servers if uses_drafter else self.targets.servers
-        cpu = [s for s in running if s.device == "cpu"]
-        busy = len(cpu) if algorithm in ("dsi", "hsd-sp") else 1  # non-SI and SI run one server at a time
-        return pass_threads(cpu_cores(), len(self.units), busy, ray)
+        targets = self.targets.servers[: sp_degree or self.spec.sp_degree]
+        drafters = [s for p in _pools(self.targets, self.drafters)[1:] for s in p.servers] if uses_drafter else []
+        cpu = [s for s in (*targets, *drafters) if s.device == "cpu"]
+        return pass_threads(cpu_cores(), len(self.units), busy_servers(algorithm, len(cpu)), ray)
 
     def auto(self):
         """``algorithm="auto"``'s chooser (:class:`specpar.prediction.auto.Auto`), made on first use (the Engine

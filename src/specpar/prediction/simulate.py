@@ -23,7 +23,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from specpar.backends.cpu_threads import pass_threads
+from specpar.backends.cpu_threads import busy_servers, pass_threads
 from specpar.backends.simulated import SimulatedDrafter, SimulatedModel, SimulatedServer, unit
 from specpar.core.calls import Draft, Proposal
 from specpar.core.config import RuntimeConfig, SpeculativeConfig
@@ -153,12 +153,13 @@ class EngineShape:
     cancel_frees: str | Mapping[str, str] = field(default_factory=lambda: {"target": "end"})
 
     def threads(self, profile: MachineProfile, spec: SpeculativeConfig) -> int:
-        """The threads the engine gives each pass of a request of ``spec`` (Engine.threads_for's rule)."""
+        """The threads the engine gives each pass of a request of ``spec`` (Engine.threads_for's rule: the CPU
+        servers the request uses, its SP degree's targets and its drafter, :func:`busy_servers`)."""
         uses_drafter = spec.uses_drafter and self.drafter
-        servers = (self.targets + (1 if uses_drafter else 0)) if self.cpu else 0
-        busy = servers if spec.algorithm in ("dsi", "hsd-sp") else 1
+        targets = min(spec.sp_degree or self.targets, self.targets)
+        servers = (targets + (1 if uses_drafter else 0)) if self.cpu else 0
         ray = (self.cpus_per_server or 1.0) if self.runtime == "ray" else None
-        return pass_threads(profile.cores, self.units, busy, ray)
+        return pass_threads(profile.cores, self.units, busy_servers(spec.algorithm, servers), ray)
 
 
 def predicted_ms(profile: MachineProfile, spec: SpeculativeConfig, prompt_tokens: int, max_tokens: int,
