@@ -42,12 +42,14 @@ def pair(target_latency, drafter_latency, acceptance=0.8):
 
 def test_a_simulated_pair_measures_to_its_known_costs_exactly():
     target, drafter = pair(Linear(40.0, 10.0, 2.0), Linear(8.0, 3.0, 0.5))
-    fig = measure_pair(target, drafter, PROMPTS, VIRTUAL)
+    labels = []
+    fig = measure_pair(target, drafter, PROMPTS, VIRTUAL, labels.append)
+    assert [label for label, _ in fig.meta["step_seconds"]] == labels and len(labels) == VIRTUAL.steps(2, 2)
     for n_threads in (1, 2):
         assert fig.passes["target"][n_threads] == tuple(10.0 + 2.0 * (k - 1) for k in range(1, 9))
         assert fig.passes["drafter"][n_threads] == tuple(3.0 + 0.5 * (k - 1) for k in range(1, 9))
         assert {ms for _, ms in fig.prefill["target"][n_threads]} == {40.0}  # a cold pass: ttft
-    assert set(fig.steps["target"]) == {10.0} and set(fig.steps["drafter"]) == {3.0}
+    assert set(fig.steps["target"]) == {10.0} and fig.app_f["drafter"]["tpot_ms"] == 3.0
     assert fig.contention == (1.0, 1.0, 1.0) and fig.outside_ms == 0.0 and fig.per_token_ms == 0.0
     app_f = fig.app_f
     assert (app_f["target"]["ttft_ms"], app_f["target"]["tpot_ms"], app_f["target"]["per_token_ms"]) == (40, 10, 2)
@@ -73,7 +75,7 @@ def test_greedy_si_walk_over_the_drafter_hits_counts_what_si_accepts():
     prompt, n = [5, 6, 7], 60
     out = target.greedy_tokens(prompt, n)
     server = drafter.server("hits")
-    hits = measure.drafter_hits(server, prompt, out, "virtual")
+    _, hits = measure.drafter_hits(server, prompt, out, "virtual")
     assert 0.5 < sum(hits) / n < 0.9
     for k in (1, 3, 5):
         result = generate(prompt, target, drafter, algorithm="si", lookahead=k, max_tokens=n)
@@ -136,7 +138,7 @@ def test_a_prefill_is_measured_in_the_passes_a_request_feeds(tmp_path, monkeypat
     requested = fed[0]
     assert requested == [39, 1]  # the prompt but its last token in one canonical pass, then that token
     fed.clear()
-    measure.prefill_ms(model, prompt, "threads", 1)
+    measure.prefill_ms(model, [prompt], "threads", 1)
     assert fed == [requested]
     fed.clear()
     server = model.server("sample")
@@ -144,8 +146,11 @@ def test_a_prefill_is_measured_in_the_passes_a_request_feeds(tmp_path, monkeypat
         run = measure.greedy_run(model, server, prompt, 3, "threads", 1)
         assert fed[0] == requested and len(fed) == 3  # the prompt's passes, then one-token steps
         fed.clear()
+        server.reset()
         measure.drafter_hits(server, prompt, run["tokens"], "threads")
-        assert sum(fed[0]) <= len(run["tokens"]) + 1  # the cached prompt reused: its last token and the outputs fed
+        assert (
+            fed[0] == requested and sum(fed[1]) <= len(run["tokens"]) + 1
+        )  # the cached prompt reused: its last token and the outputs fed
     finally:
         server.close()
     fed.clear()

@@ -98,7 +98,7 @@ def test_a_model_held_in_memory_is_measured_each_time_and_not_kept(tmp_path, mon
     monkeypatch.setenv("SPECPAR_CACHE", str(tmp_path / "cache"))
     target = SimulatedModel(32, seed=0, latency=LatencyProfile(20.0, 5.0, 1.0))
     drafter = target.drafter(0.8, LatencyProfile.uniform(1.0))
-    assert not profile_cache.cacheable(profile_cache.profile_key(target, drafter))
+    assert not profile_cache.cacheable(profile_cache.profile_key(target, drafter, OPTIONS.measurement(PROMPTS)))
     assert build(target, drafter)[1] > 0 and build(target, drafter)[1] > 0
     assert not (tmp_path / "cache").exists()
 
@@ -135,3 +135,42 @@ def test_a_gguf_models_key_names_its_llama_settings(tmp_path):
     assert exact["settings"]["exact"] and not fast["settings"]["exact"] and not broken["settings"]["exact"]
     assert (exact["settings"]["ubatch"], broken["settings"]["ubatch"]) == (LlamaSettings().pass_limit, 512)
     assert exact["settings"]["backend"] == "llama" and "build" in exact["settings"]
+
+
+def test_each_measurement_has_its_own_entry_and_the_default_one_is_never_overwritten_by_another(models):
+    """`specpar profile -N 12 --max-pass 6 --prompts 1 --dataset X` measures with refresh=True: into its own entry,
+    never into the one measured otherwise (before, the key left the measurement out: the second build below read the
+    first's entry, and a refreshed one overwrote it)."""
+    target, drafter, _ = models
+    first, _ = build(target, drafter)
+    other = MeasureOptions(tokens=10, max_pass=6, repeats=1, runtime="virtual", overheads=())
+    for options, prompts in ((other, PROMPTS), (OPTIONS, [[9, 8, 7, 6]])):
+        steps = []
+        again = load_or_build(target=target, drafter=drafter, prompts=prompts, options=options,
+                              progress=steps.append, refresh=True)  # fmt: skip
+        assert steps and again.key["measure"] != first.key["measure"]
+        assert profile_cache.cache_path(again.key) != profile_cache.cache_path(first.key)
+    kept, steps = build(target, drafter)
+    assert steps == 0 and kept == first and kept.meta["tokens"] == OPTIONS.tokens
+
+
+def test_a_ray_engine_never_predicts_a_ray_call_free_when_ray_was_not_measured(models):
+    """A profile measured without Ray's round trip, asked for a Ray engine, assumes RAY_CALL_MS with one warning (the
+    control: the profile as measured prices a Ray call at 0.0); measured or not asked for, it is left alone."""
+    from specpar.prediction.machine import RAY_CALL_MS
+
+    target, drafter, _ = models
+    profile, _ = build(target, drafter)
+    assert profile.meta["overheads_measured"] == [] and profile.overhead_ms["ray"] == 0.0  # the control
+    with pytest.warns(SpecparWarning, match="did not measure a Ray call"):
+        on_ray = profile.for_runtime("ray")
+    assert on_ray.overhead_ms["ray"] == RAY_CALL_MS > 0 and on_ray.overhead_ms["threads"] == 0.0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert profile.for_runtime("threads") is profile
+        measured = MachineProfile.from_dict({**profile.to_dict(), "meta": {"overheads_measured": ["ray"]}})
+        assert measured.for_runtime("ray") is measured
+    hand_written = {k: v for k, v in profile.to_dict().items() if k != "meta"}
+    hand_written["overhead_ms"] = {"threads": 0.02}  # no "ray": not measured
+    with pytest.warns(SpecparWarning, match="did not measure a Ray call"):
+        assert MachineProfile.from_dict(hand_written).for_runtime("ray").overhead_ms["ray"] == RAY_CALL_MS

@@ -230,6 +230,7 @@ def for_servers(profile, targets, drafters, units: int, runtime, sp_degree: int,
     target_model = model_of(targets)
     latencies = (latency_of(targets), latency_of(drafter) if drafter is not None else None)
     profile = profile_of(profile, target_model, model_of(drafter) if drafter else None, latencies)
+    profile = profile.for_runtime(runtime.name)  # Ray's round trip: measured, or assumed with a warning
     servers = targets.servers + (drafter.servers if drafter is not None else [])
     shape = EngineShape(
         units=units,

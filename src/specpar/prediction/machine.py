@@ -21,17 +21,22 @@ from __future__ import annotations
 
 import math
 import os
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from specpar.core.errors import ConfigError
+from specpar.core.errors import ConfigError, SpecparWarning
 from specpar.core.json_output import dumps, parse
 from specpar.core.latency import MAX_LATENCY_MS, LatencyProfile, PassCosts, check_contention, slowdown
+from specpar.core.model import as_model
 from specpar.core.paths import read_text
 
 FORMAT = "specpar-machine/1"
 DEFAULT_MAX_PASS = 16
+RAY_CALL_MS = 1.5
+"""One Ray actor call's round trip (ms) a prediction assumes when its profile did not measure Ray's: `specpar profile
+--ray` measured 1.466 ms on a 2-core Xeon at load 0.3 (docs/predict.md)."""
 """The longest pass (new tokens) a constructed profile tabulates: lookaheads up to 15 plus the bonus row."""
 
 
@@ -178,6 +183,15 @@ def _threads(key) -> int:
     return _count(int(key) if isinstance(key, str) and key.isdigit() else key, "pass_ms's thread counts")
 
 
+def _meta(d: Mapping) -> dict:
+    """A profile file's meta; one that does not say which overheads were measured (a hand-written file) and names no
+    Ray overhead measured those its overhead_ms names (:meth:`MachineProfile.for_runtime` assumes Ray's)."""
+    meta, given = dict(d.get("meta") or {}), d.get("overhead_ms", {})
+    if "overheads_measured" not in meta and isinstance(given, Mapping) and "ray" not in given:
+        meta["overheads_measured"] = sorted(given)
+    return meta
+
+
 def _pairs(points, name: str) -> list:
     if isinstance(points, (str, bytes)) or not isinstance(points, Sequence):
         raise ConfigError(f"{name} must be a list of (prompt_tokens, ms) pairs, got {points!r}")
@@ -247,6 +261,21 @@ class MachineProfile:
     @property
     def has_contention(self) -> bool:
         return any(f != 1.0 for f in self.contention)
+
+    def for_runtime(self, runtime: str) -> MachineProfile:
+        """This profile as a prediction on ``runtime`` needs it: on Ray, when the measurement did not time Ray's round
+        trip (``meta["overheads_measured"]`` without "ray"), :data:`RAY_CALL_MS` per call, with one warning, rather
+        than none. A profile without that record (a what-if, a hand-written one) is taken as it states its
+        overheads."""
+        measured = self.meta.get("overheads_measured")
+        if runtime != "ray" or measured is None or "ray" in measured:
+            return self
+        warnings.warn(
+            f"the machine profile did not measure a Ray call's round trip; predicting with {RAY_CALL_MS} ms per call "
+            "(measure it: specpar profile --ray)", SpecparWarning, stacklevel=2,
+        )  # fmt: skip
+        over = {**self.overhead_ms, "ray": RAY_CALL_MS}
+        return replace(self, overhead_ms=over, meta={**self.meta, "overheads_assumed": {"ray": RAY_CALL_MS}})
 
     def with_free_cores(self, n: int) -> MachineProfile:
         """This profile on a machine where up to ``n`` servers each have cores of their own (no contention up to n
@@ -327,7 +356,7 @@ class MachineProfile:
                 acceptance_rate=d.get("acceptance_rate"),
                 ngram=d.get("ngram") or {},
                 cores=d.get("cores", 1),
-                meta=d.get("meta") or {},
+                meta=_meta(d),
             )
         except (TypeError, ValueError) as exc:  # ConfigError is a ValueError
             raise ConfigError(f"{where}: {exc}") from None
@@ -376,11 +405,11 @@ def load_or_build(
         raise ConfigError("a machine profile needs a profile file or the models to measure (target=, drafter=)")
     from specpar.prediction import measure_pair, profile_cache
 
-    key = profile_cache.profile_key(target, drafter)
+    ids = prompts if prompts is not None else profile_cache.sample_prompts(target)
+    opts = options or measure_pair.MeasureOptions()
+    key = profile_cache.profile_key(target, drafter, opts.measurement(ids))
 
     def measure() -> dict:
-        ids = prompts if prompts is not None else profile_cache.sample_prompts(target)
-        opts = options or measure_pair.MeasureOptions()
         with profile_cache.steps_shown(opts.steps(len(ids), int(key["cores"])), progress) as step:
             fig = measure_pair.measure_pair(target, drafter, ids, opts, step)
         return {"format": FORMAT, **fig.profile_fields(key)}
@@ -388,12 +417,24 @@ def load_or_build(
     return profile_cache.load_or_measure(key, measure, MachineProfile.from_dict, refresh=refresh)
 
 
+def default_key(target, drafter=None) -> dict | None:
+    """The cache key of the default measurement's profile of the ``target`` and ``drafter`` models on this machine
+    (what :func:`load_or_build` measures without prompts and options); None for a target without a tokenizer (no
+    default sample)."""
+    from specpar.prediction import measure_pair, profile_cache
+
+    if as_model(target).tokenizer is None:
+        return None
+    measurement = measure_pair.MeasureOptions().measurement(profile_cache.sample_prompts(target))
+    return profile_cache.profile_key(target, drafter, measurement)
+
+
 def cached(target, drafter=None) -> MachineProfile | None:
-    """The profile of the ``target`` and ``drafter`` models on this machine if specpar's cache holds a valid one
-    (nothing is measured); else None."""
+    """The default measurement's profile of the ``target`` and ``drafter`` models on this machine if specpar's cache
+    holds a valid one (nothing is measured); else None."""
     from specpar.prediction import profile_cache
 
-    key = profile_cache.profile_key(target, drafter)
-    if not profile_cache.cacheable(key):
+    key = default_key(target, drafter)
+    if key is None or not profile_cache.cacheable(key):
         return None
     return profile_cache.read(profile_cache.cache_path(key), key, MachineProfile.from_dict)

@@ -21,9 +21,10 @@ exact passes of 7 it feeds a context whose prompt it is not told), so a prefill 
 * :func:`contention`: how much longer a server's one-token passes take while n servers of the model run them at
   once, each given the threads the engine gives n busy servers (f(1) = 1.0);
 * :func:`call_overhead_ms`: one call's round trip through a runtime (threads, Ray) beyond the server's own time;
-* :func:`decode_sample`: the target's greedy decoding of a few prompts by the non-SI algorithm on the runtime (its
-  prefill, steps and the algorithm's own time per token), the drafter's (App. F.2), and the acceptance they show
-  (:mod:`specpar.prediction.profiling`), with the n-gram proposer's match and acceptance rates (:func:`ngram_rates`).
+* :func:`greedy_run`: the target's greedy decoding of a sample prompt by the non-SI algorithm on the runtime (its
+  prefill, steps and the algorithm's own time per token); :func:`drafter_hits`: the drafter's prefill of the prompt
+  and its greedy token at each of the target's positions (App. F.2's acceptance, :mod:`specpar.prediction.profiling`,
+  and greedy SI's, :func:`walk`), with the n-gram proposer's match and acceptance rates (:func:`ngram_rates`).
 """
 
 from __future__ import annotations
@@ -83,39 +84,52 @@ def thread_counts(cores: int | None = None) -> tuple[int, ...]:
     return tuple(sorted({1, cores or cpu_cores()}))
 
 
+SPREAD = 0.1
+"""A pass length is timed once more (up to ``repeats``) while its timings spread by more than this share."""
+
+
 def pass_costs(runtime: Runtime, pool: Pool, seq: Sequence[int], held: int, max_pass: int, repeats: int = 3,
                prompt_len: int = 0):  # fmt: skip
-    """v(1..max_pass): the median ms of one pass over k new tokens (``seq[held:held + k]``) with ``seq[:held]``
-    cached, each k ``repeats`` times, the ks interleaved (a drift of the machine's load spreads over all of them).
+    """v(1..max_pass): the median ms of one pass over k new tokens after ``seq[:held]`` (cached), the ks
+    interleaved (a drift of the machine's load spreads over all of them): two rounds (one when ``repeats`` is 1),
+    then more, up to ``repeats``, of the ks whose timings still spread by more than SPREAD.
 
-    Before each timed pass the cache is cut back to ``seq[:held]`` by a call for that context (one one-token pass,
-    not timed); the timed call asks for the rows of all k tokens (``Score(seq[:held + k], k - 1)``), as a
-    verification of k - 1 drafts does. prompt_len: the request's prompt (at most ``held``), prefilled as requests do.
+    The timed call asks for the rows of all k tokens (``Score(context, k - 1)``), as a verification of k - 1 drafts
+    does; consecutive calls continue ``seq[:held]`` by two continuations that differ in their first token
+    (``seq[held:]`` and another), so each finds exactly ``seq[:held]`` of its context cached, as a verification
+    after a rejection does, with no call in between. prompt_len: the request's prompt (at most ``held``),
+    prefilled as requests do.
     """
     if held < 1 or max_pass < 1 or repeats < 1 or len(seq) < held + max_pass:
         raise ConfigError(f"pass_costs needs held >= 1 and {held + max_pass} tokens, got {len(seq)}")
     seq, decoding = tuple(seq), request(prompt_len)
+    first = next((t for t in seq if t != seq[held]), seq[held] + 1)
+    tails = (seq[held : held + max_pass], (first, *seq[held + 1 : held + max_pass]))
+    timed(runtime, pool, Score(seq[:held], 0, decoding))  # the prefix, cached (not timed)
     samples: dict[int, list[float]] = {k: [] for k in range(1, max_pass + 1)}
-    for _ in range(repeats):
-        for k in samples:
-            timed(runtime, pool, Score(seq[:held], 0, decoding))
-            ms, _ = timed(runtime, pool, Score(seq[: held + k], k - 1, decoding))
+    calls = 0
+    for r in range(repeats):
+        todo = [k for k, ms in samples.items() if r < 2 or max(ms) > (1 + SPREAD) * min(ms)]
+        for k in todo:
+            ms, _ = timed(runtime, pool, Score(seq[:held] + tails[calls % 2][:k], k - 1, decoding))
             samples[k].append(ms)
+            calls += 1
     return tuple(statistics.median(samples[k]) for k in samples)
 
 
-def prefill_ms(model, prompt: Sequence[int], runtime: str, n_threads: int, repeats: int = 1) -> float:
-    """The median ms of the first pass over ``prompt`` on a fresh server of ``model`` (an empty cache), its batch
+def prefill_ms(model, prompts: Sequence[Sequence[int]], runtime: str, n_threads: int) -> list[float]:
+    """The ms of each prompt's first pass on an empty cache (one server of ``model``, reset before each), its batch
     passes given ``n_threads`` threads, as a request of that prompt makes it (:func:`request`)."""
+    server = model.server("prefill")
     out = []
-    for i in range(repeats):
-        server = model.server(f"prefill{i}")
-        try:
-            with runtime_over([server], runtime) as (rt, pools), threads(model, [server], n_threads):
+    try:
+        with runtime_over([server], runtime) as (rt, pools), threads(model, [server], n_threads):
+            for prompt in prompts:
+                server.reset()
                 out.append(timed(rt, pools[0], Score(tuple(prompt), 0, request(len(prompt))))[0])
-        finally:
-            server.close()
-    return statistics.median(out)
+    finally:
+        server.close()
+    return out
 
 
 def contention(model, seq: Sequence[int], held: int, most: int, runtime: str, passes: int = 8, rounds: int = 3,
@@ -131,19 +145,19 @@ def contention(model, seq: Sequence[int], held: int, most: int, runtime: str, pa
     servers = [model.server(f"busy{i}") for i in range(most)]
     context, decoding = tuple(seq[:held]), request(prompt_len)
     alone: dict[int, float] = {}  # threads -> ms per pass of one server alone
-    out = []
+    out = [1.0]  # f(1): one server alone, by definition (not timed)
     try:
-        for n in range(1, most + 1):
+        for n in range(2, most + 1):
             n_threads = max(1, cpu_cores() // n)
             if n_threads not in alone:
                 alone[n_threads] = _passes_at_once(model, servers[:1], context, decoding, runtime, n_threads, passes,
                                                    rounds)  # fmt: skip
             together = _passes_at_once(model, servers[:n], context, decoding, runtime, n_threads, passes, rounds)
-            out.append(1.0 if n == 1 else max(1.0, together / alone[n_threads]))
+            out.append(max(1.0, together / alone[n_threads]))
     finally:
         for s in servers:
             s.close()
-    return tuple(out)
+    return tuple(out[:most])
 
 
 def _passes_at_once(model, servers, context: tuple, decoding, runtime: str, n_threads: int, passes: int,
@@ -199,13 +213,17 @@ def greedy_run(model, server, prompt: Sequence[int], tokens: int, runtime: str, 
     }
 
 
-def drafter_hits(server, prompt: Sequence[int], target_out: Sequence[int], runtime: str) -> list[bool]:
-    """For each of the target's output tokens, whether the drafter's ``server`` predicts it greedily given the
-    target's own prefix (App. F.2's direct rate is their mean): one pass over the output."""
+def drafter_hits(server, prompt: Sequence[int], target_out: Sequence[int], runtime: str) -> tuple[float, list[bool]]:
+    """The drafter's ``server`` (its cache empty) prefills ``prompt`` (timed: its TTFT), then for each of the
+    target's output tokens says whether it predicts it greedily given the target's own prefix (App. F.2's direct
+    rate is their mean; the first miss ends the exact-match prefix of the two models' greedy outputs): one pass over
+    the output. Returns (the prefill's ms, the hits)."""
     context = tuple(prompt) + tuple(target_out)
+    decoding = request(len(prompt))
     with runtime_over([server], runtime) as (rt, pools):
-        _, scores = timed(rt, pools[0], Score(context, len(target_out), request(len(prompt))))
-    return [r == t for r, t in zip(scores.rows, target_out)]
+        ms, _ = timed(rt, pools[0], Score(tuple(prompt), 0, decoding))
+        _, scores = timed(rt, pools[0], Score(context, len(target_out), decoding))
+    return ms, [r == t for r, t in zip(scores.rows, target_out)]
 
 
 def walk(hits: Sequence[bool], lookahead: int) -> dict:

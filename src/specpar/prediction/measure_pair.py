@@ -4,7 +4,9 @@
 progress it reports (the figure it measures: a test of the pair's cost model fails if the wrong call is timed):
 
 1. per sample prompt, the target's greedy decoding by non-SI (its one-token steps, the algorithm's own time per
-   token) and the drafter's (App. F.2), with the drafter's direct acceptance;
+   token), then the drafter's prefill of the prompt and its greedy token at each of the target's positions (its
+   direct acceptance, greedy SI's walks and App. F.2's exact-match prefix: the drafter's own greedy decoding agrees
+   with the target's up to its first miss, so it is not run);
 2. both models' prefill of prompts of a few lengths (cut from the sample's prompts and outputs) at each thread
    count the engine uses (all cores as non-SI and SI run it, one as beside other servers in DSI);
 3. v(k) for k = 1..K of both models at each thread count the engine uses;
@@ -22,13 +24,13 @@ import os
 import statistics
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 from specpar.algorithms.checks import check_context_window
 from specpar.backends.cpu_threads import cpu_cores
 from specpar.core.errors import ConfigError
 from specpar.core.model import as_model
-from specpar.prediction import measure, profiling
+from specpar.prediction import measure, profile_cache, profiling
 
 WALKS = (2, 4, 8)
 """The lookaheads at which greedy SI's per-token acceptance is computed from the drafter's hits."""
@@ -68,6 +70,13 @@ class MeasureOptions:
         if self.tokens < self.max_pass + 1:
             raise ConfigError(f"the greedy tokens per prompt ({self.tokens}) must exceed the longest pass timed "
                               f"({self.max_pass}): the passes are timed over them")  # fmt: skip
+
+    def measurement(self, prompts: Sequence[Sequence[int]]) -> dict:
+        """What a profile measured so on ``prompts`` is keyed by (:func:`specpar.prediction.profile_cache
+        .profile_key`): every option but ``overheads`` (the profile records those) and the sample's fingerprint."""
+        options = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "overheads"}
+        options["prefill_lengths"] = list(self.prefill_lengths)  # as JSON keeps it
+        return {"options": options, "sample": profile_cache.sample_fingerprint(prompts)}
 
     def steps(self, prompts: int, cores: int) -> int:
         """How many progress steps :func:`measure_pair` reports."""
@@ -146,7 +155,7 @@ def measure_pair(
         raise ConfigError("measuring a pair needs at least one sample prompt")
     for ids in prompts:  # each prompt and its greedy tokens fit in both models' context windows
         check_context_window(len(ids), options.tokens + 1, target, drafter)
-    step = progress or (lambda label: None)
+    step, spent = _timed_steps(progress or (lambda label: None))
     t0, load0, cores = time.perf_counter(), _load(), cpu_cores()
     fig = PairFigures(
         names={"target": as_model(target).name or "target", "drafter": as_model(drafter).name or "drafter"}
@@ -157,7 +166,8 @@ def measure_pair(
     seq, held = list(prompts[0]) + outs[0], len(prompts[0]) + options.tokens - options.max_pass
     for role, model in (("target", target), ("drafter", drafter)):
         for n in measure.thread_counts(cores):
-            fig.prefill[role][n] = [(m, measure.prefill_ms(model, sample[:m], options.runtime, n)) for m in lengths]
+            ms = measure.prefill_ms(model, [sample[:m] for m in lengths], options.runtime, n)
+            fig.prefill[role][n] = list(zip(lengths, ms))
             step(f"{role} prefills of {', '.join(map(str, lengths))} tokens, {n} thread(s)")
             fig.passes[role][n] = _passes(model, seq, held, n, options, len(prompts[0]))
             step(f"{role} passes over 1..{options.max_pass} tokens, {n} thread(s)")
@@ -170,14 +180,16 @@ def measure_pair(
     fig.ngram = _pooled(rates)
     fig.app_f = _app_f(target, drafter, fig, len(prompts), options, cores)
     fig.meta = {"when": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "load_average": [load0, _load()],
-                "seconds": time.perf_counter() - t0, "prompts": len(prompts), "tokens": options.tokens,
+                "seconds": time.perf_counter() - t0, "step_seconds": spent, "prompts": len(prompts),
+                "tokens": options.tokens,
                 "cores": cores}  # fmt: skip
     return fig
 
 
 def _decode(target, drafter, prompts, options: MeasureOptions, fig: PairFigures, step, cores: int) -> list[list[int]]:
-    """Step 1: both models' greedy decodings of every prompt, the drafter's direct hits; the target's outputs."""
-    outs, drafts, hits, outside = [], [], [], []
+    """Step 1: the target's greedy decoding of every prompt, the drafter's prefill of it and hits on the target's
+    output (App. F.2's exact-match prefix: where the drafter first misses); the target's outputs."""
+    outs, hits, outside = [], [], []
     for i, ids in enumerate(prompts):
         server = target.server(f"sample{i}")
         try:
@@ -188,19 +200,19 @@ def _decode(target, drafter, prompts, options: MeasureOptions, fig: PairFigures,
         fig.sample_prefill["target"].append((len(ids), run["prefill_ms"]))
         fig.steps["target"] += run["steps_ms"]
         outside.append(run["outside_ms"])
+        step("target decodes a sample prompt")
         server = drafter.server(f"sample{i}")
         try:
-            mine = measure.greedy_run(drafter, server, ids, options.tokens, options.runtime, cores)
-            hits.append(measure.drafter_hits(server, ids, run["tokens"], options.runtime))
+            with measure.threads(drafter, [server], cores):
+                ms, mine = measure.drafter_hits(server, ids, run["tokens"], options.runtime)
         finally:
             server.close()
-        drafts.append(mine["tokens"])
-        fig.sample_prefill["drafter"].append((len(ids), mine["prefill_ms"]))
-        fig.steps["drafter"] += mine["steps_ms"]
-        step("target and drafter decode a sample prompt")
+        hits.append(mine)
+        fig.sample_prefill["drafter"].append((len(ids), ms))
         step("drafter's acceptance on it")
     fig.outside_ms = statistics.fmean(outside)
-    fig.acceptance = profiling.acceptance(outs, drafts, sum(map(sum, hits)), sum(map(len, hits)))
+    prefixes = [next((j for j, hit in enumerate(h) if not hit), len(h)) for h in hits]
+    fig.acceptance = profiling.acceptance_of(prefixes, sum(map(sum, hits)), sum(map(len, hits)))
     fig.acceptance["walk"] = {k: _pooled([measure.walk(h, k) for h in hits])["acceptance_rate"] for k in WALKS}
     return outs
 
@@ -246,7 +258,7 @@ def _app_f(target, drafter, fig: PairFigures, prompts: int, options: MeasureOpti
 
     def model(role: str, m) -> dict:
         ttft = statistics.fmean(ms for _, ms in fig.sample_prefill[role])
-        tpot = statistics.median(fig.steps[role])
+        tpot = statistics.median(fig.steps[role]) if fig.steps[role] else fig.passes[role][cores][0]
         verify = fig.passes[role][cores][options.lookahead]
         figures = profiling.latency(ttft, tpot, verify, options.lookahead)
         return {"name": as_model(m).name or role, "device": as_model(m).device or "cpu", **figures}
@@ -254,6 +266,20 @@ def _app_f(target, drafter, fig: PairFigures, prompts: int, options: MeasureOpti
     return profiling.profile(
         model("target", target), model("drafter", drafter), fig.acceptance, prompts, options.tokens, options.lookahead
     )
+
+
+def _timed_steps(progress: Callable[[str], None]) -> tuple[Callable[[str], None], list]:
+    """``progress`` that also records each step's label and seconds since the step before (or the start) in the
+    list returned beside it (the profile's ``meta["step_seconds"]``: where a measurement's time goes)."""
+    spent, last = [], [time.perf_counter()]
+
+    def step(label: str) -> None:
+        now = time.perf_counter()
+        spent.append([label, round(now - last[0], 3)])
+        last[0] = now
+        progress(label)
+
+    return step, spent
 
 
 def _load() -> list[float]:

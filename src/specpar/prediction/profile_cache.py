@@ -8,7 +8,13 @@ A profile is valid for what its key names (:func:`profile_key`):
 * the backend and its settings as the model reports them (``backend_settings()``: llama.cpp's exact settings or
   fast mode, transformers' dtype and device), and the backend library's version;
 * the machine: CPU model, cores this process may use, GPUs;
-* how the measurement is made (:data:`MEASURE_VERSION`).
+* how the measurement is made: :data:`MEASURE_VERSION` and the measurement's own settings (``measurement``: the
+  options of :class:`~specpar.prediction.measure_pair.MeasureOptions` that change its figures and a fingerprint of
+  the sample prompts' token ids), so each way of measuring has its own entry: ``--algorithm auto`` and the
+  predictions read the default measurement's (:meth:`MeasureOptions.measurement` of the defaults on
+  :func:`sample_prompts`, what ``specpar profile`` measures without --dataset and the finer options), never one
+  measured with fewer tokens, other prompts or other options. Which runtimes' overheads were measured is not in the
+  key: the profile records them (``meta["overheads_measured"]``).
 
 The file is ``<cache>/profiles/machine-<sha256 of the key, 16 hex digits>.json`` (``<cache>``:
 :func:`specpar.backends.weights.cache_dir`), holding the key beside the profile; a file whose key differs (or that
@@ -35,7 +41,9 @@ from specpar.core.model import as_model
 
 MEASURE_VERSION = 2
 """Raised whenever what :mod:`specpar.prediction.measure_pair` measures, or how, changes: older caches are stale.
-2: prefills timed in the passes requests feed (their prompt length given; llama.cpp's canonical passes)."""
+2: prefills timed in the passes requests feed (their prompt length given; llama.cpp's canonical passes); the
+measurement's options and sample in the key; the drafter's own greedy decoding not run (its prefix agreement with
+the target's is read off its hits)."""
 MIB = 1 << 20
 
 
@@ -94,14 +102,20 @@ def model_key(model) -> dict:
     return {"name": model.name, "files": files, "settings": model.backend_settings()}
 
 
-def profile_key(target, drafter) -> dict:
-    """The key of a pair's machine profile (module docstring)."""
+def profile_key(target, drafter, measurement: Mapping) -> dict:
+    """The key of a pair's machine profile measured as ``measurement`` says (module docstring;
+    :meth:`specpar.prediction.measure_pair.MeasureOptions.measurement`)."""
     return {
         "target": model_key(target),
         "drafter": None if drafter is None else model_key(drafter),
         **machine(),
-        "measure": MEASURE_VERSION,
+        "measure": {"version": MEASURE_VERSION, **measurement},
     }
+
+
+def sample_fingerprint(prompts: Sequence[Sequence[int]]) -> str:
+    """16 hex digits of sha256 over the sample prompts' token ids."""
+    return hashlib.sha256(json.dumps([list(map(int, p)) for p in prompts]).encode()).hexdigest()[:16]
 
 
 def cacheable(key: Mapping) -> bool:

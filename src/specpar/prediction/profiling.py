@@ -31,12 +31,18 @@ def acceptance(target_outs: Sequence[Sequence[int]], drafter_outs: Sequence[Sequ
     """App. F.2's estimates: the geometric fit from each prompt's exact-match prefix of the two greedy outputs, and
     the direct rate ``hits / total`` (``hits`` of the ``total`` target tokens are the drafter's greedy token given
     the target's prefix)."""
-    prefixes = [common_prefix_len(t, d) for t, d in zip(target_outs, drafter_outs)]
+    return acceptance_of([common_prefix_len(t, d) for t, d in zip(target_outs, drafter_outs)], hits, total)
+
+
+def acceptance_of(prefixes: Sequence[int], hits: int, total: int) -> dict:
+    """App. F.2's estimates from each prompt's exact-match prefix of the two greedy outputs (``prefixes``, tokens) and
+    the direct rate ``hits / total``. (The prefix is also where the drafter first misses the target's token given
+    the target's own prefix: up to there the two prefixes are one.)"""
     mean_prefix = statistics.fmean(prefixes)
     return {
         "geometric": 1 - 1 / (1 + mean_prefix),
         "mean_exact_prefix": mean_prefix,
-        "exact_prefix_per_prompt": prefixes,
+        "exact_prefix_per_prompt": list(prefixes),
         "direct": hits / total if total else 0.0,
     }
 

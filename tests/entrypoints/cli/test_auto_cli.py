@@ -103,13 +103,13 @@ def test_generate_compare_predicts_from_a_profile_already_cached(pair_dirs, prof
     row (control: the isolated cache without it gives neither), read once (the models' files fingerprinted once)."""
     from specpar.backends.transformers_model import TransformersModel
     from specpar.prediction import profile_cache
-    from specpar.prediction.machine import MachineProfile
+    from specpar.prediction.machine import MachineProfile, default_key
 
     argv = ["generate", PROMPT, "-N", "6", "--compare", "--json"] + models(pair_dirs)
     assert cli.main(argv) == 0
     assert json.loads(capsys.readouterr().out)["predicted_ms"] == {}  # control: nothing cached
     target, drafter = (TransformersModel(d, dtype="float64") for d in pair_dirs)
-    key = profile_cache.profile_key(target, drafter)
+    key = default_key(target, drafter)
     data = {**MachineProfile.load(profiles[1]).to_dict(), "key": key}
     profile_cache.write(profile_cache.cache_path(key), data)
     keys, profile_key = [], profile_cache.profile_key

@@ -50,6 +50,7 @@ def run(args) -> int:
             raise ConfigError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     profile = _profile(args)
     runtimes = ("threads", "ray") if args.runtime == "both" else (args.runtime,)
+    profile = profile.for_runtime("ray") if "ray" in runtimes else profile  # Ray's round trip: measured or assumed
     units = args.units if args.units is not None else args.sp_degree + 1
     shape = EngineShape(units=units, targets=args.sp_degree, runtime=runtimes[0], cpu=not profile.key.get("gpu"))
     from specpar.entrypoints.cli.progress import status

@@ -7,6 +7,7 @@ import argparse
 import importlib.util
 import statistics
 
+from specpar.core.errors import ConfigError
 from specpar.core.json_output import print_json
 from specpar.entrypoints.cli import arguments, real_models
 from specpar.entrypoints.cli.arguments import (
@@ -25,12 +26,16 @@ the engine runs them, into its machine profile (what `--algorithm auto` and the
 predictions work from): each model's prefill of prompts of a few lengths and
 v(k), one pass over k = 1..K new tokens on a warm cache, at every thread count
 the engine gives passes; how much a pass slows while n servers run at once
-(contention); the threads runtime's overhead per call (and Ray's when it is
-installed, unless --no-ray);
-the non-SI loop's own time per token; the drafter's acceptance rate and the
-n-gram proposer's rates on --prompts prompts of --dataset, -N greedy tokens
-each. The profile is kept in specpar's cache, keyed by the models'
-files, the backend's settings and this machine, and used from there.
+(contention); the threads runtime's overhead per call (and a Ray actor call's
+with --ray: an engine on Ray whose profile lacks it assumes 1.5 ms, with a
+warning); the non-SI loop's own time per token; the drafter's acceptance rate
+and the n-gram proposer's rates on --prompts sample prompts (default: the
+built-in sample that `--algorithm auto` measures on first need; --dataset:
+that source's first ones), -N greedy tokens each. The profile is kept in
+specpar's cache, keyed by the models' files, the backend's settings, this
+machine and how it was measured: without --dataset and the finer options it is
+the entry `--algorithm auto` and the predictions read (refreshed); measured
+otherwise it is kept apart, read through --profile FILE.
 
 Also the DSI paper's profile (App. F.1, F.2): TTFT (the sample's prefills),
 TPOT (their one-token steps), a verification of -k drafts (per_token_ms: its
@@ -45,8 +50,8 @@ reads it.
 def register(sub) -> None:
     p = command_parser(sub, "profile", "measure a real model pair on this machine (its machine profile and App. F's)",
                        DESCRIPTION)  # fmt: skip
-    arguments.add_prompt_args(p, default="humaneval")
-    add_prompt_count(p, 3, "sample prompts, the dataset's first n")
+    arguments.add_prompt_args(p)
+    add_prompt_count(p, 3, "sample prompts: the built-in sample's (3) or --dataset's first n")
     tokens = p.add_argument(
         "-N", "--max-tokens", type=integer, default=48, metavar="N", help="greedy tokens per sample prompt (default 48)"
     )
@@ -55,8 +60,8 @@ def register(sub) -> None:
     finer = [  # the measurement's finer controls (--help=all)
         p.add_argument("--max-pass", type=integer, default=10, metavar="K", help="longest pass timed, tokens (default 10)"),
         p.add_argument("--repeats", type=integer, default=3, help="timings of each pass length, median (default 3)"),
-        p.add_argument("--ray", action=argparse.BooleanOptionalAction, default=None,
-                       help="measure a Ray actor call's round trip too (starts Ray; default: when Ray is installed)"),
+        p.add_argument("--ray", action=argparse.BooleanOptionalAction, default=False,
+                       help="measure a Ray actor call's round trip too (starts Ray; default: not measured)"),
     ]  # fmt: skip
     for action in finer:
         advanced_flag(action)
@@ -77,19 +82,21 @@ def run(args) -> int:
     from specpar.prediction.profiling import write
 
     real_models.check_common(args)
-    ray = args.ray if args.ray is not None else importlib.util.find_spec("ray") is not None
+    if args.ray and importlib.util.find_spec("ray") is None:
+        raise ConfigError("--ray needs Ray: pip install 'specpar[ray]'")
+    ray = args.ray
     options = MeasureOptions(tokens=args.max_tokens, max_pass=args.max_pass, repeats=args.repeats,
                              lookahead=args.lookahead, overheads=("threads", "ray") if ray else ("threads",))  # fmt: skip
     args.output = check_output_file(args.output, "-o")  # before minutes of measuring, not after
-    chosen = prompts.load(args.dataset, args.prompts)
+    chosen = prompts.load(args.dataset, args.prompts) if args.dataset is not None else None
     target, drafter = real_models.load_models(args)
-    ids = [p.token_ids(target) for p in chosen]
+    ids = [p.token_ids(target) for p in chosen] if chosen is not None else _sample(target, args.prompts)
     for x in ids:
         check_context_window(len(x), args.max_tokens + 1, target, drafter)
     with TokenProgress(options.steps(len(ids), cpu_cores()), "measuring", not args.json, unit="steps") as bar:
         profile = load_or_build(target=target, drafter=drafter, prompts=ids, options=options,
                                 progress=lambda label: bar.advance(label), refresh=True)  # fmt: skip
-    data = {**profile.meta["app_f"], "dataset": args.dataset, "dtype": args.dtype or "float32"}
+    data = {**profile.meta["app_f"], "dataset": args.dataset or "sample", "dtype": args.dtype or "float32"}
     write({**data, "machine": profile.to_dict()}, args.output)
     if args.json:
         print_json({**data, "machine": profile.to_dict()})
@@ -100,12 +107,22 @@ def run(args) -> int:
     return 0
 
 
+def _sample(target, n: int) -> list[list[int]]:
+    """The built-in sample's first ``n`` prompts in ``target``'s tokens (what auto measures on first need)."""
+    from specpar.prediction.profile_cache import sample_prompts
+
+    ids = sample_prompts(target)
+    if n > len(ids):
+        raise ConfigError(f"the built-in sample has {len(ids)} prompts: give --dataset for {n}")
+    return ids[:n]
+
+
 def _app_f(args, prof: dict, n: int) -> None:
     """App. F's figures, as `specpar profile` has always printed them."""
     from specpar.core.results import fmt
 
     tl, dl, acc = prof["target"], prof["drafter"], prof["acceptance_rate"]
-    print(f"{n} {args.dataset} prompts, {args.max_tokens} greedy tokens each")
+    print(f"{n} {args.dataset or 'sample'} prompts, {args.max_tokens} greedy tokens each")
     for role, r in (("target", tl), ("drafter", dl)):
         print(
             f"{role:8s} {r['name']}: TTFT {r['ttft_ms']:.0f} ms, TPOT {r['tpot_ms']:.0f} ms, verification of "
