@@ -260,3 +260,14 @@ def test_a_requests_passes_get_the_threads_its_prediction_gave_them(sp, monkeypa
             spec = SpeculativeConfig(algorithm=algorithm, lookahead=None if algorithm == "nonsi" else 3, sp_degree=sp)
             assert engine.threads_for(algorithm, sp_degree=sp) == shape.threads(profile, spec), algorithm
     assert shape.threads(profile, SpeculativeConfig(algorithm="dsi", lookahead=3, sp_degree=sp)) == 12 // (sp + 1)
+
+
+def test_auto_chooses_dsi_only_on_as_many_servers_as_the_engines_units_run():
+    target, drafter = pair(c=0.05, a=0.9)  # DSI pays: auto would take every target server it may
+    with Engine(target, drafter, algorithm="auto", sp_degree=3, units=2) as engine:  # DSI SP s needs s + 1 units
+        result = engine.generate(
+            PROMPT, SamplingParams(temperature=0, max_tokens=30)
+        )  # (it failed: 1 server, 3 needed)
+        tried = engine.auto().choose(len(PROMPT), 30).predictions.tried
+    assert {p.spec.sp_degree for p in tried if p.spec.algorithm == "dsi"} == {1}  # 2 units: DSI SP 1 at most
+    assert result.auto["method"] != "nonsi" and "chosen" not in result.auto  # it ran what it chose

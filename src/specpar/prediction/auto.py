@@ -234,7 +234,7 @@ def for_servers(profile, targets, drafters, units: int, runtime, sp_degree: int,
     servers = targets.servers + (drafter.servers if drafter is not None else [])
     shape = EngineShape(
         units=units,
-        targets=sp_degree,
+        targets=sp_degree if units == 1 else max(1, min(sp_degree, units - 1)),  # DSI SP s: s + 1 units
         runtime=runtime.name,
         cpus_per_server=runtime.cpus_per_server if runtime.name == "ray" else None,
         cpu=target_model.real and all(s.device == "cpu" for s in servers),
