@@ -59,8 +59,9 @@ def test_without_a_dedicated_cursor_pass_dsi_loses_on_per_token_costs():
 def test_theorem1_on_threads_with_per_token_costs(per_token, no_thread_leak):
     for seed, a in ((0, 0.0), (1, 0.7)):
         target, drafter, prompt, _ = run_pair(seed, a, 0.1, 1.0, per_token, 12)
-        target.latency = LatencyProfile(4.0, 4.0, 4.0 * per_token)  # ms: long enough for the threads' overhead
-        drafter.latency = LatencyProfile(0.4, 0.4)
+        # ms: long enough that the threads' hand-offs (a few ms on a loaded 2-core machine) stay small beside a pass
+        target.latency = LatencyProfile(12.0, 12.0, 12.0 * per_token)
+        drafter.latency = LatencyProfile(1.2, 1.2)
         nonsi_ms, dsi_ms = [], []
         for _ in range(3):  # interleaved; a loaded machine only adds time, so the fastest of each arm is compared
             nonsi = generate(prompt, target, algorithm="nonsi", max_tokens=12, runtime="threads")
