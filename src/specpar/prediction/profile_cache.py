@@ -43,7 +43,7 @@ MEASURE_VERSION = 3
 """Raised whenever what :mod:`specpar.prediction.measure_pair` measures, or how, changes: older caches are stale.
 2: prefills timed in the passes requests feed (their prompt length given; llama.cpp's canonical passes); the
 measurement's options and sample in the key; the drafter's own greedy decoding not run (its prefix agreement with
-the target's is read off its hits). 3: one untimed pass after the cached prefix before v(k) and contention are timed."""
+the target's is read off its hits). 3: one untimed pass after the cached prefix before v(k) and contention are timed (a guard)."""
 MIB = 1 << 20
 
 
