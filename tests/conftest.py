@@ -87,3 +87,12 @@ def no_residual_update(monkeypatch):
 
     monkeypatch.setattr(verification, "judge_siblings", without_residual_update)
     monkeypatch.setattr(generation, "judge_siblings", without_residual_update)
+
+
+@pytest.fixture(scope="module")
+def pair_dirs(tmp_path_factory):
+    """(target dir, drafter dir): the tiny transformers pair saved to disk, once per test module (torch imported
+    only by the tests that ask for it)."""
+    from tiny_transformers import save_tiny_pair
+
+    return save_tiny_pair(tmp_path_factory.mktemp("tiny"))

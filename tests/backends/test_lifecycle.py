@@ -24,17 +24,12 @@ from specpar.core.decoding import GREEDY
 from specpar.core.trees import TokenTree, merge
 from specpar.entrypoints import cli
 from specpar.runtimes import Pool, ThreadRuntime
-from tiny_transformers import reference_greedy, save_tiny_pair, slow_down, slowed, tiny_pair
+from tiny_transformers import reference_greedy, slow_down, slowed, tiny_pair
 
 pytestmark = pytest.mark.slow  # (pytest -m 'not slow' leaves it out: the fast inner loop)
 
 TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the helpers (tiny_transformers) sit in tests/
 PROMPT = (3, 5, 7, 9, 11)
-
-
-@pytest.fixture(scope="module")
-def pair_dirs(tmp_path_factory):
-    return save_tiny_pair(tmp_path_factory.mktemp("tiny"))
 
 
 def test_a_reset_waits_for_the_cancelled_call_still_running_on_the_server(monkeypatch):

@@ -10,17 +10,12 @@ import pytest
 from specpar.core.latency import LatencyProfile
 from specpar.entrypoints import cli
 from specpar.prediction.machine import MachineProfile
-from tiny_transformers import reference_greedy, save_tiny_pair
+from tiny_transformers import reference_greedy
 
 # a profile of the tiny models in specpar's cache would add predictions and an auto row to --compare
 pytestmark = pytest.mark.usefixtures("isolated_cache")
 
 PROMPT = "w1 w7 w3 w9 w2"
-
-
-@pytest.fixture(scope="module")
-def pair_dirs(tmp_path_factory):
-    return save_tiny_pair(tmp_path_factory.mktemp("tiny"))
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,6 @@ import pytest
 
 from specpar.core.results import METRICS, metrics_footnote
 from specpar.entrypoints import cli
-from tiny_transformers import save_tiny_pair
 
 # a profile of the tiny models in specpar's cache would add predictions and an auto row to --compare
 pytestmark = pytest.mark.usefixtures("isolated_cache")
@@ -39,11 +38,6 @@ def test_simulate_at_80_columns(monkeypatch, capsys):
     out = capsys.readouterr().out
     check_table(out)
     assert "run len" in out and "tokens/pass" in out
-
-
-@pytest.fixture(scope="module")
-def pair_dirs(tmp_path_factory):
-    return save_tiny_pair(tmp_path_factory.mktemp("tiny"))
 
 
 def test_generate_compare_at_80_columns(pair_dirs, monkeypatch, capsys):

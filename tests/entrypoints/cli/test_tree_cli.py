@@ -37,11 +37,6 @@ def test_simulate_names_a_bad_tree(capsys, tree, words):
     assert words in err and "Traceback" not in err
 
 
-@pytest.fixture(scope="module")
-def pair_dirs(tmp_path_factory):
-    return save_tiny_pair(tmp_path_factory.mktemp("tiny"))
-
-
 def _models(pair_dirs):
     return ["--target", pair_dirs[0], "--drafter", pair_dirs[1], "--dtype", "float64", "--devices", "cpu"]
 
