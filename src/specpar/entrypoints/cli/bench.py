@@ -9,17 +9,6 @@ from specpar.core.json_output import JsonLines, print_json
 from specpar.core.results import fmt
 from specpar.core.trees import parse_tree
 from specpar.entrypoints.cli import arguments, real_models
-from specpar.entrypoints.cli.arguments import (
-    REAL_TIME_FIELDS,
-    add_deprecated,
-    add_json,
-    add_output,
-    add_prompt_count,
-    add_runtime_arguments,
-    add_sampling_arguments,
-    advanced_flag,
-    command_parser,
-)
 from specpar.entrypoints.cli.comparison import NAMES, speedups_of
 from specpar.entrypoints.cli.progress import TokenProgress
 from specpar.experiments.loop import run_arms
@@ -39,10 +28,10 @@ with the spread of the per-prompt ratios; a note says when they straddle 1.
 
 
 def register(sub) -> None:
-    p = command_parser(sub, "bench", "non-SI vs SI vs DSI on real models over N prompts", DESCRIPTION)
+    p = arguments.command_parser(sub, "bench", "non-SI vs SI vs DSI on real models over N prompts", DESCRIPTION)
     arguments.add_prompt_args(p, default="humaneval")
-    add_prompt_count(p, 10, "prompts to run, the dataset's first n")
-    add_sampling_arguments(p, ("max_tokens", "temperature", "seed", "coupling"), {"max_tokens": 64, "temperature": 0.0,
+    arguments.add_prompt_count(p, 10, "prompts to run, the dataset's first n")
+    arguments.add_sampling_arguments(p, ("max_tokens", "temperature", "seed", "coupling"), {"max_tokens": 64, "temperature": 0.0,
                            "seed": 0, "coupling": arguments.SEEDED_COUPLING},
                            {"max_tokens": "tokens per prompt", "seed": "{help}; prompt i: seed + i"},
                            advanced=("coupling",))  # fmt: skip
@@ -55,7 +44,7 @@ def register(sub) -> None:
         help="comma-separated algorithms (default nonsi,si,dsi; auto: the fastest by the machine profile's prediction, "
         "per prompt)",
     )
-    add_deprecated(p, algorithms, "--algos")
+    arguments.add_deprecated(p, algorithms, "--algos")
     p.add_argument(
         "--arm",
         action="append",
@@ -64,18 +53,18 @@ def register(sub) -> None:
         "--arm 'si tree=2,2,1' (chains and trees side by side, interleaved per prompt; k and tree default to -k and "
         "--tree)",
     )
-    add_output(p, "write one JSON line per prompt and algorithm", metavar="FILE.jsonl", old=("--out",))
-    add_json(p, "print the summary as one JSON object")
+    arguments.add_output(p, "write one JSON line per prompt and algorithm", metavar="FILE.jsonl", old=("--out",))
+    arguments.add_json(p, "print the summary as one JSON object")
     timeline = p.add_argument(
         "--timeline",
         action="store_true",
         help="with -o: each line carries its run's timeline, every server call (server, kind, start and end ms, "
         "tokens, drafts, tokens cached at its start, cancelled)",
     )
-    advanced_flag(timeline)
+    arguments.advanced_flag(timeline)
     arguments.add_model_args(p)
     arguments.add_machine_profile(p)
-    add_runtime_arguments(p, choices=("threads", "ray"), default="threads", fields=REAL_TIME_FIELDS)
+    arguments.add_runtime_arguments(p, choices=("threads", "ray"), default="threads", fields=arguments.REAL_TIME_FIELDS)
     p.set_defaults(func=run)
 
 

@@ -6,20 +6,7 @@ import os
 import time
 
 from specpar.core.config import SpeculativeConfig
-from specpar.entrypoints.cli.arguments import (
-    PAPER_SP_DEGREE,
-    ConfigOptions,
-    add_lookaheads,
-    add_pair_arguments,
-    add_repeats,
-    add_sampling_arguments,
-    advanced_flag,
-    command_parser,
-    experiment_settings,
-    integer,
-    lookahead_range,
-    ranged,
-)
+from specpar.entrypoints.cli import arguments
 
 DESCRIPTION = """\
 Offline simulation on the virtual clock, as in the DSI paper's Fig. 2: speedups
@@ -38,14 +25,14 @@ MAX_CHECK_CELLS = 10_000  # cells run again through the event-driven simulator (
 
 
 def register(subparsers) -> None:
-    p = command_parser(
+    p = arguments.command_parser(
         subparsers, "heatmap", "the paper's offline heatmaps (Fig. 2 / Fig. 7) as PNG and CSV", DESCRIPTION
     )
     add_grid_arguments(p)
     p.add_argument(
         "-k",
         "--lookahead",
-        type=integer,
+        type=arguments.integer,
         default=None,
         metavar="K",
         help="fixed lookahead for SI and DSI (Fig. 7: 5). Default: each cell's fastest, DSI's among those "
@@ -61,12 +48,12 @@ def register(subparsers) -> None:
     )
     check = p.add_argument(
         "--check-cells",
-        type=ranged(int, 0, MAX_CHECK_CELLS),
+        type=arguments.ranged(int, 0, MAX_CHECK_CELLS),
         default=0,
         metavar="M",
         help="also run M random cells through the event-driven simulator and print both (slow)",
     )
-    advanced_flag(check)
+    arguments.advanced_flag(check)
     p.set_defaults(func=run)
 
 
@@ -79,18 +66,20 @@ def add_grid_arguments(p, resolution: int = 100) -> None:
     )
     p.add_argument(
         "--resolution",
-        type=integer,
+        type=arguments.integer,
         default=resolution,
         metavar="R",
         help="R drafter latencies c from 0.01 to 1 and R+1 acceptance rates a from 0 to 1, evenly spaced "
         f"(default {resolution}: {note})",
     )
-    add_sampling_arguments(p, ("max_tokens",), {"max_tokens": 100}, {"max_tokens": "tokens per run"})
-    add_repeats(p, 5, "runs per cell and algorithm")
-    ConfigOptions(SpeculativeConfig, "spec", fields=("sp_degree",), defaults={"sp_degree": PAPER_SP_DEGREE}).add_to(p)
-    add_lookaheads(p, "1-200", "the range of lookaheads SI may choose from in each cell, and DSI those of them "
+    arguments.add_sampling_arguments(p, ("max_tokens",), {"max_tokens": 100}, {"max_tokens": "tokens per run"})
+    arguments.add_repeats(p, 5, "runs per cell and algorithm")
+    arguments.ConfigOptions(
+        SpeculativeConfig, "spec", fields=("sp_degree",), defaults={"sp_degree": arguments.PAPER_SP_DEGREE}
+    ).add_to(p)
+    arguments.add_lookaheads(p, "1-200", "the range of lookaheads SI may choose from in each cell, and DSI those of them "
                    "satisfying Eq. 1")  # fmt: skip
-    add_pair_arguments(p, fields=("seed",))
+    arguments.add_pair_arguments(p, fields=("seed",))
 
 
 def output_prefix(given: str | None, default: str) -> str:
@@ -113,7 +102,11 @@ def compute_with_progress(args, fixed_lookahead, label: str):
     """compute_heatmap with the progress display on a terminal."""
     from specpar.experiments.heatmap import compute_heatmap
 
-    kwargs = dict(lookaheads=lookahead_range(args), fixed_lookahead=fixed_lookahead, **experiment_settings(args))
+    kwargs = dict(
+        lookaheads=arguments.lookahead_range(args),
+        fixed_lookahead=fixed_lookahead,
+        **arguments.experiment_settings(args),
+    )
     from specpar.entrypoints.cli.progress import TokenProgress
 
     with TokenProgress(None, label, unit="cells") as bar:

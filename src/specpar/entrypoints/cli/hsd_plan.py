@@ -9,7 +9,7 @@ from pathlib import Path
 from specpar.core.errors import ConfigError
 from specpar.core.json_output import print_json
 from specpar.core.paths import read_text
-from specpar.entrypoints.cli.arguments import add_json, advanced_flag, command_parser, integer, numbers
+from specpar.entrypoints.cli import arguments
 
 DESCRIPTION = """\
 Choose the hierarchical speculative decoding (HSD) stack with the least expected
@@ -25,17 +25,17 @@ alpha[i][j] = 1 - TV(q_i, q_j) (entries above the diagonal are used), as JSON
 
 
 def register(sub) -> None:
-    p = command_parser(sub, "hsd-plan", "best HSD hierarchy and buffer sizes for given costs and acceptance rates",
+    p = arguments.command_parser(sub, "hsd-plan", "best HSD hierarchy and buffer sizes for given costs and acceptance rates",
                        DESCRIPTION)  # fmt: skip
     add_plan_arguments(p, required=True)
-    add_json(p)
+    arguments.add_json(p)
     p.set_defaults(func=run)
 
 
 def add_plan_arguments(p, required: bool) -> None:
     p.add_argument(
         "--costs",
-        type=numbers,
+        type=arguments.numbers,
         required=required,
         metavar="C0,C1,...,CK",
         help="time of one forward pass of each model, M0 first, the target last (any unit, e.g. ms)",
@@ -49,13 +49,13 @@ def add_plan_arguments(p, required: bool) -> None:
     )
     t_max = p.add_argument(
         "--t-max",
-        type=integer,
+        type=arguments.integer,
         default=15,
         metavar="T",
         help="largest buffer size considered for every level (default 15)",
     )
     if not required:  # simulate hsd: a finer control
-        advanced_flag(t_max)
+        arguments.advanced_flag(t_max)
 
 
 def read_alpha(path: Path) -> list[list[float]]:

@@ -5,17 +5,7 @@ from __future__ import annotations
 from specpar.core.config import SpeculativeConfig
 from specpar.core.errors import ConfigError
 from specpar.core.json_output import print_json
-from specpar.entrypoints.cli.arguments import (
-    LATENCY_FIELDS,
-    PAPER_SP_DEGREE,
-    ConfigOptions,
-    add_json,
-    add_pair_arguments,
-    add_profile_arguments,
-    add_sampling_arguments,
-    command_parser,
-    pair_from_args,
-)
+from specpar.entrypoints.cli import arguments
 
 SHOWN = 10  # the fastest candidates shown in the table
 
@@ -31,21 +21,23 @@ per-token cost) the event-driven simulator. This is what `simulate -k auto` uses
 
 
 def register(sub) -> None:
-    p = command_parser(sub, "plan", "DSI's fastest valid lookahead for a latency profile (what -k auto picks)",
+    p = arguments.command_parser(sub, "plan", "DSI's fastest valid lookahead for a latency profile (what -k auto picks)",
                        DESCRIPTION)  # fmt: skip
-    add_pair_arguments(p, fields=(*LATENCY_FIELDS, "acceptance_rate", "seed"))
-    add_profile_arguments(p)
-    spec = ConfigOptions(SpeculativeConfig, "spec", fields=("sp_degree",), defaults={"sp_degree": PAPER_SP_DEGREE})
+    arguments.add_pair_arguments(p, fields=(*arguments.LATENCY_FIELDS, "acceptance_rate", "seed"))
+    arguments.add_profile_arguments(p)
+    spec = arguments.ConfigOptions(
+        SpeculativeConfig, "spec", fields=("sp_degree",), defaults={"sp_degree": arguments.PAPER_SP_DEGREE}
+    )
     spec.add_to(p)
-    add_sampling_arguments(p, ("max_tokens",), {"max_tokens": 100}, {"max_tokens": "tokens to plan for"})
-    add_json(p)
+    arguments.add_sampling_arguments(p, ("max_tokens",), {"max_tokens": 100}, {"max_tokens": "tokens to plan for"})
+    arguments.add_json(p)
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
     from specpar.prediction.lookahead_choice import choose_lookahead
 
-    pair = pair_from_args(args)
+    pair = arguments.pair_from_args(args)
     (target, drafter), a = pair.latencies(), pair.acceptance_rate
     if drafter.tpot_ms <= 0:
         raise ConfigError("a drafter with zero latency drafts infinitely fast: there is no lookahead to plan")

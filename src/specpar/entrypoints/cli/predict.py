@@ -5,7 +5,6 @@ from __future__ import annotations
 from specpar.core.errors import ConfigError
 from specpar.core.json_output import print_json
 from specpar.entrypoints.cli import arguments
-from specpar.entrypoints.cli.arguments import add_json, add_sampling_arguments, command_parser, integer
 
 DESCRIPTION = """\
 Predict the time of every method (non-SI, SI, DSI, SI and DSI over token trees, SI
@@ -20,16 +19,20 @@ acceptance (and n-gram match) rates. `--algorithm auto` runs the first row.
 
 
 def register(sub) -> None:
-    p = command_parser(sub, "predict", "every method's predicted time on this machine, fastest first", DESCRIPTION)
+    p = arguments.command_parser(
+        sub, "predict", "every method's predicted time on this machine, fastest first", DESCRIPTION
+    )
     arguments.add_machine_profile(p, advanced=False)
-    p.add_argument("--prompt-length", type=integer, default=128, metavar="N", help="prompt tokens (default 128)")
-    add_sampling_arguments(p, ("max_tokens",), {"max_tokens": 64}, {"max_tokens": "output tokens"})
-    p.add_argument("--sp-degree", type=integer, default=2, metavar="SP",
+    p.add_argument(
+        "--prompt-length", type=arguments.integer, default=128, metavar="N", help="prompt tokens (default 128)"
+    )
+    arguments.add_sampling_arguments(p, ("max_tokens",), {"max_tokens": 64}, {"max_tokens": "output tokens"})
+    p.add_argument("--sp-degree", type=arguments.integer, default=2, metavar="SP",
                    help="the engine's target servers: DSI's SP degree at most (default 2)")  # fmt: skip
     arguments.advanced_flag(
         p.add_argument(
             "--units",
-            type=integer,
+            type=arguments.integer,
             default=None,
             metavar="U",
             help="the engine's processing units (default: SP + 1, as `specpar generate` makes)",
@@ -37,7 +40,7 @@ def register(sub) -> None:
     )
     arguments.advanced_flag(p.add_argument("--runtime", choices=("threads", "ray", "both"), default="threads",
                             help="the runtime the methods run on (both: each method on each)"))  # fmt: skip
-    add_json(p, "print one JSON object instead of a table")
+    arguments.add_json(p, "print one JSON object instead of a table")
     arguments.add_model_args(p, advanced=("--target", "--drafter", "--backend", "--devices"))
     p.set_defaults(func=run)
 

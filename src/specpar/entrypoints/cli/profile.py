@@ -10,15 +10,6 @@ import statistics
 from specpar.core.errors import ConfigError
 from specpar.core.json_output import print_json
 from specpar.entrypoints.cli import arguments, real_models
-from specpar.entrypoints.cli.arguments import (
-    add_deprecated,
-    add_json,
-    add_output,
-    add_prompt_count,
-    advanced_flag,
-    command_parser,
-    integer,
-)
 
 DESCRIPTION = """\
 Measure a target/drafter pair on this machine, through the servers' own calls as
@@ -48,25 +39,34 @@ reads it.
 
 
 def register(sub) -> None:
-    p = command_parser(sub, "profile", "measure a real model pair on this machine (its machine profile and App. F's)",
+    p = arguments.command_parser(sub, "profile", "measure a real model pair on this machine (its machine profile and App. F's)",
                        DESCRIPTION)  # fmt: skip
     arguments.add_prompt_args(p)
-    add_prompt_count(p, 3, "sample prompts: the built-in sample's (3) or --dataset's first n")
+    arguments.add_prompt_count(p, 3, "sample prompts: the built-in sample's (3) or --dataset's first n")
     tokens = p.add_argument(
-        "-N", "--max-tokens", type=integer, default=48, metavar="N", help="greedy tokens per sample prompt (default 48)"
+        "-N",
+        "--max-tokens",
+        type=arguments.integer,
+        default=48,
+        metavar="N",
+        help="greedy tokens per sample prompt (default 48)",
     )
-    add_deprecated(p, tokens, "--tokens", "--accept-tokens")
-    p.add_argument("-k", "--lookahead", type=integer, default=5, help="drafts in App. F's verification (default 5)")
+    arguments.add_deprecated(p, tokens, "--tokens", "--accept-tokens")
+    p.add_argument(
+        "-k", "--lookahead", type=arguments.integer, default=5, help="drafts in App. F's verification (default 5)"
+    )
     finer = [  # the measurement's finer controls (--help=all)
-        p.add_argument("--max-pass", type=integer, default=10, metavar="K", help="longest pass timed, tokens (default 10)"),
-        p.add_argument("--repeats", type=integer, default=3, help="timings of each pass length, median (default 3)"),
+        p.add_argument("--max-pass", type=arguments.integer, default=10, metavar="K", help="longest pass timed, tokens (default 10)"),
+        p.add_argument("--repeats", type=arguments.integer, default=3, help="timings of each pass length, median (default 3)"),
         p.add_argument("--ray", action=argparse.BooleanOptionalAction, default=False,
                        help="measure a Ray actor call's round trip too (starts Ray; default: not measured)"),
     ]  # fmt: skip
     for action in finer:
-        advanced_flag(action)
-    add_output(p, "where to write the profile (default profile.json)", "FILE.json", "profile.json", old=("--out",))
-    add_json(p, "print the profile as JSON instead of a summary")
+        arguments.advanced_flag(action)
+    arguments.add_output(
+        p, "where to write the profile (default profile.json)", "FILE.json", "profile.json", old=("--out",)
+    )
+    arguments.add_json(p, "print the profile as JSON instead of a summary")
     arguments.add_model_args(p)
     p.set_defaults(func=run)
 

@@ -4,21 +4,7 @@ from __future__ import annotations
 
 from specpar.backends.simulated_pair import SimulatedPair
 from specpar.core.config import SpeculativeConfig
-from specpar.entrypoints.cli.arguments import (
-    PAPER_SP_DEGREE,
-    REAL_TIME_FIELDS,
-    ConfigOptions,
-    add_json,
-    add_lookaheads,
-    add_profile_arguments,
-    add_repeats,
-    add_runtime_arguments,
-    add_sampling_arguments,
-    advanced_flag,
-    command_parser,
-    experiment_runtime,
-    experiment_settings,
-)
+from specpar.entrypoints.cli import arguments
 
 DESCRIPTION = """\
 Non-SI, SI and DSI on real threads in wall time, with servers that sleep for a
@@ -35,22 +21,26 @@ model pair's profile measured on this machine when it exists.
 
 
 def register(subparsers) -> None:
-    p = command_parser(subparsers, "table", "the online experiment (Table 2 style): threads vs virtual clock",
+    p = arguments.command_parser(subparsers, "table", "the online experiment (Table 2 style): threads vs virtual clock",
                        DESCRIPTION)  # fmt: skip
-    add_profile_arguments(p, repeated=True)
-    numbers = ConfigOptions(
+    arguments.add_profile_arguments(p, repeated=True)
+    numbers = arguments.ConfigOptions(
         SimulatedPair, "pair", fields=NUMBERS, optional="a pair given by numbers", required=REQUIRED
     )
     numbers.add_to(p, "a pair given by numbers (ms per forward pass)")
-    advanced_flag(p.add_argument("--name", default="command line", help="label for the pair given by numbers"))
+    arguments.advanced_flag(
+        p.add_argument("--name", default="command line", help="label for the pair given by numbers")
+    )
     p.add_argument("--no-default-pair", action="store_true", help="leave out the default pair's measured profile")
-    add_sampling_arguments(p, ("max_tokens",), {"max_tokens": 50}, {"max_tokens": "tokens per run"})
-    add_repeats(p, 3, "runs per algorithm and lookahead")
-    add_lookaheads(p, "1,5,10", "lookaheads to try; those Eq. 1 rules out on --sp-degree servers are skipped")
-    ConfigOptions(SpeculativeConfig, "spec", fields=("sp_degree",), defaults={"sp_degree": PAPER_SP_DEGREE}).add_to(p)
-    ConfigOptions(SimulatedPair, "models", fields=("seed",)).add_to(p)
-    add_json(p, "print one JSON object")
-    add_runtime_arguments(p, choices=("threads", "ray"), default="threads", fields=REAL_TIME_FIELDS)
+    arguments.add_sampling_arguments(p, ("max_tokens",), {"max_tokens": 50}, {"max_tokens": "tokens per run"})
+    arguments.add_repeats(p, 3, "runs per algorithm and lookahead")
+    arguments.add_lookaheads(p, "1,5,10", "lookaheads to try; those Eq. 1 rules out on --sp-degree servers are skipped")
+    arguments.ConfigOptions(
+        SpeculativeConfig, "spec", fields=("sp_degree",), defaults={"sp_degree": arguments.PAPER_SP_DEGREE}
+    ).add_to(p)
+    arguments.ConfigOptions(SimulatedPair, "models", fields=("seed",)).add_to(p)
+    arguments.add_json(p, "print one JSON object")
+    arguments.add_runtime_arguments(p, choices=("threads", "ray"), default="threads", fields=arguments.REAL_TIME_FIELDS)
     p.set_defaults(func=run)
 
 
@@ -109,7 +99,9 @@ def _measure(args, pair):
     from specpar.entrypoints.cli.progress import TokenProgress
     from specpar.experiments.online import feasible_lookaheads, run_online
 
-    kwargs = dict(lookaheads=args.lookaheads, **experiment_settings(args), **experiment_runtime(args))
+    kwargs = dict(
+        lookaheads=args.lookaheads, **arguments.experiment_settings(args), **arguments.experiment_runtime(args)
+    )
     runs = args.repeats * (1 + 2 * len(feasible_lookaheads(pair, args.lookaheads, args.sp_degree)))
     with TokenProgress(runs * args.max_tokens, f"{pair.label}: {args.runtime}", not args.json) as bar:
         done = iter(range(1, runs + 1))
