@@ -253,8 +253,7 @@ def _config(args, target, drafter, servers) -> dict:
 
 def _print(args, summary, why, target, drafter, servers) -> None:
 
-    from specpar.entrypoints.cli.comparison import print_comparison
-    from specpar.entrypoints.cli.console import table_console
+    from specpar.entrypoints.cli.comparison import print_comparison, table_console
 
     console = table_console()
     mode = "greedy" if args.temperature == 0 else f"sampling at temperature {args.temperature:g}"

@@ -222,8 +222,7 @@ def _report(args, results, runs, speedups, predicted, why_not) -> None:
     the repeats and ratios with their spread."""
 
     from specpar.core.results import fmt
-    from specpar.entrypoints.cli.comparison import print_comparison
-    from specpar.entrypoints.cli.console import table_console
+    from specpar.entrypoints.cli.comparison import print_comparison, table_console
 
     console = table_console(stderr=True, wide=120)
     main = results[args.algorithm]

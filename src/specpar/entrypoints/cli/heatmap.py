@@ -114,7 +114,7 @@ def compute_with_progress(args, fixed_lookahead, label: str):
 
 
 def run(args) -> int:
-    from specpar.entrypoints.cli.console import table_console
+    from specpar.entrypoints.cli.comparison import table_console
     from specpar.experiments.heatmap import PANELS
     from specpar.experiments.plots import plot_heatmap
 

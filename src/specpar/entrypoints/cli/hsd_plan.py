@@ -115,7 +115,7 @@ def run(args) -> int:
     if args.json:
         print_json({"costs": args.costs, "alpha": alpha, **report})
         return 0
-    from specpar.entrypoints.cli.console import print_table, table_console
+    from specpar.entrypoints.cli.comparison import print_table, table_console
 
     n = len(args.costs)
     best, alone = report["best"], report["target_alone_latency"]

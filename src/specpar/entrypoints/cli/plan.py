@@ -48,7 +48,7 @@ def run(args) -> int:
         return 0
     from rich.table import Table
 
-    from specpar.entrypoints.cli.console import table_console
+    from specpar.entrypoints.cli.comparison import table_console
 
     console = table_console(wide=120, highlight=False)
     console.print(

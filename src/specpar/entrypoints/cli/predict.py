@@ -94,7 +94,7 @@ def _json(args, profile, result) -> dict:
 
 def _table(profile, result, auto, cpu: bool) -> None:
     from specpar.core.results import fmt
-    from specpar.entrypoints.cli.console import print_table, table_console
+    from specpar.entrypoints.cli.comparison import print_table, table_console
     from specpar.prediction.auto import seconds
 
     console = table_console()

@@ -87,7 +87,7 @@ def _table2_rows(args):
 
 
 def run(args) -> int:
-    from specpar.entrypoints.cli.console import table_console
+    from specpar.entrypoints.cli.comparison import table_console
     from specpar.experiments.claims import FAIL, reproduce
 
     if args.output:

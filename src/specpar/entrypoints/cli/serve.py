@@ -111,19 +111,16 @@ def check(args) -> tuple[str | None, socket.socket]:
         raise ConfigError("give either --simulated or a MODEL (or --drafter), not both")
     if args.simulated and args.exact is not None:
         raise ConfigError("--exact/--no-exact choose llama.cpp's mode: simulated models have none")
-    if not args.simulated:
-        from specpar.entrypoints.cli.real_models import check_lookahead, check_mode_flag, check_tree_depth
-
-        check_lookahead(args)
-        check_tree_depth(args)
-        check_mode_flag(args)
     if args.sp_degree > MAX_SERVE_SERVERS:
         raise ConfigError(f"--sp-degree must be at most {MAX_SERVE_SERVERS} to serve, got {args.sp_degree}")
-    from specpar.entrypoints.cli.real_models import check_servers
-
-    check_servers(args, args.sp_degree)
     if isinstance(args.lookahead, int) and args.lookahead > MAX_SERVE_LOOKAHEAD:
         raise ConfigError(f"--lookahead must be at most {MAX_SERVE_LOOKAHEAD} to serve, got {args.lookahead}")
+    from specpar.entrypoints.cli.real_models import check_common, check_servers
+
+    if args.simulated:
+        check_servers(args)
+    else:
+        check_common(args)
     key = args.api_key if args.api_key is not None else os.environ.get("SPECPAR_API_KEY")
     if key is not None and not key.strip():
         raise ConfigError("SPECPAR_API_KEY is set but empty: unset it to serve without a key")

@@ -250,8 +250,7 @@ def coupling_of(args) -> str:
 
 def _print_table(args, summary, target_lat, drafter_lat, k, why, closed, messages) -> None:
     """The comparison as a table, under a line of its settings and one of its lookaheads."""
-    from specpar.entrypoints.cli.comparison import print_comparison
-    from specpar.entrypoints.cli.console import table_console
+    from specpar.entrypoints.cli.comparison import print_comparison, table_console
 
     console = table_console()
     clock = arguments.CLOCKS[args.runtime] + (f", {args.link_ms:g} ms links" if args.link_ms else "")

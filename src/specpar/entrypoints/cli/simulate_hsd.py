@@ -195,7 +195,7 @@ def _run_plans(args, plans, make_stack, bar) -> dict:
 
 
 def _print_table(args, costs, rows) -> None:
-    from specpar.entrypoints.cli.console import print_table, table_console
+    from specpar.entrypoints.cli.comparison import print_table, table_console
     from specpar.entrypoints.cli.hsd_plan import describe
 
     console = table_console(wide=150)

@@ -168,7 +168,7 @@ def _option(o: dict) -> str:
 
 
 def _print(rows, config, percentiles, args) -> None:
-    from specpar.entrypoints.cli.console import print_table, table_console
+    from specpar.entrypoints.cli.comparison import print_table, table_console
 
     console = table_console(wide=140)
     console.print(

@@ -77,7 +77,7 @@ def _profiles(args):
 def run(args) -> int:
     from specpar.core.json_output import print_json
     from specpar.entrypoints.cli import real_models
-    from specpar.entrypoints.cli.console import table_console
+    from specpar.entrypoints.cli.comparison import table_console
 
     console = table_console(stderr=args.json, highlight=False)
     pairs, note = _profiles(args)
