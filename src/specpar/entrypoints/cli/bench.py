@@ -31,12 +31,11 @@ def register(sub) -> None:
     p = arguments.command_parser(sub, "bench", "non-SI vs SI vs DSI on real models over N prompts", DESCRIPTION)
     arguments.add_prompt_args(p, default="humaneval")
     arguments.add_prompt_count(p, 10, "prompts to run, the dataset's first n")
-    arguments.add_sampling_arguments(p, ("max_tokens", "temperature", "seed", "coupling"), {"max_tokens": 64, "temperature": 0.0,
-                           "seed": 0, "coupling": arguments.SEEDED_COUPLING},
-                           {"max_tokens": "tokens per prompt", "seed": "{help}; prompt i: seed + i"},
-                           advanced=("coupling",))  # fmt: skip
-    arguments.add_speculation_arguments(p, fields=("lookahead", "sp_degree", "tree", "proposer", "prefill_replicas",
-                                                     "dedicated_cursor"))  # fmt: skip
+    defaults = {"max_tokens": 64, "temperature": 0.0, "seed": 0, "coupling": arguments.SEEDED_COUPLING}
+    helps = {"max_tokens": "tokens per prompt", "seed": "{help}; prompt i: seed + i"}
+    arguments.add_sampling_arguments(p, tuple(defaults), defaults, helps, advanced=("coupling",))
+    spec = ("lookahead", "sp_degree", "tree", "proposer", "prefill_replicas", "dedicated_cursor")
+    arguments.add_speculation_arguments(p, fields=spec)
     algorithms = p.add_argument(
         "--algorithms",
         default="nonsi,si,dsi",
@@ -144,31 +143,27 @@ def _arms(args) -> dict:
     return arms
 
 
+# a result's fields in each -o line
+ROW_FIELDS = ("algorithm", "lookahead", "sp_degree", "time_ms", "ttft_ms", "tokens_per_second", "acceptance_rate",
+              "mean_acceptance_length", "target_forwards", "drafter_forwards")  # fmt: skip
+
+
 def _row(pid, ids, res, base, args, target) -> dict:
     """One -o line; base: non-SI's result on the same prompt when it ran already."""
     same = None
     if args.temperature == 0 and base is not None and res.algorithm != "nonsi":
         same = res.tokens == base.tokens
-    d = res.to_dict()
+    d = res.to_dict(timeline=args.timeline)
     return {
         "prompt_id": pid,
         "prompt_tokens": len(ids),
-        "algorithm": res.algorithm,
-        "lookahead": res.lookahead,
-        "sp_degree": res.sp_degree,
-        "time_ms": res.time_ms,
-        "ttft_ms": res.ttft_ms,
-        "tokens_per_second": d["tokens_per_second"],
-        "acceptance_rate": d["acceptance_rate"],
-        "mean_acceptance_length": d["mean_acceptance_length"],
-        "target_forwards": res.target_forwards,
-        "drafter_forwards": res.drafter_forwards,
+        **{key: d[key] for key in ROW_FIELDS},
         "same_tokens_as_nonsi": same,
         "auto": res.auto,
         "outside_forward_fraction": res.overhead["outside_forward_fraction"] if res.overhead else None,
         "tokens": res.tokens,
         "text": target.decode(res.tokens),
-        **({"timeline": res.to_dict(timeline=True)["timeline"]} if args.timeline else {}),
+        **({"timeline": d["timeline"]} if args.timeline else {}),
     }
 
 

@@ -40,9 +40,9 @@ def register(sub) -> None:
     arguments.add_prompt_args(p)
     p.add_argument("--chat", action="store_true", help="put the prompt text in the target's chat template")
     arguments.add_speculation_arguments(p, algorithms=("nonsi", "si", "dsi", "auto"))
-    arguments.add_sampling_arguments(p, GENERATE_SAMPLING, {"max_tokens": 64, "temperature": 0.0, "seed": 0,
-                                                  "coupling": arguments.SEEDED_COUPLING},
-                           title="sampling and stopping (vLLM's SamplingParams)", advanced=("coupling",))  # fmt: skip
+    defaults = {"max_tokens": 64, "temperature": 0.0, "seed": 0, "coupling": arguments.SEEDED_COUPLING}
+    title = "sampling and stopping (vLLM's SamplingParams)"
+    arguments.add_sampling_arguments(p, GENERATE_SAMPLING, defaults, title=title, advanced=("coupling",))
     p.add_argument("--compare", action="store_true", help="also run the other algorithms and print all side by side")
     arguments.add_repeats(p, 1, "with --compare: runs of each algorithm, interleaved, for the spread of the ratios")
     arguments.add_json(p, "print one JSON object instead of text and tables")
