@@ -570,6 +570,12 @@ def add_json(p, what: str = "print one JSON object instead of a table") -> None:
     p.add_argument("--json", action="store_true", help=what)
 
 
+def add_sp_degree(p) -> None:
+    """--sp-degree alone (in ``args.spec``), the paper's 7 by default."""
+    sp_degree = {"sp_degree": PAPER_SP_DEGREE}
+    ConfigOptions(SpeculativeConfig, "spec", fields=("sp_degree",), defaults=sp_degree).add_to(p)
+
+
 def add_prompt_count(p, default: int, what: str) -> None:
     p.add_argument("-n", "--prompts", type=integer, default=default, metavar="N", help=f"{what} (default {default})")
 

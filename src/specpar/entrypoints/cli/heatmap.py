@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import time
 
-from specpar.core.config import SpeculativeConfig
 from specpar.entrypoints.cli import arguments
 
 DESCRIPTION = """\
@@ -38,8 +37,8 @@ def register(subparsers) -> None:
         help="fixed lookahead for SI and DSI (Fig. 7: 5). Default: each cell's fastest, DSI's among those "
         "satisfying Eq. 1",
     )
-    what = "write PREFIX.png and PREFIX.csv (fig.png names the prefix fig too; default: dsi-fig2, or dsi-fig7-kK with "
-    arguments.add_output(p, what + "--lookahead)", metavar="PREFIX")
+    what = "write PREFIX.png and PREFIX.csv (fig.png names the prefix fig too; default: dsi-fig2, or dsi-fig7-kK"
+    arguments.add_output(p, f"{what} with --lookahead)", metavar="PREFIX")
     check = p.add_argument(
         "--check-cells",
         type=arguments.ranged(int, 0, MAX_CHECK_CELLS),
@@ -68,8 +67,7 @@ def add_grid_arguments(p, resolution: int = 100) -> None:
     )
     arguments.add_sampling_arguments(p, ("max_tokens",), {"max_tokens": 100}, {"max_tokens": "tokens per run"})
     arguments.add_repeats(p, 5, "runs per cell and algorithm")
-    sp_degree = {"sp_degree": arguments.PAPER_SP_DEGREE}
-    arguments.ConfigOptions(SpeculativeConfig, "spec", fields=("sp_degree",), defaults=sp_degree).add_to(p)
+    arguments.add_sp_degree(p)
     what = "the range of lookaheads SI may choose from in each cell, and DSI those of them satisfying Eq. 1"
     arguments.add_lookaheads(p, "1-200", what)
     arguments.add_pair_arguments(p, fields=("seed",))

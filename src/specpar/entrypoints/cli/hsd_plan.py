@@ -25,8 +25,8 @@ alpha[i][j] = 1 - TV(q_i, q_j) (entries above the diagonal are used), as JSON
 
 
 def register(sub) -> None:
-    p = arguments.command_parser(sub, "hsd-plan", "best HSD hierarchy and buffer sizes for given costs and acceptance rates",
-                       DESCRIPTION)  # fmt: skip
+    what = "best HSD hierarchy and buffer sizes for given costs and acceptance rates"
+    p = arguments.command_parser(sub, "hsd-plan", what, DESCRIPTION)
     add_plan_arguments(p, required=True)
     arguments.add_json(p)
     p.set_defaults(func=run)

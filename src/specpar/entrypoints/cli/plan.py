@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from specpar.core.config import SpeculativeConfig
 from specpar.core.errors import ConfigError
 from specpar.core.json_output import print_json
 from specpar.entrypoints.cli import arguments
@@ -25,8 +24,7 @@ def register(sub) -> None:
     p = arguments.command_parser(sub, "plan", what, DESCRIPTION)
     arguments.add_pair_arguments(p, fields=(*arguments.LATENCY_FIELDS, "acceptance_rate", "seed"))
     arguments.add_profile_arguments(p)
-    sp_degree = {"sp_degree": arguments.PAPER_SP_DEGREE}
-    arguments.ConfigOptions(SpeculativeConfig, "spec", fields=("sp_degree",), defaults=sp_degree).add_to(p)
+    arguments.add_sp_degree(p)
     arguments.add_sampling_arguments(p, ("max_tokens",), {"max_tokens": 100}, {"max_tokens": "tokens to plan for"})
     arguments.add_json(p)
     p.set_defaults(func=run)

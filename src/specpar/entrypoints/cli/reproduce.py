@@ -28,39 +28,21 @@ def register(subparsers) -> None:
     from specpar.entrypoints.cli.heatmap import add_grid_arguments
     from specpar.experiments.claims import CLAIM_KEYS
 
-    p = arguments.command_parser(
-        subparsers, "reproduce", "check the DSI paper's claims (PASS/FAIL with figures)", DESCRIPTION
-    )
+    what = "check the DSI paper's claims (PASS/FAIL with figures)"
+    p = arguments.command_parser(subparsers, "reproduce", what, DESCRIPTION)
     add_grid_arguments(p, resolution=50)
-    p.add_argument(
-        "--only",
-        nargs="+",
-        choices=CLAIM_KEYS,
-        default=None,
-        metavar="CLAIM",
-        help=f"check only these claims: {', '.join(CLAIM_KEYS)}",
-    )
+    p.add_argument("--only", nargs="+", choices=CLAIM_KEYS, default=None, metavar="CLAIM",
+                   help=f"check only these claims: {', '.join(CLAIM_KEYS)}")  # fmt: skip
     for name, metavar, what, old in TABLE2_INPUTS:
-        action = p.add_argument(
-            name, type=arguments.number, default=None, metavar=metavar, help=f"Table 2: {what} (not in our copy)"
-        )
+        action = p.add_argument(name, type=arguments.number, default=None, metavar=metavar,
+                                help=f"Table 2: {what} (not in our copy)")  # fmt: skip
         arguments.add_deprecated(p, action, old)
         arguments.advanced_flag(action)
-    row = p.add_argument(
-        "--table2-row",
-        nargs=3,
-        action="append",
-        default=[],
-        metavar=("NAME", "C", "A"),
-        help="another Table 2 configuration: drafter latency fraction C and acceptance rate A",
-    )
+    what = "another Table 2 configuration: drafter latency fraction C and acceptance rate A"
+    row = p.add_argument("--table2-row", nargs=3, action="append", default=[], metavar=("NAME", "C", "A"), help=what)
     arguments.advanced_flag(row)
-    arguments.add_output(
-        p,
-        "also write the Fig. 2 and Fig. 7 heatmaps (PNG + CSV) measured for the report into DIR",
-        metavar="DIR",
-        old=("--output-dir",),
-    )
+    what = "also write the Fig. 2 and Fig. 7 heatmaps (PNG + CSV) measured for the report into DIR"
+    arguments.add_output(p, what, metavar="DIR", old=("--output-dir",))
     arguments.add_json(p, "print the claims as JSON")
     p.set_defaults(func=run)
 
@@ -88,6 +70,7 @@ def _table2_rows(args):
 
 def run(args) -> int:
     from specpar.entrypoints.cli.comparison import table_console
+    from specpar.entrypoints.cli.progress import TokenProgress
     from specpar.experiments.claims import FAIL, reproduce
 
     if args.output:
@@ -97,12 +80,9 @@ def run(args) -> int:
     console = table_console(wide=120, highlight=False)
     figures: dict = {}
     t0 = time.perf_counter()
-    grid = dict(
-        resolution=args.resolution, lookaheads=arguments.lookahead_range(args), **arguments.experiment_settings(args)
-    )
+    grid = dict(resolution=args.resolution, lookaheads=arguments.lookahead_range(args),
+                **arguments.experiment_settings(args))  # fmt: skip
     table2 = _table2_rows(args)
-    from specpar.entrypoints.cli.progress import TokenProgress
-
     with TokenProgress(None, "measuring", not args.json, unit="steps") as bar:
         progress = lambda what: bar.advance(f"measured {what}")  # noqa: E731
         claims = reproduce(args.only, table2_rows=table2, progress=progress, figures=figures, **grid)

@@ -35,8 +35,8 @@ def api_key(text: str) -> str:
 
 
 def register(sub) -> None:
-    p = arguments.command_parser(sub, "serve", "an OpenAI-compatible HTTP server (completions, chat, streaming, /metrics)",
-                       DESCRIPTION)  # fmt: skip
+    what = "an OpenAI-compatible HTTP server (completions, chat, streaming, /metrics)"
+    p = arguments.command_parser(sub, "serve", what, DESCRIPTION)
     model = p.add_argument(
         "target",
         nargs="?",
