@@ -486,6 +486,15 @@ class GrownDraft:
 _names = itertools.count()
 
 
+def node_hashes_of(tree: TokenTree, root: int, hashes: list[int]) -> list[int]:
+    """``hashes`` (of the first nodes of ``tree``) extended to every node: a node's hash is its parent's (``root``,
+    the context's, for the root's children) extended by its token."""
+    for n in range(len(hashes), len(tree)):
+        parent = tree.parents[n]
+        hashes.append(hash((hashes[parent] if parent >= 0 else root, tree.tokens[n])))
+    return hashes
+
+
 class SimulatedServer(Server):
     """One instance of a simulated model: a cache of prefix hashes and a latency profile.
 
@@ -601,9 +610,7 @@ class SimulatedServer(Server):
 
     def _hold_tree(self, ctx, tree: TokenTree, root_hash: int) -> list[int]:
         """Remember ``tree`` after ``ctx`` (as a KV cache holds its nodes); returns each node's hash."""
-        node_hashes: list[int] = []
-        for token, parent in zip(tree.tokens, tree.parents):
-            node_hashes.append(hash((node_hashes[parent] if parent >= 0 else root_hash, token)))
+        node_hashes = node_hashes_of(tree, root_hash, [])
         self._tokens, self._tree = ctx, (tree, node_hashes)
         return node_hashes
 
@@ -635,10 +642,7 @@ class SimulatedServer(Server):
         fed_hashes: list[int] = []
 
         def ranked(fed: TokenTree, frontier: list[int], k: int) -> list:
-            for n in frontier:
-                if n >= 0:
-                    parent = fed.parents[n]
-                    fed_hashes.append(hash((fed_hashes[parent] if parent >= 0 else root, fed.tokens[n])))
+            node_hashes_of(fed, root, fed_hashes)  # the frontier: the nodes fed last
             return [
                 model.candidates(fed_hashes[n] if n >= 0 else root, k, dec, at + (fed.depths[n] if n >= 0 else 0))
                 for n in frontier
@@ -656,10 +660,7 @@ class SimulatedServer(Server):
         node_hashes: list[int] = []
 
         def level_rows(tree: TokenTree, frontier: list[int]) -> list:
-            while len(node_hashes) < len(tree):  # hashes of the nodes the last level added
-                n = len(node_hashes)
-                parent = tree.parents[n]
-                node_hashes.append(hash((node_hashes[parent] if parent >= 0 else root, tree.tokens[n])))
+            node_hashes_of(tree, root, node_hashes)  # the frontier: the nodes the last level added
             at = [node_hashes[n] if n >= 0 else root for n in frontier]
             depth = tree.depths[frontier[0]] if frontier[0] >= 0 else 0
             k, position = call.shape[depth], len(call.context) + depth
