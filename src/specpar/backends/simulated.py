@@ -150,13 +150,6 @@ class SimulatedLM(Model):
             )
         return rows(np.stack([logits(h) for h in hashes]), context, start, decoding)
 
-    def draft_token(self, h: int, position: int, decoding: Decoding):
-        """One drafted token at ``position`` and the row it was drawn from (None when greedy)."""
-        if decoding.greedy:
-            return self.argmax_at(h, position), None
-        row = self.probs_at(h, decoding.temperature, position)
-        return decoding.draft(row, position), row
-
     def ranked(self, h: int, k: int, position: int | None = None) -> list[int]:
         """The drafter's k best candidates at prefix hash h, best first (greedy token trees): the argmax, then
         the other tokens by decreasing probability."""
@@ -183,12 +176,7 @@ class SimulatedLM(Model):
 
     # Reference decoding, straight from the definition (no servers, no runtime): for tests.
     def greedy_tokens(self, prompt, n: int) -> list[int]:
-        h, out = self.prefix_hash(prompt), []
-        for _ in range(n):
-            t = self.argmax(h)
-            out.append(t)
-            h = self.extend(h, t)
-        return out
+        return self.greedy_run(self.prefix_hash(prompt), n, [])
 
     def sequence_probability(self, prompt, tokens, temperature: float = 1.0) -> float:
         """Probability that sampling at ``temperature`` yields ``tokens`` after ``prompt``."""
@@ -563,40 +551,34 @@ class SimulatedServer(Server):
         hashes = self._sync(ctx)
         model, dec = self.model, call.decoding
         kind = type(call)
-        if dec.reshapes or (dec.logprobs is not None and dec.greedy and kind is Score):
-            return self._processed(call, hashes)
         if kind is Score:
             start = call.start
+            if dec.reshapes or (dec.greedy and dec.logprobs is not None):  # rows through the logits processors
+                return Scores(start, model.processed_rows(hashes[start:], as_context(ctx), start, dec))
             if dec.greedy:
                 return Scores(start, model.argmaxes(hashes[start:]))
             return Scores(start, np.stack([model.probs(h, dec.temperature) for h in hashes[start:]]))
-        if kind is not Draft:  # token trees
-            if kind is ScoreTree:
-                return self._score_tree(call, hashes)
+        if kind is ScoreTree:
+            return self._score_tree(call, hashes)
+        if kind is DraftTree:
             return self._draft_tree(call, hashes)
-        if dec.greedy:  # no rows
-            tokens, rows = model.greedy_run(hashes[-1], call.k, hashes, len(ctx)), None
-        else:
-            h, tokens, rows, pos = hashes[-1], [], [], len(ctx)
-            for i in range(call.k):
-                tok, row = model.draft_token(h, pos + i, dec)
-                tokens.append(tok)
-                rows.append(row)
-                h = extend(h, tok)
-                hashes.append(h)
-            rows = np.stack(rows)
-        self._tokens = ctx + tuple(tokens)
-        return Proposal(tokens, rows)
+        if dec.greedy and not dec.reshapes:  # no rows
+            tokens = model.greedy_run(hashes[-1], call.k, hashes, len(ctx))
+            self._tokens = ctx + tuple(tokens)
+            return Proposal(tokens, None)
+        return self._draft(call, hashes)
 
-    def _processed(self, call, hashes: list[int]):
-        """compute() for a decoding with logits processors: every row from its own prefix (the drafts included)."""
+    def _draft(self, call: Draft, hashes: list[int]) -> Proposal:
+        """``call.k`` tokens drafted one at a time, each from its own prefix's row (through the logits processors
+        when the decoding has any, the drafts included in the prefix)."""
         ctx, dec, model = as_context(call.context), call.decoding, self.model
-        if type(call) is Score:
-            return Scores(call.start, model.processed_rows(hashes[call.start :], ctx, call.start, dec))
-        h, tokens, q, pos = hashes[-1], [], [], len(ctx)
-        for i in range(call.k):
-            row = model.processed_rows([h], ctx + tokens, pos + i, dec)[0]
-            tok = int(row) if dec.greedy else dec.draft(row, pos + i)
+        h, tokens, q = hashes[-1], [], []
+        for position in range(len(ctx), len(ctx) + call.k):
+            if dec.reshapes:
+                row = model.processed_rows([h], ctx + tokens, position, dec)[0]
+            else:
+                row = model.probs_at(h, dec.temperature, position)
+            tok = int(row) if dec.greedy else dec.draft(row, position)
             tokens.append(tok)
             q.append(row)
             h = extend(h, tok)
