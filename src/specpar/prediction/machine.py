@@ -338,7 +338,7 @@ def load_or_build(
     ``drafter`` models (their files, backend settings, this machine) from specpar's cache, measured on first need
     (:mod:`specpar.prediction.profile_cache`; about a minute for the default pair on a quiet machine).
 
-    prompts: the sample's token ids (default: :func:`profile_cache.sample_texts` in the target's tokenizer);
+    prompts: the sample's token ids (default: :data:`profile_cache.SAMPLE_TEXTS` in the target's tokenizer);
     options: a :class:`specpar.prediction.measure_pair.MeasureOptions`; progress: called with each step's label
     (default: a bar on stderr when it is a terminal); refresh: measure again even when the cache holds one.
     """
