@@ -116,9 +116,6 @@ class ThreadRuntime(Runtime):
                 f"need ({exc}): lower sp_degree"
             ) from None
 
-    def now(self) -> float:
-        return (time.perf_counter() - self._t0) * 1000.0
-
     def _work(self, pool: Pool, server, inbox: queue.SimpleQueue) -> None:
         me = threading.current_thread()
         task = inbox.get()
@@ -172,20 +169,9 @@ class ThreadRuntime(Runtime):
 
     def wait(self) -> Task:
         while True:
-            if self._in_flight == 0:
-                raise RuntimeError("wait() called with no task in flight (an algorithm bug)")
-            try:
-                task = self._finished.get(timeout=self.limits.wait_s(self._watched(), self.now()))
-            except queue.Empty:
-                self._lose_stuck()
-                continue
-            if task.cancelled:
-                continue
-            self._in_flight -= 1
-            task.done = True
-            if task.error is not None:
-                raise ServerError(task.server.name, task.call.kind, task.error) from task.error
-            return task
+            task = self._finished_item()
+            if not task.cancelled:
+                return self._returned(task)
 
     def _watched(self) -> list[Task]:
         """The running calls whose stall would hold the generation up: those it waits for, and cancelled ones that
