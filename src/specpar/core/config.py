@@ -214,18 +214,15 @@ class SpeculativeConfig:
         request switching to an algorithm that takes no token tree or n-gram proposer (non-SI, HSD) leaves the
         defaults' tree and n-gram proposer behind instead of being refused for them, and one switching to "auto"
         the defaults' settings it chooses itself (AUTO_CHOOSES); ones it names are checked."""
-        algorithm = changes.get("algorithm")
+        kept = {k: v for k, v in changes.items() if v is not None}
+        algorithm = kept.get("algorithm")
         if algorithm == AUTO:  # auto chooses the method's settings: the defaults' own are left behind
-            kept = {k: v for k, v in changes.items() if v is not None}
-            return replace(self, **{name: kept.get(name) for name in AUTO_CHOOSES}, **kept)
+            return replace(self, **{**dict.fromkeys(AUTO_CHOOSES), **kept})
         if algorithm is not None and algorithm not in ("si", "dsi"):
-            kept = {k: v for k, v in changes.items() if v is not None}
-            if "tree" not in kept:
-                kept["tree"] = None
+            kept.setdefault("tree", None)
             if "proposer" not in kept and self.proposer is not None and parse_proposer(self.proposer).ngram:
                 kept["proposer"] = None
-            return replace(self, **kept)
-        return self.replace(**changes)
+        return replace(self, **kept) if kept else self
 
     @classmethod
     def from_vllm(cls, config: Mapping[str, Any]) -> SpeculativeConfig:

@@ -50,13 +50,11 @@ def fmt(x, spec: str = ".2f", suffix: str = "") -> str:
 
 @dataclass(frozen=True, slots=True)
 class TaskRecord:
-    """One bar of a timeline: which server ran what, from when to when (ms), and whether it was cancelled
-    (a cancelled call ends when its server stopped working on it, on real runtimes).
+    """One bar of a timeline: which server ran what, from when to when (ms), and whether it was cancelled.
 
-    tokens: the call's context length (drafts included; a tree's nodes beyond it in ``drafts``).
-    drafts: drafts scored (verify) or drafted (draft).
-    cached: leading tokens of the context the server held when the call started (what it did not compute
-        again), on the real runtimes (threads, Ray); None on the virtual clock, which prices calls by it instead.
+    tokens: the call's context length (drafts included). drafts: drafts scored (verify) or drafted (draft).
+    cached: leading tokens of the context the server held when the call started (real runtimes; None on the virtual
+    clock, which prices calls by it instead).
     """
 
     server: str

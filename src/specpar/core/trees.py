@@ -52,10 +52,8 @@ def source_decoding(decoding: Decoding, source: int) -> Decoding:
 class BestFirst:
     """A budgeted, drafter-confidence-guided tree: ``"best:B"`` or ``"best:B:W"`` (:func:`grow_best_first`).
 
-    nodes: B, the node budget (the tree has exactly B nodes unless the vocabulary or the depth runs out).
-    per_pass: W, frontier nodes the drafter expands per forward pass (default 1: sequential best-first, at most
-        B - 1 passes after the first, as a chain of B drafts; a larger W takes fewer, wider passes, same tree).
-    depth: the deepest a node may be (None: B); the algorithms lower it near the end of a generation.
+    nodes: B, the node budget. per_pass: W, frontier nodes the drafter expands per forward pass (a larger W: fewer,
+    wider passes, the same tree). depth: the deepest a node may be (None: B; lowered near a generation's end).
     """
 
     nodes: int

@@ -48,12 +48,9 @@ _owners_lock = threading.Lock()
 class ThreadRuntime(Runtime):
     """Runtime on OS threads; times are wall-clock ms since construction.
 
-    call_timeout_s: a call running longer than this raises ServerError from ``wait()``; None (the default): each
-        call's limit is derived from its server's latency (:class:`~specpar.runtimes.base.CallLimits`, with
-        ``stall_factor`` and ``stall_floor_s``); ``math.inf``: no limit.
-    join_timeout_s: how long ``close()`` waits for running work to stop before leaving it behind.
-    finished: the queue finished tasks are put on (default: its own); a runtime that runs some pools on these
-        threads and others elsewhere (Ray) shares one, and waits on it instead of calling ``wait()``.
+    call_timeout_s, stall_factor, stall_floor_s: the stall limits (:class:`~specpar.runtimes.base.CallLimits`;
+    ``math.inf``: none). join_timeout_s: how long ``close()`` waits for running work to stop before leaving it
+    behind. finished: the queue finished tasks are put on (Ray shares one with the pools it runs on threads).
     """
 
     name = "threads"
