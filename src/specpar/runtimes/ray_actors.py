@@ -1,13 +1,8 @@
 """A server in its own process: the Ray actor that hosts it, and the driver's handle on that actor.
 
-Only unseen tokens travel: the driver remembers how many of a generation's verified tokens (a
-:class:`~specpar.core.calls.Context`'s growing base) each actor holds and sends the ones after them with the drafts;
-the actor keeps its own copy, so its server keeps its KV cache across calls. Weights never travel: an actor builds
-its server from the server's ``remote_spec()``, a picklable function.
-
-Cancellation: calls run one at a time in the actor's default concurrency group, ``cancel`` in a group of its own, so
-it reaches a running call at once (it sets the event the server's ``run(call, cancelled)`` watches); a call
-cancelled before it started never runs.
+Only unseen tokens travel (the driver mirrors how many of a Context's verified tokens each actor holds); weights never
+do (an actor builds its server from ``remote_spec()``). Calls run one at a time; ``cancel`` runs in a concurrency
+group of its own, so it reaches a running call at once; a call cancelled before it started never runs.
 """
 
 from __future__ import annotations

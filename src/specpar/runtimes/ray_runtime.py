@@ -1,16 +1,11 @@
 """Ray: every server an actor in its own process, on its own cores or GPU, on one machine or many.
 
-The same contract and the same dispatch as the threads runtime; the actors (:mod:`specpar.runtimes.ray_actors`) are
-built from the servers' ``remote_spec()`` and sent only the tokens they have not seen. A replica whose actor dies or
-stalls (:class:`~specpar.runtimes.base.CallLimits`) is lost: killed, its task sent to a live replica of its pool,
-recorded in ``lost`` (lost replicas cost time, never tokens); a pool with none left and work queued is a
-ServerError. ``close()`` never hangs: calls cancelled at the end get ``join_timeout_s``, then their actors are killed.
-
-The pools in ``local_pools`` (the drafter, say) run on threads of the driver instead (a :class:`ThreadRuntime`
-sharing this runtime's queue of finished work): no round trip per call. Each server gets a bundle of
-``cpus_per_server`` CPUs, and one GPU for the servers of ``gpu_pools`` when the cluster has some; a run's new actors
-share one placement group. Actors are killed at ``close()`` unless ``reuse_actors``: then they stay with their local
-server objects for later runtimes (an engine's pools), each dying with its server object or the Ray session.
+The same contract and dispatch as the threads runtime; actors (:mod:`specpar.runtimes.ray_actors`) are built from
+the servers' ``remote_spec()``. A replica whose actor dies or stalls is lost: killed, its task resent to a live one,
+recorded in ``lost``; a pool with none left and work queued is a ServerError. ``close()`` gives cancelled calls
+``join_timeout_s``, then kills their actors. ``local_pools`` (the drafter, say) run on threads of the driver
+(a :class:`ThreadRuntime` sharing the queue of finished work). Each server gets ``cpus_per_server`` CPUs (and a GPU
+for ``gpu_pools``) in one placement group; with ``reuse_actors`` the actors outlive the runtime with their servers.
 """
 
 from __future__ import annotations

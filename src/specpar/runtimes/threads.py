@@ -1,14 +1,10 @@
 """Real wall-clock time: one worker thread per server, tasks handed to the server :meth:`Pool.pick` chooses.
 
-Cancellation sets the task's event: a queued task is skipped; a running server sees it (simulated servers wake from
-their sleep, model servers check it between forward passes) and its result is discarded. Nothing hangs: a call past
-its stall limit (:class:`~specpar.runtimes.base.CallLimits`) loses its server, as on Ray (its task goes to a live
-server of the pool; a pool with none left is a :class:`ServerError`); ``close()`` gives running work
-``join_timeout_s`` to stop, then leaves the threads that did not behind as daemons (``left_running``).
-
-A server belongs to one worker thread at a time: a later runtime on it waits for the earlier thread's call first (up
-to its stall limit), so two threads never share a KV cache. At the interpreter's exit :func:`finish_left_calls`
-waits for the calls left running, so that no thread is inside a torch forward pass then (exit status 134).
+Cancellation sets the task's event (simulated servers wake from their sleep, model servers check it between passes).
+A call past its stall limit loses its server, as on Ray; ``close()`` leaves threads still in a call after
+``join_timeout_s`` behind as daemons (``left_running``). A later runtime on a server waits for the earlier thread's
+call first, so two threads never share a KV cache; at exit :func:`finish_left_calls` waits for the calls left
+running, so that no thread is inside a torch forward pass then (exit status 134).
 """
 
 from __future__ import annotations
