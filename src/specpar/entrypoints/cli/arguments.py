@@ -602,32 +602,23 @@ def add_pair_arguments(p, fields=(*LATENCY_FIELDS, "acceptance_rate"), defaults=
     return options
 
 
+PAIR_PROFILE_HELP = (
+    "take both latency profiles (TTFT, TPOT, per-token cost) and the acceptance rate from a JSON profile: the file "
+    '`specpar profile` writes, or the plain form {"target": {"ttft_ms", "tpot_ms", "per_token_ms"}, "drafter": '
+    '{...}, "acceptance_rate": a} (overrides the latency flags and -a)'
+)
+
+
 def add_profile_arguments(p, repeated: bool = False) -> None:
     """--profile (a measured pair, or several when ``repeated``) and --acceptance-estimate."""
     if repeated:
-        p.add_argument(
-            "--profile",
-            action="append",
-            default=[],
-            metavar="FILE",
-            help="a pair profile (target/drafter ttft_ms, tpot_ms, acceptance_rate); may be repeated",
-        )
+        what = "a pair profile (target/drafter ttft_ms, tpot_ms, acceptance_rate); may be repeated"
+        p.add_argument("--profile", action="append", default=[], metavar="FILE", help=what)
     else:
-        p.add_argument(
-            "--profile",
-            metavar="FILE",
-            default=None,
-            help="take both latency profiles (TTFT, TPOT, per-token cost) and the acceptance rate from a JSON "
-            'profile: the file `specpar profile` writes, or the plain form {"target": {"ttft_ms", "tpot_ms", '
-            '"per_token_ms"}, "drafter": {...}, "acceptance_rate": a} (overrides the latency flags and -a)',
-        )
+        p.add_argument("--profile", metavar="FILE", default=None, help=PAIR_PROFILE_HELP)
+    what = "for `specpar profile` files: App. F.2's geometric fit (default) or the direct per-token rate"
     advanced_flag(
-        p.add_argument(
-            "--acceptance-estimate",
-            choices=("geometric", "direct"),
-            default="geometric",
-            help="for `specpar profile` files: App. F.2's geometric fit (default) or the direct per-token rate",
-        )
+        p.add_argument("--acceptance-estimate", choices=("geometric", "direct"), default="geometric", help=what)
     )
 
 
@@ -664,14 +655,8 @@ def target_link(ms: float):
 def add_runtime_arguments(p, choices=RUNTIMES, default: str = "virtual", fields=ALL_FIELDS) -> ConfigOptions:
     """RuntimeConfig's flags for ``fields``, --runtime among ``choices`` (default ``default``), the Ray flags in a
     group of their own."""
-    options = ConfigOptions(
-        RuntimeConfig,
-        "runtime_config",
-        fields=fields,
-        defaults={"name": default},
-        choices={"name": tuple(choices)},
-        convert={"link_ms": target_link},
-    )
+    options = ConfigOptions(RuntimeConfig, "runtime_config", fields=fields, defaults={"name": default},
+                            choices={"name": tuple(choices)}, convert={"link_ms": target_link})  # fmt: skip
     options.add_to(p, "runtime", [f for f in fields if f not in RAY_FIELDS])
     options.add_to(p, "Ray (with --runtime ray)", [f for f in fields if f in RAY_FIELDS])
     return options
@@ -735,12 +720,8 @@ def add_model_args(p, target: bool = True, advanced: tuple[str, ...] = ()) -> No
         help="comma-separated devices (cpu, cuda:0, cuda:1, ...): the drafter on the first, targets on the "
         "others (default: every GPU, else cpu)",
     )
-    g.add_argument(
-        "--dtype",
-        default=None,
-        choices=("float32", "float64", "bfloat16", "float16"),
-        help="weights dtype for the models (default float32)",
-    )
+    g.add_argument("--dtype", default=None, choices=("float32", "float64", "bfloat16", "float16"),
+                   help="weights dtype for the models (default float32)")  # fmt: skip
     for action in g._group_actions:
         if action.option_strings[-1] in (*advanced, "--dtype", "--no-exact"):
             advanced_flag(action)
@@ -749,12 +730,10 @@ def add_model_args(p, target: bool = True, advanced: tuple[str, ...] = ()) -> No
 def add_machine_profile(p, advanced: bool = True) -> None:
     """--profile: the machine profile ``--algorithm auto`` and the predictions read (Engine's ``profile``); listed by
     --help=all only when ``advanced`` (the measured one is the default)."""
+    what = "the machine profile --algorithm auto and the predictions use"
+    default = "default: the one measured for the models on this machine, `specpar profile`"
     action = p.add_argument(
-        "--profile",
-        metavar="FILE",
-        default=None,
-        help='the machine profile --algorithm auto and the predictions use ("format": "specpar-machine/1"; '
-        "default: the one measured for the models on this machine, `specpar profile`)",
+        "--profile", metavar="FILE", default=None, help=f'{what} ("format": "specpar-machine/1"; {default})'
     )
     if advanced:
         advanced_flag(action)
@@ -789,21 +768,14 @@ def add_speculation_arguments(
     models: -k is a number there (simulated: a command that also serves simulated models, for which 'auto' and
     'adaptive' run)."""
     lookahead_help = REAL_LOOKAHEAD_HELP + ("; 'auto' with --simulated" if simulated else "")
-    options = ConfigOptions(
-        SpeculativeConfig,
-        "spec",
-        fields=fields,
-        defaults={
-            "algorithm": "dsi",
-            "lookahead": 5,
-            "sp_degree": Default(2, "they share one copy of the weights per device"),
-        },
-        choices={"algorithm": tuple(algorithms)},
-        speculative_config=True,
-        helps={"lookahead": lookahead_help},
-        metavars={} if simulated else {"lookahead": "K|adaptive"},
-        advanced=advanced,
-        json_args={"model": "drafter"},
-    )
+    defaults = {
+        "algorithm": "dsi",
+        "lookahead": 5,
+        "sp_degree": Default(2, "they share one copy of the weights per device"),
+    }
+    options = ConfigOptions(SpeculativeConfig, "spec", fields=fields, defaults=defaults, advanced=advanced,
+                            choices={"algorithm": tuple(algorithms)}, helps={"lookahead": lookahead_help},
+                            metavars={} if simulated else {"lookahead": "K|adaptive"}, speculative_config=True,
+                            json_args={"model": "drafter"})  # fmt: skip
     options.add_to(p, "speculation")
     return options
