@@ -77,11 +77,10 @@ def prompt_ids(args, target, chosen=None) -> tuple[str, list[int]]:
 class Streamer:
     """Prints the prompt's text, then the output's text as it is verified (never any of a stop string)."""
 
-    def __init__(self, model, prompt_ids, stop=(), out=None):
+    def __init__(self, model, prompt_ids, stop=()):
         from specpar.core.stopping import TextStream
 
-        self.out = out or sys.stdout
-        self.out.write(model.decode(prompt_ids))
+        sys.stdout.write(model.decode(prompt_ids))
         self.text = TextStream(model.tokenizer, prompt_ids, stop)
 
     def __call__(self, tokens) -> None:
@@ -92,8 +91,8 @@ class Streamer:
 
     def _write(self, piece: str) -> None:
         if piece:
-            self.out.write(piece)
-            self.out.flush()
+            sys.stdout.write(piece)
+            sys.stdout.flush()
 
 
 def run(args) -> int:
