@@ -692,34 +692,22 @@ def add_model_args(p, target: bool = True, advanced: tuple[str, ...] = ()) -> No
     --backend's help names --no-exact)."""
     g = p.add_argument_group("models", PAIR_HELP)
     if target:
-        g.add_argument(
-            "--target", metavar="PATH", help="target model: a GGUF file, or a local directory (or a hub id when online)"
-        )
+        what = "target model: a GGUF file, or a local directory (or a hub id when online)"
+        g.add_argument("--target", metavar="PATH", help=what)
     g.add_argument("--drafter", metavar="PATH", help="drafter model with the target's tokenizer")
-    g.add_argument(
-        "--backend",
-        choices=("llama", "transformers"),
-        default=None,
-        help="llama: GGUF files on llama.cpp (CPU), bitwise exact, or with --no-exact (--help=all) its fast mode; "
-        "transformers: float32 torch models (any device). "
-        "Default: llama for GGUF files and the default pair on the CPU when `specpar[llama]` is installed",
-    )
-    g.add_argument(
-        "--exact",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="llama.cpp's exact mode (the default): every algorithm's greedy output is the target's own, bitwise, "
-        "the prompt prefilled in llama.cpp's fastest passes; --no-exact: its fast mode, llama.cpp's own fastest "
-        "settings on all free cores, speculation lossless in distribution, greedy outputs that may differ from the "
-        "exact mode's at near ties (docs/llama_cpp.md)",
-    )
-    g.add_argument(
-        "--devices",
-        default=None,
-        metavar="LIST",
-        help="comma-separated devices (cpu, cuda:0, cuda:1, ...): the drafter on the first, targets on the "
-        "others (default: every GPU, else cpu)",
-    )
+    g.add_argument("--backend", choices=("llama", "transformers"), default=None,
+                   help="llama: GGUF files on llama.cpp (CPU), bitwise exact, or with --no-exact (--help=all) its fast "
+                        "mode; transformers: float32 torch models (any device). Default: llama for GGUF files and the "
+                        "default pair on the CPU when `specpar[llama]` is installed")  # fmt: skip
+    g.add_argument("--exact", action=argparse.BooleanOptionalAction, default=None,
+                   help="llama.cpp's exact mode (the default): every algorithm's greedy output is the target's own, "
+                        "bitwise, the prompt prefilled in llama.cpp's fastest passes; --no-exact: its fast mode, "
+                        "llama.cpp's own fastest settings on all free cores, speculation lossless in distribution, "
+                        "greedy outputs that may differ from the exact mode's at near ties "
+                        "(docs/llama_cpp.md)")  # fmt: skip
+    g.add_argument("--devices", default=None, metavar="LIST",
+                   help="comma-separated devices (cpu, cuda:0, cuda:1, ...): the drafter on the first, targets on the "
+                        "others (default: every GPU, else cpu)")  # fmt: skip
     g.add_argument("--dtype", default=None, choices=("float32", "float64", "bfloat16", "float16"),
                    help="weights dtype for the models (default float32)")  # fmt: skip
     for action in g._group_actions:

@@ -36,30 +36,20 @@ def register(sub) -> None:
     arguments.add_sampling_arguments(p, tuple(defaults), defaults, helps, advanced=("coupling",))
     spec = ("lookahead", "sp_degree", "tree", "proposer", "prefill_replicas", "dedicated_cursor")
     arguments.add_speculation_arguments(p, fields=spec)
-    algorithms = p.add_argument(
-        "--algorithms",
-        default="nonsi,si,dsi",
-        metavar="LIST",
-        help="comma-separated algorithms (default nonsi,si,dsi; auto: the fastest by the machine profile's prediction, "
-        "per prompt)",
-    )
+    algorithms = p.add_argument("--algorithms", default="nonsi,si,dsi", metavar="LIST",
+                                help="comma-separated algorithms (default nonsi,si,dsi; auto: the fastest by the machine "
+                                     "profile's prediction, per prompt)")  # fmt: skip
     arguments.add_deprecated(p, algorithms, "--algos")
-    p.add_argument(
-        "--arm",
-        action="append",
-        metavar='"ALGO [k=K] [tree=SHAPE]"',
-        help="instead of --algorithms: one arm, repeatable, e.g. --arm nonsi --arm 'si k=8' --arm 'si tree=best:8' "
-        "--arm 'si tree=2,2,1' (chains and trees side by side, interleaved per prompt; k and tree default to -k and "
-        "--tree)",
-    )
+    p.add_argument("--arm", action="append", metavar='"ALGO [k=K] [tree=SHAPE]"',
+                   help="instead of --algorithms: one arm, repeatable, e.g. --arm nonsi --arm 'si k=8' --arm 'si "
+                        "tree=best:8' --arm 'si tree=2,2,1' (chains and trees side by side, interleaved per prompt; k "
+                        "and tree default to -k and --tree)")  # fmt: skip
     arguments.add_output(p, "write one JSON line per prompt and algorithm", metavar="FILE.jsonl", old=("--out",))
     arguments.add_json(p, "print the summary as one JSON object")
-    timeline = p.add_argument(
-        "--timeline",
-        action="store_true",
-        help="with -o: each line carries its run's timeline, every server call (server, kind, start and end ms, "
-        "tokens, drafts, tokens cached at its start, cancelled)",
-    )
+    timeline = p.add_argument("--timeline", action="store_true",
+                              help="with -o: each line carries its run's timeline, every server call (server, kind, "
+                                   "start and end ms, tokens, drafts, tokens cached at its start, "
+                                   "cancelled)")  # fmt: skip
     arguments.advanced_flag(timeline)
     arguments.add_model_args(p)
     arguments.add_machine_profile(p)

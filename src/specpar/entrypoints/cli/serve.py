@@ -66,8 +66,9 @@ def register(sub) -> None:
     arguments.add_runtime_arguments(p, choices=("threads", "ray"), default="threads", fields=arguments.REAL_TIME_FIELDS)
     g = p.add_argument_group("simulated models (numbers: --help=all)")
     g.add_argument("--simulated", action="store_true", help="serve simulated models (no weights)")
-    arguments.add_pair_arguments(g, fields=(*arguments.LATENCY_FIELDS, "acceptance_rate", "vocab_size", "seed"),
-                                 defaults={"target_tpot_ms": 2.0, "vocab_size": 32}, title=None, advanced=True)  # fmt: skip
+    pair = (*arguments.LATENCY_FIELDS, "acceptance_rate", "vocab_size", "seed")
+    defaults = {"target_tpot_ms": 2.0, "vocab_size": 32}
+    arguments.add_pair_arguments(g, fields=pair, defaults=defaults, title=None, advanced=True)
     arguments.add_model_args(p, target=False, advanced=("--drafter",))
     arguments.add_machine_profile(p)
     p.set_defaults(func=run)

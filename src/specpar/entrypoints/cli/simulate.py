@@ -27,26 +27,19 @@ def register(sub) -> None:
     p = arguments.command_parser(sub, "simulate", what, DESCRIPTION)
     arguments.add_pair_arguments(p, fields=PAIR_FIELDS, defaults={"vocab_size": 8})
     arguments.add_profile_arguments(p)
-    spec = arguments.ConfigOptions(
-        SpeculativeConfig,
-        "spec",
-        fields=("lookahead", "sp_degree", "tree"),
-        defaults={"lookahead": arguments.AUTO_LOOKAHEAD, "sp_degree": arguments.PAPER_SP_DEGREE},
-        helps={"tree": "{help}; SI and DSI run over it beside the chains"},
-    )
-    spec.add_to(p)
+    defaults = {"lookahead": arguments.AUTO_LOOKAHEAD, "sp_degree": arguments.PAPER_SP_DEGREE}
+    helps = {"tree": "{help}; SI and DSI run over it beside the chains"}
+    arguments.ConfigOptions(
+        SpeculativeConfig, "spec", fields=(*defaults, "tree"), defaults=defaults, helps=helps
+    ).add_to(p)
     defaults = {"max_tokens": 100, "temperature": 0.0, "coupling": arguments.Default(None, COUPLING_DEFAULT)}
     arguments.add_sampling_arguments(p, ("max_tokens", "temperature", "coupling"), defaults)
     arguments.add_runtime_arguments(p)
     arguments.add_repeats(p, 5, "runs per algorithm, interleaved")
     arguments.add_json(p)
-    arguments.add_output(
-        p,
-        "also draw the first repeat of each algorithm as a Gantt chart of its tasks per server (drafts, "
-        "verifications, cancelled work) to this image file",
-        metavar="PNG",
-        old=("--timeline",),
-    )
+    what = "also draw the first repeat of each algorithm as a Gantt chart of its tasks per server"
+    arguments.add_output(p, f"{what} (drafts, verifications, cancelled work) to this image file", metavar="PNG",
+                         old=("--timeline",))  # fmt: skip
     p.set_defaults(func=run)
     from specpar.entrypoints.cli import simulate_hsd, simulate_load
 
