@@ -194,9 +194,8 @@ def int_or_text(text: str) -> int | str:
 
 
 def argument_type(hint) -> tuple[Callable[[str], Any] | type[bool], bool]:
-    """(the argparse type, repeated) of a field annotated ``hint``: bool (a --flag/--no-flag pair), integer, number, a
-    list of integers, int_or_text, or str (text the config object parses, such as a token tree); repeated for a
-    sequence of them (``--stop A --stop B``)."""
+    """(the argparse type, repeated) of a field annotated ``hint``: bool (--flag/--no-flag), integer, number, integers,
+    int_or_text or str (text the config object parses); repeated for a sequence (``--stop A --stop B``)."""
     kinds = (
         typing.get_args(hint)
         if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union
@@ -446,7 +445,7 @@ def warnings_of(args) -> list[str]:
 # -- each command's parser and the plain flags several share ----------------------------------------------------------
 class Formatter(argparse.HelpFormatter):
     """argparse's help, with descriptions filled to the terminal's width paragraph by paragraph (a blank line
-    ends a paragraph), so that ``--help`` reads well in 80 columns and wider."""
+    ends one)."""
 
     def _fill_text(self, text: str, width: int, indent: str) -> str:
         paragraphs = [" ".join(p.split()) for p in text.strip().split("\n\n")]
@@ -472,9 +471,7 @@ def advanced_flag(action: argparse.Action) -> argparse.Action:
 
 
 class Help(argparse.Action):
-    """-h/--help[=all|WORD], as vLLM's commands have it: the command's flags, without the advanced ones (finer
-    controls: each command's help ends with how many there are); ``=all``: every flag; ``=WORD``: the flags whose
-    spelling or help mentions WORD (advanced ones too)."""
+    """-h/--help[=all|WORD], as vLLM's commands have it (:func:`command_help`)."""
 
     def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, help=None):
         super().__init__(option_strings, dest, default=default, nargs="?", metavar="all|WORD",
@@ -623,8 +620,7 @@ def add_profile_arguments(p, repeated: bool = False) -> None:
 
 
 def pair_from_args(args) -> SimulatedPair:
-    """``args.pair``, with the latencies and acceptance rate of ``--profile`` when given (also set as
-    ``args.pair``)."""
+    """``args.pair``, with the latencies and acceptance rate of ``--profile`` when given (also set as ``args.pair``)."""
     pair = args.pair
     if args.profile:
         from specpar.prediction.pair_profile import PairProfile
@@ -663,14 +659,12 @@ def add_runtime_arguments(p, choices=RUNTIMES, default: str = "virtual", fields=
 
 
 def experiment_settings(args) -> dict:
-    """The experiments' run settings from the flags heatmap, reproduce and table share: ``n`` (-N, tokens per run),
-    ``repeats`` (runs per arm or cell), ``sp_degree`` (target servers) and ``seed``."""
+    """The experiments' run settings from the flags heatmap, reproduce and table share (-N as ``n``)."""
     return {"n": args.max_tokens, "repeats": args.repeats, "sp_degree": args.sp_degree, "seed": args.seed}
 
 
 def experiment_runtime(args) -> dict:
-    """The experiments' runtime keywords (``runtime=``, ``runtime_options=``) for ``args.runtime_config``: its name,
-    and its fields that differ from their defaults."""
+    """The experiments' keywords ``runtime`` and ``runtime_options`` (the fields not at their defaults) of the flags."""
     config: RuntimeConfig = args.runtime_config
     default = RuntimeConfig()
     options = {
@@ -687,9 +681,8 @@ PAIR_HELP = (
 
 
 def add_model_args(p, target: bool = True, advanced: tuple[str, ...] = ()) -> None:
-    """The models group: --target (unless ``target`` is False: serve takes it as its MODEL), --drafter, --backend,
-    --exact/--no-exact, --devices, --dtype (those in ``advanced``, --exact and --dtype listed by --help=all only;
-    --backend's help names --no-exact)."""
+    """The models group: --target (unless ``target`` is False: serve's MODEL), --drafter, --backend, --exact, --devices,
+    --dtype (--no-exact, --dtype and those in ``advanced`` listed by --help=all only)."""
     g = p.add_argument_group("models", PAIR_HELP)
     if target:
         what = "target model: a GGUF file, or a local directory (or a hub id when online)"
@@ -751,10 +744,8 @@ def add_speculation_arguments(
     advanced: tuple[str, ...] | bool = (),
     simulated: bool = False,
 ) -> ConfigOptions:
-    """SpeculativeConfig's flags for ``fields`` (--algorithm among ``algorithms``; ``advanced``: those listed only by
-    --help=all) and --speculative-config, whose "model" (vLLM's key) is the drafter; for the commands that load real
-    models: -k is a number there (simulated: a command that also serves simulated models, for which 'auto' and
-    'adaptive' run)."""
+    """SpeculativeConfig's flags for ``fields`` of the commands that load real models (--algorithm among
+    ``algorithms``) and --speculative-config, whose "model" is the drafter; simulated: simulated models too."""
     lookahead_help = REAL_LOOKAHEAD_HELP + ("; 'auto' with --simulated" if simulated else "")
     defaults = {
         "algorithm": "dsi",
