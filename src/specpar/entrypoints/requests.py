@@ -116,30 +116,22 @@ class Requests:
     # -- one request ------------------------------------------------------------------------------
     def one(self, prompt, params: SamplingParams, spec: SpeculativeConfig, stream=None) -> GenerationResult:
         """One request, run now on the engine's scheduler; its result with its text."""
-        request = self.make(prompt, params, spec, stream, self.scheduler, self.runtime)
-        with self.gate.request():
-            result = self.run(request)
-        return self.finished(result, request, params)
-
-    def make(
-        self, prompt, params: SamplingParams, spec: SpeculativeConfig, stream, scheduler: Scheduler, runtime
-    ) -> Request:
-        """A request on ``scheduler`` and ``runtime``, not yet run; its speculation with lookahead "auto" chosen."""
-        if self.gate.closed:
-            raise ConfigError("this engine is closed")
         ids = self.prompt_ids(prompt)
         decoding = params.decoding(len(ids), self.end_of_text)
         shape = RequestShape(len(ids), params.max_tokens, decoding.processors is not None)
-        spec, curve, choice = self.speculation(spec, shape)
+        request = self.make(shape, spec, self.scheduler, self.runtime)
         query = Query(ids, params.max_tokens, decoding, params.stopping(ids, self.end_of_text, self.tokenizer), stream)
-        request = Request(scheduler, query, spec, curve, runtime, self.keep_actors)
-        request.choice = choice
-        return request
+        with self.gate.request():
+            result = self.run(request, query)
+        return self.finished(result, request, ids, params)
 
-    def speculation(self, spec: SpeculativeConfig, shape: RequestShape):
-        """(``spec`` resolved for a request of ``shape``, its share curve, what ``auto`` chose or None): algorithm
-        "auto" made the predicted fastest method among those the request can run (trees take no logits
-        processors), then lookahead "auto" the fastest by simulation where the curve does not choose it."""
+    def make(self, shape: RequestShape, spec: SpeculativeConfig, scheduler: Scheduler, runtime) -> Request:
+        """A request of ``shape`` on ``scheduler`` and ``runtime``, not yet run: ``spec`` resolved for it (algorithm
+        "auto" the predicted fastest method it can run, token trees taking no logits processors; then lookahead
+        "auto" the fastest by simulation where its share curve does not choose it), its share curve, what ``auto``
+        chose."""
+        if self.gate.closed:
+            raise ConfigError("this engine is closed")
         choice = None
         if spec.algorithm == "auto":
             spec, choice = self.auto().resolve(spec, shape)
@@ -151,21 +143,23 @@ class Requests:
             curve = self.curves.of(spec, shape.max_tokens)
         if spec.lookahead == "auto" and curve.option(curve.max_units).ms_per_token is None:
             spec = spec.replace(lookahead=self.auto_lookahead(spec, shape.max_tokens))  # (or its clear error)
-        return spec, curve, choice
+        request = Request(scheduler, spec, curve, runtime, self.keep_actors)
+        request.choice = choice
+        return request
 
-    def run(self, request: Request) -> GenerationResult:
-        """``request`` run; its result with the time outside forward passes (``overhead``: real models on this
+    def run(self, request: Request, query: Query) -> GenerationResult:
+        """``query`` run as ``request``; its result with the time outside forward passes (``overhead``: real models on this
         process's threads) and waiting for units (``queue_ms``)."""
         local = self.model.real and self.runtime.name != "ray"  # on Ray the passes run in the actors
         if not self.model.real:
             with collector_paused(self.runtime.name == "virtual"):
-                result = request.run()
+                result = request.run(query)
         else:
             spec = request.spec
             marks = {id(s): len(s.forward_log) for s in self.servers} if local else None
             with self.threads(self.threads_for(spec.algorithm, spec.uses_drafter, spec.sp_degree)):
                 t0 = time.perf_counter()
-                result = request.run()
+                result = request.run(query)
                 t1 = time.perf_counter()
             if local:  # the forward passes of the servers this request ran on
                 intervals = [iv for s in request.servers for iv in s.forward_log[marks[id(s)] :]]
@@ -173,9 +167,8 @@ class Requests:
         result.queue_ms = request.queue_ms
         return result
 
-    def finished(self, result: GenerationResult, request: Request, params: SamplingParams) -> GenerationResult:
-        """``result`` (of ``request``) with its text and what ``auto`` chose for it, logged."""
-        prompt = request.prompt
+    def finished(self, result: GenerationResult, request: Request, prompt, params: SamplingParams) -> GenerationResult:
+        """``result`` (of ``request``, after ``prompt``) with its text and what ``auto`` chose for it, logged."""
         if request.choice is not None:  # what ran: the choice, or (on fewer units, under load) what its shares ran
             result.auto = request.choice.ran([(configure(request.spec, o), o.ms_per_token) for o, _, _ in request.segments],
                                              len(result.tokens))  # fmt: skip
@@ -210,13 +203,23 @@ class Requests:
         clock = SharedClock()
         scheduler = Scheduler(self.units, clock)
         runtime = self.runtime.replace(options={**self.runtime.options, "clock": clock})
-        made = [self.make(p, q, spec, stream, scheduler, runtime) for p, q in zip(prompts, params)]
+        made, queries = [], []
+        for ids, p in zip(prompts, params):  # (as one() makes them)
+            decoding = p.decoding(len(ids), self.end_of_text)
+            made.append(
+                self.make(
+                    RequestShape(len(ids), p.max_tokens, decoding.processors is not None), spec, scheduler, runtime
+                )
+            )
+            queries.append(
+                Query(ids, p.max_tokens, decoding, p.stopping(ids, self.end_of_text, self.tokenizer), stream)
+            )
         results: list = [None] * len(made)
         failed: dict[int, BaseException] = {}
 
         def one(i: int) -> None:
             try:
-                results[i] = made[i].run()
+                results[i] = made[i].run(queries[i])
             except BaseException as exc:  # raised in the caller's thread below
                 failed[i] = exc
 
@@ -228,9 +231,9 @@ class Requests:
             clock.run()
         if failed:
             raise failed[min(failed)]
-        for request, result, p in zip(made, results, params):
+        for request, result, ids, p in zip(made, results, prompts, params):
             result.queue_ms = request.queue_ms
-            self.finished(result, request, p)
+            self.finished(result, request, ids, p)
         return results
 
     # -- what a request is made of -------------------------------------------------------------------

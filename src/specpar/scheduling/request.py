@@ -11,14 +11,12 @@ and one Stopping (its detokenizer goes on across the change).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
 
 from specpar.algorithms.registry import run_generation
 from specpar.core.calls import Context
 from specpar.core.config import RuntimeConfig, SpeculativeConfig
 from specpar.core.query import Query
 from specpar.core.results import GenerationResult
-from specpar.core.stopping import Stopping
 from specpar.planning.load import Option, ShareCurve
 from specpar.scheduling.pausing import Pausable
 from specpar.scheduling.scheduler import Scheduler, Ticket
@@ -48,68 +46,56 @@ def configure(spec: SpeculativeConfig, option: Option) -> SpeculativeConfig:
 
 
 class Request:
-    """One request on a :class:`Scheduler` (see the module docstring); :meth:`run` serves it.
+    """One request's configuration on a :class:`Scheduler` (see the module docstring); :meth:`run` serves a query.
 
-    query: the prompt, its length, decoding, stopping and stream (:class:`~specpar.core.query.Query`; its prompt is
-    not changed, nor copied: the caller's list must stay as it is until the request ends). curve: its options per
-    share. runtime: where each configuration's tasks run (on a shared virtual clock: ``RuntimeConfig(name="virtual",
-    options={"clock": clock})``). ready_made: the servers outlive each configuration (Ray keeps their actors).
+    curve: its options per share. runtime: where each configuration's tasks run (on a shared virtual clock:
+    ``RuntimeConfig(name="virtual", options={"clock": clock})``). ready_made: the servers outlive each configuration
+    (Ray keeps their actors).
     """
 
     def __init__(
-        self,
-        scheduler: Scheduler,
-        query: Query,
-        spec: SpeculativeConfig,
-        curve: ShareCurve,
-        runtime: RuntimeConfig,
-        ready_made: bool = True,
+        self, scheduler: Scheduler, spec: SpeculativeConfig, curve: ShareCurve, runtime: RuntimeConfig, ready_made=True
     ):
-        self.scheduler, self.spec, self.curve, self.runtime = scheduler, spec, curve, runtime
-        self.query, self.ready_made = query, ready_made
-        self.pausable = Pausable(query.stopping)
-        # a share that can change needs the pause; a fixed one never pauses (its stopping goes to the runner as it
-        # is: None keeps the algorithms' fast path)
-        if curve.min_units < curve.max_units:
-            self.query = dataclasses.replace(query, stopping=self.pausable)
+        self.scheduler, self.spec, self.curve, self.runtime, self.ready_made = (
+            scheduler,
+            spec,
+            curve,
+            runtime,
+            ready_made,
+        )
         self.ticket: Ticket | None = None
         self.segments: list[tuple[Option, int, GenerationResult]] = []  # (option, units, result) per configuration
         self.end_ms = None
+        self.stopped = False  # its own stopping ended the output (not a pause)
         self.choice = None  # what algorithm="auto" chose for it (a prediction.auto.Choice), set by the engine
 
-    @property
-    def prompt(self) -> Sequence[int]:
-        return self.query.prompt
-
-    @property
-    def stopping(self) -> Stopping | None:
-        """The stopping each configuration runs with: the request's own, or the pause in front of it."""
-        return self.query.stopping
-
-    def run(self) -> GenerationResult:
-        scheduler, prompt, result = self.scheduler, self.prompt, None
+    def run(self, query: Query) -> GenerationResult:
+        """``query`` served (its prompt is not changed, nor copied: the caller's list must stay as it is until the
+        request ends): each configuration goes on from the tokens the previous one verified."""
+        scheduler, curve, prompt, result = self.scheduler, self.curve, query.prompt, None
+        pausable, pauses = Pausable(query.stopping), curve.min_units < curve.max_units
+        # a share that can change needs the pause; a fixed one's stopping goes as it is (None keeps the fast path)
+        stopping = pausable if pauses else query.stopping
         out = prompt  # the verified sequence (copied before the first continuation: run_generation copies its own)
-        context = Context(out, len(out))
-        self.ticket = ticket = scheduler.arrive(self.curve, self.pausable, context)
+        self.ticket = ticket = scheduler.arrive(curve, pausable, Context(out, len(out)))
         try:
             while True:
-                option, units = scheduler.take(ticket, context)
+                option, units = scheduler.take(ticket, Context(out, len(out)))
                 placement = scheduler.placement(option, units)
-                left = self.query.max_tokens - (len(out) - len(prompt))
-                query = self.query if out is prompt else dataclasses.replace(self.query, prompt=out, max_tokens=left)
+                left = query.max_tokens - (len(out) - len(prompt))
+                now = Query(out, left, query.decoding, stopping, query.stream)
                 spec = configure(self.spec, option)
-                result = run_generation(query, placement.target, placement.drafter, spec, self.runtime, self.ready_made)
+                result = run_generation(now, placement.target, placement.drafter, spec, self.runtime, self.ready_made)
                 self.segments.append((option, len(units), result))
-                p = self.pausable
-                if self.stopping is not p or p.stopped or len(result.tokens) >= left or not p.paused:
+                if not pauses or pausable.stopped or not pausable.paused or len(result.tokens) >= left:
                     break
                 out = [*out, *result.tokens]  # paused: the next configuration goes on from here
-                context = Context(out, len(out))
                 scheduler.record(len(result.tokens))
                 result = None
         finally:  # the last configuration's tokens recorded as it leaves
             self.end_ms = scheduler.leave(ticket, len(result.tokens) if result is not None else 0)
-        return self.result()
+        self.stopped = pausable.stopped
+        return self.result(pauses)
 
     @property
     def arrival_ms(self) -> float | None:
@@ -131,15 +117,16 @@ class Request:
         """Time from arrival to its first configuration's start (waiting for units)."""
         return self.started_ms - self.arrival_ms
 
-    def result(self) -> GenerationResult:
+    def result(self, paused: bool) -> GenerationResult:
         """The request's result: its one configuration's as it is, or the configurations' joined (tokens in order,
-        counts summed, time from the first one's start to the end; ``details["segments"]`` lists them)."""
+        counts summed, time from the first one's start to the end; ``details["segments"]`` lists them). paused: it
+        ran with the pause, which may have said "stop" (the request's own stop decides)."""
+        finish = "stop" if self.stopped else "length"
         if len(self.segments) == 1:
             result = self.segments[0][2]
-            if self.stopping is self.pausable:  # a pause may have said "stop"; the request's own stop decides
-                result.finish_reason = "stop" if self.pausable.stopped else "length"
+            if paused:
+                result.finish_reason = finish
             return result
-        finish = "stop" if self.pausable.stopped else "length"
         return join(self.segments, finish, self.end_ms - self.started_ms)
 
 
