@@ -1,11 +1,9 @@
 """One request under load, from arrival to its last token: one configuration after another, each on the units
 the scheduler gives it, each going on from the tokens the previous one verified.
 
-A request's ``spec`` is its ceiling: DSI may run with fewer target replicas, then as SI, then as non-SI; SI may
-run as non-SI; non-SI stays non-SI (its :class:`~specpar.planning.load.ShareCurve` says which option each share
-gets). Its own settings hold in every configuration: an integer lookahead, a token tree (for SI and DSI), HSD's
-buffers, DSI's modes. Sampling and stopping are the request's throughout: one Decoding (draws keyed by position)
-and one Stopping (its detokenizer goes on across the change).
+A request's ``spec`` is its ceiling (DSI may run with fewer replicas, then as SI, then as non-SI: its
+:class:`~specpar.planning.load.ShareCurve` says which option each share gets); its own settings hold in every
+configuration. Sampling and stopping are the query's throughout (draws keyed by position; one detokenizer).
 """
 
 from __future__ import annotations
@@ -130,51 +128,45 @@ class Request:
         return join(self.segments, finish, self.end_ms - self.started_ms)
 
 
+SUMMED = ("target_forwards", "drafter_forwards", "drafted", "accepted", "verifications", "time_lost_ms")
+
+
 def join(segments: list[tuple[Option, int, GenerationResult]], finish: str, time_ms: float) -> GenerationResult:
     """Several configurations' results as one (see :meth:`Request.result`)."""
     results = [r for _, _, r in segments]
     first = results[0]
-    drafted_at: list[int] = []
-    accepted_at: list[int] = []
+    at: dict[str, list[int]] = {"position_drafted": [], "position_accepted": []}
     for r in results:
-        for into, counts in ((drafted_at, r.position_drafted), (accepted_at, r.position_accepted)):
+        for name, into in at.items():
+            counts = getattr(r, name)
             into.extend([0] * (len(counts) - len(into)))
             for i, n in enumerate(counts):
                 into[i] += n
-    names = list(dict.fromkeys(r.algorithm for r in results))
-    details = {
-        "segments": [
-            {
-                "algorithm": r.algorithm,
-                "units": u,
-                "sp_degree": r.sp_degree,
-                "lookahead": r.lookahead,
-                "tokens": len(r.tokens),
-                "time_ms": r.time_ms,
-            }  # fmt: skip
-            for _, u, r in segments
-        ]
-    }
+    details = [
+        {
+            "algorithm": r.algorithm,
+            "units": u,
+            "sp_degree": r.sp_degree,
+            "lookahead": r.lookahead,
+            "tokens": len(r.tokens),
+            "time_ms": r.time_ms,
+        }
+        for _, u, r in segments
+    ]
     return GenerationResult(
-        algorithm="+".join(names),
+        algorithm="+".join(dict.fromkeys(r.algorithm for r in results)),
         runtime=first.runtime,
         tokens=[t for r in results for t in r.tokens],
         time_ms=time_ms,
         ttft_ms=first.ttft_ms,
-        target_forwards=sum(r.target_forwards for r in results),
-        drafter_forwards=sum(r.drafter_forwards for r in results),
-        drafted=sum(r.drafted for r in results),
-        accepted=sum(r.accepted for r in results),
         accepted_per_round=[n for r in results for n in r.accepted_per_round],
-        position_drafted=drafted_at,
-        position_accepted=accepted_at,
-        verifications=sum(r.verifications for r in results),
         lookahead=first.lookahead,
         sp_degree=max(r.sp_degree for r in results),
         finish_reason=finish,
-        details=details,
+        details={"segments": details},
         logprobs=None if any(r.logprobs is None for r in results) else [x for r in results for x in r.logprobs],
         left_running=tuple(x for r in results for x in r.left_running),
         replicas_lost=tuple(x for r in results for x in r.replicas_lost),
-        time_lost_ms=sum(r.time_lost_ms for r in results),
+        **{name: sum(getattr(r, name) for r in results) for name in SUMMED},
+        **at,
     )
