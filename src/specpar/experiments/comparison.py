@@ -31,29 +31,13 @@ class AlgorithmSummary:
     same_tokens_as_nonsi: bool | None = None
     first_run: GenerationResult | None = field(default=None, repr=False)  # repeat 0, e.g. for a timeline plot
 
-    @property
-    def mean_ms(self) -> float:
-        return statistics.fmean(self.time_ms)
-
-    @property
-    def std_ms(self) -> float:
-        return statistics.stdev(self.time_ms) if len(self.time_ms) > 1 else 0.0
-
-    @property
-    def speedup_vs_nonsi(self) -> float:
-        return self.vs_nonsi.value if self.vs_nonsi else math.nan
-
-    @property
-    def speedup_vs_si(self) -> float:
-        return self.vs_si.value if self.vs_si else math.nan
-
     def to_dict(self) -> dict:
         d = {k: getattr(self, k) for k in self.__dataclass_fields__ if k not in ("first_run", "vs_nonsi", "vs_si")}
         d.update(
-            mean_ms=self.mean_ms,
-            std_ms=self.std_ms,
-            speedup_vs_nonsi=self.speedup_vs_nonsi,
-            speedup_vs_si=self.speedup_vs_si,
+            mean_ms=statistics.fmean(self.time_ms),
+            std_ms=statistics.stdev(self.time_ms) if len(self.time_ms) > 1 else 0.0,
+            speedup_vs_nonsi=self.vs_nonsi.value if self.vs_nonsi else math.nan,
+            speedup_vs_si=self.vs_si.value if self.vs_si else math.nan,
             speedup_vs_nonsi_spread=self.vs_nonsi.to_dict() if self.vs_nonsi else None,
             speedup_vs_si_spread=self.vs_si.to_dict() if self.vs_si else None,
         )
@@ -71,15 +55,12 @@ def compare(
     progress: Callable[[str], None] | None = None,
     **run,
 ) -> dict[str, AlgorithmSummary]:
-    """Run each algorithm ``repeats`` times, interleaved, repeat r on models and prompt built from ``seed + r``.
+    """Run each algorithm ``repeats`` times, interleaved (:func:`~specpar.experiments.loop.run_arms`), repeat r on
+    models ``make_models(seed + r)`` -> (target, drafter) and prompt ``make_prompt(seed + r)`` -> token ids.
 
-    make_models(seed) -> (target, drafter); make_prompt(seed) -> token ids.
-    lookahead: one for every algorithm, or one per algorithm ({"si": 6, "dsi": 2}).
-    Through :func:`~specpar.experiments.loop.run_arms`: interleaved (nonsi, si, dsi, nonsi, ...).
-    progress: called with each algorithm's name when a run ends.
-    run: each run's :func:`~specpar.experiments.runs.run_once` keywords (max_tokens, sp_degree, temperature,
-    coupling, runtime, runtime_options, stream: every run's verified tokens as they come); ``tree`` (a token tree
-    <k1, ..., km>): SI and DSI also run over it, as "si-tree" and "dsi-tree" (beside the chains).
+    lookahead: one for every algorithm, or one per algorithm ({"si": 6, "dsi": 2}). progress: called with each
+    algorithm's name when a run ends. run: each run's :func:`~specpar.experiments.runs.run_once` keywords; ``tree``
+    (a token tree <k1, ..., km>): SI and DSI also run over it, as "si-tree" and "dsi-tree".
     """
     tree = run.pop("tree", None)
     algorithms = list(algorithms)

@@ -1,12 +1,9 @@
 """Load curves: many requests on a fixed set of processing units, per policy, on one virtual clock.
 
-Each request runs the real scheduler (:class:`specpar.scheduling.Scheduler`) and algorithms in a greenlet of a
-:class:`~specpar.runtimes.shared_clock.SharedClock`, arriving as a Poisson process (``rate`` requests per second)
-or from ``clients`` closed-loop clients (each sends its next request when the last one ends). Every policy sees
-the same arrivals, prompts and models, so its figures compare side by side.
-
-Throughput (goodput) = output tokens of all requests / (last completion - first arrival), as vLLM's serving
-benchmark measures it; latency = completion - arrival, queueing included; TTFT likewise.
+Each request runs the real scheduler and algorithms in a greenlet of a
+:class:`~specpar.runtimes.shared_clock.SharedClock`, arriving as a Poisson process (``rate`` per second) or from
+``clients`` closed-loop clients; every policy sees the same arrivals, prompts and models. Throughput (goodput) =
+output tokens / (last completion - first arrival), as vLLM's serving benchmark; latency and TTFT from arrival.
 """
 
 from __future__ import annotations

@@ -1,8 +1,5 @@
-"""PNG figures of the offline heatmaps (matplotlib, Agg backend: no display needed).
-
-Speedups use a pink-to-green scale centred on 1, so cells where an algorithm
-is slower than the one it is compared with stand out in pink, as in the paper.
-"""
+"""PNG figures of the offline heatmaps (matplotlib's Agg backend), on a pink-to-green scale centred on 1 as the
+paper's: cells where an algorithm is slower stand out in pink."""
 
 from __future__ import annotations
 

