@@ -199,16 +199,9 @@ def _best_dsi(nz: np.ndarray, pairs: list, cs: np.ndarray, n: int, sp_degree: in
     dsi = np.full((len(cs), A), np.inf)
     dsi_k = np.zeros((len(cs), A), dtype=np.int64)
     for done, batch in enumerate(batches, before + 1):
-        cis = np.array([pairs[b][0] for b in batch])
-        kks = np.array([pairs[b][1] for b in batch])
-        runs = len(batch) * A * repeats
-        lat = dsi_latency(
-            np.broadcast_to(nz[None], (len(batch),) + nz.shape).reshape(runs, n + 1),
-            np.repeat(kks, A * repeats),
-            np.repeat(cs[cis], A * repeats),
-            n,
-            sp_degree,
-        )
+        cis, kks = np.array([pairs[b] for b in batch]).T  # [len(batch)] c's index and k of each candidate
+        draws = np.broadcast_to(nz[None], (len(batch),) + nz.shape).reshape(len(batch) * A * repeats, n + 1)
+        lat = dsi_latency(draws, np.repeat(kks, A * repeats), np.repeat(cs[cis], A * repeats), n, sp_degree)
         means = lat.reshape(len(batch), A, repeats).mean(axis=2)
         for row, i, k in zip(means, cis, kks):
             better = row < dsi[i] - 1e-12  # ties keep the smaller lookahead (candidates come in increasing order)

@@ -174,17 +174,10 @@ class LoadSimulation:
         def one(i: int) -> None:
             req = Request(scheduler, Query(self.prompt(i), s.max_tokens, decoding), self.spec, curve, runtime)
             result = req.run()
-            first = req.segments[0][2]
+            ttft = req.queue_ms + (req.segments[0][2].ttft_ms or 0.0)
+            tokens, switches = len(result.tokens), req.ticket.switches
             records.append(
-                RequestRecord(
-                    req.arrival_ms,
-                    req.started_ms,
-                    req.end_ms,
-                    req.queue_ms + (first.ttft_ms or 0.0),
-                    len(result.tokens),
-                    req.ticket.switches,
-                    result.algorithm,
-                )  # fmt: skip
+                RequestRecord(req.arrival_ms, req.started_ms, req.end_ms, ttft, tokens, switches, result.algorithm)
             )
 
         if rate is not None:

@@ -7,6 +7,8 @@ from collections.abc import Sequence
 from specpar.core.results import GenerationResult
 
 COLOURS = {"draft": "#4C9F70", "verify": "#3B6EA8"}
+BAR = {"height": 0.7, "edgecolor": "white", "linewidth": 0.4}
+DONE, CANCELLED = {"alpha": 0.95, "hatch": None}, {"alpha": 0.35, "hatch": "//"}  # a cancelled task: faded, hatched
 
 
 def plot_timelines(results: Sequence[GenerationResult], path: str, title: str | None = None) -> None:
@@ -18,30 +20,17 @@ def plot_timelines(results: Sequence[GenerationResult], path: str, title: str | 
     from matplotlib.patches import Patch
 
     heights = [max(1, len({r.server for r in res.timeline})) for res in results]
+    size = (11, 1.0 + 0.42 * sum(heights) + 0.5 * len(results))
     fig, axes = plt.subplots(
-        len(results),
-        1,
-        figsize=(11, 1.0 + 0.42 * sum(heights) + 0.5 * len(results)),
-        sharex=True,
-        squeeze=False,
-        gridspec_kw={"height_ratios": heights},
+        len(results), 1, figsize=size, sharex=True, squeeze=False, gridspec_kw={"height_ratios": heights}
     )
     for ax, res in zip(axes[:, 0], results):
         servers = sorted({r.server for r in res.timeline}, key=lambda s: (not s.startswith("drafter"), s))
         row = {s: i for i, s in enumerate(servers)}
         for r in res.timeline:
             width = max(r.end_ms - r.start_ms, 1e-9)
-            ax.barh(
-                row[r.server],
-                width,
-                left=r.start_ms,
-                height=0.7,
-                color=COLOURS.get(r.kind, "grey"),
-                alpha=0.35 if r.cancelled else 0.95,
-                hatch="//" if r.cancelled else None,
-                edgecolor="white",
-                linewidth=0.4,
-            )
+            look = CANCELLED if r.cancelled else DONE
+            ax.barh(row[r.server], width, left=r.start_ms, color=COLOURS.get(r.kind, "grey"), **BAR, **look)
         ax.set_yticks(range(len(servers)), servers, fontsize=8)
         ax.invert_yaxis()
         ax.axvline(res.time_ms, color="black", linewidth=1)
@@ -54,16 +43,9 @@ def plot_timelines(results: Sequence[GenerationResult], path: str, title: str | 
             loc="left",
         )
     axes[-1, 0].set_xlabel("time (ms)")
-    fig.legend(
-        handles=[
-            Patch(color=COLOURS["draft"], label="draft"),
-            Patch(color=COLOURS["verify"], label="verify"),
-            Patch(facecolor="grey", alpha=0.35, hatch="//", label="cancelled"),
-        ],
-        loc="upper right",
-        ncol=3,
-        fontsize=8,
-    )
+    handles = [Patch(color=COLOURS[kind], label=kind) for kind in ("draft", "verify")]
+    handles.append(Patch(facecolor="grey", label="cancelled", **CANCELLED))
+    fig.legend(handles=handles, loc="upper right", ncol=3, fontsize=8)
     if title:
         fig.suptitle(title, fontsize=10, x=0.01, ha="left")
     fig.tight_layout()
