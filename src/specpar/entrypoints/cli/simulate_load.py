@@ -136,7 +136,7 @@ def run(args) -> int:
         "options": {p: [o.__dict__ for o in sim.curve(p).options] for p in policies},
     }
     if args.output:
-        from specpar.experiments.load_plot import plot_load
+        from specpar.experiments.plots import plot_load
 
         plot_load(
             rows,
