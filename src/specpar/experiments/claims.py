@@ -289,11 +289,7 @@ def _fig2b_cause_words(rechecks: list[CellRecheck]) -> str:
             f"only {min(r.dsi_ms / r.si_ms for r in bad):.3f}-{max(r.dsi_ms / r.si_ms for r in bad):.3f}x"
         )
     valid = [r for r in bad if r.si_lookahead_valid]
-    words += (
-        f"; in {len(valid)} of them does SI's best lookahead satisfy Eq. 1"
-        if valid
-        else "; in none of them does SI's best lookahead satisfy Eq. 1"
-    )
+    words += f"; in {len(valid) or 'none'} of them does SI's best lookahead satisfy Eq. 1"
     relaxed = [r for r in bad if r.relaxed_ms is not None]
     faster = [r for r in relaxed if r.relaxed_ms < r.si_ms]
     gains = [r.si_ms / r.relaxed_ms for r in faster]
@@ -469,14 +465,12 @@ def reproduce(
         claims += _grid_claims(g, keys, grid)
     if "sp-vs-mp" in keys:
         m = measure_sp_vs_mp()
+        cmd = (
+            "specpar reproduce --only sp-vs-mp   (DSI timing alone: specpar simulate "
+            f"-c 0.1 -a 0.8 -k 2 --sp-degree {m['sp_degree']} -N 2000)"
+        )
         claims.append(
-            check_sp_vs_mp(
-                m["fraction_adding_latency"],
-                m["dsi_speedup_over_nonsi"],
-                "specpar reproduce --only sp-vs-mp   (DSI timing alone: specpar simulate "
-                f"-c 0.1 -a 0.8 -k 2 --sp-degree {m['sp_degree']} -N 2000)",
-                sp_degree=m["sp_degree"],
-            )
+            check_sp_vs_mp(m["fraction_adding_latency"], m["dsi_speedup_over_nonsi"], cmd, sp_degree=m["sp_degree"])
         )
         progress("SP vs MP")
     if "amdahl" in keys:

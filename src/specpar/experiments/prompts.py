@@ -83,9 +83,7 @@ def from_jsonl(path: str | Path) -> list[Prompt]:
 
 def _from_row(row, where: str) -> Prompt:
     if isinstance(row, str):
-        if not row:
-            raise ConfigError(f"{where}: the prompt is empty")
-        return Prompt(where, text=row)
+        row = {"prompt": row}
     if isinstance(row, dict):
         pid = str(row.get("id", row.get("task_id", where)))
         for key in ("prompt", "text"):
