@@ -1,32 +1,8 @@
-"""The command line's arguments, written once for every command.
-
-* Value types (:func:`number`, :func:`integer`, :func:`seed`, ...): argparse turns a bad value into one line naming
-  the flag.
-* Deprecated spellings (:func:`add_deprecated`): for one release an old spelling still works, hidden from
-  ``--help``, and says on stderr what replaces it (one line per flag, printed by
-  :func:`specpar.entrypoints.cli.main.main` when the command starts, so a command that stops at a mistake prints
-  only its one error line).
-* Option groups built from the configuration dataclasses (:class:`ConfigOptions`), and the objects built back from
-  the parsed flags. Every field of :class:`~specpar.core.config.SpeculativeConfig`,
-  :class:`~specpar.core.config.RuntimeConfig`, :class:`~specpar.core.params.SamplingParams` and
-  :class:`~specpar.backends.simulated_pair.SimulatedPair` that carries :func:`specpar.core.config.flag` metadata is
-  one option: its spelling, short flag, help, metavar and choices come from the metadata, its argparse type from the
-  field's annotation, and its deprecated spellings become hidden flags that still work and warn. So a flag is
-  spelled one way in every command::
-
-      SPEC = ConfigOptions(SpeculativeConfig, "spec", fields=("algorithm", "lookahead"), defaults={"lookahead": 5})
-      SPEC.add_to(parser, "speculation")       # in the command's register()
-      ...                                      # main() calls build_all(args) after parsing:
-      args.spec                                # a SpeculativeConfig; args.lookahead its lookahead
-
-  A command picks the fields it needs, its own defaults (:class:`Default`) and, for a text field, fewer choices. A
-  flag left out takes the command's default, else the field's. :func:`build_all` makes each object once, so a bad
-  value is one ConfigError naming the flag (one line on stderr, exit status 2). The resolved value of each field is
-  written back to its flag's attribute (``args.sp_degree``), for the command's own printing.
-* The plain flags several commands share (-N, -n, --repeats, --json) and each command's parser.
-* The groups of the simulated pair (``args.pair``, and the measured profiles that can stand in for its numbers),
-  of the runtime (``args.runtime_config``), of the speculation and of real models.
-"""
+"""The command line's arguments, written once for every command: value types that turn a bad value into one
+line naming the flag; deprecated spellings (hidden, still working, a warning line each when the command starts); the
+option groups built from the configuration dataclasses (:class:`ConfigOptions`: a field with
+:func:`specpar.core.config.flag` metadata is one flag, spelled one way in every command, and :func:`build_all` makes
+the objects back from the parsed flags); and the plain flags and groups several commands share."""
 
 from __future__ import annotations
 
@@ -93,12 +69,20 @@ def server_count(text: str) -> int:
     return x
 
 
-def integers(text: str) -> list[int]:
-    """Integers separated by commas (--levels 0,2,3)."""
-    try:
-        return [integer(x) for x in text.replace(" ", "").split(",") if x]
-    except argparse.ArgumentTypeError:
-        raise argparse.ArgumentTypeError(f"must be integers separated by commas, got {text!r}") from None
+def comma_list(item: Callable[[str], Any], what: str) -> Callable[[str], list]:
+    """An argparse type: values of type ``item`` separated by commas (--levels 0,2,3), else one line naming ``what``."""
+
+    def parse(text: str) -> list:
+        try:
+            return [item(x) for x in text.replace(" ", "").split(",") if x]
+        except argparse.ArgumentTypeError:
+            raise argparse.ArgumentTypeError(f"must be {what} separated by commas, got {text!r}") from None
+
+    return parse
+
+
+integers = comma_list(integer, "integers")
+numbers = comma_list(number, "finite numbers")  # --costs, --chain
 
 
 def ranged(kind, lo, hi=None, what: str | None = None):
@@ -154,32 +138,20 @@ def add_deprecated(container, canonical: argparse.Action, *old: str) -> None:
     """Accept the spellings ``old`` for the option ``canonical`` (added to ``container``, a parser or a group)."""
     if not old:
         return
+    kw = {name: getattr(canonical, name) for name in ("dest", "nargs", "type", "choices", "metavar")}
     container.add_argument(
-        *old,
-        action=DeprecatedFlag,
-        canonical=canonical,
-        dest=canonical.dest,
-        nargs=canonical.nargs,
-        type=canonical.type,
-        choices=canonical.choices,
-        metavar=canonical.metavar,
-        default=argparse.SUPPRESS,
-        help=argparse.SUPPRESS,
+        *old, action=DeprecatedFlag, canonical=canonical, default=argparse.SUPPRESS, help=argparse.SUPPRESS, **kw
     )
 
 
 def note_old(namespace, dest: str, old: str, new: str) -> None:
     """Record that ``old`` was given where ``new`` is the spelling now (the last note for a dest wins)."""
-    notes = getattr(namespace, NOTES, None)
-    if notes is None:
-        notes = {}
-        setattr(namespace, NOTES, notes)
-    notes[dest] = (old, new)
+    vars(namespace).setdefault(NOTES, {})[dest] = (old, new)
 
 
 def old_spellings(namespace) -> dict[str, tuple[str, str]]:
     """{dest: (old spelling, new spelling)} for the deprecated spellings the command line used."""
-    return dict(getattr(namespace, NOTES, None) or {})
+    return dict(vars(namespace).get(NOTES, {}))
 
 
 def deprecation(old: str, new: str) -> str:
@@ -255,20 +227,15 @@ def shown(value) -> str:
 
 @dataclass(eq=False)
 class ConfigOptions:
-    """One configuration dataclass's flags in one command.
+    """One configuration dataclass's flags in one command; ``build`` makes ``args.<dest>``, an instance of ``cls``.
 
-    cls: the dataclass. dest: the attribute of the parsed arguments that receives the object. fields: the fields
-    the command exposes (default: every field with a flag). defaults: the command's defaults ({field: value or
-    Default}). choices: fewer choices for text fields. old_values: deprecated values ({field: {old: new}}) still
-    taken, with a warning. convert: what the object receives for a flag's value ({field: function}). helps: where
-    a command gives a field a meaning of its own, its help ({field: text}, "{help}" standing for the field's).
-    speculative_config: also take ``--speculative-config JSON`` (vLLM's shape), whose fields win over the flags.
-    optional: the object is made only when one of its flags is given (else ``args.<dest>`` is None), and then
-    needs every field of ``required``; the words name it in that error ("a pair given by numbers").
-    metavars: where a command takes fewer forms of a field's value, how its help spells them ({field: "K"}).
-    advanced: the fields this command lists only under ``--help=all`` (True: all of them), besides those whose
-    metadata says so. json_args: keys of ``--speculative-config`` that give another argument ({key: its dest}, e.g.
-    vLLM's {"model": "drafter"}).
+    fields: those the command exposes (default: every field with a flag). defaults: {field: value or Default}.
+    choices: fewer choices for text fields. convert: {field: function of the flag's value, for the object}. helps:
+    {field: a command's own help, "{help}" standing for the field's}. speculative_config: also take
+    ``--speculative-config JSON`` (vLLM's shape; its fields win over the flags, its ``json_args`` keys give another
+    argument: {"model": "drafter"}). optional: the object is made only when one of its flags is given (else None),
+    then needs every field of ``required``; the words name it in that error. metavars: {field: a narrower metavar}.
+    advanced: the fields listed only under ``--help=all`` (True: all), besides those whose metadata says so.
     """
 
     cls: type
@@ -277,7 +244,6 @@ class ConfigOptions:
     fields: Sequence[str] | None = None
     defaults: Mapping[str, Any] | None = None
     choices: Mapping[str, tuple] | None = None
-    old_values: Mapping[str, Mapping[str, str]] | None = None
     convert: Mapping[str, Callable] | None = None
     helps: Mapping[str, str] | None = None
     speculative_config: bool = False
@@ -294,10 +260,9 @@ class ConfigOptions:
         unknown = [name for name in self.fields if name not in self.flagged]
         if unknown:
             raise ValueError(f"{cls.__name__} has no flag for {unknown}")
-        for name in ("defaults", "choices", "convert", "helps", "metavars", "json_args"):  # (None: none)
+        for name in ("choices", "convert", "helps", "metavars", "json_args"):  # (None: none)
             setattr(self, name, dict(getattr(self, name) or {}))
-        self.old_values = {k: dict(v) for k, v in (self.old_values or {}).items()}
-        self.required = tuple(self.required)
+        self.defaults = {k: d if isinstance(d, Default) else Default(d) for k, d in (self.defaults or {}).items()}
         self.advanced = set(self.fields) if self.advanced is True else set(self.advanced or ())
         self.hints = typing.get_type_hints(cls)
 
@@ -314,10 +279,10 @@ class ConfigOptions:
         return self.flag(name).lstrip("-").replace("-", "_")
 
     # -- the parser --------------------------------------------------------------------------------
-    def add_to(self, parser, title: str | None = None, fields=None, description: str | None = None):
+    def add_to(self, parser, title: str | None = None, fields=None):
         """Add the flags of ``fields`` (default: all the command exposes) to ``parser``, in a group when ``title``
         is given; returns the group (or the parser)."""
-        container = parser.add_argument_group(title, description) if title else parser
+        container = parser.add_argument_group(title) if title else parser
         for name in self.fields if fields is None else fields:
             self._add(container, name)
         if self.speculative_config and not any(a.dest == "speculative_config" for a in parser._actions):
@@ -347,12 +312,7 @@ class ConfigOptions:
             if repeated:
                 kw["action"] = "append"
             kw["metavar"] = self.metavars.get(name, meta["metavar"])
-            choices = self.choices.get(name, tuple(meta["choices"] or ()) or None)
-            if choices is not None:
-                old = tuple(self.old_values.get(name, ()))
-                kw["choices"] = (*choices, *old)
-                if old:  # the old values work but are not shown
-                    kw["metavar"] = meta["metavar"] or "{" + ",".join(choices) + "}"
+            kw["choices"] = self.choices.get(name, tuple(meta["choices"] or ()) or None)
         action = container.add_argument(*[s for s in (meta["short"], meta["flag"]) if s], **kw)
         add_deprecated(container, action, *meta["aliases"])
         if meta["advanced"] or name in self.advanced:
@@ -363,8 +323,7 @@ class ConfigOptions:
         f = self.flagged[name]
         meta = f.metadata
         if name in self.defaults:
-            d = self.defaults[name]
-            value, why = (d.value, d.why) if isinstance(d, Default) else (d, None)
+            value, why = self.defaults[name].value, self.defaults[name].why
             words = f"default: {why}" if value is None else f"default {shown(value)}" + (f": {why}" if why else "")
         elif meta["default"]:
             words = f"default: {meta['default']}"
@@ -388,8 +347,7 @@ class ConfigOptions:
             if value is not None:
                 given[name] = value
             elif name in self.defaults:
-                d = self.defaults[name]
-                value = d.value if isinstance(d, Default) else d
+                value = self.defaults[name].value
             if value is not None:
                 values[name] = value
         if self.optional is not None:
@@ -399,11 +357,6 @@ class ConfigOptions:
             if any(name not in given for name in self.required):
                 flags = [self.spelling(name) for name in self.required]
                 raise ConfigError(f"{self.optional} needs {', '.join(flags[:-1])} and {flags[-1]}")
-        for name, table in self.old_values.items():
-            if values.get(name) in table:
-                old, old_flag = values[name], old_spellings(args).get(self.arg_dest(name), (self.flag(name),))[0]
-                values[name] = table[old]
-                note_old(args, self.arg_dest(name), f"{old_flag} {old}", f"{self.flag(name)} {table[old]}")
         if self.speculative_config and getattr(args, "speculative_config", None) is not None:
             values.update(self._json_fields(args, given))
         try:
@@ -480,19 +433,14 @@ WARNINGS = "_warnings"
 
 def warn(args, line: str) -> None:
     """A warning the command prints on stderr when it starts (with the deprecation notes)."""
-    lines = getattr(args, WARNINGS, None)
-    if lines is None:
-        lines = []
-        setattr(args, WARNINGS, lines)
+    lines = vars(args).setdefault(WARNINGS, [])
     if line not in lines:
         lines.append(line)
 
 
 def warnings_of(args) -> list[str]:
     """The lines to print when the command starts: each deprecated spelling used, then the other warnings."""
-    return [deprecation(old, new) for old, new in old_spellings(args).values()] + list(
-        getattr(args, WARNINGS, None) or ()
-    )
+    return [deprecation(old, new) for old, new in old_spellings(args).values()] + vars(args).get(WARNINGS, [])
 
 
 # -- each command's parser and the plain flags several share ----------------------------------------------------------
@@ -570,10 +518,8 @@ def command_help(parser: argparse.ArgumentParser, which: str | None = None) -> s
 def add_sampling_arguments(
     p, fields, defaults=None, helps=None, title: str | None = None, advanced: tuple[str, ...] = ()
 ) -> ConfigOptions:
-    """SamplingParams' flags for ``fields`` (``args.sampling``), in a group when ``title`` is given; ``defaults``,
-    ``helps`` and ``advanced`` (listed only by --help=all) as :class:`ConfigOptions` takes them (a command that
-    generates N tokens of something:
-    ``add_sampling_arguments(p, ("max_tokens",), {"max_tokens": 100}, {"max_tokens": "tokens per run"})``)."""
+    """SamplingParams' flags for ``fields`` (``args.sampling``), in a group when ``title`` is given; the others as
+    :class:`ConfigOptions` takes them."""
     options = ConfigOptions(
         SamplingParams, "sampling", fields=fields, defaults=defaults, helps=helps, advanced=advanced
     )
@@ -582,16 +528,14 @@ def add_sampling_arguments(
 
 
 def add_output(p, help: str, metavar: str = "FILE", default: str | None = None, old: tuple[str, ...] = ()):
-    """-o/--output: the file (or directory) the command writes; ``old``: the command's former spellings of it, which
-    still work for one release and warn."""
+    """-o/--output: the file (or directory) the command writes; ``old``: its deprecated spellings."""
     action = p.add_argument("-o", "--output", default=default, metavar=metavar, help=help)
     add_deprecated(p, action, *old)
     return action
 
 
 def add_lookaheads(p, default: str, what: str) -> None:
-    """--lookaheads: the lookaheads a command tries, as :func:`lookaheads` reads them (also several words:
-    ``--lookaheads 1 5 10``); ``args.lookaheads`` is a list."""
+    """--lookaheads: the lookaheads a command tries (:func:`lookaheads`, also several words: ``1 5 10``), a list."""
     p.add_argument(
         "--lookaheads",
         type=lookaheads,
@@ -624,6 +568,12 @@ def add_repeats(p, default: int, what: str) -> None:
 
 def add_json(p, what: str = "print one JSON object instead of a table") -> None:
     p.add_argument("--json", action="store_true", help=what)
+
+
+def add_sp_degree(p) -> None:
+    """--sp-degree alone (in ``args.spec``), the paper's 7 by default."""
+    sp_degree = {"sp_degree": PAPER_SP_DEGREE}
+    ConfigOptions(SpeculativeConfig, "spec", fields=("sp_degree",), defaults=sp_degree).add_to(p)
 
 
 def add_prompt_count(p, default: int, what: str) -> None:

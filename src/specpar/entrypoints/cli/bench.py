@@ -9,17 +9,6 @@ from specpar.core.json_output import JsonLines, print_json
 from specpar.core.results import fmt
 from specpar.core.trees import parse_tree
 from specpar.entrypoints.cli import arguments, real_models
-from specpar.entrypoints.cli.arguments import (
-    REAL_TIME_FIELDS,
-    add_deprecated,
-    add_json,
-    add_output,
-    add_prompt_count,
-    add_runtime_arguments,
-    add_sampling_arguments,
-    advanced_flag,
-    command_parser,
-)
 from specpar.entrypoints.cli.comparison import NAMES, speedups_of
 from specpar.entrypoints.cli.progress import TokenProgress
 from specpar.experiments.loop import run_arms
@@ -39,15 +28,14 @@ with the spread of the per-prompt ratios; a note says when they straddle 1.
 
 
 def register(sub) -> None:
-    p = command_parser(sub, "bench", "non-SI vs SI vs DSI on real models over N prompts", DESCRIPTION)
+    p = arguments.command_parser(sub, "bench", "non-SI vs SI vs DSI on real models over N prompts", DESCRIPTION)
     arguments.add_prompt_args(p, default="humaneval")
-    add_prompt_count(p, 10, "prompts to run, the dataset's first n")
-    add_sampling_arguments(p, ("max_tokens", "temperature", "seed", "coupling"), {"max_tokens": 64, "temperature": 0.0,
-                           "seed": 0, "coupling": arguments.SEEDED_COUPLING},
-                           {"max_tokens": "tokens per prompt", "seed": "{help}; prompt i: seed + i"},
-                           advanced=("coupling",))  # fmt: skip
-    arguments.add_speculation_arguments(p, fields=("lookahead", "sp_degree", "tree", "proposer", "prefill_replicas",
-                                                     "dedicated_cursor"))  # fmt: skip
+    arguments.add_prompt_count(p, 10, "prompts to run, the dataset's first n")
+    defaults = {"max_tokens": 64, "temperature": 0.0, "seed": 0, "coupling": arguments.SEEDED_COUPLING}
+    helps = {"max_tokens": "tokens per prompt", "seed": "{help}; prompt i: seed + i"}
+    arguments.add_sampling_arguments(p, tuple(defaults), defaults, helps, advanced=("coupling",))
+    spec = ("lookahead", "sp_degree", "tree", "proposer", "prefill_replicas", "dedicated_cursor")
+    arguments.add_speculation_arguments(p, fields=spec)
     algorithms = p.add_argument(
         "--algorithms",
         default="nonsi,si,dsi",
@@ -55,7 +43,7 @@ def register(sub) -> None:
         help="comma-separated algorithms (default nonsi,si,dsi; auto: the fastest by the machine profile's prediction, "
         "per prompt)",
     )
-    add_deprecated(p, algorithms, "--algos")
+    arguments.add_deprecated(p, algorithms, "--algos")
     p.add_argument(
         "--arm",
         action="append",
@@ -64,18 +52,18 @@ def register(sub) -> None:
         "--arm 'si tree=2,2,1' (chains and trees side by side, interleaved per prompt; k and tree default to -k and "
         "--tree)",
     )
-    add_output(p, "write one JSON line per prompt and algorithm", metavar="FILE.jsonl", old=("--out",))
-    add_json(p, "print the summary as one JSON object")
+    arguments.add_output(p, "write one JSON line per prompt and algorithm", metavar="FILE.jsonl", old=("--out",))
+    arguments.add_json(p, "print the summary as one JSON object")
     timeline = p.add_argument(
         "--timeline",
         action="store_true",
         help="with -o: each line carries its run's timeline, every server call (server, kind, start and end ms, "
         "tokens, drafts, tokens cached at its start, cancelled)",
     )
-    advanced_flag(timeline)
+    arguments.advanced_flag(timeline)
     arguments.add_model_args(p)
     arguments.add_machine_profile(p)
-    add_runtime_arguments(p, choices=("threads", "ray"), default="threads", fields=REAL_TIME_FIELDS)
+    arguments.add_runtime_arguments(p, choices=("threads", "ray"), default="threads", fields=arguments.REAL_TIME_FIELDS)
     p.set_defaults(func=run)
 
 
@@ -155,31 +143,27 @@ def _arms(args) -> dict:
     return arms
 
 
+# a result's fields in each -o line
+ROW_FIELDS = ("algorithm", "lookahead", "sp_degree", "time_ms", "ttft_ms", "tokens_per_second", "acceptance_rate",
+              "mean_acceptance_length", "target_forwards", "drafter_forwards")  # fmt: skip
+
+
 def _row(pid, ids, res, base, args, target) -> dict:
     """One -o line; base: non-SI's result on the same prompt when it ran already."""
     same = None
     if args.temperature == 0 and base is not None and res.algorithm != "nonsi":
         same = res.tokens == base.tokens
-    d = res.to_dict()
+    d = res.to_dict(timeline=args.timeline)
     return {
         "prompt_id": pid,
         "prompt_tokens": len(ids),
-        "algorithm": res.algorithm,
-        "lookahead": res.lookahead,
-        "sp_degree": res.sp_degree,
-        "time_ms": res.time_ms,
-        "ttft_ms": res.ttft_ms,
-        "tokens_per_second": d["tokens_per_second"],
-        "acceptance_rate": d["acceptance_rate"],
-        "mean_acceptance_length": d["mean_acceptance_length"],
-        "target_forwards": res.target_forwards,
-        "drafter_forwards": res.drafter_forwards,
+        **{key: d[key] for key in ROW_FIELDS},
         "same_tokens_as_nonsi": same,
         "auto": res.auto,
         "outside_forward_fraction": res.overhead["outside_forward_fraction"] if res.overhead else None,
         "tokens": res.tokens,
         "text": target.decode(res.tokens),
-        **({"timeline": res.to_dict(timeline=True)["timeline"]} if args.timeline else {}),
+        **({"timeline": d["timeline"]} if args.timeline else {}),
     }
 
 
@@ -264,8 +248,7 @@ def _config(args, target, drafter, servers) -> dict:
 
 def _print(args, summary, why, target, drafter, servers) -> None:
 
-    from specpar.entrypoints.cli.comparison import print_comparison
-    from specpar.entrypoints.cli.console import table_console
+    from specpar.entrypoints.cli.comparison import print_comparison, table_console
 
     console = table_console()
     mode = "greedy" if args.temperature == 0 else f"sampling at temperature {args.temperature:g}"

@@ -10,14 +10,6 @@ from typing import Any
 from specpar.core.errors import ConfigError
 from specpar.core.json_output import print_json
 from specpar.entrypoints.cli import arguments, real_models
-from specpar.entrypoints.cli.arguments import (
-    REAL_TIME_FIELDS,
-    add_json,
-    add_repeats,
-    add_runtime_arguments,
-    add_sampling_arguments,
-    command_parser,
-)
 from specpar.entrypoints.cli.comparison import NAMES, speedups_of
 from specpar.entrypoints.cli.progress import TokenProgress
 from specpar.experiments.loop import run_arms
@@ -39,22 +31,24 @@ GENERATE_SAMPLING = ("max_tokens", "temperature", "top_k", "top_p", "min_p", "re
 
 
 def register(sub) -> None:
-    p = command_parser(sub, "generate", "generate text with real models (non-SI, SI or DSI), streamed", DESCRIPTION)
+    p = arguments.command_parser(
+        sub, "generate", "generate text with real models (non-SI, SI or DSI), streamed", DESCRIPTION
+    )
     p.add_argument(
         "prompt", nargs="?", default=None, help="the prompt text; with --dataset, an index or id in it (default 0)"
     )
     arguments.add_prompt_args(p)
     p.add_argument("--chat", action="store_true", help="put the prompt text in the target's chat template")
     arguments.add_speculation_arguments(p, algorithms=("nonsi", "si", "dsi", "auto"))
-    add_sampling_arguments(p, GENERATE_SAMPLING, {"max_tokens": 64, "temperature": 0.0, "seed": 0,
-                                                  "coupling": arguments.SEEDED_COUPLING},
-                           title="sampling and stopping (vLLM's SamplingParams)", advanced=("coupling",))  # fmt: skip
+    defaults = {"max_tokens": 64, "temperature": 0.0, "seed": 0, "coupling": arguments.SEEDED_COUPLING}
+    title = "sampling and stopping (vLLM's SamplingParams)"
+    arguments.add_sampling_arguments(p, GENERATE_SAMPLING, defaults, title=title, advanced=("coupling",))
     p.add_argument("--compare", action="store_true", help="also run the other algorithms and print all side by side")
-    add_repeats(p, 1, "with --compare: runs of each algorithm, interleaved, for the spread of the ratios")
-    add_json(p, "print one JSON object instead of text and tables")
+    arguments.add_repeats(p, 1, "with --compare: runs of each algorithm, interleaved, for the spread of the ratios")
+    arguments.add_json(p, "print one JSON object instead of text and tables")
     arguments.add_model_args(p)
     arguments.add_machine_profile(p)
-    add_runtime_arguments(p, choices=("threads", "ray"), default="threads", fields=REAL_TIME_FIELDS)
+    arguments.add_runtime_arguments(p, choices=("threads", "ray"), default="threads", fields=arguments.REAL_TIME_FIELDS)
     p.set_defaults(func=run)
 
 
@@ -228,8 +222,7 @@ def _report(args, results, runs, speedups, predicted, why_not) -> None:
     the repeats and ratios with their spread."""
 
     from specpar.core.results import fmt
-    from specpar.entrypoints.cli.comparison import print_comparison
-    from specpar.entrypoints.cli.console import table_console
+    from specpar.entrypoints.cli.comparison import print_comparison, table_console
 
     console = table_console(stderr=True, wide=120)
     main = results[args.algorithm]

@@ -8,25 +8,7 @@ from specpar.core.config import SpeculativeConfig
 from specpar.core.errors import ConfigError, SpecparWarning
 from specpar.core.results import fmt
 from specpar.core.trees import BestFirst, shape_text
-from specpar.entrypoints.cli.arguments import (
-    AUTO_LOOKAHEAD,
-    CLOCKS,
-    LATENCY_FIELDS,
-    PAPER_SP_DEGREE,
-    ConfigOptions,
-    Default,
-    add_json,
-    add_output,
-    add_pair_arguments,
-    add_profile_arguments,
-    add_repeats,
-    add_runtime_arguments,
-    add_sampling_arguments,
-    command_parser,
-    deprecation,
-    experiment_runtime,
-    pair_from_args,
-)
+from specpar.entrypoints.cli import arguments
 from specpar.planning.lookahead import sp_degree_needed, verification_servers
 
 DESCRIPTION = """\
@@ -41,24 +23,24 @@ regimes (--acceptance-regimes).
 
 
 def register(sub) -> None:
-    p = command_parser(sub, "simulate", "non-SI vs SI vs DSI with simulated models (MODE: under load, HSD)",
-                       DESCRIPTION)  # fmt: skip
-    add_pair_arguments(p, fields=PAIR_FIELDS, defaults={"vocab_size": 8})
-    add_profile_arguments(p)
-    spec = ConfigOptions(
+    what = "non-SI vs SI vs DSI with simulated models (MODE: under load, HSD)"
+    p = arguments.command_parser(sub, "simulate", what, DESCRIPTION)
+    arguments.add_pair_arguments(p, fields=PAIR_FIELDS, defaults={"vocab_size": 8})
+    arguments.add_profile_arguments(p)
+    spec = arguments.ConfigOptions(
         SpeculativeConfig,
         "spec",
         fields=("lookahead", "sp_degree", "tree"),
-        defaults={"lookahead": AUTO_LOOKAHEAD, "sp_degree": PAPER_SP_DEGREE},
+        defaults={"lookahead": arguments.AUTO_LOOKAHEAD, "sp_degree": arguments.PAPER_SP_DEGREE},
         helps={"tree": "{help}; SI and DSI run over it beside the chains"},
     )
     spec.add_to(p)
-    add_sampling_arguments(p, ("max_tokens", "temperature", "coupling"), {"max_tokens": 100, "temperature": 0.0,
-                           "coupling": Default(None, COUPLING_DEFAULT)})  # fmt: skip
-    add_runtime_arguments(p)
-    add_repeats(p, 5, "runs per algorithm, interleaved")
-    add_json(p)
-    add_output(
+    defaults = {"max_tokens": 100, "temperature": 0.0, "coupling": arguments.Default(None, COUPLING_DEFAULT)}
+    arguments.add_sampling_arguments(p, ("max_tokens", "temperature", "coupling"), defaults)
+    arguments.add_runtime_arguments(p)
+    arguments.add_repeats(p, 5, "runs per algorithm, interleaved")
+    arguments.add_json(p)
+    arguments.add_output(
         p,
         "also draw the first repeat of each algorithm as a Gantt chart of its tasks per server (drafts, "
         "verifications, cancelled work) to this image file",
@@ -75,15 +57,21 @@ def register(sub) -> None:
     simulate_hsd.register(modes)
 
 
-PAIR_FIELDS = (*LATENCY_FIELDS, "acceptance_rate", "acceptance_regimes", "vocab_size", "seed", "prompt_length")
+PAIR_FIELDS = (
+    *arguments.LATENCY_FIELDS,
+    "acceptance_rate",
+    "acceptance_regimes",
+    "vocab_size",
+    "seed",
+    "prompt_length",
+)
 MODE_FLAGS = {"--load": "load", "--clients": "load"}  # simulate's former spellings of its modes
 
 
 def legacy_modes(argv: list[str]) -> tuple[list[str], str | None]:
-    """``specpar simulate`` as it was spelled before its modes were subcommands: ``simulate --load R ...`` is
-    ``simulate load --load R ...``, ``simulate --algorithm hsd ...`` is ``simulate hsd ...`` (and ``--algorithm
-    dsi`` or ``compare`` the comparison itself). Returns the argv to parse and a warning line (None: nothing to
-    rewrite)."""
+    """``specpar simulate`` as spelled before its modes were subcommands (``simulate --load R`` is ``simulate load
+    --load R``, ``--algorithm hsd`` is ``simulate hsd``, ``--algorithm dsi|compare`` the comparison): the argv to
+    parse and a warning line (None: nothing to rewrite)."""
     if not argv or argv[0] != "simulate" or (len(argv) > 1 and argv[1] in ("load", "hsd")):
         return argv, None
     rest, mode, old = list(argv[1:]), None, []
@@ -96,14 +84,16 @@ def legacy_modes(argv: list[str]) -> tuple[list[str], str | None]:
                 old.append(f"{name} {value}")
                 mode = "hsd" if value == "hsd" else mode
                 break
-    for word in rest:
-        if word.partition("=")[0] in MODE_FLAGS:
-            mode = MODE_FLAGS[word.partition("=")[0]]
-            old.append(word.partition("=")[0])
+    for name in (word.partition("=")[0] for word in rest):
+        if name in MODE_FLAGS:
+            mode = MODE_FLAGS[name]
+            old.append(name)
     if not old:
         return argv, None
-    new = f"specpar simulate {mode}" if mode else "specpar simulate"
-    return ["simulate", *([mode] if mode else []), *rest], deprecation(f"specpar simulate {' '.join(old)}", new)
+    line = arguments.deprecation(
+        f"specpar simulate {' '.join(old)}", f"specpar simulate {mode}" if mode else "specpar simulate"
+    )
+    return ["simulate", *([mode] if mode else []), *rest], line
 
 
 def _lookaheads(args, target_lat, drafter_lat, a) -> tuple[dict[str, int], str]:
@@ -140,7 +130,7 @@ def run(args) -> int:
         from specpar.core.paths import check_output_file, image_suffixes
 
         args.output = check_output_file(args.output, "-o", image_suffixes())
-    pair = pair_from_args(args)
+    pair = arguments.pair_from_args(args)
     (target_lat, drafter_lat), a = pair.latencies(), pair.mean_acceptance_rate
     with status("choosing each algorithm's lookahead (-k auto)", args.lookahead == "auto" and not args.json):
         k, why = _lookaheads(args, target_lat, drafter_lat, a)
@@ -174,12 +164,31 @@ def _drafter_fraction(target_lat, drafter_lat) -> float | None:
 
 
 def _compare(args, pair, k) -> tuple[dict, list[str]]:
-    """The comparison's summaries ({arm: summary}) and the specpar warnings it raised (sorted, once each)."""
+    """The comparison's summaries ({arm: summary}, a progress bar over its runs) and the specpar warnings it raised
+    (sorted, once each)."""
+    from specpar.entrypoints.cli.progress import TokenProgress
     from specpar.experiments.comparison import compare
 
-    with warnings.catch_warnings(record=True) as caught:
+    runs = (3 if args.tree is None else 5) * args.repeats
+    kw = dict(
+        max_tokens=args.max_tokens,
+        lookahead=k,
+        sp_degree=args.sp_degree,
+        repeats=args.repeats,
+        seed=args.seed,
+        temperature=args.temperature,
+        coupling=coupling_of(args),
+        tree=args.tree,
+        **arguments.experiment_runtime(args),
+    )
+    with (
+        warnings.catch_warnings(record=True) as caught,
+        TokenProgress(runs * args.max_tokens, f"simulating {runs} runs", not args.json) as bar,
+    ):
         warnings.simplefilter("always", SpecparWarning)
-        summary = _run_with_progress(compare, args, pair.models, pair.prompt, k)
+        done = iter(range(1, runs + 1))
+        progress = lambda algo: bar.describe(f"simulated {next(done)} of {runs} runs")  # noqa: E731
+        summary = compare(pair.models, pair.prompt, progress=progress, stream=bar.callback, **kw)
     return summary, sorted({str(w.message) for w in caught if issubclass(w.category, SpecparWarning)})
 
 
@@ -199,13 +208,17 @@ def _closed_forms(args, target_lat, drafter_lat, a: float, k) -> dict[str, float
     }
 
 
+def latency_json(lat) -> dict:
+    """A latency profile as the commands' JSON writes it (ms)."""
+    return {"ttft_ms": lat.ttft_ms, "tpot_ms": lat.tpot_ms, "per_token_ms": lat.per_token_ms}
+
+
 def _config_json(args, pair, k, why) -> dict:
     """The comparison's settings, as --json prints them under "config"."""
     target_lat, drafter_lat = pair.latencies()
-    latency = lambda lat: {"ttft_ms": lat.ttft_ms, "tpot_ms": lat.tpot_ms, "per_token_ms": lat.per_token_ms}  # noqa: E731
     return {
-        "target": latency(target_lat),
-        "drafter": latency(drafter_lat),
+        "target": latency_json(target_lat),
+        "drafter": latency_json(drafter_lat),
         "drafter_latency_fraction": _drafter_fraction(target_lat, drafter_lat),
         "acceptance_rate": pair.mean_acceptance_rate,
         "acceptance_regimes": pair.acceptance_regimes,
@@ -235,34 +248,12 @@ def coupling_of(args) -> str:
     return "rejection" if args.runtime_config.name in (None, "virtual") else "gumbel"
 
 
-def _run_with_progress(compare, args, make_models, make_prompt, k):
-    kwargs = dict(
-        max_tokens=args.max_tokens,
-        lookahead=k,
-        sp_degree=args.sp_degree,
-        repeats=args.repeats,
-        seed=args.seed,
-        temperature=args.temperature,
-        coupling=coupling_of(args),
-        tree=args.tree,
-        **experiment_runtime(args),
-    )
-    from specpar.entrypoints.cli.progress import TokenProgress
-
-    runs = (3 if args.tree is None else 5) * args.repeats
-    with TokenProgress(runs * args.max_tokens, f"simulating {runs} runs", not args.json) as bar:
-        done = iter(range(1, runs + 1))
-        progress = lambda algo: bar.describe(f"simulated {next(done)} of {runs} runs")  # noqa: E731
-        return compare(make_models, make_prompt, progress=progress, stream=bar.callback, **kwargs)
-
-
 def _print_table(args, summary, target_lat, drafter_lat, k, why, closed, messages) -> None:
     """The comparison as a table, under a line of its settings and one of its lookaheads."""
-    from specpar.entrypoints.cli.comparison import print_comparison
-    from specpar.entrypoints.cli.console import table_console
+    from specpar.entrypoints.cli.comparison import print_comparison, table_console
 
     console = table_console()
-    clock = CLOCKS[args.runtime] + (f", {args.link_ms:g} ms links" if args.link_ms else "")
+    clock = arguments.CLOCKS[args.runtime] + (f", {args.link_ms:g} ms links" if args.link_ms else "")
     mode = "greedy" if args.temperature == 0 else f"sampling at temperature {args.temperature:g}"
     console.print(
         f"target {target_lat.tpot_ms:g} ms/token (TTFT {target_lat.ttft_ms:g} ms), "
