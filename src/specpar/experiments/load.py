@@ -161,8 +161,8 @@ class LoadSimulation:
         records: list[RequestRecord] = []
 
         def one(i: int) -> None:
-            req = Request(scheduler, Query(self.prompt(i), s.max_tokens, decoding), self.spec, curve, runtime)
-            result = req.run()
+            req = Request(scheduler, self.spec, curve, runtime)
+            result = req.run(Query(self.prompt(i), s.max_tokens, decoding))
             ttft = req.queue_ms + (req.segments[0][2].ttft_ms or 0.0)
             tokens, switches = len(result.tokens), req.ticket.switches
             records.append(
