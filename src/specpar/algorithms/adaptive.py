@@ -1,10 +1,9 @@
 """A proposer whose lookahead adapts during a generation (``lookahead="adaptive"``).
 
 :class:`AdaptiveProposer` puts a :class:`~specpar.planning.adaptive.AdaptiveLookahead` in front of another proposer:
-each proposal (a window: an SI round, a DSI chunk) asks the policy for its lookahead and drafts no more than that,
-and every draft the target tests feeds the policy's acceptance estimate (the proposer seam's ``feedback``). Its
-``depth`` is the largest candidate, so the algorithm runs with that as its lookahead and needs nothing of its own: a
-proposer may always propose fewer drafts than asked (:mod:`specpar.algorithms.proposers`).
+each proposal (an SI round, a DSI chunk) drafts no more than the policy's lookahead, and every draft the target tests
+feeds the policy's acceptance estimate (``feedback``). Its ``depth`` is the largest candidate, so the algorithm runs
+with that as its lookahead (a proposer may always propose fewer drafts than asked).
 """
 
 from __future__ import annotations

@@ -1,20 +1,15 @@
 """Prompt lookup (n-gram) drafting: drafts copied from where the context's last n tokens appeared before.
 
-The matcher (Saxena's prompt lookup decoding; HF's ``prompt_lookup_num_tokens``, vLLM's ``ngram``, llama.cpp's
-``ngram-*``): take the last n tokens of the context (prompt + output so far + drafts), n from ``max_n`` down to
-``min_n``; every earlier place those n tokens occur proposes the k tokens that followed them there (fewer where the
-context ends first). The most recent occurrence comes first, and the first n that matches anywhere decides a chain;
-for a token tree, distinct continuations are gathered (longer n first, each most recent first) until ``branches``
-of them: they become the tree's branches, shared prefixes merged.
+The matcher (Saxena's prompt lookup decoding; HF's ``prompt_lookup_num_tokens``, vLLM's ``ngram``): take the last n
+tokens of the context (prompt + output so far + drafts), n from ``max_n`` down to ``min_n``; every earlier place
+those n tokens occur proposes the k tokens that followed them there. The most recent occurrence comes first, and the
+first n that matches decides a chain; for a token tree, distinct continuations are gathered (longer n first, each
+most recent first) until ``branches`` of them. A lookup costs no model pass: :class:`NgramMatcher` indexes the
+n-grams of the verified tokens, which only grow during a generation.
 
-A lookup costs no model pass. :class:`NgramMatcher` keeps an index of the n-grams of the verified tokens, which only
-grow during a generation (a :class:`~specpar.core.calls.Context`'s ``base``), so a lookup reads one dictionary entry
-per n plus the few n-grams that end among the drafts, not the whole context.
-
-Drafts are deterministic given the context, so when sampling each one is a *point-mass proposal*: its q row is 1 at
-its token. Rejection sampling then accepts draft x with probability p(x) and otherwise resamples from
-norm(max(0, p - onehot(x))), p without x: exactly the target's law (for siblings in a tree, SpecInfer's multi-step
-sampling removes each rejected sibling in turn, which is sampling p without replacement over them).
+Drafts are deterministic, so when sampling each is a *point-mass proposal* (q is 1 at its token): rejection sampling
+accepts draft x with probability p(x) and otherwise resamples from p without x, exactly the target's law (for
+siblings in a tree, SpecInfer's multi-step sampling removes each rejected sibling in turn).
 """
 
 from __future__ import annotations
@@ -112,12 +107,12 @@ def point_masses(tokens: Sequence[int], width: int) -> np.ndarray:
 
 
 class NgramProposer(Proposer):
-    """Drafts by prompt lookup at no cost (module docstring): a chain of at most k tokens, or with ``tree`` a token
-    tree of the continuations found (as deep as the tree's depth, at most as many nodes as the tree shape has).
+    """Drafts by prompt lookup at no cost: a chain of at most k tokens, or with ``tree`` a token tree of the
+    continuations found (as deep as the tree's depth, at most as many nodes as its shape).
 
     width: the target's row width (point-mass rows when sampling). fallback: a proposer that drafts where no n-gram
-    matches (a drafter model's; it must draft trees where this one does), else the proposal is empty and the target
-    goes on alone. proposed, fell_back: proposals made by lookup and handed to the fallback, for reports.
+    matches (it must draft trees where this one does), else the proposal is empty. proposed, fell_back: proposals
+    made by lookup and handed to the fallback, for reports.
     """
 
     def __init__(self, width: int, min_n: int = DEFAULT_MIN_N, max_n: int = DEFAULT_MAX_N, tree=None, fallback=None):

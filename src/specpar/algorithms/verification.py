@@ -1,21 +1,15 @@
-"""Verification (docs/design.md, layer 3): pure functions deciding which draft tokens the target keeps.
+"""Verification: pure functions deciding which draft tokens the target keeps.
 
-Greedy: a draft is accepted iff it equals the target's argmax; otherwise the
-argmax replaces it (exact match).
+Greedy: a draft is accepted iff it equals the target's argmax; otherwise the argmax replaces it (exact match).
 
-Sampling (Leviathan et al. 2023; Chen et al. 2023): draft ``x ~ q`` is accepted
-with probability ``min(1, p(x) / q(x))``; on rejection the replacement is drawn
-from ``norm(max(0, p - q))``; when every draft passes, a bonus token is drawn
-from ``p`` at the next position. The token at every position is then
-distributed exactly as ``p``.
+Sampling (Leviathan et al. 2023; Chen et al. 2023): draft ``x ~ q`` is accepted with probability
+``min(1, p(x) / q(x))``; on rejection the replacement is drawn from ``norm(max(0, p - q))``; when every draft passes,
+a bonus token is drawn from ``p`` at the next position. The token at every position is then distributed exactly as
+``p``. With ``Decoding.coupling == "gumbel"`` a draft is accepted iff it equals the target's Gumbel-max sample at its
+position (:func:`specpar.core.decoding.gumbel_sample`), the token kept either way: lossless, independent of drafts.
 
-With ``Decoding.coupling == "gumbel"`` a draft is accepted iff it equals the target's
-Gumbel-max sample at its position (:func:`specpar.core.decoding.gumbel_sample`), which is the
-token kept either way: lossless, and independent of the drafts.
-
-Rows follow :class:`specpar.core.calls.Scores`: an argmax id when greedy, a [V]
-probability vector when sampling. Every random draw is keyed by position
-(:mod:`specpar.core.decoding`).
+Rows follow :class:`specpar.core.calls.Scores`: an argmax id when greedy, a [V] probability vector when sampling.
+Every random draw is keyed by position (:mod:`specpar.core.decoding`).
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
-"""What every server over a real model's KV cache shares: one call at a time, a reset that waits for it, and the
-account of its forward passes. :class:`~specpar.backends.transformers_server.TransformersServer` and
-:class:`~specpar.backends.llama.server.LlamaServer` are these, each with its own cache and passes."""
+"""What every server over a real model's KV cache shares: one call at a time, a reset that waits for it, the
+account of its forward passes, and the loops that draft chains and token trees one pass at a time.
+:class:`~specpar.backends.transformers_server.TransformersServer` and :class:`~specpar.backends.llama.server.LlamaServer`
+are these, each with its own cache and passes."""
 
 from __future__ import annotations
 
@@ -11,37 +12,33 @@ import time
 import numpy as np
 
 from specpar.backends.forward_log import ForwardLog
-from specpar.core.calls import Draft, DraftTree, Proposal, Score, Scores, ScoreTree
+from specpar.core.calls import Draft, DraftTree, Proposal, Score, Scores, ScoreTree, as_context
 from specpar.core.errors import Cancelled, ConfigError, ServerError, stop_if_cancelled
 from specpar.core.latency import stall_limit_s
 from specpar.core.model import Server
 from specpar.core.prefix import common_prefix_len
+from specpar.core.trees import BestFirst, TokenTree, expand, grow_best_first, tree_depth
 
 
 class CachedServer(Server):
     """One instance of a model with its own KV cache, kept across calls; implements the runtime's server contract
-    (:meth:`run`, :meth:`compute`, :meth:`reset`).
+    (:meth:`run`, :meth:`compute`, :meth:`reset`). One call at a time: :meth:`reset` waits for the call running, so
+    a cache is never wiped under a pass still writing to it.
 
-    One call at a time: a call holds the server while it runs, and :meth:`reset` waits for it, so a cache is never
-    wiped under a pass still writing to it (a cancelled call finishes its pass, or stops between two, first).
+    tokens: the tokens whose keys and values the cache holds; forward_log: the (start, end) ``time.perf_counter()``
+    times of the latest passes (a :class:`ForwardLog`); forwards: how many passes ran.
 
-    tokens: the tokens whose keys and values the cache holds; forward_s: seconds spent inside forward passes so far;
-    forward_log: their (start, end) ``time.perf_counter()`` times (a :class:`ForwardLog`: the latest passes,
-    bounded), for the time a generation spends outside forward passes; forwards: how many passes ran.
-
-    A subclass sets ``model`` and ``latency`` (its profile, or None) and gives ``_clear()`` (forget the cache),
-    ``_sync(context, need_from, decoding)`` (bring the cache to ``context`` of a request decoded with ``decoding``,
-    whose ``prompt_len`` a backend may prefill in passes of its own; return the logits of its inputs from ``need_from``
-    on), ``_rows``, the draft loop's three steps (``_last_logits``, ``_draft_row``, ``_next_logits``), the tree calls
-    ``_score_tree`` and ``_draft_tree``, and where it needs one, a context every call runs in (``_inside_call``). A
-    call that sees its ``cancelled`` event set between two passes raises :class:`~specpar.core.errors.Cancelled`
-    (:func:`~specpar.core.errors.stop_if_cancelled`): :meth:`run` returns None for it.
+    A subclass sets ``model`` and ``latency`` and gives ``_clear()``, ``_sync(context, need_from, decoding,
+    cancelled)`` (bring the cache to ``context``; the logits [n, V] of its inputs from ``need_from`` on), ``_rows``,
+    ``_next_logits(token)`` ([1, V]), ``_check_window``, the tree passes (``_feed_whole_tree``, ``_growing_tree``,
+    ``_feed_level``) and their rows (``_probs``: float64 [n, V]; ``_top``: each row's k best ids). A call that sees ``cancelled`` set between two passes raises
+    :class:`~specpar.core.errors.Cancelled` (:func:`~specpar.core.errors.stop_if_cancelled`): :meth:`run` returns
+    None for it.
     """
 
     def __init__(self, name: str):
         self.name = name
         self.tokens: tuple[int, ...] = ()
-        self.forward_s = 0.0
         self.forward_log = ForwardLog()
         self.forwards = 0
         self._in_call = threading.Lock()  # held by the call running on this server
@@ -60,9 +57,6 @@ class CachedServer(Server):
         finally:
             self._in_call.release()
 
-    def _clear(self) -> None:
-        raise NotImplementedError
-
     def cached_len(self, context) -> int:
         """How many of ``context``'s first tokens the cache holds."""
         return common_prefix_len(self.tokens, context)
@@ -79,7 +73,6 @@ class CachedServer(Server):
 
     def _passed(self, t0: float, t1: float) -> None:
         """One forward pass ran from ``t0`` to ``t1`` (perf_counter seconds)."""
-        self.forward_s += t1 - t0
         self.forward_log.append((t0, t1))
         self.forwards += 1
 
@@ -140,3 +133,53 @@ class CachedServer(Server):
                 stop_if_cancelled(cancelled)
                 logits = self._next_logits(token)
         return Proposal(tokens, None if dec.greedy else np.stack(q))
+
+    def _last_logits(self, ctx, cancelled, decoding):
+        return self._sync(ctx, len(ctx) - 1, decoding, cancelled)
+
+    def _draft_row(self, logits, dec, ctx, tokens: list[int], position: int):
+        """The row token ``position`` is drafted from: the argmax id when greedy, else the row of ``logits`` [1, V]
+        after the request's processors."""
+        if dec.greedy and not dec.reshapes:
+            return int(logits[-1].argmax())
+        return self._rows(logits, dec, as_context(ctx) + tokens, position)[0]
+
+    def _score_tree(self, call: ScoreTree) -> Scores:
+        """Rows at the root and after every node of the tree, from one forward pass with tree attention."""
+        ctx, tree = call.context, call.tree
+        self._check_window(len(ctx) + tree.depth)
+        logits = self._feed_whole_tree(ctx, tree, call.decoding)
+        # trees take no logits processors (refused in generate), so rows need no context
+        return Scores(call.start, self._rows(logits, call.decoding, None, call.start))
+
+    def _draft_tree(self, call: DraftTree, cancelled) -> TokenTree:
+        """SpecInfer's expansion (:func:`specpar.core.trees.expand`: one pass per level over its new nodes) or
+        best-first growth (:func:`specpar.core.trees.grow_best_first`: one pass per step over the nodes it expands),
+        ``cancelled`` checked between passes."""
+        ctx, dec = call.context, call.decoding
+        self._check_window(len(ctx) + tree_depth(call.shape))
+        logits = self._last_logits(ctx, cancelled, dec)
+        with self._growing_tree(len(ctx)) as growing:
+
+            def fed(tree: TokenTree, frontier: list[int]):
+                """The logits of ``frontier``: the root's, or the nodes the last step added (in order), fed now."""
+                nonlocal logits
+                if frontier[0] >= 0:
+                    stop_if_cancelled(cancelled)
+                    logits = self._feed_level(growing, tree, frontier[0], cancelled)
+                return logits
+
+            def level_rows(tree: TokenTree, frontier: list[int]) -> list:
+                rows = fed(tree, frontier)
+                if dec.greedy:
+                    return self._top(rows, call.shape[tree.depths[frontier[0]] if frontier[0] >= 0 else 0])
+                return list(self._probs(rows, dec.temperature))
+
+            def ranked(tree: TokenTree, frontier: list[int], k: int) -> list:
+                # greedy ranks by the drafter's own probabilities
+                probs = self._probs(fed(tree, frontier), 1.0 if dec.greedy else dec.temperature)
+                return [(top, [float(row[t]) for t in top]) for row, top in zip(probs, self._top(probs, k))]
+
+            if isinstance(call.shape, BestFirst):
+                return grow_best_first(call.shape, ranked, dec, logits.shape[-1], call.source)[0]
+            return expand(call.shape, level_rows, dec, len(ctx), call.source)

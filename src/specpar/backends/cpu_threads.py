@@ -22,11 +22,9 @@ def cpu_cores() -> int:
 
 
 def pass_threads(cores: int, units: int, busy: int, cpus_per_server: float | None = None) -> int:
-    """The threads an engine gives each forward pass (torch's count, a llama.cpp server's batch threads), so that
-    the servers running at once share ``cores`` without oversubscribing them: on Ray (``cpus_per_server`` given)
-    each actor's CPU bundle; with ``units`` > 1 processing units one unit's worth of cores; with one unit (ready-made
-    servers, ``generate``) all cores for the one server non-SI and SI run at a time, a share of them for the
-    ``busy`` servers DSI runs at once. The engine and the predictions of :mod:`specpar.prediction` both ask here."""
+    """The threads an engine gives each forward pass, so that the servers running at once share ``cores``: on Ray
+    (``cpus_per_server`` given) each actor's CPU bundle; with ``units`` > 1 processing units one unit's share;
+    with one unit, a share for each of the ``busy`` servers that run at once (:func:`busy_servers`)."""
     if cpus_per_server is not None:
         return max(1, int(cpus_per_server))
     if units > 1:
@@ -35,10 +33,8 @@ def pass_threads(cores: int, units: int, busy: int, cpus_per_server: float | Non
 
 
 def busy_servers(algorithm: str, cpu_servers: int) -> int:
-    """The servers whose passes share the cores at once in a request of ``algorithm`` on one unit (the ``busy`` of
-    :func:`pass_threads`): DSI's ``cpu_servers`` (the CPU servers the request uses: its SP degree's target servers
-    and its drafter's), one for the others (non-SI and SI run one server at a time). The engine
-    (``Engine.threads_for``) and the predictions (``EngineShape.threads``) both ask here."""
+    """The servers whose passes share the cores at once in a request of ``algorithm`` on one unit: DSI's
+    ``cpu_servers`` (its target servers and its drafter's), one for the others (they run one server at a time)."""
     return cpu_servers if algorithm in ("dsi", "hsd-sp") else 1
 
 
@@ -48,14 +44,9 @@ def model_uses_torch(model) -> bool:
 
 
 class SharedThreads:
-    """The CPU threads of a forward pass, set while any request of an engine runs and restored when the last ends
-    (requests that run at once share the one setting): torch's (process-wide) when the models use torch, and each
-    llama.cpp server's for its passes of 2+ tokens (its one-token passes keep one thread: exactness,
-    :mod:`specpar.backends.llama.settings`).
-
-    torch: whether to set torch's count (never imported for models that do not use it).
-    servers: the servers whose ``set_batch_threads`` takes the count (llama.cpp's; the others have no such setting).
-    """
+    """The CPU threads of a forward pass, set while any request of an engine runs and restored when the last ends:
+    torch's (process-wide) when ``torch`` (never imported otherwise), and each of ``servers``' ``set_batch_threads``
+    (llama.cpp's: its passes of 2+ tokens)."""
 
     def __init__(self, torch: bool, servers: Sequence = ()):
         self._torch = torch
@@ -95,16 +86,3 @@ class SharedThreads:
             torch.set_num_threads(torch_before)
         for s, n in zip(self._servers, server_before):
             s.set_batch_threads(n)
-
-
-@contextmanager
-def torch_threads(n: int):
-    """torch's intra-op thread count set to ``n`` (process-wide) for the block, then restored."""
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)

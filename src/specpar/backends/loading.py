@@ -30,7 +30,7 @@ def choose_backend(backend: str | None, target=None, drafter=None, devices=None)
     """The backend that loads models given as paths (or the default pair): ``backend`` when given; else llama for
     GGUF files (and the default pair, which ships as GGUF) on the CPU when llama-cpp-python is installed, else
     transformers."""
-    from specpar.backends.llama import available
+    from specpar.backends.llama.library import INSTALL, available
 
     if backend is not None:
         if backend not in BACKENDS:
@@ -46,11 +46,10 @@ def choose_backend(backend: str | None, target=None, drafter=None, devices=None)
         return "transformers"
     on_cpu = all(d == "cpu" for d in devices or ("cpu",)) and (devices is not None or not _cuda_visible())
     if paths and not available():
-        raise ConfigError(f"GGUF files run on the llama backend: install it with `{LLAMA_EXTRA}`")
+        raise ConfigError(f"GGUF files run on the llama backend: install it with `{INSTALL}`")
     return "llama" if available() and (paths or on_cpu) else "transformers"
 
 
-LLAMA_EXTRA = "pip install 'specpar[llama]'"
 CLI_FLAGS = {"target=": "--target", "drafter=": "--drafter", "dtype=": "--dtype"}  # the errors' names on the CLI
 
 
@@ -91,44 +90,72 @@ def load_pair(
 ):
     """(target, drafter): the default pair when neither is given, else the two given; LlamaModels (GGUF files on
     llama.cpp) or TransformersModels, as :func:`choose_backend` says; the drafter is loaded on the first of
-    ``devices``, the target on the second (default: the same). with_drafter=False (nothing drafts with a model: an n-gram
-    proposer alone): no drafter is needed, and none is loaded unless given; then (target, None). exact: llama.cpp's
-    exact mode (True, the default) or its fast mode (False: :mod:`specpar.backends.llama.settings`); the
-    transformers backend has one mode and refuses False."""
+    ``devices``, the target on the second (default: the same). with_drafter=False (nothing drafts with a model: an
+    n-gram proposer alone): (target, None) unless a drafter is given. exact: llama.cpp's exact mode (True, the
+    default) or its fast mode (False: :mod:`specpar.backends.llama.settings`); transformers refuses False."""
     from specpar.backends.weights import load_default_pair
 
     device, target_device = devices[0], devices[1] if len(devices) > 1 else None
     backend = choose_backend(backend, target, drafter, [d for d in (device, target_device) if d])
     check_exact(exact, backend)
-    if not with_drafter and drafter is None:
-        return _load_target(target, device, dtype, progress, target_device, backend, exact), None
-    if backend == "llama":
-        return _load_llama(target, drafter, dtype, progress, exact)
-    from transformers.utils import logging as transformers_logging
+    if backend == "llama" and dtype is not None:
+        raise ConfigError("dtype= is for the transformers backend: a GGUF file carries its own quantization")
+    if backend == "transformers":
+        from transformers.utils import logging as transformers_logging
 
-    from specpar.backends.transformers_model import TransformersModel, load_tokenizers
-    from specpar.backends.vocabulary import fit_drafter
-
-    # transformers' and huggingface_hub's own tqdm bars (one call silences both) would pile up through
-    # specpar's progress display on a terminal and be lines of noise in a log: specpar's display is the only one
-    transformers_logging.disable_progress_bar()
+        # transformers' and huggingface_hub's own tqdm bars (one call silences both) would pile up through
+        # specpar's progress display on a terminal and be lines of noise in a log: specpar's display is the only one
+        transformers_logging.disable_progress_bar()
+    alone = not with_drafter and drafter is None
     t0 = time.perf_counter()
-    log.info("loading %s and %s", target or "the default target", drafter or "the default drafter")
     if target is None and drafter is None:
-        if dtype not in (None, "float32"):
+        if not alone and backend == "transformers" and dtype not in (None, "float32"):
             raise ConfigError(
                 "the default pair is converted to float32: another dtype= needs a target= and drafter= of your own"
             )
-        t, d = load_default_pair(device, progress, target_device)
+        pair = load_default_pair(device, progress, target_device, backend, with_drafter=not alone, exact=exact)
+    elif alone:
+        return _load_model(target, backend, target_device or device, dtype, exact), None
+    elif target is None or drafter is None:
+        raise ConfigError("give both target= and drafter= (or neither, for the default pair)")
     else:
-        if target is None or drafter is None:
-            raise ConfigError("give both target= and drafter= (or neither, for the default pair)")
-        target_tokenizer, drafter_tokenizer = load_tokenizers(target, drafter)  # compared before any weights load
-        t = TransformersModel(target, target_tokenizer, device=target_device or device, dtype=dtype)
-        d = fit_drafter(t, TransformersModel(drafter, drafter_tokenizer, device=device, dtype=dtype))
-    log.info("loaded %s (target, %s) and %s (drafter, %s) in %.1f s", t.name, t.device, d.name, d.device,
-             time.perf_counter() - t0)  # fmt: skip
-    return t, d
+        pair = _load_given(target, drafter, backend, device, target_device, dtype, exact)
+    if pair[1] is not None:
+        log.info("loaded %s (target) and %s (drafter) on %s in %.1f s", pair[0].name, pair[1].name, backend,
+                 time.perf_counter() - t0)  # fmt: skip
+        for model in pair if backend == "llama" else ():
+            for line in model.describe().splitlines():
+                log.info("%s", line)
+    return pair
+
+
+def _load_model(path, backend: str, device: str, dtype, exact, tokenizer=None):
+    """One model from ``path`` on ``backend`` (the llama backend: on the CPU)."""
+    if backend == "llama":
+        from specpar.backends.llama.model import LlamaModel
+
+        return LlamaModel(path, exact=exact)
+    from specpar.backends.transformers_model import TransformersModel
+
+    return TransformersModel(path, tokenizer, device=device, dtype=dtype)
+
+
+def _load_given(target, drafter, backend: str, device: str, target_device, dtype, exact):
+    """(target, drafter) from their paths, their tokenizers compared before any weights load."""
+    from specpar.backends.vocabulary import fit_drafter
+
+    if backend == "llama":
+        from specpar.backends.llama.model import check_same_tokenizer_files, check_same_vocabulary
+
+        check_same_tokenizer_files(target, drafter)  # from the headers
+        t, d = _load_model(target, backend, device, None, exact), _load_model(drafter, backend, device, None, exact)
+        check_same_vocabulary(t, d)
+        return t, d
+    from specpar.backends.transformers_model import load_tokenizers
+
+    target_tokenizer, drafter_tokenizer = load_tokenizers(target, drafter)
+    t = _load_model(target, backend, target_device or device, dtype, exact, target_tokenizer)
+    return t, fit_drafter(t, _load_model(drafter, backend, device, dtype, exact, drafter_tokenizer))
 
 
 def check_exact(exact, backend: str) -> None:
@@ -187,48 +214,6 @@ def context_window_of(path) -> int | None:
     except (OSError, ValueError, ConfigError, AttributeError):
         return None
     return int(value) if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
-
-
-def _load_target(target, device, dtype, progress: bool, target_device, backend: str, exact=None):
-    """The target alone (the default pair's, or the one given), on ``backend``."""
-    from specpar.backends.weights import load_default_pair
-
-    if target is None:
-        if backend == "llama" and dtype is not None:
-            raise ConfigError("dtype= is for the transformers backend: a GGUF file carries its own quantization")
-        return load_default_pair(device, progress, target_device, backend=backend, with_drafter=False, exact=exact)[0]
-    if backend == "llama":
-        from specpar.backends.llama.model import LlamaModel
-
-        if dtype is not None:
-            raise ConfigError("dtype= is for the transformers backend: a GGUF file carries its own quantization")
-        return LlamaModel(target, exact=exact)
-    from specpar.backends.transformers_model import TransformersModel
-
-    return TransformersModel(target, device=target_device or device, dtype=dtype)
-
-
-def _load_llama(target, drafter, dtype, progress: bool, exact: bool | None = None):
-    """(target, drafter) LlamaModels: the default pair's GGUF files, or the two files given, in the mode asked."""
-    from specpar.backends.llama.model import LlamaModel, check_same_tokenizer_files, check_same_vocabulary
-    from specpar.backends.weights import load_default_pair
-
-    if dtype is not None:
-        raise ConfigError("dtype= is for the transformers backend: a GGUF file carries its own quantization")
-    t0 = time.perf_counter()
-    if target is None and drafter is None:
-        t, d = load_default_pair(progress=progress, backend="llama", exact=exact)
-    else:
-        if target is None or drafter is None:
-            raise ConfigError("give both target= and drafter= (or neither, for the default pair)")
-        check_same_tokenizer_files(target, drafter)  # from the headers, before any weights load
-        t, d = LlamaModel(target, exact=exact), LlamaModel(drafter, exact=exact)
-        check_same_vocabulary(t, d)
-    log.info("loaded %s (target) and %s (drafter) on llama.cpp in %.1f s", t.name, d.name, time.perf_counter() - t0)
-    for m in (t, d):
-        for line in m.describe().splitlines():
-            log.info("%s", line)
-    return t, d
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -150,13 +150,6 @@ class SimulatedLM(Model):
             )
         return rows(np.stack([logits(h) for h in hashes]), context, start, decoding)
 
-    def draft_token(self, h: int, position: int, decoding: Decoding):
-        """One drafted token at ``position`` and the row it was drawn from (None when greedy)."""
-        if decoding.greedy:
-            return self.argmax_at(h, position), None
-        row = self.probs_at(h, decoding.temperature, position)
-        return decoding.draft(row, position), row
-
     def ranked(self, h: int, k: int, position: int | None = None) -> list[int]:
         """The drafter's k best candidates at prefix hash h, best first (greedy token trees): the argmax, then
         the other tokens by decreasing probability."""
@@ -183,12 +176,7 @@ class SimulatedLM(Model):
 
     # Reference decoding, straight from the definition (no servers, no runtime): for tests.
     def greedy_tokens(self, prompt, n: int) -> list[int]:
-        h, out = self.prefix_hash(prompt), []
-        for _ in range(n):
-            t = self.argmax(h)
-            out.append(t)
-            h = self.extend(h, t)
-        return out
+        return self.greedy_run(self.prefix_hash(prompt), n, [])
 
     def sequence_probability(self, prompt, tokens, temperature: float = 1.0) -> float:
         """Probability that sampling at ``temperature`` yields ``tokens`` after ``prompt``."""
@@ -486,6 +474,15 @@ class GrownDraft:
 _names = itertools.count()
 
 
+def node_hashes_of(tree: TokenTree, root: int, hashes: list[int]) -> list[int]:
+    """``hashes`` (of the first nodes of ``tree``) extended to every node: a node's hash is its parent's (``root``,
+    the context's, for the root's children) extended by its token."""
+    for n in range(len(hashes), len(tree)):
+        parent = tree.parents[n]
+        hashes.append(hash((hashes[parent] if parent >= 0 else root, tree.tokens[n])))
+    return hashes
+
+
 class SimulatedServer(Server):
     """One instance of a simulated model: a cache of prefix hashes and a latency profile.
 
@@ -554,40 +551,34 @@ class SimulatedServer(Server):
         hashes = self._sync(ctx)
         model, dec = self.model, call.decoding
         kind = type(call)
-        if dec.reshapes or (dec.logprobs is not None and dec.greedy and kind is Score):
-            return self._processed(call, hashes)
         if kind is Score:
             start = call.start
+            if dec.reshapes or (dec.greedy and dec.logprobs is not None):  # rows through the logits processors
+                return Scores(start, model.processed_rows(hashes[start:], as_context(ctx), start, dec))
             if dec.greedy:
                 return Scores(start, model.argmaxes(hashes[start:]))
             return Scores(start, np.stack([model.probs(h, dec.temperature) for h in hashes[start:]]))
-        if kind is not Draft:  # token trees
-            if kind is ScoreTree:
-                return self._score_tree(call, hashes)
+        if kind is ScoreTree:
+            return self._score_tree(call, hashes)
+        if kind is DraftTree:
             return self._draft_tree(call, hashes)
-        if dec.greedy:  # no rows
-            tokens, rows = model.greedy_run(hashes[-1], call.k, hashes, len(ctx)), None
-        else:
-            h, tokens, rows, pos = hashes[-1], [], [], len(ctx)
-            for i in range(call.k):
-                tok, row = model.draft_token(h, pos + i, dec)
-                tokens.append(tok)
-                rows.append(row)
-                h = extend(h, tok)
-                hashes.append(h)
-            rows = np.stack(rows)
-        self._tokens = ctx + tuple(tokens)
-        return Proposal(tokens, rows)
+        if dec.greedy and not dec.reshapes:  # no rows
+            tokens = model.greedy_run(hashes[-1], call.k, hashes, len(ctx))
+            self._tokens = ctx + tuple(tokens)
+            return Proposal(tokens, None)
+        return self._draft(call, hashes)
 
-    def _processed(self, call, hashes: list[int]):
-        """compute() for a decoding with logits processors: every row from its own prefix (the drafts included)."""
+    def _draft(self, call: Draft, hashes: list[int]) -> Proposal:
+        """``call.k`` tokens drafted one at a time, each from its own prefix's row (through the logits processors
+        when the decoding has any, the drafts included in the prefix)."""
         ctx, dec, model = as_context(call.context), call.decoding, self.model
-        if type(call) is Score:
-            return Scores(call.start, model.processed_rows(hashes[call.start :], ctx, call.start, dec))
-        h, tokens, q, pos = hashes[-1], [], [], len(ctx)
-        for i in range(call.k):
-            row = model.processed_rows([h], ctx + tokens, pos + i, dec)[0]
-            tok = int(row) if dec.greedy else dec.draft(row, pos + i)
+        h, tokens, q = hashes[-1], [], []
+        for position in range(len(ctx), len(ctx) + call.k):
+            if dec.reshapes:
+                row = model.processed_rows([h], ctx + tokens, position, dec)[0]
+            else:
+                row = model.probs_at(h, dec.temperature, position)
+            tok = int(row) if dec.greedy else dec.draft(row, position)
             tokens.append(tok)
             q.append(row)
             h = extend(h, tok)
@@ -601,9 +592,7 @@ class SimulatedServer(Server):
 
     def _hold_tree(self, ctx, tree: TokenTree, root_hash: int) -> list[int]:
         """Remember ``tree`` after ``ctx`` (as a KV cache holds its nodes); returns each node's hash."""
-        node_hashes: list[int] = []
-        for token, parent in zip(tree.tokens, tree.parents):
-            node_hashes.append(hash((node_hashes[parent] if parent >= 0 else root_hash, token)))
+        node_hashes = node_hashes_of(tree, root_hash, [])
         self._tokens, self._tree = ctx, (tree, node_hashes)
         return node_hashes
 
@@ -635,10 +624,7 @@ class SimulatedServer(Server):
         fed_hashes: list[int] = []
 
         def ranked(fed: TokenTree, frontier: list[int], k: int) -> list:
-            for n in frontier:
-                if n >= 0:
-                    parent = fed.parents[n]
-                    fed_hashes.append(hash((fed_hashes[parent] if parent >= 0 else root, fed.tokens[n])))
+            node_hashes_of(fed, root, fed_hashes)  # the frontier: the nodes fed last
             return [
                 model.candidates(fed_hashes[n] if n >= 0 else root, k, dec, at + (fed.depths[n] if n >= 0 else 0))
                 for n in frontier
@@ -656,10 +642,7 @@ class SimulatedServer(Server):
         node_hashes: list[int] = []
 
         def level_rows(tree: TokenTree, frontier: list[int]) -> list:
-            while len(node_hashes) < len(tree):  # hashes of the nodes the last level added
-                n = len(node_hashes)
-                parent = tree.parents[n]
-                node_hashes.append(hash((node_hashes[parent] if parent >= 0 else root, tree.tokens[n])))
+            node_hashes_of(tree, root, node_hashes)  # the frontier: the nodes the last level added
             at = [node_hashes[n] if n >= 0 else root for n in frontier]
             depth = tree.depths[frontier[0]] if frontier[0] >= 0 else 0
             k, position = call.shape[depth], len(call.context) + depth

@@ -1,42 +1,22 @@
 """Simulated model stacks for HSD: models M0 < M1 < ... < MK (MK the target) with pairwise acceptance rates.
 
-``alpha[i][j]`` (i < j) is the probability that model Mj accepts a token of model Mi:
-``sum_x min(q_i(x), q_j(x)) = 1 - TV(q_i, q_j)`` when sampling, the probability that
-their greedy tokens agree when greedy.
-
-The construction: a Markov chain from the target down
--------------------------------------------------------
-At a position with prefix hash ``h`` the target has mode ``m(h)`` and K *junk* tokens
-``j_0(h), ..., j_{K-1}(h)``, distinct and different from the mode, which the target
-gives probability 0. With the chain rates ``b_i = alpha[i][i+1]``:
+``alpha[i][j]`` (i < j) is the probability that Mj accepts a token of Mi (``1 - TV(q_i, q_j)`` when sampling, that
+their greedy tokens agree when greedy). The construction is a Markov chain from the target down: at prefix hash
+``h`` the target has mode ``m(h)`` and K *junk* tokens ``j_0(h), ..., j_{K-1}(h)`` (distinct, not the mode,
+probability 0 under the target); with the chain rates ``b_i = alpha[i][i+1]``:
 
 * sampling: ``q_K = p`` and ``q_i = b_i q_{i+1} + (1 - b_i) onehot(j_i)``;
-* greedy: ``g_K = m(h)`` and ``g_i = g_{i+1}`` when a hash of (stack, level i, h) falls
-  below ``b_i``, else ``g_i = j_i(h)``.
+* greedy: ``g_K = m(h)``, and ``g_i = g_{i+1}`` when a hash of (stack, level i, h) falls below ``b_i``, else
+  ``j_i(h)``.
 
-Then for i < j, ``alpha[i][j] = b_i b_{i+1} ... b_{j-1}`` exactly. Each link of the chain
-decides once, so in *every* sub-hierarchy (any increasing subset of the models) the
-acceptances of adjacent levels are independent of each other:
-
-* greedy: Mj accepts Mi's token iff every link between them kept its copy; two
-  adjacent pairs of a hierarchy use disjoint sets of links.
-* sampling: ``min(1, q_j / q_i)`` is 1 on supp(q_j) and 0 on the junk tokens of the
-  links in between, so Mj accepts iff the token is not junk; and the residual
-  ``norm(max(0, q_j - q_i))`` is q_j itself. So whatever Mi did with the batch from
-  below (accepted it or replaced a token), its tokens are fresh samples of q_i, and
-  the next level's acceptance is independent of it.
-
-This independence is what the HSD latency model L = sum_i c_i prod_{j>=i} R_j assumes
-(see specpar.planning.hsd_latency). It holds exactly for the matrices this construction realises:
-those with ``alpha[i][k] = alpha[i][j] * alpha[j][k]`` for all i < j < k (the product of
-the superdiagonal). Other constructions realise other matrices (a shared junk token,
-``q_i = a_i p + (1 - a_i) onehot(z)``, gives ``alpha[i][j] = 1 - |a_i - a_j|``), but then
-the acceptances of adjacent levels are correlated and the product formula is only an
-approximation, so :meth:`SimulatedStack.from_matrix` refuses them with a ConfigError.
-
-The greedy token of a drafter is specified separately from its sampling
-distribution (as for :class:`~specpar.backends.simulated.SimulatedDrafter`); each
-behaviour alone has the stated acceptance rates.
+Then ``alpha[i][j] = b_i b_{i+1} ... b_{j-1}`` exactly, and each link decides once, so in every sub-hierarchy the
+acceptances of adjacent levels are independent (greedy: two adjacent pairs use disjoint links; sampling: Mj accepts
+iff the token is not junk, and the residual is q_j itself), which is what the HSD latency model
+L = sum_i c_i prod_{j>=i} R_j assumes (:mod:`specpar.planning.hsd_latency`). It holds for the matrices with
+``alpha[i][k] = alpha[i][j] * alpha[j][k]``; :meth:`SimulatedStack.from_matrix` refuses others (another construction
+would realise them only with correlated acceptances). As for
+:class:`~specpar.backends.simulated.SimulatedDrafter`, the greedy token and the sampling distribution are specified
+separately; each alone has the stated rates.
 """
 
 from __future__ import annotations
@@ -46,18 +26,15 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from specpar.backends.simulated import SimulatedLM, peaked_probs
+from specpar.backends.simulated import _GOLD, _MASK, _TWO64, SimulatedLM, peaked_probs
 from specpar.core.decoding import mix64
 from specpar.core.errors import ConfigError
 from specpar.core.latency import LatencyProfile
 from specpar.core.numbers import is_int
 from specpar.planning.hsd_latency import check_alpha, check_rate
 
-_MASK = (1 << 64) - 1
-_GOLD = 0x9E3779B97F4A7C15
 _JUNK_SALT = 0x7F4A7C159E3779B9
 _LINK_SALT = 0xC2B2AE3D27D4EB4F
-_TWO64 = 18446744073709551616.0
 FEASIBLE_TOL = 1e-6
 
 

@@ -16,9 +16,9 @@ import os
 from collections.abc import Sequence
 
 from specpar.backends.transformers_server import TransformersServer
+from specpar.backends.vocabulary import TokenizedModel
 from specpar.core.errors import ConfigError
 from specpar.core.latency import LatencyProfile
-from specpar.core.model import Model
 from specpar.core.numbers import positive_int
 
 _names = itertools.count()
@@ -59,7 +59,7 @@ def available_devices() -> list[str]:
     return [f"cuda:{i}" for i in range(n)] if n else ["cpu"]
 
 
-class TransformersModel(Model):
+class TransformersModel(TokenizedModel):
     """A causal LM with its tokenizer.
 
     source: a loaded ``PreTrainedModel``, or a local directory / hub id for ``AutoModelForCausalLM``.
@@ -75,6 +75,7 @@ class TransformersModel(Model):
     """
 
     kind = "transformers"
+    no_tokenizer = ": give token ids, or pass tokenizer= when building it"
 
     def __init__(
         self,
@@ -189,27 +190,6 @@ class TransformersModel(Model):
         for device in dict.fromkeys(placed):
             check_fits(self, device, placed.count(device), max_tokens)
         return [self.server(f"{prefix}{i}", d) for i, d in enumerate(placed)]
-
-    # -- text ----------------------------------------------------------------------------------
-    def _need_tokenizer(self):
-        if self.tokenizer is None:
-            raise ConfigError(f"{self.name} has no tokenizer: give token ids, or pass tokenizer= when building it")
-        return self.tokenizer
-
-    def encode(self, text: str) -> list[int]:
-        return list(self._need_tokenizer()(text, add_special_tokens=False)["input_ids"])
-
-    def decode(self, ids: Sequence[int]) -> str:
-        return self._need_tokenizer().decode(list(ids), skip_special_tokens=True)
-
-    def chat_prompt(self, turns: Sequence[str]) -> list[int]:
-        """Token ids of user ``turns`` in the model's chat template, ending where the assistant speaks."""
-        tok = self._need_tokenizer()
-        if not getattr(tok, "chat_template", None):
-            raise ConfigError(f"{self.name}'s tokenizer has no chat template")
-        messages = [{"role": "user", "content": t} for t in turns]
-        text = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-        return self.encode(text)
 
     def __repr__(self) -> str:
         return f"TransformersModel({self.name}, {self.device})"

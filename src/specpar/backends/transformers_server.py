@@ -1,30 +1,16 @@
 """A server over a transformers causal LM: one KV cache, reused across calls, cropped on divergence.
 
-The server remembers which tokens its cache holds (``tokens``). A call carries
-the whole context; the server keeps the longest common prefix of the two, crops
-the cache to it, and runs one forward pass over only the tokens it has not seen:
-
-* ``Score(context, n)``: the rows for positions len(context)-n .. len(context)
-  are the logits at input indices len(context)-n-1 .. len(context)-1, so the
-  pass covers at least those n+1 inputs. Verifying k drafts is one forward pass.
-* ``Draft(context, k)``: one pass over the unseen tail of the context, then one
-  pass per drafted token; ``cancelled`` is checked between passes, and the
-  cache stays consistent whenever it stops (``tokens`` records what it holds).
-* ``ScoreTree(context, tree)``: one pass over the unseen tail of the context and every node of the token tree,
-  with a 4D attention mask (a node attends to the context and its own ancestors) and position ids
-  len(context) + depth - 1. ``DraftTree``: one such pass per level of the expansion.
-  The cache then holds the tree's nodes after ``tokens``; the next call keeps the keys and values of the path
-  its context follows and drops every other branch (an index gather on each layer), so it continues exactly as
-  if that path had been fed alone.
-
-Rows follow :class:`specpar.core.calls.Scores`: argmax ids when greedy, float64
-probability rows softmax(logits / T) when sampling. Drafts are sampled with the
-position-keyed uniforms of :mod:`specpar.core.decoding`, so a drafted token does not
-depend on which thread drafted it.
+A call carries the whole context; the server keeps the longest common prefix of it and the cached ``tokens``, crops
+the cache there and feeds only the rest (:class:`~specpar.backends.cached_server.CachedServer` says which rows each
+call returns). Token trees are fed with a 4D attention mask (a node attends to the context and its own ancestors)
+and position ids len(context) + depth - 1; the cache then holds the tree's nodes after ``tokens``, and the next call
+keeps the keys and values of the path its context follows (an index gather on each layer), so it continues exactly
+as if that path had been fed alone.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import time
 from collections.abc import Sequence
@@ -32,12 +18,11 @@ from collections.abc import Sequence
 import numpy as np
 
 from specpar.backends.cached_server import CachedServer
-from specpar.core.calls import DraftTree, Scores, ScoreTree, as_context
 from specpar.core.decoding import Decoding
-from specpar.core.errors import ConfigError, stop_if_cancelled
+from specpar.core.errors import ConfigError
 from specpar.core.logits_processors import rows
 from specpar.core.prefix import common_prefix_len
-from specpar.core.trees import BestFirst, TokenTree, expand, grow_best_first, tree_depth
+from specpar.core.trees import TokenTree
 
 UNREADABLE_AS = 0  # what a fitted drafter reads for an id beyond its embedding (any id keeps drafting lossless)
 
@@ -148,33 +133,40 @@ class TransformersServer(CachedServer):
             "position_ids": torch.tensor([positions], device=self.device),
         }
 
-    def _sync(self, context: tuple[int, ...], need_from: int, decoding=None):
+    def _keep(self, context, limit: int) -> int:
+        """Cut the cache to what it shares with ``context``, at most ``limit`` tokens; returns how many it holds."""
+        if self._tree is not None:
+            self._settle_tree(context)
+        keep = min(common_prefix_len(self.tokens, context), limit)
+        self._crop(keep)
+        return keep
+
+    def _sync(self, context: tuple[int, ...], need_from: int, decoding=None, cancelled=None):
         """Bring the cache to ``context`` and return logits for input indices need_from .. len(context)-1."""
         if len(context) > self.model.context_window:
             raise ConfigError(
                 f"context of {len(context)} tokens exceeds {self.model.name}'s context window of "
                 f"{self.model.context_window} tokens: shorten the prompt or lower max_tokens"
             )
-        if self._tree is not None:
-            self._settle_tree(context)
-        keep = min(common_prefix_len(self.tokens, context), need_from)
-        self._crop(keep)
+        keep = self._keep(context, need_from)
         return self._forward(context[keep:])[need_from - keep :]
 
     # -- rows ----------------------------------------------------------------------------------
     @staticmethod
-    def _softmax(logits, temperature: float):
-        """softmax(logits / T) in float64 as a tensor, [..., V]: the logits shifted by their maximum first, so that
-        none overflows however small T (specpar.core.logits_processors.scaled)."""
+    def _probs(logits, temperature: float) -> np.ndarray:
+        """softmax(logits / T) in float64, [n, V] -> [n, V] numpy: the logits shifted by their maximum first, so
+        that none overflows however small T (specpar.core.logits_processors.scaled)."""
         import torch
 
         z = logits.double()
-        return torch.softmax((z - z.amax(dim=-1, keepdim=True)) / temperature, dim=-1)
+        return torch.softmax((z - z.amax(dim=-1, keepdim=True)) / temperature, dim=-1).cpu().numpy()
 
-    @classmethod
-    def _probs(cls, logits, temperature: float) -> np.ndarray:
-        """softmax(logits / T) in float64: [n, V] -> [n, V] numpy."""
-        return cls._softmax(logits, temperature).cpu().numpy()
+    @staticmethod
+    def _top(rows, k: int) -> list[list[int]]:
+        """The ``k`` largest entries' ids of each row of ``rows`` [n, V] (a tensor or an array), largest first."""
+        import torch
+
+        return torch.as_tensor(rows).topk(min(k, rows.shape[-1]), dim=-1).indices.tolist()
 
     def _rows(self, logits, decoding: Decoding, context, start: int):
         """Rows for positions start .. (prefixes context[:start + i]) from logits [n, V]; a request's logits
@@ -185,76 +177,27 @@ class TransformersServer(CachedServer):
             return logits.argmax(dim=-1).tolist()
         return self._probs(logits, decoding.temperature)
 
-    # -- the contract --------------------------------------------------------------------------
+    # -- the contract (run, the draft loops: CachedServer) ----------------------------------------------
     def _inside_call(self):
         import torch
 
         return torch.inference_mode()
 
-    def _last_logits(self, ctx, cancelled, decoding=None):
-        return self._sync(ctx, len(ctx) - 1)[-1]
-
-    def _draft_row(self, logits, dec: Decoding, ctx, tokens: list[int], position: int):
-        if dec.reshapes:
-            return self._rows(logits[None], dec, as_context(ctx) + tokens, position)[0]
-        if dec.greedy:
-            return int(logits.argmax())
-        return self._probs(logits, dec.temperature)
-
     def _next_logits(self, token: int):
-        return self._forward([token])[-1]
+        return self._forward([token])
 
-    def _score_tree(self, call: ScoreTree) -> Scores:
-        """Rows at the root and after every node of the tree, from one forward pass with tree attention."""
-        ctx, tree = call.context, call.tree
-        self._check_window(len(ctx) + tree.depth)
-        if self._tree is not None:
-            self._settle_tree(ctx)
-        keep = min(common_prefix_len(self.tokens, ctx), len(ctx) - 1)
-        self._crop(keep)
-        logits = self._forward(ctx[keep:], tree, 0, len(tree))
-        # trees take no logits processors (refused in generate), so rows need no context
-        return Scores(call.start, self._rows(logits[len(ctx) - keep - 1 :], call.decoding, None, call.start))
+    def _feed_whole_tree(self, ctx, tree: TokenTree, decoding):
+        """The logits of ``ctx``'s last token and every node of ``tree``, [1 + len(tree), V], from one pass."""
+        keep = self._keep(ctx, len(ctx) - 1)
+        return self._forward(ctx[keep:], tree, 0, len(tree))[len(ctx) - keep - 1 :]
 
-    def _draft_tree(self, call: DraftTree, cancelled) -> TokenTree:
-        """SpecInfer's expansion (specpar.core.trees.expand): one forward pass per level over that level's new nodes."""
-        import torch
+    def _growing_tree(self, n_context: int):
+        """The cache holds every node fed; the next call keeps the path it follows."""
+        return contextlib.nullcontext()
 
-        ctx, dec = call.context, call.decoding
-        self._check_window(len(ctx) + tree_depth(call.shape))
-        logits = self._sync(ctx, len(ctx) - 1)[-1:]
-        if isinstance(call.shape, BestFirst):
-            return self._grow(call, logits, cancelled)
-
-        def level_rows(tree: TokenTree, frontier: list[int]) -> list:
-            nonlocal logits
-            if frontier[0] >= 0:  # the frontier is the nodes the last level added, in order
-                stop_if_cancelled(cancelled)
-                logits = self._forward((), tree, frontier[0], len(tree))
-            if dec.greedy:
-                k = call.shape[tree.depths[frontier[0]] if frontier[0] >= 0 else 0]
-                return torch.topk(logits, min(k, logits.shape[-1]), dim=-1).indices.tolist()
-            return list(self._probs(logits, dec.temperature))
-
-        return expand(call.shape, level_rows, dec, len(ctx), call.source)
-
-    def _grow(self, call: DraftTree, logits, cancelled) -> TokenTree:
-        """Best-first growth (specpar.core.trees.grow_best_first) from the root's logits [1, V]: one forward pass per
-        step over the nodes it expands (the cache holds every node fed; the next call keeps the path it follows)."""
-        import torch
-
-        dec = call.decoding
-        temperature = 1.0 if dec.greedy else dec.temperature  # greedy ranks by the drafter's own probabilities
-
-        def ranked(fed: TokenTree, frontier: list[int], k: int) -> list:
-            nonlocal logits
-            if frontier[0] >= 0:
-                stop_if_cancelled(cancelled)
-                logits = self._forward((), fed, frontier[0], len(fed))
-            top = torch.topk(self._softmax(logits, temperature), min(k, logits.shape[-1]), dim=-1)
-            return list(zip(top.indices.tolist(), top.values.tolist()))
-
-        return grow_best_first(call.shape, ranked, dec, logits.shape[-1], call.source)[0]
+    def _feed_level(self, growing, tree: TokenTree, lo: int, cancelled):
+        """The logits of nodes lo .. of ``tree``, fed now after the nodes before them."""
+        return self._forward((), tree, lo, len(tree))
 
     def _check_window(self, length: int) -> None:
         if length > self.model.context_window:

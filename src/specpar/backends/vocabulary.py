@@ -1,24 +1,18 @@
 """A drafter's vocabulary against the target's: one tokenizer, output rows that may differ only by padding.
 
-Models of one family often share a tokenizer but not the size of their output layer: Qwen2.5-0.5B has 151,936 output
-rows and Qwen2.5-7B 152,064, for a tokenizer of 151,665 tokens; the rows beyond the tokenizer's ids are padding (no
-text maps to them). Speculative sampling compares the drafter's row q with the target's row p token by token, so it
-needs rows of one width. A drafter whose rows differ from the target's only by padding is *fitted* to the target's
-width (:func:`fit_drafter`): its padding rows get probability 0 (logits -inf before its softmax, so it never drafts
-one) and the target's extra rows, which it lacks, get probability 0 too. Verification is unchanged and lossless (a
-draft distribution with zeros is still a distribution; the target's rows are the target's own).
-
-Two models whose tokenizers map text to different ids cannot speculate for each other: that is refused
-(:func:`check_tokenizers`), and :func:`~specpar.backends.loading.load_pair` does it before loading any weights.
-
-A model takes part through its :class:`~specpar.core.model.Model` fields: ``tokenizer`` (with ``get_vocab()``),
-``vocab_size`` (the width of the rows its servers return) and ``with_rows(n)`` (a copy whose servers return rows of
-width n; None for models that cannot be fitted, as simulated targets).
+Models of one family often share a tokenizer but not the size of their output layer (Qwen2.5-0.5B has 151,936 output
+rows, Qwen2.5-7B 152,064, for 151,665 tokens): the rows beyond the tokenizer's ids are padding. Speculative sampling
+compares rows token by token, so a drafter whose rows differ from the target's only by padding is *fitted* to the
+target's width (:func:`fit_drafter`): its padding rows and the target's extra rows get probability 0, which keeps
+verification lossless. Two models whose tokenizers map text to different ids are refused (:func:`check_tokenizers`).
+A model takes part through its ``tokenizer``, ``vocab_size`` (the width of its servers' rows) and ``with_rows(n)``
+(a copy whose servers return rows of width n; None for models that cannot be fitted).
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 
 from specpar.core.errors import ConfigError
 from specpar.core.model import Model, as_model
@@ -79,3 +73,29 @@ def fit_drafters(target, drafter):
     if isinstance(drafter, (list, tuple)):
         return [fit_drafter(target, d) for d in drafter]
     return fit_drafter(target, drafter)
+
+
+class TokenizedModel(Model):
+    """A model that speaks text through its ``tokenizer`` (Hugging Face's interface: ``tokenizer(text)``,
+    ``decode``, ``apply_chat_template``); ``no_tokenizer`` ends the error when it has none."""
+
+    no_tokenizer = ": give token ids"
+
+    def _need_tokenizer(self):
+        if self.tokenizer is None:
+            raise ConfigError(f"{self.name} has no tokenizer{self.no_tokenizer}")
+        return self.tokenizer
+
+    def encode(self, text: str) -> list[int]:
+        return list(self._need_tokenizer()(text, add_special_tokens=False)["input_ids"])
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return self._need_tokenizer().decode(list(ids), skip_special_tokens=True)
+
+    def chat_prompt(self, turns: Sequence[str]) -> list[int]:
+        """Token ids of user ``turns`` in the model's chat template, ending where the assistant speaks."""
+        tok = self._need_tokenizer()
+        if not getattr(tok, "chat_template", None):
+            raise ConfigError(f"{self.name}'s tokenizer has no chat template")
+        messages = [{"role": "user", "content": t} for t in turns]
+        return self.encode(tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True))

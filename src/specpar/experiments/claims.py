@@ -1,10 +1,8 @@
 """The DSI paper's claims, each measured and judged PASS or FAIL (``specpar reproduce``).
 
-Measuring and judging are separate: ``measure_*`` functions run simulations and
-return plain figures; ``check_*`` functions turn figures into a :class:`Claim`
-and contain the whole PASS/FAIL rule, so feeding them a figure that breaks a
-claim must give FAIL. A claim whose inputs are not in our copy of the paper
-(parts of Table 2) is MISSING until the user passes them, never invented.
+``measure_*`` functions run simulations and return figures; ``check_*`` functions hold the whole PASS/FAIL rule, so a
+figure that breaks a claim gives FAIL. A claim whose inputs are not in our copy of the paper (parts of Table 2) is
+MISSING until the user passes them, never invented.
 """
 
 from __future__ import annotations
@@ -16,7 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from specpar.core.errors import ConfigError
-from specpar.experiments.heatmap import Heatmap, compute_heatmap, dsi_at_si_lookahead, theorem2_servers
+from specpar.experiments.heatmap import Heatmap, compute_heatmap, dsi_at_si_lookahead, theorem2_grid
 from specpar.experiments.online import TABLE2_LOOKAHEADS
 from specpar.planning import min_lookahead, sp_degree_needed
 from specpar.planning.lookahead import satisfies_eq1
@@ -65,30 +63,28 @@ class CellRecheck:
         return self.dsi_ms - self.si_ms > 3.0 * self.se_ms + 1e-9
 
 
-# --- measurements ---------------------------------------------------------------------------------------------
-
-
 def recheck_cells(
     h: Heatmap,
     ratio: np.ndarray,
-    dsi_k,
-    sp_of,
+    dsi_k: np.ndarray,
+    servers,
     repeats: int = 2000,
     seed: int = 12345,
     relax: bool = False,
     si_lookahead: np.ndarray | None = None,
 ) -> list[CellRecheck]:
     """Re-run every cell with ``ratio`` = SI / DSI below 1 (worst first) with ``repeats`` fresh paired runs.
-    dsi_k(i, j) and sp_of(i, j) give DSI's lookahead and servers in cell (i, j); ``relax``: also DSI's fastest
-    smaller lookahead on the same servers (Eq. 1 then fails); si_lookahead: SI's lookahead per cell (default: its
-    unrestricted best, ``h.si_lookahead``)."""
+    dsi_k, servers: DSI's lookahead and target servers [C, A] (servers: or one count for every cell); ``relax``: also
+    DSI's fastest smaller lookahead on the same servers (Eq. 1 then fails); si_lookahead: SI's lookahead per cell
+    (default: its unrestricted best, ``h.si_lookahead``)."""
     out = []
     si_k = h.si_lookahead if si_lookahead is None else si_lookahead
+    servers = np.broadcast_to(servers, ratio.shape)
     cells = np.argwhere(ratio < 1.0 - 1e-9)
     order = np.argsort(ratio[tuple(cells.T)]) if len(cells) else []
     uniforms = acceptance_uniforms(repeats, h.n, seed)  # the same fresh draws for every cell
     for i, j in cells[order]:
-        c, a, k_si, k_dsi, sp = float(h.c[i]), float(h.a[j]), int(si_k[i, j]), dsi_k(i, j), sp_of(i, j)
+        c, a, k_si, k_dsi, sp = float(h.c[i]), float(h.a[j]), int(si_k[i, j]), int(dsi_k[i, j]), int(servers[i, j])
         nz = next_rejection(uniforms, [a])[0]
         drafted, rounds = si_counts(nz, np.full(repeats, k_si), h.n)
         si = si_time(drafted, rounds, c)
@@ -126,24 +122,18 @@ def measure_grid(
     lookaheads: tuple[int, int] = (1, 200),
     progress=None,
 ) -> GridFigures:
+    progress = progress or _silent
     fig2 = compute_heatmap(resolution, n=n, repeats=repeats, sp_degree=sp_degree, lookaheads=lookaheads, seed=seed)
-    if progress:
-        progress("Fig. 2 grid")
+    progress("Fig. 2 grid")
     fig7 = compute_heatmap(resolution, n=n, repeats=repeats, sp_degree=sp_degree, fixed_lookahead=5, seed=seed)
-    if progress:
-        progress("Fig. 7 grid")
-    ratio = fig2.si / dsi_at_si_lookahead(fig2)
-    t2 = recheck_cells(
-        fig2,
-        ratio,
-        lambda i, j: int(fig2.si_lookahead[i, j]),
-        lambda i, j: theorem2_servers(float(fig2.c[i]), int(fig2.si_lookahead[i, j])),
-    )
-    if progress:
-        progress("Theorem 2")
-    dsi_k, servers = (lambda i, j: int(fig2.dsi_lookahead[i, j])), (lambda i, j: sp_degree)
-    f2b = recheck_cells(fig2, fig2.speedup("dsi_vs_si"), dsi_k, servers, relax=True)
-    f2b_eq1 = recheck_cells(fig2, fig2.speedup("dsi_vs_si_eq1"), dsi_k, servers, si_lookahead=fig2.si_eq1_lookahead)
+    progress("Fig. 7 grid")
+    t2_servers = theorem2_grid(fig2)
+    ratio = fig2.si / dsi_at_si_lookahead(fig2, t2_servers)
+    t2 = recheck_cells(fig2, ratio, fig2.si_lookahead, t2_servers)
+    progress("Theorem 2")
+    dsi_k, eq1_k = fig2.dsi_lookahead, fig2.si_eq1_lookahead
+    f2b = recheck_cells(fig2, fig2.speedup("dsi_vs_si"), dsi_k, sp_degree, relax=True)
+    f2b_eq1 = recheck_cells(fig2, fig2.speedup("dsi_vs_si_eq1"), dsi_k, sp_degree, si_lookahead=eq1_k)
     return GridFigures(fig2, fig7, ratio, t2, f2b, f2b_eq1)
 
 
@@ -169,24 +159,14 @@ def measure_sp_vs_mp(
 
     runs = run_arms(["dsi"], repeats, dsi)["dsi"]
     full = []
-    for res in runs:
-        # a window is fully accepted iff each of its drafts is, given the ones before it
-        p_full = 1.0
-        for acc, tested in zip(res.position_accepted[:lookahead], res.position_drafted[:lookahead]):
-            p_full *= acc / tested if tested else 1.0
-        full.append(p_full)
+    for res in runs:  # a window is fully accepted iff each of its drafts is, given the ones before it
+        pairs = zip(res.position_accepted[:lookahead], res.position_drafted[:lookahead])
+        full.append(math.prod(acc / tested if tested else 1.0 for acc, tested in pairs))
     fraction = 1.0 - statistics.fmean(full)
     nonsi_ms = [float(n)] * repeats  # n target passes of 1 unit each
-    return {
-        "fraction_adding_latency": fraction,
-        "mp_speedup_needed": 1.0 / fraction,
-        "dsi_speedup_over_nonsi": speedup(nonsi_ms, [x.time_ms for x in runs]).value,
-        "c": c,
-        "lookahead": lookahead,
-        "sp_degree": sp_degree,
-        "a": a,
-        "n": n,
-    }
+    figures = {"fraction_adding_latency": fraction, "mp_speedup_needed": 1.0 / fraction}
+    figures["dsi_speedup_over_nonsi"] = speedup(nonsi_ms, [x.time_ms for x in runs]).value
+    return figures | {"c": c, "lookahead": lookahead, "sp_degree": sp_degree, "a": a, "n": n}
 
 
 def measure_amdahl(
@@ -242,19 +222,15 @@ def measure_table2_row(c: float, a: float, n: int = 50, sp_degree: int = 7, repe
     return {"c": c, "a": a, "si_lookahead": k_si, "dsi_lookahead": k_dsi, "speedup": si[k_si] / dsi[k_dsi]}
 
 
-# --- checks: figures in, verdict out -------------------------------------------------------------------------
+def _verdict(ok: bool) -> str:
+    return PASS if ok else FAIL
 
 
 def check_theorem1(min_speedup: float, where: str, command: str) -> Claim:
-    ok = min_speedup >= 1.0 - 1e-9
+    statement = "DSI is never slower than non-SI, over the whole grid"
+    measured = f"min DSI speedup over non-SI {min_speedup:.4f}x ({where})"
     return Claim(
-        "theorem1",
-        "Theorem 1",
-        "DSI is never slower than non-SI, over the whole grid",
-        PASS if ok else FAIL,
-        f"min DSI speedup over non-SI {min_speedup:.4f}x ({where})",
-        command,
-        min_speedup,
+        "theorem1", "Theorem 1", statement, _verdict(min_speedup >= 1.0 - 1e-9), measured, command, min_speedup
     )
 
 
@@ -274,16 +250,12 @@ def _recheck_words(rechecks: list[CellRecheck]) -> tuple[bool, str]:
 def check_theorem2(min_ratio: float, rechecks: list[CellRecheck], command: str) -> Claim:
     """PASS unless a cell where the grid shows DSI slower stays significantly slower (3 standard errors) on re-run."""
     ok, words = _recheck_words(rechecks)
-    return Claim(
-        "theorem2",
-        "Theorem 2",
+    statement = (
         "DSI is no slower than SI in expectation, over the whole grid (same lookahead, DSI on the servers "
-        "Eq. 1 asks for, at least 2)",
-        PASS if ok else FAIL,
-        f"min SI/DSI latency ratio on the grid {min_ratio:.4f}x; {words}",
-        command,
-        min_ratio,
+        "Eq. 1 asks for, at least 2)"
     )
+    measured = f"min SI/DSI latency ratio on the grid {min_ratio:.4f}x; {words}"
+    return Claim("theorem2", "Theorem 2", statement, _verdict(ok), measured, command, min_ratio)
 
 
 def _fig2b_cause_words(rechecks: list[CellRecheck]) -> str:
@@ -308,11 +280,7 @@ def _fig2b_cause_words(rechecks: list[CellRecheck]) -> str:
             f"only {min(r.dsi_ms / r.si_ms for r in bad):.3f}-{max(r.dsi_ms / r.si_ms for r in bad):.3f}x"
         )
     valid = [r for r in bad if r.si_lookahead_valid]
-    words += (
-        f"; in {len(valid)} of them does SI's best lookahead satisfy Eq. 1"
-        if valid
-        else "; in none of them does SI's best lookahead satisfy Eq. 1"
-    )
+    words += f"; in {len(valid) or 'none'} of them does SI's best lookahead satisfy Eq. 1"
     relaxed = [r for r in bad if r.relaxed_ms is not None]
     faster = [r for r in relaxed if r.relaxed_ms < r.si_ms]
     gains = [r.si_ms / r.relaxed_ms for r in faster]
@@ -336,43 +304,28 @@ def check_fig2b(min_ratio: float, rechecks: list[CellRecheck], sp_degree: int, c
     """Fig. 2(b) as the paper measured it (:data:`AUTHORS_PROTOCOL`): PASS unless a cell where the grid shows DSI
     slower stays significantly slower on re-run."""
     ok, words = _recheck_words(rechecks)
-    return Claim(
-        "fig2b",
-        "Fig. 2(b), §4.1",
-        f"DSI is never slower than SI (no pink cell), under {AUTHORS_PROTOCOL.format(sp=sp_degree)}",
-        PASS if ok else FAIL,
-        f"min DSI speedup over SI {min_ratio:.4f}x; {words}{_fig2b_cause_words(rechecks)}",
-        command,
-        min_ratio,
-    )
+    statement = f"DSI is never slower than SI (no pink cell), under {AUTHORS_PROTOCOL.format(sp=sp_degree)}"
+    measured = f"min DSI speedup over SI {min_ratio:.4f}x; {words}{_fig2b_cause_words(rechecks)}"
+    return Claim("fig2b", "Fig. 2(b), §4.1", statement, _verdict(ok), measured, command, min_ratio)
 
 
 def check_fig2b_strict(min_ratio: float, rechecks: list[CellRecheck], sp_degree: int, command: str) -> Claim:
     """A stricter comparison than the paper's, reported as what it is (NOTE, never FAIL): SI at its unrestricted
     best lookahead, DSI at its fastest satisfying Eq. 1; the cells where DSI is significantly slower, and why."""
     _, words = _recheck_words(rechecks)
-    return Claim(
-        "fig2b-strict",
-        "beyond Fig. 2(b)",
+    statement = (
         f"a stricter comparison than the paper's: DSI (its fastest lookahead satisfying Eq. 1 for SP = {sp_degree}) "
-        "against SI at its fastest lookahead of all, Eq. 1 or not",
-        NOTE,
-        f"min DSI speedup over SI {min_ratio:.4f}x; {words}{_fig2b_cause_words(rechecks)}",
-        command,
-        min_ratio,
+        "against SI at its fastest lookahead of all, Eq. 1 or not"
     )
+    measured = f"min DSI speedup over SI {min_ratio:.4f}x; {words}{_fig2b_cause_words(rechecks)}"
+    return Claim("fig2b-strict", "beyond Fig. 2(b)", statement, NOTE, measured, command, min_ratio)
 
 
 def check_fig2d(max_speedup: float, where: str, command: str, paper: float = 1.6, tolerance: float = 0.10) -> Claim:
     ok = abs(max_speedup - paper) <= tolerance * paper
+    statement = f"DSI is up to about {paper}x faster than the faster of SI and non-SI (PASS within +-{tolerance:.0%})"
     return Claim(
-        "fig2d",
-        "Fig. 2(d)",
-        f"DSI is up to about {paper}x faster than the faster of SI and non-SI (PASS within +-{tolerance:.0%})",
-        PASS if ok else FAIL,
-        f"max {max_speedup:.3f}x ({where})",
-        command,
-        max_speedup,
+        "fig2d", "Fig. 2(d)", statement, _verdict(ok), f"max {max_speedup:.3f}x ({where})", command, max_speedup
     )
 
 
@@ -383,27 +336,18 @@ def check_fig2a(si_vs_nonsi: np.ndarray, c: np.ndarray, a: np.ndarray, command: 
     inaccurate = s[:, a == 0.0]
     slow = s[c == 1.0][:, a < 1.0]
     good = s[c <= 0.1][:, a >= 0.8]
-    ok = (
-        inaccurate.size > 0
-        and slow.size > 0
-        and good.size > 0
-        and (inaccurate < 1).all()
-        and (slow < 1).all()
-        and (good > 1).all()
-    )
-    pct = 100.0 * float((s < 1).mean())
-    return Claim(
-        "fig2a",
-        "Fig. 2(a)",
+    cells = (inaccurate, slow, good)
+    ok = all(x.size > 0 for x in cells) and (inaccurate < 1).all() and (slow < 1).all() and (good > 1).all()
+    statement = (
         "SI is slower than non-SI where the drafter is slow or inaccurate "
-        "(a = 0 or c = 1), faster where it is fast and accurate (c <= 0.1, a >= 0.8)",
-        PASS if ok else FAIL,
-        f"SI slower in {pct:.0f}% of cells; at a = 0 max {inaccurate.max() if inaccurate.size else math.nan:.3f}x,"
-        f" at c = 1 max {slow.max() if slow.size else math.nan:.3f}x, fast+accurate min "
-        f"{good.min() if good.size else math.nan:.3f}x",
-        command,
-        float(s.min()),
+        "(a = 0 or c = 1), faster where it is fast and accurate (c <= 0.1, a >= 0.8)"
     )
+    measured = (
+        f"SI slower in {100.0 * float((s < 1).mean()):.0f}% of cells; at a = 0 max "
+        f"{inaccurate.max() if inaccurate.size else math.nan:.3f}x, at c = 1 max "
+        f"{slow.max() if slow.size else math.nan:.3f}x, fast+accurate min {good.min() if good.size else math.nan:.3f}x"
+    )
+    return Claim("fig2a", "Fig. 2(a)", statement, _verdict(ok), measured, command, float(s.min()))
 
 
 def check_sp_vs_mp(
@@ -418,18 +362,16 @@ def check_sp_vs_mp(
     """``sp_degree``: the target servers the figures were measured on (the planner's count; §3.1 says 5)."""
     expected = 1.0 - a**lookahead
     ok = abs(fraction - expected) <= tolerance
-    return Claim(
-        "sp-vs-mp",
-        "§3.1 SP vs MP",
+    statement = (
         f"drafter latency 10%, lookahead {lookahead}, 6 GPUs (5 target, 1 drafter), a = {a}: only {expected:.0%} of "
-        f"target forwards add latency, so MP must make them {1 / expected:.2f}x faster to match",
-        PASS if ok else FAIL,
+        f"target forwards add latency, so MP must make them {1 / expected:.2f}x faster to match"
+    )
+    measured = (
         f"on {sp_degree} target servers + 1 drafter (Eq. 1's count): {fraction:.1%} of verification windows end in a "
         f"rejection -> MP needs {1 / fraction:.2f}x (simulated DSI is {dsi_speedup:.2f}x faster than non-SI, "
-        "drafting time included)",
-        command,
-        fraction,
+        "drafting time included)"
     )
+    return Claim("sp-vs-mp", "§3.1 SP vs MP", statement, _verdict(ok), measured, command, fraction)
 
 
 def check_amdahl(speedups: dict[int, float], command: str, a: float = 0.8, tolerance: float = 0.02) -> Claim:
@@ -438,15 +380,9 @@ def check_amdahl(speedups: dict[int, float], command: str, a: float = 0.8, toler
     growing = all(speedups[x] <= speedups[y] + 1e-9 for x, y in zip(ns, ns[1:]))
     last = speedups[ns[-1]]
     ok = growing and abs(last - limit) <= tolerance * limit
-    return Claim(
-        "amdahl",
-        "§3.1 Amdahl",
-        f"one drafter at {a:.0%} acceptance gives {limit:g}x as N grows",
-        PASS if ok else FAIL,
-        ", ".join(f"N={x}: {speedups[x]:.2f}x" for x in ns),
-        command,
-        last,
-    )
+    statement = f"one drafter at {a:.0%} acceptance gives {limit:g}x as N grows"
+    measured = ", ".join(f"N={x}: {speedups[x]:.2f}x" for x in ns)
+    return Claim("amdahl", "§3.1 Amdahl", statement, _verdict(ok), measured, command, last)
 
 
 def check_table2(
@@ -475,20 +411,18 @@ def check_table2(
         status = FAIL
     else:
         status = PARTIAL if missing else PASS
-    return Claim(
-        "table2",
-        "Table 2",
-        f"DSI is {low}-{high}x faster than SI (N = 50, lookahead in {{1, 5, 10}}, SP <= 7; PASS within +-{slack})",
-        status,
-        "; ".join(parts),
-        command,
-        min((v["speedup"] for v in results.values()), default=None),
+    statement = (
+        f"DSI is {low}-{high}x faster than SI (N = 50, lookahead in {{1, 5, 10}}, SP <= 7; PASS within +-{slack})"
     )
+    value = min((v["speedup"] for v in results.values()), default=None)
+    return Claim("table2", "Table 2", statement, status, "; ".join(parts), command, value)
 
-
-# --- the report ------------------------------------------------------------------------------------------------
 
 CLAIM_KEYS = ("theorem1", "theorem2", "fig2b", "fig2b-strict", "fig2d", "fig2a", "sp-vs-mp", "amdahl", "table2")
+
+
+def _silent(_: str) -> None:
+    """No progress report."""
 
 
 def _argmax_words(h: Heatmap, s: np.ndarray, fn=np.argmax) -> str:
@@ -499,17 +433,13 @@ def _argmax_words(h: Heatmap, s: np.ndarray, fn=np.argmax) -> str:
 def reproduce(
     only=None, *, table2_rows: list[Table2Row] | None = None, progress=None, figures: dict | None = None, **grid
 ) -> list[Claim]:
-    """Measure and judge every claim (or those in ``only``), in CLAIM_KEYS order.
-
-    grid: the heatmaps' settings, as :func:`measure_grid` takes them (resolution 50, n 100, repeats 5, sp_degree 7,
-    seed 0, lookaheads (1, 200) by default). figures: if a dict, receives the measured GridFigures under "grid" (for
-    writing the heatmaps).
-    """
+    """Measure and judge every claim (or those in ``only``), in CLAIM_KEYS order. grid: the heatmaps' settings,
+    :func:`measure_grid`'s (GRID_DEFAULTS by default); figures: a dict that receives the GridFigures under "grid"."""
     keys = list(CLAIM_KEYS if not only else only)
     unknown = set(keys) - set(CLAIM_KEYS)
     if unknown:
         raise ConfigError(f"unknown claim {sorted(unknown)}; choose from {', '.join(CLAIM_KEYS)}")
-    grid = {**GRID_DEFAULTS, **grid}
+    grid, progress = {**GRID_DEFAULTS, **grid}, progress or _silent
     claims = []
     if "fig2b" in keys and "fig2b-strict" not in keys:  # the stricter comparison goes beside the claim
         keys.append("fig2b-strict")
@@ -520,25 +450,20 @@ def reproduce(
         claims += _grid_claims(g, keys, grid)
     if "sp-vs-mp" in keys:
         m = measure_sp_vs_mp()
-        claims.append(
-            check_sp_vs_mp(
-                m["fraction_adding_latency"],
-                m["dsi_speedup_over_nonsi"],
-                "specpar reproduce --only sp-vs-mp   (DSI timing alone: specpar simulate "
-                f"-c 0.1 -a 0.8 -k 2 --sp-degree {m['sp_degree']} -N 2000)",
-                sp_degree=m["sp_degree"],
-            )
+        cmd = (
+            "specpar reproduce --only sp-vs-mp   (DSI timing alone: specpar simulate "
+            f"-c 0.1 -a 0.8 -k 2 --sp-degree {m['sp_degree']} -N 2000)"
         )
-        if progress:
-            progress("SP vs MP")
+        claims.append(
+            check_sp_vs_mp(m["fraction_adding_latency"], m["dsi_speedup_over_nonsi"], cmd, sp_degree=m["sp_degree"])
+        )
+        progress("SP vs MP")
     if "amdahl" in keys:
         claims.append(check_amdahl(measure_amdahl(), "specpar reproduce --only amdahl"))
-        if progress:
-            progress("Amdahl")
+        progress("Amdahl")
     if "table2" in keys:
         claims.append(_table2_claim(table2_rows))
-        if progress:
-            progress("Table 2")
+        progress("Table 2")
     order = {k: i for i, k in enumerate(CLAIM_KEYS)}
     return sorted(claims, key=lambda c: order[c.key])
 

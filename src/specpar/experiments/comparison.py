@@ -31,29 +31,13 @@ class AlgorithmSummary:
     same_tokens_as_nonsi: bool | None = None
     first_run: GenerationResult | None = field(default=None, repr=False)  # repeat 0, e.g. for a timeline plot
 
-    @property
-    def mean_ms(self) -> float:
-        return statistics.fmean(self.time_ms)
-
-    @property
-    def std_ms(self) -> float:
-        return statistics.stdev(self.time_ms) if len(self.time_ms) > 1 else 0.0
-
-    @property
-    def speedup_vs_nonsi(self) -> float:
-        return self.vs_nonsi.value if self.vs_nonsi else math.nan
-
-    @property
-    def speedup_vs_si(self) -> float:
-        return self.vs_si.value if self.vs_si else math.nan
-
     def to_dict(self) -> dict:
         d = {k: getattr(self, k) for k in self.__dataclass_fields__ if k not in ("first_run", "vs_nonsi", "vs_si")}
         d.update(
-            mean_ms=self.mean_ms,
-            std_ms=self.std_ms,
-            speedup_vs_nonsi=self.speedup_vs_nonsi,
-            speedup_vs_si=self.speedup_vs_si,
+            mean_ms=statistics.fmean(self.time_ms),
+            std_ms=statistics.stdev(self.time_ms) if len(self.time_ms) > 1 else 0.0,
+            speedup_vs_nonsi=self.vs_nonsi.value if self.vs_nonsi else math.nan,
+            speedup_vs_si=self.vs_si.value if self.vs_si else math.nan,
             speedup_vs_nonsi_spread=self.vs_nonsi.to_dict() if self.vs_nonsi else None,
             speedup_vs_si_spread=self.vs_si.to_dict() if self.vs_si else None,
         )
@@ -71,15 +55,12 @@ def compare(
     progress: Callable[[str], None] | None = None,
     **run,
 ) -> dict[str, AlgorithmSummary]:
-    """Run each algorithm ``repeats`` times, interleaved, repeat r on models and prompt built from ``seed + r``.
+    """Run each algorithm ``repeats`` times, interleaved (:func:`~specpar.experiments.loop.run_arms`), repeat r on
+    models ``make_models(seed + r)`` -> (target, drafter) and prompt ``make_prompt(seed + r)`` -> token ids.
 
-    make_models(seed) -> (target, drafter); make_prompt(seed) -> token ids.
-    lookahead: one for every algorithm, or one per algorithm ({"si": 6, "dsi": 2}).
-    Through :func:`~specpar.experiments.loop.run_arms`: interleaved (nonsi, si, dsi, nonsi, ...).
-    progress: called with each algorithm's name when a run ends.
-    run: each run's :func:`~specpar.experiments.runs.run_once` keywords (max_tokens, sp_degree, temperature,
-    coupling, runtime, runtime_options, stream: every run's verified tokens as they come); ``tree`` (a token tree
-    <k1, ..., km>): SI and DSI also run over it, as "si-tree" and "dsi-tree" (beside the chains).
+    lookahead: one for every algorithm, or one per algorithm ({"si": 6, "dsi": 2}). progress: called with each
+    algorithm's name when a run ends. run: each run's :func:`~specpar.experiments.runs.run_once` keywords; ``tree``
+    (a token tree <k1, ..., km>): SI and DSI also run over it, as "si-tree" and "dsi-tree".
     """
     tree = run.pop("tree", None)
     algorithms = list(algorithms)
@@ -112,16 +93,13 @@ def summarize(algo: str, results: list, runs: dict, exact: bool) -> AlgorithmSum
     s = AlgorithmSummary(
         algo, results[0].lookahead, results[0].sp_degree, [x.time_ms for x in results], first_run=results[0]
     )
-    drafted = sum(x.drafted for x in results)
-    accepted = sum(x.accepted for x in results)
-    rounds = sum(x.rounds for x in results)
-    verifications = sum(x.verifications for x in results)
-    if drafted:
-        s.acceptance_rate = accepted / drafted
-    if rounds:
-        s.mean_run_length = 1 + accepted / rounds
-    if verifications:
-        s.mean_acceptance_length = sum(len(x.tokens) for x in results) / verifications
+    total = {k: sum(getattr(x, k) for x in results) for k in ("drafted", "accepted", "rounds", "verifications")}
+    if total["drafted"]:
+        s.acceptance_rate = total["accepted"] / total["drafted"]
+    if total["rounds"]:
+        s.mean_run_length = 1 + total["accepted"] / total["rounds"]
+    if total["verifications"]:
+        s.mean_acceptance_length = sum(len(x.tokens) for x in results) / total["verifications"]
     s.target_forwards = statistics.fmean(x.target_forwards for x in results)
     s.drafter_forwards = statistics.fmean(x.drafter_forwards for x in results)
     if "nonsi" in runs:

@@ -1,30 +1,13 @@
-"""The paper's offline heatmaps (Fig. 2, and Fig. 7 at a fixed lookahead): non-SI, SI and DSI over
-drafter latency c x acceptance rate a, on the virtual clock.
+"""The paper's offline heatmaps (Fig. 2, and Fig. 7 at a fixed lookahead): non-SI, SI and DSI over drafter latency
+c x acceptance rate a, on the virtual clock (one target forward pass = 1, the drafter's = c).
 
-Time unit: one target forward pass (T = 1); the drafter takes c. Each cell runs
-``repeats`` generations of ``n`` tokens per algorithm with iid acceptance at
-rate a and reports mean latencies; speedup of X over Y = mean(Y) / mean(X).
-
-* non-SI: n target passes.
-* SI: its best lookahead in ``lookaheads`` for each cell (the mean over repeats
-  minimized over k), or the fixed lookahead; and (``si_eq1``) its best among the lookaheads
-  that satisfy Eq. 1, DSI's candidates: the authors' protocol, whose offline heatmap code
-  filters every (c, a, k) configuration by Eq. 1 on the target servers, SI's included, and
-  gives each algorithm its fastest remaining lookahead (panel (b); panel (b') compares DSI with
-  SI at its unrestricted best, a stricter comparison than the paper's).
-* DSI: its fastest lookahead for each cell among all those in the range that satisfy
-  the paper's Eq. 1 on ``sp_degree`` target servers (the drafter on one more device;
-  :func:`valid_lookaheads`), as the paper ran DSI over every configuration satisfying
-  it; so wherever SI's best lookahead satisfies Eq. 1, DSI's is no slower on these
-  draws than DSI at SI's. Or the fixed lookahead on ``sp_degree`` servers, where Eq. 1
-  may fail and verifications then queue (simulated).
-
-Runs use common random numbers: repeat r draws one row of uniforms, and a
-draft at position i is right iff u[r, i] < a, for every algorithm, lookahead
-and drafter latency. Each cell still averages ``repeats`` independent runs.
-Latencies come from :mod:`specpar.prediction.fastpath`, which matches the
-event-driven simulator run by run; :func:`event_cell` runs that simulator
-itself (``specpar.generate`` on the virtual clock) for cross-checks.
+Each cell averages ``repeats`` generations of ``n`` tokens per algorithm; speedup of X over Y = mean(Y) / mean(X).
+non-SI: n target passes. SI: its best lookahead in ``lookaheads`` (or the fixed one), and (``si_eq1``) its best among
+Eq. 1's, as the authors' heatmap code compares them (panel (b); (b') is against SI's unrestricted best). DSI: its
+fastest lookahead satisfying Eq. 1 on ``sp_degree`` target servers (:func:`valid_lookaheads`), or the fixed one.
+Runs share common random numbers: repeat r's draft at position i is right iff u[r, i] < a, for every algorithm,
+lookahead and c. Latencies come from :mod:`specpar.prediction.fastpath`, which matches the event-driven simulator run
+by run (:func:`event_cell` runs that simulator itself, for cross-checks).
 """
 
 from __future__ import annotations
@@ -107,42 +90,22 @@ class Heatmap:
         return f"N = {self.n}, {self.repeats} repeats per cell, {how}"
 
     def write_csv(self, path: str) -> None:
-        cols = [
-            "drafter_latency",
-            "acceptance_rate",
-            "nonsi",
-            "si",
-            "si_lookahead",
-            "si_eq1",
-            "si_eq1_lookahead",
-            "dsi",
-            "dsi_lookahead",
-            "sp_degree",
-            "eq1_satisfied",
-            *PANELS,
-        ]
+        arrays = ("nonsi", "si", "si_lookahead", "si_eq1", "si_eq1_lookahead", "dsi", "dsi_lookahead")
         speed = {p: self.speedup(p) for p in PANELS}
         with open(path, "w", newline="") as f:
             w = csv.writer(f)
-            w.writerow(cols)
+            w.writerow(["drafter_latency", "acceptance_rate", *arrays, "sp_degree", "eq1_satisfied", *PANELS])
             for i, c in enumerate(self.c):
                 for j, a in enumerate(self.a):
-                    w.writerow(
-                        [
-                            f"{c:g}",
-                            f"{a:g}",
-                            f"{self.nonsi[i, j]:.6g}",
-                            f"{self.si[i, j]:.6g}",
-                            int(self.si_lookahead[i, j]),
-                            f"{self.si_eq1[i, j]:.6g}",
-                            int(self.si_eq1_lookahead[i, j]),
-                            f"{self.dsi[i, j]:.6g}",
-                            int(self.dsi_lookahead[i, j]),
-                            self.sp_degree,
-                            int(self.sp_needed[i, j] <= self.sp_degree),
-                            *(f"{speed[p][i, j]:.6g}" for p in PANELS),
-                        ]
-                    )
+                    cells = [_csv_cell(name, getattr(self, name)[i, j]) for name in arrays]
+                    eq1 = int(self.sp_needed[i, j] <= self.sp_degree)
+                    speedups = [f"{speed[p][i, j]:.6g}" for p in PANELS]
+                    w.writerow([f"{c:g}", f"{a:g}", *cells, self.sp_degree, eq1, *speedups])
+
+
+def _csv_cell(name: str, value):
+    """A lookahead as an integer, a latency with 6 significant digits."""
+    return int(value) if name.endswith("_lookahead") else f"{value:.6g}"
 
 
 def _check(n, repeats, sp_degree, lookaheads, fixed_lookahead):
@@ -236,16 +199,9 @@ def _best_dsi(nz: np.ndarray, pairs: list, cs: np.ndarray, n: int, sp_degree: in
     dsi = np.full((len(cs), A), np.inf)
     dsi_k = np.zeros((len(cs), A), dtype=np.int64)
     for done, batch in enumerate(batches, before + 1):
-        cis = np.array([pairs[b][0] for b in batch])
-        kks = np.array([pairs[b][1] for b in batch])
-        runs = len(batch) * A * repeats
-        lat = dsi_latency(
-            np.broadcast_to(nz[None], (len(batch),) + nz.shape).reshape(runs, n + 1),
-            np.repeat(kks, A * repeats),
-            np.repeat(cs[cis], A * repeats),
-            n,
-            sp_degree,
-        )
+        cis, kks = np.array([pairs[b] for b in batch]).T  # [len(batch)] c's index and k of each candidate
+        draws = np.broadcast_to(nz[None], (len(batch),) + nz.shape).reshape(len(batch) * A * repeats, n + 1)
+        lat = dsi_latency(draws, np.repeat(kks, A * repeats), np.repeat(cs[cis], A * repeats), n, sp_degree)
         means = lat.reshape(len(batch), A, repeats).mean(axis=2)
         for row, i, k in zip(means, cis, kks):
             better = row < dsi[i] - 1e-12  # ties keep the smaller lookahead (candidates come in increasing order)
@@ -284,20 +240,14 @@ def event_cell(
     from specpar.backends import LatencyProfile, SimulatedModel
     from specpar.experiments.runs import run_once
 
-    times = {"nonsi": [], "si": [], "dsi": []}
+    arms = {"nonsi": {}, "si": {"lookahead": si_lookahead}, "dsi": {"lookahead": dsi_lookahead, "sp_degree": sp_degree}}
+    times = {arm: [] for arm in arms}
     for r in range(seed, seed + repeats):
         target = SimulatedModel(16, seed=r, latency=LatencyProfile.uniform(1.0))
         drafter = target.drafter(a, LatencyProfile.uniform(c), seed=r + 104729)
-        prompt = [r % 16, 3]
-        times["nonsi"].append(run_once(prompt, target, algorithm="nonsi", max_tokens=n).time_ms)
-        times["si"].append(
-            run_once(prompt, target, drafter, algorithm="si", max_tokens=n, lookahead=si_lookahead).time_ms
-        )
-        times["dsi"].append(
-            run_once(
-                prompt, target, drafter, algorithm="dsi", max_tokens=n, lookahead=dsi_lookahead, sp_degree=sp_degree
-            ).time_ms
-        )
+        for arm, kw in arms.items():
+            run = run_once([r % 16, 3], target, None if arm == "nonsi" else drafter, algorithm=arm, max_tokens=n, **kw)
+            times[arm].append(run.time_ms)
     return {k: statistics.fmean(v) for k, v in times.items()}
 
 
@@ -309,19 +259,24 @@ def theorem2_servers(c: float, lookahead: int) -> int:
     return max(2, sp_degree_needed(1.0, c, lookahead))
 
 
-def dsi_at_si_lookahead(h: Heatmap) -> np.ndarray:
-    """DSI's mean latency [C, A] at SI's own lookahead in each cell of ``h``, on ``h``'s draws, on the target
-    servers Eq. 1 asks for at that lookahead and at least 2 (Theorem 2's setting, :func:`theorem2_servers`)."""
+def theorem2_grid(h: Heatmap) -> np.ndarray:
+    """[C, A] :func:`theorem2_servers` at SI's lookahead in each cell of ``h``."""
+    return np.array([[theorem2_servers(float(c), int(k)) for k in row] for c, row in zip(h.c, h.si_lookahead)])
+
+
+def dsi_at_si_lookahead(h: Heatmap, servers: np.ndarray) -> np.ndarray:
+    """DSI's mean latency [C, A] at SI's own lookahead in each cell of ``h``, on ``h``'s draws, on ``servers`` [C, A]
+    target servers (Theorem 2's setting: :func:`theorem2_grid`)."""
     nz = next_rejection(acceptance_uniforms(h.repeats, h.n, h.seed), h.a)  # the draws h was computed on
     C, A, reps = len(h.c), len(h.a), h.repeats
     cells_c = np.repeat(np.arange(C), A)
     cells_a = np.tile(np.arange(A), C)
     k = h.si_lookahead.reshape(-1)
-    sp = np.array([theorem2_servers(float(h.c[i]), int(kk)) for i, kk in zip(cells_c, k)])
+    sp = servers.reshape(-1)
     out = np.empty(C * A)
-    for servers in np.unique(sp):
-        cells = np.nonzero(sp == servers)[0]
+    for count in np.unique(sp):
+        cells = np.nonzero(sp == count)[0]
         runs = nz[cells_a[cells]].reshape(len(cells) * reps, h.n + 1)
-        lat = dsi_latency(runs, np.repeat(k[cells], reps), np.repeat(h.c[cells_c[cells]], reps), h.n, int(servers))
+        lat = dsi_latency(runs, np.repeat(k[cells], reps), np.repeat(h.c[cells_c[cells]], reps), h.n, int(count))
         out[cells] = lat.reshape(len(cells), reps).mean(axis=1)
     return out.reshape(C, A)

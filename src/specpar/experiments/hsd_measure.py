@@ -1,10 +1,7 @@
-"""Measure a pairwise acceptance matrix for HSD's optimizer by running SI between every pair of models.
+"""A pairwise acceptance matrix for HSD's optimizer, measured by running SI between every pair of models.
 
-alpha[i][j] (i < j) is the acceptance rate of model i's drafts when model j verifies
-them (SI, model j as the target): under greedy decoding the rate at which their
-greedy tokens agree, when sampling an estimate of sum_x min(p_j(x), p_i(x)) = 1 - TV
-averaged over the positions of j's own text. Works for any models with ``.server()``:
-simulated stacks, or transformers models that share a tokenizer.
+alpha[i][j] (i < j): the acceptance rate of model i's drafts verified by model j; greedy, the rate their greedy
+tokens agree; sampling, an estimate of 1 - TV over j's own text. Any models with ``.server()``.
 """
 
 from __future__ import annotations
@@ -33,21 +30,10 @@ def measure_alpha(
         raise ConfigError("measure_alpha needs at least one prompt")
     n = len(models)
     alpha = np.eye(n)
+    si = dict(algorithm="si", lookahead=lookahead, max_tokens=max_tokens, temperature=temperature, runtime=runtime)
     for j in range(1, n):
         for i in range(j):
-            drafted = accepted = 0
-            for r, prompt in enumerate(prompts):
-                out = run_once(
-                    prompt,
-                    models[j],
-                    models[i],
-                    algorithm="si",
-                    lookahead=lookahead,
-                    max_tokens=max_tokens,
-                    temperature=temperature,
-                    seed=seed + r,
-                    runtime=runtime,
-                )
-                drafted, accepted = drafted + out.drafted, accepted + out.accepted
+            runs = [run_once(prompt, models[j], models[i], seed=seed + r, **si) for r, prompt in enumerate(prompts)]
+            drafted, accepted = sum(x.drafted for x in runs), sum(x.accepted for x in runs)
             alpha[i, j] = alpha[j, i] = accepted / drafted if drafted else 0.0
     return alpha

@@ -1,17 +1,8 @@
 """The one experiment loop under every command that compares algorithms, and the one speedup definition.
 
-``simulate``, ``simulate hsd``, ``bench``, ``generate --compare``, ``table`` and the claims report all run
-their repeats through :func:`run_arms` and compare latencies with :func:`speedup`:
-
-- Arms are interleaved over repeats (repeat 0: nonsi, si, dsi; repeat 1: nonsi, si, dsi; ...), so that a slow
-  drift of a shared machine falls on every arm alike.
-- Speedup of an arm over a baseline = mean(baseline latencies) / mean(arm latencies) over the same repeats
-  (the ratio of total times). Its spread: the paired per-repeat ratios baseline_r / arm_r, mean +- standard
-  deviation and min..max.
-- A ratio is *inconclusive* when its paired per-repeat ratios straddle 1 (one repeat says faster, another
-  slower): the measurement does not settle which arm is faster. One repeat has no spread and is not judged.
-- :func:`load_warning`: wall times on a machine whose 1-minute load average exceeds its cores are shared with
-  other work; commands that time real runs say so on stderr.
+Arms are interleaved over repeats (nonsi, si, dsi, nonsi, si, dsi, ...), so a slow drift of a shared machine falls on
+every arm alike. Speedup over a baseline = mean(baseline) / mean(arm) over the same repeats; its spread: the paired
+per-repeat ratios, *inconclusive* when they straddle 1 (one repeat has no spread and is not judged).
 """
 
 from __future__ import annotations
@@ -70,12 +61,6 @@ class Speedup:
         if len(self.ratios) < 2:
             return None
         return min(self.ratios) < 1 < max(self.ratios)
-
-    def text(self) -> str:
-        """``1.23x`` (one repeat) or ``1.23x ± 0.04``."""
-        if not math.isfinite(self.value):
-            return "-"
-        return f"{self.value:.2f}x" + (f" ± {self.std:.2f}" if len(self.ratios) > 1 else "")
 
     def to_dict(self) -> dict:
         finite = [x for x in self.ratios if math.isfinite(x)]

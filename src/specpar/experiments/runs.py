@@ -1,10 +1,6 @@
-"""One generation as the experiments write it: keywords in, the three config objects built once, the runner called.
-
-The experiments run simulated models on token-id prompts, so they need none of the Engine's request handling
-(text, end-of-text stopping, a queue); they call :func:`specpar.algorithms.registry.run_generation` through
-:func:`run_once`, which is only the translation of keywords into a SpeculativeConfig, a RuntimeConfig and a
-Decoding.
-"""
+"""One generation as the experiments write it: keywords in, a SpeculativeConfig, RuntimeConfig and Decoding built,
+:func:`specpar.algorithms.registry.run_generation` called (simulated models on token-id prompts need none of the
+Engine's request handling)."""
 
 from __future__ import annotations
 

@@ -1,23 +1,11 @@
 """``lookahead="adaptive"``: the lookahead re-chosen during a generation from a running acceptance estimate.
 
-A fixed lookahead is chosen for one acceptance rate; within a generation the rate drifts (code vs prose, a copied
-passage vs a new one). :class:`AdaptiveLookahead` keeps an estimate â of the acceptance rate, updated with each draft
-the target tests (an exponential average over about ``horizon`` tests), and at every window boundary (SI: each round;
-DSI: each chunk the drafter starts) takes the candidate lookahead with the least predicted time per token at â:
-
-* SI: every k from 1 to ``max_lookahead``, by :func:`~specpar.planning.analytic.si_ms_per_token`;
-* DSI: the lookaheads valid for its target servers (Eq. 1, :func:`~specpar.planning.lookahead.satisfies_eq1`; all
-  of them where none is), by :func:`~specpar.planning.analytic.dsi_ms_per_token`.
-
-Both predictions take the latency model of the simulator (a :class:`~specpar.core.latency.LatencyProfile`: TPOT per
-pass, ``per_token_ms`` per draft verified). In the paper's time-unit model DSI's fastest valid lookahead is the
-smallest at every acceptance rate (a longer chunk only delays the verification of its first drafts), so there the
-policy keeps Eq. 1's smallest; SI's best lookahead moves with the rate (k = 1 at a = 0.4, about 5 at a = 0.9 for a
-drafter at 10% of the target's latency). Others adapt by heuristics: HF's dynamic speculation adds 2 after a round
-whose drafts were all accepted and takes 1 away otherwise; this policy asks the cost model instead.
-
-The best lookahead for each acceptance rate is tabulated once (a grid of ``GRID + 1`` rates), so a window boundary
-costs one lookup.
+:class:`AdaptiveLookahead` keeps an estimate â of the acceptance rate (an exponential average over about ``horizon``
+tested drafts) and at every window boundary (SI: each round; DSI: each chunk) takes the candidate with the least
+predicted time per token at â: SI any k in 1..``max_lookahead`` (:func:`~specpar.planning.analytic.si_ms_per_token`),
+DSI those valid for its target servers (Eq. 1; all where none is; :func:`~specpar.planning.analytic.dsi_ms_per_token`).
+Unlike HF's dynamic speculation (+2 after a fully accepted round, -1 otherwise) it asks the cost model. The best k per
+rate is tabulated once (``GRID + 1`` rates), so a boundary costs one lookup.
 """
 
 from __future__ import annotations
@@ -39,12 +27,9 @@ DEFAULT_PRIOR = 0.7  # the estimate before any test, when nothing better is know
 
 
 class AdaptiveLookahead:
-    """The lookahead for the next window, from the acceptance estimate (module docstring).
-
-    best: the table, the best lookahead at acceptance rate i / GRID for i = 0..GRID (:func:`tabulate`).
-    prior: the estimate before any draft is tested. horizon: about how many of the latest tests the estimate weighs.
-    chosen: the lookahead of each window so far, in order (for reports).
-    """
+    """The lookahead for the next window, from the acceptance estimate. best: the best lookahead at acceptance rate
+    i / GRID, i = 0..GRID (:func:`tabulate`); prior: the estimate before any test; horizon: about how many of the
+    latest tests it weighs; chosen: each window's lookahead so far (for reports)."""
 
     def __init__(self, best: Sequence[int], prior: float = DEFAULT_PRIOR, horizon: float = DEFAULT_HORIZON):
         if len(best) != GRID + 1:

@@ -1,22 +1,15 @@
-"""HSD's expected latency per output token (planning layer), corrected from the paper summary.
+"""HSD's expected latency per output token, corrected from the paper summary.
 
-Notation: a hierarchy sigma = (s_0 < s_1 < ... < s_n = K) of models with costs c
-(time of one forward pass, any unit) and buffer sizes T_0 .. T_{n-1}; alpha[i][j]
-(i < j) is the probability that model j accepts a token of model i,
-alpha = sum_x min(p(x), q(x)) = 1 - TV(p, q). Acceptances are iid per position and
-independent across levels (what specpar.backends.stack realises exactly).
+A hierarchy sigma = (s_0 < s_1 < ... < s_n = K) of models with costs c (one forward pass, any unit) and buffer sizes
+T_0 .. T_{n-1}; alpha[i][j] (i < j): the probability that model j accepts a token of model i, 1 - TV(p, q).
+Acceptances are iid per position and independent across levels (what specpar.backends.stack realises exactly).
 
     L = sum_i c_{s_i} * prod_{j >= i} R_j                       (cost per output token)
 
-* R_0 = T_0: the bottom model runs T_0 forward passes per call.
-* R_n = (1 - a) / (1 - a^(T_{n-1} + 1)), a = alpha[s_{n-1}][K]: target rounds per output
-  token (a round yields j + 1 tokens, j ~ min(Geometric run, T_{n-1})).
-* 0 < i < n: R_i = gamma(alpha[s_{i-1}][s_i], T_{i-1}, T_i), the expected number of
-  batches level i asks for (= its forward passes) per call, see :func:`gamma`.
-
-prod_{j >= i} R_j is then the number of forward passes of model s_i per output token
-(Wald's identity, level by level). With one drafter (n = 1),
-L = (T_0 c_0 + c_1) (1 - a) / (1 - a^(T_0 + 1)): SI's closed form per token.
+R_0 = T_0 (the bottom model's passes per call); R_n = (1 - a) / (1 - a^(T_{n-1} + 1)), a = alpha[s_{n-1}][K] (target
+rounds per output token); 0 < i < n: R_i = gamma(alpha[s_{i-1}][s_i], T_{i-1}, T_i), the batches level i asks for per
+call (:func:`gamma`). prod_{j >= i} R_j is model s_i's forward passes per output token (Wald's identity); with one
+drafter, L = (T_0 c_0 + c_1) (1 - a) / (1 - a^(T_0 + 1)), SI's closed form per token.
 """
 
 from __future__ import annotations
@@ -37,27 +30,22 @@ def check_buffer(name: str, t) -> int:
     return int(t)
 
 
-def gain_probabilities(a: float, t_low: int) -> np.ndarray:
-    """[t_low + 1] P(a verified batch of t_low drafts yields g tokens), g = 1 .. t_low + 1.
-
-    The verifier keeps the accepted run (j < t_low with probability a^j (1 - a), all t_low
-    with probability a^t_low) plus its own token.
-    """
-    j = np.arange(t_low + 1)
-    probs = a**j * (1.0 - a)
+def gain_probabilities(a, t_low: int) -> np.ndarray:
+    """[t_low + 1, P] P(a verified batch of t_low drafts yields g tokens), g = 1 .. t_low + 1, for each of the P rates
+    ``a``: the verifier keeps the accepted run (j < t_low with probability a^j (1 - a), all t_low with a^t_low) plus
+    its own token."""
+    a = np.atleast_1d(np.asarray(a, dtype=float))
+    probs = a[None, :] ** np.arange(t_low + 1)[:, None] * (1.0 - a)
     probs[t_low] = a**t_low
     return probs
 
 
 def gamma(a: float, t_low: int, t_up: int) -> float:
-    """Expected number of batches of exactly t_low tokens a level verifies to hold >= t_up tokens.
-
-    Each batch yields g tokens with :func:`gain_probabilities`; the level stops once it
-    holds t_up or more (the last batch may overshoot; HSD hands up exactly t_up). So
+    """Expected number of batches of exactly t_low tokens a level verifies to hold >= t_up tokens: each yields g tokens
+    with :func:`gain_probabilities`, the last may overshoot (HSD hands up exactly t_up), so
 
         G(r) = 1 + sum_{g < r} P(g) G(r - g),  G(r <= 0) = 0,   gamma = G(t_up)
 
-    (the expected number of renewals of a bounded-geometric walk to pass t_up).
     gamma(a, t, t') = ceil(t' / (t + 1)) at a = 1 and t' at a = 0.
     """
     return _gamma(check_rate(a), check_buffer("T_lower", t_low), check_buffer("T_upper", t_up))
@@ -65,7 +53,7 @@ def gamma(a: float, t_low: int, t_up: int) -> float:
 
 @functools.lru_cache(maxsize=65536)
 def _gamma(a: float, t_low: int, t_up: int) -> float:
-    return float(_batches_to_fill(gain_probabilities(a, t_low)[:, None], t_up)[t_up, 0])
+    return float(_batches_to_fill(gain_probabilities(a, t_low), t_up)[t_up, 0])
 
 
 def _batches_to_fill(gain: np.ndarray, t_max: int) -> np.ndarray:
@@ -80,21 +68,14 @@ def _batches_to_fill(gain: np.ndarray, t_max: int) -> np.ndarray:
 
 def gamma_table(alphas: np.ndarray, t_max: int) -> np.ndarray:
     """[P, t_max, t_max] gamma(alphas[p], t_low, t_up) for t_low, t_up in 1 .. t_max, vectorized over P rates."""
-    a = np.asarray(alphas, dtype=float)
-    out = np.empty((len(a), t_max, t_max))
-    powers = a[None, :] ** np.arange(t_max + 2)[:, None]  # [t_max + 2, P]
+    out = np.empty((len(alphas), t_max, t_max))
     for t_low in range(1, t_max + 1):
-        gain = powers[: t_low + 1] * (1.0 - a)  # gain[g - 1] = P(g tokens)
-        gain[t_low] = powers[t_low]
-        out[:, t_low - 1, :] = _batches_to_fill(gain, t_max)[1:].T
+        out[:, t_low - 1, :] = _batches_to_fill(gain_probabilities(alphas, t_low), t_max)[1:].T
     return out
 
 
 def top_rate(a, t_low):
-    """R_n: target rounds per output token, (1 - a) / (1 - a^(t_low + 1)); 1 / (t_low + 1) at a = 1.
-
-    Works elementwise on numpy arrays.
-    """
+    """R_n: target rounds per output token, (1 - a) / (1 - a^(t_low + 1)); 1 / (t_low + 1) at a = 1 (elementwise)."""
     a = np.asarray(a, dtype=float)
     t = np.asarray(t_low, dtype=float)
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -171,11 +152,9 @@ def forwards_per_token(alpha, levels: Sequence[int], buffers: Sequence[int]) -> 
 
 
 def hierarchy_latency(costs: Sequence[float], alpha, levels: Sequence[int], buffers: Sequence[int]) -> float:
-    """L = sum_i c_{s_i} prod_{j >= i} R_j: expected cost per output token of the hierarchy (cost units).
-
-    costs: [K+1] c_0 .. c_K; alpha: [K+1, K+1]; levels: increasing model indices ending with K
-    (just [K] is the target alone, L = c_K); buffers: T for every level but the target.
-    """
+    """L = sum_i c_{s_i} prod_{j >= i} R_j: expected cost per output token of the hierarchy (cost units). costs: [K+1]
+    c_0 .. c_K; alpha: [K+1, K+1]; levels: increasing model indices ending with K ([K]: the target alone, L = c_K);
+    buffers: T for every level but the target."""
     c, a = check_costs(costs), check_alpha(alpha)
     if len(a) != len(c):
         raise ConfigError(f"alpha is {len(a)} x {len(a)} but there are {len(c)} costs: give one row per model")

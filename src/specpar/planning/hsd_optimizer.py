@@ -1,24 +1,17 @@
-"""HSD's optimizer (planning layer): the subset of models and buffer sizes that minimize the latency L.
+"""HSD's optimizer: the subset of models and buffer sizes that minimize the latency L (:mod:`.hsd_latency`).
 
-The exact optimizer is a dynamic program over (model, buffer) pairs. With the
-latency model of specpar.planning.hsd_latency, one call to model m holding buffer t (m is
-not the target) costs, in expectation,
+A dynamic program over (model, buffer) pairs: one call to model m (not the target) holding buffer t costs
 
     H(m, t) = c_m * t                                       (m drafts alone, the bottom level)
     H(m, t) = gamma(alpha[m'][m], t', t) * (c_m + H(m', t'))  (m verifies batches of t' from m' < m)
 
-and H(m, t) is the minimum over these choices. The cost of a call to m depends on the
-levels below only through H(m', t') (each batch is exactly t' tokens, whatever happens
-below), and gamma > 0, so a hierarchy whose part below m is not the cheapest for
-(m', t') can be improved by swapping that part: the minimum is exact. The target adds
+at the least of these. A call's cost depends on the levels below only through H(m', t') (each batch is exactly t'
+tokens) and gamma > 0, so the minimum is exact. The target adds
 
     L* = min( c_K,  min_{m', t'} R(alpha[m'][K], t') * (c_K + H(m', t')) )
 
-(c_K: the target alone). Models are visited from the cheapest up, so the graph over
-(model, buffer) pairs is acyclic and one pass suffices: O(K^2 T^2) steps after the
-gamma table (O(K^2 T^3)), where the paper's generalized-shortest-path reduction is
-O(T^4 K^4 log(TK)). The exhaustive search (every subset, every buffer vector) is the
-reference for small K.
+Models visited cheapest first make the graph acyclic: O(K^2 T^2) after the gamma table (O(K^2 T^3)), against the
+paper's O(T^4 K^4 log(TK)). :func:`exhaustive` (every subset and buffer vector) is the reference for small K.
 """
 
 from __future__ import annotations
@@ -42,12 +35,9 @@ from specpar.planning.hsd_latency import (
 
 @dataclass(frozen=True)
 class HsdPlan:
-    """A hierarchy and its predicted cost per output token (in the costs' unit).
-
-    levels: model indices from the bottom drafter to the target K ([K] = the target alone).
-    buffers: T for each level but the target (T_0 = tokens the bottom model drafts per call).
-    latency: predicted expected cost per output token, L.
-    """
+    """A hierarchy: ``levels``, model indices from the bottom drafter to the target K ([K]: the target alone);
+    ``buffers``, T for each level but the target (T_0: tokens the bottom model drafts per call); ``latency``, its
+    predicted cost per output token L (the costs' unit)."""
 
     levels: tuple[int, ...]
     buffers: tuple[int, ...]
@@ -72,10 +62,8 @@ def check_problem(costs: Sequence[float], alpha, t_max: int) -> tuple[list[float
 
 
 def optimize(costs: Sequence[float], alpha, t_max: int = 15) -> HsdPlan:
-    """The hierarchy and buffers (each in 1 .. t_max) with the least L, by the dynamic program above.
-
-    costs: [K+1] c_0 < ... < c_K (the target last); alpha: [K+1, K+1], entries above the diagonal used.
-    """
+    """The hierarchy and buffers (each in 1 .. t_max) with the least L, by the dynamic program above. costs: [K+1]
+    c_0 < ... < c_K (the target last); alpha: [K+1, K+1], entries above the diagonal used."""
     c, a, T = check_problem(costs, alpha, t_max)
     K = len(c) - 1
     iu = np.triu_indices(K + 1, 1)

@@ -1,21 +1,10 @@
-"""The load policy: how many processing units each request gets, and what it runs on them.
+"""The load policy: how many processing units (a core, a GPU) each request gets, and what it runs on them.
 
-A processing unit runs one forward pass at a time (a core, a GPU). A request's *share* is a number of units u,
-and on u units it runs the fastest configuration that fits (an :class:`Option`):
-
-* non-SI: one unit (the target);
-* SI: one unit, the drafter and the target side by side on it (SI never runs them at once, as vLLM colocates them);
-* DSI with SP degree s: s + 1 units, the drafter on one and a target replica on each other (they run at once).
-
-A :class:`ShareCurve` lists a request's best option for each u it may have (its predicted time per token, from
-the simulator: :mod:`specpar.prediction.shares`), so its rate r(u) = 1 / ms per token is known for every share.
-:func:`allocate` gives the units to the requests, first come first served: the longest prefix of the queue whose
-smallest shares fit is admitted, then the units are split to maximize the total goodput sum_i r_i(u_i) (an exact
-dynamic program over the admitted requests), where a request keeps its current share unless a change gains more
-than ``keep_bonus`` of its rate (a change costs the work in flight at the safe point where it happens). A request
-is never given a share on which its best option is slower than non-SI on one unit: non-SI is always an option.
-
-Fixed policies are curves with one option: fixed DSI (every request waits for its DSI share), fixed SI, non-SI.
+On a share of u units a request runs the fastest option that fits (non-SI and SI: one unit; DSI with SP degree s:
+s + 1 units). A :class:`ShareCurve` lists its best option per share (predicted by :mod:`specpar.prediction.shares`);
+:func:`allocate` admits the longest prefix of the queue whose smallest shares fit and splits the units to maximize
+the total goodput sum_i r_i(u_i), a request keeping its share unless a change gains more than ``keep_bonus``.
+Fixed policies (DSI, SI, non-SI) are curves with one option. Details: docs/load.md.
 """
 
 from __future__ import annotations
@@ -44,11 +33,8 @@ class Option:
 
 @dataclass(frozen=True)
 class ShareCurve:
-    """A request's best option for each share it may have: ``options[i]`` on ``min_units + i`` units.
-
-    Without predictions (``ms_per_token`` None: a model without a latency profile) the rates are taken to grow
-    as the square root of the units, so that free units are split evenly.
-    """
+    """A request's best option for each share it may have: ``options[i]`` on ``min_units + i`` units. Without
+    predictions (``ms_per_token`` None) the rates grow as the square root of the units, so free units split evenly."""
 
     options: tuple[Option, ...]
     rates: tuple[float, ...] = field(init=False, repr=False, compare=False)
@@ -66,10 +52,8 @@ class ShareCurve:
         for o in self.options:
             ms = o.ms_per_token
             rates.append(math.sqrt(o.units) if ms is None else 1.0 / ms if ms > 0 else math.inf)
-        object.__setattr__(self, "rates", tuple(rates))
-        object.__setattr__(self, "min_units", units[0])
-        object.__setattr__(self, "max_units", units[-1])
-        object.__setattr__(self, "_first", {})
+        for name, value in (("rates", tuple(rates)), ("min_units", units[0]), ("max_units", units[-1]), ("_first", {})):
+            object.__setattr__(self, name, value)
 
     def option(self, units: int) -> Option:
         """The option for ``units`` units (the largest one the curve has, for more)."""
@@ -98,13 +82,18 @@ def fixed(option: Option) -> ShareCurve:
 def alone(curve: ShareCurve, held: int, units: int, keep_bonus: float = KEEP_BONUS) -> int:
     """The share of a request alone in the queue, holding ``held`` of ``units`` units: :func:`allocate`'s answer
     for a queue of one (the smallest of its fastest shares, with ``keep_bonus`` on ``held``)."""
-    rates = curve.rates
+    return _pick(curve, held, units, keep_bonus)[1]
+
+
+def _pick(curve: ShareCurve, held: int, most: int, keep_bonus: float, later=None, left: int = 0) -> tuple[float, int]:
+    """(value, share) of the best share of at most ``most`` units: rate(u), times 1 + keep_bonus if u == held, plus
+    ``later[left - u]`` (the best of the requests after it) when given; a tie keeps the smaller share (units free)."""
     top, pick = -math.inf, 0
-    for u in range(curve.min_units, min(curve.max_units, units) + 1):
-        value = rates[u] * (1.0 + keep_bonus if u == held else 1.0)
+    for u in range(curve.min_units, min(curve.max_units, most) + 1):
+        value = curve.rates[u] * (1.0 + keep_bonus if u == held else 1.0) + (0.0 if later is None else later[left - u])
         if pick == 0 or value > top * (1 + 1e-12):
             top, pick = value, u
-    return pick
+    return top, pick
 
 
 def allocate(
@@ -112,10 +101,9 @@ def allocate(
 ) -> list[int]:
     """The units each request should have, in queue order (0: it waits).
 
-    curves[i], held[i]: request i's curve and the units it holds now (queue order: the order of arrival).
-    The longest prefix of the queue whose smallest shares fit in ``units`` is admitted (no request overtakes an
-    earlier one, so none starves); the admitted requests' shares maximize sum_i r_i(u_i) * (1 + keep_bonus if
-    u_i = held[i]). Of equal totals, the smaller share is taken (a free unit costs a newcomer no pause).
+    curves[i], held[i]: request i's curve and the units it holds now, in order of arrival. The longest prefix whose
+    smallest shares fit in ``units`` is admitted (none overtakes an earlier one, so none starves); their shares
+    maximize sum_i r_i(u_i) * (1 + keep_bonus if u_i = held[i]), the smaller share at a tie (units stay free).
     """
     if len(curves) != len(held):
         raise ConfigError("one held count per curve")
@@ -136,16 +124,9 @@ def allocate(
     choice = [[0] * (units + 1) for _ in range(admitted)]
     rest = 0  # what the requests after j need at least
     for j in range(admitted - 1, -1, -1):
-        c, keep = curves[j], held[j]
-        rates, lo, later = c.rates, c.min_units, best[j + 1]
-        for m in range(lo + rest, units + 1):
-            top, pick = -math.inf, 0
-            for u in range(lo, min(c.max_units, m - rest) + 1):
-                value = rates[u] * (1.0 + keep_bonus if u == keep else 1.0) + later[m - u]
-                if pick == 0 or value > top * (1 + 1e-12):  # a tie keeps the smaller share (units stay free)
-                    top, pick = value, u
-            best[j][m], choice[j][m] = top, pick
-        rest += lo
+        for m in range(curves[j].min_units + rest, units + 1):
+            best[j][m], choice[j][m] = _pick(curves[j], held[j], m - rest, keep_bonus, best[j + 1], m)
+        rest += curves[j].min_units
     m = units
     for j in range(admitted):
         shares[j] = choice[j][m]

@@ -1,56 +1,18 @@
-"""Planning: the lookahead / SP-degree trade-off of DSI (the paper's Eq. 1, §3.1 and App. D).
+"""DSI's lookahead / SP-degree trade-off: the paper's Eq. 1 (§3.1, App. D), with catch-up and the cursor's server.
 
-Arguments everywhere: ``target_ms`` and ``drafter_ms`` are forward latencies per token (TPOT, ms, or any one unit),
-``lookahead`` is k (drafts per verification task), ``sp_degree`` counts *target* servers only (the drafter runs on
-one more device), ``per_token_ms`` is the target's extra cost per additional token in one pass (0 on GPUs).
-
-The paper's Eq. 1: a chunk of k drafts is ready every ``k * drafter_ms`` and each verification occupies a target
-server for ``target_ms``, so no verification waits for a server iff
+``target_ms``, ``drafter_ms``: forward latencies per token (TPOT, ms or any one unit); ``lookahead``: k, drafts per
+verification task; ``sp_degree``: *target* servers (the drafter runs on one more device); ``per_token_ms``: the
+target's extra cost per additional token in one pass (0 on GPUs). No verification waits for a server iff
 
     sp_degree >= target_ms / (lookahead * drafter_ms)          (Eq. 1, :func:`eq1_servers`)
 
-Its worked examples, which :func:`min_lookahead` and :func:`sp_degree_needed` return as such:
-
-* App. D / §3.1: a drafter at 5% of the target's latency with SP = 4 needs lookahead 5
-  (``min_lookahead(1.0, 0.05, 4) == 5``): 4 target servers and the drafter, 5 devices;
-* §3.1, SP vs MP: a drafter at 10% with lookahead 2 runs on 5 target servers and 1 drafter
-  (``sp_degree_needed(1.0, 0.1, 2) == 5``).
-
-A proposer that costs nothing (prompt lookup, :mod:`specpar.algorithms.ngram`) is Eq. 1 at ``drafter_ms -> 0``: its
-right-hand side grows without bound for every lookahead, so no number of servers keeps up and no lookahead makes it
-hold (the functions below refuse a drafter latency of 0). The drafter then no longer limits DSI: the drafts of a
-whole match exist at once, and the lookahead only caps the drafts one verification carries (docs/proposers.md).
-
-What Eq. 1 leaves out, counted only where it applies:
-
-* **the server kept for the cursor** (``dedicated_cursor``, :mod:`specpar.algorithms.dsi`). Where a verification costs
-  more than a pass on the verified prefix (``per_token_ms > 0``, CPUs), DSI keeps one target server for passes on
-  the cursor and verifies on the others, so it needs one server more than its verifications
-  (:func:`keeps_cursor_server`: as given, by default where ``per_token_ms > 0``, as ``specpar.generate``
-  decides). Without it (the default where verifying is as cheap as a pass, the paper's setting) a verification
-  covering the cursor stands in for that pass: the pass on the cursor after a rejection is the first of the
-  overlapping target passes Eq. 1 counts, and no server is added.
-* **catch-up.** Where each extra token in a pass costs ``per_token_ms``, V servers verifying chunks in turn each
-  read the V * k tokens drafted since their last turn, so a verification costs
-  ``target_ms + per_token_ms * (V k - 1)``. V keep up with the drafter iff
-  ``V k drafter_ms >= target_ms + per_token_ms (V k - 1)``, i.e.
-  ``V >= (target_ms - per_token_ms) / (k (drafter_ms - per_token_ms))`` (:func:`verification_servers`). With
-  ``per_token_ms = 0`` this is Eq. 1. Where ``per_token_ms >= drafter_ms`` no number of servers keeps up (every
-  server must read every token, more slowly than the drafter writes them): verifications queue whatever the
-  lookahead (None). DSI stays lossless and, keeping a server for the cursor, never slower than non-SI; only its
-  speedup suffers.
-
-Two effects of specpar's DSI that Eq. 1 does not count, and which the simulators show (the planner does not add
-servers for them):
-
-* where a chunk takes longer to draft than a target pass (``k * drafter_ms > target_ms``, Eq. 1 then says one
-  server), the pass on the cursor ends before the chunk exists, the target takes that token itself (as non-SI
-  would) and starts the next such pass, so on a single target server the chunk's verification queues behind it:
-  DSI at c = 0.05, a = 0.94, k = 22 on one server is slower than SI at k = 22, on two faster
-  (tests/planning/test_planning.py); Theorem 2's comparison therefore runs DSI on at least two
-  (:func:`specpar.experiments.heatmap.theorem2_servers`);
-* at the end of a generation the last chunk is shorter and arrives sooner: on Eq. 1's 7 servers at c = 0.01,
-  a = 1, k = 15 it waits behind the pass on the cursor (2.00 target passes for N = 100, 1.99 on 8 servers).
+e.g. ``min_lookahead(1.0, 0.05, 4) == 5`` (App. D) and ``sp_degree_needed(1.0, 0.1, 2) == 5`` (§3.1, SP vs MP). Where
+``per_token_ms > 0`` DSI keeps a server for the cursor (:func:`keeps_cursor_server`) and V servers verifying in turn
+keep up iff ``V >= (target_ms - per_token_ms) / (k (drafter_ms - per_token_ms))`` (catch-up,
+:func:`verification_servers`; none where ``per_token_ms >= drafter_ms``): docs/dsi.md. A drafter of latency 0 (prompt
+lookup) satisfies Eq. 1 for no lookahead and is refused. Not counted: where ``k * drafter_ms > target_ms`` one
+server's verification queues behind the pass on the cursor, so Theorem 2 runs DSI on at least two servers
+(:func:`specpar.experiments.heatmap.theorem2_servers`).
 """
 
 from __future__ import annotations
@@ -77,14 +39,10 @@ def _check(target_ms: float, drafter_ms: float, per_token_ms: float = 0.0) -> No
         )
 
 
-def _check_lookahead(lookahead) -> None:
-    int_at_least("lookahead", lookahead)
-
-
 def eq1_servers(target_ms: float, drafter_ms: float, lookahead: int) -> int:
     """The paper's Eq. 1 as written: ceil(target_ms / (lookahead * drafter_ms)), at least 1."""
     _check(target_ms, drafter_ms)
-    _check_lookahead(lookahead)
+    int_at_least("lookahead", lookahead)
     return max(1, math.ceil(target_ms / (lookahead * drafter_ms) - _EPS))
 
 
@@ -92,7 +50,7 @@ def verification_servers(target_ms: float, drafter_ms: float, lookahead: int, pe
     """Servers verifying in turn that keep up with the drafter (Eq. 1 with catch-up), at least 1; None where none
     do (per_token_ms >= drafter_ms and a pass costs more than its first token)."""
     _check(target_ms, drafter_ms, per_token_ms)
-    _check_lookahead(lookahead)
+    int_at_least("lookahead", lookahead)
     need = target_ms - per_token_ms  # a pass's fixed cost beyond its tokens
     if need <= 0:
         return 1

@@ -1,44 +1,33 @@
 """The offline simulation's fast path: SI and DSI latencies from acceptance runs, vectorized over many runs.
 
-On the virtual clock with uniform latencies (every target forward pass takes
-``T``, every drafter forward pass ``t1``; TTFT = TPOT, no per-token cost) and
-preemptible servers, an algorithm's time is a function of one thing only: which
-draft positions the drafter gets right. Under greedy decoding the drafter's
-token at position i (given the correct prefix) is right with probability ``a``,
-independently per position, so a run is a row of acceptance bits; everything
-below reads them through ``nz[i]`` = the first position >= i whose draft is
-wrong (``n`` if none). Times are pathwise those of :func:`specpar.generate` on
-the :class:`~specpar.runtimes.VirtualRuntime` (tests check this run by run).
+On the virtual clock with uniform latencies (every target forward pass takes ``T``, every drafter pass ``t1``; TTFT =
+TPOT, no per-token cost) and preemptible servers, an algorithm's time is a function of one thing only: which draft
+positions the drafter gets right. Under greedy decoding the drafter's token at position i (given the correct prefix)
+is right with probability ``a``, independently per position, so a run is a row of acceptance bits, read here through
+``nz[i]`` = the first position >= i whose draft is wrong (``n`` if none). Times are pathwise those of
+:func:`specpar.generate` on the :class:`~specpar.runtimes.VirtualRuntime` (tests check this run by run).
 
-SI (specpar.algorithms.si): a round at cursor p drafts kk = min(k, n-1-p)
-tokens (never the last), costs kk*t1 + T and yields min(nz[p]-p, kk) + 1 tokens.
-Time is linear in t1, so one pass gives every drafter latency:
+SI: a round at cursor p drafts kk = min(k, n-1-p) tokens (never the last), costs kk*t1 + T and yields
+min(nz[p]-p, kk) + 1 tokens; time is linear in t1, so one pass gives every drafter latency:
 ``time = drafted * t1 + rounds * T``.
 
-DSI (specpar.algorithms.dsi), written as a recurrence over drafter chunks.
-State at the start of a chunk: cursor position p, time s the drafter starts
-drafting from p, and time r at which the target's row for p is ready (a target
-task on p, or the extra row of the previous chunk's verification).
+DSI, a recurrence over drafter chunks. State at a chunk's start: cursor p, time s the drafter starts drafting from
+p, and time r at which the target's row for p is ready (a target task on p, or the previous verification's extra row).
 
 * The chunk of kk = min(k, n-1-p) drafts arrives at A = s + kk*t1.
-* While the row for the cursor is ready before the chunk arrives (r < A), the
-  target takes that token itself (as non-SI would) and starts a pass on the
-  next position: m tokens are taken this way.
-* If the chunk arrives to find m >= 1 taken positions and a wrong draft among
-  them (or m >= kk), it is discarded: the drafter restarts from the cursor at A
-  while the target's pass on the cursor goes on (a restart with a phase).
-* Otherwise its remaining drafts go to verification at A (one target pass,
-  rows for p+m .. p+kk). The draft at p+m is judged at r, the others at that
-  pass's end. A wrong draft is a rejection: every task is cancelled, all
-  servers are free, and a clean restart begins (a target pass on the cursor
-  and a new chunk, both at the rejection time). If all are right, the next
-  chunk starts at A from p+kk with its first row ready when this pass ends.
+* While the row for the cursor is ready before the chunk arrives (r < A), the target takes that token itself (as
+  non-SI would) and starts a pass on the next position: m tokens are taken this way.
+* If the chunk arrives to find m >= 1 taken positions and a wrong draft among them (or m >= kk), it is discarded:
+  the drafter restarts from the cursor at A while the target's pass on the cursor goes on.
+* Otherwise its remaining drafts go to verification at A (one target pass, rows for p+m .. p+kk). The draft at p+m
+  is judged at r, the others at that pass's end. A wrong draft is a rejection: every task is cancelled, all servers
+  are free, and a clean restart begins (a target pass on the cursor and a new chunk, both at the rejection time).
+  If all are right, the next chunk starts at A from p+kk with its first row ready when this pass ends.
 * When only the last token remains (kk = 0) the run ends at r.
 
-Target passes are assigned to ``sp`` servers first come, first served, so Eq. 1
-violations (queueing) are simulated too. Equal times follow the virtual clock's
-rule: a chunk arriving with a target pass (to 1e-9) is seen first. With lookahead 1 and no queueing this
-is Proposition 1's pathwise time t1 * accepted + T * rounds.
+Target passes go to ``sp`` servers first come, first served, so Eq. 1 violations (queueing) are simulated too. Equal
+times follow the virtual clock's rule: a chunk arriving with a target pass (to 1e-9) is seen first. With lookahead 1
+and no queueing this is Proposition 1's pathwise time t1 * accepted + T * rounds.
 """
 
 from __future__ import annotations

@@ -1,37 +1,28 @@
 """A target/drafter pair's measured latencies and acceptance rate: what the online table simulates.
 
-Two JSON forms are read:
-
-* the file ``specpar profile`` writes (``"format": "specpar-profile/1"``; read
-  through :func:`specpar.prediction.profiling.parse`, the App. F.2 geometric acceptance
-  estimate by default), names taken from its ``target``/``drafter`` objects;
-* a hand-written one::
+Two JSON forms are read: the file ``specpar profile`` writes (:func:`specpar.prediction.profiling.parse`, App. F.2's
+geometric estimate by default), and a hand-written one::
 
     {"target":  {"name": "T", "ttft_ms": 41.0, "tpot_ms": 22.5, "per_token_ms": 0.0},
      "drafter": {"name": "D", "ttft_ms": 15.2, "tpot_ms": 9.1},
      "acceptance_rate": 0.71}
 
-  (ttft_ms defaults to tpot_ms, per_token_ms to 0; latency fields may sit under
-  a "latency" object; other keys are kept as metadata).
-
-The default model pair's profile measured on this machine is looked for at
-``<cache>/profiles/default-pair.json`` (cache: ``$SPECPAR_CACHE``, else
-``$XDG_CACHE_HOME/specpar``, else ``~/.cache/specpar``); write it with
-``specpar profile -o <that path>``.
+(ttft_ms defaults to tpot_ms, per_token_ms to 0; latency fields may sit under a "latency" object; other keys are
+kept as metadata). The default pair's profile is looked for at ``<cache>/profiles/default-pair.json``.
 """
 
 from __future__ import annotations
 
-import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from specpar.core.errors import ConfigError
-from specpar.core.json_output import dumps, parse
+from specpar.core.json_output import parse
 from specpar.core.latency import LatencyProfile
+from specpar.core.numbers import is_number
 from specpar.core.paths import read_text
-from specpar.prediction import profiling
+from specpar.prediction import profile_cache, profiling
 
 
 @dataclass(frozen=True)
@@ -44,9 +35,8 @@ class PairProfile:
     meta: dict = field(default_factory=dict, compare=False)
 
     def __post_init__(self):
-        a = self.acceptance_rate
-        if not isinstance(a, (int, float)) or math.isnan(a) or not 0.0 <= a <= 1.0:
-            raise ConfigError(f"acceptance_rate must be in [0, 1], got {a!r}")
+        if not is_number(self.acceptance_rate, 0, 1):
+            raise ConfigError(f"acceptance_rate must be in [0, 1], got {self.acceptance_rate!r}")
         if self.target.tpot_ms <= 0:
             raise ConfigError(f"the target's tpot_ms must be > 0, got {self.target.tpot_ms!r}")
 
@@ -110,26 +100,16 @@ class PairProfile:
             raise ConfigError(
                 f"cannot read profile {str(path)!r}: it does not exist (write one with `specpar profile -o FILE`)"
             )
-        text = read_text(path, "profile")
-        d = parse(text, f"profile {str(path)!r}")
+        where = f"profile {str(path)!r}"
+        d = parse(read_text(path, "profile"), where)
         if isinstance(d, dict) and d.get("format") == profiling.FORMAT:
-            target, drafter, a = profiling.parse(d, estimate, f"profile {str(path)!r}")
-            meta = {k: v for k, v in d.items() if k not in ("target", "drafter")}
-            return cls(
-                str(d["target"].get("name", "target")),
-                str(d["drafter"].get("name", "drafter")),
-                target,
-                drafter,
-                a,
-                meta,
-            )
-        return cls.from_dict(d, where=f"profile {str(path)!r}")
+            target, drafter, a = profiling.parse(d, estimate, where)
+            names = [str(d[role].get("name", role)) for role in ("target", "drafter")]
+            return cls(*names, target, drafter, a, {k: v for k, v in d.items() if k not in ("target", "drafter")})
+        return cls.from_dict(d, where=where)
 
     def save(self, path: str | os.PathLike) -> None:
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(str(path) + ".tmp")
-        tmp.write_text(dumps(self.to_dict()) + "\n")
-        tmp.replace(path)
+        profile_cache.write(Path(path), self.to_dict())
 
 
 def default_profile_path() -> Path:

@@ -1,15 +1,11 @@
-"""The DSI paper's profile of a model pair (App. F.1 and F.2), from a machine's measurements, and the JSON profile
-that ``specpar simulate --profile`` reads.
+"""The DSI paper's profile of a model pair (App. F.1 and F.2), from a machine's measurements: ``specpar profile``'s
+JSON file (``"format": "specpar-profile/1"``), which ``specpar simulate --profile`` reads.
 
-TTFT and TPOT (App. F.1): the prompt's prefill (a pass on an empty cache) and a one-token pass on a warm cache,
-averaged over the sample's prompts and steps (:mod:`specpar.prediction.measure` times them through the servers'
-calls). Beside them one verification pass over k + 1 tokens with the prefix cached, so that
-``per_token_ms = (verify - tpot) / k`` (near 0 on a memory-bound GPU, large on a CPU).
-
-Acceptance rate (App. F.2): target and drafter each generate tokens greedily from each prompt; n_i is the longest
-exact-match prefix of the two outputs, and a = 1 - 1 / (1 + mean n_i) (the geometric fit). Also the direct
-per-token rate: the fraction of positions where the drafter's greedy token, given the target's own prefix, equals
-the target's token.
+TTFT and TPOT (App. F.1): the prompt's prefill and a one-token pass on a warm cache; beside them one verification
+pass over k + 1 tokens, so that ``per_token_ms = (verify - tpot) / k`` (near 0 on a memory-bound GPU, large on a
+CPU). Acceptance (App. F.2): with n_i the exact-match prefix of the two models' greedy outputs on prompt i,
+a = 1 - 1 / (1 + mean n_i) (the geometric fit); also the direct rate: the share of positions where the drafter's
+greedy token, given the target's prefix, is the target's.
 """
 
 from __future__ import annotations
@@ -22,22 +18,13 @@ from specpar.core.errors import ConfigError
 from specpar.core.json_output import dumps
 from specpar.core.latency import LatencyProfile
 from specpar.core.numbers import is_number
-from specpar.core.prefix import common_prefix_len
 
 FORMAT = "specpar-profile/1"
 
 
-def acceptance(target_outs: Sequence[Sequence[int]], drafter_outs: Sequence[Sequence[int]], hits: int, total: int):
-    """App. F.2's estimates: the geometric fit from each prompt's exact-match prefix of the two greedy outputs, and
-    the direct rate ``hits / total`` (``hits`` of the ``total`` target tokens are the drafter's greedy token given
-    the target's prefix)."""
-    return acceptance_of([common_prefix_len(t, d) for t, d in zip(target_outs, drafter_outs)], hits, total)
-
-
 def acceptance_of(prefixes: Sequence[int], hits: int, total: int) -> dict:
     """App. F.2's estimates from each prompt's exact-match prefix of the two greedy outputs (``prefixes``, tokens) and
-    the direct rate ``hits / total``. (The prefix is also where the drafter first misses the target's token given
-    the target's own prefix: up to there the two prefixes are one.)"""
+    the direct rate ``hits / total``."""
     mean_prefix = statistics.fmean(prefixes)
     return {
         "geometric": 1 - 1 / (1 + mean_prefix),
@@ -59,8 +46,8 @@ def latency(ttft_ms: float, tpot_ms: float, verify_ms: float, lookahead: int) ->
 
 
 def profile(target: dict, drafter: dict, rates: dict, prompts: int, tokens: int, lookahead: int) -> dict:
-    """The JSON profile (``"format": "specpar-profile/1"``): ``target``/``drafter`` as :func:`latency` gives them
-    (with "name" and "device"), ``rates`` as :func:`acceptance` gives them; ``tokens`` greedy tokens per prompt."""
+    """The JSON profile: ``target``/``drafter`` as :func:`latency` gives them (with "name" and "device"), ``rates``
+    as :func:`acceptance_of`; ``tokens`` greedy tokens per prompt."""
     if tokens < 2 or lookahead < 1:
         raise ConfigError("profile needs --tokens >= 2 and --lookahead >= 1")
     return {
@@ -85,7 +72,6 @@ def parse(
     """(target latency, drafter latency, acceptance rate) from a decoded ``specpar profile`` JSON object.
 
     estimate: "geometric" (App. F.2's fit, the default) or "direct" (the per-token rate).
-    Files are read by :meth:`specpar.prediction.pair_profile.PairProfile.load`, which also takes the plain form.
     """
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise ConfigError(f'{where} is not a specpar profile (expected "format": "{FORMAT}")')

@@ -22,9 +22,9 @@ from specpar.backends.llama.library import build_has, lib, recent_errors, system
 from specpar.backends.llama.server import LlamaServer
 from specpar.backends.llama.settings import LlamaSettings, fast_weights_note, model_warnings
 from specpar.backends.llama.tokenizer import GGUFTokenizer
+from specpar.backends.vocabulary import TokenizedModel
 from specpar.core.errors import ConfigError, SpecparWarning
 from specpar.core.latency import LatencyProfile
-from specpar.core.model import Model
 
 _names = itertools.count()
 TREE_SEQS = 64  # sequence ids per server: token trees of up to 64 leaves score in one pass
@@ -72,7 +72,7 @@ def _load_weights(path: str, repack: bool) -> _Weights:
     return weights
 
 
-class LlamaModel(Model):
+class LlamaModel(TokenizedModel):
     """A GGUF model with its tokenizer, run by llama.cpp on the CPU.
 
     path: the .gguf file.
@@ -85,6 +85,7 @@ class LlamaModel(Model):
     """
 
     kind = "llama"
+    no_tokenizer = " in its GGUF file: give token ids"
     device = "cpu"
 
     def __init__(
@@ -219,25 +220,6 @@ class LlamaModel(Model):
                 f"{n_servers} llama.cpp server(s) of {self.name} need about {need / 2**30:.2f} GiB for their caches "
                 f"of {n_ctx} tokens but only {free / 2**30:.2f} GiB is free: lower sp_degree or max_tokens"
             )
-
-    # -- text ----------------------------------------------------------------------------------------------
-    def _need_tokenizer(self) -> GGUFTokenizer:
-        if self.tokenizer is None:
-            raise ConfigError(f"{self.name} has no tokenizer in its GGUF file: give token ids")
-        return self.tokenizer
-
-    def encode(self, text: str) -> list[int]:
-        return self._need_tokenizer().encode(text)
-
-    def decode(self, ids: Sequence[int]) -> str:
-        return self._need_tokenizer().decode(ids, skip_special_tokens=True)
-
-    def chat_prompt(self, turns: Sequence[str]) -> list[int]:
-        """Token ids of user ``turns`` in the model's chat template, ending where the assistant speaks."""
-        if not self._need_tokenizer().chat_template:
-            raise ConfigError(f"{self.name} has no chat template")
-        messages = [{"role": "user", "content": t} for t in turns]
-        return self.encode(self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True))
 
     def __repr__(self) -> str:
         return f"LlamaModel({self.name}, {self.path})"

@@ -1,28 +1,18 @@
 """A server over a GGUF model on llama.cpp: its own context and KV cache, kept across calls, cut to the common prefix.
 
-The server remembers which tokens its cache holds (``tokens``, at positions 0 .. len-1) and, in the exact mode,
-the prompt region they were prefilled for (``region_end``). A call carries the whole context (and in its decoding,
-its request's prompt length); the server keeps the longest common prefix its cache may reuse for that prompt
+The server remembers which tokens its cache holds (``tokens``, at positions 0 .. len-1) and, in the exact mode, the
+prompt region they were prefilled for (``region_end``). A call carries the whole context (and in its decoding, its
+request's prompt length); the server keeps the longest common prefix its cache may reuse for that prompt
 (:func:`specpar.backends.llama.prefill.reusable`), cuts the cache there (``llama_memory_seq_rm``) and feeds only the
 rest: the prompt in its canonical passes, the tokens after it in passes of at most ``ubatch`` tokens
-(:func:`specpar.backends.llama.prefill.passes`), asking llama.cpp for the logits of the rows it needs:
-
-* ``Score(context, n)``: the rows for positions len(context)-n .. len(context) are the logits at input indices
-  len(context)-n-1 .. len(context)-1: one pass over the unseen tail (at least those n+1 inputs).
-* ``Draft(context, k)``: one pass over the unseen tail, then one per drafted token; ``cancelled`` is checked
-  between passes, and ``tokens`` always says what the cache holds.
-* ``ScoreTree(context, tree)``: one pass over the unseen tail and every node of the tree, through sequence ids
-  (:mod:`specpar.backends.llama.tree_seqs`): a node sees the context and its ancestors, at position
-  len(context) + depth - 1. ``DraftTree``: one such pass per level of the expansion (or per best-first step).
-  The tree's cells are dropped when the call ends (the next call feeds the followed path again): cutting a path
-  out of the middle of the cache would leave holes that later tokens fill out of position order, and flash
-  attention sums the cache in cell order, so the rows would no longer be bitwise those of a chain.
+(:func:`specpar.backends.llama.prefill.passes`), asking llama.cpp for the logits of the rows it needs
+(:class:`~specpar.backends.cached_server.CachedServer` says which). Token trees are fed through sequence ids
+(:mod:`specpar.backends.llama.tree_seqs`), and their cells dropped when the call ends: cutting a path out of the
+middle of the cache would leave holes that later tokens fill out of position order, and flash attention sums the
+cache in cell order, so the rows would no longer be bitwise those of a chain.
 
 In the exact mode (:mod:`specpar.backends.llama.settings`) every row after the prompt is bitwise the row of one-token
-decoding after the same canonical prefill, whatever the pass it was computed in. Rows follow :class:`specpar.core.calls.Scores`: argmax ids when greedy
-(carrying their log-softmax rows when the decoding asks for log-probabilities), float64 probability rows after the
-shared logits processors (:func:`specpar.core.logits_processors.rows`) when sampling; drafts are sampled with the
-position-keyed uniforms of :mod:`specpar.core.decoding`.
+decoding after the same canonical prefill, whatever the pass it was computed in.
 """
 
 from __future__ import annotations
@@ -37,12 +27,11 @@ from specpar.backends.cached_server import CachedServer
 from specpar.backends.llama import prefill
 from specpar.backends.llama.context import LlamaContext
 from specpar.backends.llama.tree_seqs import TreeSeqs
-from specpar.core.calls import DraftTree, Scores, ScoreTree, as_context
 from specpar.core.decoding import Decoding
-from specpar.core.errors import Cancelled, ConfigError, stop_if_cancelled
+from specpar.core.errors import Cancelled, ConfigError
 from specpar.core.logits_processors import rows, softmax
 from specpar.core.prefix import common_prefix_len
-from specpar.core.trees import BestFirst, TokenTree, expand, grow_best_first, tree_depth
+from specpar.core.trees import TokenTree
 
 
 class LlamaServer(CachedServer):
@@ -137,15 +126,21 @@ class LlamaServer(CachedServer):
             return logits.argmax(axis=-1).tolist()
         return rows(logits, context, start, decoding)
 
-    # -- the contract (run, compute, _score, _draft: CachedServer) -------------------------------------------
-    def _last_logits(self, ctx, cancelled, decoding=None) -> np.ndarray:
-        return self._sync(ctx, len(ctx) - 1, decoding, cancelled)
+    @staticmethod
+    def _probs(logits: np.ndarray, temperature: float) -> np.ndarray:
+        return softmax(logits.astype(np.float64) / temperature)
 
-    def _draft_row(self, logits: np.ndarray, dec: Decoding, ctx, tokens: list[int], position: int):
-        if dec.greedy and not dec.reshapes:
-            return int(logits[-1].argmax())
-        return rows(logits[-1:], as_context(ctx) + tokens, position, dec)[0]
+    @staticmethod
+    def _top(rows: np.ndarray, k: int) -> list[list[int]]:
+        """The ``k`` largest entries' indices of each row, largest first (ties: lower index first)."""
+        k = min(k, rows.shape[-1])
+        out = []
+        for row in rows:
+            part = np.argpartition(-row, k - 1)[:k]
+            out.append([int(i) for i in part[np.lexsort((part, -row[part]))]])
+        return out
 
+    # -- the contract (run, the draft loops: CachedServer) ------------------------------------------------
     def _next_logits(self, token: int) -> np.ndarray:
         return self._forward([token], 0)
 
@@ -169,69 +164,25 @@ class LlamaServer(CachedServer):
             raise Cancelled
         return out
 
-    def _score_tree(self, call: ScoreTree) -> Scores:
-        """Rows at the root and after every node of the tree, from one forward pass."""
-        ctx, tree = call.context, call.tree
-        self._check_window(len(ctx) + tree.depth)
-        keep = self._prefill(ctx, call.decoding)
-        with TreeSeqs.whole(self._ctx, tree, keep, len(ctx)) as seqs:
-            logits = self._feed_tree(seqs, ctx[keep:], tree, 0, len(tree))
-        # trees take no logits processors (refused in generate), so rows need no context
-        return Scores(call.start, self._rows(logits, call.decoding, None, call.start))
-
-    def _draft_tree(self, call: DraftTree, cancelled) -> TokenTree:
-        """SpecInfer's expansion (one pass per level over its new nodes) or best-first growth (one per step)."""
-        ctx = call.context
-        self._check_window(len(ctx) + tree_depth(call.shape))
-        logits = self._sync(ctx, len(ctx) - 1, call.decoding, cancelled)
-        with TreeSeqs.growing(self._ctx, len(ctx)) as seqs:
-            if isinstance(call.shape, BestFirst):
-                return self._grow(call, seqs, logits, cancelled)
-            return self._expand(call, seqs, logits, cancelled)
-
-    def _prefill(self, context, decoding) -> int:
-        """Cut the cache to what ``context`` may reuse (at most all but its last token) and feed its prompt region
-        in the canonical passes; returns how many of its tokens the cache holds (the rest go with the tree)."""
-        region = self._region(context, decoding)
-        keep = self._keep(context, len(context) - 1, region)
+    def _feed_whole_tree(self, ctx, tree: TokenTree, decoding) -> np.ndarray:
+        """The logits of ``ctx``'s last token and every node of ``tree``: the cache cut to what ``ctx`` may reuse (at
+        most all but its last token), its prompt region fed in the canonical passes, then the rest and the tree."""
+        region = self._region(ctx, decoding)
+        keep = self._keep(ctx, len(ctx) - 1, region)
         if keep < region:
-            self._forward(context[keep:region], region - keep, None, region)
+            self._forward(ctx[keep:region], region - keep, None, region)
             keep = region
-        return keep
+        with TreeSeqs.whole(self._ctx, tree, keep, len(ctx)) as seqs:
+            return self._feed_tree(seqs, ctx[keep:], tree, 0, len(tree))
 
-    def _level(self, seqs: TreeSeqs, tree: TokenTree, frontier: list[int], cancelled) -> np.ndarray:
-        """The logits of the nodes fed since the last pass (the new frontier), fed now."""
-        stop_if_cancelled(cancelled)
-        seqs.add(tree, frontier[0], len(tree))
-        return self._feed_tree(seqs, (), tree, frontier[0], len(tree), cancelled)
+    def _growing_tree(self, n_context: int) -> TreeSeqs:
+        """Sequence ids given as nodes are fed; the tree's cells dropped when the call ends."""
+        return TreeSeqs.growing(self._ctx, n_context)
 
-    def _expand(self, call: DraftTree, seqs: TreeSeqs, logits: np.ndarray, cancelled) -> TokenTree:
-        dec = call.decoding
-
-        def level_rows(tree: TokenTree, frontier: list[int]) -> list:
-            nonlocal logits
-            if frontier[0] >= 0:  # the frontier is the nodes the last level added, in order
-                logits = self._level(seqs, tree, frontier, cancelled)
-            if dec.greedy:
-                k = call.shape[tree.depths[frontier[0]] if frontier[0] >= 0 else 0]
-                return [_top(row, k) for row in logits]
-            return list(softmax(logits.astype(np.float64) / dec.temperature))
-
-        return expand(call.shape, level_rows, dec, len(call.context), call.source)
-
-    def _grow(self, call: DraftTree, seqs: TreeSeqs, logits: np.ndarray, cancelled) -> TokenTree:
-        dec = call.decoding
-        temperature = 1.0 if dec.greedy else dec.temperature  # greedy ranks by the drafter's own probabilities
-
-        def ranked(fed: TokenTree, frontier: list[int], k: int) -> list:
-            nonlocal logits
-            if frontier[0] >= 0:
-                logits = self._level(seqs, fed, frontier, cancelled)
-            probs = softmax(logits.astype(np.float64) / temperature)
-            tops = [_top(row, k) for row in probs]
-            return [(top, [float(row[t]) for t in top]) for row, top in zip(probs, tops)]
-
-        return grow_best_first(call.shape, ranked, dec, self.model.vocab_size, call.source)[0]
+    def _feed_level(self, seqs: TreeSeqs, tree: TokenTree, lo: int, cancelled) -> np.ndarray:
+        """The logits of nodes lo .. of ``tree``, fed now after the nodes before them."""
+        seqs.add(tree, lo, len(tree))
+        return self._feed_tree(seqs, (), tree, lo, len(tree), cancelled)
 
     # -- what runtimes ask ---------------------------------------------------------------------------------
     def remote_spec(self):
@@ -253,13 +204,6 @@ class LlamaServer(CachedServer):
 
     def __repr__(self) -> str:
         return f"LlamaServer({self.name}, {self.n_ctx} tokens)"
-
-
-def _top(row: np.ndarray, k: int) -> list[int]:
-    """The ``k`` largest entries' indices, largest first (ties: lower index first)."""
-    k = min(k, row.shape[-1])
-    part = np.argpartition(-row, k - 1)[:k]
-    return [int(i) for i in part[np.lexsort((part, -row[part]))]]
 
 
 def build_server(factory, name: str, n_ctx: int) -> LlamaServer:

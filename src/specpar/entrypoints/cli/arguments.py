@@ -1,32 +1,8 @@
-"""The command line's arguments, written once for every command.
-
-* Value types (:func:`number`, :func:`integer`, :func:`seed`, ...): argparse turns a bad value into one line naming
-  the flag.
-* Deprecated spellings (:func:`add_deprecated`): for one release an old spelling still works, hidden from
-  ``--help``, and says on stderr what replaces it (one line per flag, printed by
-  :func:`specpar.entrypoints.cli.main.main` when the command starts, so a command that stops at a mistake prints
-  only its one error line).
-* Option groups built from the configuration dataclasses (:class:`ConfigOptions`), and the objects built back from
-  the parsed flags. Every field of :class:`~specpar.core.config.SpeculativeConfig`,
-  :class:`~specpar.core.config.RuntimeConfig`, :class:`~specpar.core.params.SamplingParams` and
-  :class:`~specpar.backends.simulated_pair.SimulatedPair` that carries :func:`specpar.core.config.flag` metadata is
-  one option: its spelling, short flag, help, metavar and choices come from the metadata, its argparse type from the
-  field's annotation, and its deprecated spellings become hidden flags that still work and warn. So a flag is
-  spelled one way in every command::
-
-      SPEC = ConfigOptions(SpeculativeConfig, "spec", fields=("algorithm", "lookahead"), defaults={"lookahead": 5})
-      SPEC.add_to(parser, "speculation")       # in the command's register()
-      ...                                      # main() calls build_all(args) after parsing:
-      args.spec                                # a SpeculativeConfig; args.lookahead its lookahead
-
-  A command picks the fields it needs, its own defaults (:class:`Default`) and, for a text field, fewer choices. A
-  flag left out takes the command's default, else the field's. :func:`build_all` makes each object once, so a bad
-  value is one ConfigError naming the flag (one line on stderr, exit status 2). The resolved value of each field is
-  written back to its flag's attribute (``args.sp_degree``), for the command's own printing.
-* The plain flags several commands share (-N, -n, --repeats, --json) and each command's parser.
-* The groups of the simulated pair (``args.pair``, and the measured profiles that can stand in for its numbers),
-  of the runtime (``args.runtime_config``), of the speculation and of real models.
-"""
+"""The command line's arguments, written once for every command: value types that turn a bad value into one
+line naming the flag; deprecated spellings (hidden, still working, a warning line each when the command starts); the
+option groups built from the configuration dataclasses (:class:`ConfigOptions`: a field with
+:func:`specpar.core.config.flag` metadata is one flag, spelled one way in every command, and :func:`build_all` makes
+the objects back from the parsed flags); and the plain flags and groups several commands share."""
 
 from __future__ import annotations
 
@@ -93,12 +69,20 @@ def server_count(text: str) -> int:
     return x
 
 
-def integers(text: str) -> list[int]:
-    """Integers separated by commas (--levels 0,2,3)."""
-    try:
-        return [integer(x) for x in text.replace(" ", "").split(",") if x]
-    except argparse.ArgumentTypeError:
-        raise argparse.ArgumentTypeError(f"must be integers separated by commas, got {text!r}") from None
+def comma_list(item: Callable[[str], Any], what: str) -> Callable[[str], list]:
+    """An argparse type: values of type ``item`` separated by commas (--levels 0,2,3), else one line naming ``what``."""
+
+    def parse(text: str) -> list:
+        try:
+            return [item(x) for x in text.replace(" ", "").split(",") if x]
+        except argparse.ArgumentTypeError:
+            raise argparse.ArgumentTypeError(f"must be {what} separated by commas, got {text!r}") from None
+
+    return parse
+
+
+integers = comma_list(integer, "integers")
+numbers = comma_list(number, "finite numbers")  # --costs, --chain
 
 
 def ranged(kind, lo, hi=None, what: str | None = None):
@@ -154,32 +138,20 @@ def add_deprecated(container, canonical: argparse.Action, *old: str) -> None:
     """Accept the spellings ``old`` for the option ``canonical`` (added to ``container``, a parser or a group)."""
     if not old:
         return
+    kw = {name: getattr(canonical, name) for name in ("dest", "nargs", "type", "choices", "metavar")}
     container.add_argument(
-        *old,
-        action=DeprecatedFlag,
-        canonical=canonical,
-        dest=canonical.dest,
-        nargs=canonical.nargs,
-        type=canonical.type,
-        choices=canonical.choices,
-        metavar=canonical.metavar,
-        default=argparse.SUPPRESS,
-        help=argparse.SUPPRESS,
+        *old, action=DeprecatedFlag, canonical=canonical, default=argparse.SUPPRESS, help=argparse.SUPPRESS, **kw
     )
 
 
 def note_old(namespace, dest: str, old: str, new: str) -> None:
     """Record that ``old`` was given where ``new`` is the spelling now (the last note for a dest wins)."""
-    notes = getattr(namespace, NOTES, None)
-    if notes is None:
-        notes = {}
-        setattr(namespace, NOTES, notes)
-    notes[dest] = (old, new)
+    vars(namespace).setdefault(NOTES, {})[dest] = (old, new)
 
 
 def old_spellings(namespace) -> dict[str, tuple[str, str]]:
     """{dest: (old spelling, new spelling)} for the deprecated spellings the command line used."""
-    return dict(getattr(namespace, NOTES, None) or {})
+    return dict(vars(namespace).get(NOTES, {}))
 
 
 def deprecation(old: str, new: str) -> str:
@@ -222,9 +194,8 @@ def int_or_text(text: str) -> int | str:
 
 
 def argument_type(hint) -> tuple[Callable[[str], Any] | type[bool], bool]:
-    """(the argparse type, repeated) of a field annotated ``hint``: bool (a --flag/--no-flag pair), integer, number, a
-    list of integers, int_or_text, or str (text the config object parses, such as a token tree); repeated for a
-    sequence of them (``--stop A --stop B``)."""
+    """(the argparse type, repeated) of a field annotated ``hint``: bool (--flag/--no-flag), integer, number, integers,
+    int_or_text or str (text the config object parses); repeated for a sequence (``--stop A --stop B``)."""
     kinds = (
         typing.get_args(hint)
         if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union
@@ -255,20 +226,15 @@ def shown(value) -> str:
 
 @dataclass(eq=False)
 class ConfigOptions:
-    """One configuration dataclass's flags in one command.
+    """One configuration dataclass's flags in one command; ``build`` makes ``args.<dest>``, an instance of ``cls``.
 
-    cls: the dataclass. dest: the attribute of the parsed arguments that receives the object. fields: the fields
-    the command exposes (default: every field with a flag). defaults: the command's defaults ({field: value or
-    Default}). choices: fewer choices for text fields. old_values: deprecated values ({field: {old: new}}) still
-    taken, with a warning. convert: what the object receives for a flag's value ({field: function}). helps: where
-    a command gives a field a meaning of its own, its help ({field: text}, "{help}" standing for the field's).
-    speculative_config: also take ``--speculative-config JSON`` (vLLM's shape), whose fields win over the flags.
-    optional: the object is made only when one of its flags is given (else ``args.<dest>`` is None), and then
-    needs every field of ``required``; the words name it in that error ("a pair given by numbers").
-    metavars: where a command takes fewer forms of a field's value, how its help spells them ({field: "K"}).
-    advanced: the fields this command lists only under ``--help=all`` (True: all of them), besides those whose
-    metadata says so. json_args: keys of ``--speculative-config`` that give another argument ({key: its dest}, e.g.
-    vLLM's {"model": "drafter"}).
+    fields: those the command exposes (default: every field with a flag). defaults: {field: value or Default}.
+    choices: fewer choices for text fields. convert: {field: function of the flag's value, for the object}. helps:
+    {field: a command's own help, "{help}" standing for the field's}. speculative_config: also take
+    ``--speculative-config JSON`` (vLLM's shape; its fields win over the flags, its ``json_args`` keys give another
+    argument: {"model": "drafter"}). optional: the object is made only when one of its flags is given (else None),
+    then needs every field of ``required``; the words name it in that error. metavars: {field: a narrower metavar}.
+    advanced: the fields listed only under ``--help=all`` (True: all), besides those whose metadata says so.
     """
 
     cls: type
@@ -277,7 +243,6 @@ class ConfigOptions:
     fields: Sequence[str] | None = None
     defaults: Mapping[str, Any] | None = None
     choices: Mapping[str, tuple] | None = None
-    old_values: Mapping[str, Mapping[str, str]] | None = None
     convert: Mapping[str, Callable] | None = None
     helps: Mapping[str, str] | None = None
     speculative_config: bool = False
@@ -294,10 +259,9 @@ class ConfigOptions:
         unknown = [name for name in self.fields if name not in self.flagged]
         if unknown:
             raise ValueError(f"{cls.__name__} has no flag for {unknown}")
-        for name in ("defaults", "choices", "convert", "helps", "metavars", "json_args"):  # (None: none)
+        for name in ("choices", "convert", "helps", "metavars", "json_args"):  # (None: none)
             setattr(self, name, dict(getattr(self, name) or {}))
-        self.old_values = {k: dict(v) for k, v in (self.old_values or {}).items()}
-        self.required = tuple(self.required)
+        self.defaults = {k: d if isinstance(d, Default) else Default(d) for k, d in (self.defaults or {}).items()}
         self.advanced = set(self.fields) if self.advanced is True else set(self.advanced or ())
         self.hints = typing.get_type_hints(cls)
 
@@ -314,10 +278,10 @@ class ConfigOptions:
         return self.flag(name).lstrip("-").replace("-", "_")
 
     # -- the parser --------------------------------------------------------------------------------
-    def add_to(self, parser, title: str | None = None, fields=None, description: str | None = None):
+    def add_to(self, parser, title: str | None = None, fields=None):
         """Add the flags of ``fields`` (default: all the command exposes) to ``parser``, in a group when ``title``
         is given; returns the group (or the parser)."""
-        container = parser.add_argument_group(title, description) if title else parser
+        container = parser.add_argument_group(title) if title else parser
         for name in self.fields if fields is None else fields:
             self._add(container, name)
         if self.speculative_config and not any(a.dest == "speculative_config" for a in parser._actions):
@@ -347,12 +311,7 @@ class ConfigOptions:
             if repeated:
                 kw["action"] = "append"
             kw["metavar"] = self.metavars.get(name, meta["metavar"])
-            choices = self.choices.get(name, tuple(meta["choices"] or ()) or None)
-            if choices is not None:
-                old = tuple(self.old_values.get(name, ()))
-                kw["choices"] = (*choices, *old)
-                if old:  # the old values work but are not shown
-                    kw["metavar"] = meta["metavar"] or "{" + ",".join(choices) + "}"
+            kw["choices"] = self.choices.get(name, tuple(meta["choices"] or ()) or None)
         action = container.add_argument(*[s for s in (meta["short"], meta["flag"]) if s], **kw)
         add_deprecated(container, action, *meta["aliases"])
         if meta["advanced"] or name in self.advanced:
@@ -363,8 +322,7 @@ class ConfigOptions:
         f = self.flagged[name]
         meta = f.metadata
         if name in self.defaults:
-            d = self.defaults[name]
-            value, why = (d.value, d.why) if isinstance(d, Default) else (d, None)
+            value, why = self.defaults[name].value, self.defaults[name].why
             words = f"default: {why}" if value is None else f"default {shown(value)}" + (f": {why}" if why else "")
         elif meta["default"]:
             words = f"default: {meta['default']}"
@@ -388,8 +346,7 @@ class ConfigOptions:
             if value is not None:
                 given[name] = value
             elif name in self.defaults:
-                d = self.defaults[name]
-                value = d.value if isinstance(d, Default) else d
+                value = self.defaults[name].value
             if value is not None:
                 values[name] = value
         if self.optional is not None:
@@ -399,11 +356,6 @@ class ConfigOptions:
             if any(name not in given for name in self.required):
                 flags = [self.spelling(name) for name in self.required]
                 raise ConfigError(f"{self.optional} needs {', '.join(flags[:-1])} and {flags[-1]}")
-        for name, table in self.old_values.items():
-            if values.get(name) in table:
-                old, old_flag = values[name], old_spellings(args).get(self.arg_dest(name), (self.flag(name),))[0]
-                values[name] = table[old]
-                note_old(args, self.arg_dest(name), f"{old_flag} {old}", f"{self.flag(name)} {table[old]}")
         if self.speculative_config and getattr(args, "speculative_config", None) is not None:
             values.update(self._json_fields(args, given))
         try:
@@ -480,25 +432,20 @@ WARNINGS = "_warnings"
 
 def warn(args, line: str) -> None:
     """A warning the command prints on stderr when it starts (with the deprecation notes)."""
-    lines = getattr(args, WARNINGS, None)
-    if lines is None:
-        lines = []
-        setattr(args, WARNINGS, lines)
+    lines = vars(args).setdefault(WARNINGS, [])
     if line not in lines:
         lines.append(line)
 
 
 def warnings_of(args) -> list[str]:
     """The lines to print when the command starts: each deprecated spelling used, then the other warnings."""
-    return [deprecation(old, new) for old, new in old_spellings(args).values()] + list(
-        getattr(args, WARNINGS, None) or ()
-    )
+    return [deprecation(old, new) for old, new in old_spellings(args).values()] + vars(args).get(WARNINGS, [])
 
 
 # -- each command's parser and the plain flags several share ----------------------------------------------------------
 class Formatter(argparse.HelpFormatter):
     """argparse's help, with descriptions filled to the terminal's width paragraph by paragraph (a blank line
-    ends a paragraph), so that ``--help`` reads well in 80 columns and wider."""
+    ends one)."""
 
     def _fill_text(self, text: str, width: int, indent: str) -> str:
         paragraphs = [" ".join(p.split()) for p in text.strip().split("\n\n")]
@@ -524,9 +471,7 @@ def advanced_flag(action: argparse.Action) -> argparse.Action:
 
 
 class Help(argparse.Action):
-    """-h/--help[=all|WORD], as vLLM's commands have it: the command's flags, without the advanced ones (finer
-    controls: each command's help ends with how many there are); ``=all``: every flag; ``=WORD``: the flags whose
-    spelling or help mentions WORD (advanced ones too)."""
+    """-h/--help[=all|WORD], as vLLM's commands have it (:func:`command_help`)."""
 
     def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, help=None):
         super().__init__(option_strings, dest, default=default, nargs="?", metavar="all|WORD",
@@ -570,10 +515,8 @@ def command_help(parser: argparse.ArgumentParser, which: str | None = None) -> s
 def add_sampling_arguments(
     p, fields, defaults=None, helps=None, title: str | None = None, advanced: tuple[str, ...] = ()
 ) -> ConfigOptions:
-    """SamplingParams' flags for ``fields`` (``args.sampling``), in a group when ``title`` is given; ``defaults``,
-    ``helps`` and ``advanced`` (listed only by --help=all) as :class:`ConfigOptions` takes them (a command that
-    generates N tokens of something:
-    ``add_sampling_arguments(p, ("max_tokens",), {"max_tokens": 100}, {"max_tokens": "tokens per run"})``)."""
+    """SamplingParams' flags for ``fields`` (``args.sampling``), in a group when ``title`` is given; the others as
+    :class:`ConfigOptions` takes them."""
     options = ConfigOptions(
         SamplingParams, "sampling", fields=fields, defaults=defaults, helps=helps, advanced=advanced
     )
@@ -582,16 +525,14 @@ def add_sampling_arguments(
 
 
 def add_output(p, help: str, metavar: str = "FILE", default: str | None = None, old: tuple[str, ...] = ()):
-    """-o/--output: the file (or directory) the command writes; ``old``: the command's former spellings of it, which
-    still work for one release and warn."""
+    """-o/--output: the file (or directory) the command writes; ``old``: its deprecated spellings."""
     action = p.add_argument("-o", "--output", default=default, metavar=metavar, help=help)
     add_deprecated(p, action, *old)
     return action
 
 
 def add_lookaheads(p, default: str, what: str) -> None:
-    """--lookaheads: the lookaheads a command tries, as :func:`lookaheads` reads them (also several words:
-    ``--lookaheads 1 5 10``); ``args.lookaheads`` is a list."""
+    """--lookaheads: the lookaheads a command tries (:func:`lookaheads`, also several words: ``1 5 10``), a list."""
     p.add_argument(
         "--lookaheads",
         type=lookaheads,
@@ -626,6 +567,12 @@ def add_json(p, what: str = "print one JSON object instead of a table") -> None:
     p.add_argument("--json", action="store_true", help=what)
 
 
+def add_sp_degree(p) -> None:
+    """--sp-degree alone (in ``args.spec``), the paper's 7 by default."""
+    sp_degree = {"sp_degree": PAPER_SP_DEGREE}
+    ConfigOptions(SpeculativeConfig, "spec", fields=("sp_degree",), defaults=sp_degree).add_to(p)
+
+
 def add_prompt_count(p, default: int, what: str) -> None:
     p.add_argument("-n", "--prompts", type=integer, default=default, metavar="N", help=f"{what} (default {default})")
 
@@ -652,38 +599,28 @@ def add_pair_arguments(p, fields=(*LATENCY_FIELDS, "acceptance_rate"), defaults=
     return options
 
 
+PAIR_PROFILE_HELP = (
+    "take both latency profiles (TTFT, TPOT, per-token cost) and the acceptance rate from a JSON profile: the file "
+    '`specpar profile` writes, or the plain form {"target": {"ttft_ms", "tpot_ms", "per_token_ms"}, "drafter": '
+    '{...}, "acceptance_rate": a} (overrides the latency flags and -a)'
+)
+
+
 def add_profile_arguments(p, repeated: bool = False) -> None:
     """--profile (a measured pair, or several when ``repeated``) and --acceptance-estimate."""
     if repeated:
-        p.add_argument(
-            "--profile",
-            action="append",
-            default=[],
-            metavar="FILE",
-            help="a pair profile (target/drafter ttft_ms, tpot_ms, acceptance_rate); may be repeated",
-        )
+        what = "a pair profile (target/drafter ttft_ms, tpot_ms, acceptance_rate); may be repeated"
+        p.add_argument("--profile", action="append", default=[], metavar="FILE", help=what)
     else:
-        p.add_argument(
-            "--profile",
-            metavar="FILE",
-            default=None,
-            help="take both latency profiles (TTFT, TPOT, per-token cost) and the acceptance rate from a JSON "
-            'profile: the file `specpar profile` writes, or the plain form {"target": {"ttft_ms", "tpot_ms", '
-            '"per_token_ms"}, "drafter": {...}, "acceptance_rate": a} (overrides the latency flags and -a)',
-        )
+        p.add_argument("--profile", metavar="FILE", default=None, help=PAIR_PROFILE_HELP)
+    what = "for `specpar profile` files: App. F.2's geometric fit (default) or the direct per-token rate"
     advanced_flag(
-        p.add_argument(
-            "--acceptance-estimate",
-            choices=("geometric", "direct"),
-            default="geometric",
-            help="for `specpar profile` files: App. F.2's geometric fit (default) or the direct per-token rate",
-        )
+        p.add_argument("--acceptance-estimate", choices=("geometric", "direct"), default="geometric", help=what)
     )
 
 
 def pair_from_args(args) -> SimulatedPair:
-    """``args.pair``, with the latencies and acceptance rate of ``--profile`` when given (also set as
-    ``args.pair``)."""
+    """``args.pair``, with the latencies and acceptance rate of ``--profile`` when given (also set as ``args.pair``)."""
     pair = args.pair
     if args.profile:
         from specpar.prediction.pair_profile import PairProfile
@@ -714,28 +651,20 @@ def target_link(ms: float):
 def add_runtime_arguments(p, choices=RUNTIMES, default: str = "virtual", fields=ALL_FIELDS) -> ConfigOptions:
     """RuntimeConfig's flags for ``fields``, --runtime among ``choices`` (default ``default``), the Ray flags in a
     group of their own."""
-    options = ConfigOptions(
-        RuntimeConfig,
-        "runtime_config",
-        fields=fields,
-        defaults={"name": default},
-        choices={"name": tuple(choices)},
-        convert={"link_ms": target_link},
-    )
+    options = ConfigOptions(RuntimeConfig, "runtime_config", fields=fields, defaults={"name": default},
+                            choices={"name": tuple(choices)}, convert={"link_ms": target_link})  # fmt: skip
     options.add_to(p, "runtime", [f for f in fields if f not in RAY_FIELDS])
     options.add_to(p, "Ray (with --runtime ray)", [f for f in fields if f in RAY_FIELDS])
     return options
 
 
 def experiment_settings(args) -> dict:
-    """The experiments' run settings from the flags heatmap, reproduce and table share: ``n`` (-N, tokens per run),
-    ``repeats`` (runs per arm or cell), ``sp_degree`` (target servers) and ``seed``."""
+    """The experiments' run settings from the flags heatmap, reproduce and table share (-N as ``n``)."""
     return {"n": args.max_tokens, "repeats": args.repeats, "sp_degree": args.sp_degree, "seed": args.seed}
 
 
 def experiment_runtime(args) -> dict:
-    """The experiments' runtime keywords (``runtime=``, ``runtime_options=``) for ``args.runtime_config``: its name,
-    and its fields that differ from their defaults."""
+    """The experiments' keywords ``runtime`` and ``runtime_options`` (the fields not at their defaults) of the flags."""
     config: RuntimeConfig = args.runtime_config
     default = RuntimeConfig()
     options = {
@@ -752,45 +681,28 @@ PAIR_HELP = (
 
 
 def add_model_args(p, target: bool = True, advanced: tuple[str, ...] = ()) -> None:
-    """The models group: --target (unless ``target`` is False: serve takes it as its MODEL), --drafter, --backend,
-    --exact/--no-exact, --devices, --dtype (those in ``advanced``, --exact and --dtype listed by --help=all only;
-    --backend's help names --no-exact)."""
+    """The models group: --target (unless ``target`` is False: serve's MODEL), --drafter, --backend, --exact, --devices,
+    --dtype (--no-exact, --dtype and those in ``advanced`` listed by --help=all only)."""
     g = p.add_argument_group("models", PAIR_HELP)
     if target:
-        g.add_argument(
-            "--target", metavar="PATH", help="target model: a GGUF file, or a local directory (or a hub id when online)"
-        )
+        what = "target model: a GGUF file, or a local directory (or a hub id when online)"
+        g.add_argument("--target", metavar="PATH", help=what)
     g.add_argument("--drafter", metavar="PATH", help="drafter model with the target's tokenizer")
-    g.add_argument(
-        "--backend",
-        choices=("llama", "transformers"),
-        default=None,
-        help="llama: GGUF files on llama.cpp (CPU), bitwise exact, or with --no-exact (--help=all) its fast mode; "
-        "transformers: float32 torch models (any device). "
-        "Default: llama for GGUF files and the default pair on the CPU when `specpar[llama]` is installed",
-    )
-    g.add_argument(
-        "--exact",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="llama.cpp's exact mode (the default): every algorithm's greedy output is the target's own, bitwise, "
-        "the prompt prefilled in llama.cpp's fastest passes; --no-exact: its fast mode, llama.cpp's own fastest "
-        "settings on all free cores, speculation lossless in distribution, greedy outputs that may differ from the "
-        "exact mode's at near ties (docs/llama_cpp.md)",
-    )
-    g.add_argument(
-        "--devices",
-        default=None,
-        metavar="LIST",
-        help="comma-separated devices (cpu, cuda:0, cuda:1, ...): the drafter on the first, targets on the "
-        "others (default: every GPU, else cpu)",
-    )
-    g.add_argument(
-        "--dtype",
-        default=None,
-        choices=("float32", "float64", "bfloat16", "float16"),
-        help="weights dtype for the models (default float32)",
-    )
+    g.add_argument("--backend", choices=("llama", "transformers"), default=None,
+                   help="llama: GGUF files on llama.cpp (CPU), bitwise exact, or with --no-exact (--help=all) its fast "
+                        "mode; transformers: float32 torch models (any device). Default: llama for GGUF files and the "
+                        "default pair on the CPU when `specpar[llama]` is installed")  # fmt: skip
+    g.add_argument("--exact", action=argparse.BooleanOptionalAction, default=None,
+                   help="llama.cpp's exact mode (the default): every algorithm's greedy output is the target's own, "
+                        "bitwise, the prompt prefilled in llama.cpp's fastest passes; --no-exact: its fast mode, "
+                        "llama.cpp's own fastest settings on all free cores, speculation lossless in distribution, "
+                        "greedy outputs that may differ from the exact mode's at near ties "
+                        "(docs/llama_cpp.md)")  # fmt: skip
+    g.add_argument("--devices", default=None, metavar="LIST",
+                   help="comma-separated devices (cpu, cuda:0, cuda:1, ...): the drafter on the first, targets on the "
+                        "others (default: every GPU, else cpu)")  # fmt: skip
+    g.add_argument("--dtype", default=None, choices=("float32", "float64", "bfloat16", "float16"),
+                   help="weights dtype for the models (default float32)")  # fmt: skip
     for action in g._group_actions:
         if action.option_strings[-1] in (*advanced, "--dtype", "--no-exact"):
             advanced_flag(action)
@@ -799,12 +711,10 @@ def add_model_args(p, target: bool = True, advanced: tuple[str, ...] = ()) -> No
 def add_machine_profile(p, advanced: bool = True) -> None:
     """--profile: the machine profile ``--algorithm auto`` and the predictions read (Engine's ``profile``); listed by
     --help=all only when ``advanced`` (the measured one is the default)."""
+    what = "the machine profile --algorithm auto and the predictions use"
+    default = "default: the one measured for the models on this machine, `specpar profile`"
     action = p.add_argument(
-        "--profile",
-        metavar="FILE",
-        default=None,
-        help='the machine profile --algorithm auto and the predictions use ("format": "specpar-machine/1"; '
-        "default: the one measured for the models on this machine, `specpar profile`)",
+        "--profile", metavar="FILE", default=None, help=f'{what} ("format": "specpar-machine/1"; {default})'
     )
     if advanced:
         advanced_flag(action)
@@ -834,26 +744,17 @@ def add_speculation_arguments(
     advanced: tuple[str, ...] | bool = (),
     simulated: bool = False,
 ) -> ConfigOptions:
-    """SpeculativeConfig's flags for ``fields`` (--algorithm among ``algorithms``; ``advanced``: those listed only by
-    --help=all) and --speculative-config, whose "model" (vLLM's key) is the drafter; for the commands that load real
-    models: -k is a number there (simulated: a command that also serves simulated models, for which 'auto' and
-    'adaptive' run)."""
+    """SpeculativeConfig's flags for ``fields`` of the commands that load real models (--algorithm among
+    ``algorithms``) and --speculative-config, whose "model" is the drafter; simulated: simulated models too."""
     lookahead_help = REAL_LOOKAHEAD_HELP + ("; 'auto' with --simulated" if simulated else "")
-    options = ConfigOptions(
-        SpeculativeConfig,
-        "spec",
-        fields=fields,
-        defaults={
-            "algorithm": "dsi",
-            "lookahead": 5,
-            "sp_degree": Default(2, "they share one copy of the weights per device"),
-        },
-        choices={"algorithm": tuple(algorithms)},
-        speculative_config=True,
-        helps={"lookahead": lookahead_help},
-        metavars={} if simulated else {"lookahead": "K|adaptive"},
-        advanced=advanced,
-        json_args={"model": "drafter"},
-    )
+    defaults = {
+        "algorithm": "dsi",
+        "lookahead": 5,
+        "sp_degree": Default(2, "they share one copy of the weights per device"),
+    }
+    options = ConfigOptions(SpeculativeConfig, "spec", fields=fields, defaults=defaults, advanced=advanced,
+                            choices={"algorithm": tuple(algorithms)}, helps={"lookahead": lookahead_help},
+                            metavars={} if simulated else {"lookahead": "K|adaptive"}, speculative_config=True,
+                            json_args={"model": "drafter"})  # fmt: skip
     options.add_to(p, "speculation")
     return options

@@ -9,17 +9,6 @@ from specpar.core.json_output import JsonLines, print_json
 from specpar.core.results import fmt
 from specpar.core.trees import parse_tree
 from specpar.entrypoints.cli import arguments, real_models
-from specpar.entrypoints.cli.arguments import (
-    REAL_TIME_FIELDS,
-    add_deprecated,
-    add_json,
-    add_output,
-    add_prompt_count,
-    add_runtime_arguments,
-    add_sampling_arguments,
-    advanced_flag,
-    command_parser,
-)
 from specpar.entrypoints.cli.comparison import NAMES, speedups_of
 from specpar.entrypoints.cli.progress import TokenProgress
 from specpar.experiments.loop import run_arms
@@ -39,43 +28,32 @@ with the spread of the per-prompt ratios; a note says when they straddle 1.
 
 
 def register(sub) -> None:
-    p = command_parser(sub, "bench", "non-SI vs SI vs DSI on real models over N prompts", DESCRIPTION)
+    p = arguments.command_parser(sub, "bench", "non-SI vs SI vs DSI on real models over N prompts", DESCRIPTION)
     arguments.add_prompt_args(p, default="humaneval")
-    add_prompt_count(p, 10, "prompts to run, the dataset's first n")
-    add_sampling_arguments(p, ("max_tokens", "temperature", "seed", "coupling"), {"max_tokens": 64, "temperature": 0.0,
-                           "seed": 0, "coupling": arguments.SEEDED_COUPLING},
-                           {"max_tokens": "tokens per prompt", "seed": "{help}; prompt i: seed + i"},
-                           advanced=("coupling",))  # fmt: skip
-    arguments.add_speculation_arguments(p, fields=("lookahead", "sp_degree", "tree", "proposer", "prefill_replicas",
-                                                     "dedicated_cursor"))  # fmt: skip
-    algorithms = p.add_argument(
-        "--algorithms",
-        default="nonsi,si,dsi",
-        metavar="LIST",
-        help="comma-separated algorithms (default nonsi,si,dsi; auto: the fastest by the machine profile's prediction, "
-        "per prompt)",
-    )
-    add_deprecated(p, algorithms, "--algos")
-    p.add_argument(
-        "--arm",
-        action="append",
-        metavar='"ALGO [k=K] [tree=SHAPE]"',
-        help="instead of --algorithms: one arm, repeatable, e.g. --arm nonsi --arm 'si k=8' --arm 'si tree=best:8' "
-        "--arm 'si tree=2,2,1' (chains and trees side by side, interleaved per prompt; k and tree default to -k and "
-        "--tree)",
-    )
-    add_output(p, "write one JSON line per prompt and algorithm", metavar="FILE.jsonl", old=("--out",))
-    add_json(p, "print the summary as one JSON object")
-    timeline = p.add_argument(
-        "--timeline",
-        action="store_true",
-        help="with -o: each line carries its run's timeline, every server call (server, kind, start and end ms, "
-        "tokens, drafts, tokens cached at its start, cancelled)",
-    )
-    advanced_flag(timeline)
+    arguments.add_prompt_count(p, 10, "prompts to run, the dataset's first n")
+    defaults = {"max_tokens": 64, "temperature": 0.0, "seed": 0, "coupling": arguments.SEEDED_COUPLING}
+    helps = {"max_tokens": "tokens per prompt", "seed": "{help}; prompt i: seed + i"}
+    arguments.add_sampling_arguments(p, tuple(defaults), defaults, helps, advanced=("coupling",))
+    spec = ("lookahead", "sp_degree", "tree", "proposer", "prefill_replicas", "dedicated_cursor")
+    arguments.add_speculation_arguments(p, fields=spec)
+    algorithms = p.add_argument("--algorithms", default="nonsi,si,dsi", metavar="LIST",
+                                help="comma-separated algorithms (default nonsi,si,dsi; auto: the fastest by the machine "
+                                     "profile's prediction, per prompt)")  # fmt: skip
+    arguments.add_deprecated(p, algorithms, "--algos")
+    p.add_argument("--arm", action="append", metavar='"ALGO [k=K] [tree=SHAPE]"',
+                   help="instead of --algorithms: one arm, repeatable, e.g. --arm nonsi --arm 'si k=8' --arm 'si "
+                        "tree=best:8' --arm 'si tree=2,2,1' (chains and trees side by side, interleaved per prompt; k "
+                        "and tree default to -k and --tree)")  # fmt: skip
+    arguments.add_output(p, "write one JSON line per prompt and algorithm", metavar="FILE.jsonl", old=("--out",))
+    arguments.add_json(p, "print the summary as one JSON object")
+    timeline = p.add_argument("--timeline", action="store_true",
+                              help="with -o: each line carries its run's timeline, every server call (server, kind, "
+                                   "start and end ms, tokens, drafts, tokens cached at its start, "
+                                   "cancelled)")  # fmt: skip
+    arguments.advanced_flag(timeline)
     arguments.add_model_args(p)
     arguments.add_machine_profile(p)
-    add_runtime_arguments(p, choices=("threads", "ray"), default="threads", fields=REAL_TIME_FIELDS)
+    arguments.add_runtime_arguments(p, choices=("threads", "ray"), default="threads", fields=arguments.REAL_TIME_FIELDS)
     p.set_defaults(func=run)
 
 
@@ -155,32 +133,31 @@ def _arms(args) -> dict:
     return arms
 
 
+# a result's fields in each -o line
+ROW_FIELDS = ("algorithm", "lookahead", "sp_degree", "time_ms", "ttft_ms", "tokens_per_second", "acceptance_rate",
+              "mean_acceptance_length", "target_forwards", "drafter_forwards")  # fmt: skip
+
+
 def _row(pid, ids, res, base, args, target) -> dict:
     """One -o line; base: non-SI's result on the same prompt when it ran already."""
     same = None
     if args.temperature == 0 and base is not None and res.algorithm != "nonsi":
         same = res.tokens == base.tokens
-    d = res.to_dict()
+    d = res.to_dict(timeline=args.timeline)
     return {
         "prompt_id": pid,
         "prompt_tokens": len(ids),
-        "algorithm": res.algorithm,
-        "lookahead": res.lookahead,
-        "sp_degree": res.sp_degree,
-        "time_ms": res.time_ms,
-        "ttft_ms": res.ttft_ms,
-        "tokens_per_second": d["tokens_per_second"],
-        "acceptance_rate": d["acceptance_rate"],
-        "mean_acceptance_length": d["mean_acceptance_length"],
-        "target_forwards": res.target_forwards,
-        "drafter_forwards": res.drafter_forwards,
+        **{key: d[key] for key in ROW_FIELDS},
         "same_tokens_as_nonsi": same,
         "auto": res.auto,
         "outside_forward_fraction": res.overhead["outside_forward_fraction"] if res.overhead else None,
         "tokens": res.tokens,
         "text": target.decode(res.tokens),
-        **({"timeline": res.to_dict(timeline=True)["timeline"]} if args.timeline else {}),
+        **({"timeline": d["timeline"]} if args.timeline else {}),
     }
+
+
+TOTALS = ("time_ms", "drafted", "accepted", "rounds", "verifications", "target_forwards", "drafter_forwards")
 
 
 def summarize(by_algo: dict, greedy: bool) -> dict:
@@ -189,33 +166,28 @@ def summarize(by_algo: dict, greedy: bool) -> dict:
     out = {}
     base = by_algo.get("nonsi")
     for algo, results in by_algo.items():
-        time_ms = sum(r.time_ms for r in results)
+        total = {name: sum(getattr(r, name) for r in results) for name in TOTALS}
+        time_ms, drafted, accepted = total["time_ms"], total["drafted"], total["accepted"]
         tokens = sum(len(r.tokens) for r in results)
-        drafted, accepted = sum(r.drafted for r in results), sum(r.accepted for r in results)
-        rounds = sum(r.rounds for r in results)
-        verifications = sum(r.verifications for r in results)
+        same = all(a.tokens == b.tokens for a, b in zip(base, results)) if greedy and base and algo != "nonsi" else None
+        overheads = [r.overhead for r in results]  # none on Ray: the forward passes run in the actors
+        outside = None
+        if all(overheads):
+            outside = sum(o["outside_forward_ms"] for o in overheads) / sum(o["wall_ms"] for o in overheads)
         s = {
             "prompts": len(results),
             "tokens": tokens,
             "wall_time_s": time_ms / 1000,
             "tokens_per_second": tokens / (time_ms / 1000) if time_ms else None,
             "acceptance_rate": accepted / drafted if drafted else None,
-            "mean_acceptance_length": tokens / verifications if drafted and verifications else None,
-            "mean_run_length": 1 + accepted / rounds if drafted and rounds else None,
-            "target_forwards": sum(r.target_forwards for r in results),
-            "drafter_forwards": sum(r.drafter_forwards for r in results),
-            "tokens_per_target_pass": tokens / max(1, sum(r.target_forwards for r in results)),
+            "mean_acceptance_length": tokens / total["verifications"] if drafted and total["verifications"] else None,
+            "mean_run_length": 1 + accepted / total["rounds"] if drafted and total["rounds"] else None,
+            "target_forwards": total["target_forwards"],
+            "drafter_forwards": total["drafter_forwards"],
+            "tokens_per_target_pass": tokens / max(1, total["target_forwards"]),
             **speedups_of(by_algo, algo),
-            "same_tokens_as_nonsi": (
-                all(a.tokens == b.tokens for a, b in zip(base, results))
-                if greedy and base and algo != "nonsi"
-                else None
-            ),
-            "outside_forward_fraction": (
-                sum(r.overhead["outside_forward_ms"] for r in results) / sum(r.overhead["wall_ms"] for r in results)
-                if all(r.overhead for r in results)
-                else None  # Ray: the forward passes run in the actors
-            ),
+            "same_tokens_as_nonsi": same,
+            "outside_forward_fraction": outside,
         }
         chosen = [r.auto for r in results if r.auto is not None]
         if chosen:
@@ -264,8 +236,7 @@ def _config(args, target, drafter, servers) -> dict:
 
 def _print(args, summary, why, target, drafter, servers) -> None:
 
-    from specpar.entrypoints.cli.comparison import print_comparison
-    from specpar.entrypoints.cli.console import table_console
+    from specpar.entrypoints.cli.comparison import print_comparison, table_console
 
     console = table_console()
     mode = "greedy" if args.temperature == 0 else f"sampling at temperature {args.temperature:g}"

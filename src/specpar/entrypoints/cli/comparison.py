@@ -1,19 +1,54 @@
-"""The one comparison table of ``generate --compare``, ``bench`` and ``simulate``: a row per arm (an algorithm, a
-token tree, a ``bench --arm``) from its summary, the columns the command picks, the metrics' footnote under it, and a
-note for each ratio its repeats leave inconclusive.
-
-A row is a dict with the keys of :func:`speedups_of` (each ratio and its spread) and those its columns read (:data:`CELLS`):
-``time_s`` or ``mean_ms``/``std_ms``, ``tokens_per_second``, ``acceptance_rate``, ``mean_run_length``,
-``mean_acceptance_length``, ``lookahead``, ``sp_degree``, ``target_forwards``, ``drafter_forwards``,
-``same_tokens_as_nonsi``, ``outside_forward_fraction``.
-"""
+"""The commands' tables: a console as wide as where they land, one table printer (turned when too wide), and the
+one comparison table of ``generate --compare``, ``bench`` and ``simulate``: a row per arm (an algorithm, a token
+tree, a ``bench --arm``), the columns the command picks (:data:`CELLS`), the metrics' footnote under it, and a note
+for each ratio its repeats leave inconclusive."""
 
 from __future__ import annotations
 
 import math
+import os
+import sys
 from collections.abc import Callable, Mapping, Sequence
 
 from specpar.core.results import fmt, metrics_footnote
+
+
+def table_console(stderr: bool = False, wide: int = 130, **kw):
+    """A Console for a command's tables: the terminal's width on a terminal; elsewhere (a log, a pipe) $COLUMNS when
+    it is set, else ``wide`` columns, so that rows stay whole."""
+    from rich.console import Console
+
+    stream = sys.stderr if stderr else sys.stdout
+    width = None
+    if not stream.isatty():
+        columns = os.environ.get("COLUMNS", "")
+        width = int(columns) if columns.isdigit() and int(columns) > 0 else wide
+    return Console(stderr=stderr, width=width, **kw)
+
+
+def print_table(console, columns, rows, title: str | None = None, left: tuple[str, ...] = ("algorithm",)) -> None:
+    """Print ``rows`` (lists of cell strings, rich markup allowed) under ``columns``; when the table is wider than the
+    console, print it turned (one row per column, one column per row, headed by each row's first cell), so that no
+    header or cell is cut at 80 columns."""
+    from rich.table import Table
+
+    table = Table(title=title)
+    for col in columns:
+        table.add_column(col, justify="left" if col in left else "right", no_wrap=True)
+    for row in rows:
+        table.add_row(*row)
+    natural = console.measure(table, options=console.options.update_width(1 << 16)).maximum
+    if natural <= console.width:
+        console.print(table)
+        return
+    turned = Table(title=title)
+    turned.add_column(columns[0], justify="left", no_wrap=True)
+    for row in rows:
+        turned.add_column(row[0], justify="right")
+    for i, col in enumerate(columns[1:], 1):
+        turned.add_row(col, *(row[i] for row in rows))
+    console.print(turned)
+
 
 NAMES = {"nonsi": "non-SI", "si": "SI", "dsi": "DSI", "auto": "auto"}
 
@@ -89,8 +124,6 @@ def print_comparison(
 ) -> None:
     """The table of ``rows`` ({arm: row}: the row's "name" heads it, else the arm's :data:`NAMES`) under "algorithm"
     and ``columns``, the footnote defining its metrics, ``why`` (what the measured costs say), and the notes."""
-    from specpar.entrypoints.cli.console import print_table
-
     cells = [[r.get("name") or NAMES.get(arm, arm), *(CELLS[c](r) for c in columns)] for arm, r in rows.items()]
     print_table(console, ("algorithm", *columns), cells, title)
     console.print(metrics_footnote(columns), style="dim")

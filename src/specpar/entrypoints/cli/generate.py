@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import statistics
 import sys
 from dataclasses import dataclass
 from typing import Any
@@ -10,14 +11,6 @@ from typing import Any
 from specpar.core.errors import ConfigError
 from specpar.core.json_output import print_json
 from specpar.entrypoints.cli import arguments, real_models
-from specpar.entrypoints.cli.arguments import (
-    REAL_TIME_FIELDS,
-    add_json,
-    add_repeats,
-    add_runtime_arguments,
-    add_sampling_arguments,
-    command_parser,
-)
 from specpar.entrypoints.cli.comparison import NAMES, speedups_of
 from specpar.entrypoints.cli.progress import TokenProgress
 from specpar.experiments.loop import run_arms
@@ -39,22 +32,24 @@ GENERATE_SAMPLING = ("max_tokens", "temperature", "top_k", "top_p", "min_p", "re
 
 
 def register(sub) -> None:
-    p = command_parser(sub, "generate", "generate text with real models (non-SI, SI or DSI), streamed", DESCRIPTION)
+    p = arguments.command_parser(
+        sub, "generate", "generate text with real models (non-SI, SI or DSI), streamed", DESCRIPTION
+    )
     p.add_argument(
         "prompt", nargs="?", default=None, help="the prompt text; with --dataset, an index or id in it (default 0)"
     )
     arguments.add_prompt_args(p)
     p.add_argument("--chat", action="store_true", help="put the prompt text in the target's chat template")
     arguments.add_speculation_arguments(p, algorithms=("nonsi", "si", "dsi", "auto"))
-    add_sampling_arguments(p, GENERATE_SAMPLING, {"max_tokens": 64, "temperature": 0.0, "seed": 0,
-                                                  "coupling": arguments.SEEDED_COUPLING},
-                           title="sampling and stopping (vLLM's SamplingParams)", advanced=("coupling",))  # fmt: skip
+    defaults = {"max_tokens": 64, "temperature": 0.0, "seed": 0, "coupling": arguments.SEEDED_COUPLING}
+    title = "sampling and stopping (vLLM's SamplingParams)"
+    arguments.add_sampling_arguments(p, GENERATE_SAMPLING, defaults, title=title, advanced=("coupling",))
     p.add_argument("--compare", action="store_true", help="also run the other algorithms and print all side by side")
-    add_repeats(p, 1, "with --compare: runs of each algorithm, interleaved, for the spread of the ratios")
-    add_json(p, "print one JSON object instead of text and tables")
+    arguments.add_repeats(p, 1, "with --compare: runs of each algorithm, interleaved, for the spread of the ratios")
+    arguments.add_json(p, "print one JSON object instead of text and tables")
     arguments.add_model_args(p)
     arguments.add_machine_profile(p)
-    add_runtime_arguments(p, choices=("threads", "ray"), default="threads", fields=REAL_TIME_FIELDS)
+    arguments.add_runtime_arguments(p, choices=("threads", "ray"), default="threads", fields=arguments.REAL_TIME_FIELDS)
     p.set_defaults(func=run)
 
 
@@ -82,11 +77,10 @@ def prompt_ids(args, target, chosen=None) -> tuple[str, list[int]]:
 class Streamer:
     """Prints the prompt's text, then the output's text as it is verified (never any of a stop string)."""
 
-    def __init__(self, model, prompt_ids, stop=(), out=None):
+    def __init__(self, model, prompt_ids, stop=()):
         from specpar.core.stopping import TextStream
 
-        self.out = out or sys.stdout
-        self.out.write(model.decode(prompt_ids))
+        sys.stdout.write(model.decode(prompt_ids))
         self.text = TextStream(model.tokenizer, prompt_ids, stop)
 
     def __call__(self, tokens) -> None:
@@ -97,8 +91,8 @@ class Streamer:
 
     def _write(self, piece: str) -> None:
         if piece:
-            self.out.write(piece)
-            self.out.flush()
+            sys.stdout.write(piece)
+            sys.stdout.flush()
 
 
 def run(args) -> int:
@@ -226,10 +220,8 @@ def predictions(engine, args, algorithms, prompt_tokens: int) -> tuple[dict, str
 def _report(args, results, runs, speedups, predicted, why_not) -> None:
     """The main algorithm's statistics (its first run); with --compare a table of all, times the mean over
     the repeats and ratios with their spread."""
-
     from specpar.core.results import fmt
-    from specpar.entrypoints.cli.comparison import print_comparison
-    from specpar.entrypoints.cli.console import table_console
+    from specpar.entrypoints.cli.comparison import table_console
 
     console = table_console(stderr=True, wide=120)
     main = results[args.algorithm]
@@ -238,31 +230,36 @@ def _report(args, results, runs, speedups, predicted, why_not) -> None:
             f"auto ran {main.auto['label']}: predicted {main.auto['predicted_ms'] / 1000:.2f} s, measured "
             f"{main.time_ms / 1000:.2f} s ({main.auto['reason']})"
         )
+    drafts = (
+        f"acceptance rate {fmt(main.acceptance_rate)}, run length {fmt(main.mean_run_length)} (tokens per "
+        f"target-made token), {fmt(main.mean_acceptance_length)} tokens per target pass, lookahead {main.lookahead}, "
+    )
+    where = f"on {args.runtime}"
+    if main.overhead:
+        where = f"time outside forward passes {100 * main.overhead['outside_forward_fraction']:.2f}%"
     console.print(
         f"{NAMES[args.algorithm]}: {len(main.tokens)} tokens in {main.time_ms / 1000:.2f} s = "
-        f"{fmt(main.tokens_per_second)} tokens/s"
-        f" (first token {main.ttft_ms / 1000:.2f} s); "
-        + (
-            ""
-            if main.algorithm == "nonsi"
-            else f"acceptance rate {fmt(main.acceptance_rate)}, run length {fmt(main.mean_run_length)} "
-            f"(tokens per target-made token), {fmt(main.mean_acceptance_length)} tokens per target pass, "
-            f"lookahead {main.lookahead}, "
-        )
-        + (
-            f"time outside forward passes {100 * main.overhead['outside_forward_fraction']:.2f}%"
-            if main.overhead
-            else f"on {args.runtime}"
-        )
+        f"{fmt(main.tokens_per_second)} tokens/s (first token {main.ttft_ms / 1000:.2f} s); "
+        f"{'' if main.algorithm == 'nonsi' else drafts}{where}"
     )
-    if len(results) == 1:
-        return
+    if len(results) > 1:
+        _comparison(console, args, results, runs, speedups, predicted)
+        if why_not:
+            console.print(f"no predictions: {why_not}", style="dim")
+        if args.repeats == 1:
+            console.print("one run each: no spread to judge the ratios by; --repeats 3 or more gives one", style="dim")
+
+
+def _comparison(console, args, results, runs, speedups, predicted) -> None:
+    """--compare's table: each algorithm's mean time over the repeats, predicted time and ratios with their spread."""
+    from specpar.entrypoints.cli.comparison import print_comparison
+
     n = len(runs["nonsi"])
     title = f"same prompt, same loaded servers, {n} interleaved run{'s' if n > 1 else ''} each"
     rows = {}
     for algo in [a for a in ("nonsi", "si", "dsi", "auto") if a in results]:
         r = results[algo]
-        mean_s = sum(x.time_ms for x in runs[algo]) / len(runs[algo]) / 1000
+        mean_s = statistics.fmean(x.time_ms for x in runs[algo]) / 1000
         same = all(x.tokens == b.tokens for x, b in zip(runs[algo], runs["nonsi"]))
         rows[algo] = {
             **r.to_dict(),
@@ -277,7 +274,3 @@ def _report(args, results, runs, speedups, predicted, why_not) -> None:
     columns = ("time s", *(("predicted s",) if predicted else ()), "tokens /s", "vs non-SI", "vs SI", "accept rate",
                "run len", "tokens/pass", "same as non-SI")  # fmt: skip
     print_comparison(console, rows, columns, title, real_models.why_line(runs))
-    if why_not:
-        console.print(f"no predictions: {why_not}", style="dim")
-    if args.repeats == 1:
-        console.print("one run each: no spread to judge the ratios by; --repeats 3 or more gives one", style="dim")

@@ -5,21 +5,7 @@ from __future__ import annotations
 import os
 import time
 
-from specpar.core.config import SpeculativeConfig
-from specpar.entrypoints.cli.arguments import (
-    PAPER_SP_DEGREE,
-    ConfigOptions,
-    add_lookaheads,
-    add_pair_arguments,
-    add_repeats,
-    add_sampling_arguments,
-    advanced_flag,
-    command_parser,
-    experiment_settings,
-    integer,
-    lookahead_range,
-    ranged,
-)
+from specpar.entrypoints.cli import arguments
 
 DESCRIPTION = """\
 Offline simulation on the virtual clock, as in the DSI paper's Fig. 2: speedups
@@ -38,35 +24,20 @@ MAX_CHECK_CELLS = 10_000  # cells run again through the event-driven simulator (
 
 
 def register(subparsers) -> None:
-    p = command_parser(
+    p = arguments.command_parser(
         subparsers, "heatmap", "the paper's offline heatmaps (Fig. 2 / Fig. 7) as PNG and CSV", DESCRIPTION
     )
     add_grid_arguments(p)
-    p.add_argument(
-        "-k",
-        "--lookahead",
-        type=integer,
-        default=None,
-        metavar="K",
-        help="fixed lookahead for SI and DSI (Fig. 7: 5). Default: each cell's fastest, DSI's among those "
-        "satisfying Eq. 1",
-    )
-    p.add_argument(
-        "-o",
-        "--output",
-        default=None,
-        metavar="PREFIX",
-        help="write PREFIX.png and PREFIX.csv (fig.png names the prefix fig too; default: dsi-fig2, or "
-        "dsi-fig7-kK with --lookahead)",
-    )
+    p.add_argument("-k", "--lookahead", type=arguments.integer, default=None, metavar="K",
+                   help="fixed lookahead for SI and DSI (Fig. 7: 5). Default: each cell's fastest, DSI's among those "
+                        "satisfying Eq. 1")  # fmt: skip
+    what = "write PREFIX.png and PREFIX.csv (fig.png names the prefix fig too; default: dsi-fig2, or dsi-fig7-kK"
+    arguments.add_output(p, f"{what} with --lookahead)", metavar="PREFIX")
+    what = "also run M random cells through the event-driven simulator and print both (slow)"
     check = p.add_argument(
-        "--check-cells",
-        type=ranged(int, 0, MAX_CHECK_CELLS),
-        default=0,
-        metavar="M",
-        help="also run M random cells through the event-driven simulator and print both (slow)",
+        "--check-cells", type=arguments.ranged(int, 0, MAX_CHECK_CELLS), default=0, metavar="M", help=what
     )
-    advanced_flag(check)
+    arguments.advanced_flag(check)
     p.set_defaults(func=run)
 
 
@@ -77,20 +48,15 @@ def add_grid_arguments(p, resolution: int = 100) -> None:
         if resolution == 100
         else f"{resolution} x {resolution + 1} cells; 100 is the paper's"
     )
-    p.add_argument(
-        "--resolution",
-        type=integer,
-        default=resolution,
-        metavar="R",
-        help="R drafter latencies c from 0.01 to 1 and R+1 acceptance rates a from 0 to 1, evenly spaced "
-        f"(default {resolution}: {note})",
-    )
-    add_sampling_arguments(p, ("max_tokens",), {"max_tokens": 100}, {"max_tokens": "tokens per run"})
-    add_repeats(p, 5, "runs per cell and algorithm")
-    ConfigOptions(SpeculativeConfig, "spec", fields=("sp_degree",), defaults={"sp_degree": PAPER_SP_DEGREE}).add_to(p)
-    add_lookaheads(p, "1-200", "the range of lookaheads SI may choose from in each cell, and DSI those of them "
-                   "satisfying Eq. 1")  # fmt: skip
-    add_pair_arguments(p, fields=("seed",))
+    p.add_argument("--resolution", type=arguments.integer, default=resolution, metavar="R",
+                   help="R drafter latencies c from 0.01 to 1 and R+1 acceptance rates a from 0 to 1, evenly spaced "
+                        f"(default {resolution}: {note})")  # fmt: skip
+    arguments.add_sampling_arguments(p, ("max_tokens",), {"max_tokens": 100}, {"max_tokens": "tokens per run"})
+    arguments.add_repeats(p, 5, "runs per cell and algorithm")
+    arguments.add_sp_degree(p)
+    what = "the range of lookaheads SI may choose from in each cell, and DSI those of them satisfying Eq. 1"
+    arguments.add_lookaheads(p, "1-200", what)
+    arguments.add_pair_arguments(p, fields=("seed",))
 
 
 def output_prefix(given: str | None, default: str) -> str:
@@ -109,26 +75,19 @@ def output_prefix(given: str | None, default: str) -> str:
     return prefix
 
 
-def compute_with_progress(args, fixed_lookahead, label: str):
-    """compute_heatmap with the progress display on a terminal."""
-    from specpar.experiments.heatmap import compute_heatmap
-
-    kwargs = dict(lookaheads=lookahead_range(args), fixed_lookahead=fixed_lookahead, **experiment_settings(args))
-    from specpar.entrypoints.cli.progress import TokenProgress
-
-    with TokenProgress(None, label, unit="cells") as bar:
-        return compute_heatmap(args.resolution, progress=bar.update, **kwargs)
-
-
 def run(args) -> int:
-    from specpar.entrypoints.cli.console import table_console
-    from specpar.experiments.heatmap import PANELS
+    from specpar.entrypoints.cli.comparison import table_console
+    from specpar.entrypoints.cli.progress import TokenProgress
+    from specpar.experiments.heatmap import PANELS, compute_heatmap
     from specpar.experiments.plots import plot_heatmap
 
     console = table_console(wide=120, highlight=False)
     prefix = output_prefix(args.output, "dsi-fig2" if args.lookahead is None else f"dsi-fig7-k{args.lookahead}")
+    settings = dict(lookaheads=arguments.lookahead_range(args), fixed_lookahead=args.lookahead,
+                    **arguments.experiment_settings(args))  # fmt: skip
     t0 = time.perf_counter()
-    h = compute_with_progress(args, args.lookahead, f"{args.resolution} x {args.resolution + 1} cells")
+    with TokenProgress(None, f"{args.resolution} x {args.resolution + 1} cells", unit="cells") as bar:
+        h = compute_heatmap(args.resolution, progress=bar.update, **settings)
     seconds = time.perf_counter() - t0
     h.write_csv(prefix + ".csv")
     plot_heatmap(h, prefix + ".png")
@@ -152,35 +111,19 @@ def run(args) -> int:
 def _check_cells(console, h, args) -> None:
     """Random cells through the event-driven simulator beside the fast path's figures."""
     import numpy as np
-    from rich.table import Table
 
+    from specpar.entrypoints.cli.comparison import print_table
     from specpar.experiments.heatmap import event_cell
 
     rng = np.random.default_rng(args.seed)
-    table = Table(title="fast path vs event-driven simulator (mean latency, target passes)")
-    for col in ("c", "a", "SI k", "DSI k", "SI fast", "SI events", "DSI fast", "DSI events"):
-        table.add_column(col, justify="right")
+    rows = []
     for _ in range(args.check_cells):
         i, j = int(rng.integers(len(h.c))), int(rng.integers(len(h.a)))
-        ev = event_cell(
-            float(h.c[i]),
-            float(h.a[j]),
-            n=h.n,
-            repeats=h.repeats,
-            si_lookahead=int(h.si_lookahead[i, j]),
-            dsi_lookahead=int(h.dsi_lookahead[i, j]),
-            sp_degree=h.sp_degree,
-            seed=args.seed,
-        )
-        table.add_row(
-            f"{h.c[i]:g}",
-            f"{h.a[j]:g}",
-            str(h.si_lookahead[i, j]),
-            str(h.dsi_lookahead[i, j]),
-            f"{h.si[i, j]:.2f}",
-            f"{ev['si']:.2f}",
-            f"{h.dsi[i, j]:.2f}",
-            f"{ev['dsi']:.2f}",
-        )
-    console.print(table)
+        si_k, dsi_k = int(h.si_lookahead[i, j]), int(h.dsi_lookahead[i, j])
+        ev = event_cell(float(h.c[i]), float(h.a[j]), n=h.n, repeats=h.repeats, si_lookahead=si_k,
+                        dsi_lookahead=dsi_k, sp_degree=h.sp_degree, seed=args.seed)  # fmt: skip
+        figures = (h.si[i, j], ev["si"], h.dsi[i, j], ev["dsi"])
+        rows.append([f"{h.c[i]:g}", f"{h.a[j]:g}", str(si_k), str(dsi_k), *(f"{x:.2f}" for x in figures)])
+    columns = ("c", "a", "SI k", "DSI k", "SI fast", "SI events", "DSI fast", "DSI events")
+    print_table(console, columns, rows, "fast path vs event-driven simulator (mean latency, target passes)", left=())
     console.print("(the event runs draw their own acceptances: figures agree in distribution, not run by run)")

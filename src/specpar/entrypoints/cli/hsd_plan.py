@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 from pathlib import Path
@@ -10,7 +9,7 @@ from pathlib import Path
 from specpar.core.errors import ConfigError
 from specpar.core.json_output import print_json
 from specpar.core.paths import read_text
-from specpar.entrypoints.cli.arguments import add_json, advanced_flag, command_parser, integer, number
+from specpar.entrypoints.cli import arguments
 
 DESCRIPTION = """\
 Choose the hierarchical speculative decoding (HSD) stack with the least expected
@@ -26,45 +25,22 @@ alpha[i][j] = 1 - TV(q_i, q_j) (entries above the diagonal are used), as JSON
 
 
 def register(sub) -> None:
-    p = command_parser(sub, "hsd-plan", "best HSD hierarchy and buffer sizes for given costs and acceptance rates",
-                       DESCRIPTION)  # fmt: skip
+    what = "best HSD hierarchy and buffer sizes for given costs and acceptance rates"
+    p = arguments.command_parser(sub, "hsd-plan", what, DESCRIPTION)
     add_plan_arguments(p, required=True)
-    add_json(p)
+    arguments.add_json(p)
     p.set_defaults(func=run)
 
 
 def add_plan_arguments(p, required: bool) -> None:
-    p.add_argument(
-        "--costs",
-        type=parse_costs,
-        required=required,
-        metavar="C0,C1,...,CK",
-        help="time of one forward pass of each model, M0 first, the target last (any unit, e.g. ms)",
-    )
-    p.add_argument(
-        "--alpha",
-        type=Path,
-        required=required,
-        metavar="FILE",
-        help="pairwise acceptance-rate matrix, JSON or text (see above)",
-    )
-    t_max = p.add_argument(
-        "--t-max",
-        type=integer,
-        default=15,
-        metavar="T",
-        help="largest buffer size considered for every level (default 15)",
-    )
+    what = "time of one forward pass of each model, M0 first, the target last (any unit, e.g. ms)"
+    p.add_argument("--costs", type=arguments.numbers, required=required, metavar="C0,C1,...,CK", help=what)
+    p.add_argument("--alpha", type=Path, required=required, metavar="FILE",
+                   help="pairwise acceptance-rate matrix, JSON or text (see above)")  # fmt: skip
+    t_max = p.add_argument("--t-max", type=arguments.integer, default=15, metavar="T",
+                           help="largest buffer size considered for every level (default 15)")  # fmt: skip
     if not required:  # simulate hsd: a finer control
-        advanced_flag(t_max)
-
-
-def parse_costs(text: str) -> list[float]:
-    """Finite numbers separated by commas (--costs, --chain)."""
-    try:
-        return [number(x) for x in text.replace(" ", "").split(",") if x]
-    except argparse.ArgumentTypeError:
-        raise argparse.ArgumentTypeError(f"must be finite numbers separated by commas, got {text!r}") from None
+        arguments.advanced_flag(t_max)
 
 
 def read_alpha(path: Path) -> list[list[float]]:
@@ -124,20 +100,18 @@ def run(args) -> int:
     if args.json:
         print_json({"costs": args.costs, "alpha": alpha, **report})
         return 0
-    from rich.table import Table
-
-    from specpar.entrypoints.cli.console import table_console
+    from specpar.entrypoints.cli.comparison import print_table, table_console
 
     n = len(args.costs)
-    table = Table(title=f"HSD plan for {n} models (T <= {args.t_max})")
-    for col in ("plan", "hierarchy", "T", "latency / token", "speedup vs target", "forwards / token"):
-        table.add_column(col, justify="left" if col in ("plan", "hierarchy") else "right")
     best, alone = report["best"], report["target_alone_latency"]
     fwd = ", ".join(f"{f:.3g}" for f in best["forwards_per_token"])
-    table.add_row(*_plan_row("best (HSD)", best, n, alone, fwd))
-    table.add_row(*_plan_row("best single drafter (SI)", report["best_single_drafter"], n, alone))
-    table.add_row("target alone", "target", "-", f"{alone:.4g}", "1.000x", "1")
-    table_console().print(table)
+    rows = [
+        _plan_row("best (HSD)", best, n, alone, fwd),
+        _plan_row("best single drafter (SI)", report["best_single_drafter"], n, alone),
+        ["target alone", "target", "-", f"{alone:.4g}", "1.000x", "1"],
+    ]
+    columns = ("plan", "hierarchy", "T", "latency / token", "speedup vs target", "forwards / token")
+    print_table(table_console(), columns, rows, f"HSD plan for {n} models (T <= {args.t_max})", ("plan", "hierarchy"))
     s = report["speedup_vs_best_single_drafter"]
     print(
         f"HSD is {s:.3f}x faster than the best single drafter (predicted; latency in the costs' unit per output token)"

@@ -1,14 +1,6 @@
-"""The ``specpar`` command line: one module per subcommand under specpar.entrypoints.cli.
-
-Each command module has ``register(subparsers)`` that adds its parser and sets
-``func``; heavy imports (torch, matplotlib) stay inside the command functions so
-that ``specpar --help`` and ``specpar simulate`` start fast.
-
-:func:`main` is the one place where a user's mistake becomes one line on stderr and exit status 2 (a bad flag, a
-:class:`~specpar.core.errors.SpecparError`, a file the system refuses), and Ctrl-C becomes "interrupted" and 130.
-It builds the configuration objects a command's flags describe (:mod:`.arguments`) before the command runs, then
-prints one warning line per deprecated flag spelling used (:mod:`.arguments`).
-"""
+"""The ``specpar`` command line: one module per subcommand, each with ``register(subparsers)`` (heavy imports stay
+inside the command functions, so that ``specpar --help`` starts fast). :func:`main` is the one place where a user's
+mistake becomes one line on stderr and exit status 2, and Ctrl-C "interrupted" and 130."""
 
 from __future__ import annotations
 
@@ -24,19 +16,8 @@ import sys
 from specpar.core.errors import SpecparError
 from specpar.entrypoints.cli import arguments
 
-COMMANDS = [
-    "specpar.entrypoints.cli.simulate",
-    "specpar.entrypoints.cli.plan",
-    "specpar.entrypoints.cli.hsd_plan",
-    "specpar.entrypoints.cli.heatmap",
-    "specpar.entrypoints.cli.reproduce",
-    "specpar.entrypoints.cli.table",
-    "specpar.entrypoints.cli.generate",
-    "specpar.entrypoints.cli.bench",
-    "specpar.entrypoints.cli.profile",
-    "specpar.entrypoints.cli.predict",
-    "specpar.entrypoints.cli.serve",
-]
+COMMANDS = ("simulate", "plan", "hsd_plan", "heatmap", "reproduce", "table", "generate", "bench", "profile", "predict",
+            "serve")  # fmt: skip
 
 USAGE_ERROR = 2
 INTERRUPTED = 130  # 128 + SIGINT, as shells report a process stopped by Ctrl-C
@@ -95,7 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help=VERBOSE)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=ArgumentParser)
     for name in COMMANDS:
-        importlib.import_module(name).register(sub)
+        importlib.import_module(f"specpar.entrypoints.cli.{name}").register(sub)
     for command in all_commands(parser).values():  # the one global flag, also taken after the command
         command.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
         command.epilog = f"-v, --verbose (any command, before or after its name): {VERBOSE}."
@@ -126,9 +107,7 @@ def _verbose_log(verbose: bool):
 
 def main(argv: list[str] | None = None, *, exit_on_interrupt: bool = False) -> int:
     """Run one command; returns its exit status (0, 1 for a FAIL of `reproduce`, 2 for a mistake, 130 for Ctrl-C).
-
-    exit_on_interrupt: after Ctrl-C and its line, end the process at once (the executable: see :func:`entry`).
-    """
+    exit_on_interrupt: after Ctrl-C and its line, end the process at once (the executable: :func:`entry`)."""
     prog = "specpar"
     try:
         from specpar.entrypoints.cli.simulate import legacy_modes
@@ -172,33 +151,31 @@ def main(argv: list[str] | None = None, *, exit_on_interrupt: bool = False) -> i
         return USAGE_ERROR
 
 
+def _sp_degree(args) -> int:
+    """The command's --sp-degree (1 for a command without one)."""
+    sp = getattr(args, "sp_degree", None)
+    return sp if isinstance(sp, int) and not isinstance(sp, bool) else 1
+
+
 def check_servers(args) -> None:
     """Refuse, before anything starts, a run whose servers (sp_degree targets and a drafter: a thread or a process
     each) the runtime cannot run on this machine (:mod:`specpar.runtimes.capacity`)."""
     runtime = getattr(args, "runtime_config", None)
-    if runtime is None or runtime.name not in ("threads", "ray"):
-        return
-    from specpar.runtimes.capacity import check_servers as check
+    if runtime is not None and runtime.name in ("threads", "ray"):
+        from specpar.runtimes.capacity import check_servers as check
 
-    sp = getattr(args, "sp_degree", None)
-    check(runtime, sp if isinstance(sp, int) and not isinstance(sp, bool) else 1, 1)
+        check(runtime, _sp_degree(args), 1)
 
 
 def ray_cpus(args) -> float:
     """The logical CPUs a command's largest Ray run needs: its sp_degree target servers and a drafter level or two,
     at --cpus-per-server each."""
-    sp = getattr(args, "sp_degree", None)
-    servers = (sp if isinstance(sp, int) and not isinstance(sp, bool) else 1) + 2
-    return servers * float(getattr(args, "cpus_per_server", 1.0) or 1.0)
+    return (_sp_degree(args) + 2) * float(getattr(args, "cpus_per_server", 1.0) or 1.0)
 
 
 def entry() -> None:
-    """The ``specpar`` executable: :func:`main`, then exit with its status.
-
-    Ctrl-C ends the process at once, without freeing what the interrupted run built: a virtual-clock run of
-    10^7 tokens holds about a GB of small objects, whose traversal by the cyclic collector (paused during the
-    run) and freeing took seconds. The collector leaves them alone from the signal on (gc.freeze).
-    """
+    """The ``specpar`` executable: :func:`main`, then exit with its status. Ctrl-C ends the process at once, without
+    freeing what the run built (10^7 virtual-clock tokens: a GB of small objects, seconds to collect and free)."""
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
         signal.signal(signal.SIGINT, _interrupt)
     sys.exit(main(exit_on_interrupt=True))
@@ -216,10 +193,8 @@ def one_line(message: str) -> str:
 
 def _say(line: str) -> None:
     """One line on stderr, after what the output had written so far."""
-    try:
+    with contextlib.suppress(OSError, ValueError):
         sys.stdout.flush()
-    except (OSError, ValueError):
-        pass
     print(line, file=sys.stderr, flush=True)
 
 

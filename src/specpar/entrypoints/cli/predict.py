@@ -5,7 +5,6 @@ from __future__ import annotations
 from specpar.core.errors import ConfigError
 from specpar.core.json_output import print_json
 from specpar.entrypoints.cli import arguments
-from specpar.entrypoints.cli.arguments import add_json, add_sampling_arguments, command_parser, integer
 
 DESCRIPTION = """\
 Predict the time of every method (non-SI, SI, DSI, SI and DSI over token trees, SI
@@ -20,24 +19,21 @@ acceptance (and n-gram match) rates. `--algorithm auto` runs the first row.
 
 
 def register(sub) -> None:
-    p = command_parser(sub, "predict", "every method's predicted time on this machine, fastest first", DESCRIPTION)
+    what = "every method's predicted time on this machine, fastest first"
+    p = arguments.command_parser(sub, "predict", what, DESCRIPTION)
     arguments.add_machine_profile(p, advanced=False)
+    integer = arguments.integer
     p.add_argument("--prompt-length", type=integer, default=128, metavar="N", help="prompt tokens (default 128)")
-    add_sampling_arguments(p, ("max_tokens",), {"max_tokens": 64}, {"max_tokens": "output tokens"})
+    arguments.add_sampling_arguments(p, ("max_tokens",), {"max_tokens": 64}, {"max_tokens": "output tokens"})
     p.add_argument("--sp-degree", type=integer, default=2, metavar="SP",
                    help="the engine's target servers: DSI's SP degree at most (default 2)")  # fmt: skip
-    arguments.advanced_flag(
-        p.add_argument(
-            "--units",
-            type=integer,
-            default=None,
-            metavar="U",
-            help="the engine's processing units (default: SP + 1, as `specpar generate` makes)",
-        )
-    )
-    arguments.advanced_flag(p.add_argument("--runtime", choices=("threads", "ray", "both"), default="threads",
-                            help="the runtime the methods run on (both: each method on each)"))  # fmt: skip
-    add_json(p, "print one JSON object instead of a table")
+    what = "the engine's processing units (default: SP + 1, as `specpar generate` makes)"
+    units = p.add_argument("--units", type=integer, default=None, metavar="U", help=what)
+    runtime = p.add_argument("--runtime", choices=("threads", "ray", "both"), default="threads",
+                             help="the runtime the methods run on (both: each method on each)")  # fmt: skip
+    arguments.advanced_flag(units)
+    arguments.advanced_flag(runtime)
+    arguments.add_json(p, "print one JSON object instead of a table")
     arguments.add_model_args(p, advanced=("--target", "--drafter", "--backend", "--devices"))
     p.set_defaults(func=run)
 
@@ -91,21 +87,16 @@ def _json(args, profile, result) -> dict:
 
 def _table(profile, result, auto, cpu: bool) -> None:
     from specpar.core.results import fmt
-    from specpar.entrypoints.cli.console import print_table, table_console
+    from specpar.entrypoints.cli.comparison import print_table, table_console
     from specpar.prediction.auto import seconds
 
     console = table_console()
     plain = result.of("nonsi")
-    rows = [
-        [
-            p.label,
-            seconds(p.ms),
-            fmt(result.max_tokens / (p.ms / 1000) if p.ms > 0 else None),
-            fmt(plain.ms / p.ms if plain and p.ms > 0 else None),
-            str(p.threads) if cpu else "-",
-        ]
-        for p in result.best
-    ]
+    rows = []
+    for p in result.best:
+        rate = result.max_tokens / (p.ms / 1000) if p.ms > 0 else None
+        ratio = plain.ms / p.ms if plain and p.ms > 0 else None
+        rows.append([p.label, seconds(p.ms), fmt(rate), fmt(ratio), str(p.threads) if cpu else "-"])
     title = (
         f"predicted for {result.prompt_tokens} prompt tokens and {result.max_tokens} new, fastest first "
         f"({profile.target.name} / {profile.drafter.name if profile.drafter else 'no drafter'})"

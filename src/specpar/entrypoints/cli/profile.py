@@ -10,15 +10,6 @@ import statistics
 from specpar.core.errors import ConfigError
 from specpar.core.json_output import print_json
 from specpar.entrypoints.cli import arguments, real_models
-from specpar.entrypoints.cli.arguments import (
-    add_deprecated,
-    add_json,
-    add_output,
-    add_prompt_count,
-    advanced_flag,
-    command_parser,
-    integer,
-)
 
 DESCRIPTION = """\
 Measure a target/drafter pair on this machine, through the servers' own calls as
@@ -48,14 +39,14 @@ reads it.
 
 
 def register(sub) -> None:
-    p = command_parser(sub, "profile", "measure a real model pair on this machine (its machine profile and App. F's)",
-                       DESCRIPTION)  # fmt: skip
+    what = "measure a real model pair on this machine (its machine profile and App. F's)"
+    p = arguments.command_parser(sub, "profile", what, DESCRIPTION)
     arguments.add_prompt_args(p)
-    add_prompt_count(p, 3, "sample prompts: the built-in sample's (3) or --dataset's first n")
-    tokens = p.add_argument(
-        "-N", "--max-tokens", type=integer, default=48, metavar="N", help="greedy tokens per sample prompt (default 48)"
-    )
-    add_deprecated(p, tokens, "--tokens", "--accept-tokens")
+    arguments.add_prompt_count(p, 3, "sample prompts: the built-in sample's (3) or --dataset's first n")
+    integer = arguments.integer
+    tokens = p.add_argument("-N", "--max-tokens", type=integer, default=48, metavar="N",
+                            help="greedy tokens per sample prompt (default 48)")  # fmt: skip
+    arguments.add_deprecated(p, tokens, "--tokens", "--accept-tokens")
     p.add_argument("-k", "--lookahead", type=integer, default=5, help="drafts in App. F's verification (default 5)")
     finer = [  # the measurement's finer controls (--help=all)
         p.add_argument("--max-pass", type=integer, default=10, metavar="K", help="longest pass timed, tokens (default 10)"),
@@ -64,9 +55,10 @@ def register(sub) -> None:
                        help="measure a Ray actor call's round trip too (starts Ray; default: not measured)"),
     ]  # fmt: skip
     for action in finer:
-        advanced_flag(action)
-    add_output(p, "where to write the profile (default profile.json)", "FILE.json", "profile.json", old=("--out",))
-    add_json(p, "print the profile as JSON instead of a summary")
+        arguments.advanced_flag(action)
+    what = "where to write the profile (default profile.json)"
+    arguments.add_output(p, what, "FILE.json", "profile.json", old=("--out",))
+    arguments.add_json(p, "print the profile as JSON instead of a summary")
     arguments.add_model_args(p)
     p.set_defaults(func=run)
 
@@ -84,9 +76,9 @@ def run(args) -> int:
     real_models.check_common(args)
     if args.ray and importlib.util.find_spec("ray") is None:
         raise ConfigError("--ray needs Ray: pip install 'specpar[ray]'")
-    ray = args.ray
+    overheads = ("threads", "ray") if args.ray else ("threads",)
     options = MeasureOptions(tokens=args.max_tokens, max_pass=args.max_pass, repeats=args.repeats,
-                             lookahead=args.lookahead, overheads=("threads", "ray") if ray else ("threads",))  # fmt: skip
+                             lookahead=args.lookahead, overheads=overheads)  # fmt: skip
     args.output = check_output_file(args.output, "-o")  # before minutes of measuring, not after
     chosen = prompts.load(args.dataset, args.prompts) if args.dataset is not None else None
     target, drafter = real_models.load_models(args)
@@ -95,11 +87,12 @@ def run(args) -> int:
         check_context_window(len(x), args.max_tokens + 1, target, drafter)
     with TokenProgress(options.steps(len(ids), cpu_cores()), "measuring", not args.json, unit="steps") as bar:
         profile = load_or_build(target=target, drafter=drafter, prompts=ids, options=options,
-                                progress=lambda label: bar.advance(label), refresh=True)  # fmt: skip
+                                progress=bar.advance, refresh=True)  # fmt: skip
     data = {**profile.meta["app_f"], "dataset": args.dataset or "sample", "dtype": args.dtype or "float32"}
-    write({**data, "machine": profile.to_dict()}, args.output)
+    data["machine"] = profile.to_dict()
+    write(data, args.output)
     if args.json:
-        print_json({**data, "machine": profile.to_dict()})
+        print_json(data)
         return 0
     _app_f(args, data, len(ids))
     _machine(profile)

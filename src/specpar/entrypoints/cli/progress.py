@@ -1,13 +1,9 @@
-"""The commands' one progress display: a bar of tokens generated (``simulate -N 10000000``) or of steps.
-
-The token bar counts verified tokens over every run (each algorithm, each repeat), so a single huge run shows its
-progress too, not only its end; commands whose work is not tokens (profile, heatmap, reproduce) count steps with
-the same bar (``unit``). Libraries' own bars (transformers, huggingface_hub) are silenced where models load. It is drawn on stderr with rich, only on a terminal, and always taken down
-(Ctrl-C included) by the ``with`` block, so that the one-line "interrupted" lands on a clean line.
-"""
+"""The commands' one progress display, drawn on stderr with rich, only on a terminal, and always taken down (Ctrl-C
+included) by its ``with`` block, so that the one-line "interrupted" lands on a clean line."""
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
 from collections.abc import Sequence
@@ -16,10 +12,10 @@ REFRESH_S = 0.1  # the bar is updated at most this often: a run of 10^7 tokens c
 
 
 class TokenProgress:
-    """``with TokenProgress(total, label, enabled) as bar``: pass ``bar.callback`` to ``generate(stream=...)``.
+    """``with TokenProgress(total, label, enabled) as bar``: a bar of tokens generated over every run (pass
+    ``bar.callback`` to ``generate(stream=...)``), or of other steps (``unit``, counted by :meth:`advance`).
 
-    total: tokens expected over all runs (runs x max_new_tokens), or steps with ``unit``, None when unknown;
-    enabled: False for JSON output.
+    total: tokens (or steps) expected over all runs, None when unknown; enabled: False for JSON output.
     """
 
     def __init__(self, total: int | None, label: str, enabled: bool = True, unit: str = "tokens"):
@@ -32,14 +28,8 @@ class TokenProgress:
         if self.enabled:
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-            self._bar = Progress(
-                TextColumn("{task.description}"),
-                BarColumn(),
-                MofNCompleteColumn(),
-                TextColumn(self.unit),
-                TimeRemainingColumn(),
-                transient=True,
-            )
+            columns = (MofNCompleteColumn(), TextColumn(self.unit), TimeRemainingColumn())
+            self._bar = Progress(TextColumn("{task.description}"), BarColumn(), *columns, transient=True)
             self._bar.__enter__()
             self._task = self._bar.add_task(self.label, total=self.total)
         return self
@@ -61,8 +51,7 @@ class TokenProgress:
 
     def describe(self, label: str) -> None:
         """Show what runs now (e.g. "DSI, repeat 2 of 5")."""
-        if self.enabled:
-            self._bar.update(self._task, description=label)
+        self.advance(label, 0)
 
     def advance(self, label: str | None = None, steps: int = 1) -> None:
         """Count ``steps`` done (a bar of steps), and show ``label`` when given."""
@@ -82,8 +71,6 @@ class TokenProgress:
 
 def status(label: str, enabled: bool = True):
     """A spinner with ``label`` on stderr while a step with no count runs (on a terminal; else nothing)."""
-    import contextlib
-
     if not (enabled and sys.stderr.isatty()):
         return contextlib.nullcontext()
     from rich.console import Console

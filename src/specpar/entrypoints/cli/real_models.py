@@ -41,70 +41,63 @@ def backend(args) -> str:
 
 def arm(spec: SpeculativeConfig, engine, algorithm: str, **changes) -> SpeculativeConfig:
     """``spec`` for one run of ``algorithm`` on ``engine``: no token tree or proposer for non-SI, at most the engine's
-    target servers (it made one when no run verifies in parallel); for "auto", none of the settings it chooses
-    (the flags' lookahead, tree, proposer are the other algorithms')."""
+    target servers; for "auto", none of the settings it chooses (the flags' are the other algorithms')."""
+    sp = min(spec.sp_degree or engine.sp_degree, engine.sp_degree)
     if algorithm == "auto":
-        return spec.for_request(algorithm="auto", sp_degree=min(spec.sp_degree or engine.sp_degree, engine.sp_degree))
+        return spec.for_request(algorithm="auto", sp_degree=sp)
     tree = None if algorithm == "nonsi" else changes.pop("tree", spec.tree)
     proposer = None if algorithm == "nonsi" else changes.pop("proposer", spec.proposer)
-    sp = min(spec.sp_degree or engine.sp_degree, engine.sp_degree)
     return dataclasses.replace(spec, algorithm=algorithm, tree=tree, proposer=proposer, sp_degree=sp, **changes)
 
 
+def _spec(args) -> SpeculativeConfig:
+    """The command's speculation (the default one for a command without)."""
+    return getattr(args, "spec", None) or SpeculativeConfig()
+
+
 def load_models(args, devs: list[str] | None = None):
-    """(target, drafter): the models the flags name, loaded once; the drafter on the first device, the target where
-    an Engine puts its replicas (the others, if any). No drafter model where none drafts (an n-gram proposer alone)
-    and none is given: (target, None). A loading error names the flags (--target, not target=)."""
+    """(target, drafter): the models the flags name, loaded once on the first two devices (no drafter where none
+    drafts and none is given: an n-gram proposer alone). A loading error names the flags (--target, not target=)."""
     from specpar.backends.loading import in_flags, load_pair
 
     devs = devs or devices(args)
-    spec = getattr(args, "spec", None) or SpeculativeConfig()
+    spec = _spec(args)
+    drafts = spec.proposer is None or parse_proposer(spec.proposer).uses_drafter
     try:
-        return load_pair(
-            args.target,
-            args.drafter,
-            devs[:2],
-            args.dtype,
-            progress=sys.stderr.isatty(),
-            backend=args.backend,
-            with_drafter=spec.proposer is None or parse_proposer(spec.proposer).uses_drafter,
-            exact=getattr(args, "exact", None),
-        )
+        return load_pair(args.target, args.drafter, devs[:2], args.dtype, progress=sys.stderr.isatty(),
+                         backend=args.backend, with_drafter=drafts, exact=getattr(args, "exact", None))  # fmt: skip
     except ConfigError as exc:
         raise ConfigError(in_flags(str(exc))) from None
 
 
 def load(args, sp_degree: int, max_model_len: int, models: tuple | None = None, **engine_options):
-    """(target, drafter, an Engine with sp_degree target servers, the speculation and runtime the flags give, and
-    ``engine_options``: Engine's keywords, e.g. units, policy), loaded once (``models``: the pair already loaded).
-    max_model_len: the longest sequence a server's cache holds (llama.cpp sizes each cache for it)."""
-    from specpar.algorithms.registry import ALGORITHMS
-    from specpar.entrypoints.engine import Engine
-
+    """(target, drafter, an Engine with sp_degree target servers, the flags' speculation and runtime, and Engine's
+    keywords ``engine_options``); ``models``: the pair already loaded; max_model_len: a server cache's length."""
     devs = devices(args)
     target, drafter = models if models is not None else load_models(args, devs)
     measured_latency(args, target, drafter, sp_degree)  # -k adaptive's costs, before the servers copy them
-    spec = getattr(args, "spec", None) or SpeculativeConfig()
-    hierarchy = spec.algorithm in ALGORITHMS and ALGORITHMS[spec.algorithm].hierarchy  # HSD's levels: here one
-    engine = Engine(
-        target,
-        [drafter] if hierarchy and drafter is not None else drafter,
-        speculative_config=dataclasses.replace(spec, sp_degree=sp_degree),
-        runtime=getattr(args, "runtime_config", None),
-        devices=devs,
-        max_model_len=max_model_len,
-        profile=getattr(args, "profile", None),
-        **engine_options,
-    )
+    spec = dataclasses.replace(_spec(args), sp_degree=sp_degree)
+    engine = make_engine(args, spec, target, drafter, devices=devs, max_model_len=max_model_len, **engine_options)
     return target, drafter, engine
 
 
+def make_engine(args, spec: SpeculativeConfig, target, drafter, **engine_options):
+    """An Engine of ``target`` and ``drafter`` (HSD's: a list of one level) with the speculation ``spec`` and the
+    flags' runtime and machine profile."""
+    from specpar.algorithms.registry import ALGORITHMS
+    from specpar.entrypoints.engine import Engine
+
+    hierarchy = spec.algorithm in ALGORITHMS and ALGORITHMS[spec.algorithm].hierarchy
+    return Engine(target, [drafter] if hierarchy and drafter is not None else drafter, speculative_config=spec,
+                  runtime=getattr(args, "runtime_config", None), profile=getattr(args, "profile", None),
+                  **engine_options)  # fmt: skip
+
+
 def cache_tokens(args, prompt_len: int, sp_degree: int) -> int:
-    """The tokens a server's cache must hold for one prompt of ``prompt_len`` tokens and ``-N`` new ones: both, plus
-    the drafts DSI may send ahead of the verified text (a chunk per server and the one drafting, each a lookahead or
-    a token tree). A cache sized for the request, not the model's 4,096 tokens, is what keeps the README's main job
-    under its memory goal (the KV caches of 3 target and 3 drafter servers at 4,096 tokens: about 0.5 GB)."""
-    spec = getattr(args, "spec", None) or SpeculativeConfig()
+    """The tokens a server's cache must hold for a prompt of ``prompt_len`` tokens and ``-N`` new ones, plus the drafts
+    DSI may send ahead (a lookahead or tree per server and the one drafting): sized for the request, not the model's
+    4,096 tokens, the caches keep the README's main job under its memory goal."""
+    spec = _spec(args)
     k = spec.lookahead if isinstance(spec.lookahead, int) else 16
     if spec.tree is not None:  # every node of a tree takes a cell of the cache
         k = max(k, spec.tree.nodes if isinstance(spec.tree, BestFirst) else tree_size(spec.tree))
@@ -112,67 +105,46 @@ def cache_tokens(args, prompt_len: int, sp_degree: int) -> int:
 
 
 def check_common(args) -> None:
+    """Refuse, before the models load, what the engine would refuse only after: an empty --devices; -k auto (it
+    weighs latency profiles that models loaded from files have not); more servers than the runtime can run here; a
+    token tree deeper than the target's context window leaves room for after one token; --no-exact on a backend
+    without llama.cpp's fast mode."""
+    from specpar.backends.loading import check_exact, context_window_of
+    from specpar.core.trees import check_tree
+
     device_names(args)
-    check_lookahead(args)
+    spec = _spec(args)
+    if spec.lookahead == "auto":
+        raise ConfigError(
+            "-k auto weighs the models' latency profiles, which real models loaded here do not have: --algorithm "
+            "auto chooses the algorithm and lookahead from the machine profile, or -k adaptive re-chooses k as it goes"
+        )
     check_servers(args)
-    check_tree_depth(args)
-    check_mode_flag(args)
-
-
-def check_mode_flag(args) -> None:
-    """Refuse --no-exact for a backend without llama.cpp's fast mode, before the models load."""
-    from specpar.backends.loading import check_exact
-
+    window = context_window_of(args.target) if spec.tree is not None and args.target is not None else None
+    if window is not None:
+        check_tree(spec.tree, room=window - 1)
     if getattr(args, "exact", None) is False:
         check_exact(False, backend(args))
 
 
-def check_tree_depth(args) -> None:
-    """Refuse, before the models load, a token tree deeper than the target's context window leaves room for after a
-    prompt of one token (the engine checks it again with the prompt's length)."""
-    from specpar.backends.loading import context_window_of
-    from specpar.core.trees import check_tree
-
-    spec = getattr(args, "spec", None)
-    target = getattr(args, "target", None)
-    if spec is None or spec.tree is None or target is None:
-        return
-    window = context_window_of(target)
-    if window is not None:
-        check_tree(spec.tree, room=window - 1)
-
-
-def check_servers(args, sp_degree: int | None = None) -> None:
+def check_servers(args) -> None:
     """Refuse, before the models load, more servers than the runtime can run on this machine (a thread or a
     process each: :mod:`specpar.runtimes.capacity`), as the Engine would after loading."""
     from specpar.runtimes.capacity import check_servers as check
     from specpar.scheduling.units import servers_of_units, unit_count
 
-    spec = getattr(args, "spec", None) or SpeculativeConfig()
-    sp = sp_degree or spec.sp_degree or 2  # the Engine's default for real models
+    spec = _spec(args)
+    sp = spec.sp_degree or 2  # the Engine's default for real models
     targets, drafters = servers_of_units(unit_count(getattr(args, "units", None), sp), sp)
     runtime = getattr(args, "runtime_config", None)
     if runtime is not None:
         check(runtime.replace(name=runtime.name or "threads"), targets, drafters)
 
 
-def check_lookahead(args) -> None:
-    """Refuse -k auto before the models load: it weighs latency profiles a pair loaded from files has not (the engine
-    would refuse it only after loading); ``--algorithm auto`` chooses from the machine profile instead. -k adaptive
-    takes its latencies from the machine profile (:func:`measured_latency`)."""
-    spec = getattr(args, "spec", None)
-    if spec is not None and spec.lookahead == "auto":
-        raise ConfigError(
-            "-k auto weighs the models' latency profiles, which real models loaded here do not have: --algorithm "
-            "auto chooses the algorithm and lookahead from the machine profile, or -k adaptive re-chooses k as it goes"
-        )
-
-
 def measured_latency(args, target, drafter, sp_degree: int, prompt_len: int = 128) -> None:
-    """-k adaptive on models loaded from files: give them the latency profiles of this machine's profile of the pair
-    (``--profile FILE``, else specpar's cache, measured on first need: about a minute for the default pair), at the
-    threads a pass gets here, so that the adaptive lookahead has costs to weigh (:meth:`ModelCosts.latency_profile`).
-    Nothing for any other lookahead, or for models that have latency profiles already."""
+    """-k adaptive on models loaded from files: give them latency profiles from this machine's profile of the pair
+    (``--profile FILE``, else specpar's cache, measured on first need) at the threads a pass gets here, so that the
+    adaptive lookahead has costs to weigh. Nothing for other lookaheads or models with latency profiles already."""
     spec = getattr(args, "spec", None)
     if spec is None or spec.lookahead != "adaptive":
         return
@@ -189,7 +161,7 @@ def measured_latency(args, target, drafter, sp_degree: int, prompt_len: int = 12
         drafter.latency = profile.drafter.latency_profile(threads, prompt_len)
 
 
-def task_ms(results, kind: str, server_prefix: str) -> list[float]:
+def task_ms(results, kind: str, server_prefix: str = "") -> list[float]:
     """Durations (ms) of the completed tasks of one kind on servers whose name starts with ``server_prefix``."""
     return [
         r.end_ms - r.start_ms
@@ -209,12 +181,7 @@ def why_line(by_algo: dict) -> str | None:
     each to two significant digits (a tiny model's 0.3 ms step printed as "0 ms" beside a ratio of 9.9)."""
     decode = task_ms(by_algo.get("nonsi", []), "verify", "target")
     verify = task_ms(by_algo.get("si", []), "verify", "target")
-    drafts = [
-        r.end_ms - r.start_ms
-        for res in by_algo.get("si", [])
-        for r in res.timeline
-        if r.kind == "draft" and not r.cancelled
-    ]
+    drafts = task_ms(by_algo.get("si", []), "draft")
     if not decode or not verify:
         return None
     d, v = statistics.median(decode), statistics.median(verify)

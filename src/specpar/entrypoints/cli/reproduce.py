@@ -6,16 +6,7 @@ import os
 import time
 
 from specpar.core.json_output import print_json
-from specpar.entrypoints.cli.arguments import (
-    add_deprecated,
-    add_json,
-    add_output,
-    advanced_flag,
-    command_parser,
-    experiment_settings,
-    lookahead_range,
-    number,
-)
+from specpar.entrypoints.cli import arguments
 
 DESCRIPTION = """\
 Check the DSI paper's claims by simulation and print each with the measured
@@ -37,38 +28,22 @@ def register(subparsers) -> None:
     from specpar.entrypoints.cli.heatmap import add_grid_arguments
     from specpar.experiments.claims import CLAIM_KEYS
 
-    p = command_parser(subparsers, "reproduce", "check the DSI paper's claims (PASS/FAIL with figures)", DESCRIPTION)
+    what = "check the DSI paper's claims (PASS/FAIL with figures)"
+    p = arguments.command_parser(subparsers, "reproduce", what, DESCRIPTION)
     add_grid_arguments(p, resolution=50)
-    p.add_argument(
-        "--only",
-        nargs="+",
-        choices=CLAIM_KEYS,
-        default=None,
-        metavar="CLAIM",
-        help=f"check only these claims: {', '.join(CLAIM_KEYS)}",
-    )
+    p.add_argument("--only", nargs="+", choices=CLAIM_KEYS, default=None, metavar="CLAIM",
+                   help=f"check only these claims: {', '.join(CLAIM_KEYS)}")  # fmt: skip
     for name, metavar, what, old in TABLE2_INPUTS:
-        action = p.add_argument(
-            name, type=number, default=None, metavar=metavar, help=f"Table 2: {what} (not in our copy)"
-        )
-        add_deprecated(p, action, old)
-        advanced_flag(action)
-    row = p.add_argument(
-        "--table2-row",
-        nargs=3,
-        action="append",
-        default=[],
-        metavar=("NAME", "C", "A"),
-        help="another Table 2 configuration: drafter latency fraction C and acceptance rate A",
-    )
-    advanced_flag(row)
-    add_output(
-        p,
-        "also write the Fig. 2 and Fig. 7 heatmaps (PNG + CSV) measured for the report into DIR",
-        metavar="DIR",
-        old=("--output-dir",),
-    )
-    add_json(p, "print the claims as JSON")
+        action = p.add_argument(name, type=arguments.number, default=None, metavar=metavar,
+                                help=f"Table 2: {what} (not in our copy)")  # fmt: skip
+        arguments.add_deprecated(p, action, old)
+        arguments.advanced_flag(action)
+    what = "another Table 2 configuration: drafter latency fraction C and acceptance rate A"
+    row = p.add_argument("--table2-row", nargs=3, action="append", default=[], metavar=("NAME", "C", "A"), help=what)
+    arguments.advanced_flag(row)
+    what = "also write the Fig. 2 and Fig. 7 heatmaps (PNG + CSV) measured for the report into DIR"
+    arguments.add_output(p, what, metavar="DIR", old=("--output-dir",))
+    arguments.add_json(p, "print the claims as JSON")
     p.set_defaults(func=run)
 
 
@@ -94,7 +69,8 @@ def _table2_rows(args):
 
 
 def run(args) -> int:
-    from specpar.entrypoints.cli.console import table_console
+    from specpar.entrypoints.cli.comparison import table_console
+    from specpar.entrypoints.cli.progress import TokenProgress
     from specpar.experiments.claims import FAIL, reproduce
 
     if args.output:
@@ -104,10 +80,9 @@ def run(args) -> int:
     console = table_console(wide=120, highlight=False)
     figures: dict = {}
     t0 = time.perf_counter()
-    grid = dict(resolution=args.resolution, lookaheads=lookahead_range(args), **experiment_settings(args))
+    grid = dict(resolution=args.resolution, lookaheads=arguments.lookahead_range(args),
+                **arguments.experiment_settings(args))  # fmt: skip
     table2 = _table2_rows(args)
-    from specpar.entrypoints.cli.progress import TokenProgress
-
     with TokenProgress(None, "measuring", not args.json, unit="steps") as bar:
         progress = lambda what: bar.advance(f"measured {what}")  # noqa: E731
         claims = reproduce(args.only, table2_rows=table2, progress=progress, figures=figures, **grid)

@@ -8,20 +8,7 @@ import socket
 
 from specpar.core.config import ALGORITHMS, AUTO, SPECULATIVE_FIELDS
 from specpar.core.errors import ConfigError
-from specpar.entrypoints.cli.arguments import (
-    LATENCY_FIELDS,
-    MAX_INTEGER,
-    REAL_TIME_FIELDS,
-    add_deprecated,
-    add_machine_profile,
-    add_model_args,
-    add_pair_arguments,
-    add_runtime_arguments,
-    add_speculation_arguments,
-    advanced_flag,
-    command_parser,
-    ranged,
-)
+from specpar.entrypoints.cli import arguments
 from specpar.planning.load import POLICIES
 
 DESCRIPTION = """\
@@ -48,17 +35,13 @@ def api_key(text: str) -> str:
 
 
 def register(sub) -> None:
-    p = command_parser(sub, "serve", "an OpenAI-compatible HTTP server (completions, chat, streaming, /metrics)",
-                       DESCRIPTION)  # fmt: skip
-    model = p.add_argument(
-        "target",
-        nargs="?",
-        default=argparse.SUPPRESS,
-        metavar="MODEL",
-        help="the target model, as `vllm serve MODEL`: a GGUF file or a local directory (default: the default pair)",
-    )
-    add_deprecated(p, model, "--target")
+    what = "an OpenAI-compatible HTTP server (completions, chat, streaming, /metrics)"
+    p = arguments.command_parser(sub, "serve", what, DESCRIPTION)
+    what = "the target model, as `vllm serve MODEL`: a GGUF file or a local directory (default: the default pair)"
+    model = p.add_argument("target", nargs="?", default=argparse.SUPPRESS, metavar="MODEL", help=what)
+    arguments.add_deprecated(p, model, "--target")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    ranged = arguments.ranged
     p.add_argument("--port", type=ranged(int, 0, 65535), default=8000,
                    help="port (default 8000; 0: a free one, which the line printed at start names)")  # fmt: skip
     p.add_argument("--api-key", type=api_key, default=None,
@@ -73,38 +56,34 @@ def register(sub) -> None:
                         "the most tokens per second), or the same option for all: dsi, si, nonsi (default "
                         "adaptive)")  # fmt: skip
     p.add_argument("--served-model-name", default=None, help="the model's name in the API (default: the target's)")
-    p.add_argument("--max-model-len", type=ranged(int, 1, MAX_INTEGER), default=2048,
+    p.add_argument("--max-model-len", type=ranged(int, 1, arguments.MAX_INTEGER), default=2048,
                    help="prompt + max_tokens limit for a target without a context window (default 2048)")  # fmt: skip
-    advanced_flag(p.add_argument("--shutdown-timeout", type=ranged(float, 0, 86400), default=30.0,
-                                 help="seconds in-flight requests may take to finish on SIGTERM (default 30)"))  # fmt: skip
-    add_speculation_arguments(p, fields=SPECULATIVE_FIELDS, algorithms=(*ALGORITHMS, AUTO), advanced=True,
-                              simulated=True)  # fmt: skip
-    add_runtime_arguments(p, choices=("threads", "ray"), default="threads", fields=REAL_TIME_FIELDS)
+    timeout = p.add_argument("--shutdown-timeout", type=ranged(float, 0, 86400), default=30.0,
+                             help="seconds in-flight requests may take to finish on SIGTERM (default 30)")  # fmt: skip
+    arguments.advanced_flag(timeout)
+    arguments.add_speculation_arguments(p, fields=SPECULATIVE_FIELDS, algorithms=(*ALGORITHMS, AUTO), advanced=True,
+                                        simulated=True)  # fmt: skip
+    arguments.add_runtime_arguments(p, choices=("threads", "ray"), default="threads", fields=arguments.REAL_TIME_FIELDS)
     g = p.add_argument_group("simulated models (numbers: --help=all)")
     g.add_argument("--simulated", action="store_true", help="serve simulated models (no weights)")
-    add_pair_arguments(g, fields=(*LATENCY_FIELDS, "acceptance_rate", "vocab_size", "seed"),
-                       defaults={"target_tpot_ms": 2.0, "vocab_size": 32}, title=None, advanced=True)  # fmt: skip
-    add_model_args(p, target=False, advanced=("--drafter",))
-    add_machine_profile(p)
+    pair = (*arguments.LATENCY_FIELDS, "acceptance_rate", "vocab_size", "seed")
+    defaults = {"target_tpot_ms": 2.0, "vocab_size": 32}
+    arguments.add_pair_arguments(g, fields=pair, defaults=defaults, title=None, advanced=True)
+    arguments.add_model_args(p, target=False, advanced=("--drafter",))
+    arguments.add_machine_profile(p)
     p.set_defaults(func=run)
 
 
 def build_engine(args):
     """The Engine that ``args`` describe: simulated models on the threads runtime (wall time), or a real pair;
     with the speculation and runtime the flags give (HSD's drafter: a list of one level)."""
-    from specpar import Engine
-    from specpar.algorithms.registry import ALGORITHMS as REGISTRY
+    from specpar.entrypoints.cli.real_models import load, make_engine
 
     args.target = getattr(args, "target", None)  # MODEL, when given
     args.spec = served_spec(args)
     if args.simulated:
         target, drafter = args.pair.models()
-        levels = args.spec.algorithm in REGISTRY and REGISTRY[args.spec.algorithm].hierarchy
-        engine = Engine(target, [drafter] if levels else drafter, speculative_config=args.spec,
-                        runtime=args.runtime_config, units=args.units, policy=args.policy,
-                        profile=args.profile)  # fmt: skip
-        return engine, "specpar-simulated"
-    from specpar.entrypoints.cli.real_models import load
+        return make_engine(args, args.spec, target, drafter, units=args.units, policy=args.policy), "specpar-simulated"
 
     _, _, engine = load(args, args.sp_degree, max_model_len=4096, units=args.units, policy=args.policy)
     return engine, args.target or engine.target_model.name
@@ -124,19 +103,16 @@ def check(args) -> tuple[str | None, socket.socket]:
         raise ConfigError("give either --simulated or a MODEL (or --drafter), not both")
     if args.simulated and args.exact is not None:
         raise ConfigError("--exact/--no-exact choose llama.cpp's mode: simulated models have none")
-    if not args.simulated:
-        from specpar.entrypoints.cli.real_models import check_lookahead, check_mode_flag, check_tree_depth
-
-        check_lookahead(args)
-        check_tree_depth(args)
-        check_mode_flag(args)
     if args.sp_degree > MAX_SERVE_SERVERS:
         raise ConfigError(f"--sp-degree must be at most {MAX_SERVE_SERVERS} to serve, got {args.sp_degree}")
-    from specpar.entrypoints.cli.real_models import check_servers
-
-    check_servers(args, args.sp_degree)
     if isinstance(args.lookahead, int) and args.lookahead > MAX_SERVE_LOOKAHEAD:
         raise ConfigError(f"--lookahead must be at most {MAX_SERVE_LOOKAHEAD} to serve, got {args.lookahead}")
+    from specpar.entrypoints.cli.real_models import check_common, check_servers
+
+    if args.simulated:
+        check_servers(args)
+    else:
+        check_common(args)
     key = args.api_key if args.api_key is not None else os.environ.get("SPECPAR_API_KEY")
     if key is not None and not key.strip():
         raise ConfigError("SPECPAR_API_KEY is set but empty: unset it to serve without a key")

@@ -8,25 +8,7 @@ from specpar.core.config import SpeculativeConfig
 from specpar.core.errors import ConfigError, SpecparWarning
 from specpar.core.results import fmt
 from specpar.core.trees import BestFirst, shape_text
-from specpar.entrypoints.cli.arguments import (
-    AUTO_LOOKAHEAD,
-    CLOCKS,
-    LATENCY_FIELDS,
-    PAPER_SP_DEGREE,
-    ConfigOptions,
-    Default,
-    add_json,
-    add_output,
-    add_pair_arguments,
-    add_profile_arguments,
-    add_repeats,
-    add_runtime_arguments,
-    add_sampling_arguments,
-    command_parser,
-    deprecation,
-    experiment_runtime,
-    pair_from_args,
-)
+from specpar.entrypoints.cli import arguments
 from specpar.planning.lookahead import sp_degree_needed, verification_servers
 
 DESCRIPTION = """\
@@ -41,30 +23,23 @@ regimes (--acceptance-regimes).
 
 
 def register(sub) -> None:
-    p = command_parser(sub, "simulate", "non-SI vs SI vs DSI with simulated models (MODE: under load, HSD)",
-                       DESCRIPTION)  # fmt: skip
-    add_pair_arguments(p, fields=PAIR_FIELDS, defaults={"vocab_size": 8})
-    add_profile_arguments(p)
-    spec = ConfigOptions(
-        SpeculativeConfig,
-        "spec",
-        fields=("lookahead", "sp_degree", "tree"),
-        defaults={"lookahead": AUTO_LOOKAHEAD, "sp_degree": PAPER_SP_DEGREE},
-        helps={"tree": "{help}; SI and DSI run over it beside the chains"},
-    )
-    spec.add_to(p)
-    add_sampling_arguments(p, ("max_tokens", "temperature", "coupling"), {"max_tokens": 100, "temperature": 0.0,
-                           "coupling": Default(None, COUPLING_DEFAULT)})  # fmt: skip
-    add_runtime_arguments(p)
-    add_repeats(p, 5, "runs per algorithm, interleaved")
-    add_json(p)
-    add_output(
-        p,
-        "also draw the first repeat of each algorithm as a Gantt chart of its tasks per server (drafts, "
-        "verifications, cancelled work) to this image file",
-        metavar="PNG",
-        old=("--timeline",),
-    )
+    what = "non-SI vs SI vs DSI with simulated models (MODE: under load, HSD)"
+    p = arguments.command_parser(sub, "simulate", what, DESCRIPTION)
+    arguments.add_pair_arguments(p, fields=PAIR_FIELDS, defaults={"vocab_size": 8})
+    arguments.add_profile_arguments(p)
+    defaults = {"lookahead": arguments.AUTO_LOOKAHEAD, "sp_degree": arguments.PAPER_SP_DEGREE}
+    helps = {"tree": "{help}; SI and DSI run over it beside the chains"}
+    arguments.ConfigOptions(
+        SpeculativeConfig, "spec", fields=(*defaults, "tree"), defaults=defaults, helps=helps
+    ).add_to(p)
+    defaults = {"max_tokens": 100, "temperature": 0.0, "coupling": arguments.Default(None, COUPLING_DEFAULT)}
+    arguments.add_sampling_arguments(p, ("max_tokens", "temperature", "coupling"), defaults)
+    arguments.add_runtime_arguments(p)
+    arguments.add_repeats(p, 5, "runs per algorithm, interleaved")
+    arguments.add_json(p)
+    what = "also draw the first repeat of each algorithm as a Gantt chart of its tasks per server"
+    arguments.add_output(p, f"{what} (drafts, verifications, cancelled work) to this image file", metavar="PNG",
+                         old=("--timeline",))  # fmt: skip
     p.set_defaults(func=run)
     from specpar.entrypoints.cli import simulate_hsd, simulate_load
 
@@ -75,15 +50,21 @@ def register(sub) -> None:
     simulate_hsd.register(modes)
 
 
-PAIR_FIELDS = (*LATENCY_FIELDS, "acceptance_rate", "acceptance_regimes", "vocab_size", "seed", "prompt_length")
+PAIR_FIELDS = (
+    *arguments.LATENCY_FIELDS,
+    "acceptance_rate",
+    "acceptance_regimes",
+    "vocab_size",
+    "seed",
+    "prompt_length",
+)
 MODE_FLAGS = {"--load": "load", "--clients": "load"}  # simulate's former spellings of its modes
 
 
 def legacy_modes(argv: list[str]) -> tuple[list[str], str | None]:
-    """``specpar simulate`` as it was spelled before its modes were subcommands: ``simulate --load R ...`` is
-    ``simulate load --load R ...``, ``simulate --algorithm hsd ...`` is ``simulate hsd ...`` (and ``--algorithm
-    dsi`` or ``compare`` the comparison itself). Returns the argv to parse and a warning line (None: nothing to
-    rewrite)."""
+    """``specpar simulate`` as spelled before its modes were subcommands (``simulate --load R`` is ``simulate load
+    --load R``, ``--algorithm hsd`` is ``simulate hsd``, ``--algorithm dsi|compare`` the comparison): the argv to
+    parse and a warning line (None: nothing to rewrite)."""
     if not argv or argv[0] != "simulate" or (len(argv) > 1 and argv[1] in ("load", "hsd")):
         return argv, None
     rest, mode, old = list(argv[1:]), None, []
@@ -96,14 +77,16 @@ def legacy_modes(argv: list[str]) -> tuple[list[str], str | None]:
                 old.append(f"{name} {value}")
                 mode = "hsd" if value == "hsd" else mode
                 break
-    for word in rest:
-        if word.partition("=")[0] in MODE_FLAGS:
-            mode = MODE_FLAGS[word.partition("=")[0]]
-            old.append(word.partition("=")[0])
+    for name in (word.partition("=")[0] for word in rest):
+        if name in MODE_FLAGS:
+            mode = MODE_FLAGS[name]
+            old.append(name)
     if not old:
         return argv, None
-    new = f"specpar simulate {mode}" if mode else "specpar simulate"
-    return ["simulate", *([mode] if mode else []), *rest], deprecation(f"specpar simulate {' '.join(old)}", new)
+    line = arguments.deprecation(
+        f"specpar simulate {' '.join(old)}", f"specpar simulate {mode}" if mode else "specpar simulate"
+    )
+    return ["simulate", *([mode] if mode else []), *rest], line
 
 
 def _lookaheads(args, target_lat, drafter_lat, a) -> tuple[dict[str, int], str]:
@@ -119,13 +102,9 @@ def _lookaheads(args, target_lat, drafter_lat, a) -> tuple[dict[str, int], str]:
             need = sp_degree_needed(t, d, k, pt) if d > 0 else 0
             why = "given" + (f"; Eq. 1 needs SP >= {need}" if need > args.sp_degree else "")
         return {"si": k, "dsi": k}, why
-    from specpar.prediction.lookahead_choice import choose_lookahead
+    from specpar.entrypoints.cli.plan import choose_lookaheads
 
-    if drafter_lat.tpot_ms <= 0:
-        raise ConfigError("a drafter with zero latency drafts infinitely fast: -k auto has nothing to weigh; give -k K")
-    n = args.max_tokens
-    dsi = choose_lookahead(target_lat, drafter_lat, a, args.sp_degree, n, seed=args.seed)
-    si = choose_lookahead(target_lat, drafter_lat, a, 1, n, seed=args.seed, algorithm="si")
+    dsi, si = choose_lookaheads(args, target_lat, drafter_lat, a, "-k auto has nothing to weigh; give -k K")
     si_why = si.why.removeprefix("SI's ")
     return {"si": si.lookahead, "dsi": dsi.lookahead}, f"auto: DSI {dsi.why}; SI {si_why}"
 
@@ -140,14 +119,14 @@ def run(args) -> int:
         from specpar.core.paths import check_output_file, image_suffixes
 
         args.output = check_output_file(args.output, "-o", image_suffixes())
-    pair = pair_from_args(args)
+    pair = arguments.pair_from_args(args)
     (target_lat, drafter_lat), a = pair.latencies(), pair.mean_acceptance_rate
     with status("choosing each algorithm's lookahead (-k auto)", args.lookahead == "auto" and not args.json):
         k, why = _lookaheads(args, target_lat, drafter_lat, a)
     summary, messages = _compare(args, pair, k)
     closed = _closed_forms(args, target_lat, drafter_lat, a, k)
     if args.output:
-        from specpar.experiments.timeline_plot import plot_timelines
+        from specpar.experiments.plots import plot_timelines
 
         c = _drafter_fraction(target_lat, drafter_lat)
         title = f"c = {fmt(c, '.3g')}, a = {a:g}, N = {args.max_tokens}, seed {args.seed}"
@@ -174,12 +153,31 @@ def _drafter_fraction(target_lat, drafter_lat) -> float | None:
 
 
 def _compare(args, pair, k) -> tuple[dict, list[str]]:
-    """The comparison's summaries ({arm: summary}) and the specpar warnings it raised (sorted, once each)."""
+    """The comparison's summaries ({arm: summary}, a progress bar over its runs) and the specpar warnings it raised
+    (sorted, once each)."""
+    from specpar.entrypoints.cli.progress import TokenProgress
     from specpar.experiments.comparison import compare
 
-    with warnings.catch_warnings(record=True) as caught:
+    runs = (3 if args.tree is None else 5) * args.repeats
+    kw = dict(
+        max_tokens=args.max_tokens,
+        lookahead=k,
+        sp_degree=args.sp_degree,
+        repeats=args.repeats,
+        seed=args.seed,
+        temperature=args.temperature,
+        coupling=coupling_of(args),
+        tree=args.tree,
+        **arguments.experiment_runtime(args),
+    )
+    with (
+        warnings.catch_warnings(record=True) as caught,
+        TokenProgress(runs * args.max_tokens, f"simulating {runs} runs", not args.json) as bar,
+    ):
         warnings.simplefilter("always", SpecparWarning)
-        summary = _run_with_progress(compare, args, pair.models, pair.prompt, k)
+        done = iter(range(1, runs + 1))
+        progress = lambda algo: bar.describe(f"simulated {next(done)} of {runs} runs")  # noqa: E731
+        summary = compare(pair.models, pair.prompt, progress=progress, stream=bar.callback, **kw)
     return summary, sorted({str(w.message) for w in caught if issubclass(w.category, SpecparWarning)})
 
 
@@ -199,13 +197,17 @@ def _closed_forms(args, target_lat, drafter_lat, a: float, k) -> dict[str, float
     }
 
 
+def latency_json(lat) -> dict:
+    """A latency profile as the commands' JSON writes it (ms)."""
+    return {"ttft_ms": lat.ttft_ms, "tpot_ms": lat.tpot_ms, "per_token_ms": lat.per_token_ms}
+
+
 def _config_json(args, pair, k, why) -> dict:
     """The comparison's settings, as --json prints them under "config"."""
     target_lat, drafter_lat = pair.latencies()
-    latency = lambda lat: {"ttft_ms": lat.ttft_ms, "tpot_ms": lat.tpot_ms, "per_token_ms": lat.per_token_ms}  # noqa: E731
     return {
-        "target": latency(target_lat),
-        "drafter": latency(drafter_lat),
+        "target": latency_json(target_lat),
+        "drafter": latency_json(drafter_lat),
         "drafter_latency_fraction": _drafter_fraction(target_lat, drafter_lat),
         "acceptance_rate": pair.mean_acceptance_rate,
         "acceptance_regimes": pair.acceptance_regimes,
@@ -235,44 +237,18 @@ def coupling_of(args) -> str:
     return "rejection" if args.runtime_config.name in (None, "virtual") else "gumbel"
 
 
-def _run_with_progress(compare, args, make_models, make_prompt, k):
-    kwargs = dict(
-        max_tokens=args.max_tokens,
-        lookahead=k,
-        sp_degree=args.sp_degree,
-        repeats=args.repeats,
-        seed=args.seed,
-        temperature=args.temperature,
-        coupling=coupling_of(args),
-        tree=args.tree,
-        **experiment_runtime(args),
-    )
-    from specpar.entrypoints.cli.progress import TokenProgress
-
-    runs = (3 if args.tree is None else 5) * args.repeats
-    with TokenProgress(runs * args.max_tokens, f"simulating {runs} runs", not args.json) as bar:
-        done = iter(range(1, runs + 1))
-        progress = lambda algo: bar.describe(f"simulated {next(done)} of {runs} runs")  # noqa: E731
-        return compare(make_models, make_prompt, progress=progress, stream=bar.callback, **kwargs)
-
-
 def _print_table(args, summary, target_lat, drafter_lat, k, why, closed, messages) -> None:
     """The comparison as a table, under a line of its settings and one of its lookaheads."""
-    from specpar.entrypoints.cli.comparison import print_comparison
-    from specpar.entrypoints.cli.console import table_console
+    from specpar.entrypoints.cli.comparison import print_comparison, table_console
 
     console = table_console()
-    clock = CLOCKS[args.runtime] + (f", {args.link_ms:g} ms links" if args.link_ms else "")
+    clock = arguments.CLOCKS[args.runtime] + (f", {args.link_ms:g} ms links" if args.link_ms else "")
     mode = "greedy" if args.temperature == 0 else f"sampling at temperature {args.temperature:g}"
+    a = f"{args.acceptance_regimes} (regimes)" if args.acceptance_regimes else f"{args.acceptance_rate:g}"
     console.print(
         f"target {target_lat.tpot_ms:g} ms/token (TTFT {target_lat.ttft_ms:g} ms), "
         f"drafter {drafter_lat.tpot_ms:g} ms/token (c = {fmt(_drafter_fraction(target_lat, drafter_lat), '.3g')}), "
-        + (
-            f"a = {args.acceptance_regimes} (regimes), "
-            if args.acceptance_regimes
-            else f"a = {args.acceptance_rate:g}, "
-        )
-        + f"N = {args.max_tokens}, {args.repeats} repeats, {clock}, {mode}"
+        f"a = {a}, N = {args.max_tokens}, {args.repeats} repeats, {clock}, {mode}"
     )
     ks = f"k = {k['dsi']}" if k["si"] == k["dsi"] else f"SI k = {k['si']}, DSI k = {k['dsi']}"
     console.print(f"lookahead {ks} ({why})")

@@ -4,24 +4,10 @@ policy (adaptive, fixed DSI, fixed SI, non-SI), on one virtual clock (:mod:`spec
 from __future__ import annotations
 
 import argparse
-import sys
 
 from specpar.core.config import SpeculativeConfig
 from specpar.core.errors import ConfigError
-from specpar.entrypoints.cli.arguments import (
-    AUTO_LOOKAHEAD,
-    LATENCY_FIELDS,
-    ConfigOptions,
-    add_json,
-    add_output,
-    add_pair_arguments,
-    add_profile_arguments,
-    add_sampling_arguments,
-    command_parser,
-    integer,
-    integers,
-    pair_from_args,
-)
+from specpar.entrypoints.cli import arguments
 from specpar.planning.load import POLICIES
 
 MAX_RATE = 1e9  # requests/s, or times the non-SI capacity
@@ -55,49 +41,39 @@ Poisson process (--load) or from closed-loop clients (--clients).
 
 
 def register(modes) -> None:
-    p = command_parser(modes, "load", "many requests on shared processing units, per policy", DESCRIPTION)
-    add_pair_arguments(p, fields=PAIR_FIELDS, defaults={"vocab_size": 8})
-    add_profile_arguments(p)
-    ConfigOptions(SpeculativeConfig, "spec", fields=("lookahead",), defaults={"lookahead": AUTO_LOOKAHEAD}).add_to(p)
-    add_sampling_arguments(p, ("max_tokens", "temperature"), {"max_tokens": 100, "temperature": 0.0})
+    p = arguments.command_parser(modes, "load", "many requests on shared processing units, per policy", DESCRIPTION)
+    arguments.add_pair_arguments(p, fields=PAIR_FIELDS, defaults={"vocab_size": 8})
+    arguments.add_profile_arguments(p)
+    lookahead = {"lookahead": arguments.AUTO_LOOKAHEAD}
+    arguments.ConfigOptions(SpeculativeConfig, "spec", fields=("lookahead",), defaults=lookahead).add_to(p)
+    arguments.add_sampling_arguments(p, ("max_tokens", "temperature"), {"max_tokens": 100, "temperature": 0.0})
     g = p.add_argument_group("load")
-    g.add_argument(
-        "--load",
-        type=load_rates,
-        default=None,
-        metavar="RATE[,RATE...]",
-        help="Poisson arrivals at RATE requests/s, or at a multiple of the non-SI capacity (0.5x: half of what "
-        "non-SI serves on the units); one row per rate and policy",
-    )
-    g.add_argument(
-        "--clients",
-        type=integers,
-        default=None,
-        metavar="N[,N...]",
-        help="closed-loop clients instead: each sends its next request when the last one ends",
-    )
+    g.add_argument("--load", type=load_rates, default=None, metavar="RATE[,RATE...]",
+                   help="Poisson arrivals at RATE requests/s, or at a multiple of the non-SI capacity (0.5x: half of "
+                        "what non-SI serves on the units); one row per rate and policy")  # fmt: skip
+    g.add_argument("--clients", type=arguments.integers, default=None, metavar="N[,N...]",
+                   help="closed-loop clients instead: each sends its next request when the last one ends")  # fmt: skip
+    integer = arguments.integer
     g.add_argument("--units", type=integer, default=8, help="processing units (GPUs, cores) the requests share (8)")
     g.add_argument("--requests", type=integer, default=100, help="requests per rate and policy (default 100)")
-    g.add_argument(
-        "--policies",
-        default=",".join(POLICIES),
-        metavar="P,...",
-        help=f"policies to compare (default all: {', '.join(POLICIES)})",
-    )
-    add_json(p)
-    add_output(p, "also draw throughput and latency per load to this image file", metavar="PNG", old=("--plot",))
+    g.add_argument("--policies", default=",".join(POLICIES), metavar="P,...",
+                   help=f"policies to compare (default all: {', '.join(POLICIES)})")  # fmt: skip
+    arguments.add_json(p)
+    what = "also draw throughput and latency per load to this image file"
+    arguments.add_output(p, what, metavar="PNG", old=("--plot",))
     p.set_defaults(func=run)
 
 
-PAIR_FIELDS = (*LATENCY_FIELDS, "acceptance_rate", "vocab_size", "seed", "prompt_length")
+PAIR_FIELDS = (*arguments.LATENCY_FIELDS, "acceptance_rate", "vocab_size", "seed", "prompt_length")
 
 
 def run(args) -> int:
     from specpar.core.json_output import print_json
+    from specpar.entrypoints.cli.progress import status
     from specpar.experiments.load import PERCENTILES, LoadSetting, LoadSimulation
 
     policies = check(args)
-    pair = pair_from_args(args)
+    pair = arguments.pair_from_args(args)
     if args.output:
         from specpar.core.paths import check_output_file, image_suffixes
 
@@ -109,21 +85,18 @@ def run(args) -> int:
         temperature=args.temperature,
     )  # fmt: skip
     sim = LoadSimulation(setting, seed=pair.seed)
-    points = []
     if args.load is not None:
-        for text in args.load:
-            rate = float(text[:-1]) * setting.nonsi_capacity if text.endswith("x") else float(text)
-            points.append(({"rate": rate}, rate / setting.nonsi_capacity))
+        rates = [float(t[:-1]) * setting.nonsi_capacity if t.endswith("x") else float(t) for t in args.load]
+        points = [({"rate": rate}, rate / setting.nonsi_capacity) for rate in rates]
     else:
         points = [({"clients": n}, None) for n in args.clients]
-    from specpar.entrypoints.cli.progress import status
-
     rows = []
     with status(f"simulating {len(points) * len(policies)} runs of {args.requests} requests", not args.json):
         for kw, x in points:
             for policy in policies:
-                run_ = sim.run(policy, requests=args.requests, **kw)
-                rows.append({**run_.to_dict(), "load_x_nonsi_capacity": x, **kw})
+                rows.append(
+                    {**sim.run(policy, requests=args.requests, **kw).to_dict(), "load_x_nonsi_capacity": x, **kw}
+                )
     config = {
         "units": args.units,
         "target": {"ttft_ms": target.ttft_ms, "tpot_ms": target.tpot_ms, "per_token_ms": target.per_token_ms},
@@ -136,13 +109,10 @@ def run(args) -> int:
         "options": {p: [o.__dict__ for o in sim.curve(p).options] for p in policies},
     }
     if args.output:
-        from specpar.experiments.load_plot import plot_load
+        from specpar.experiments.plots import plot_load
 
-        plot_load(
-            rows,
-            args.output,
-            f"{args.units} units, target {target.tpot_ms:g} ms, drafter {drafter.tpot_ms:g} ms, a = {a:g}",
-        )
+        title = f"{args.units} units, target {target.tpot_ms:g} ms, drafter {drafter.tpot_ms:g} ms, a = {a:g}"
+        plot_load(rows, args.output, title)
     if args.json:
         print_json({"config": config, "results": rows})
         return 0
@@ -175,39 +145,37 @@ def check(args) -> list[str]:
     return policies
 
 
-def _print(rows, config, percentiles, args) -> None:
-    from rich.console import Console
-    from rich.table import Table
+def _option(o: dict) -> str:
+    """One option of a policy's share curve: "3u dsi SP 2 k 3"."""
+    sp = f" SP {o['sp_degree']}" if o["algorithm"] == "dsi" else ""
+    return f"{o['units']}u {o['algorithm']}{sp}" + (f" k {o['lookahead']}" if o["lookahead"] else "")
 
-    console = Console(width=None if sys.stdout.isatty() else 140)
+
+def _print(rows, config, percentiles, args) -> None:
+    from specpar.entrypoints.cli.comparison import print_table, table_console
+
+    console = table_console(wide=140)
     console.print(
         f"{config['units']} processing units; target {config['target']['tpot_ms']:g} ms/token, drafter "
         f"{config['drafter']['tpot_ms']:g} ms/token, a = {config['acceptance_rate']:g}; N = {args.max_tokens}; "
         f"{args.requests} requests per row; non-SI capacity {config['nonsi_capacity_requests_per_s']:.3g} req/s; "
         "virtual clock"
     )
-    table = Table()
-    for col in ("load", "policy", "tokens/s", *(f"p{q} ms" for q in percentiles), "TTFT p50 ms", "switches/req"):
-        table.add_column(col, justify="left" if col in ("load", "policy") else "right")
     best = {}
     for r in rows:
         best[r["load"]] = max(best.get(r["load"], 0.0), r["throughput_tokens_per_s"])
+    cells = []
     for r in rows:
         load = r["load"] + (f" ({r['load_x_nonsi_capacity']:.2g}x)" if r.get("load_x_nonsi_capacity") else "")
         thr = f"{r['throughput_tokens_per_s']:.1f}"
-        table.add_row(
-            load,
-            r["policy"],
-            f"[bold]{thr}[/]" if r["throughput_tokens_per_s"] >= best[r["load"]] * (1 - 1e-9) else thr,
-            *(f"{r[f'latency_p{q}_ms']:.0f}" for q in percentiles),
-            f"{r['ttft_p50_ms']:.0f}",
-            f"{r['switches_per_request']:.2f}",
-        )
-    console.print(table)
-    console.print("options per share: " + "; ".join(
-        f"{p}: " + ", ".join(f"{o['units']}u {o['algorithm']}" + (f" SP {o['sp_degree']}" if o["algorithm"] == "dsi"
-                             else "") + (f" k {o['lookahead']}" if o["lookahead"] else "") for o in opts)
-        for p, opts in config["options"].items()))  # fmt: skip
+        top = r["throughput_tokens_per_s"] >= best[r["load"]] * (1 - 1e-9)
+        latencies = [f"{r[f'latency_p{q}_ms']:.0f}" for q in percentiles]
+        cells.append([load, r["policy"], f"[bold]{thr}[/]" if top else thr, *latencies, f"{r['ttft_p50_ms']:.0f}",
+                      f"{r['switches_per_request']:.2f}"])  # fmt: skip
+    columns = ("load", "policy", "tokens/s", *(f"p{q} ms" for q in percentiles), "TTFT p50 ms", "switches/req")
+    print_table(console, columns, cells, left=("load", "policy"))
+    options = (f"{p}: " + ", ".join(map(_option, opts)) for p, opts in config["options"].items())
+    console.print("options per share: " + "; ".join(options))
     console.print(
         "tokens/s: output tokens / (last completion - first arrival); latency: completion - arrival (queueing "
         "included); bold: the highest at that load"

@@ -2,23 +2,10 @@
 
 from __future__ import annotations
 
+import statistics
+
 from specpar.backends.simulated_pair import SimulatedPair
-from specpar.core.config import SpeculativeConfig
-from specpar.entrypoints.cli.arguments import (
-    PAPER_SP_DEGREE,
-    REAL_TIME_FIELDS,
-    ConfigOptions,
-    add_json,
-    add_lookaheads,
-    add_profile_arguments,
-    add_repeats,
-    add_runtime_arguments,
-    add_sampling_arguments,
-    advanced_flag,
-    command_parser,
-    experiment_runtime,
-    experiment_settings,
-)
+from specpar.entrypoints.cli import arguments
 
 DESCRIPTION = """\
 Non-SI, SI and DSI on real threads in wall time, with servers that sleep for a
@@ -35,22 +22,24 @@ model pair's profile measured on this machine when it exists.
 
 
 def register(subparsers) -> None:
-    p = command_parser(subparsers, "table", "the online experiment (Table 2 style): threads vs virtual clock",
-                       DESCRIPTION)  # fmt: skip
-    add_profile_arguments(p, repeated=True)
-    numbers = ConfigOptions(
+    what = "the online experiment (Table 2 style): threads vs virtual clock"
+    p = arguments.command_parser(subparsers, "table", what, DESCRIPTION)
+    arguments.add_profile_arguments(p, repeated=True)
+    numbers = arguments.ConfigOptions(
         SimulatedPair, "pair", fields=NUMBERS, optional="a pair given by numbers", required=REQUIRED
     )
     numbers.add_to(p, "a pair given by numbers (ms per forward pass)")
-    advanced_flag(p.add_argument("--name", default="command line", help="label for the pair given by numbers"))
+    arguments.advanced_flag(
+        p.add_argument("--name", default="command line", help="label for the pair given by numbers")
+    )
     p.add_argument("--no-default-pair", action="store_true", help="leave out the default pair's measured profile")
-    add_sampling_arguments(p, ("max_tokens",), {"max_tokens": 50}, {"max_tokens": "tokens per run"})
-    add_repeats(p, 3, "runs per algorithm and lookahead")
-    add_lookaheads(p, "1,5,10", "lookaheads to try; those Eq. 1 rules out on --sp-degree servers are skipped")
-    ConfigOptions(SpeculativeConfig, "spec", fields=("sp_degree",), defaults={"sp_degree": PAPER_SP_DEGREE}).add_to(p)
-    ConfigOptions(SimulatedPair, "models", fields=("seed",)).add_to(p)
-    add_json(p, "print one JSON object")
-    add_runtime_arguments(p, choices=("threads", "ray"), default="threads", fields=REAL_TIME_FIELDS)
+    arguments.add_sampling_arguments(p, ("max_tokens",), {"max_tokens": 50}, {"max_tokens": "tokens per run"})
+    arguments.add_repeats(p, 3, "runs per algorithm and lookahead")
+    arguments.add_lookaheads(p, "1,5,10", "lookaheads to try; those Eq. 1 rules out on --sp-degree servers are skipped")
+    arguments.add_sp_degree(p)
+    arguments.ConfigOptions(SimulatedPair, "models", fields=("seed",)).add_to(p)
+    arguments.add_json(p, "print one JSON object")
+    arguments.add_runtime_arguments(p, choices=("threads", "ray"), default="threads", fields=arguments.REAL_TIME_FIELDS)
     p.set_defaults(func=run)
 
 
@@ -87,7 +76,7 @@ def _profiles(args):
 def run(args) -> int:
     from specpar.core.json_output import print_json
     from specpar.entrypoints.cli import real_models
-    from specpar.entrypoints.cli.console import table_console
+    from specpar.entrypoints.cli.comparison import table_console
 
     console = table_console(stderr=args.json, highlight=False)
     pairs, note = _profiles(args)
@@ -109,7 +98,9 @@ def _measure(args, pair):
     from specpar.entrypoints.cli.progress import TokenProgress
     from specpar.experiments.online import feasible_lookaheads, run_online
 
-    kwargs = dict(lookaheads=args.lookaheads, **experiment_settings(args), **experiment_runtime(args))
+    kwargs = dict(
+        lookaheads=args.lookaheads, **arguments.experiment_settings(args), **arguments.experiment_runtime(args)
+    )
     runs = args.repeats * (1 + 2 * len(feasible_lookaheads(pair, args.lookaheads, args.sp_degree)))
     with TokenProgress(runs * args.max_tokens, f"{pair.label}: {args.runtime}", not args.json) as bar:
         done = iter(range(1, runs + 1))
@@ -124,8 +115,7 @@ COLUMNS = ("lookahead", "SP (Eq. 1)", "DSI vs SI", "predicted", "DSI vs non-SI",
 def _print_online(console, t, runtime: str) -> None:
     """One pair's table: a line of its pair, a row per lookahead (measured speedups +- their spread beside the
     virtual clock's), then notes on inconclusive ratios and the lookaheads Eq. 1 left out."""
-    from rich.table import Table
-
+    from specpar.entrypoints.cli.comparison import print_table
     from specpar.experiments.loop import inconclusive_line
 
     p = t.profile
@@ -136,23 +126,14 @@ def _print_online(console, t, runtime: str) -> None:
         "target servers",
         highlight=False,
     )
-    table = Table()
-    for col in COLUMNS:
-        table.add_column(col, justify="right")
+    rows = []
     for row in t.rows:
         m, v = t.speedups(row), t.speedups(row, virtual=True)
-        table.add_row(
-            str(row.lookahead),
-            str(row.sp_needed),
-            f"{m['dsi_vs_si'].value:.2f}x ± {m['dsi_vs_si'].std:.2f}",
-            f"{v['dsi_vs_si'].value:.2f}x",
-            f"{m['dsi_vs_nonsi'].value:.2f}x ± {m['dsi_vs_nonsi'].std:.2f}",
-            f"{v['dsi_vs_nonsi'].value:.2f}x",
-            f"{_mean(row.si_ms):.1f}",
-            f"{_mean(row.dsi_ms):.1f}",
-            f"{_mean(t.nonsi_ms):.1f}",
-        )
-    console.print(table)
+        cells = [str(row.lookahead), str(row.sp_needed)]
+        for key in ("dsi_vs_si", "dsi_vs_nonsi"):
+            cells += [f"{m[key].value:.2f}x ± {m[key].std:.2f}", f"{v[key].value:.2f}x"]
+        rows.append(cells + [f"{statistics.fmean(ms):.1f}" for ms in (row.si_ms, row.dsi_ms, t.nonsi_ms)])
+    print_table(console, COLUMNS, rows, left=())
     for row in t.rows:
         for key, s in t.speedups(row).items():
             line = inconclusive_line(f"k = {row.lookahead}: DSI", "SI" if key == "dsi_vs_si" else "non-SI", s.to_dict())
@@ -163,7 +144,3 @@ def _print_online(console, t, runtime: str) -> None:
             f"  lookahead {', '.join(map(str, t.infeasible))} left out: Eq. 1 needs more than "
             f"{t.sp_degree} target servers"
         )
-
-
-def _mean(xs):
-    return sum(xs) / len(xs)

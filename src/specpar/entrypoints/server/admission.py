@@ -1,11 +1,7 @@
 """Backpressure: at most ``limit`` requests in the server at once (generating, or waiting for the engine's
-processing units), every kind alike, streams included; more are answered 429 at once. The requests admitted run
-at once: the engine's scheduler gives each its share of the units and queues, first come first served, those
-that do not fit (:mod:`specpar.scheduling`).
-
-A request is admitted when it arrives (:meth:`Admission.admit`, before any answer starts, so fifty streams sent at
-once count as fifty) and holds a :class:`Ticket` until it ends, whatever ends it: its answer, an error, or a
-client gone before its stream began (:class:`TicketedStream` releases it after the response in every case).
+processing units), streams included; more are answered 429 at once. A request is admitted on arrival (before any
+answer starts) and holds a :class:`Ticket` until it ends, whatever ends it (:class:`TicketedStream` releases it
+after a streamed response in every case, a client gone before the first event included).
 """
 
 from __future__ import annotations

@@ -1,12 +1,9 @@
-"""Answering a completions or chat request: its jobs generated on the engine, whole or streamed.
+"""Answering a completions or chat request: its jobs generated on the engine (on worker threads), whole or streamed.
 
-Generation runs on worker threads (the event loop keeps answering). Requests run at once: the engine's scheduler
-gives each its share of the processing units, queueing first come first served those that do not fit. A whole
-answer's choices run at once too (one engine call with every prompt); a stream's choices one after the other. A
-streamed request whose client goes away closes its engine stream, which ends the generation at the next verified
-tokens and gives its units to the others. A stream that asks for logprobs sends each choice's text in one chunk
-once it is generated (with its logprobs). A request still in the server when its shutdown timeout ends
-(:mod:`.shutdown`) ends as an OpenAI error: a 503 body, or a stream's error event and ``[DONE]``.
+A whole answer's choices run in one engine call; a stream's one after the other, each choice's text in one chunk
+when it asks for logprobs. A client gone closes its engine stream, which ends the generation at its next verified
+tokens. A request still running when the shutdown timeout ends (:mod:`.shutdown`) ends as an OpenAI error: a 503
+body, or a stream's error event and ``[DONE]``.
 """
 
 from __future__ import annotations
@@ -92,13 +89,10 @@ async def events(ctx: Context, request, plan: Plan, shape: Shape, ticket: Ticket
                 ctx.metrics.aborted(endpoint)
                 return
     except Exception as exc:  # after the 200 went out: an error event, then the end
-        kind = "invalid_request_error" if isinstance(exc, ConfigError) else "server_error"
-        ctx.metrics.error(
-            endpoint, 400 if isinstance(exc, ConfigError) else 503 if isinstance(exc, ShuttingDown) else 500
-        )
-        yield shape.event(
-            error_body(str(exc), kind, code="server_shutting_down" if isinstance(exc, ShuttingDown) else None)
-        )
+        status = 400 if isinstance(exc, ConfigError) else 503 if isinstance(exc, ShuttingDown) else 500
+        ctx.metrics.error(endpoint, status)
+        kind = "invalid_request_error" if status == 400 else "server_error"
+        yield shape.event(error_body(str(exc), kind, code="server_shutting_down" if status == 503 else None))
         yield "data: [DONE]\n\n"
         return
     ticket.timing.end = time.perf_counter()

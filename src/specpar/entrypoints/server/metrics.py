@@ -1,40 +1,7 @@
 """The server's Prometheus metrics (prometheus_client, a registry per app), named like vLLM's, each labelled with
-``model_name``.
-
-Requests: ``specpar:request_success_total{endpoint, finished_reason}`` counts the choices that finished ("length",
-"stop", or "abort" when the client left a stream); ``specpar:request_errors_total{endpoint, status}`` the refused or
-failed requests (4xx, 5xx, or an error event inside a stream); histograms of the end-to-end latency, the time to
-first token, the time per output token after the first (TPOT) and the time spent queued for processing units, all
-wall time measured by the server (seconds).
-
-The engine's load (:meth:`~specpar.entrypoints.engine.Engine.load_metrics`, read when /metrics is scraped:
-:class:`LoadCollector`), named in vLLM's style: gauges ``specpar:num_requests_running`` (generations running),
-``specpar:num_requests_waiting`` (queued for processing units), ``specpar:num_units``, ``specpar:num_units_in_use``,
-``specpar:units_per_request`` (mean units held by a running request), ``specpar:goodput_tokens_per_second`` (output
-tokens per second over the last 10 s), and counters ``specpar:output_tokens_total`` (tokens verified, as they are)
-and ``specpar:share_switches_total`` (configuration changes at safe points as shares changed).
-
-vLLM's speculative-decoding counters, from each GenerationResult:
-
-* ``specpar:spec_decode_num_drafts_total``: verification tasks that tested drafts (vLLM's draft steps);
-* ``specpar:spec_decode_num_draft_tokens_total``: draft tokens tested;
-* ``specpar:spec_decode_num_accepted_tokens_total``: draft tokens accepted;
-* ``specpar:spec_decode_num_accepted_tokens_per_pos_total{position="j"}``: accepted at index j of their window.
-
-DSI's own, from each result's timeline (the runtime's clock: wall time on threads, virtual time on the virtual
-clock, reported in seconds):
-
-* ``specpar:target_busy_seconds_total``: target server time, summed over the servers (its rate over the rate
-  of ``specpar:request_generation_seconds_total`` is the mean number of target servers busy);
-* ``specpar:target_servers_busy``: that mean over the last request (gauge), out of ``specpar:target_servers``;
-* ``specpar:cancelled_tasks_total{pool="target"|"drafter"}``: tasks cancelled (DSI cancels the work that
-  follows a rejected draft);
-* ``specpar:target_time_wasted_seconds_total``: target server time spent in tasks then cancelled.
-
-``algorithm="auto"`` (:mod:`specpar.prediction.auto`): ``specpar:auto_choices_total{method}`` counts the requests
-auto ran each method for; ``specpar:auto_predicted_seconds_total`` and ``specpar:auto_measured_seconds_total`` sum
-their predicted and measured generation times (the runtime's clock), so that the ratio of their rates is the mean
-measured / predicted.
+``model_name``; docs/serve.md lists them. Latency histograms are the server's wall time; DSI's own series (target
+busy time, cancelled tasks) come from each result's timeline, on the runtime's clock; the engine's load
+(:meth:`~specpar.entrypoints.engine.Engine.load_metrics`) is read at each scrape (:class:`LoadCollector`).
 """
 
 from __future__ import annotations
@@ -47,6 +14,31 @@ LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
 TOKEN_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
+COUNTERS = (  # attribute of Metrics, series (specpar:NAME_total), help, labels beside model_name
+    ("success", "request_success", "Choices finished, by endpoint and finish reason.", ("endpoint", "finished_reason")),
+    ("errors", "request_errors", "Requests refused or failed, by endpoint and status.", ("endpoint", "status")),
+    ("prompt_tokens", "prompt_tokens", "Prompt tokens processed.", ()),
+    ("generation_tokens", "generation_tokens", "Tokens generated.", ()),
+    ("drafts", "spec_decode_num_drafts", "Verification tasks that tested drafts.", ()),
+    ("draft_tokens", "spec_decode_num_draft_tokens", "Draft tokens tested.", ()),
+    ("accepted", "spec_decode_num_accepted_tokens", "Draft tokens accepted.", ()),
+    ("accepted_per_pos", "spec_decode_num_accepted_tokens_per_pos",
+     "Draft tokens accepted, by their index in the lookahead window.", ("position",)),
+    ("busy_s", "target_busy_seconds", "Target server time, summed over the servers (runtime clock).", ()),
+    ("generation_s", "request_generation_seconds", "Generation time of the requests (runtime clock).", ()),
+    ("cancelled", "cancelled_tasks", "Server tasks cancelled (work following a rejected draft).", ("pool",)),
+    ("wasted_s", "target_time_wasted_seconds", "Target server time spent in tasks then cancelled (runtime clock).", ()),
+    ("auto", "auto_choices", "Requests algorithm 'auto' ran each method for.", ("method",)),
+    ("auto_predicted_s", "auto_predicted_seconds", "Predicted generation time of auto's requests.", ()),
+    ("auto_measured_s", "auto_measured_seconds", "Measured generation time of auto's requests (runtime clock).", ()),
+)  # fmt: skip
+HISTOGRAMS = (  # attribute of Metrics, series, help, buckets
+    ("latency", "e2e_request_latency_seconds", "Request latency (wall), arrival to last token.", LATENCY_BUCKETS),
+    ("ttft", "time_to_first_token_seconds", "Time to first token (wall), from arrival.", LATENCY_BUCKETS),
+    ("tpot", "time_per_output_token_seconds", "Time per output token after the first (wall).", TOKEN_BUCKETS),
+    ("queue", "request_queue_time_seconds", "Time a request waited for processing units (wall).", LATENCY_BUCKETS),
+)
+
 
 class Metrics:
     """Every metric of one served model, in a registry of its own (several apps in one process stay apart)."""
@@ -58,49 +50,15 @@ class Metrics:
         if load is not None:
             r.register(LoadCollector(model_name, load))
         m = ["model_name"]
-
-        def counter(name, help, labels=()):
-            return Counter(f"specpar:{name}", help, [*m, *labels], registry=r)
-
-        self.success = counter("request_success", "Choices finished, by endpoint and finish reason.",
-                               ("endpoint", "finished_reason"))  # fmt: skip
-        self.errors = counter("request_errors", "Requests refused or failed, by endpoint and status.",
-                              ("endpoint", "status"))  # fmt: skip
-        self.prompt_tokens = counter("prompt_tokens", "Prompt tokens processed.")
-        self.generation_tokens = counter("generation_tokens", "Tokens generated.")
-        self.drafts = counter("spec_decode_num_drafts", "Verification tasks that tested drafts.")
-        self.draft_tokens = counter("spec_decode_num_draft_tokens", "Draft tokens tested.")
-        self.accepted = counter("spec_decode_num_accepted_tokens", "Draft tokens accepted.")
-        self.accepted_per_pos = counter("spec_decode_num_accepted_tokens_per_pos",
-                                        "Draft tokens accepted, by their index in the lookahead window.",
-                                        ("position",))  # fmt: skip
+        for attr, name, help, labels in COUNTERS:
+            setattr(self, attr, Counter(f"specpar:{name}", help, [*m, *labels], registry=r))
+        for attr, name, help, buckets in HISTOGRAMS:
+            setattr(self, attr, Histogram(f"specpar:{name}", help, m, registry=r, buckets=buckets).labels(model_name))
         Gauge("specpar:target_servers", "Target servers (sp_degree).", m, registry=r).labels(model_name).set(sp_degree)
         self.busy = Gauge("specpar:target_servers_busy", "Mean target servers busy over the last request.", m,
                           registry=r)  # fmt: skip
-        self.busy_s = counter("target_busy_seconds", "Target server time, summed over the servers (runtime clock).")
-        self.generation_s = counter("request_generation_seconds", "Generation time of the requests (runtime clock).")
-        self.cancelled = counter("cancelled_tasks", "Server tasks cancelled (work following a rejected draft).",
-                                 ("pool",))  # fmt: skip
-        self.wasted_s = counter("target_time_wasted_seconds",
-                                "Target server time spent in tasks then cancelled (runtime clock).")  # fmt: skip
-
-        def histogram(name, help, buckets):
-            return Histogram(f"specpar:{name}", help, m, registry=r, buckets=buckets).labels(model_name)
-
-        self.latency = histogram("e2e_request_latency_seconds", "Request latency (wall), arrival to last token.",
-                                 LATENCY_BUCKETS)  # fmt: skip
-        self.ttft = histogram("time_to_first_token_seconds", "Time to first token (wall), from arrival.",
-                              LATENCY_BUCKETS)  # fmt: skip
-        self.tpot = histogram("time_per_output_token_seconds", "Time per output token after the first (wall).",
-                              TOKEN_BUCKETS)  # fmt: skip
-        self.queue = histogram("request_queue_time_seconds", "Time a request waited for processing units (wall).",
-                               LATENCY_BUCKETS)  # fmt: skip
         for pool in ("target", "drafter"):
             self.cancelled.labels(model_name, pool)
-        self.auto = counter("auto_choices", "Requests algorithm 'auto' ran each method for.", ("method",))
-        self.auto_predicted_s = counter("auto_predicted_seconds", "Predicted generation time of auto's requests.")
-        self.auto_measured_s = counter("auto_measured_seconds",
-                                       "Measured generation time of auto's requests (runtime clock).")  # fmt: skip
 
     def error(self, endpoint: str, status) -> None:
         self.errors.labels(self.model_name, endpoint, str(status)).inc()
@@ -183,8 +141,3 @@ class LoadCollector(Collector):
             family = kind(f"specpar:{name}", help, labels=["model_name"])
             family.add_metric([self.model_name], getattr(m, field))
             yield family
-
-    def describe(self):  # the series' names without reading the engine (at registration)
-        for _, name, help, counter in self.SERIES:
-            kind = CounterMetricFamily if counter else GaugeMetricFamily
-            yield kind(f"specpar:{name}", help, labels=["model_name"])

@@ -1,14 +1,11 @@
 """The OpenAI request bodies as pydantic models, and OpenAI-style error bodies.
 
-Fields OpenAI refuses are refused here too (``extra="forbid"``), with values checked strictly (``"8"`` is not a
-number); a refusal's ``param`` is the field pydantic's location names (:func:`param_of`). Fields an OpenAI client
-may send that this server cannot honour exactly are declared and refused with a reason unless left neutral.
-
-specpar's own fields, beside vLLM's (``top_k``, ``min_p``, ``repetition_penalty``, ``min_tokens``,
-``stop_token_ids``, ``ignore_eos``, ``include_stop_str_in_output``): ``coupling`` ("rejection" or "gumbel", see
-:mod:`specpar.core.decoding`; default "gumbel" when a seed is given, so that a seed reproduces for every algorithm,
-else "rejection"), ``speculative`` (per-request speculation, like llama.cpp's ``speculative.n_max``) and ``exact``
-(the llama.cpp mode the answer needs, :func:`specpar.entrypoints.server.jobs.check_exact_field`).
+Fields OpenAI refuses are refused (``extra="forbid"``), values checked strictly (``"8"`` is not a number); a refusal's
+``param`` is the field pydantic names (:func:`param_of`). Fields a client may send that this server cannot honour
+are declared and refused with a reason unless neutral. Beside vLLM's extra sampling fields, specpar's own:
+``coupling`` ("rejection" or "gumbel", :mod:`specpar.core.decoding`; default "gumbel" with a seed, so that a seed
+reproduces for every algorithm), ``speculative`` (per-request speculation, like llama.cpp's ``speculative.n_max``)
+and ``exact`` (:func:`specpar.entrypoints.server.jobs.check_exact_field`).
 """
 
 from __future__ import annotations

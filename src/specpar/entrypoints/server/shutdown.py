@@ -1,12 +1,9 @@
 """The server's stop on SIGTERM: requests that cannot finish within ``--shutdown-timeout`` end as OpenAI errors.
 
-uvicorn stops accepting, then waits for the requests in flight; past its graceful timeout it cancels them, which cut
-open streams mid-body (no error event, no ``[DONE]``), answered a whole request with a plain-text 500 and logged a
-CancelledError traceback per request. Here the app ends them itself first: ``shutdown_timeout`` seconds after the
-signal, :meth:`Shutdown.abort` makes every request still in the server stop waiting for its generation (and the
-generation stop at its next verified tokens), so a stream ends with an error event and ``data: [DONE]`` and a whole
-request gets a 503 with OpenAI's error body; uvicorn's own timeout is ``GRACE_S`` later, for those answers to go
-out.
+Past its graceful timeout uvicorn cancels the requests in flight, cutting streams mid-body (no error event, no
+``[DONE]``) and answering a plain-text 500. So ``shutdown_timeout`` seconds after the signal :meth:`Shutdown.abort`
+ends every request itself (a stream with an error event and ``data: [DONE]``, a whole request with a 503 and
+OpenAI's error body), and uvicorn's own timeout comes ``GRACE_S`` later, for those answers to go out.
 """
 
 from __future__ import annotations
