@@ -226,6 +226,11 @@ def test_the_padded_sampling_test_catches_a_biased_verifier(monkeypatch, algorit
     assert chi_square_p_value(_counts(target, drafter, algorithm, SAMPLES), _exact(target)) < 1e-6
 
 
+# 750 samples: the biased verifier fails at p = 8e-14 with them, p < 1e-6 wanted (1e-20 with 1,000; 500 would
+# leave it at 4e-9)
+TRANSFORMERS_SAMPLES = 750
+
+
 def _joint(module, temperature: float) -> dict:
     out = {}
     for seq in itertools.product(range(V), repeat=2):
@@ -261,12 +266,12 @@ def _transformers_counts(algorithm: str, rows: int, samples: int):
 def test_transformers_padded_drafters_sample_the_targets_law(rows):
     """DSI (SI's sampling with padded rows is the simulated tests'; SI runs torch on every core, slow on a busy
     machine)."""
-    counts, exact = _transformers_counts("dsi", rows, 1000)
+    counts, exact = _transformers_counts("dsi", rows, TRANSFORMERS_SAMPLES)
     assert chi_square_p_value(counts, exact) > 1e-3
 
 
 @pytest.mark.slow
 def test_the_transformers_padded_sampling_test_catches_a_biased_verifier(monkeypatch):
     monkeypatch.setattr(verification, "residual", BIASES["resample-from-p"])
-    counts, exact = _transformers_counts("dsi", NARROWER, 1000)
+    counts, exact = _transformers_counts("dsi", NARROWER, TRANSFORMERS_SAMPLES)
     assert chi_square_p_value(counts, exact) < 1e-6
