@@ -1,28 +1,18 @@
 """Simulated language models: deterministic next-token distributions over a small vocabulary.
 
-A :class:`SimulatedModel` plays the target. Its distribution at a position is a
-deterministic function of (seed, prefix): the prefix is folded into a 64-bit
-rolling hash ``h`` (one step per token: :func:`extend`), and everything at that
-position derives from ``h``:
+A :class:`SimulatedModel` plays the target. Its distribution at a position is a deterministic function of (seed,
+prefix): the prefix is folded into a 64-bit rolling hash ``h`` (one step per token: :func:`extend`), and from ``h``
+come the mode ``m(h)`` (the greedy token) and ``p(h)``, a softmax over the vocabulary with the mode strongest and one
+token ``z(h) != m(h)`` at probability 0 (so that a drafter can disagree completely).
 
-* the mode ``m(h)`` (the greedy token);
-* ``p(h)``: softmax over the vocabulary, the mode strongest, with one token
-  ``z(h) != m(h)`` given probability 0 (so that a drafter can disagree completely).
+A :class:`SimulatedDrafter` is derived from a target with an acceptance rate ``a``. Greedy: its argmax is the
+target's mode with probability ``a``, independently per position (a hash of (drafter seed, h) decides). Sampling:
+``q = a * p + (1 - a) * onehot(z)``, so ``sum_x min(p(x), q(x)) = 1 - TV(p, q) = a`` exactly. The two behaviours are
+specified separately (the greedy token is not argmax q); each gives iid acceptance with rate ``a``.
 
-A :class:`SimulatedDrafter` is derived from a target with an acceptance rate ``a``:
-
-* greedy: its argmax equals the target's mode with probability ``a``,
-  independently per position (a hash of (drafter seed, h) decides);
-* sampling: ``q = a * p + (1 - a) * onehot(z)``, so the acceptance probability
-  ``sum_x min(p(x), q(x)) = 1 - TV(p, q)`` equals ``a`` exactly.
-
-These are two separately specified behaviours (the drafter's greedy token is not
-argmax q); each gives iid acceptance with rate ``a``.
-
-A :class:`SimulatedServer` is one instance of a model with its own cache (the
-hashes of the prefix it saw last, reused up to the longest common prefix like a
-KV cache) and a latency profile. Under the virtual clock it reports durations;
-under threads it sleeps for them.
+A :class:`SimulatedServer` is one instance of a model with its own cache (the hashes of the prefix it saw last,
+reused up to the longest common prefix like a KV cache) and a latency profile: under the virtual clock it reports
+durations, under threads it sleeps for them.
 """
 
 from __future__ import annotations
@@ -56,12 +46,9 @@ _TWO64 = 18446744073709551616.0
 
 
 def extend(h: int, token: int) -> int:
-    """Hash of (prefix + token) from the hash ``h`` of prefix.
-
-    CPython's tuple hash (xxHash-based, in C): deterministic for ints on 64-bit builds,
-    whatever PYTHONHASHSEED says, and 7x faster than a splitmix64 step written in Python.
-    This is the simulator's innermost operation (one per token a server reads).
-    """
+    """Hash of (prefix + token) from the hash ``h`` of prefix: CPython's tuple hash (xxHash-based, in C),
+    deterministic for ints on 64-bit builds whatever PYTHONHASHSEED says, and 7x faster than a splitmix64 step in
+    Python (the simulator's innermost operation: one per token a server reads)."""
     return hash((h, token))
 
 
@@ -188,13 +175,9 @@ class SimulatedLM(Model):
 
 
 class SimulatedModel(SimulatedLM):
-    """A simulated target language model.
+    """A simulated target language model of ``vocab_size`` tokens V (>= 2), its distributions selected by ``seed``.
 
-    vocab_size: number of tokens V (>= 2).
-    seed: selects the model (its distributions).
-    latency: forward-pass latency profile.
-    spread: logit range; larger makes p more peaked (the mode's logit is ``spread``,
-        the others uniform in [0, spread)).
+    spread: logit range; larger makes p more peaked (the mode's logit is ``spread``, the others uniform in [0, spread)).
     """
 
     def __init__(self, vocab_size: int = 8, seed: int = 0, latency: LatencyProfile | None = None, spread: float = 3.0):
@@ -484,13 +467,9 @@ def node_hashes_of(tree: TokenTree, root: int, hashes: list[int]) -> list[int]:
 
 
 class SimulatedServer(Server):
-    """One instance of a simulated model: a cache of prefix hashes and a latency profile.
-
-    Implements the runtime's server contract: ``duration_ms(call)`` (virtual clock),
-    ``compute(call)`` (the result, instantly) and ``run(call, cancelled)`` (threads:
-    sleep for the duration, interruptible by ``cancelled``, then compute).
-    A prefill (nothing cached) costs ttft; later passes tpot (see LatencyProfile).
-    """
+    """One instance of a simulated model: a cache of prefix hashes and a latency profile. ``duration_ms(call)``
+    (virtual clock), ``compute(call)`` (the result, instantly), ``run(call, cancelled)`` (threads: sleep for the
+    duration, interruptible by ``cancelled``, then compute)."""
 
     def __init__(self, model: SimulatedLM, name: str | None = None):
         self.model = model

@@ -1,11 +1,5 @@
-"""A transformers causal LM as a specpar model: weights once per device, servers with their own KV caches.
-
-``TransformersModel(source)`` takes a loaded ``PreTrainedModel``, a local
-directory, or a hub id (when the user has network), with its tokenizer.
-``model.server(name, device)`` makes a :class:`TransformersServer`; every
-server of one model on one device shares one copy of the weights, so sp_degree
-target servers on a CPU or GPU do not multiply memory (only their KV caches do).
-"""
+"""A transformers causal LM as a specpar model: weights once per device, servers with their own KV caches (every
+server of one model on one device shares one copy of the weights: only the caches multiply)."""
 
 from __future__ import annotations
 

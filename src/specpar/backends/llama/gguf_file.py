@@ -10,7 +10,6 @@ of every tensor lies inside the file, so that a truncated download is named as s
 
 from __future__ import annotations
 
-import os
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -185,7 +184,3 @@ def _parse_bytes(path: Path, data: bytes, size: int, kept: tuple[str, ...]) -> G
                 f"{start + end:,} (a truncated download? fetch or join the file again)"
             )
     return header
-
-
-def file_size(path) -> int:
-    return os.stat(path).st_size
