@@ -398,8 +398,12 @@ class SimulatedDrafter(SimulatedLM):
         return self.probs_at(h, temperature, None)
 
     def probs_at(self, h: int, temperature: float, position: int | None) -> np.ndarray:
+        return self._mixed(h, self.target.probs(h, temperature), position)
+
+    def _mixed(self, h: int, p: np.ndarray, position: int | None) -> np.ndarray:
+        """q = a p + (1 - a) onehot(z) at prefix hash h, from the target's row ``p`` there, as its servers return it."""
         a = self.rate(position)
-        q = a * self.target.probs(h, temperature)
+        q = a * p
         q[self.target.excluded(h)] += 1.0 - a
         return self._rows(q)
 
@@ -434,13 +438,7 @@ class SimulatedDrafter(SimulatedLM):
         p = self.target.processed_rows(hashes, context, start, decoding)
         if decoding.greedy:
             return [self.disagree(h, m, start + i) for i, (h, m) in enumerate(zip(hashes, p))]
-        q = np.empty((len(hashes), self.vocab_size))
-        for i, h in enumerate(hashes):
-            a = self.rate(start + i)
-            row = a * p[i]
-            row[self.target.excluded(h)] += 1.0 - a
-            q[i] = self._rows(row)
-        return q
+        return np.stack([self._mixed(h, p[i], start + i) for i, h in enumerate(hashes)])
 
 
 class GrownDraft:
@@ -531,12 +529,7 @@ class SimulatedServer(Server):
         model, dec = self.model, call.decoding
         kind = type(call)
         if kind is Score:
-            start = call.start
-            if dec.reshapes or (dec.greedy and dec.logprobs is not None):  # rows through the logits processors
-                return Scores(start, model.processed_rows(hashes[start:], as_context(ctx), start, dec))
-            if dec.greedy:
-                return Scores(start, model.argmaxes(hashes[start:]))
-            return Scores(start, np.stack([model.probs(h, dec.temperature) for h in hashes[start:]]))
+            return self._scores(hashes[call.start :], as_context(ctx), call.start, dec)
         if kind is ScoreTree:
             return self._score_tree(call, hashes)
         if kind is DraftTree:
@@ -546,6 +539,16 @@ class SimulatedServer(Server):
             self._tokens = ctx + tuple(tokens)
             return Proposal(tokens, None)
         return self._draft(call, hashes)
+
+    def _scores(self, hashes: list[int], context, start: int, dec: Decoding) -> Scores:
+        """The rows at the prefixes ``hashes`` (positions start, ...; through the logits processors when the decoding
+        has any or asks for log-probabilities)."""
+        model = self.model
+        if dec.reshapes or (dec.greedy and dec.logprobs is not None):
+            return Scores(start, model.processed_rows(hashes, context, start, dec))
+        if dec.greedy:
+            return Scores(start, model.argmaxes(hashes))
+        return Scores(start, np.stack([model.probs(h, dec.temperature) for h in hashes]))
 
     def _draft(self, call: Draft, hashes: list[int]) -> Proposal:
         """``call.k`` tokens drafted one at a time, each from its own prefix's row (through the logits processors
@@ -578,12 +581,8 @@ class SimulatedServer(Server):
     def _score_tree(self, call: ScoreTree, hashes: list[int]) -> Scores:
         """Rows at the root and after every node, from one (priced) pass."""
         node_hashes = self._hold_tree(call.context, call.tree, hashes[-1])
-        model, dec, at = self.model, call.decoding, [hashes[-1], *node_hashes]
-        if dec.greedy and dec.logprobs is not None:  # trees take no processors: the raw rows' log-softmax
-            return Scores(call.start, model.processed_rows(at, None, call.start, dec))
-        if dec.greedy:
-            return Scores(call.start, [model.argmax(h) for h in at])
-        return Scores(call.start, np.stack([model.probs(h, dec.temperature) for h in at]))
+        # trees take no processors: with log-probabilities, the raw rows' log-softmax
+        return self._scores([hashes[-1], *node_hashes], None, call.start, call.decoding)
 
     def _root_hash(self, ctx) -> int:
         """The hash of ``ctx`` (what _sync would end on), without touching the cache."""
