@@ -23,6 +23,7 @@ import itertools
 import math
 import threading
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import numpy as np
 
@@ -441,15 +442,14 @@ class SimulatedDrafter(SimulatedLM):
         return np.stack([self._mixed(h, p[i], start + i) for i, h in enumerate(hashes)])
 
 
-class GrownDraft:
+class GrownDraft(NamedTuple):
     """A best-first DraftTree as grown, for pricing (LatencyProfile.call_ms): a draft of ``k`` passes that fed
     ``extra_tokens`` nodes beyond one per pass."""
 
-    __slots__ = ("context", "k", "extra_tokens")
+    context: Sequence[int]
+    k: int
+    extra_tokens: int
     kind = "draft"
-
-    def __init__(self, context, k: int, extra_tokens: int):
-        self.context, self.k, self.extra_tokens = context, k, extra_tokens
 
 
 _names = itertools.count()

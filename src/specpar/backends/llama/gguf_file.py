@@ -10,6 +10,7 @@ of every tensor lies inside the file, so that a truncated download is named as s
 
 from __future__ import annotations
 
+import mmap
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -126,27 +127,14 @@ def read_header(path, tokens: bool = False) -> GGUFHeader:
                 f"{str(path)!r} is not a GGUF file (it does not start with 'GGUF'): the llama.cpp backend loads "
                 "GGUF models; for a transformers directory use --backend transformers"
             )
-        try:
-            return _parse(path, f, size, KEPT_ARRAYS + ((TOKENS,) if tokens else ()))
+        try:  # the header is read from a mapping of the file: only the pages it spans are read
+            with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
+                return _parse_bytes(path, data, size, KEPT_ARRAYS + ((TOKENS,) if tokens else ()))
         except ConfigError:
             raise
         except (EOFError, ValueError, struct.error) as exc:
             why = "it ends inside its header" if isinstance(exc, EOFError) else f"its header is damaged ({exc})"
             raise ConfigError(f"{str(path)!r} is not a readable GGUF file: {why} (a truncated download?)") from exc
-
-
-def _parse(path: Path, f, size: int, kept: tuple[str, ...]) -> GGUFHeader:
-    chunk = 16 << 20  # a 150k-token tokenizer's header is about 6 MB
-    data = MAGIC + f.read(chunk)
-    while True:  # read on until the header parses (it is a few MB for a 150k-token tokenizer)
-        try:
-            return _parse_bytes(path, data, size, kept)
-        except EOFError:
-            more = f.read(chunk)
-            if not more:
-                raise
-            data += more
-            chunk *= 2
 
 
 def _parse_bytes(path: Path, data: bytes, size: int, kept: tuple[str, ...]) -> GGUFHeader:

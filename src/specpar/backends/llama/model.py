@@ -101,10 +101,9 @@ class LlamaModel(TokenizedModel):
         path = os.fspath(path)
         self.path = path
         self.header = read_header(path)  # a clear refusal for a missing, truncated or foreign file
-        lib()  # GGML_CPU_TILED_MM is read as llama.cpp loads: the exact mode's pass limit follows it
+        L = lib()  # GGML_CPU_TILED_MM is read as llama.cpp loads: the exact mode's pass limit follows it
         self.settings = resolve_settings(exact, settings)
         self.weights = _load_weights(path, self.settings.repack)
-        L = lib()
         ptr = self.weights.ptr
         vocab = L.llama_model_get_vocab(ptr)
         self.vocab_size = int(L.llama_vocab_n_tokens(vocab))
