@@ -194,10 +194,9 @@ class LoadConfig:
     backend: "llama" (GGUF files on llama.cpp, CPU) or "transformers"; default: :func:`choose_backend`'s.
     devices: the drafter's servers on the first, the target's round-robin over the others (one device: all on it);
         default: where the models are. dtype: the transformers weights' type (default float32).
-    max_model_len: real models: the longest sequence a server holds (prompt + output), for the memory check
-        (vLLM's name; ``max_tokens`` is its deprecated alias, a request's output length being max_tokens).
-    exact: llama.cpp's exact mode (True; None: the default, True) or its fast mode (False)
-        (:mod:`specpar.backends.llama.settings`); models given loaded must run in the mode asked.
+    max_model_len: the longest sequence a real model's server holds (prompt + output), for the memory check (vLLM's
+        name; ``max_tokens`` is its deprecated alias).
+    exact: llama.cpp's exact mode (True, the default) or its fast mode (False); models given loaded must run in it.
     """
 
     backend: str | None = None

@@ -57,15 +57,12 @@ class TransformersModel(TokenizedModel):
     """A causal LM with its tokenizer.
 
     source: a loaded ``PreTrainedModel``, or a local directory / hub id for ``AutoModelForCausalLM``.
-    tokenizer: a tokenizer, or None to load one from ``source`` when it is a path or id
-        (token-id-only use, as in tests, needs none).
-    device: where the weights live first ("cpu", "cuda:N"); servers on other devices get a copy there.
-    dtype: "float32" (default for loading), "float64", "bfloat16", "float16".
+    tokenizer: a tokenizer, or None to load one from ``source`` when it is a path or id (ids alone need none).
+    device: where the weights live first ("cpu", "cuda:N"); dtype: one of DTYPES (default float32).
     latency: a measured LatencyProfile (from ``specpar profile``), used only by the virtual clock.
-    rows: the width of the rows its servers return (default: its output layer's, ``native_rows``); a drafter whose
-        rows differ from its target's only by padding is given the target's (:mod:`specpar.backends.vocabulary`).
-    factory: a picklable function returning this model, for the Ray runtime's actors to build their own copy
-        (weights never travel); set for a model loaded from a directory, None for a module in memory unless given.
+    rows: the width of its servers' rows (default: its output layer's; :mod:`specpar.backends.vocabulary`).
+    factory: a picklable function returning this model, for Ray actors to build their own copy (set for a model
+        loaded from a directory).
     """
 
     kind = "transformers"

@@ -73,13 +73,11 @@ def _load_weights(path: str, repack: bool) -> _Weights:
 
 
 class LlamaModel(TokenizedModel):
-    """A GGUF model with its tokenizer, run by llama.cpp on the CPU.
+    """A GGUF model (the .gguf file at ``path``) with its tokenizer, run by llama.cpp on the CPU.
 
-    path: the .gguf file.
-    exact: the exact mode (default) or the fast mode (False): :mod:`specpar.backends.llama.settings`.
-    settings: how its servers compute (default: the mode's settings, :class:`LlamaSettings`); in the exact mode,
-        settings that break exactness are named in a :class:`~specpar.core.errors.SpecparWarning`, and so are weights
-        that this build of llama.cpp multiplies with batch-size-dependent kernels.
+    exact: the exact mode (default) or the fast mode (False); settings: how its servers compute (default: the
+        mode's, :mod:`specpar.backends.llama.settings`); in the exact mode, settings and weights that break exactness
+        are named in a :class:`~specpar.core.errors.SpecparWarning`.
     latency: a measured LatencyProfile (from ``specpar profile``), used only by the virtual clock.
     n_ctx: tokens a server's cache holds by default (default: the context window, at most 4096).
     """
