@@ -117,8 +117,7 @@ class SimulatedLM(Model):
         return self.probs(h, temperature)
 
     def greedy_run(self, h: int, k: int, hashes: list[int], position: int | None = None) -> list[int]:
-        """The k greedy tokens after the prefix with hash h (the first at ``position``); appends each longer
-        prefix's hash to ``hashes``."""
+        """The k greedy tokens after the prefix with hash h (the first at ``position``), their hashes onto ``hashes``."""
         tokens = []
         for i in range(k):
             tok = self.argmax_at(h, None if position is None else position + i)
@@ -139,8 +138,7 @@ class SimulatedLM(Model):
         return rows(np.stack([logits(h) for h in hashes]), context, start, decoding)
 
     def ranked(self, h: int, k: int, position: int | None = None) -> list[int]:
-        """The drafter's k best candidates at prefix hash h, best first (greedy token trees): the argmax, then
-        the other tokens by decreasing probability."""
+        """The k best candidates at prefix hash h (greedy token trees): the argmax, then by decreasing probability."""
         first = self.argmax_at(h, position)
         rest = [int(t) for t in np.argsort(-self.probs_at(h, 1.0, position), kind="stable") if t != first]
         return [first, *rest][:k]
@@ -541,8 +539,7 @@ class SimulatedServer(Server):
         return self._draft(call, hashes)
 
     def _scores(self, hashes: list[int], context, start: int, dec: Decoding) -> Scores:
-        """The rows at the prefixes ``hashes`` (positions start, ...; through the logits processors when the decoding
-        has any or asks for log-probabilities)."""
+        """The rows at the prefixes ``hashes`` (positions start, ...), processed as the decoding asks."""
         model = self.model
         if dec.reshapes or (dec.greedy and dec.logprobs is not None):
             return Scores(start, model.processed_rows(hashes, context, start, dec))
@@ -551,8 +548,7 @@ class SimulatedServer(Server):
         return Scores(start, np.stack([model.probs(h, dec.temperature) for h in hashes]))
 
     def _draft(self, call: Draft, hashes: list[int]) -> Proposal:
-        """``call.k`` tokens drafted one at a time, each from its own prefix's row (through the logits processors
-        when the decoding has any, the drafts included in the prefix)."""
+        """``call.k`` tokens drafted one at a time, each from its own prefix's row, processed as the decoding asks."""
         ctx, dec, model = as_context(call.context), call.decoding, self.model
         h, tokens, q = hashes[-1], [], []
         for position in range(len(ctx), len(ctx) + call.k):

@@ -142,8 +142,7 @@ class TransformersModel(TokenizedModel):
         return sum(p.numel() * p.element_size() for p in module.parameters())
 
     def backend_settings(self) -> dict:
-        """What its servers' speed depends on besides its weights (a machine profile's key): the backend, torch's
-        version, the dtype and the device."""
+        """What its servers' speed depends on besides its weights (a machine profile's key)."""
         import torch
 
         dtype = next(self._modules[self.device].parameters()).dtype

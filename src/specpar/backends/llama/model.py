@@ -184,8 +184,7 @@ class LlamaModel(TokenizedModel):
     def servers(
         self, n: int, devices: Sequence[str] | None = None, prefix: str = "server", max_tokens: int = 0
     ) -> list[LlamaServer]:
-        """``n`` servers whose caches hold ``max_tokens`` tokens each (default: the model's n_ctx), after checking
-        that they fit in memory."""
+        """``n`` servers whose caches hold ``max_tokens`` tokens each (default: n_ctx), checked to fit in memory."""
         for d in devices or ():
             if d != "cpu":
                 raise ConfigError(f"the llama.cpp backend runs on the CPU here; got device {d!r}")
