@@ -111,8 +111,7 @@ class NgramProposer(Proposer):
     continuations found (as deep as the tree's depth, at most as many nodes as its shape).
 
     width: the target's row width (point-mass rows when sampling). fallback: a proposer that drafts where no n-gram
-    matches (it must draft trees where this one does), else the proposal is empty. proposed, fell_back: proposals
-    made by lookup and handed to the fallback, for reports.
+    matches (it must draft trees where this one does), else the proposal is empty.
     """
 
     def __init__(self, width: int, min_n: int = DEFAULT_MIN_N, max_n: int = DEFAULT_MAX_N, tree=None, fallback=None):
@@ -128,17 +127,14 @@ class NgramProposer(Proposer):
         if fallback is not None and fallback.trees != self.trees:
             raise ConfigError("the n-gram proposer and the drafter behind it must both draft chains or both trees")
         self.fallback = fallback
-        self.proposed = self.fell_back = 0
 
     def propose(self, context, k: int, decoding: Decoding):
         found = self.matcher.continuations(context, k, self.budget)
         if found:
-            self.proposed += 1
             if self.trees:
                 return tree_proposal(found, decoding, self.width, self.budget)
             return chain_proposal(found[0], decoding, self.width)
         if self.fallback is not None:
-            self.fell_back += 1
             return self.fallback.propose(context, k, decoding)
         return TokenTree() if self.trees else Proposal([])
 

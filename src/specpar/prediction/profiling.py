@@ -48,8 +48,6 @@ def latency(ttft_ms: float, tpot_ms: float, verify_ms: float, lookahead: int) ->
 def profile(target: dict, drafter: dict, rates: dict, prompts: int, tokens: int, lookahead: int) -> dict:
     """The JSON profile: ``target``/``drafter`` as :func:`latency` gives them (with "name" and "device"), ``rates``
     as :func:`acceptance_of`; ``tokens`` greedy tokens per prompt."""
-    if tokens < 2 or lookahead < 1:
-        raise ConfigError("profile needs --tokens >= 2 and --lookahead >= 1")
     return {
         "format": FORMAT,
         "prompts": prompts,
