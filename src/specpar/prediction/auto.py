@@ -67,9 +67,8 @@ class Choice:
         }
 
     def ran(self, configurations: list[tuple[SpeculativeConfig, float | None]], tokens: int) -> dict:
-        """:meth:`to_dict` for a request that ran ``configurations`` (each a SpeculativeConfig and its share's
-        predicted ms per token, in order) and made ``tokens`` tokens: the choice's when it ran as chosen; else
-        (fewer units under load) what ran, its predicted time, and the choice's label as ``chosen``."""
+        """:meth:`to_dict` for a request that ran ``configurations`` ((SpeculativeConfig, predicted ms per token), in
+        order) and made ``tokens`` tokens; when it did not run as chosen (fewer units under load), what ran."""
         from specpar.prediction.methods import method_of
 
         ran = [Prediction(method_of(spec), spec, self.chosen.runtime, 0, 0.0) for spec, _ in configurations]

@@ -51,10 +51,7 @@ def next_rejection(u: np.ndarray, a: np.ndarray) -> np.ndarray:
 
 
 def si_counts(nz: np.ndarray, k: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
-    """SI with lookahead ``k`` [R] on runs ``nz`` [R, n+1]: (drafted tokens [R], rounds [R]).
-
-    SI's latency is then ``drafted * t1 + rounds * T`` for any latencies.
-    """
+    """SI with lookahead ``k`` [R] on runs ``nz`` [R, n+1]: (drafted tokens [R], rounds [R])."""
     k = np.asarray(k, dtype=np.int64)
     rows = np.arange(len(k))
     p = np.zeros(len(k), dtype=np.int64)
@@ -72,10 +69,7 @@ def si_counts(nz: np.ndarray, k: np.ndarray, n: int) -> tuple[np.ndarray, np.nda
 
 
 def si_time(drafted, rounds, c):
-    """SI's latency in target forward passes from its counts (si_counts): ``drafted * c + rounds``.
-
-    Arrays broadcast, so one set of counts gives the latency at many drafter latencies c at once.
-    """
+    """SI's latency in target passes from its counts (:func:`si_counts`), broadcast over drafter latencies c."""
     return drafted * c + rounds
 
 
