@@ -81,11 +81,6 @@ def _submit(free: np.ndarray, rows: np.ndarray, t: np.ndarray, target_ms: float)
     return end
 
 
-def _draft_ms(kk: np.ndarray, t1: np.ndarray) -> np.ndarray:
-    """A chunk of kk drafts, summed as the simulated server sums it (so that equal times compare equal)."""
-    return t1 + (kk - 1) * t1
-
-
 def _row_first(r: np.ndarray, arrive: np.ndarray, w: np.ndarray) -> np.ndarray:
     """Whether the target's row at the cursor (ready at ``r``) comes before the chunk (``arrive``), runs ``w``: the
     virtual clock takes a draft first when it ends with a target pass (to 1e-9)."""
@@ -109,7 +104,7 @@ def dsi_latency(nz: np.ndarray, k: np.ndarray, t1: np.ndarray, n: int, sp: int, 
         kk = np.minimum(k, n - 1 - p)
         done = kk <= 0  # only the last token is left: it is the target's row at p
         out[ids[done]] = r[done]
-        arrive = s + _draft_ms(kk, t1)
+        arrive = s + (t1 + (kk - 1) * t1)  # summed as the simulated server sums it: equal times compare equal
         m = np.zeros(ids.size, dtype=np.int64)
         taking = ~done
         taking[taking] = _row_first(r, arrive, np.nonzero(taking)[0])
