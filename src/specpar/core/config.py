@@ -425,14 +425,8 @@ class RuntimeConfig:
     def __post_init__(self):
         if self.name is not None and self.name not in RUNTIMES:
             raise ConfigError(f"runtime must be one of {', '.join(RUNTIMES)}, got {self.name!r}")
-        modes = self.cancel_frees.values() if isinstance(self.cancel_frees, Mapping) else [self.cancel_frees]
-        for mode in modes:
-            if mode not in CANCEL_MODES:
-                raise ConfigError(f"cancel_frees must be one of {CANCEL_MODES} (or a mapping to them), got {mode!r}")
-        links = self.link_ms.values() if isinstance(self.link_ms, Mapping) else [self.link_ms]
-        for ms in links:
-            if not is_number(ms, 0, math.inf, hi_open=True):
-                raise ConfigError(f"link_ms must be a finite number of ms >= 0, got {ms!r}")
+        check_cancel_frees(self.cancel_frees)
+        check_link_ms(self.link_ms)
         t = self.call_timeout_s
         if t is not None and not is_number(t, 0, math.inf, lo_open=True, hi_open=True):
             raise ConfigError(f"call_timeout_s must be a finite number of seconds > 0 (or None), got {t!r}")
@@ -472,6 +466,25 @@ class RuntimeConfig:
             if rest:
                 changes["options"] = {**config.options, **rest}
         return replace(config, **changes) if changes else config
+
+
+def _per_pool(value) -> list:
+    """The values of a setting given for every pool (one value) or per pool name (a mapping)."""
+    return list(value.values()) if isinstance(value, Mapping) else [value]
+
+
+def check_cancel_frees(value) -> None:
+    """A ConfigError unless ``value`` is a cancel mode, or a mapping of pool names to cancel modes."""
+    for mode in _per_pool(value):
+        if mode not in CANCEL_MODES:
+            raise ConfigError(f"cancel_frees must be one of {CANCEL_MODES} (or a mapping to them), got {mode!r}")
+
+
+def check_link_ms(value) -> None:
+    """A ConfigError unless ``value`` is a finite number of ms >= 0, or a mapping of pool names to them."""
+    for ms in _per_pool(value):
+        if not is_number(ms, 0, math.inf, hi_open=True):
+            raise ConfigError(f"link_ms must be a finite number of ms >= 0, got {ms!r}")
 
 
 def _set(config, name: str) -> bool:

@@ -47,14 +47,6 @@ class LatencyProfile:
         """This profile times ``factor`` (a drafter at latency fraction c of a target: target.scaled(c))."""
         return LatencyProfile(self.ttft_ms * factor, self.tpot_ms * factor, self.per_token_ms * factor)
 
-    def forward_ms(self, extra_tokens: int, cold: bool) -> float:
-        """One forward pass: ttft when ``cold`` (prefill) else tpot, plus ``extra_tokens`` * per_token_ms.
-
-        extra_tokens: tokens in the pass beyond the one a decode step always has
-        (drafts being verified, or verified tokens the server has not seen yet).
-        """
-        return (self.ttft_ms if cold else self.tpot_ms) + self.per_token_ms * extra_tokens
-
     def call_ms(self, call, cached: int) -> float:
         """Time of a Draft or Score call on a server whose cache holds the first ``cached`` tokens of its context.
 
@@ -71,7 +63,7 @@ class LatencyProfile:
             return self.tpot_ms + self.per_token_ms * (n_new - 1) if n_new > 1 else self.tpot_ms
         if cached == 0:
             ms = self.ttft_ms
-        else:  # forward_ms(n_new - 1, cold=False), written out: this runs once per task on the virtual clock
+        else:  # written out, not a call: this runs once per task on the virtual clock
             n_new = len(call.context) - cached
             ms = self.tpot_ms + self.per_token_ms * (n_new - 1) if n_new > 1 else self.tpot_ms
         ms += (call.k - 1) * self.tpot_ms

@@ -30,6 +30,8 @@ import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
+from specpar.core.json_output import finite
+
 # The tables' metric columns, defined as their footnotes print them (metrics_footnote): "tokens/pass" is vLLM's mean
 # acceptance length, named for what it counts, so that DSI's (low: it completes more target passes, verifying ahead
 # on several servers at once) is not read as DSI accepting less; "run len" is what it accepted in a row.
@@ -179,17 +181,7 @@ class GenerationResult:
             "tpot_ms",
         ):
             d[name] = getattr(self, name)
-        return _json_safe(d)
-
-
-def _json_safe(x):
-    if isinstance(x, float) and not math.isfinite(x):
-        return None
-    if isinstance(x, dict):
-        return {k: _json_safe(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_json_safe(v) for v in x]
-    return x
+        return finite(d)
 
 
 def overhead(intervals: list[tuple[float, float]], t0: float, t1: float) -> dict:

@@ -172,8 +172,8 @@ class LoadSimulation:
         records: list[RequestRecord] = []
 
         def one(i: int) -> None:
-            req = Request(scheduler, Query(self.prompt(i), s.max_tokens, decoding), self.spec, curve, runtime)
-            result = req.run()
+            req = Request(scheduler, self.spec, curve, runtime)
+            result = req.run(Query(self.prompt(i), s.max_tokens, decoding))
             first = req.segments[0][2]
             records.append(
                 RequestRecord(

@@ -1,18 +1,12 @@
 """A server in its own process: the Ray actor that hosts it, and the driver's handle on that actor.
 
-Only unseen tokens travel. A call's :class:`~specpar.core.calls.Context` is the generation's verified tokens (a
-list that only grows) plus the drafts; the driver remembers how many verified tokens each actor holds and
-sends only the ones after them, with the drafts (at most k tokens). The actor keeps its own copy of the
-verified tokens, so its server sees Contexts that share one growing base, as on threads, and keeps its KV
-cache across calls. Results come back as they are: token ids when greedy, only the rows verification needs.
+Only unseen tokens travel: the driver remembers how many of a generation's verified tokens (a
+:class:`~specpar.core.calls.Context`'s growing base) each actor holds and sends the ones after them with the drafts;
+the actor keeps its own copy, so its server keeps its KV cache across calls. Weights never travel: an actor builds
+its server from the server's ``remote_spec()``, a picklable function.
 
-Weights never travel either: an actor builds its server from the server's ``remote_spec()``, a picklable
-function (a simulated model's few parameters, or a function that loads or builds a transformers model in
-the actor).
-
-Cancellation: calls run one at a time in the actor's default concurrency group, ``cancel`` in a group of its
-own, so it reaches a running call at once: it sets the event that the server's ``run(call, cancelled)``
-watches (simulated servers wake from their sleep, transformers servers stop between forward passes). A call
+Cancellation: calls run one at a time in the actor's default concurrency group, ``cancel`` in a group of its own, so
+it reaches a running call at once (it sets the event the server's ``run(call, cancelled)`` watches); a call
 cancelled before it started never runs.
 """
 

@@ -1,20 +1,10 @@
 """Joining or starting the Ray cluster the Ray runtime runs on, and giving back what this process started.
 
-Ray is an optional dependency (``pip install 'specpar[ray]'``): nothing here imports it before it is needed,
-so ``import specpar`` never does.
-
-* :func:`connect` joins a running cluster (``address="auto"`` or ``"HOST:PORT"``, as started by
-  ``ray start --head``) or starts a local one: no dashboard, a small object store (calls carry token ids,
-  never weights), loopback only. A local Ray counts ``max(cores, cpus)`` logical CPUs, so that every server
-  of a run gets its CPU bundle even on a small machine (the bundles then share cores).
-* :func:`shutdown` disconnects; a local Ray this process started stops with it (its raylet, its GCS and
-  every actor of this process). It never touches a cluster it only joined (``ray stop`` is the cluster
-  owner's command).
-* :func:`ray_session` does both around a command; the API starts a local Ray on first use and stops it
-  at exit.
-* :func:`local_cluster` starts several raylets on this machine (``ray.cluster_utils.Cluster``: a head and
-  worker nodes, each its own raylet and object store) and joins them: a multi-node cluster for the tests and
-  the benchmarks, shut down by handle.
+Ray is an optional dependency (``pip install 'specpar[ray]'``), imported only when needed. :func:`connect` joins a
+running cluster or starts a local one (no dashboard, a small object store, loopback only); :func:`shutdown`
+disconnects, and stops a local Ray this process started (never a cluster it only joined: ``ray stop`` is the
+owner's command); :func:`ray_session` does both around a command; :func:`local_cluster` starts several raylets on
+this machine (a multi-node cluster for the tests and benchmarks), shut down by handle.
 """
 
 from __future__ import annotations

@@ -1,29 +1,16 @@
 """Ray: every server an actor in its own process, on its own cores or GPU, on one machine or many.
 
-The same contract and the same dispatch as the threads runtime: the driver keeps each pool's queue and
-hands a task to the idle replica :meth:`Pool.pick` chooses, one call per actor at a time. What differs is
-where the servers run (:mod:`specpar.runtimes.ray_actors`: actors built from the servers' ``remote_spec()``,
-sent only the tokens they have not seen) and what can go wrong with them:
+The same contract and the same dispatch as the threads runtime; the actors (:mod:`specpar.runtimes.ray_actors`) are
+built from the servers' ``remote_spec()`` and sent only the tokens they have not seen. A replica whose actor dies or
+stalls (:class:`~specpar.runtimes.base.CallLimits`) is lost: killed, its task sent to a live replica of its pool,
+recorded in ``lost`` (lost replicas cost time, never tokens); a pool with none left and work queued is a
+ServerError. ``close()`` never hangs: calls cancelled at the end get ``join_timeout_s``, then their actors are killed.
 
-* a replica whose actor dies (``ray.kill``, a crash, a lost node) or stalls (a call past its stall limit:
-  :class:`~specpar.runtimes.base.CallLimits`, by default a multiple of the time the server's latency profile and
-  its pool's completed calls say it should take; or a fixed ``call_timeout_s``) is *lost*: it is killed, its
-  task goes to a live replica of the same pool, and ``lost`` records the replica and the time its unfinished call
-  cost. Lost replicas cost time, never tokens.
-* a pool with every replica lost and work queued: ``wait()`` raises a ServerError naming them, no hang.
-* ``close()`` never hangs: calls cancelled at the end get ``join_timeout_s`` to return, actors that do not
-  are killed, so no stale cache is reused.
-
-The pools named in ``local_pools`` (the drafter, say) run on threads of the driver instead (a
-:class:`ThreadRuntime` sharing this runtime's queue of finished work): no round trip per call.
-
-Resources: each server gets a bundle of ``cpus_per_server`` CPUs (its torch thread count), and one GPU for
-the servers of ``gpu_pools`` when the cluster has GPUs; a run's new actors share one placement group, PACKed
-on one node by default or SPREAD across nodes. Actors are made (and ready) before the clock starts.
-
-Actors are killed at ``close()``, unless ``reuse_actors``: then they stay with their local server objects
-(ready-made pools, as an engine keeps) and a later runtime on the same servers reuses them; each dies with
-its server object, or with the Ray session.
+The pools in ``local_pools`` (the drafter, say) run on threads of the driver instead (a :class:`ThreadRuntime`
+sharing this runtime's queue of finished work): no round trip per call. Each server gets a bundle of
+``cpus_per_server`` CPUs, and one GPU for the servers of ``gpu_pools`` when the cluster has some; a run's new actors
+share one placement group. Actors are killed at ``close()`` unless ``reuse_actors``: then they stay with their local
+server objects for later runtimes (an engine's pools), each dying with its server object or the Ray session.
 """
 
 from __future__ import annotations
@@ -38,7 +25,7 @@ from dataclasses import dataclass, replace
 from specpar.core.errors import ConfigError, ServerError
 from specpar.core.latency import STALL_FACTOR, STALL_FLOOR_S
 from specpar.runtimes import capacity, ray_actors
-from specpar.runtimes.base import CallLimits, LostReplica, Pool, Runtime, Task
+from specpar.runtimes.base import CallLimits, Pool, Runtime, Task
 from specpar.runtimes.ray_cluster import connect, import_ray, started_here
 from specpar.runtimes.threads import ThreadRuntime
 
@@ -101,7 +88,6 @@ class RayRuntime(Runtime):
         self.limits = CallLimits(o.call_timeout_s, o.stall_factor, o.stall_floor_s)
         super().__init__(pools)
         self.options = o
-        self.lost: list[LostReplica] = []
         self._ray = import_ray()
         remote_pools = [p for p in self.pools if p.name not in o.local_pools]
         servers = [(p, s) for p in remote_pools for s in p.servers]
@@ -115,7 +101,6 @@ class RayRuntime(Runtime):
         self._queues(self._replicas)  # live idle replicas, longest idle first
         self._running: dict = {}  # ObjectRef -> (task, replica, seq), cancelled calls included until they return
         self._ref: dict[Task, object] = {}  # running task -> its ObjectRef
-        self._in_flight = 0
         # what finished: an ObjectRef (put by Ray's callback) or a Task of a local pool (put by its thread)
         self._finished: queue.SimpleQueue = queue.SimpleQueue()
         local = [p for p in self.pools if p.name in o.local_pools]
@@ -210,9 +195,7 @@ class RayRuntime(Runtime):
             return task
         task = Task(pool, call)
         self.tasks.append(task)
-        replica = self._take_idle(task)
-        if replica is not None:
-            self._start(task, replica)
+        self._dispatch(task)
         return task
 
     def _start(self, task: Task, replica) -> None:
@@ -224,12 +207,6 @@ class RayRuntime(Runtime):
         self._running[ref] = (task, replica, seq)
         self._ref[task] = ref
         ref.future().add_done_callback(lambda _, ref=ref: self._finished.put(ref))
-
-    def _free(self, pool: Pool, replica) -> None:
-        """``replica`` finished a call: it takes the next queued task, or waits idle."""
-        task = self._next_queued(pool, replica)
-        if task is not None:
-            self._start(task, replica)
 
     def wait(self) -> Task:
         ray = self._ray
@@ -253,7 +230,7 @@ class RayRuntime(Runtime):
             try:
                 result = ray.get(ref)
             except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError) as exc:
-                self._lose(task, replica, f"{type(exc).__name__}: the actor died")
+                self._lose_replica(task, replica, f"{type(exc).__name__}: the actor died")
                 continue
             except ray.exceptions.RayTaskError as exc:  # the server raised: surfaced as on threads
                 self._free(task.pool, replica)
@@ -288,14 +265,13 @@ class RayRuntime(Runtime):
         self._in_flight -= 1
 
     def cancel(self, task: Task) -> None:
-        if task.done or task.cancelled:
-            return
-        self._in_flight -= 1
         if task.pool not in self._idle:  # a local pool
-            self._local.cancel(task)
+            if not (task.done or task.cancelled):
+                self._in_flight -= 1
+                self._local.cancel(task)
             return
-        task.cancelled = True
-        task.done = True
+        if not self._cancelled_now(task):
+            return
         task.end = self.now() if task.start is not None else None
         ref = self._ref.get(task)
         if ref is not None:  # running: the actor stops it; a queued task is dropped when its turn comes
@@ -312,30 +288,22 @@ class RayRuntime(Runtime):
         return [t for t, _, _ in self._running.values()]
 
     def _lose_stuck(self) -> None:
-        stalled, how = set(self.limits.stalled(self._calls(), self.now())), self.limits.which
+        stalled = set(self.limits.stalled(self._calls(), self.now()))
         for ref, (task, replica, _) in list(self._running.items()):
             if task in stalled:
                 del self._running[ref]
                 self._ref.pop(task, None)
-                self._lose(task, replica, f"no answer after {task.limit_s:.3g} s ({how}): stalled")
+                self._lose_replica(task, replica, self.limits.stall(task))
         if self._local is not None:
             self._local._lose_stuck()  # a local pool's server: lost as on threads (a ServerError if it was the last)
 
-    def _lose(self, task: Task, replica, reason: str) -> None:
-        """``replica`` is gone: kill it, record the loss, and resend its task (unless cancelled) to a live one."""
-        lost_ms = 0.0 if task.cancelled else self.now() - task.start
-        self.lost.append(LostReplica(replica.name, task.pool.name, self.now(), lost_ms, reason))
-        log.warning("lost replica %s of %s (%s); %.1f ms of work redone", replica.name, task.pool.name, reason, lost_ms)
+    def _lose_replica(self, task: Task, replica, reason: str) -> None:
+        """``replica`` is gone: kill it, then record the loss and resend its task (unless cancelled)."""
         replica.kill()
         for server, r in self._remote.items():
             if r is replica:
                 ray_actors.forget(server)
-        if task.cancelled:
-            return
-        task.server = task.start = None
-        replica = self._take_idle(task, first=True)
-        if replica is not None:
-            self._start(task, replica)
+        self._lose(task, replica.name, reason)
 
     def _check_pools(self) -> None:
         """A ServerError when work waits on a pool whose replicas are all lost."""
@@ -359,7 +327,7 @@ class RayRuntime(Runtime):
             for ref in refs:
                 if ref not in done:
                     task, replica, _ = self._running[ref]
-                    self._lose(task, replica, f"still busy {self.options.join_timeout_s:g} s after close()")
+                    self._lose_replica(task, replica, f"still busy {self.options.join_timeout_s:g} s after close()")
             self._running.clear()
             self._ref.clear()
         if not self.options.reuse_actors:
