@@ -126,7 +126,7 @@ def run(args) -> int:
     summary, messages = _compare(args, pair, k)
     closed = _closed_forms(args, target_lat, drafter_lat, a, k)
     if args.output:
-        from specpar.experiments.timeline_plot import plot_timelines
+        from specpar.experiments.plots import plot_timelines
 
         c = _drafter_fraction(target_lat, drafter_lat)
         title = f"c = {fmt(c, '.3g')}, a = {a:g}, N = {args.max_tokens}, seed {args.seed}"

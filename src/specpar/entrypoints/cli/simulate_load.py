@@ -109,7 +109,7 @@ def run(args) -> int:
         "options": {p: [o.__dict__ for o in sim.curve(p).options] for p in policies},
     }
     if args.output:
-        from specpar.experiments.load_plot import plot_load
+        from specpar.experiments.plots import plot_load
 
         title = f"{args.units} units, target {target.tpot_ms:g} ms, drafter {drafter.tpot_ms:g} ms, a = {a:g}"
         plot_load(rows, args.output, title)
