@@ -7,7 +7,7 @@ import json
 import pytest
 
 from specpar.core.errors import ConfigError
-from specpar.core.latency import LatencyProfile
+from specpar.core.latency import LatencyProfile, slowdown
 from specpar.prediction.machine import FORMAT, MachineProfile, ModelCosts, load_or_build
 
 
@@ -34,7 +34,7 @@ def test_pass_costs_come_from_the_table_of_the_threads_given():
     assert [t.pass_cost(k, 1) for k in (1, 2, 3)] == [20.0, 38.0, 50.0]
     assert t.pass_cost(5, 1) == 50.0 + 2 * 12.0  # past K: the last segment's line
     assert t.table(4) == t.table(2) and t.table(0) == t.table(1)  # nearest measured count below, else the smallest
-    assert t.max_pass == 3
+    assert {len(v) for v in t.pass_ms.values()} == {3}
 
 
 def test_prefill_interpolates_and_extends_the_last_segment():
@@ -62,10 +62,11 @@ def test_save_and_load(tmp_path):
 
 def test_contention_extends_in_proportion_past_the_last_factor():
     p = measured()
-    assert p.slowdown(1) == 1.0 and p.slowdown(2) == 1.8 and p.slowdown(4) == pytest.approx(3.6)
+    assert slowdown(p.contention, 1) == 1.0 and slowdown(p.contention, 2) == 1.8
+    assert slowdown(p.contention, 4) == pytest.approx(3.6)
     assert p.has_contention
     free = p.with_free_cores(3)
-    assert free.slowdown(3) == 1.0 and free.slowdown(6) == 2.0 and not free.has_contention
+    assert slowdown(free.contention, 3) == 1.0 and slowdown(free.contention, 6) == 2.0 and not free.has_contention
 
 
 def test_from_latency_is_the_linear_model():

@@ -55,9 +55,9 @@ class World:
         curve = self.curves[key]
 
         def run():
-            req = self.request(self.scheduler, Query(prompt, n, decoding), spec, curve, self.runtime)
+            req = self.request(self.scheduler, spec, curve, self.runtime)
             self.requests[i] = req
-            req.result_ = req.run()
+            req.result_ = req.run(Query(prompt, n, decoding))
 
         self.clock.spawn(run, at=at)
 
@@ -105,7 +105,7 @@ def test_hsd_under_load_gives_the_targets_greedy_tokens():
         curve = share_curve("adaptive", spec, target, [small, mid], 4)
 
         def run(i=i, spec=spec, curve=curve):
-            done[i] = Request(scheduler, Query(prompt(i), N), spec, curve, runtime).run()
+            done[i] = Request(scheduler, spec, curve, runtime).run(Query(prompt(i), N))
 
         clock.spawn(run, at=20.0 * i)
     clock.run()

@@ -1,25 +1,22 @@
 """Where SI and DSI differ for chains of drafts and for token trees: one small strategy each, and what DSI shares
 with them.
 
-:class:`Chains` here, :class:`~specpar.algorithms.tree_drafts.Trees` beside it. Both answer the same questions, so that
+:class:`Chains` here, :class:`~specpar.algorithms.tree_drafts.Trees` beside it, answer the same questions, so that
 :func:`~specpar.algorithms.si.si` and :class:`~specpar.algorithms.dsi.DSI` are written once:
 
-* SI: ``empty()`` (the draft when no draft is worth making), ``score(g, draft, decoding)`` (the target's call that
-  scores a whole draft in one pass) and ``verify(g, draft, scores)`` (the tokens it keeps);
-* DSI, one draft at a time, on a :class:`DraftsView` of its state: ``add(view, draft, start, taken)`` (add a
-  finished draft's drafts, drafted from position ``start``, below the ``taken`` positions the target filled
-  meanwhile), ``test(view, row)`` (test the draft at the cursor: a :class:`Verdict`), ``verification(view)`` (the
-  call that verifies the drafts waiting for a server) and, for trees only, ``rows(view, task)`` (a finished tree
-  verification's rows along the drafts) and ``follow(view, task)`` (the branch of a verification a rejection kept
-  running becomes the drafts).
+* SI: ``empty()`` (no draft), ``score(g, draft, decoding)`` (the target's call that scores a whole draft in one
+  pass) and ``verify(g, draft, scores)`` (the tokens it keeps);
+* DSI, on a :class:`DraftsView` of its state: ``add(view, draft, start, taken)`` (add a draft drafted from position
+  ``start``, below the ``taken`` positions the target filled meanwhile), ``test(view, row)`` (test the draft at the
+  cursor: a :class:`Verdict`), ``verification(view)`` (the call that verifies the drafts waiting for a server) and,
+  for trees only, ``rows(view, task)`` and ``follow(view, task)``.
 
-A strategy never rejects: it says what the target's row decided, and DSI acts on the verdict (drops the drafts,
-cancels the tasks that depend on them). Each strategy says what :class:`Pending` records of an unverified draft
-(its class docstring).
+A strategy never rejects: it says what the target's row decided, and DSI acts on the verdict.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from specpar.core.calls import Proposal, Score, Scores
@@ -33,11 +30,9 @@ if TYPE_CHECKING:
 class Pending:
     """DSI's unverified drafts, at positions cursor (len(g.out)), cursor + 1, ...
 
-    tokens: their tokens (the tail of the calls' contexts). origins: for each, the record of the proposal it came
-        from, shared by that proposal's drafts (the strategy's: :class:`Chains`, :class:`Trees`); a draft's q row,
-        its index in its lookahead window and its tree node follow from its position.
-    unsent: the last ``unsent`` drafts wait for a verification server (DSI's dedicated_cursor only).
-    The two lists change together, only here: where drafts are added, the first is accepted, or all are dropped.
+    tokens: their tokens. origins: for each, the record of the proposal it came from (the strategy's: :class:`Chains`,
+        :class:`Trees`). unsent: the last ``unsent`` drafts wait for a verification server. The two lists change
+        together, only here.
     """
 
     __slots__ = ("tokens", "origins", "unsent")
@@ -67,28 +62,25 @@ class Pending:
         self.unsent = 0
 
 
+@dataclass(slots=True)
 class DraftsView:
     """What a strategy sees of a DSI generation: the output, the drafts, the verifications in flight (ordered by
     their first row's position) and, for trees, the finished tree verifications since the last rejection, as
     (tree, start position, rows). DSI owns each; a strategy reads them, and adds drafts and scored trees."""
 
-    __slots__ = ("g", "pending", "verifying", "scored")
+    g: Generation
+    pending: Pending
+    verifying: list
+    scored: list
 
-    def __init__(self, g: Generation, pending: Pending, verifying: list, scored: list):
-        self.g, self.pending, self.verifying, self.scored = g, pending, verifying, scored
 
-
+@dataclass(frozen=True, slots=True)
 class Verdict:
     """What the target's row at the cursor decided of the draft there: ``accepted``, or rejected; a rejection
     may ``keep`` one verification running (a token tree's: it scores the branch of an accepted sibling)."""
 
-    __slots__ = ("accepted", "keep")
-
-    def __init__(self, accepted: bool, keep: Task | None = None):
-        self.accepted, self.keep = accepted, keep
-
-    def __repr__(self) -> str:
-        return "ACCEPTED" if self.accepted else "REJECTED" if self.keep is None else f"REJECTED(keep={self.keep})"
+    accepted: bool
+    keep: Task | None = None
 
 
 ACCEPTED = Verdict(True)
@@ -98,11 +90,9 @@ REJECTED = Verdict(False)
 class Chains:
     """Drafts as chains (:class:`~specpar.core.calls.Proposal`), verified by (speculative) sampling one by one.
 
-    :class:`Pending`'s record of an unverified draft is that of the proposal it came from, ``(start, q)``: the
-    position of the proposal's first draft and its [k, V] rows (None when greedy). The draft at position p is its
-    (p - start)-th: q[p - start] is the row it was drawn from, p - start its index in its lookahead window. A
-    proposal's drafts share its record: DSI drafts about five per output token (the drafter runs ahead, and a
-    rejection drops what it drafted), and a tuple for each cost 1.5% of the simulator's instructions.
+    :class:`Pending`'s record of an unverified draft is its proposal's, ``(start, q)``: the position of its first
+    draft and its [k, V] rows (None when greedy); the draft at position p is its (p - start)-th. (One record per
+    proposal, not per draft: a tuple for each cost 1.5% of the simulator's instructions.)
     """
 
     __slots__ = ()

@@ -1,45 +1,37 @@
 """DSI: distributed speculative inference (Timor et al., ICLR 2025), Algorithm 1 with lookahead (App. D).
 
-Speculation parallelism: verification tasks run on up to sp_degree target
-servers *while the drafter keeps drafting*, so only rejected drafts cost target
-time. Algorithm 1's threads are runtime tasks here: the drafter's (a proposer's,
-:mod:`specpar.algorithms.proposers`) and the targets'. Its current verifier is the target
-task that works on the cursor, the first position not yet verified.
+Speculation parallelism: verification tasks run on up to sp_degree target servers *while the drafter keeps
+drafting*, so only rejected drafts cost target time. Algorithm 1's threads are runtime tasks here: the drafter's (a
+proposer's, :mod:`specpar.algorithms.proposers`) and the targets'. Its current verifier is the target task that
+works on the cursor, the first position not yet verified.
 
-* At the start and after every rejection, one target server starts at once on
-  the verified prefix while the drafter drafts from it (lines 2-3 and 11).
-* Each chunk of k drafts (a lookahead window) goes to a free target server (one
-  forward pass scores the chunk: rows for its k positions plus the one after),
-  while the drafter drafts the next chunk from the unverified drafts (line 6).
-* Target rows are consumed in position order. Each draft is tested exactly
-  once, with its q and the target's row at its position, whichever task
-  delivered that row first; a chunk's extra row judges the next chunk's first
-  draft as soon as it exists, with no further target pass (lines 7-14).
-* A rejection cancels every task that depends on the rejected draft (later
-  verifications and the running draft) and restarts from the corrected prefix
-  (lines 8 and 10).
+* At the start and after every rejection, one target server starts at once on the verified prefix while the drafter
+  drafts from it (lines 2-3 and 11).
+* Each chunk of k drafts (a lookahead window) goes to a free target server (one forward pass scores the chunk: rows
+  for its k positions plus the one after), while the drafter drafts the next chunk from the unverified drafts (line 6).
+* Target rows are consumed in position order. Each draft is tested exactly once, with its q and the target's row at
+  its position, whichever task delivered that row first; a chunk's extra row judges the next chunk's first draft as
+  soon as it exists, with no further target pass (lines 7-14).
+* A rejection cancels every task that depends on the rejected draft (later verifications and the running draft) and
+  restarts from the corrected prefix (lines 8 and 10).
 
-Theorem 1 (DSI is never slower than non-SI): before every event a target server
-works on the cursor, or its row there is already known (:meth:`DSI.cover_cursor`).
-The passes on the cursor, one after another, are non-SI's own passes on the same
-prefixes, each started no later than non-SI would start it (a verification that
-covers the cursor is such a pass that also scores drafts, in the same time while
-verifying costs no more than a pass); an accepted draft, or a row a verification
-delivers ahead of the cursor, only moves the cursor sooner. So the last token is
+Theorem 1 (DSI is never slower than non-SI): before every event a target server works on the cursor, or its row
+there is already known (:meth:`DSI.cover_cursor`). The passes on the cursor, one after another, are non-SI's own
+passes on the same prefixes, each started no later than non-SI would start it (a verification that covers the cursor
+is such a pass that also scores drafts, in the same time while verifying costs no more than a pass); an accepted
+draft, or a row a verification delivers ahead of the cursor, only moves the cursor sooner. So the last token is
 verified no later than non-SI verifies it. Drafting never delays a target pass.
 
-When verifying costs more than a pass on the verified prefix (a per-token cost, as on
-CPUs; ``dedicated_cursor``), a verification that covers the cursor no longer stands in
-for that pass: a pass with no drafts always runs on the cursor, and verifications use
-at most sp_degree - 1 servers, so that one is always free for it. Chunks drafted while
-those servers are busy wait, and are verified together when one frees. With one target
-server there is none to keep: it then verifies too, and Theorem 1 needs sp_degree >= 2.
+When verifying costs more than a pass on the verified prefix (a per-token cost, as on CPUs; ``dedicated_cursor``), a
+verification that covers the cursor no longer stands in for that pass: a pass with no drafts always runs on the
+cursor, and verifications use at most sp_degree - 1 servers, so that one is always free for it. Chunks drafted while
+those servers are busy wait, and are verified together when one frees. With one target server there is none to
+keep: it then verifies too, and Theorem 1 needs sp_degree >= 2.
 
-With token trees (SpecInfer; a proposer that drafts trees) each chunk is a tree, and the drafts DSI goes on from
-are the path to its most likely leaf: :mod:`specpar.algorithms.tree_drafts` says how a tree is tested and verified; the
-chain side is :mod:`specpar.algorithms.drafts`. A strategy only returns a verdict on the draft at the cursor; DSI acts
-on it (:meth:`DSI.settle` -> :meth:`DSI.reject` -> cancel). The state is one :class:`DSI` object (the unverified
-drafts, the target rows known ahead of the cursor, the tasks in flight); its methods are the events of Algorithm 1.
+With token trees (SpecInfer) each chunk is a tree, and DSI goes on from the path to its most likely leaf
+(:mod:`specpar.algorithms.tree_drafts`; chains: :mod:`specpar.algorithms.drafts`). A strategy only returns a verdict
+on the draft at the cursor; DSI acts on it (:meth:`DSI.settle` -> :meth:`DSI.reject` -> cancel). The state is one
+:class:`DSI` object; its methods are the events of Algorithm 1.
 """
 
 from __future__ import annotations
@@ -59,20 +51,18 @@ from specpar.runtimes.base import Pool, Task
 class DSI:
     """One DSI generation: its state and the events that change it.
 
-    pending: the unverified drafts (:class:`~specpar.algorithms.drafts.Pending`: their tokens, the record of the
-        proposal each came from, how many wait for a server), whose records are the strategy's (``shape``:
-        :class:`~specpar.algorithms.drafts.Chains` or :class:`~specpar.algorithms.tree_drafts.Trees`).
+    pending: the unverified drafts (:class:`~specpar.algorithms.drafts.Pending`), whose records are the strategy's
+        (``shape``: :class:`~specpar.algorithms.drafts.Chains` or :class:`~specpar.algorithms.tree_drafts.Trees`).
     known: target rows at positions >= the cursor, from finished verifications (position -> row).
-    scored: token trees only: the finished tree verifications since the last rejection, as (tree, start position,
-        rows), for the branches of accepted siblings (:mod:`specpar.algorithms.tree_drafts`).
+    scored: token trees only: the finished tree verifications since the last rejection, as (tree, start, rows).
     verifying: verification tasks in flight, ordered by the position of their first row.
     view: what the strategy sees of these (:class:`~specpar.algorithms.drafts.DraftsView`).
     drafting: the proposer's task in flight, or a draft it proposed at once (``ready``) not taken yet; None.
     drafted_from: the position that draft continues from. dry: the last proposal was empty (ask again only after
         the next event).
-    warming: prefills of the prompt on the other target servers (prefill_replicas; never cancelled); warmed: of
-        those, the ones that completed. dedicated_cursor: one target server is kept for passes on the cursor (asked
-        for, and there is more than one).
+    warming: prefills of the prompt on the other target servers (prefill_replicas; never cancelled); warmed: those
+        that completed. dedicated_cursor: one target server is kept for passes on the cursor (asked for, and there
+        is more than one).
     """
 
     __slots__ = (
@@ -161,9 +151,9 @@ class DSI:
             pending.unsent = min(pending.unsent, len(pending))
 
     def settle(self) -> bool:
-        """The current verifier's work (lines 7-14): resolve the cursor with the target rows known for it, in
-        position order: a draft there is tested, else the target's own token is taken, as non-SI would. On the
-        strategy's verdict: an accepted draft is output; a rejected one is rejected (False)."""
+        """The current verifier's work (lines 7-14): resolve the cursor with the target rows known for it, in position
+        order: a draft there is tested (accepted: output; rejected: :meth:`reject`, False), else the target's own
+        token is taken, as non-SI would."""
         g, known, pending = self.g, self.known, self.pending
         while not g.done:
             row = known.pop(len(g.out), None)
@@ -256,13 +246,12 @@ def dsi(
     g: Generation, pools: dict[str, Pool], spec: SpeculativeConfig, proposer: Proposer | None = None
 ) -> GenerationResult:
     """DSI on ``pools["target"]`` (sp_degree servers) with the proposer ``spec`` and ``pools`` make
-    (:func:`~specpar.algorithms.drafting.make_proposer`), or with ``proposer``: one that drafts token trees makes each
-    chunk a tree and the lookahead its depth.
+    (:func:`~specpar.algorithms.drafting.make_proposer`), or with ``proposer`` (one that drafts token trees makes
+    each chunk a tree and the lookahead its depth).
 
-    spec.prefill_replicas: at the start, every target server prefills the prompt at once (in parallel), so that
-    no verification later pays a prefill (TTFT) on a cold replica; worth it when TTFT > TPOT.
-    spec.dedicated_cursor: a pass with no drafts always works on the cursor, on a server kept for it (see the
-    module docstring); for targets whose verification costs grow with the drafts fed."""
+    spec.prefill_replicas: at the start every target server prefills the prompt at once, so that no verification
+    pays a prefill on a cold replica. spec.dedicated_cursor: a server kept for passes on the cursor (module
+    docstring)."""
     target = pools["target"]
     proposer = make_proposer(g, pools, spec) if proposer is None else proposer
     lookahead = positive_int("lookahead (k)", lookahead_of(proposer, spec.lookahead))

@@ -15,21 +15,17 @@ from specpar.runtimes.base import Runtime
 
 
 class Generation:
-    """One generation: prompt + verified output tokens, and the record of how they were obtained.
+    """One generation of ``query`` on ``runtime`` (whose clock times it): prompt + verified output tokens, and the
+    record of how they were obtained.
 
-    Made by :func:`~specpar.algorithms.registry.run_generation` and handed to the algorithm. Tokens enter only
-    through :meth:`take` (the target's own token), :meth:`test_draft` (one draft tested: the paper's judge),
-    :meth:`test_node` (a token tree's draws at one node), :meth:`verify` and :meth:`verify_tree` (a chain or a
-    tree of drafts tested), thin wrappers over :mod:`specpar.algorithms.verification` that also keep the metrics.
+    Tokens enter only through :meth:`take` (the target's own token), :meth:`test_draft` (the paper's judge of one
+    draft), :meth:`test_node` (a token tree's draws at one node), :meth:`verify` and :meth:`verify_tree` (a chain or
+    a tree), thin wrappers over :mod:`specpar.algorithms.verification` that also keep the metrics.
 
-    feedback: None, or the proposer's hook, called with (index in its window, accepted) for every draft tested, in
-    order (:mod:`specpar.algorithms.proposers`); the algorithm sets it.
+    feedback: None, or the proposer's hook, called with (index in its window, accepted) for every draft tested.
     """
 
     def __init__(self, query: Query, runtime: Runtime):
-        """query: the prompt, the most output tokens, the decoding, the stopping and the stream
-        (:class:`~specpar.core.query.Query`); runtime: where the algorithm's tasks run (its clock times the
-        generation)."""
         prompt, max_tokens, decoding = query.prompt, query.max_tokens, query.decoding
         if len(prompt) == 0:
             raise ConfigError("prompt is empty: give at least one token (the target needs a prefix to continue)")
@@ -99,18 +95,7 @@ class Generation:
         n, token = verify_chain(proposal.tokens, proposal.q, scores.rows, self.decoding, len(self.out))
         for j in range(min(n + 1, len(proposal.tokens))):
             self._tested(j, j < n)
-        rows = scores.rows
-        if self.stopping is None and self.logprobs is None:
-            self.out.extend(proposal.tokens[:n])
-        else:  # each accepted draft may end the output
-            for x, row in zip(proposal.tokens[:n], rows):
-                self._append(x, row)
-                if self.done:
-                    break
-        if not self.done:
-            self._append(token, rows[n])  # also updates done
-        self._end_round()
-        self._emit()
+        self._accept(proposal.tokens[:n], scores.rows, token, scores.rows[n])
         return n
 
     def verify_tree(self, tree, rows, node: int = -1) -> int:
@@ -122,18 +107,24 @@ class Generation:
         for j in range(len(path) + 1):
             if tree.draws.get(path[j - 1] if j else node):  # a level was tested
                 self._tested(base + j, j < len(path))
+        parents = [rows[parent + 1] for parent in [node, *path]]  # an accepted node's row is its parent's
+        self._accept([tree.tokens[n] for n in path], parents, token, parents[-1])
+        return len(path)
+
+    def _accept(self, drafts: Sequence[int], rows, token: int, row) -> None:
+        """Append the accepted ``drafts`` (each from its row of ``rows``), then the target's ``token`` from ``row``
+        unless one ended the output; end the round."""
         if self.stopping is None and self.logprobs is None:
-            self.out.extend(tree.tokens[n] for n in path)
-        else:  # each accepted node may end the output; its row is its parent's
-            for parent, n in zip([node, *path], path):
-                self._append(tree.tokens[n], rows[parent + 1])
+            self.out.extend(drafts)
+        else:  # each accepted draft may end the output
+            for x, r in zip(drafts, rows):
+                self._append(x, r)
                 if self.done:
                     break
         if not self.done:
-            self._append(token, rows[(path[-1] if path else node) + 1])
+            self._append(token, row)  # also updates done
         self._end_round()
         self._emit()
-        return len(path)
 
     def test_node(self, tree, parent: int, row, index: int) -> int | None:
         """Test the draws under ``parent`` of a token tree at the cursor (DSI, one position at a time); appends

@@ -1,34 +1,26 @@
 """HSD: hierarchical speculative decoding (Globerson, Kaplan, Mansour, Mohri, Schuster et al. 2025, Algorithm 1).
 
-Models M0 < M1 < ... < MK, one pool each (``levels``), MK the target; buffer sizes
-T_0 .. T_{K-1} (``buffers``).
+Models M0 < M1 < ... < MK, one pool each (``levels``), MK the target; buffer sizes T_0 .. T_{K-1} (``buffers``).
 
 * M0 drafts T_0 tokens autoregressively (one Draft call).
-* Mi (0 < i < K) asks the level below for a batch, verifies it in one forward pass
-  (one Score call: exact match when greedy, rejection sampling when sampling), keeps
-  the accepted prefix plus its own replacement or bonus token, and asks again from the
-  extended context until it holds at least T_i tokens; it hands up exactly the first
-  T_i. (The overshoot of the last batch is dropped: a fixed batch size is what makes
-  the expected cost of a level a function of (alpha, T_lower, T_upper) alone, see
-  specpar.planning.hsd_latency; the dropped tokens are drafts, never output.)
-* MK verifies one batch from MK-1 per round through :class:`Generation`, as SI does.
-  With K = 1 this is SI with lookahead T_0.
+* Mi (0 < i < K) asks the level below for a batch, verifies it in one forward pass (one Score call), keeps the
+  accepted prefix plus its own replacement or bonus token, and asks again from the extended context until it holds
+  at least T_i tokens; it hands up exactly the first T_i (a fixed batch size makes a level's expected cost a function
+  of (alpha, T_lower, T_upper) alone, :mod:`specpar.planning.hsd_latency`; the dropped tokens are drafts).
+* MK verifies one batch from MK-1 per round through :class:`Generation`, as SI does. With K = 1 this is SI.
 
-Sampling: the tokens Mi hands up are distributed as Mi's own distribution p_i
-(accepted drafts, residual replacements and bonus tokens all are, by the rejection
-sampling lemma), so they travel up with Mi's rows as their ``q``. Every level draws
-its acceptance, residual and bonus uniforms from its own seed (:func:`level_decoding`):
-a level above must not reuse the uniform that decided the token it is testing.
-By induction over the levels the output follows the target's distribution whatever
-the hierarchy (the paper's Theorem 2.1); tests/algorithms/test_hsd_lossless.py checks it.
-
-No level drafts past the last output token (the target makes that one itself).
+Sampling: the tokens Mi hands up are distributed as Mi's own p_i (by the rejection sampling lemma), so they travel
+up with Mi's rows as their ``q``. Every level draws its uniforms from its own seed (:func:`level_decoding`): a level
+above must not reuse the uniform that decided the token it tests. By induction over the levels the output follows
+the target's distribution (the paper's Theorem 2.1; tests/algorithms/test_hsd_lossless.py). No level drafts past
+the last output token.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from functools import lru_cache
 
 import numpy as np
 
@@ -45,10 +37,10 @@ from specpar.runtimes.base import Pool
 _LEVEL_SALT = 0x2545F4914F6CDD1D
 
 
+@lru_cache(maxsize=256)
 def level_decoding(decoding: Decoding, level: int) -> Decoding:
-    """The decoding an intermediate level verifies with: same temperature, independent uniforms. With the Gumbel
-    coupling every level keeps the seed: each level's token is its own Gumbel-max sample, whatever it tests, so
-    sharing the noise only couples the levels more tightly (the output is the target's sample either way)."""
+    """The decoding an intermediate level verifies with: same temperature, independent uniforms (the Gumbel coupling
+    keeps the seed: each level's token is its own Gumbel-max sample whatever it tests)."""
     if decoding.coupling == "gumbel":
         return decoding
     return replace(decoding, seed=mix64(decoding.seed ^ ((level + 1) * _LEVEL_SALT)))
@@ -68,10 +60,9 @@ def check_buffers(buffers: Sequence[int], n_drafters: int) -> list[int]:
 class DrafterLevels:
     """The levels below the target, M0 .. M_{K-1}: how M_m gets its next T_m tokens (Algorithm 1's recursion).
 
-    Written once for every way of executing a call: ``run(m, call)`` returns the result
-    of a Draft (m = 0) or Score (m > 0) call on model m (a runtime task in :func:`hsd`,
-    a direct server call inside :class:`~specpar.algorithms.hsd_sp.LevelsServer`).
-    Counts, per level: requests (``calls``), forward passes, drafts tested and accepted.
+    ``run(m, call)`` returns the result of a Draft (m = 0) or Score (m > 0) call on model m (a runtime task in
+    :func:`hsd`, a direct server call in :class:`~specpar.algorithms.hsd_sp.LevelsServer`). Counts per level:
+    requests (``calls``), forward passes, drafts tested and accepted.
     """
 
     def __init__(self, run: Callable, buffers: Sequence[int]):
@@ -79,21 +70,18 @@ class DrafterLevels:
         self.T = list(buffers)
         n = len(self.T)
         self.calls, self.forwards, self.tested, self.accepted = [0] * n, [0] * n, [0] * n, [0] * n
-        self._verifiers: dict = {}
 
     def fill(
         self, m: int, context: tuple[int, ...], limit: int, decoding: Decoding, want: int | None = None
     ) -> Proposal:
-        """M_m's next ``want`` (default T_m) tokens after ``context``, never past position ``limit``, with their rows.
-
-        Proposal.q holds M_m's own row at each token (the q of the level above), None when greedy.
-        """
+        """M_m's next ``want`` (default T_m) tokens after ``context``, never past position ``limit``; Proposal.q holds
+        M_m's own row at each (the q of the level above), None when greedy."""
         want = min(self.T[m] if want is None else want, limit - len(context))
         self.calls[m] += 1
         if m == 0:
             self.forwards[0] += want
             return self.run(0, Draft(context, want, decoding))
-        verifier = self._verifier(decoding, m)
+        verifier = level_decoding(decoding, m)
         tokens, rows = [], []
         while len(tokens) < want:
             batch = self.fill(m - 1, context + tuple(tokens), limit, decoding)
@@ -105,12 +93,6 @@ class DrafterLevels:
             tokens += batch.tokens[:n] + [token]
             rows.extend(scores.rows[: n + 1])  # M_m's own row at each kept position
         return Proposal(tokens[:want], None if decoding.greedy else np.stack(rows[:want]))
-
-    def _verifier(self, decoding: Decoding, m: int) -> Decoding:
-        key = (decoding, m)
-        if key not in self._verifiers:
-            self._verifiers[key] = level_decoding(decoding, m)
-        return self._verifiers[key]
 
     def counts(self) -> list[list[int]]:
         """A copy of the counters: [calls, forwards, tested, accepted], each [K] (M0 first)."""
@@ -134,9 +116,7 @@ class DrafterLevels:
 
 
 def hsd(g: Generation, pools: dict[str, Pool], spec: SpeculativeConfig) -> GenerationResult:
-    """pools: "level0" .. "levelK", M0 (the only autoregressive drafter) first, the target MK last.
-    spec.buffers: [K] T_0 .. T_{K-1}: tokens M0 drafts per call, tokens Mi hands up per call.
-    """
+    """HSD on pools "level0" .. "levelK" (M0 first, the target MK last) with ``spec.buffers`` T_0 .. T_{K-1}."""
     buffers = spec.buffers or ()
     levels = [pools[f"level{i}"] for i in range(len(buffers) + 1)]
     if len(levels) < 2:

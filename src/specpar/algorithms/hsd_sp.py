@@ -1,25 +1,17 @@
 """HSD with speculation parallelism: DSI at the top of a hierarchy.
 
-The drafter levels M0 .. M_{K-1} act together as one drafter server
-(:class:`LevelsServer`), behind DSI's proposer :class:`LevelsDrafter`: a Draft(context, k)
-call returns M_{K-1}'s next k tokens, produced by HSD's recursion (:class:`~specpar.algorithms.hsd.DrafterLevels`, the same
-code :func:`~specpar.algorithms.hsd.hsd` runs) with M_{K-1}'s rows as their q. DSI
-then runs unchanged on top: the target verifies each batch on one of ``sp_degree``
-servers *while the levels below already produce the next batch* from the unverified
-drafts, and a rejection cancels what depends on it.
+The drafter levels M0 .. M_{K-1} act together as one drafter server (:class:`LevelsServer`), behind DSI's proposer
+:class:`LevelsDrafter`: a Draft(context, k) call returns M_{K-1}'s next k tokens, produced by HSD's recursion
+(:class:`~specpar.algorithms.hsd.DrafterLevels`, the code :func:`~specpar.algorithms.hsd.hsd` runs) with M_{K-1}'s
+rows as their q. DSI runs unchanged on top: the target verifies each batch on one of ``sp_degree`` servers while the
+levels below produce the next batch, and a rejection cancels what depends on it.
 
-Guarantees: lossless, since DSI is lossless for any drafter whose proposals carry the
-rows they were sampled from, and HSD's levels hand up exactly that. Inside the levels
-the calls run one after another: overlapping an intermediate level's verification
-with the drafting below it would need several servers per level and discarding
-verified work on every rejection at any level; it is not done here. DSI's guarantee of
-never being slower than the target alone holds when a batch of k tokens from the
-levels takes less time than k target passes would (the paper's Assumption 2 for the
-whole sub-hierarchy); the virtual clock shows the speedup either way.
-
-On the virtual clock the whole sub-hierarchy is computed when a Draft task starts
-(its duration is the sum of its calls); on threads it runs inside the task and stops
-between calls once cancelled. The runtime's timeline shows one drafter task per batch.
+Lossless, since DSI is lossless for any drafter whose proposals carry the rows they were sampled from. Inside the
+levels the calls run one after another (overlapping them would need several servers per level). DSI's guarantee of
+never being slower than the target alone holds when a batch of k tokens from the levels takes less time than k
+target passes (the paper's Assumption 2 for the sub-hierarchy). On the virtual clock the whole sub-hierarchy is
+computed when a Draft task starts (its duration is the sum of its calls); on threads it runs inside the task and
+stops between calls once cancelled.
 """
 
 from __future__ import annotations
@@ -48,11 +40,8 @@ class LevelsProposal(Proposal):
 
 
 class LevelsServer(Server):
-    """The drafter levels of a hierarchy as one server: Draft(context, k) -> M_{K-1}'s next k tokens.
-
-    servers: [K] servers of M0 .. M_{K-1} (each with its own cache), smallest first.
-    buffers: [K - 1] T_0 .. T_{K-2}; T_{K-1} is the k of each Draft call (DSI's lookahead).
-    """
+    """The drafter levels of a hierarchy as one server: Draft(context, k) -> M_{K-1}'s next k tokens. servers: [K]
+    servers of M0 .. M_{K-1}, smallest first; buffers: [K - 1] T_0 .. T_{K-2} (T_{K-1} is each call's k)."""
 
     def __init__(self, servers: Sequence, buffers: Sequence[int], name: str = "levels"):
         if not servers:
@@ -128,9 +117,8 @@ class LevelsDrafter(ModelDrafter):
         return task
 
     def work(self) -> list[list[int]]:
-        """The levels' counts, as DrafterLevels.counts() gives them, in completed proposals only (as
-        drafter_forwards counts DSI's drafts): a cancelled one was computed whole at its start on the virtual clock,
-        and partly on threads."""
+        """The levels' counts (as DrafterLevels.counts()) in completed proposals only, as drafter_forwards counts DSI's
+        drafts (a cancelled one was computed whole on the virtual clock, partly on threads)."""
         done = [t.result.work for t in self.tasks if t.done and not t.cancelled and t.result is not None]
         if not done:
             return [[0] * len(self.levels.T) for _ in range(4)]

@@ -1,20 +1,15 @@
 """Prompt lookup (n-gram) drafting: drafts copied from where the context's last n tokens appeared before.
 
-The matcher (Saxena's prompt lookup decoding; HF's ``prompt_lookup_num_tokens``, vLLM's ``ngram``, llama.cpp's
-``ngram-*``): take the last n tokens of the context (prompt + output so far + drafts), n from ``max_n`` down to
-``min_n``; every earlier place those n tokens occur proposes the k tokens that followed them there (fewer where the
-context ends first). The most recent occurrence comes first, and the first n that matches anywhere decides a chain;
-for a token tree, distinct continuations are gathered (longer n first, each most recent first) until ``branches``
-of them: they become the tree's branches, shared prefixes merged.
+The matcher (Saxena's prompt lookup decoding; HF's ``prompt_lookup_num_tokens``, vLLM's ``ngram``): take the last n
+tokens of the context (prompt + output so far + drafts), n from ``max_n`` down to ``min_n``; every earlier place
+those n tokens occur proposes the k tokens that followed them there. The most recent occurrence comes first, and the
+first n that matches decides a chain; for a token tree, distinct continuations are gathered (longer n first, each
+most recent first) until ``branches`` of them. A lookup costs no model pass: :class:`NgramMatcher` indexes the
+n-grams of the verified tokens, which only grow during a generation.
 
-A lookup costs no model pass. :class:`NgramMatcher` keeps an index of the n-grams of the verified tokens, which only
-grow during a generation (a :class:`~specpar.core.calls.Context`'s ``base``), so a lookup reads one dictionary entry
-per n plus the few n-grams that end among the drafts, not the whole context.
-
-Drafts are deterministic given the context, so when sampling each one is a *point-mass proposal*: its q row is 1 at
-its token. Rejection sampling then accepts draft x with probability p(x) and otherwise resamples from
-norm(max(0, p - onehot(x))), p without x: exactly the target's law (for siblings in a tree, SpecInfer's multi-step
-sampling removes each rejected sibling in turn, which is sampling p without replacement over them).
+Drafts are deterministic, so when sampling each is a *point-mass proposal* (q is 1 at its token): rejection sampling
+accepts draft x with probability p(x) and otherwise resamples from p without x, exactly the target's law (for
+siblings in a tree, SpecInfer's multi-step sampling removes each rejected sibling in turn).
 """
 
 from __future__ import annotations
@@ -34,12 +29,8 @@ DEFAULT_MIN_N, DEFAULT_MAX_N = NGRAM_SIZES
 
 
 class NgramMatcher:
-    """Continuations of a context's last n-gram found earlier in it (module docstring), n in [min_n, max_n].
-
-    Index: for each n, the n-gram ending at each position ``e`` of the verified tokens (``base[e - n:e]``) maps to
-    those ends in increasing order. It follows one ``base`` list (a generation's verified tokens) as it grows, and
-    starts again for another.
-    """
+    """Continuations of a context's last n-gram found earlier in it, n in [min_n, max_n]. Its index maps, for each n,
+    the n-gram ending at each position ``e`` of one ``base`` list (``base[e - n:e]``) to those ends, increasing."""
 
     def __init__(self, min_n: int = DEFAULT_MIN_N, max_n: int = DEFAULT_MAX_N):
         self.min_n, self.max_n = check_ngram_sizes(min_n, max_n)
@@ -58,9 +49,8 @@ class NgramMatcher:
         self._indexed = max(self._indexed, upto)
 
     def continuations(self, context: Sequence[int], k: int, branches: int = 1) -> list[list[int]]:
-        """Up to ``branches`` distinct continuations of at most ``k`` tokens, best first (module docstring); none
-        when the last n tokens occur nowhere earlier for any n. A continuation that is the start of an earlier one
-        adds nothing and is skipped."""
+        """Up to ``branches`` distinct continuations of at most ``k`` tokens, best first (one that starts an earlier
+        one is skipped); none when the last n tokens occur nowhere earlier."""
         ctx = context if isinstance(context, Context) else Context(list(context), len(context))
         total = len(ctx)
         self._index(ctx.base, ctx.n)
@@ -87,9 +77,8 @@ def chain_proposal(tokens: Sequence[int], decoding: Decoding, width: int) -> Pro
 def tree_proposal(
     continuations: Sequence[Sequence[int]], decoding: Decoding, width: int, max_nodes: int | None = None
 ) -> TokenTree:
-    """Deterministic drafts as a token tree: each continuation a path from the root (shared prefixes one node), the
-    earlier continuation's child drawn first under a shared node; point-mass rows when sampling. At most
-    ``max_nodes`` nodes: a continuation that does not fit is cut short."""
+    """Deterministic drafts as a token tree: each continuation a path from the root (shared prefixes one node, the
+    earlier one's child drawn first), at most ``max_nodes`` nodes; point-mass rows when sampling."""
     tree = TokenTree()
     for tokens in continuations:
         node = -1
@@ -112,12 +101,11 @@ def point_masses(tokens: Sequence[int], width: int) -> np.ndarray:
 
 
 class NgramProposer(Proposer):
-    """Drafts by prompt lookup at no cost (module docstring): a chain of at most k tokens, or with ``tree`` a token
-    tree of the continuations found (as deep as the tree's depth, at most as many nodes as the tree shape has).
+    """Drafts by prompt lookup at no cost: a chain of at most k tokens, or with ``tree`` a token tree of the
+    continuations found (as deep as the tree's depth, at most as many nodes as its shape).
 
     width: the target's row width (point-mass rows when sampling). fallback: a proposer that drafts where no n-gram
-    matches (a drafter model's; it must draft trees where this one does), else the proposal is empty and the target
-    goes on alone. proposed, fell_back: proposals made by lookup and handed to the fallback, for reports.
+    matches (it must draft trees where this one does), else the proposal is empty.
     """
 
     def __init__(self, width: int, min_n: int = DEFAULT_MIN_N, max_n: int = DEFAULT_MAX_N, tree=None, fallback=None):
@@ -133,17 +121,14 @@ class NgramProposer(Proposer):
         if fallback is not None and fallback.trees != self.trees:
             raise ConfigError("the n-gram proposer and the drafter behind it must both draft chains or both trees")
         self.fallback = fallback
-        self.proposed = self.fell_back = 0
 
     def propose(self, context, k: int, decoding: Decoding):
         found = self.matcher.continuations(context, k, self.budget)
         if found:
-            self.proposed += 1
             if self.trees:
                 return tree_proposal(found, decoding, self.width, self.budget)
             return chain_proposal(found[0], decoding, self.width)
         if self.fallback is not None:
-            self.fell_back += 1
             return self.fallback.propose(context, k, decoding)
         return TokenTree() if self.trees else Proposal([])
 

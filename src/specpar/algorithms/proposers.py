@@ -6,29 +6,14 @@ tree (a :class:`~specpar.core.trees.TokenTree`, whose draws carry their rows)::
 
     propose(context, k, decoding) -> Task | Proposal | TokenTree
 
-* A proposer whose work takes time on the runtime (a model: drafting costs forward passes, and in DSI it runs
-  while the targets verify) submits *one* runtime task and returns it; the draft is that task's result, once
-  ``runtime.wait()`` returns the task. The algorithm may cancel the task (a rejection made the draft useless).
-* A proposer whose work costs no time (a lookup in the context, as n-gram / prompt-lookup drafting does) returns
-  the draft itself; the algorithm takes it at once, on the same clock tick.
+A proposer whose work takes time (a model) submits *one* runtime task and returns it (the algorithm may cancel it);
+one whose work costs nothing (n-gram lookup) returns the draft itself, taken on the same clock tick. k is the most
+drafts wanted (the lookahead, less near the end); a proposer may return fewer, none included. Drafts carry the rows
+they were drawn from when sampling (lossless verification needs q). ``feedback``, when set, is told (index in its
+proposal, accepted) of each draft the target tested, in order (what an adaptive lookahead counts).
 
-k is the most drafts wanted (a chain of at most k tokens, a tree at most k levels deep): the lookahead, less near
-the end of the output. A proposer may return fewer, none included (it found nothing to propose); the algorithm
-then goes on with the target alone until its next event. Drafts must carry the rows they were drawn from when
-sampling (lossless verification needs q), and a proposer that drafts trees says so (``trees``): SI and DSI verify
-trees with tree attention and multi-step speculative sampling (:mod:`specpar.algorithms.tree_drafts`).
-
-Feedback: ``feedback``, when a proposer sets it, is called with (index, accepted) for each of its drafts the target
-tested, in the order they were tested: index is the draft's place in its proposal (0: the first; in DSI, counted
-from the position the proposal was drafted from), accepted whether it was kept (the acceptance counts an adaptive
-lookahead or a drafter's own statistics are built from). It is None by default, which costs nothing.
-
-The proposers here: :class:`ModelDrafter`, a drafter model's servers (one model, or several drafters' trees merged
-into one by :class:`~specpar.backends.merged.MergedDrafters`, whose drafters run side by side as one task);
-:class:`~specpar.algorithms.hsd_sp.LevelsDrafter`, HSD's levels below the target (HSD-SP). The shape follows HF's
-``CandidateGenerator`` (``get_candidates`` and ``update_candidate_strategy``) and vLLM v1's ``spec_decode``
-proposers (one class per method behind ``propose``); unlike theirs, a proposal is a task on the runtime, so that
-on every clock drafting takes its time and overlaps verification (DSI).
+The shape follows HF's ``CandidateGenerator`` and vLLM v1's ``spec_decode`` proposers; unlike theirs, a proposal is a
+task on the runtime, so that on every clock drafting takes its time and overlaps verification (DSI).
 """
 
 from __future__ import annotations
@@ -45,12 +30,8 @@ Drafted = Proposal | TokenTree  # a draft: a chain or a token tree
 
 
 class Proposer(ABC):
-    """Drafts after a context (module docstring).
-
-    trees: whether its drafts are token trees (else chains).
-    depth: the deepest draft it makes whatever k allows (a tree shape's depth), None when k decides.
-    feedback: None, or a callable (index, accepted) told of each of its drafts the target tested.
-    """
+    """Drafts after a context. trees: whether its drafts are token trees; depth: the deepest draft it makes whatever
+    k allows (a tree shape's depth), None when k decides; feedback: None, or told (index, accepted) of each draft."""
 
     trees = False
     depth: int | None = None
@@ -64,11 +45,7 @@ class Proposer(ABC):
 
 class ModelDrafter(Proposer):
     """A drafter model on ``pool`` (on ``runtime``): each proposal is one ``Draft`` call, or with ``tree`` a
-    ``DraftTree`` of that shape (widths <k1, ..., km> or best-first), as one task.
-
-    The pool's server may be one model's or :class:`~specpar.backends.merged.MergedDrafters` (several drafters'
-    trees merged; it drafts trees only).
-    """
+    ``DraftTree`` of that shape, as one task. The server may be :class:`~specpar.backends.merged.MergedDrafters`."""
 
     def __init__(self, runtime: Runtime, pool: Pool, tree=None):
         self.runtime = runtime

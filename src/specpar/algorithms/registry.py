@@ -1,12 +1,5 @@
-"""The algorithms by name, and :func:`run_generation`: one generation of one algorithm on one runtime.
-
-Every entry point (``Engine``, ``generate``, the experiments, the commands) comes here with the same objects: a
-:class:`~specpar.core.query.Query` (the prompt, how many tokens, the decoding and stopping), a
-:class:`~specpar.core.config.SpeculativeConfig` (how to speculate) and a :class:`~specpar.core.config.RuntimeConfig`
-(where tasks run). The runner checks the request against the models (:mod:`.checks`), decides the config's defaults
-(:mod:`.defaults`: the lookahead from Eq. 1, DSI's modes from the target's latency profile), makes the pools and the
-runtime and the :class:`~specpar.algorithms.generation.Generation`, runs the algorithm on ``(g, pools, spec)``, and
-closes the runtime as soon as the output is complete.
+"""The algorithms by name, and :func:`run_generation`: one generation of one algorithm on one runtime, the runner
+under every entry point (``Engine``, ``generate``, the experiments, the commands).
 """
 
 from __future__ import annotations
@@ -66,12 +59,12 @@ def run_generation(
     query: Query, target, drafter, spec: SpeculativeConfig, runtime: RuntimeConfig, ready_made: bool | None = None
 ) -> GenerationResult:
     """One generation of ``query`` by ``spec.algorithm`` on ``target`` and ``drafter`` (models, whose servers are
-    made for it, or Pools, whose servers are reused; a list of them, the smallest first, for HSD or for merged token
-    trees).
+    made for it, or Pools; a list of them, the smallest first, for HSD or merged token trees): the request checked
+    against the models (:mod:`.checks`), the config's defaults decided (:mod:`.defaults`), the pools, runtime and
+    :class:`Generation` made, the algorithm run on ``(g, pools, spec)``.
 
     runtime: its ``name`` must be set. ready_made: the servers outlive this generation (default: when Pools are
-    given), so their Ray actors are kept. Not safe to call at once from several threads on the same Pools (an Engine
-    queues its requests).
+    given), so their Ray actors are kept. Not safe to call at once from several threads on the same Pools.
     """
     if not isinstance(spec, SpeculativeConfig):
         raise ConfigError(f"spec must be a SpeculativeConfig, got {type(spec).__name__}")

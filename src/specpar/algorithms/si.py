@@ -1,13 +1,9 @@
 """SI: speculative inference (Leviathan et al. 2023; Chen et al. 2023).
 
-Repeat: the drafter proposes k tokens, the target scores all of them in one
-forward pass, the verifier keeps the accepted prefix plus one target token.
-Drafting waits for verification and verification waits for drafting.
-
-With token trees (SpecInfer; a proposer that drafts trees, e.g. a ModelDrafter with ``tree=<k1, ..., km>``, several
-drafters behind a :class:`~specpar.backends.merged.MergedDrafters` merging theirs) the target scores every node in one pass
-(tree attention), and the verifier keeps the longest accepted path plus one target token
-(:mod:`specpar.algorithms.tree_drafts`; chains: :mod:`specpar.algorithms.drafts`).
+Repeat: the drafter proposes k tokens, the target scores all of them in one forward pass, the verifier keeps the
+accepted prefix plus one target token. Drafting waits for verification and verification waits for drafting. With
+token trees (SpecInfer; a proposer that drafts trees) the target scores every node in one pass (tree attention),
+and the verifier keeps the longest accepted path plus one target token (:mod:`specpar.algorithms.tree_drafts`).
 """
 
 from __future__ import annotations

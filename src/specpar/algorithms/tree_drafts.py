@@ -1,11 +1,10 @@
 """Token trees in SI and DSI (SpecInfer, Miao et al. ASPLOS 2024): the tree side of :mod:`specpar.algorithms.drafts`.
 
 SI scores a whole tree in one target pass (tree attention) and keeps its longest accepted path plus the token after
-it. DSI goes on drafting from each tree's most likely leaf, so the drafts it holds are that path: each remembers its
-tree and node. At the cursor a draft is tested together with its siblings (multi-step speculative sampling). When a
-sibling off the path is accepted, the rows of a tree that holds it verify the rest of its branch: those of a
-finished verification at once, or, while the verification that scores it still runs, that task is spared by the
-rejection and its branch becomes the drafts; everything drafted after the path is rejected.
+it. DSI goes on drafting from each tree's most likely leaf, so the drafts it holds are that path. At the cursor a
+draft is tested together with its siblings (multi-step speculative sampling). When a sibling off the path is
+accepted, the rows of a tree that holds it verify the rest of its branch: those of a finished verification at once,
+or the verification that scores it, still running, is spared by the rejection and its branch becomes the drafts.
 """
 
 from __future__ import annotations
@@ -37,11 +36,9 @@ def add_path(view: DraftsView, tree: TokenTree, start: int, first: int) -> int:
 
 
 class Trees:
-    """Drafts as token trees. :class:`~specpar.algorithms.drafts.Pending`'s record of an unverified draft is that of
-    the path it lies on, shared by the path's drafts (as :class:`~specpar.algorithms.drafts.Chains` shares a
-    proposal's): ``(start, first, tree, path)``, the position of the path's first draft and its index in its
-    lookahead window, the tree, and the path's nodes. The draft at position p is node path[p - start] of the tree
-    (whose draws keep the rows it was drawn from), at index first + p - start of its window."""
+    """Drafts as token trees. :class:`~specpar.algorithms.drafts.Pending`'s record of an unverified draft is its
+    path's, ``(start, first, tree, path)``: the position of the path's first draft and its index in its lookahead
+    window, the tree, the path's nodes. The draft at position p is node path[p - start], at index first + p - start."""
 
     __slots__ = ()
 

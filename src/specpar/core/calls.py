@@ -1,13 +1,8 @@
-"""The server contract: the two calls an algorithm sends to a model server, and their results.
+"""The server contract: the calls an algorithm sends to a model server, and their results.
 
-A server is a model instance with its own KV cache (or, for simulated models, its
-own hash cache). Calls carry the whole context as a :class:`Context`, a view that
-shares the verified tokens with the generation instead of copying them; the server
-reuses the longest common prefix with what it saw last and processes only the rest.
-
-Positions are absolute indices into the token sequence (prompt included).
-Calls are treated as immutable once submitted (plain slotted classes rather
-than frozen dataclasses: a call is built per task, and frozen construction costs 2.5x).
+A server is a model instance with its own cache; it reuses the longest common prefix of a call's context with what it
+saw last. Positions are absolute indices into the token sequence (prompt included). Calls are immutable once
+submitted (plain slotted classes: a call is built per task, and a frozen dataclass costs 2.5x to build).
 """
 
 from __future__ import annotations
@@ -23,13 +18,9 @@ from specpar.core.trees import BestFirst, tree_size
 
 
 class Context(Sequence):
-    """A call's token sequence: the first ``n`` tokens of ``base``, a shared list that only ever grows (a
-    generation's verified tokens), followed by the tuple ``tail`` (unverified drafts).
-
-    Building one costs O(len(tail)), not O(n): every task of a generation refers to the same ``base``, so the
-    memory of a run grows linearly with its length (a tuple per call grew with its square). Indexing, slicing
-    (slices are tuples), iteration, ``len`` and ``==`` behave as for the tuple ``tuple(self)``;
-    ``context + tokens`` is a Context with the same base and a longer tail.
+    """A call's token sequence: the first ``n`` tokens of ``base``, a shared list that only grows (a generation's
+    verified tokens), then the tuple ``tail`` (unverified drafts). O(len(tail)) to build, so a run's memory grows
+    linearly with its length. Behaves as ``tuple(self)`` (slices are tuples); ``context + tokens`` extends the tail.
     """
 
     __slots__ = ("base", "n", "tail", "_len")
@@ -124,11 +115,8 @@ class Score:
         return f"Score(context=<{len(self.context)} tokens>, n_drafts={self.n_drafts}, decoding={self.decoding})"
 
     def __eq__(self, other) -> bool:
-        return type(other) is Score and (self.context, self.n_drafts, self.decoding) == (
-            other.context,
-            other.n_drafts,
-            other.decoding,
-        )
+        mine = (self.context, self.n_drafts, self.decoding)
+        return type(other) is Score and mine == (other.context, other.n_drafts, other.decoding)
 
     __hash__ = None
 
@@ -149,23 +137,12 @@ class Proposal:
 class Scores:
     """A target's answer to :class:`Score` (or :class:`ScoreTree`): one row per position from ``start``.
 
-    rows: greedy -> list of argmax token ids (ints); sampling -> [n+1, V] float64 probability array (the processed
-        target's distribution: logits processors and temperature applied).
-
-    Log-probabilities (the opt-in every target backend implements): when the call's ``decoding.logprobs`` is not
-    None, the generation records each output token's log-probability from the row it came from, so a server must
-    return rows that carry them:
-
-    * greedy: each row is a :class:`specpar.core.logits_processors.LoggedArgmax`: the argmax id (an ``int``
-      subclass, so verification reads it as any greedy row) with ``.logprobs``, a [V] float64 NumPy array, the
-      log-softmax of the processed logits (logit bias, min_tokens and penalties applied; no temperature; filters
-      such as top-k do not apply at temperature 0), -inf where a token is removed;
-    * sampling: rows as without the opt-in; their logarithm is the log-probability row (nothing more to send).
-
-    :func:`specpar.core.logits_processors.rows` makes both forms from raw logits [n+1, V]; a backend that
-    computes rows natively must give the same values (as float64). Drafters' answers (:class:`Proposal`, token
-    trees) never carry log-probabilities: they are the target's. When ``decoding.logprobs`` is None, rows are plain
-    ints and nothing extra is computed.
+    rows: greedy -> argmax token ids (ints); sampling -> [n+1, V] float64 probabilities (the processed target's).
+    When ``decoding.logprobs`` is not None, greedy rows are :class:`specpar.core.logits_processors.LoggedArgmax`
+    (the argmax, an ``int``, with ``.logprobs``: the [V] log-softmax of the processed logits, -inf where removed);
+    sampling rows are the same (their logarithm is the log-probability row).
+    :func:`specpar.core.logits_processors.rows` makes both forms from raw logits; a backend computing rows natively
+    must give the same values. Drafters' answers never carry log-probabilities.
     """
 
     start: int
@@ -178,14 +155,10 @@ class Scores:
 
 
 class DraftTree:
-    """Ask a drafter to draft a token tree after ``context``: ``shape`` is widths <k1, ..., km> (SpecInfer's
-    expansion, one forward pass per level) or a :class:`specpar.core.trees.BestFirst` budget (grown best-first by the
-    drafter's path probability). Its answer is a :class:`specpar.core.trees.TokenTree` whose nodes are drawn from
-    ``source`` (the drafter's index in a merge; it drafts with ``decoding``, already made its own by the caller).
-
-    ``k`` and ``extra_tokens`` price the passes as a chain's: widths, exactly; a best-first tree, as when the drafter
-    is sure (a chain of max_depth drafts, W nodes per pass): its passes and the nodes they feed depend on what the
-    drafter says, so simulated servers price what it does instead."""
+    """Ask a drafter for a token tree after ``context``: ``shape`` is widths <k1, ..., km> (one pass per level) or a
+    :class:`specpar.core.trees.BestFirst` budget. ``source``: the drafter's index in a merge. ``k`` and
+    ``extra_tokens`` price the passes as a chain's: widths exactly; a best-first tree as when the drafter is sure.
+    """
 
     __slots__ = ("context", "shape", "decoding", "source", "k", "extra_tokens")
     kind = "draft"

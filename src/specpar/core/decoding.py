@@ -1,53 +1,26 @@
 """Decoding settings and the position-keyed randomness every sampler uses.
 
-Every random choice of a generation is a uniform in [0, 1) keyed by
-``(seed, stream, position)`` instead of being drawn from a shared generator.
-Positions are absolute indices in the token sequence (prompt included). Each
-output position uses its own draws (draft sample, acceptance test, residual
-sample, bonus sample), so losslessness is unaffected: the draws that decide
-position ``i`` are fresh given the prefix, whatever happened on discarded branches.
+Every random choice of a generation is a uniform in [0, 1) keyed by ``(seed, stream, position)`` (positions absolute,
+prompt included), never drawn from a shared generator: the draws that decide position ``i`` are fresh given the
+prefix, whatever happened on discarded branches, so losslessness is unaffected.
 
-What a seed reproduces depends on the coupling of draft and target (``Decoding.coupling``). Greedy decoding
-(temperature 0) needs no seed: every algorithm gives the target's greedy tokens on every runtime. A request's
-:class:`~specpar.core.params.SamplingParams` samples with ``"gumbel"`` when it has a seed and ``"rejection"`` when
-it has none, unless its ``coupling`` says otherwise (``SamplingParams.resolved_coupling``): in ``generate()``, an
-Engine, the command line and the server alike, a seed reproduces on every runtime. When sampling:
+What a seed reproduces depends on the coupling (``Decoding.coupling``). Greedy decoding needs no seed: every algorithm
+gives the target's greedy tokens on every runtime. A request's :class:`~specpar.core.params.SamplingParams` samples
+with ``"gumbel"`` when it has a seed and ``"rejection"`` when it has none, unless its ``coupling`` says otherwise.
 
-* ``"rejection"`` (without a seed; Leviathan et al., the papers' algorithm and acceptance rate): a
-  position's token is decided either by testing a draft there (acceptance test, residual
-  sample) or, when no draft reached it first, by the target's own sample (bonus). Both are
-  exact in distribution but give different tokens, and a test's outcome depends on the
-  drafter's row, so the tokens are a function of the seed *and the configuration* (models,
-  lookahead, tree, sp_degree).
-
-  ==========================================  =========================  ==========================================
-  algorithm                                   virtual clock              threads, Ray
-  ==========================================  =========================  ==========================================
-  non-SI                                      the same tokens            the same tokens, and the virtual clock's
-  SI, HSD (chains and trees)                  the same tokens            the same tokens, and the virtual clock's
-  DSI, HSD-SP (chains and trees)              the same tokens (for the   may differ from run to run and from the
-                                              same latency profiles)     virtual clock
-  ==========================================  =========================  ==========================================
-
-  SI, non-SI and HSD decide every position the same way whatever the timing. DSI and HSD-SP
-  verify while drafting goes on: which of the two decides a position is a race between the
-  drafter and the target servers, which the virtual clock breaks deterministically and real
-  time does not. Each run is still exact in distribution. Measured with
-  ``python -m benchmarks seed_serial_runs`` (a tiny transformers pair, DSI on threads, 5 serial runs
-  of one seed in a process, 4 processes per version, interleaved, 2026-11-25, load 11-15 on
-  2 cores): distinct outputs per 5 runs 2, 4, 3, 2 at 2b445dd; 2, 2, 2, 3 at 460d16d; 3, 2, 3,
-  1 now. The race is as old as DSI's parallel verification, not a regression; the audit's 5
-  equal runs at 2b445dd were a lucky draw of its timing.
-* ``"gumbel"`` (drafter-invariant coupling): the token at position ``i`` is
-  ``argmax_v log p(v) + G_i(v)`` with Gumbel noise ``G_i`` keyed by (seed, i, v), the
-  drafter drafts with the same noise on its own ``q``, and a draft is accepted iff it equals
-  the target's token. The output is a function of the seed and the target alone: non-SI's
-  tokens for that seed for every algorithm, drafter, lookahead, tree and sp_degree, on every
-  runtime, whoever decides a position (1 distinct output in 5 runs in each of the 4
-  processes of the measurement above). The price is a lower acceptance: P(accept) >= (1 - TV) / (1 + TV)
-  instead of rejection sampling's optimal 1 - TV (TV: the total variation distance between
-  p and q). So: ``coupling="gumbel"`` where a seed must give the same tokens on threads or
-  Ray with DSI or HSD-SP.
+* ``"rejection"`` (Leviathan et al., the papers' algorithm and acceptance rate): a position's token is decided by a
+  test of a draft there (acceptance test, residual sample) or by the target's own sample (bonus); both are exact in
+  distribution but give different tokens, so the tokens are a function of the seed *and the configuration*. Non-SI,
+  SI and HSD give the same tokens on every runtime; DSI and HSD-SP verify while drafting goes on, so which of the
+  two decides a position is a race, broken deterministically on the virtual clock and not in real time: their
+  tokens may differ from run to run on threads and Ray (each run still exact in distribution). Measured with
+  ``python -m benchmarks seed_serial_runs`` (a tiny transformers pair, DSI on threads, 5 serial runs of one seed,
+  4 processes, load 11-15 on 2 cores): 3, 2, 3, 1 distinct outputs per 5 runs.
+* ``"gumbel"`` (drafter-invariant coupling): the token at position ``i`` is ``argmax_v log p(v) + G_i(v)`` with
+  Gumbel noise keyed by (seed, i, v); the drafter drafts with the same noise on its own ``q`` and a draft is
+  accepted iff it equals the target's token. The output is non-SI's tokens for the seed for every algorithm,
+  drafter, lookahead, tree and sp_degree, on every runtime (1 distinct output in 5 runs in each process above). The
+  price is a lower acceptance: P(accept) >= (1 - TV) / (1 + TV) instead of rejection sampling's 1 - TV.
 """
 
 from __future__ import annotations
@@ -60,6 +33,7 @@ import numpy as np
 
 from specpar.core.errors import ConfigError
 from specpar.core.logits_processors import LogitsProcessors
+from specpar.core.numbers import is_int, is_number
 
 _MASK = (1 << 64) - 1
 
@@ -111,19 +85,15 @@ def sample(dist: np.ndarray, u: float) -> int:
 
 
 MIN_TEMPERATURE = sys.float_info.min
-"""The smallest temperature > 0 (2.2250738585072014e-308, the smallest normal float64). Every server scales logits
-as (logits - their maximum) / T (:func:`specpar.core.logits_processors.scaled`), which is exact for any finite logits
-at any T >= MIN_TEMPERATURE: the scaled logits are <= 0, so none overflows (the plain logits / T overflowed to inf,
-and softmax gave nan rows, once T < max |logit| / 1.8e308: below 1.7e-308 for the simulated models' logits, well above
-it for a real model's). Below it T is subnormal, which hardware that flushes subnormals to zero (GPUs) reads as 0:
-a division by zero. Such a temperature samples the argmax anyway: temperature 0 (greedy) is the same output."""
+"""The smallest temperature > 0, the smallest normal float64. Servers scale logits as (logits - their maximum) / T
+(:func:`specpar.core.logits_processors.scaled`), exact at any T >= MIN_TEMPERATURE; below it T is subnormal, which
+GPUs flush to zero. Such a temperature samples the argmax anyway: temperature 0 gives the same output."""
 
 
 def check_temperature(temperature) -> float:
     """``temperature`` as a float if it is 0 or a finite number >= MIN_TEMPERATURE, else a ConfigError naming the
     problem (inf, nan, a negative or a subnormal temperature)."""
-    ok = not isinstance(temperature, bool) and isinstance(temperature, (int, float, np.floating, np.integer))
-    if not ok or not 0 <= temperature < math.inf:
+    if not is_number(temperature, 0, math.inf, hi_open=True, numpy=True):
         raise ConfigError(f"temperature must be a finite number >= 0 (0 means greedy), got {temperature!r}")
     if 0 < temperature < MIN_TEMPERATURE:
         raise ConfigError(
@@ -136,21 +106,14 @@ def check_temperature(temperature) -> float:
 
 @dataclass(frozen=True, slots=True)
 class Decoding:
-    """How tokens are chosen.
+    """How tokens are chosen (every server call of a request carries one).
 
-    temperature: 0 means greedy (argmax, exact-match verification); > 0 means
-        sampling from softmax(logits / temperature) with lossless rejection sampling.
-    seed: keys every random draw (see module docstring).
-    processors: the request's logits processors (top-k, top-p, min-p, repetition penalty), applied by every
-        server, target and drafter alike, before rows leave it (:mod:`specpar.core.logits_processors`); None: none.
-    coupling: "rejection" (rejection sampling, the papers') or "gumbel" (drafter-invariant: the same tokens for a
-        seed on every runtime and algorithm); see the module docstring.
-    logprobs: None (the default), or how many of the most likely tokens the generation records beside each output
-        token's own log-probability: target servers then return log-probability rows
-        (:class:`specpar.core.calls.Scores` says in which form).
-    prompt_len: the request's prompt length (0: not given). A server may prefill the prompt in its own fastest
-        passes as long as every server of the request does it alike (llama.cpp's exact mode:
-        :mod:`specpar.backends.llama.prefill`); it stays the first prompt's when a paused request goes on.
+    temperature: 0: greedy (exact-match verification); > 0: sampling from softmax(logits / temperature). seed: keys
+    every random draw. processors: the request's logits processors, applied by every server before rows leave it.
+    coupling: "rejection" or "gumbel" (module docstring). logprobs: None, or how many most likely tokens to record
+    beside each output token's log-probability (target servers then return log-probability rows: :class:`Scores`).
+    prompt_len: the request's prompt length (0: not given), which servers may prefill in their own fastest passes
+    when every server of the request does it alike (:mod:`specpar.backends.llama.prefill`).
     """
 
     temperature: float = 0.0
@@ -167,13 +130,12 @@ class Decoding:
         if self.coupling not in COUPLINGS:
             raise ConfigError(f"coupling must be one of {COUPLINGS}, got {self.coupling!r}")
         object.__setattr__(self, "temperature", check_temperature(self.temperature))
-        if isinstance(self.seed, bool) or not isinstance(self.seed, (int, np.integer)):
+        if not is_int(self.seed, numpy=True):
             raise ConfigError(f"seed must be an integer, got {self.seed!r}")
         object.__setattr__(self, "seed", int(self.seed))  # a NumPy integer would overflow in uniform()'s hash
-        if self.logprobs is not None and (isinstance(self.logprobs, bool) or not isinstance(self.logprobs, int)
-                                          or self.logprobs < 0):  # fmt: skip
+        if self.logprobs is not None and not is_int(self.logprobs, 0):
             raise ConfigError(f"logprobs must be None or an integer >= 0, got {self.logprobs!r}")
-        if isinstance(self.prompt_len, bool) or not isinstance(self.prompt_len, int) or self.prompt_len < 0:
+        if not is_int(self.prompt_len, 0):
             raise ConfigError(f"prompt_len must be an integer >= 0, got {self.prompt_len!r}")
         greedy = self.temperature == 0.0
         object.__setattr__(self, "greedy", greedy)

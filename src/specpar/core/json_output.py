@@ -13,13 +13,14 @@ import sys
 from typing import IO, Any
 
 
-def _finite(obj: Any) -> Any:
+def finite(obj: Any) -> Any:
+    """``obj`` with its non-finite floats as None and its tuples as lists (what JSON can hold)."""
     if isinstance(obj, float):
         return obj if math.isfinite(obj) else None
     if isinstance(obj, dict):
-        return {k: _finite(v) for k, v in obj.items()}
+        return {k: finite(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        return [_finite(v) for v in obj]
+        return [finite(v) for v in obj]
     return obj
 
 
@@ -38,7 +39,7 @@ def parse(text: str, what: str) -> Any:
 
 def dumps(obj: Any, indent: int | None = 2) -> str:
     """``obj`` as standard JSON (nan and inf as null)."""
-    return json.dumps(_finite(obj), indent=indent, allow_nan=False)
+    return json.dumps(finite(obj), indent=indent, allow_nan=False)
 
 
 def print_json(obj: Any, file: IO[str] | None = None) -> None:

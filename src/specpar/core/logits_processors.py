@@ -1,15 +1,10 @@
 """Logits processors: how a request reshapes next-token distributions, one implementation for target and drafter.
 
-Every server (simulated or transformers, target or drafter) turns its raw logits into rows through
-:func:`rows`, so the target's rows that verification reads are exactly the processed target's, and the
-drafter's proposals come from its own logits processed the same way. Speculative sampling is then lossless
-for the processed target: greedy output equals the processed target's argmax decoding, sampled output is
-distributed as the processed target's sampling.
-
-Order (vLLM's): logit bias and min_tokens on the raw logits, the repetition, presence and frequency penalties,
-temperature, top-k, top-p, min-p (Hugging Face's ``generate`` has the same order for what it shares). Each row is
-processed with its own prefix (the prompt, the verified tokens and the drafts before its position), which the
-penalties and min_tokens read.
+Every server turns its raw logits into rows through :func:`rows`, so verification reads the processed target's rows
+and the drafter proposes from its own logits processed alike: speculative sampling is then lossless for the
+processed target. Order (vLLM's, and Hugging Face's for what it shares): logit bias and min_tokens on the raw
+logits, the repetition, presence and frequency penalties, temperature, top-k, top-p, min-p; each row with its own
+prefix (the prompt, the verified tokens and the drafts before its position).
 """
 
 from __future__ import annotations
@@ -25,19 +20,14 @@ from specpar.core.results import TokenLogprob
 
 @dataclass(frozen=True, slots=True)
 class LogitsProcessors:
-    """The controls that reshape a distribution (defaults: no change).
+    """The controls that reshape a distribution (defaults: no change; :class:`specpar.core.params.SamplingParams`
+    says what each means).
 
-    logit_bias: (token id, bias) pairs added to the raw logits (OpenAI's logit_bias).
-    min_tokens, stop_ids: rows at output indices < min_tokens give the ids ``stop_ids`` (end of text and the
-        request's stop ids) logit -inf, so the output cannot end there (vLLM's min_tokens).
-    repetition_penalty: > 0; a token already in the prefix (prompt and output) has its logit divided by it when
-        positive, multiplied by it when negative (CTRL, Keskar et al. 2019; HF's and vLLM's definition). 1: off.
-    presence_penalty, frequency_penalty: a token that appears c > 0 times in the *output* so far has its logit
-        lowered by presence_penalty + c * frequency_penalty (OpenAI's and vLLM's definition). 0: off.
-    top_k: keep the k most likely tokens (ties at the k-th kept); 0: off.
-    top_p: keep the smallest set of most likely tokens whose probability reaches top_p; 1: off.
-    min_p: drop tokens less likely than min_p times the most likely one; 0: off.
-    prompt_len: where the output begins in a row's context (what presence, frequency and min_tokens count).
+    stop_ids: end of text and the request's stop ids, which get logit -inf at output indices < min_tokens.
+    repetition_penalty: a logit of a token in the prefix is divided by it when positive, multiplied when negative
+    (CTRL; HF's and vLLM's definition). presence_penalty + c * frequency_penalty: subtracted from the logit of a
+    token that appears c > 0 times in the *output*. top_k: ties at the k-th kept. prompt_len: where the output begins
+    in a row's context.
     """
 
     repetition_penalty: float = 1.0
@@ -68,13 +58,9 @@ class LogitsProcessors:
         )
 
     def apply(self, logits: np.ndarray, context: Sequence[int], start: int, temperature: float) -> np.ndarray:
-        """Processed logits: [n, V] raw logits -> [n, V] float64, removed tokens at -inf; when sampling, up to a
-        constant per row (the largest is 0: see :func:`scaled`), which changes no distribution.
-
-        Row i is the distribution at position ``start + i``, after the tokens ``context[:start + i]``.
-        Order (vLLM's): logit bias, min_tokens, the penalties, then temperature, top-k, top-p, min-p.
-        temperature: 0 (greedy) applies only what moves the argmax (the filters cannot change it).
-        """
+        """Processed logits: [n, V] raw logits -> [n, V] float64, removed tokens at -inf (when sampling, shifted per
+        row: :func:`scaled`). Row i is the distribution after ``context[:start + i]``. temperature 0 (greedy) applies
+        only what moves the argmax."""
         z = np.array(logits, dtype=np.float64)  # a copy: the caller's logits stay raw
         vocab = z.shape[-1]
         if self.logit_bias:
@@ -134,9 +120,8 @@ def penalize_repeats(z: np.ndarray, context: Sequence[int], start: int, penalty:
 
 
 def scaled(z: np.ndarray, temperature: float) -> np.ndarray:
-    """(z - max z) / temperature, row-wise ([..., V] float64): the logits softmax(z / T) is taken of, shifted so that
-    none is above 0 and none overflows, however small T (>= specpar.core.decoding.MIN_TEMPERATURE; z / T alone is
-    +inf once T < max |z| / 1.8e308, and its softmax nan)."""
+    """(z - max z) / temperature, row-wise ([..., V] float64): the logits of softmax(z / T), none above 0, so none
+    overflows however small T (>= specpar.core.decoding.MIN_TEMPERATURE)."""
     return (z - z.max(axis=-1, keepdims=True)) / temperature
 
 
@@ -154,9 +139,8 @@ def log_softmax(z: np.ndarray) -> np.ndarray:
 
 
 class LoggedArgmax(int):
-    """A greedy row when log-probabilities are asked for (``Decoding.logprobs``): the argmax token id, an int that
-    verification reads as any greedy row, carrying ``logprobs``, the [V] float64 log-probabilities of the
-    processed row (:func:`rows`)."""
+    """A greedy row when log-probabilities are asked for: the argmax token id (an int, as any greedy row) carrying
+    ``logprobs``, the [V] float64 log-probabilities of the processed row."""
 
     def __new__(cls, token: int, logprobs: np.ndarray | None = None):  # a default: pickle calls it with the id
         row = super().__new__(cls, token)
@@ -165,13 +149,9 @@ class LoggedArgmax(int):
 
 
 def rows(logits: np.ndarray, context: Sequence[int], start: int, decoding) -> list[int] | np.ndarray:
-    """Rows in :class:`specpar.core.calls.Scores`' form from raw logits [n, V] for positions start .. start + n - 1
-    (prefixes context[:start + i]): argmax ids when greedy, [n, V] probabilities when sampling; with
-    ``decoding.logprobs`` set, greedy rows are :class:`LoggedArgmax` (the argmax and the log-softmax of the
-    processed logits).
-
-    decoding: a :class:`specpar.core.decoding.Decoding`; its processors (if any) are applied first.
-    """
+    """Rows in :class:`specpar.core.calls.Scores`' form from raw logits [n, V] for positions start .. start + n - 1,
+    after ``decoding``'s processors: argmax ids when greedy (:class:`LoggedArgmax` with ``decoding.logprobs``),
+    [n, V] probabilities when sampling."""
     proc = decoding.processors
     if proc is not None:
         z = proc.apply(logits, context, start, decoding.temperature)

@@ -1,9 +1,8 @@
 """The backend surface: what every model and every server is, as the layers above read them.
 
-Every backend declares these types (``class SimulatedLM(Model)``, ``class CachedServer(Server)``):
-its class sets what it has, and the defaults here stand for the rest, so a reader asks ``model.context_window`` or
-``server.latency``, never whether there is one. An object that only looks like a model (anything with
-``server(name)``) or a server is taken through :func:`as_model` and :func:`as_server`, the one place that asks.
+Every backend declares these types (``class SimulatedLM(Model)``); the defaults here stand for what a class lacks, so
+a reader asks ``model.context_window``, never whether there is one. An object that only looks like a model or a
+server is taken through :func:`as_model` and :func:`as_server`, the one place that asks.
 """
 
 from __future__ import annotations
@@ -19,17 +18,12 @@ REAL_KINDS = ("transformers", "llama")  # backends whose servers run real forwar
 class Server(Protocol):
     """One instance of a model with its own cache: what a runtime runs calls on (:mod:`specpar.runtimes`).
 
-    name: its name in a generation's pools and timeline. model: the model it was made from (None: a server made of
-        others, its ``parts``). latency: its LatencyProfile (the virtual clock's durations, the real runtimes' stall
-        limits; None: unknown). device: where it computes ("cpu", "cuda:0"; None: a simulation, on no device).
-    parts: the servers it is made of (a merge of drafters, HSD's levels): a runtime claims them with it.
-    forward_log: a real server's record of its latest forward passes (None: a simulation keeps none).
-    cached_len(context): how many leading tokens of ``context`` its cache holds (pools choose a replica by it).
-    duration_ms(call): how long ``call`` takes from its current state (virtual clock). compute(call): the result
-        at once (virtual clock). run(call, cancelled): the result in real time; None once ``cancelled`` is set.
-    reset(): forget its cache. set_batch_threads(n): llama.cpp's threads for the passes its mode runs on several
-        (exact mode: passes of 2+ tokens; fast mode: every pass), the count before (None: no such setting). remote_spec(): how a Ray actor builds it (None: it cannot run on Ray).
-    close(): free what it holds (its cache's memory); it runs no more calls after.
+    model: what it was made from (None: a server made of others, its ``parts``, which a runtime claims with it).
+    latency: its LatencyProfile (None: unknown). device: where it computes (None: a simulation). forward_log: a real
+    server's record of its latest forward passes. cached_len(context): leading tokens of ``context`` its cache holds.
+    duration_ms(call), compute(call): the virtual clock's duration and result; run(call, cancelled): the result in
+    real time (None once ``cancelled`` is set). set_batch_threads(n): llama.cpp's threads for its batched passes, the
+    count before (None: no such setting). remote_spec(): how a Ray actor builds it (None: it cannot run on Ray).
     """
 
     name: str
@@ -63,21 +57,14 @@ class Server(Protocol):
 class Model(Protocol):
     """A model a backend simulates or loads: what the engine, the checks and the predictions read of it.
 
-    name: for messages and logs (None: unnamed, as simulated models are). kind: "simulated", "transformers", "llama" (or "other": a model known only by its
-        ``server``); ``real`` when its servers run forward passes. vocab_size: the width of its rows (a drafter
-        fitted to its target has the target's; None: unknown). max_token_id: the largest id a prompt may hold (None: unchecked).
-    context_window: the longest sequence it takes (None: no limit). latency: its LatencyProfile (None: unknown, as a
-        real model's until measured). tokenizer: text to ids and back (None: token ids only), with ``encode`` and
-        ``decode``. device: where it computes (None: a simulation). generation_config: transformers' (its eos ids).
-    path: the file or directory it was loaded from (None: built in memory, or simulated). backend_settings(): how
-        its backend computes, as a profile's key records it. exact_mode: the llama.cpp mode it runs in (True:
-        the exact settings, False: the fast ones); None: a backend without modes.
-    acceptance_rate: a simulated drafter's, known by construction (None: unknown).
-    token_count: the ids that are real tokens (None: its tokenizer's, or unknown); native_rows: its own output rows
-        before any fitting (None: vocab_size). with_rows(n): a copy whose servers return rows of width n (None: it
-        cannot be fitted to another width, :mod:`specpar.backends.vocabulary`).
-    server(name): a new server of it (its own cache). servers(n, devices, prefix, max_tokens): ``n`` of them, named
-        prefix0, prefix1, ... (real models place them on ``devices`` and check that they fit ``max_tokens`` each).
+    kind: "simulated", "transformers", "llama" (or "other": known only by its ``server``); ``real`` when its servers
+    run forward passes. vocab_size: the width of its rows. max_token_id: the largest id a prompt may hold.
+    context_window: the longest sequence it takes. latency: its LatencyProfile. tokenizer: ``encode`` and ``decode``.
+    generation_config: transformers' (its eos ids). path: where it was loaded from. backend_settings(): how its
+    backend computes, as a profile's key records it. exact_mode: the llama.cpp mode it runs in (None: no modes).
+    acceptance_rate: a simulated drafter's. token_count: the ids that are real tokens; native_rows: its own rows'
+    width; with_rows(n): a copy whose servers return rows of width n (:mod:`specpar.backends.vocabulary`).
+    servers(n, devices, prefix, max_tokens): ``n`` servers named prefix0, prefix1, ... None everywhere: unknown.
     """
 
     name: str | None = None
@@ -111,10 +98,8 @@ class Model(Protocol):
         return [self.server(f"{prefix}{i}") for i in range(n)]
 
 
-MODEL_FIELDS = ("name", "kind", "vocab_size", "max_token_id", "context_window", "latency", "tokenizer", "device",
-                "generation_config", "path", "exact_mode", "acceptance_rate", "token_count", "native_rows",
-                "with_rows")  # fmt: skip
-SERVER_FIELDS = ("model", "latency", "device", "parts", "forward_log")
+MODEL_FIELDS = tuple(Model.__annotations__)
+SERVER_FIELDS = tuple(f for f in Server.__annotations__ if f != "name")
 
 
 def declares(obj, kind: type) -> bool:

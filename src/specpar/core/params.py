@@ -14,46 +14,29 @@ from specpar.core.logits_processors import LogitsProcessors
 from specpar.core.numbers import is_int, is_number
 from specpar.core.stopping import Stopping
 
-MAX_TOKENS = 2**31 - 1
-"""The most new tokens a request may ask for: what the command line's -N takes (a C size). Far more than any context
-window; a simulated model has none, and 10^30 tokens would run forever."""
+MAX_TOKENS = 2**31 - 1  # the most new tokens a request may ask for (a C size, as the command line's -N takes)
 
 
 @dataclass(frozen=True)
 class SamplingParams:
     """How one request chooses and stops its tokens: vLLM's names, defaults and meanings.
 
-    temperature: 1.0 by default (samples from softmax(logits / temperature)); 0: greedy.
-    top_k: keep the k most likely tokens; 0, -1 or None: all.
-    top_p: keep the smallest most likely set with probability >= top_p, in (0, 1]; 1: all.
-    min_p: drop tokens below min_p x the top token's probability, in [0, 1]; 0: none.
-    presence_penalty, frequency_penalty: in [-2, 2]; a token already in the output is made less likely (> 0) by
-        presence_penalty, plus frequency_penalty per time it appears; 0: off.
-    repetition_penalty: > 0; tokens already in the prompt or output are made less likely (> 1) or
-        more (< 1); 1: off.
-    logit_bias: {token id: bias in [-100, 100]} added to the raw logits.
-    max_tokens: new tokens at most (16 by default, as vLLM's and OpenAI's completions).
-    min_tokens: the end-of-text tokens and stop_token_ids cannot come (and stop strings do not stop) before this
-        many output tokens.
-    stop: strings that end the output (the text stops before the string; needs a tokenizer).
-    stop_token_ids: token ids that end the output (the id is the last output token).
-    include_stop_str_in_output: the text goes on to the end of the stop string that ended it.
-    ignore_eos: keep generating past the model's end-of-text tokens.
-    seed: an integer >= 0 keys every random draw (what a seed reproduces on which runtime:
-        :mod:`specpar.core.decoding`); None (the default): fresh randomness for every request.
-    logprobs: None, or the number of most likely tokens to report beside each output token's own log-probability
-        (from the target's processed rows, ``GenerationResult.logprobs``).
-    coupling: specpar's own: "rejection" (rejection sampling: the papers', the higher acceptance rate) or "gumbel"
-        (drafter-invariant: a seed gives the same tokens on every runtime and for every algorithm; a lower acceptance
-        rate); None (the default): "gumbel" when a seed is given, so that a seeded request reproduces everywhere
-        (threads and Ray included), else "rejection" (:attr:`resolved_coupling`; :mod:`specpar.core.decoding`).
+    temperature: 1.0 by default; 0: greedy. top_k: the k most likely tokens (0, -1 or None: all). top_p: in (0, 1].
+    min_p: in [0, 1]. presence_penalty, frequency_penalty: in [-2, 2], against tokens already in the output.
+    repetition_penalty: > 0, against tokens already in the prompt or output (1: off). logit_bias: {token id: bias in
+    [-100, 100]} added to the raw logits. max_tokens: new tokens at most (16, as vLLM's). min_tokens: no end of text,
+    stop id or stop string before this many output tokens. stop: strings that end the output (the text stops before
+    the string; needs a tokenizer). stop_token_ids: ids that end the output (kept as its last token).
+    include_stop_str_in_output: the text goes on to the end of the stop string. ignore_eos: go on past the model's
+    end-of-text tokens. seed: an integer >= 0 keying every random draw (:mod:`specpar.core.decoding`); None: fresh
+    randomness. logprobs: None, or how many most likely tokens to report beside each output token's log-probability.
+    coupling: specpar's own, "rejection" (the papers', the higher acceptance rate) or "gumbel" (a seed gives the same
+    tokens on every runtime and for every algorithm); None: "gumbel" with a seed, else "rejection".
 
-    Where it differs from vLLM's: no ``n``, ``best_of`` or prompt logprobs (call ``Engine.generate`` once per
-    sample; the server's ``n`` does); no ``bad_words``, ``allowed_token_ids``, ``truncate_prompt_tokens`` or
-    structured outputs; a negative seed is refused (vLLM takes any integer).
-
-    Every processor reshapes the target's and the drafter's distributions alike before verification, so
-    the output is the processed target's: greedy token for token, sampled in distribution.
+    Where it differs from vLLM's: no ``n``, ``best_of`` or prompt logprobs (the server's ``n`` calls once per
+    sample); no ``bad_words``, ``allowed_token_ids``, ``truncate_prompt_tokens`` or structured outputs; a negative
+    seed is refused. The processors reshape the target's and the drafter's rows alike before verification, so the
+    output is the processed target's: greedy token for token, sampled in distribution.
     """
 
     temperature: float = field(
@@ -150,10 +133,9 @@ class SamplingParams:
         for name in ("ignore_eos", "include_stop_str_in_output"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"{name} must be True or False, got {getattr(self, name)!r}")
-        if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int)):
-            raise ConfigError(f"seed must be an integer, got {self.seed!r} (None: fresh randomness)")
-        if self.seed is not None and self.seed < 0:
-            raise ConfigError(f"seed must be an integer >= 0, got {self.seed!r} (None: fresh randomness)")
+        if self.seed is not None and not is_int(self.seed, 0):
+            what = "an integer >= 0" if is_int(self.seed) else "an integer"
+            raise ConfigError(f"seed must be {what}, got {self.seed!r} (None: fresh randomness)")
         lp = self.logprobs
         if lp is not None and not is_int(lp, 0):
             raise ConfigError(f"logprobs must be None or an integer >= 0 (the top tokens to report), got {lp!r}")
@@ -164,9 +146,7 @@ class SamplingParams:
 
     @property
     def resolved_coupling(self) -> str:
-        """The coupling this request samples with: ``coupling``, or by default "gumbel" when a seed is given (a
-        seeded request reproduces on every runtime and for every algorithm) and "rejection" without one (the higher
-        acceptance rate)."""
+        """The coupling this request samples with: ``coupling``, else "gumbel" with a seed and "rejection" without."""
         if self.coupling is not None:
             return self.coupling
         return "gumbel" if self.seed is not None else "rejection"
@@ -191,10 +171,10 @@ class SamplingParams:
         counts_output = self.presence_penalty != 0.0 or self.frequency_penalty != 0.0 or self.min_tokens > 0
         if counts_output and prompt_len is None:
             raise ConfigError("presence_penalty, frequency_penalty and min_tokens need the prompt's length")
-        stop_ids = set(self.stop_token_ids) | (set() if self.ignore_eos else set(end_of_text))
         p = LogitsProcessors(
             self.repetition_penalty, self.top_k, self.top_p, self.min_p, self.presence_penalty,
-            self.frequency_penalty, self.logit_bias, self.min_tokens, tuple(sorted(stop_ids)), prompt_len or 0,
+            self.frequency_penalty, self.logit_bias, self.min_tokens, tuple(sorted(self._stop_ids(end_of_text))),
+            prompt_len or 0,
         )  # fmt: skip
         return p if p.active else None
 
@@ -210,10 +190,14 @@ class SamplingParams:
     def stopping(self, prompt_ids: Sequence[int], end_of_text: Iterable[int] = (), tokenizer=None) -> Stopping | None:
         """The request's stop conditions: its model's ``end_of_text`` ids (unless ignore_eos), its stop ids, and its
         stop strings, found in ``tokenizer``'s text of the output after ``prompt_ids``; None when it has none."""
-        ids = set(self.stop_token_ids) | (set() if self.ignore_eos else set(end_of_text))
+        ids = self._stop_ids(end_of_text)
         if not ids and not self.stop:
             return None
         return Stopping(ids, self.stop, tokenizer, prompt_ids, self.min_tokens)
+
+    def _stop_ids(self, end_of_text: Iterable[int]) -> set[int]:
+        """The ids that end the output: the stop ids and, unless ignore_eos, the model's end-of-text ids."""
+        return set(self.stop_token_ids) | (set() if self.ignore_eos else set(end_of_text))
 
 
 SAMPLING_FIELDS = tuple(f.name for f in fields(SamplingParams))

@@ -1,11 +1,8 @@
 """When a generation ends before its max_tokens: at a stop token or at a stop string, and the text so far.
 
-:class:`Generation` asks :meth:`Stopping.stops_at` about every output token in order, as it enters the
-verified sequence (a target token, or an accepted draft inside a run), and ends the generation at the
-first that stops it: nothing after it is kept, and the algorithm schedules no more work.
-
-Stop strings may span tokens, so text is decoded incrementally (:class:`Detokenizer`) and each new piece
-is searched together with the end of the text before it.
+:class:`Generation` asks :meth:`Stopping.stops_at` about every output token in order and ends at the first that stops
+it. Stop strings may span tokens, so text is decoded incrementally (:class:`Detokenizer`) and each new piece is
+searched together with the end of the text before it.
 """
 
 from __future__ import annotations
@@ -34,8 +31,7 @@ END_OF_TEXT_TOKENS = (
 
 def end_of_text_ids(model: Model) -> frozenset[int]:
     """Every id that ends a model's text: its generation config's and tokenizer's eos ids, and the tokenizer's
-    special tokens that are end-of-text markers (Qwen2.5 ends completions with <|endoftext|> 151643 and chat
-    turns with <|im_end|> 151645; its GGUF names only one of them as eos). Empty for a model that names none."""
+    special tokens that are end-of-text markers (Qwen2.5's GGUF names only <|endoftext|> as eos, not <|im_end|>)."""
     ids: set[int] = set()
     eos = getattr(model.generation_config, "eos_token_id", None)  # transformers' GenerationConfig, or None
     ids.update(eos if isinstance(eos, (list, tuple)) else () if eos is None else (eos,))
@@ -52,12 +48,9 @@ def end_of_text_ids(model: Model) -> frozenset[int]:
 
 
 class Detokenizer:
-    """Text from tokens one at a time, each piece final: a token that ends in the middle of a multi-byte
-    character adds nothing until the character is whole (vLLM's incremental detokenization).
-
-    context: the tokens before the first one pushed (e.g. the prompt's last few), decoded with the
-        first pieces so that the text at the joint (a leading space) comes out as in the whole text.
-    """
+    """Text from tokens one at a time, each piece final: a token that ends inside a multi-byte character adds nothing
+    until it is whole (vLLM's incremental detokenization). context: the tokens before the first pushed (the prompt's
+    last few), so that the text at the joint comes out as in the whole text."""
 
     WINDOW = 6  # prompt tokens kept as context
 
@@ -105,10 +98,8 @@ def detokenize(tokenizer, prompt: Sequence[int], tokens: Iterable[int], stop: Se
 
 class TextStream:
     """Text pieces of a streamed output that never show any of a stop string (unless ``include_stop``): the last
-    (longest stop - 1) characters wait until the next piece shows that no stop string begins in them.
-
-    min_tokens, include_stop: as :func:`detokenize`'s (a stop string in the first min_tokens - 1 tokens' text
-    does not stop; the text goes on to the end of the stop string)."""
+    (longest stop - 1) characters wait until the next piece shows that no stop string begins in them. min_tokens,
+    include_stop: as :func:`detokenize`'s."""
 
     def __init__(self, tokenizer, prompt: Sequence[int], stop: Sequence[str] = (), min_tokens: int = 0,
                  include_stop: bool = False):  # fmt: skip
@@ -150,51 +141,33 @@ class TextStream:
 class Stopping:
     """A request's stop conditions (never the length: Generation counts that).
 
-    stop_ids: ids whose token ends the output (kept as its last token): end-of-text ids, stop_token_ids.
-    stop: strings that end the output; the text stops before the string, the tokens at the one completing it.
-    tokenizer, prompt: for stop strings (a ConfigError without a tokenizer).
-    min_tokens: nothing stops the output before this many tokens (vLLM's min_tokens; the request's logits
-        processors also keep the stop ids from coming before it).
+    stop_ids: ids whose token ends the output (kept as its last token). stop: strings that end the output (the text
+    stops before the string, the tokens at the one completing it); they need ``tokenizer`` and ``prompt``.
+    min_tokens: nothing stops the output before this many tokens (vLLM's min_tokens).
     """
 
     def __init__(self, stop_ids: Iterable[int] = (), stop: Sequence[str] = (), tokenizer=None, prompt=(),
                  min_tokens: int = 0):  # fmt: skip
         self.stop_ids = frozenset(stop_ids)
-        self.stop = tuple(stop)
-        if self.stop and tokenizer is None:
+        if stop and tokenizer is None:
             raise ConfigError("stop strings need a tokenizer: give stop_token_ids instead, or a model with one")
-        self._detok = Detokenizer(tokenizer, prompt) if self.stop else None
-        self._longest = max((len(s) for s in self.stop), default=0)
+        self._text = TextStream(tokenizer, prompt, stop, min_tokens) if stop else None
         self.min_tokens = min_tokens
         self.count = 0  # output tokens seen
-        self.floor = 0  # the text of the first min_tokens - 1 tokens: no stop string ends in it
-        self.text = ""  # the output's text so far (kept only for stop strings)
 
     def pauses_here(self) -> bool:
-        """Whether the generation ends at the round that just ended, to go on from its output later (a scheduler
-        changing a request's configuration at a safe point: specpar.scheduling.pausing). A request's own stop
-        conditions never pause."""
+        """Whether the generation pauses at the round that just ended, to go on later (specpar.scheduling.pausing);
+        a request's own stop conditions never pause."""
         return False
 
     def stops_at(self, token: int) -> bool:
         """Whether the output ends with ``token`` (the next output token, in order)."""
         self.count += 1
-        early = self.count < self.min_tokens
         if token in self.stop_ids:
-            return not early
-        if self._detok is None:
+            if self._text is not None:  # counted toward min_tokens, not decoded
+                self._text.count += 1
+            return self.count >= self.min_tokens
+        if self._text is None:
             return False
-        piece = self._detok.push(token)
-        if early:
-            self.text += piece
-            self.floor = len(self.text)
-            return False
-        if not piece:
-            return False
-        since = max(0, len(self.text) - self._longest + 1)  # a stop string may begin in earlier text
-        self.text += piece
-        cut = find_stop(self.text, self.stop, since, self.floor)
-        if cut is not None:
-            self.text = self.text[: cut[0]]
-            return True
-        return False
+        self._text.push((token,))
+        return self._text.stopped

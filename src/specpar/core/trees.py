@@ -1,34 +1,14 @@
 """Token trees (SpecInfer, Miao et al. ASPLOS 2024): many candidate continuations of one context, as a tree.
 
-A :class:`TokenTree` hangs off a context (its root stands for the context's end). Node ``i`` holds a draft
-``tokens[i]`` at depth ``depths[i]`` (1 for the root's children, at position len(context)), its parent
-``parents[i]`` (-1: the root) and ``sources[i]``, the index of the drafter that proposed it. Nodes are stored
-parents first (a parent's index is below its children's), so node order is a valid order for one forward pass.
+Node ``i``: a draft ``tokens[i]`` at depth ``depths[i]`` (1: at position len(context)), its parent ``parents[i]``
+(-1: the root) and ``sources[i]``, the drafter that proposed it; parents come first (a valid order for one pass).
 
-What the verifier needs to stay lossless when sampling lives in ``draws``: under each node (``-1``: the root), the
-samples drawn there in the order they were drawn, each as (child node, [V] row it was drawn from). SpecInfer's
-multi-step speculative sampling (:func:`specpar.algorithms.verification.verify_tree`) tests them in that order, replacing the
-target's row by norm(max(0, p - q)) after each rejection; that is exact when each draw, given the earlier ones,
-follows its stored row. So
-
-* expansion from one drafter draws k_i children *without replacement*: draw j comes from q with the earlier
-  draws' tokens removed, and that renormalised row is what is stored (a rejected draw x has p'(x) = 0, so the
-  residual never proposes it again);
-* merging trees keeps each tree's draws in its own order and appends them after the earlier trees' draws under
-  the same node; a token two drafters both proposed becomes one node with two draws (the second is rejected for
-  certain, as p'(x) = 0 by then, but its q still updates the residual);
-* each draw has its own uniforms: draw j at a position uses stream ``sibling_stream(DRAFT, j)``, and drafter s of a
-  merge drafts with :func:`source_decoding` (another seed), so draws of different drafters are independent.
-
-Greedy trees take the top-k_i tokens of the drafter instead (no rows); the verifier follows the child equal to the
-target's argmax.
-
-A tree's *shape* is one of two configurations:
-
-* ``<k1, ..., km>`` (``widths``, a tuple) gives k_i children to every node at depth i - 1: a full tree of
-  k1 + k1 k2 + ... + k1...km nodes and depth m (:func:`expand`);
-* :class:`BestFirst` (``"best:B"``) grows B nodes best-first by the drafter's path probability (the dynamic trees
-  of Sequoia and EAGLE-2): a chain where the drafter is sure, branches where it is not (:func:`grow_best_first`).
+``draws``: under each node, the samples drawn there in order, as (child, [V] row drawn from). Multi-step speculative
+sampling (:func:`specpar.algorithms.verification.verify_tree`) tests them in that order, replacing the target's row
+by norm(max(0, p - q)) after each rejection: exact when each draw follows its stored row given the earlier ones. So
+expansion draws *without replacement* (storing the renormalised rows), a merge keeps each tree's draws in order, and
+each draw has its own uniforms (``sibling_stream``, :func:`source_decoding`). Greedy trees take the drafter's top-k
+(no rows). Shapes: widths ``<k1, ..., km>`` (:func:`expand`) or a :class:`BestFirst` budget (:func:`grow_best_first`).
 """
 
 from __future__ import annotations
@@ -65,10 +45,8 @@ def source_decoding(decoding: Decoding, source: int) -> Decoding:
 class BestFirst:
     """A budgeted, drafter-confidence-guided tree: ``"best:B"`` or ``"best:B:W"`` (:func:`grow_best_first`).
 
-    nodes: B, the node budget (the tree has exactly B nodes unless the vocabulary or the depth runs out).
-    per_pass: W, frontier nodes the drafter expands per forward pass (default 1: sequential best-first, at most
-        B - 1 passes after the first, as a chain of B drafts; a larger W takes fewer, wider passes, same tree).
-    depth: the deepest a node may be (None: B); the algorithms lower it near the end of a generation.
+    nodes: B, the node budget. per_pass: W, frontier nodes the drafter expands per forward pass (a larger W: fewer,
+    wider passes, the same tree). depth: the deepest a node may be (None: B; lowered near a generation's end).
     """
 
     nodes: int
@@ -362,25 +340,18 @@ RankedRows = Callable[[TokenTree, list[int], int], list[tuple[Sequence[int], Seq
 def grow_best_first(
     shape: BestFirst, ranked: RankedRows, decoding: Decoding, vocab_size: int, source: int = 0
 ) -> tuple[TokenTree, TokenTree, int]:
-    """A tree of ``shape.nodes`` nodes grown best-first by the drafter's path probability (product of its
-    probabilities along the path; Sequoia, EAGLE-2): (tree, fed, passes).
+    """A tree of ``shape.nodes`` nodes grown best-first by the drafter's path probability (Sequoia, EAGLE-2): (tree,
+    fed, passes).
 
-    Candidates are the children the drafter proposed under the nodes it has been run on, each valued by its path
-    log-probability. Each pass runs the drafter on the best ``per_pass`` candidates of the current best-B set that
-    have no row yet and could still matter (a child is never more likely than its parent, so a candidate that is
-    not strictly above the B-th best cannot bring a child into the set), until none is left, or after B - 1 passes
-    (as many as a chain of B drafts takes; with W = 1 the growth never needs more: every node it feeds is still
-    strictly inside the best B when the next is fed). The tree is the best B candidates (ancestor-closed: a parent
-    outranks its children; ties go to the older candidate): exact best-first growth, whatever W (W = 1: one node
-    per pass; a larger W: fewer passes that feed more nodes, some of which may not make it into the tree). A
-    confident drafter gives its greedy chain.
+    Each pass runs the drafter on the best ``per_pass`` candidates of the current best-B set that have no row yet and
+    could still matter (a child is never more likely than its parent, so a candidate not strictly above the B-th
+    cannot bring a child in), until none is left or after B - 1 passes (a chain of B drafts'). The tree is the best
+    B candidates, ties to the older: exact best-first growth whatever W.
 
-    ``fed``: the nodes the drafter was run on, in the order fed (a server's cache holds them: ``ranked(fed,
-    frontier, k)`` is called with frontier = [-1] first, then with the nodes each pass appended to ``fed``);
-    passes: forward passes, the root's included. Greedy: nodes carry no rows (the verifier follows the target's
-    argmax). Sampling: each node's row is the point mass on its token; the candidates are a deterministic function of
-    the context, so multi-step speculative sampling with those rows (accept x with probability p(x), then p <- norm(p
-    without x)) is lossless: it samples the target's law without replacement over the candidates.
+    ``fed``: the nodes the drafter was run on, in order (``ranked(fed, frontier, k)`` is called with frontier [-1]
+    first, then with the nodes each pass appended); passes: forward passes, the root's included. Greedy: no rows.
+    Sampling: each node's row is the point mass on its token; the candidates are a deterministic function of the
+    context, so multi-step speculative sampling over them is lossless.
     """
     budget, limit = shape.nodes, shape.max_depth
     # candidate c: value (path log-probability), parent candidate (-1: root), token, depth; fed node or None

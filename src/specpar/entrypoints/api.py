@@ -9,6 +9,7 @@ from specpar.core.config import RuntimeConfig, SpeculativeConfig, split_options
 from specpar.core.errors import ConfigError
 from specpar.core.params import SAMPLING_FIELDS, SamplingParams
 from specpar.core.results import GenerationResult
+from specpar.entrypoints.requests import sampling_params
 from specpar.runtimes.virtual import collector_paused
 
 DEFAULT_MAX_TOKENS = 64  # generate()'s (SamplingParams' own default is vLLM's, 16)
@@ -29,31 +30,23 @@ def generate(
     :class:`specpar.Engine` (an Engine loads once and serves many).
 
     prompt: token ids (non-empty), or text when the target has a tokenizer.
-    target, drafter: models with ``.server(name)`` (e.g. SimulatedModel and its drafter), or ready-made servers as
-        a ``Pool`` (their caches and weights are reused across generations; a target pool must hold at least
-        sp_degree servers for DSI). For HSD, ``drafter`` is a list of drafters M0 < ... < MK-1, the smallest
-        first; for token trees, a list of drafters has its trees merged.
-    params: the request's :class:`SamplingParams`; or give its fields as keywords: ``max_tokens`` (64 by default
-        here; ``max_new_tokens``, Hugging Face's name, is a deprecated alias), temperature, seed, top_k, top_p,
-        min_p, repetition_penalty, stop, stop_token_ids, ignore_eos, coupling. Greedy unless a temperature > 0 is
-        given, as Hugging Face's ``generate`` (an :class:`Engine` request, like vLLM's, samples at temperature 1
-        when none is given). A seed makes the sampling reproduce on every runtime and for every algorithm (the
-        Gumbel coupling, unless ``coupling`` says otherwise; :mod:`specpar.core.decoding`).
+    target, drafter: models (e.g. SimulatedModel and its drafter) or ready-made servers as a ``Pool`` (reused across
+        generations). For HSD, ``drafter`` is a list M0 < ... < MK-1, the smallest first; for token trees, a list of
+        drafters has its trees merged.
+    params: the request's :class:`SamplingParams`, or its fields as keywords: ``max_tokens`` (64 by default here;
+        ``max_new_tokens`` is its deprecated alias), temperature, seed, top_k, ... Greedy unless a temperature > 0 is
+        given, as Hugging Face's ``generate`` (an :class:`Engine` request samples at temperature 1, as vLLM's). A
+        seed reproduces on every runtime and for every algorithm (:mod:`specpar.core.decoding`).
     speculative_config: a :class:`SpeculativeConfig` or vLLM's shape of it (``{"method": "dsi",
-        "num_speculative_tokens": 5, "sp_degree": 4}``); or give its fields as keywords: ``algorithm`` ("nonsi",
-        "si", "dsi" (default), "hsd", "hsd-sp"), ``lookahead`` (k; default Eq. 1's smallest for sp_degree; "auto":
-        the fastest by simulation of the models' latencies and acceptance rate), ``sp_degree`` (target servers DSI
-        verifies on at once; default 4 for simulated models, 2 for real ones), ``tree``, ``buffers``,
-        ``prefill_replicas``, ``dedicated_cursor`` (see :class:`SpeculativeConfig`).
-    runtime: "virtual" (a discrete-event clock, nothing sleeps; the default for simulated models), "threads" (real
-        time, one thread per server; the default for real models), "ray" (each server a Ray actor in its own
-        process: ``pip install 'specpar[ray]'``), or a :class:`RuntimeConfig`; its fields may also be given as
-        keywords (``cancel_frees``, ``link_ms``, ``call_timeout_s``, ``cpus_per_server``, ``placement``, ...), and
-        ``runtime_options=`` passes the runtime's own keyword arguments (e.g. Ray's ``{"local_pools": ()}``).
-    stream: called with each run of newly verified token ids as they are accepted.
-    exact (a keyword): llama.cpp's exact mode (True; the default: every algorithm's greedy output is the target's
-        own, bitwise) or its fast mode (False: llama.cpp's fastest settings, lossless in distribution); see
-        :mod:`specpar.backends.llama.settings`. Models given loaded must run in that mode.
+        "num_speculative_tokens": 5, "sp_degree": 4}``), or its fields as keywords: ``algorithm`` ("nonsi", "si",
+        "dsi" (default), "hsd", "hsd-sp"), ``lookahead`` (default Eq. 1's smallest; "auto": the fastest by
+        simulation), ``sp_degree`` (default 4 for simulated models, 2 for real ones), ``tree``, ``buffers``, ...
+    runtime: "virtual" (a discrete-event clock; the default for simulated models), "threads" (real time; the default
+        for real models), "ray" (``pip install 'specpar[ray]'``), or a :class:`RuntimeConfig`; its fields may be
+        keywords, and ``runtime_options=`` passes the runtime's own keyword arguments.
+    stream: called with each run of newly verified token ids.
+    exact (a keyword): llama.cpp's exact mode (True, the default: greedy output bitwise the target's own) or its fast
+        mode (False: lossless in distribution); :mod:`specpar.backends.llama.settings`.
     """
     from specpar.entrypoints.engine import Engine  # the engine is built on this module's neighbours
 
@@ -77,13 +70,14 @@ def _split(params: SamplingParams | None, options: dict) -> tuple[SamplingParams
             raise ConfigError("give max_tokens= (max_new_tokens= is its deprecated alias), not both")
         options["max_tokens"] = options.pop("max_new_tokens")
     spec_fields, runtime_fields, sampling = split_options(options, sampling=SAMPLING_FIELDS)
-    if params is None:
-        params = SamplingParams.from_kwargs(**{"temperature": 0.0, "max_tokens": DEFAULT_MAX_TOKENS, **sampling})
-    elif sampling:
-        raise ConfigError(
-            f"give the sampling parameters either as params= or as keywords, not both: {sorted(sampling)}"
-        )
-    return params, {**spec_fields, **runtime_fields, "runtime_options": runtime_options, "exact": exact}
+    if params is None:  # greedy, 64 tokens unless told
+        sampling = {"temperature": 0.0, "max_tokens": DEFAULT_MAX_TOKENS, **sampling}
+    return sampling_params(params, sampling), {
+        **spec_fields,
+        **runtime_fields,
+        "runtime_options": runtime_options,
+        "exact": exact,
+    }
 
 
 def _is_pool(source) -> bool:

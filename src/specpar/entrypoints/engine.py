@@ -5,16 +5,10 @@
         for piece in engine.stream("Once upon a time", SamplingParams(temperature=0.8, top_p=0.9)):
             print(piece, end="")
 
-An engine owns ``units`` processing units (default: sp_degree + 1, the servers one DSI request uses), each with a
-target server and a drafter server (one per level for HSD), made once: real models keep their weights (shared by
-the servers of one model on one device) and each server its KV cache across requests. A scheduler
-(:mod:`specpar.scheduling`) gives each request units of its own, so no two requests ever share a cache: alone, a
-request runs DSI on as many units as help it; as more requests arrive their shares shrink (fewer target replicas,
-then SI, then non-SI) and grow back when they leave, changing only at safe points (:class:`Engine`'s ``policy``).
-Servers given as ready-made Pools form one unit: requests take turns on them.
-
-The runtime: the threads runtime for real models (wall time), the virtual clock for simulated ones (each request
-on a clock of its own). What happens to one request is :mod:`specpar.entrypoints.requests`.
+An engine makes its processing units once (each a target server and a drafter server, one per level for HSD; each
+server keeps its KV cache across requests). The scheduler (:mod:`specpar.scheduling`) gives each request units of its
+own: alone, DSI on as many as help it; under load fewer replicas, then SI, then non-SI, changed at safe points.
+What happens to one request is :mod:`specpar.entrypoints.requests`.
 """
 
 from __future__ import annotations
@@ -33,7 +27,7 @@ from specpar.core.config import speculative_config as with_changes
 from specpar.core.errors import ConfigError, SamplingDefaultWarning
 from specpar.core.params import SAMPLING_FIELDS, SamplingParams
 from specpar.core.results import GenerationResult
-from specpar.entrypoints.requests import Requests, check_stream, one_prompt, sampling_params
+from specpar.entrypoints.requests import Requests, check_stream, listed, one_prompt, sampling_params
 from specpar.entrypoints.streaming import stream_pieces
 from specpar.planning.load import POLICIES
 from specpar.runtimes import Pool
@@ -48,41 +42,29 @@ log = logging.getLogger(__name__)
 class Engine:
     """Loaded models, their servers and a runtime, for many requests (see the module docstring).
 
-    What the command line and the server call: :meth:`generate` (one prompt or many), :meth:`stream` (one prompt,
-    as it is verified), :meth:`load_metrics`, :meth:`reset`, :meth:`close` (or ``with``), :meth:`prompt_ids`,
-    :meth:`check_length`, :meth:`threads_for` and :meth:`auto`; and what they read: ``spec`` (each request's defaults),
-    ``sp_degree``, ``runtime`` and ``runtime_config``, ``policy``, ``units``, ``targets`` and ``drafters`` (the
-    Pools), ``all`` (every server), ``target_model``, ``drafter_model``, ``tokenizer``, ``end_of_text``, ``real``,
-    ``closed``.
+    What the command line and the server call: :meth:`generate`, :meth:`stream`, :meth:`load_metrics`,
+    :meth:`reset`, :meth:`close` (or ``with``), :meth:`prompt_ids`, :meth:`check_length`, :meth:`threads_for`,
+    :meth:`auto`; and read: ``spec`` (each request's defaults), ``sp_degree``, ``runtime``, ``runtime_config``,
+    ``policy``, ``units``, ``targets`` and ``drafters`` (Pools), ``all`` (every server), ``target_model``,
+    ``drafter_model``, ``tokenizer``, ``end_of_text``, ``real``, ``closed``.
 
-    target, drafter: models (SimulatedModel and its drafter, TransformersModel, LlamaModel), ready-made Pools of
-        servers, GGUF files or local directories / hub ids of transformers models, or neither (the default pair,
-        `specpar[models]`).
-        drafter: a list of models, the smallest first, for HSD (or to merge their token trees); None for non-SI.
-    speculative_config: each request's default :class:`SpeculativeConfig` (or vLLM's shape of it, ``{"method":
-        "dsi", "num_speculative_tokens": 5, "sp_degree": 4}``); its fields may also be given as keywords
-        (``algorithm=``, ``lookahead=``, ``sp_degree=``, ...). ``sp_degree`` is also the number of target servers
-        the engine makes (default: a Pool's size, else 2 for real models and 4 for simulated ones); a request may
-        use fewer.
-    runtime: a name ("virtual", "threads", "ray") or a :class:`RuntimeConfig`, default threads for real models and
-        virtual for simulated ones; its fields may also be given as keywords (``cancel_frees=``,
-        ``call_timeout_s=``, ...), and ``runtime_options=`` passes the runtime's own keyword arguments.
-    units: processing units (default: sp_degree + 1 with a drafter, else sp_degree), each with a target and a
-        drafter server; requests run at once on units of their own. Real models: set it to the cores or devices
-        the servers may use at once (each server then runs one torch thread per core it has). units=1: one unit of
-        sp_degree target servers and a drafter, one request at a time on all of them (as ready-made Pools are).
-    policy: how requests share the units (:mod:`specpar.planning.load`): "adaptive" (default: each request's
-        fastest option on its share, shares chosen for the most tokens per second in all), or one fixed option
-        for every request: "dsi" (each waits for its whole DSI share), "si" (one unit each), "nonsi".
-    keep_actors: Ray: keep each server's actor for the engine's next request (killed at close() when the engine
-        made the servers; servers given as Pools keep theirs for whoever owns them).
-    options: the fields of the three configs as keywords: SpeculativeConfig's, RuntimeConfig's, and
-        :class:`~specpar.backends.loading.LoadConfig`'s (``backend=``, ``devices=``, ``dtype=``,
-        ``max_model_len=``, ``exact=``: how models given as paths load and in which llama.cpp mode, where servers go,
-        how long a sequence each holds); and
-        ``profile=``: the machine profile ``algorithm="auto"`` predicts from (a MachineProfile or its JSON file;
-        default: simulated models' own latencies, else the profile measured for the models on this machine):
-        :mod:`specpar.prediction.auto`.
+    target, drafter: models (SimulatedModel, TransformersModel, LlamaModel), ready-made Pools of servers, GGUF files
+        or transformers directories / hub ids, or neither (the default pair). drafter: a list, the smallest first,
+        for HSD (or to merge token trees); None for non-SI.
+    speculative_config: each request's default :class:`SpeculativeConfig` (or vLLM's shape of it); its fields may
+        also be keywords. ``sp_degree`` is also the number of target servers made (default: a Pool's size, else 2
+        for real models and 4 for simulated ones); a request may use fewer.
+    runtime: "virtual", "threads", "ray" or a :class:`RuntimeConfig` (default threads for real models, virtual for
+        simulated ones); its fields may be keywords, ``runtime_options=`` the runtime's own keyword arguments.
+    units: processing units (default: sp_degree + 1 with a drafter, else sp_degree); real models: the cores or
+        devices the servers may use at once. units=1: one unit of every server, one request at a time.
+    policy: how requests share the units (:mod:`specpar.planning.load`): "adaptive" (default) or one fixed option
+        for every request: "dsi", "si", "nonsi".
+    keep_actors: Ray: keep each server's actor for the next request (killed at close() when the engine made them).
+    options: the configs' fields as keywords (SpeculativeConfig's, RuntimeConfig's,
+        :class:`~specpar.backends.loading.LoadConfig`'s: ``backend=``, ``devices=``, ``dtype=``, ``max_model_len=``,
+        ``exact=``), and ``profile=``: the machine profile ``algorithm="auto"`` predicts from (a MachineProfile or
+        its JSON file; :mod:`specpar.prediction.auto`).
     """
 
     def __init__(
@@ -109,17 +91,17 @@ class Engine:
         if target is None or isinstance(target, (str, os.PathLike)):
             target, drafter = load.load(target, drafter)
         target, drafter = _checked(target, fit_drafters(target, drafter))
-        load.check_mode(model_of(target), [model_of(d) for d in _listed(drafter)])
+        load.check_mode(model_of(target), [model_of(d) for d in listed(drafter)])
         self.real = model_of(target).real
         sp_degree = spec.sp_degree or (len(target) if isinstance(target, Pool) else 2 if self.real else 4)
         runtime_config = runtime_config.replace(name=runtime_config.name or ("threads" if self.real else "virtual"))
         self.target_model = model_of(target)
         self.drafter_model = model_of(drafter[-1] if isinstance(drafter, list) and drafter else drafter)
         self.policy = policy
-        ready_made = isinstance(target, Pool) or any(isinstance(d, Pool) for d in _listed(drafter))
+        ready_made = isinstance(target, Pool) or any(isinstance(d, Pool) for d in listed(drafter))
         n = unit_count(units, sp_degree, drafter is not None, ready_made)
         targets, drafters = servers_of_units(n, sp_degree)
-        check_servers(runtime_config, targets, drafters * len(_listed(drafter)))  # before any is made (a thread each)
+        check_servers(runtime_config, targets, drafters * len(listed(drafter)))  # before any is made (a thread each)
         self.targets, self.drafters = self._servers(target, drafter, targets, drafters, load)
         self.units = make_units(self.targets, self.drafters, n)
         self.spec = spec.replace(sp_degree=sp_degree)  # each request's defaults
@@ -182,7 +164,7 @@ class Engine:
     @property
     def all(self) -> list:
         """Every server the engine owns."""
-        return self.targets.servers + [s for p in _listed(self.drafters) for s in p.servers]
+        return self.targets.servers + [s for p in listed(self.drafters) for s in p.servers]
 
     # -- requests ------------------------------------------------------------------------------
     def generate(
@@ -196,20 +178,15 @@ class Engine:
     ) -> GenerationResult | list[GenerationResult]:
         """One result for one prompt (text, or token ids), a list of results for a list of prompts, in order.
 
-        params: the request's SamplingParams (or give its fields as keywords); with a list of prompts, one
-        SamplingParams for all or a list of them, one per prompt (as vLLM's LLM.generate). The default is vLLM's:
-        it *samples* at temperature 1 (where ``generate()`` and the command line are greedy unless a temperature is
-        given, and the server samples as OpenAI's does); a request with neither params nor a ``temperature=`` gets a
-        one-time SamplingDefaultWarning saying so (``temperature=0``: the target's greedy tokens). speculative_config (or
-        its fields as keywords: ``algorithm=``, ``lookahead=``, ``tree=``, ``sp_degree=`` up to the engine's, ...):
-        this request's speculation, over the engine's defaults. stream: called with each run of newly verified
-        token ids (with a list of prompts, from the thread of whichever request verified them).
+        params: the request's SamplingParams (or its fields as keywords); with a list of prompts, one for all or one
+        per prompt (as vLLM's LLM.generate). The default is vLLM's: it *samples* at temperature 1 (a one-time
+        SamplingDefaultWarning says so; ``temperature=0``: the target's greedy tokens). speculative_config (or its
+        fields as keywords): this request's speculation over the engine's defaults. stream: called with each run of
+        newly verified token ids.
 
-        A list of prompts runs at once, as that many requests from as many clients: the scheduler shares the
-        processing units among them (:class:`Engine`'s ``policy``). On the threads and Ray runtimes they are taken
-        in order by one thread per unit; on the virtual clock (simulated models) they all arrive at time 0 on one
-        shared virtual clock (as ``specpar simulate load`` runs requests), so that each one's share, and so its
-        times, do not depend on the threads' timing.
+        A list of prompts runs at once, as that many clients' requests sharing the units (:class:`Engine`'s
+        ``policy``): taken in order by one thread per unit, or on the virtual clock all arriving at time 0 on one
+        shared clock (as ``specpar simulate load`` runs them), so their times do not depend on the threads' timing.
         """
         requests = self._requests
         if isinstance(prompts, Iterator):  # (read once)
@@ -243,11 +220,9 @@ class Engine:
         cancel: threading.Event | None = None,
         **options,
     ) -> Iterator:
-        """The output as it is verified: text pieces where the target has a tokenizer (joined, exactly the
-        result's text; never any of a stop string), else lists of token ids. The generation runs on a thread
-        of its own; closing the iterator early ends it, and so does setting ``cancel`` (from any thread: the
-        generation ends at its next verified tokens, the iterator then ends and returns None). Arguments as
-        :meth:`generate`'s."""
+        """The output as it is verified: text pieces where the target has a tokenizer, else lists of token ids
+        (:func:`~specpar.entrypoints.streaming.stream_pieces`); closing the iterator early, or setting ``cancel``
+        from any thread, ends the generation. Arguments as :meth:`generate`'s."""
         self._note_default_sampling(params, options)
         spec, params = self._requests.config(speculative_config, params, options)
         ids = self._requests.prompt_ids(prompt)
@@ -320,11 +295,6 @@ class Engine:
 
     def __repr__(self) -> str:
         return f"Engine({self.target_model!r}, {len(self.targets)} target server(s), {self.runtime})"
-
-
-def _listed(drafter) -> list:
-    """The drafter(s) as a list: none, one, or the list given."""
-    return drafter if isinstance(drafter, list) else [] if drafter is None else [drafter]
 
 
 def _checked(target, drafter):

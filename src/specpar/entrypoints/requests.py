@@ -14,6 +14,7 @@ import logging
 import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 
 from specpar.backends.cpu_threads import SharedThreads, busy_servers, cpu_cores, pass_threads
@@ -106,7 +107,7 @@ class Requests:
         self.end_of_text = end_of_text_ids(self.model)
         self.servers = [s for u in units for s in u.servers]
         # torch's threads only for torch models; llama.cpp servers here (on Ray their actors set their own)
-        torch = any(model_of(p).kind == "transformers" for p in _pools(targets, drafters))
+        torch = any(model_of(p).kind == "transformers" for p in [targets, *listed(drafters)])
         self.threads = SharedThreads(torch, self.servers if runtime.name != "ray" else [])
         self.gate = Gate()
         self._specs: dict = {}  # a request's changed fields -> its SpeculativeConfig (see config)
@@ -116,30 +117,22 @@ class Requests:
     # -- one request ------------------------------------------------------------------------------
     def one(self, prompt, params: SamplingParams, spec: SpeculativeConfig, stream=None) -> GenerationResult:
         """One request, run now on the engine's scheduler; its result with its text."""
-        request = self.make(prompt, params, spec, stream, self.scheduler, self.runtime)
-        with self.gate.request():
-            result = self.run(request)
-        return self.finished(result, request, params)
-
-    def make(
-        self, prompt, params: SamplingParams, spec: SpeculativeConfig, stream, scheduler: Scheduler, runtime
-    ) -> Request:
-        """A request on ``scheduler`` and ``runtime``, not yet run; its speculation with lookahead "auto" chosen."""
-        if self.gate.closed:
-            raise ConfigError("this engine is closed")
         ids = self.prompt_ids(prompt)
         decoding = params.decoding(len(ids), self.end_of_text)
         shape = RequestShape(len(ids), params.max_tokens, decoding.processors is not None)
-        spec, curve, choice = self.speculation(spec, shape)
+        request = self.make(shape, spec, self.scheduler, self.runtime)
         query = Query(ids, params.max_tokens, decoding, params.stopping(ids, self.end_of_text, self.tokenizer), stream)
-        request = Request(scheduler, query, spec, curve, runtime, self.keep_actors)
-        request.choice = choice
-        return request
+        with self.gate.request():
+            result = self.run(request, query)
+        return self.finished(result, request, ids, params)
 
-    def speculation(self, spec: SpeculativeConfig, shape: RequestShape):
-        """(``spec`` resolved for a request of ``shape``, its share curve, what ``auto`` chose or None): algorithm
-        "auto" made the predicted fastest method among those the request can run (trees take no logits
-        processors), then lookahead "auto" the fastest by simulation where the curve does not choose it."""
+    def make(self, shape: RequestShape, spec: SpeculativeConfig, scheduler: Scheduler, runtime) -> Request:
+        """A request of ``shape`` on ``scheduler`` and ``runtime``, not yet run: ``spec`` resolved for it (algorithm
+        "auto" the predicted fastest method it can run, token trees taking no logits processors; then lookahead
+        "auto" the fastest by simulation where its share curve does not choose it), its share curve, what ``auto``
+        chose."""
+        if self.gate.closed:
+            raise ConfigError("this engine is closed")
         choice = None
         if spec.algorithm == "auto":
             spec, choice = self.auto().resolve(spec, shape)
@@ -150,22 +143,29 @@ class Requests:
         else:
             curve = self.curves.of(spec, shape.max_tokens)
         if spec.lookahead == "auto" and curve.option(curve.max_units).ms_per_token is None:
-            spec = spec.replace(lookahead=self.auto_lookahead(spec, shape.max_tokens))  # (or its clear error)
-        return spec, curve, choice
+            from specpar.prediction.lookahead_choice import auto_lookahead  # (or its clear error)
 
-    def run(self, request: Request) -> GenerationResult:
-        """``request`` run; its result with the time outside forward passes (``overhead``: real models on this
+            k = auto_lookahead(self.targets, self.drafters, spec.algorithm, spec.sp_degree, shape.max_tokens,
+                               spec.dedicated_cursor)  # fmt: skip
+            log.info("lookahead %d: the fastest %s's simulation predicts (lookahead='auto')", k, spec.algorithm)
+            spec = spec.replace(lookahead=k)
+        request = Request(scheduler, spec, curve, runtime, self.keep_actors)
+        request.choice = choice
+        return request
+
+    def run(self, request: Request, query: Query) -> GenerationResult:
+        """``query`` run as ``request``; its result with the time outside forward passes (``overhead``: real models on this
         process's threads) and waiting for units (``queue_ms``)."""
         local = self.model.real and self.runtime.name != "ray"  # on Ray the passes run in the actors
         if not self.model.real:
             with collector_paused(self.runtime.name == "virtual"):
-                result = request.run()
+                result = request.run(query)
         else:
             spec = request.spec
             marks = {id(s): len(s.forward_log) for s in self.servers} if local else None
             with self.threads(self.threads_for(spec.algorithm, spec.uses_drafter, spec.sp_degree)):
                 t0 = time.perf_counter()
-                result = request.run()
+                result = request.run(query)
                 t1 = time.perf_counter()
             if local:  # the forward passes of the servers this request ran on
                 intervals = [iv for s in request.servers for iv in s.forward_log[marks[id(s)] :]]
@@ -173,9 +173,8 @@ class Requests:
         result.queue_ms = request.queue_ms
         return result
 
-    def finished(self, result: GenerationResult, request: Request, params: SamplingParams) -> GenerationResult:
-        """``result`` (of ``request``) with its text and what ``auto`` chose for it, logged."""
-        prompt = request.prompt
+    def finished(self, result: GenerationResult, request: Request, prompt, params: SamplingParams) -> GenerationResult:
+        """``result`` (of ``request``, after ``prompt``) with its text and what ``auto`` chose for it, logged."""
         if request.choice is not None:  # what ran: the choice, or (on fewer units, under load) what its shares ran
             result.auto = request.choice.ran([(configure(request.spec, o), o.ms_per_token) for o, _, _ in request.segments],
                                              len(result.tokens))  # fmt: skip
@@ -210,13 +209,23 @@ class Requests:
         clock = SharedClock()
         scheduler = Scheduler(self.units, clock)
         runtime = self.runtime.replace(options={**self.runtime.options, "clock": clock})
-        made = [self.make(p, q, spec, stream, scheduler, runtime) for p, q in zip(prompts, params)]
+        made, queries = [], []
+        for ids, p in zip(prompts, params):  # (as one() makes them)
+            decoding = p.decoding(len(ids), self.end_of_text)
+            made.append(
+                self.make(
+                    RequestShape(len(ids), p.max_tokens, decoding.processors is not None), spec, scheduler, runtime
+                )
+            )
+            queries.append(
+                Query(ids, p.max_tokens, decoding, p.stopping(ids, self.end_of_text, self.tokenizer), stream)
+            )
         results: list = [None] * len(made)
         failed: dict[int, BaseException] = {}
 
         def one(i: int) -> None:
             try:
-                results[i] = made[i].run()
+                results[i] = made[i].run(queries[i])
             except BaseException as exc:  # raised in the caller's thread below
                 failed[i] = exc
 
@@ -228,9 +237,9 @@ class Requests:
             clock.run()
         if failed:
             raise failed[min(failed)]
-        for request, result, p in zip(made, results, params):
+        for request, result, ids, p in zip(made, results, prompts, params):
             result.queue_ms = request.queue_ms
-            self.finished(result, request, p)
+            self.finished(result, request, ids, p)
         return results
 
     # -- what a request is made of -------------------------------------------------------------------
@@ -239,20 +248,18 @@ class Requests:
         spec_fields, runtime_fields, sampling = split_options(options, sampling=SAMPLING_FIELDS)
         if runtime_fields:
             raise ConfigError(f"the runtime is the engine's: {sorted(runtime_fields)} cannot change per request")
-        if speculative_config is None and spec_fields:  # the engine's defaults with a few fields changed: made once
-            try:
-                key = tuple(spec_fields.items())
-                spec = self._specs.get(key)
-            except TypeError:  # an unhashable value (a list): made each time
-                key = spec = None
-            if spec is None:
-                spec = self._spec(None, spec_fields)
-                if key is not None:
-                    if len(self._specs) >= MAX_SPECS:
-                        self._specs.clear()
-                    self._specs[key] = spec
-        else:
+        # the engine's defaults with a few fields changed: made once (unless a value is unhashable, a list)
+        key = tuple(spec_fields.items()) if speculative_config is None and spec_fields else None
+        try:
+            spec = self._specs.get(key)
+        except TypeError:
+            key = spec = None
+        if spec is None:
             spec = self._spec(speculative_config, spec_fields)
+            if key is not None:
+                if len(self._specs) >= MAX_SPECS:
+                    self._specs.clear()
+                self._specs[key] = spec
         return spec, sampling_params(params, sampling)
 
     def _spec(self, speculative_config, spec_fields: dict) -> SpeculativeConfig:
@@ -281,16 +288,6 @@ class Requests:
             raise ConfigError("prompt is empty: give at least one token (the target needs a prefix to continue)")
         return ids
 
-    def auto_lookahead(self, spec: SpeculativeConfig, max_tokens: int) -> int:
-        """lookahead="auto": the fastest by simulation of the models' latencies and acceptance rate."""
-        from specpar.prediction.lookahead_choice import auto_lookahead
-
-        k = auto_lookahead(
-            self.targets, self.drafters, spec.algorithm, spec.sp_degree, max_tokens, spec.dedicated_cursor
-        )
-        log.info("lookahead %d: the fastest %s's simulation predicts (lookahead='auto')", k, spec.algorithm)
-        return k
-
     def threads_for(self, algorithm: str, uses_drafter: bool = True, sp_degree: int | None = None) -> int:
         """torch threads per forward pass, so that the servers running at once share the cores without
         oversubscribing them (:func:`~specpar.backends.cpu_threads.pass_threads`, the rule the predictions
@@ -298,7 +295,7 @@ class Requests:
         (a drafter model the n-gram proposer leaves idle takes none), :func:`~specpar.backends.cpu_threads.busy_servers`."""
         ray = self.runtime.cpus_per_server if self.runtime.name == "ray" else None
         targets = self.targets.servers[: sp_degree or self.spec.sp_degree]
-        drafters = [s for p in _pools(self.targets, self.drafters)[1:] for s in p.servers] if uses_drafter else []
+        drafters = [s for p in listed(self.drafters) for s in p.servers] if uses_drafter else []
         cpu = [s for s in (*targets, *drafters) if s.device == "cpu"]
         return pass_threads(cpu_cores(), len(self.units), busy_servers(algorithm, len(cpu)), ray)
 
@@ -319,34 +316,24 @@ class Requests:
 def in_threads(calls: list, workers: int) -> list:
     """Each of ``calls`` (functions of no argument) made on one of ``workers`` threads, taken in order; their
     results in order. The first error (by call) is raised once the threads have ended; no call starts after it."""
-    n = len(calls)
-    workers = min(n, workers)
-    if workers <= 1:
+    if min(len(calls), workers) <= 1:
         return [call() for call in calls]
-    results: list = [None] * n
-    failed: dict[int, BaseException] = {}
-    order = iter(range(n))
-    lock = threading.Lock()
+    failed = threading.Event()
 
-    def work() -> None:
-        while not failed:
-            with lock:
-                i = next(order, None)
-            if i is None:
-                return
+    def guarded(call):
+        if not failed.is_set():
             try:
-                results[i] = calls[i]()
-            except BaseException as exc:  # raised in the caller's thread below
-                failed[i] = exc
+                return call()
+            except BaseException:  # raised in the caller's thread below
+                failed.set()
+                raise
 
-    threads = [threading.Thread(target=work, name="specpar-request", daemon=True) for _ in range(workers)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    if failed:
-        raise failed[min(failed)]
-    return results
+    with ThreadPoolExecutor(min(len(calls), workers), thread_name_prefix="specpar-request") as pool:
+        futures = [pool.submit(guarded, call) for call in calls]
+    for future in futures:
+        if future.exception() is not None:
+            raise future.exception()
+    return [future.result() for future in futures]
 
 
 def one_prompt(prompts) -> bool:
@@ -380,5 +367,6 @@ def texts(params: SamplingParams) -> tuple:
     return params.stop, params.min_tokens, params.include_stop_str_in_output
 
 
-def _pools(targets: Pool, drafters) -> list[Pool]:
-    return [targets, *(drafters if isinstance(drafters, list) else [] if drafters is None else [drafters])]
+def listed(drafter) -> list:
+    """The drafter(s) as a list: none, one, or the list given."""
+    return drafter if isinstance(drafter, list) else [] if drafter is None else [drafter]

@@ -4,18 +4,11 @@ An engine asked for "auto" resolves it before the request runs (:meth:`Auto.reso
 run is predicted at its best settings on the engine's machine profile for the request's prompt and output lengths
 (:func:`specpar.prediction.methods.predict_methods`), and the request runs the fastest, with one line saying what
 and why, e.g. ``non-SI: predicted 8.1 s; SI k=4 12.0 s, DSI k=2 SP 1 10.9 s; a pass over 5 tokens costs 4.6 decode
-steps on this machine``. Every method here is exact (lossless), and the profile is of one backend mode (llama.cpp's
-exact settings or not: its key), so the choice is among exact methods of that mode.
+steps on this machine``. Every method is exact, and the profile is of one backend mode (its key).
 
-The profile: the one given to the engine (a :class:`~specpar.prediction.machine.MachineProfile` or its JSON file);
-else, for simulated models, their own latency profiles and the drafter's acceptance rate (no contention: each server
-simulated apart); else the profile measured on this machine for the engine's models
-(:func:`specpar.prediction.machine.load_or_build`).
-
-Choices are kept per (prompt length rounded up to a power of two, output length up to MAX_SIMULATED tokens
-(longer ones: that search scaled), SP degree allowed, logits processors or not), so that a
-server answering many requests predicts once per kind of request; a request's predicted times are the kept ones
-moved by the target's prefill at its own prompt length.
+Choices are kept per (prompt length rounded up to a power of two, output length up to MAX_SIMULATED tokens, SP
+degree allowed, logits processors or not), so that a server predicts once per kind of request; a request's times
+are the kept ones moved by the target's prefill at its own prompt length.
 """
 
 from __future__ import annotations
@@ -39,7 +32,7 @@ log = logging.getLogger(__name__)
 KEPT = 256  # choices an engine keeps
 MARGIN = 0.01
 """A method that drafts is chosen over non-SI only when predicted faster by more than this fraction: non-SI's
-prediction has no draws to be wrong about, the others' average over sample draws."""
+prediction has no draws to be wrong about."""
 
 
 def seconds(ms: float) -> str:
@@ -74,10 +67,8 @@ class Choice:
         }
 
     def ran(self, configurations: list[tuple[SpeculativeConfig, float | None]], tokens: int) -> dict:
-        """:meth:`to_dict` for a request that ran ``configurations`` (each a SpeculativeConfig and its share's
-        predicted ms per token, in order) and made ``tokens`` tokens: the choice's when it ran as chosen; else
-        (fewer units under load) the method and label of what ran (joined by ", then "), its shares' predicted
-        time, and the choice's label as ``chosen``."""
+        """:meth:`to_dict` for a request that ran ``configurations`` ((SpeculativeConfig, predicted ms per token), in
+        order) and made ``tokens`` tokens; when it did not run as chosen (fewer units under load), what ran."""
         from specpar.prediction.methods import method_of
 
         ran = [Prediction(method_of(spec), spec, self.chosen.runtime, 0, 0.0) for spec, _ in configurations]
@@ -128,40 +119,35 @@ class Auto:
         self.profile = profile
         self.shape = shape
         self.methods = tuple(methods)
-        self._kept: dict[tuple, MethodPredictions] = {}
-        self._pending: dict[tuple, Future] = {}  # the searches under way
+        self._kept: dict[tuple, Future] = {}  # the searches, done or under way (their MethodPredictions)
         self._lock = threading.Lock()
 
     def predictions(self, prompt_tokens: int, max_tokens: int, sp_degree: int | None = None,
                     processors: bool = False) -> MethodPredictions:  # fmt: skip
         """Every method's best setting for a prompt of ``prompt_tokens`` (rounded up to a power of two) and
-        ``max_tokens`` output tokens, DSI on at most ``sp_degree`` target servers (default: the engine's); with
-        ``processors`` (the request has logits processors) no token trees, which do not take them. Outputs past
-        MAX_SIMULATED tokens share the search of that many, scaled (as each prediction scales them)."""
+        ``max_tokens`` output tokens (past MAX_SIMULATED: that search, scaled), DSI on at most ``sp_degree`` target
+        servers; with ``processors`` (logits processors) no token trees, which do not take them."""
         targets = min(sp_degree or self.shape.targets, self.shape.targets)
         key = (bucket(prompt_tokens), min(max_tokens, MAX_SIMULATED), targets, processors)
-        with self._lock:
-            kept, pending = self._kept.get(key), self._pending.get(key)
-            mine = kept is None and pending is None
-            if mine:  # one search per key at a time: requests asking meanwhile wait for its result
-                pending = self._pending[key] = Future()
-        if kept is None and not mine:
-            kept = pending.result()
-        elif mine:
-            try:
-                methods = [m for m in self.methods if not (processors and m.startswith("tree"))]
-                kept = predict_methods(self.profile, key[0], key[1], replace(self.shape, targets=targets), methods)
-            except BaseException as exc:
-                with self._lock:
-                    del self._pending[key]
-                pending.set_exception(exc)
-                raise
-            with self._lock:
+        with self._lock:  # one search per key: requests asking meanwhile wait for its result
+            search = self._kept.get(key)
+            mine = search is None
+            if mine:
                 if len(self._kept) >= KEPT:
                     self._kept.pop(next(iter(self._kept)))
-                self._kept[key] = kept
-                del self._pending[key]
-            pending.set_result(kept)
+                search = self._kept[key] = Future()
+        if mine:
+            try:
+                methods = [m for m in self.methods if not (processors and m.startswith("tree"))]
+                shape = replace(self.shape, targets=targets)
+                search.set_result(predict_methods(self.profile, key[0], key[1], shape, methods))
+            except BaseException as exc:
+                with self._lock:
+                    if self._kept.get(key) is search:  # a failed search is not kept
+                        del self._kept[key]
+                search.set_exception(exc)
+                raise
+        kept = search.result()
         return kept if max_tokens == key[1] else kept.scaled(max_tokens)
 
     def choose(self, prompt_tokens: int, max_tokens: int, sp_degree: int | None = None,
@@ -174,7 +160,7 @@ class Auto:
 
     def resolve(self, spec: SpeculativeConfig, shape: RequestShape) -> tuple[SpeculativeConfig, Choice]:
         """``spec`` with algorithm "auto" made the fastest method's configuration (its sp_degree caps DSI's) for a
-        request of ``shape``, among those it can run (with logits processors: no token trees)."""
+        request of ``shape``."""
         given = [name for name in AUTO_CHOOSES if getattr(spec, name) not in (None, "auto")]
         if given:
             raise ConfigError(
@@ -188,16 +174,13 @@ class Auto:
 
 def bucket(tokens: int) -> int:
     """``tokens`` rounded up to a power of two (at least 16): the prompt lengths predicted for."""
-    n = 16
-    while n < tokens:
-        n *= 2
-    return n
+    return max(16, 1 << (tokens - 1).bit_length())
 
 
 def profile_of(given, target_model: Model, drafter_model: Model | None, latencies) -> MachineProfile:
-    """The profile ``auto`` predicts from (module docstring): ``given`` (a MachineProfile or a JSON file's path);
-    else the simulated models' ``latencies`` (target, drafter: LatencyProfiles, or None when unknown) and the
-    drafter's acceptance rate (the Models' own; drafter_model None: no drafter); else the profile measured for the models (``load_or_build``)."""
+    """The profile ``auto`` predicts from: ``given`` (a MachineProfile or a JSON file's path); else the simulated
+    models' ``latencies`` (target, drafter: LatencyProfiles or None) and the drafter's acceptance rate (no
+    contention: each server simulated apart); else the profile measured for the models (``load_or_build``)."""
     if isinstance(given, MachineProfile):
         return given
     if isinstance(given, (str, os.PathLike)):
@@ -220,9 +203,8 @@ def _name(model: Model | None) -> str:
 
 def for_servers(profile, targets, drafters, units: int, runtime, sp_degree: int, policy: str = "adaptive") -> Auto:
     """``auto`` for an engine's servers: the ``targets`` Pool and ``drafters`` (a Pool, levels, or None), ``units``
-    processing units, ``runtime`` (its RuntimeConfig) and ``sp_degree`` target servers at most; its profile is
-    :func:`profile_of` ``profile`` (as the engine was given it). ``policy``: the engine's (a fixed "si" or "nonsi"
-    runs no DSI, or nothing but non-SI: auto chooses among what it runs)."""
+    processing units, ``runtime`` (its RuntimeConfig), ``sp_degree`` target servers at most, its ``profile`` as the
+    engine was given it (:func:`profile_of`) and its scheduling ``policy`` (auto chooses among what it runs)."""
     from specpar.runtimes import Pool
     from specpar.runtimes.base import latency_of, model_of
 
@@ -245,8 +227,8 @@ def for_servers(profile, targets, drafters, units: int, runtime, sp_degree: int,
 
 
 def policy_methods(policy: str) -> tuple[str, ...]:
-    """The methods an engine of scheduling ``policy`` runs as they are chosen (planning.load's policies: a fixed
-    "si" runs DSI as SI, "nonsi" runs everything as non-SI)."""
+    """The methods an engine of scheduling ``policy`` runs as chosen (a fixed "si" runs DSI as SI, "nonsi" runs
+    everything as non-SI)."""
     if policy == "nonsi":
         return ("nonsi",)
     if policy == "si":
@@ -255,12 +237,11 @@ def policy_methods(policy: str) -> tuple[str, ...]:
 
 
 def predict_request(engine, spec: SpeculativeConfig, prompt_tokens: int, max_tokens: int) -> float:
-    """The predicted time (ms) of one request of ``spec`` on ``engine`` run alone, as the engine will run it (its
-    defaults resolved for the engine's models: :func:`specpar.algorithms.defaults.resolve`); for "auto", its
-    choice's. A ConfigError when the engine has no machine profile."""
+    """The predicted time (ms) of one request of ``spec`` on ``engine`` run alone, its defaults resolved as the
+    engine resolves them; for "auto", its choice's. A ConfigError when the engine has no machine profile."""
     from specpar.algorithms.defaults import resolve
     from specpar.algorithms.registry import ALGORITHMS
-    from specpar.prediction.methods import METHODS, NAMES, available, method_of
+    from specpar.prediction.methods import NAMES, available, method_of
     from specpar.prediction.simulate import predicted_ms
 
     auto = engine.auto()

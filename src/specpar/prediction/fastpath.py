@@ -1,44 +1,33 @@
 """The offline simulation's fast path: SI and DSI latencies from acceptance runs, vectorized over many runs.
 
-On the virtual clock with uniform latencies (every target forward pass takes
-``T``, every drafter forward pass ``t1``; TTFT = TPOT, no per-token cost) and
-preemptible servers, an algorithm's time is a function of one thing only: which
-draft positions the drafter gets right. Under greedy decoding the drafter's
-token at position i (given the correct prefix) is right with probability ``a``,
-independently per position, so a run is a row of acceptance bits; everything
-below reads them through ``nz[i]`` = the first position >= i whose draft is
-wrong (``n`` if none). Times are pathwise those of :func:`specpar.generate` on
-the :class:`~specpar.runtimes.VirtualRuntime` (tests check this run by run).
+On the virtual clock with uniform latencies (every target forward pass takes ``T``, every drafter pass ``t1``; TTFT =
+TPOT, no per-token cost) and preemptible servers, an algorithm's time is a function of one thing only: which draft
+positions the drafter gets right. Under greedy decoding the drafter's token at position i (given the correct prefix)
+is right with probability ``a``, independently per position, so a run is a row of acceptance bits, read here through
+``nz[i]`` = the first position >= i whose draft is wrong (``n`` if none). Times are pathwise those of
+:func:`specpar.generate` on the :class:`~specpar.runtimes.VirtualRuntime` (tests check this run by run).
 
-SI (specpar.algorithms.si): a round at cursor p drafts kk = min(k, n-1-p)
-tokens (never the last), costs kk*t1 + T and yields min(nz[p]-p, kk) + 1 tokens.
-Time is linear in t1, so one pass gives every drafter latency:
+SI: a round at cursor p drafts kk = min(k, n-1-p) tokens (never the last), costs kk*t1 + T and yields
+min(nz[p]-p, kk) + 1 tokens; time is linear in t1, so one pass gives every drafter latency:
 ``time = drafted * t1 + rounds * T``.
 
-DSI (specpar.algorithms.dsi), written as a recurrence over drafter chunks.
-State at the start of a chunk: cursor position p, time s the drafter starts
-drafting from p, and time r at which the target's row for p is ready (a target
-task on p, or the extra row of the previous chunk's verification).
+DSI, a recurrence over drafter chunks. State at a chunk's start: cursor p, time s the drafter starts drafting from
+p, and time r at which the target's row for p is ready (a target task on p, or the previous verification's extra row).
 
 * The chunk of kk = min(k, n-1-p) drafts arrives at A = s + kk*t1.
-* While the row for the cursor is ready before the chunk arrives (r < A), the
-  target takes that token itself (as non-SI would) and starts a pass on the
-  next position: m tokens are taken this way.
-* If the chunk arrives to find m >= 1 taken positions and a wrong draft among
-  them (or m >= kk), it is discarded: the drafter restarts from the cursor at A
-  while the target's pass on the cursor goes on (a restart with a phase).
-* Otherwise its remaining drafts go to verification at A (one target pass,
-  rows for p+m .. p+kk). The draft at p+m is judged at r, the others at that
-  pass's end. A wrong draft is a rejection: every task is cancelled, all
-  servers are free, and a clean restart begins (a target pass on the cursor
-  and a new chunk, both at the rejection time). If all are right, the next
-  chunk starts at A from p+kk with its first row ready when this pass ends.
+* While the row for the cursor is ready before the chunk arrives (r < A), the target takes that token itself (as
+  non-SI would) and starts a pass on the next position: m tokens are taken this way.
+* If the chunk arrives to find m >= 1 taken positions and a wrong draft among them (or m >= kk), it is discarded:
+  the drafter restarts from the cursor at A while the target's pass on the cursor goes on.
+* Otherwise its remaining drafts go to verification at A (one target pass, rows for p+m .. p+kk). The draft at p+m
+  is judged at r, the others at that pass's end. A wrong draft is a rejection: every task is cancelled, all servers
+  are free, and a clean restart begins (a target pass on the cursor and a new chunk, both at the rejection time).
+  If all are right, the next chunk starts at A from p+kk with its first row ready when this pass ends.
 * When only the last token remains (kk = 0) the run ends at r.
 
-Target passes are assigned to ``sp`` servers first come, first served, so Eq. 1
-violations (queueing) are simulated too. Equal times follow the virtual clock's
-rule: a chunk arriving with a target pass (to 1e-9) is seen first. With lookahead 1 and no queueing this
-is Proposition 1's pathwise time t1 * accepted + T * rounds.
+Target passes go to ``sp`` servers first come, first served, so Eq. 1 violations (queueing) are simulated too. Equal
+times follow the virtual clock's rule: a chunk arriving with a target pass (to 1e-9) is seen first. With lookahead 1
+and no queueing this is Proposition 1's pathwise time t1 * accepted + T * rounds.
 """
 
 from __future__ import annotations
@@ -62,10 +51,7 @@ def next_rejection(u: np.ndarray, a: np.ndarray) -> np.ndarray:
 
 
 def si_counts(nz: np.ndarray, k: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
-    """SI with lookahead ``k`` [R] on runs ``nz`` [R, n+1]: (drafted tokens [R], rounds [R]).
-
-    SI's latency is then ``drafted * t1 + rounds * T`` for any latencies.
-    """
+    """SI with lookahead ``k`` [R] on runs ``nz`` [R, n+1]: (drafted tokens [R], rounds [R])."""
     k = np.asarray(k, dtype=np.int64)
     rows = np.arange(len(k))
     p = np.zeros(len(k), dtype=np.int64)
@@ -83,10 +69,7 @@ def si_counts(nz: np.ndarray, k: np.ndarray, n: int) -> tuple[np.ndarray, np.nda
 
 
 def si_time(drafted, rounds, c):
-    """SI's latency in target forward passes from its counts (si_counts): ``drafted * c + rounds``.
-
-    Arrays broadcast, so one set of counts gives the latency at many drafter latencies c at once.
-    """
+    """SI's latency in target passes from its counts (:func:`si_counts`), broadcast over drafter latencies c."""
     return drafted * c + rounds
 
 
@@ -96,11 +79,6 @@ def _submit(free: np.ndarray, rows: np.ndarray, t: np.ndarray, target_ms: float)
     end = np.maximum(t, free[rows, i]) + target_ms
     free[rows, i] = end
     return end
-
-
-def _draft_ms(kk: np.ndarray, t1: np.ndarray) -> np.ndarray:
-    """A chunk of kk drafts, summed as the simulated server sums it (so that equal times compare equal)."""
-    return t1 + (kk - 1) * t1
 
 
 def _row_first(r: np.ndarray, arrive: np.ndarray, w: np.ndarray) -> np.ndarray:
@@ -126,7 +104,7 @@ def dsi_latency(nz: np.ndarray, k: np.ndarray, t1: np.ndarray, n: int, sp: int, 
         kk = np.minimum(k, n - 1 - p)
         done = kk <= 0  # only the last token is left: it is the target's row at p
         out[ids[done]] = r[done]
-        arrive = s + _draft_ms(kk, t1)
+        arrive = s + (t1 + (kk - 1) * t1)  # summed as the simulated server sums it: equal times compare equal
         m = np.zeros(ids.size, dtype=np.int64)
         taking = ~done
         taking[taking] = _row_first(r, arrive, np.nonzero(taking)[0])

@@ -1,22 +1,11 @@
 """``lookahead="auto"``: the fastest lookahead of DSI (or SI) for a latency profile, an acceptance rate and an SP degree.
 
-Eq. 1 gives a lower bound on the lookahead (the smallest that the target servers
-keep up with, :func:`~specpar.planning.min_lookahead`: the paper's, plus a server
-kept for the cursor where DSI keeps one); the paper ran DSI over every
-configuration satisfying it. The fastest of those is not always the smallest: a
-longer chunk costs less per drafted token where drafting is cheap and acceptance
-high. :func:`choose_lookahead` predicts DSI's mean latency for every lookahead
-(up to the limit below) that satisfies Eq. 1 (all lookaheads where none does) and
-takes the fastest, on the same draws for every lookahead; where SI's best
-lookahead satisfies Eq. 1 it is among them. For SI every lookahead is a
-candidate (it uses one server).
-
-* uniform latencies (TTFT = TPOT, no per-token cost, the paper's time-unit model) and no
-  server kept for the cursor: the vectorized fast path
-  (:mod:`specpar.prediction.fastpath`), many repeats, milliseconds;
-* any other profile: the event-driven simulator itself (``specpar.generate`` on the
-  virtual clock, simulated models with the profile's latencies and iid acceptance),
-  on the same seeds for every lookahead.
+Eq. 1 gives a lower bound on the lookahead (:func:`~specpar.planning.min_lookahead`), and the paper ran DSI over
+every configuration satisfying it; the fastest of those is not always the smallest (a longer chunk costs less per
+drafted token where drafting is cheap and acceptance high). :func:`choose_lookahead` predicts DSI's mean latency
+at every lookahead that satisfies Eq. 1 (every one where none does; SI: every one) on the same draws, and takes the
+fastest: by the vectorized fast path (:mod:`specpar.prediction.fastpath`) in the paper's time-unit model (TTFT =
+TPOT, no per-token cost, no server kept for the cursor), else by the algorithms themselves on the virtual clock.
 """
 
 from __future__ import annotations
@@ -43,10 +32,9 @@ FAST_MAX_N = 1000  # fast-path predictions run on at most this many tokens: the 
 class LookaheadChoice:
     """The lookahead chosen and what decided it.
 
-    predicted_ms: candidate lookahead -> DSI's predicted mean latency (ms) for ``n`` tokens (at most FAST_MAX_N on
-        the fast path, EVENT_MAX_N on the virtual clock).
-    valid: the candidates that satisfy Eq. 1 with ``sp_degree`` servers (empty: none does, all were tried).
-    method: "fast path" or "virtual clock".
+    predicted_ms: candidate lookahead -> the predicted mean latency (ms) for ``n`` tokens (at most FAST_MAX_N on
+        the fast path, EVENT_MAX_N on the virtual clock). valid: the candidates that satisfy Eq. 1 with
+        ``sp_degree`` servers (empty: none does, all were tried). method: "fast path" or "virtual clock".
     """
 
     lookahead: int
@@ -91,30 +79,11 @@ class LookaheadChoice:
         }
 
 
-def uniform_profiles(target: LatencyProfile, drafter: LatencyProfile) -> bool:
-    """Whether the fast path models these latencies exactly (the paper's time-unit model)."""
-    return (
-        target.ttft_ms == target.tpot_ms
-        and target.per_token_ms == 0
-        and drafter.ttft_ms == drafter.tpot_ms
-        and drafter.per_token_ms == 0
-        and target.tpot_ms > 0
-    )
-
-
-def candidates(
-    target: LatencyProfile,
-    drafter: LatencyProfile,
-    sp_degree: int,
-    max_lookahead: int,
-    dedicated_cursor: bool | None = None,
-) -> list[int]:
-    """The lookaheads 1..max_lookahead that satisfy Eq. 1 with ``sp_degree`` servers (see satisfies_eq1)."""
-    return [
-        k
-        for k in range(1, max_lookahead + 1)
-        if satisfies_eq1(target.tpot_ms, drafter.tpot_ms, k, sp_degree, target.per_token_ms, dedicated_cursor)
-    ]
+def fast_path_models(spec: SpeculativeConfig, target: LatencyProfile, drafter: LatencyProfile) -> bool:
+    """Whether the fast path models ``spec`` on these latencies exactly: the paper's time-unit model (TTFT = TPOT,
+    no per-token cost) and no server kept for the cursor."""
+    uniform = all(m.ttft_ms == m.tpot_ms and m.per_token_ms == 0 for m in (target, drafter)) and target.tpot_ms > 0
+    return uniform and not _kept(spec, target)
 
 
 def choose_lookahead(
@@ -128,9 +97,8 @@ def choose_lookahead(
     algorithm: str = "dsi",
     dedicated_cursor: bool | None = None,
 ) -> LookaheadChoice:
-    """The fastest lookahead of ``algorithm`` ("dsi" or "si"; see the module docstring) for ``n`` tokens, DSI on
-    ``sp_degree`` target servers, keeping one for the cursor as ``dedicated_cursor`` says (None: DSI's default,
-    where ``target.per_token_ms > 0``; :func:`~specpar.planning.lookahead.keeps_cursor_server`)."""
+    """The fastest lookahead of ``algorithm`` ("dsi" or "si") for ``n`` tokens, DSI on ``sp_degree`` target servers
+    keeping one for the cursor as ``dedicated_cursor`` says (None: where ``target.per_token_ms > 0``)."""
     if algorithm not in ("dsi", "si"):
         raise ConfigError(f"a lookahead is chosen for 'dsi' or 'si', not {algorithm!r}")
     if not 0.0 <= acceptance_rate <= 1.0:
@@ -143,11 +111,10 @@ def choose_lookahead(
     spec = SpeculativeConfig(
         algorithm=algorithm, sp_degree=sp_degree, dedicated_cursor=dedicated_cursor if algorithm == "dsi" else None
     )
-    kept = _kept(spec, target)
-    fast = uniform_profiles(target, drafter) and not kept  # the fast path follows DSI without a kept server
-    limit = min(n - 1, 200) if fast else min(n - 1, EVENT_MAX_LOOKAHEAD)
-    everything = list(range(1, limit + 1))
-    valid = everything if algorithm == "si" else candidates(target, drafter, sp_degree, limit, kept)
+    kept, fast = _kept(spec, target), fast_path_models(spec, target, drafter)
+    everything = list(range(1, min(n - 1, 200 if fast else EVENT_MAX_LOOKAHEAD) + 1))
+    t, d, extra = target.tpot_ms, drafter.tpot_ms, target.per_token_ms
+    valid = [k for k in everything if algorithm == "si" or satisfies_eq1(t, d, k, sp_degree, extra, kept)]
     ks = valid or everything
     predicted = predict_ms(spec, target, drafter, acceptance_rate, n, ks, seed)
     best = min(ks, key=lambda k: (predicted[k], k))
@@ -163,15 +130,12 @@ def predict_ms(
     lookaheads: list[int],
     seed: int = 0,
 ) -> dict[int, float]:
-    """``spec.algorithm``'s ("dsi" or "si") predicted mean latency (ms) for ``n`` tokens at each of ``lookaheads``, on
-    ``spec.sp_degree`` target servers keeping one for the cursor as ``spec.dedicated_cursor`` says (a
-    SpeculativeConfig), as :func:`choose_lookahead` predicts its candidates' (the fast path for uniform profiles and
-    no server kept for the cursor, else the virtual clock)."""
-    kept = _kept(spec, target)
-    if uniform_profiles(target, drafter) and not kept:
+    """``spec``'s predicted mean latency (ms) for ``n`` tokens at each of ``lookaheads``, as :func:`choose_lookahead`
+    predicts its candidates'."""
+    if fast_path_models(spec, target, drafter):
         c = drafter.tpot_ms / target.tpot_ms
         return _fast_path(spec.algorithm, target.tpot_ms, c, acceptance_rate, spec.sp_degree, n, lookaheads, seed)
-    spec = spec.replace(dedicated_cursor=kept) if spec.algorithm == "dsi" else spec
+    spec = spec.replace(dedicated_cursor=_kept(spec, target)) if spec.algorithm == "dsi" else spec
     return _event(spec, target, drafter, acceptance_rate, n, lookaheads, seed)
 
 
@@ -213,8 +177,7 @@ def auto_lookahead(
     target, drafter, algorithm: str, sp_degree: int, max_tokens: int, dedicated_cursor: bool | None = None
 ) -> int:
     """lookahead="auto" for ``target`` and ``drafter`` (models or Pools): :func:`choose_lookahead` on their latency
-    profiles and the drafter's acceptance rate (simulated drafters, or models given a measured latency); DSI keeps a
-    server for the cursor as ``dedicated_cursor`` says (None: its default for the target's latency profile)."""
+    profiles and the drafter's acceptance rate; DSI keeps a server for the cursor as ``dedicated_cursor`` says."""
     from specpar.runtimes.base import latency_of, model_of
 
     t, d = latency_of(target), latency_of(drafter)

@@ -1,25 +1,13 @@
 """The machine profile: what each forward pass of a model pair costs on this machine, measured, and its JSON form.
 
-A :class:`MachineProfile` holds, for one target/drafter pair on one backend with its settings:
-
-* each model's :class:`ModelCosts`: the prefill of a prompt of n tokens (measured points, interpolated) and v(k),
-  the time of one pass over k = 1..K new tokens on a warm cache, per count of threads the engine gives a pass
-  (measured, not assumed linear: on a CPU v(k) grows with k, on a GPU it stays near v(1) for small k);
-* ``contention``: how much a pass slows while n servers are busy at once on this machine (``[0] == 1.0``);
-* the runtime's overheads: per call on threads and per Ray round trip, and the engine's cost per output token;
-* the drafter's acceptance rate (App. F.2's geometric estimate) and the n-gram proposer's match and acceptance rates;
-* ``key``: what the profile is valid for (model file hashes, backend and its settings including the exact mode,
-  CPU model, cores, GPU): a cache keyed by it is invalid once any of these changes.
-
-Measuring one on real backends (and its cache file, ``specpar profile``) is issue 29 part B's job (it fills
-:func:`load_or_build`); this module only defines the type, its JSON round trip (``"format": "specpar-machine/1"``) and constructors
-for tests and what-ifs (:meth:`MachineProfile.from_latency`, :meth:`MachineProfile.gpu_like`,
-:meth:`MachineProfile.with_free_cores`).
+A :class:`MachineProfile` holds, for one target/drafter pair on one backend with its settings, each model's
+:class:`ModelCosts` (prefill and v(k) per thread count), the contention between busy servers, the runtimes'
+overheads, the drafter's and the n-gram proposer's acceptance, and the ``key`` it is valid for (a cache keyed by it
+is invalid once the models, the backend's settings or the machine change). JSON: ``"format": "specpar-machine/1"``.
 """
 
 from __future__ import annotations
 
-import math
 import os
 import warnings
 from collections.abc import Mapping, Sequence
@@ -27,51 +15,47 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from specpar.core.errors import ConfigError, SpecparWarning
-from specpar.core.json_output import dumps, parse
-from specpar.core.latency import MAX_LATENCY_MS, LatencyProfile, PassCosts, check_contention, slowdown
+from specpar.core.json_output import parse
+from specpar.core.latency import MAX_LATENCY_MS, LatencyProfile, PassCosts, check_contention
 from specpar.core.model import as_model
+from specpar.core.numbers import int_at_least, is_number
 from specpar.core.paths import read_text
 
 FORMAT = "specpar-machine/1"
 DEFAULT_MAX_PASS = 16
+"""The longest pass (new tokens) a constructed profile tabulates: lookaheads up to 15 plus the bonus row."""
 RAY_CALL_MS = 1.5
 """One Ray actor call's round trip (ms) a prediction assumes when its profile did not measure Ray's: `specpar profile
 --ray` measured 1.466 ms on a 2-core Xeon at load 0.3 (docs/predict.md)."""
-"""The longest pass (new tokens) a constructed profile tabulates: lookaheads up to 15 plus the bonus row."""
 
 
-def _ms(value, name: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= MAX_LATENCY_MS:
-        raise ConfigError(f"{name} must be a number of ms in [0, {MAX_LATENCY_MS:g}], got {value!r}")
+def _number(value, name: str, hi: float = MAX_LATENCY_MS) -> float:
+    """``value`` as a float in [0, hi]: ms by default, a rate with ``hi`` 1; else a ConfigError."""
+    if not is_number(value, 0, hi):
+        what = "a number of ms" if hi == MAX_LATENCY_MS else "a number"
+        raise ConfigError(f"{name} must be {what} in [0, {hi:g}], got {value!r}")
     return float(value)
 
 
-def _count(value, name: str, low: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise ConfigError(f"{name} must be an integer >= {low}, got {value!r}")
+def _mapping(value, message: str) -> Mapping:
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"{message}, got {value!r}")
     return value
 
 
-def _rate(value, name: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value) or not 0 <= value <= 1:
-        raise ConfigError(f"{name} must be a number in [0, 1], got {value!r}")
-    return float(value)
+def _is_list(value) -> bool:
+    return isinstance(value, Sequence) and not isinstance(value, (str, bytes))
 
 
 @dataclass(frozen=True)
 class ModelCosts:
     """One model's forward-pass costs on this machine, in ms.
 
-    name: the model's name (as the backend reports it).
-    prefill_ms: measured points ((prompt_tokens, ms), ...), prompt_tokens increasing: a pass over a prompt of that
-        many tokens on an empty cache (it yields the first token's row). Interpolated linearly between points, the
-        last segment's line past the last point; one point: the same for every prompt length.
-    pass_ms: {threads: (v(1), v(2), ..., v(K))}: one pass over k new tokens on a warm cache when the engine gives
-        passes ``threads`` threads (on llama.cpp's exact settings a one-token pass runs on 1 thread whatever this
-        count: v(1) is measured as the engine runs it). Past K, the line through v(K-1) and v(K).
-    prefill_by_threads: {threads: points as in prefill_ms}: the prefill measured at each thread count the engine
-        gives passes (a prompt's pass is a batch pass: non-SI runs it on every core, DSI's servers on a share);
-        empty: ``prefill_ms`` whatever the count. Looked up as ``pass_ms`` is (:meth:`prefill_points`).
+    prefill_ms: points ((prompt_tokens, ms), ...), lengths increasing: a prompt's pass on an empty cache, linear
+        between points and past the last (one point: every length).
+    pass_ms: {threads: (v(1), ..., v(K))}: one pass over k new tokens on a warm cache with ``threads`` threads (v(1)
+        as the engine runs it: llama.cpp's exact mode runs it on one thread). Past K, the line through v(K-1), v(K).
+    prefill_by_threads: {threads: points}: the prefill per thread count; empty: ``prefill_ms`` for every count.
     """
 
     name: str
@@ -83,40 +67,31 @@ class ModelCosts:
         if not isinstance(self.name, str):
             raise ConfigError(f"a model's name must be text, got {self.name!r}")
         points = _points(self.prefill_ms, "prefill_ms")
-        if not isinstance(self.prefill_by_threads, Mapping):
-            raise ConfigError(f"prefill_by_threads must map thread counts to points, got {self.prefill_by_threads!r}")
-        by_threads = {_threads(t): _points(p, f"prefill_by_threads[{t}]") for t, p in self.prefill_by_threads.items()}
+        given = _mapping(self.prefill_by_threads, "prefill_by_threads must map thread counts to points")
+        by_threads = {_threads(t): _points(p, f"prefill_by_threads[{t}]") for t, p in given.items()}
         object.__setattr__(self, "prefill_by_threads", dict(sorted(by_threads.items())))
         if not isinstance(self.pass_ms, Mapping) or not self.pass_ms:
             raise ConfigError(f"pass_ms must map thread counts to v(1..K) in ms, got {self.pass_ms!r}")
         table = {}
         for threads, v in sorted((_threads(t), v) for t, v in self.pass_ms.items()):
-            if isinstance(v, (str, bytes)) or not isinstance(v, Sequence) or not v:
+            if not _is_list(v) or not v:
                 raise ConfigError(f"pass_ms[{threads}] must be v(1..K) in ms, got {v!r}")
-            table[threads] = tuple(_ms(x, f"pass_ms[{threads}]") for x in v)
+            table[threads] = tuple(_number(x, f"pass_ms[{threads}]") for x in v)
         object.__setattr__(self, "prefill_ms", points)
         object.__setattr__(self, "pass_ms", table)
 
-    @property
-    def max_pass(self) -> int:
-        """K: the longest pass measured (at every thread count)."""
-        return min(len(v) for v in self.pass_ms.values())
-
     def table(self, threads: int) -> tuple[float, ...]:
-        """v(1..K) for passes given ``threads`` threads: the measured count, else the largest measured below it,
-        else the smallest measured."""
+        """v(1..K) for passes given ``threads`` threads (:func:`_nearest` measured count)."""
         return _nearest(self.pass_ms, threads)
 
     def prefill_points(self, threads: int | None = None) -> tuple[tuple[int, float], ...]:
-        """The prefill's points for passes given ``threads`` threads (looked up as :meth:`table`); ``prefill_ms``
-        when none were measured per count, or ``threads`` is None."""
+        """The prefill's points for ``threads`` threads (as :meth:`table`); ``prefill_ms`` for None."""
         if threads is None or not self.prefill_by_threads:
             return self.prefill_ms
         return _nearest(self.prefill_by_threads, threads)
 
     def costs(self, threads: int, call_ms_extra: float = 0.0) -> PassCosts:
-        """What a server's calls cost with ``threads`` threads for its passes (and ``call_ms_extra`` per call: a
-        runtime's round trip), for the simulated servers of a prediction."""
+        """A simulated server's call costs with ``threads`` threads, ``call_ms_extra`` (a round trip) per call."""
         return PassCosts(self.prefill_points(threads), self.table(threads), call_ms_extra)
 
     def pass_cost(self, k: int, threads: int) -> float:
@@ -128,10 +103,9 @@ class ModelCosts:
         return PassCosts(self.prefill_points(threads), self.table(threads or min(self.pass_ms))).prefill_ms(tokens)
 
     def latency_profile(self, threads: int, prompt_tokens: int = 128) -> LatencyProfile:
-        """These costs as a :class:`LatencyProfile` (what the virtual clock and ``lookahead="adaptive"`` weigh): TTFT
-        the prefill of ``prompt_tokens``, TPOT v(1), per extra token the mean slope of v over the passes measured,
-        for passes given ``threads`` threads."""
-        costs = self.costs(threads)  # its linear summary: PassCosts' ttft, tpot and per-token slope
+        """These costs' linear summary (a :class:`LatencyProfile`): TTFT the prefill of ``prompt_tokens``, TPOT v(1),
+        per extra token the mean slope of v, with ``threads`` threads."""
+        costs = self.costs(threads)
         return LatencyProfile(costs.prefill_ms(prompt_tokens), costs.tpot_ms, costs.per_token_ms)
 
     def to_dict(self) -> dict:
@@ -156,15 +130,16 @@ class ModelCosts:
     @classmethod
     def from_latency(cls, name: str, latency: LatencyProfile, max_pass: int = DEFAULT_MAX_PASS,
                      threads: int = 1) -> ModelCosts:  # fmt: skip
-        """The linear model of a :class:`LatencyProfile`: prefill ttft whatever the prompt's length, v(k) = tpot +
-        per_token_ms (k - 1)."""
+        """The linear model of a :class:`LatencyProfile`: prefill ttft, v(k) = tpot + per_token_ms (k - 1)."""
         v = tuple(latency.tpot_ms + latency.per_token_ms * (k - 1) for k in range(1, max_pass + 1))
         return cls(name, ((1, latency.ttft_ms),), {threads: v})
 
 
 def _points(points, name: str) -> tuple[tuple[int, float], ...]:
     """Prefill points ((prompt_tokens, ms), ...), checked: at least one, lengths increasing."""
-    out = tuple((_count(n, f"a {name} point's prompt_tokens"), _ms(ms, name)) for n, ms in _pairs(points, name))
+    if not _is_list(points) or not all(_is_list(p) and len(p) == 2 for p in points):
+        raise ConfigError(f"{name} must be a list of (prompt_tokens, ms) pairs, got {points!r}")
+    out = tuple((int_at_least(f"a {name} point's prompt_tokens", n), _number(ms, name)) for n, ms in points)
     if not out or any(a[0] >= b[0] for a, b in zip(out, out[1:])):
         raise ConfigError(f"{name} needs points with increasing prompt lengths, got {points!r}")
     return out
@@ -180,45 +155,29 @@ def _nearest(by_threads: Mapping[int, object], threads: int):
 
 def _threads(key) -> int:
     """A pass_ms key: a thread count, as an int or (JSON) its digits."""
-    return _count(int(key) if isinstance(key, str) and key.isdigit() else key, "pass_ms's thread counts")
+    return int_at_least("pass_ms's thread counts", int(key) if isinstance(key, str) and key.isdigit() else key)
 
 
 def _meta(d: Mapping) -> dict:
-    """A profile file's meta; one that does not say which overheads were measured (a hand-written file) and names no
-    Ray overhead measured those its overhead_ms names (:meth:`MachineProfile.for_runtime` assumes Ray's)."""
+    """A profile file's meta; a hand-written one that names no Ray overhead measured those it names."""
     meta, given = dict(d.get("meta") or {}), d.get("overhead_ms", {})
     if "overheads_measured" not in meta and isinstance(given, Mapping) and "ray" not in given:
         meta["overheads_measured"] = sorted(given)
     return meta
 
 
-def _pairs(points, name: str) -> list:
-    if isinstance(points, (str, bytes)) or not isinstance(points, Sequence):
-        raise ConfigError(f"{name} must be a list of (prompt_tokens, ms) pairs, got {points!r}")
-    out = []
-    for p in points:
-        if isinstance(p, (str, bytes)) or not isinstance(p, Sequence) or len(p) != 2:
-            raise ConfigError(f"{name} must be a list of (prompt_tokens, ms) pairs, got {p!r} in it")
-        out.append(tuple(p))
-    return out
-
-
 @dataclass(frozen=True)
 class MachineProfile:
-    """A target/drafter pair's costs on one machine with one backend and its settings (module docstring).
+    """A target/drafter pair's costs on one machine with one backend and its settings.
 
-    key: what the profile is valid for: {"target": file hash, "drafter": file hash, "backend": ..., "settings":
-        {... "exact": bool ...}, "cpu": model, "cores": n, "gpu": name or None}; compared whole by a cache.
-    contention: (f(1), f(2), ...): a pass takes f(n) times its v(k) while n servers are busy at once; f(1) == 1.0.
-        Past the last entry, f(n) grows in proportion to n. (1.0,): no contention measured (or none: a GPU each).
-    overhead_ms: {"threads": one call's round trip through the threads runtime, "ray": through a Ray actor} (ms).
-    per_token_ms: the engine's own cost per output token (Python, stopping, detokenizing), in ms.
-    acceptance_rate: the drafter's per-token acceptance rate (measured: greedy SI's accepted / tested drafts on a
-        sample, :mod:`specpar.prediction.measure_pair`; App. F.2's estimates in ``meta``); None without a drafter.
-    ngram: {"match_rate": share of lookups where the n-gram proposer finds a draft, "acceptance_rate": its drafts'
-        per-token acceptance rate (accepted / tested)}; empty when not measured.
-    cores: the CPU cores the engine may use.
-    meta: {"when": ISO time, "load_average": (1, 5, 15 min), "seconds": taken, ...}; not compared.
+    key: what the profile is valid for (:func:`specpar.prediction.profile_cache.profile_key`), compared whole.
+    contention: (f(1), f(2), ...): a pass takes f(n) times its v(k) while n servers are busy at once; f(1) == 1.0,
+        in proportion to n past the last entry.
+    overhead_ms: {"threads": a call's round trip through the threads runtime, "ray": through a Ray actor}.
+    per_token_ms: the engine's own cost per output token.
+    acceptance_rate: the drafter's per-token rate (greedy SI's accepted / tested drafts); None: no drafter.
+    ngram: the n-gram proposer's "match_rate" and "acceptance_rate"; empty when not measured.
+    cores: the CPU cores the engine may use. meta: when, load, seconds taken ...; not compared.
     """
 
     key: Mapping
@@ -233,40 +192,29 @@ class MachineProfile:
     meta: Mapping = field(default_factory=dict, compare=False)
 
     def __post_init__(self):
-        if not isinstance(self.key, Mapping):
-            raise ConfigError(f"a machine profile's key must be an object, got {self.key!r}")
+        _mapping(self.key, "a machine profile's key must be an object")
         if not isinstance(self.target, ModelCosts) or not isinstance(self.drafter, (ModelCosts, type(None))):
             raise ConfigError("a machine profile's target (and drafter) must be ModelCosts")
         object.__setattr__(self, "contention", check_contention(self.contention))
-        if not isinstance(self.overhead_ms, Mapping):
-            raise ConfigError(f"overhead_ms must map runtimes to ms, got {self.overhead_ms!r}")
-        over = {"threads": 0.0, "ray": 0.0}
-        over.update({str(r): _ms(ms, f"overhead_ms[{r!r}]") for r, ms in self.overhead_ms.items()})
+        given = _mapping(self.overhead_ms, "overhead_ms must map runtimes to ms")
+        over = {"threads": 0.0, "ray": 0.0, **{str(r): _number(ms, f"overhead_ms[{r!r}]") for r, ms in given.items()}}
         object.__setattr__(self, "overhead_ms", over)
-        object.__setattr__(self, "per_token_ms", _ms(self.per_token_ms, "per_token_ms"))
+        object.__setattr__(self, "per_token_ms", _number(self.per_token_ms, "per_token_ms"))
         if self.acceptance_rate is not None:
-            object.__setattr__(self, "acceptance_rate", _rate(self.acceptance_rate, "acceptance_rate"))
-        if not isinstance(self.ngram, Mapping):
-            raise ConfigError(f"ngram must map 'match_rate' and 'acceptance_rate' to rates, got {self.ngram!r}")
-        object.__setattr__(self, "ngram", {str(k): _rate(v, f"ngram[{k!r}]") for k, v in self.ngram.items()})
-        _count(self.cores, "cores")
-        if not isinstance(self.meta, Mapping):
-            raise ConfigError(f"meta must be an object, got {self.meta!r}")
-
-    # -- costs ----------------------------------------------------------------------------------------------
-    def slowdown(self, busy: int) -> float:
-        """f(busy): how many times longer a pass takes while ``busy`` >= 1 servers run at once."""
-        return slowdown(self.contention, busy)
+            object.__setattr__(self, "acceptance_rate", _number(self.acceptance_rate, "acceptance_rate", 1))
+        ngram = _mapping(self.ngram, "ngram must map 'match_rate' and 'acceptance_rate' to rates")
+        object.__setattr__(self, "ngram", {str(k): _number(v, f"ngram[{k!r}]", 1) for k, v in ngram.items()})
+        int_at_least("cores", self.cores)
+        _mapping(self.meta, "meta must be an object")
 
     @property
     def has_contention(self) -> bool:
         return any(f != 1.0 for f in self.contention)
 
     def for_runtime(self, runtime: str) -> MachineProfile:
-        """This profile as a prediction on ``runtime`` needs it: on Ray, when the measurement did not time Ray's round
-        trip (``meta["overheads_measured"]`` without "ray"), :data:`RAY_CALL_MS` per call, with one warning, rather
-        than none. A profile without that record (a what-if, a hand-written one) is taken as it states its
-        overheads."""
+        """This profile for a prediction on ``runtime``: on Ray, when the measurement did not time Ray's round trip
+        (``meta["overheads_measured"]`` without "ray"), :data:`RAY_CALL_MS` per call, with one warning. A profile
+        without that record (a what-if) is taken as it states its overheads."""
         measured = self.meta.get("overheads_measured")
         if runtime != "ray" or measured is None or "ray" in measured:
             return self
@@ -278,12 +226,10 @@ class MachineProfile:
         return replace(self, overhead_ms=over, meta={**self.meta, "overheads_assumed": {"ray": RAY_CALL_MS}})
 
     def with_free_cores(self, n: int) -> MachineProfile:
-        """This profile on a machine where up to ``n`` servers each have cores of their own (no contention up to n
-        busy servers, processor sharing beyond)."""
-        _count(n, "free cores")
+        """This profile where up to ``n`` servers each have cores of their own (processor sharing beyond)."""
+        int_at_least("free cores", n)
         return replace(self, contention=(1.0,) * n, cores=n, key={**self.key, "cores": n, "what_if": "free cores"})
 
-    # -- constructors for tests and what-ifs ------------------------------------------------------------------
     @classmethod
     def from_latency(
         cls,
@@ -315,14 +261,12 @@ class MachineProfile:
         devices: int = 8,
         max_pass: int = DEFAULT_MAX_PASS,
     ) -> MachineProfile:
-        """A GPU-like device per server: a pass over k tokens costs about one step (``step_ms`` (1 +
-        per_token_fraction (k - 1))), prefill one step, the drafter ``drafter_fraction`` of the target, no
-        contention between ``devices`` servers."""
+        """A GPU-like device per server: a pass over k tokens costs ``step_ms`` (1 + per_token_fraction (k - 1)),
+        prefill one step, the drafter ``drafter_fraction`` of the target, no contention between ``devices``."""
         target = LatencyProfile(step_ms, step_ms, step_ms * per_token_fraction)
         profile = cls.from_latency(target, target.scaled(drafter_fraction), acceptance_rate, max_pass=max_pass)
         return replace(profile, key={"what_if": "gpu-like", "gpu": f"{devices} devices"}, cores=devices)
 
-    # -- JSON ------------------------------------------------------------------------------------------------
     def to_dict(self) -> dict:
         return {
             "format": FORMAT,
@@ -362,12 +306,10 @@ class MachineProfile:
             raise ConfigError(f"{where}: {exc}") from None
 
     def save(self, path: str | os.PathLike) -> None:
-        """Write the JSON form (atomically: a reader never sees half a file)."""
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(dumps(self.to_dict()) + "\n", encoding="utf-8")
-        tmp.replace(path)
+        """Write the JSON form (atomically)."""
+        from specpar.prediction import profile_cache
+
+        profile_cache.write(Path(path), self.to_dict())
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> MachineProfile:
@@ -391,13 +333,12 @@ def load_or_build(
     progress=None,
     refresh: bool = False,
 ) -> MachineProfile:
-    """The machine profile to predict from: the file ``path`` when given; otherwise the profile of the ``target`` and
-    ``drafter`` models (their files, backend settings, this machine) from specpar's cache, measured on first need
-    (:mod:`specpar.prediction.profile_cache`; about a minute for the default pair on a quiet machine).
+    """The machine profile to predict from: the file ``path`` when given; otherwise the ``target`` and ``drafter``
+    models' from specpar's cache (:mod:`specpar.prediction.profile_cache`), measured on first need.
 
-    prompts: the sample's token ids (default: :func:`profile_cache.sample_texts` in the target's tokenizer);
-    options: a :class:`specpar.prediction.measure_pair.MeasureOptions`; progress: called with each step's label
-    (default: a bar on stderr when it is a terminal); refresh: measure again even when the cache holds one.
+    prompts: the sample's token ids (default: :data:`profile_cache.SAMPLE_TEXTS` in the target's tokenizer);
+    options: a MeasureOptions; progress: called with each step's label (default: a bar on stderr when it is a
+    terminal); refresh: measure again even when the cache holds one.
     """
     if path is not None:
         return MachineProfile.load(path)
@@ -418,9 +359,8 @@ def load_or_build(
 
 
 def default_key(target, drafter=None) -> dict | None:
-    """The cache key of the default measurement's profile of the ``target`` and ``drafter`` models on this machine
-    (what :func:`load_or_build` measures without prompts and options); None for a target without a tokenizer (no
-    default sample)."""
+    """The cache key of the profile :func:`load_or_build` measures without prompts and options; None for a target
+    without a tokenizer."""
     from specpar.prediction import measure_pair, profile_cache
 
     if as_model(target).tokenizer is None:
@@ -430,8 +370,7 @@ def default_key(target, drafter=None) -> dict | None:
 
 
 def cached(target, drafter=None) -> MachineProfile | None:
-    """The default measurement's profile of the ``target`` and ``drafter`` models on this machine if specpar's cache
-    holds a valid one (nothing is measured); else None."""
+    """The default measurement's profile of the ``target`` and ``drafter`` models if the cache holds one; else None."""
     from specpar.prediction import profile_cache
 
     key = default_key(target, drafter)

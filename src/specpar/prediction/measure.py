@@ -1,30 +1,11 @@
 """Measuring a model pair on this machine, through the servers' own calls: the figures of a machine profile.
 
-Every figure is the time of a call (:class:`~specpar.core.calls.Score`, :class:`~specpar.core.calls.Draft`) on a
-server, read on a runtime's clock, with the thread counts the engine gives passes:
-
-* ``runtime="threads"`` (real models: llama.cpp, transformers): the wall time of the server's call, as a worker
-  thread of the engine's threads runtime runs it (the hand-off to the thread is measured apart:
-  :func:`call_overhead_ms`);
-* ``runtime="virtual"`` (simulated models): the time the server's latency model gives it, so measuring a simulated
-  model recovers its known costs exactly (the tests' check that each figure measures what it names).
-
-What is measured (each function returns plain values, in ms):
-
-* :func:`pass_costs`: v(k), one pass over k = 1..K new tokens on a warm cache (a decode step is v(1), a
-  verification of k drafts v(k + 1)): the cache is cut back to the same prefix before each pass;
-* :func:`prefill_ms`: a prompt's first pass on an empty cache (a fresh server);
-
-Every call carries its request's prompt length (:func:`request`), as an engine's requests do: a backend may prefill
-a prompt in passes of its own (llama.cpp's exact mode: canonical passes of 512 tokens, about twice as fast as the
-exact passes of 7 it feeds a context whose prompt it is not told), so a prefill is timed in the shape requests make.
-* :func:`contention`: how much longer a server's one-token passes take while n servers of the model run them at
-  once, each given the threads the engine gives n busy servers (f(1) = 1.0);
-* :func:`call_overhead_ms`: one call's round trip through a runtime (threads, Ray) beyond the server's own time;
-* :func:`greedy_run`: the target's greedy decoding of a sample prompt by the non-SI algorithm on the runtime (its
-  prefill, steps and the algorithm's own time per token); :func:`drafter_hits`: the drafter's prefill of the prompt
-  and its greedy token at each of the target's positions (App. F.2's acceptance, :mod:`specpar.prediction.profiling`,
-  and greedy SI's, :func:`walk`), with the n-gram proposer's match and acceptance rates (:func:`ngram_rates`).
+Every figure is the time of a call (Score, Draft) on a server, read on a runtime's clock, with the thread counts the
+engine gives passes: the wall time of a worker thread's call on the threads runtime (real models; the hand-off is
+measured apart, :func:`call_overhead_ms`), the latency model's time on the virtual one (simulated models: measuring
+one recovers its known costs exactly, the tests' check that each figure measures what it names). Every call carries
+its request's prompt length (:func:`request`), as an engine's do: a backend may prefill a prompt in passes of its
+own (llama.cpp's exact mode: canonical passes of 512 tokens), so a prefill is timed in the shape requests make.
 """
 
 from __future__ import annotations
@@ -32,7 +13,7 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 
 from specpar.algorithms.generation import Generation
 from specpar.algorithms.ngram import NgramMatcher
@@ -72,11 +53,18 @@ def timed(runtime: Runtime, pool: Pool, call) -> tuple[float, object]:
     return task.end - task.start, task.result
 
 
-@contextmanager
 def threads(model, servers: Sequence, n: int):
     """Passes of ``servers`` (of ``model``) given ``n`` threads for the block, as the engine sets them."""
-    with SharedThreads(model_uses_torch(model), servers)(n):
-        yield
+    return SharedThreads(model_uses_torch(model), servers)(n)
+
+
+@contextmanager
+def one_server(model, name: str, runtime: str, n_threads: int) -> Iterator[tuple[object, Runtime, Pool]]:
+    """A fresh server of ``model`` on a runtime named ``runtime``, its passes given ``n_threads`` threads: (server,
+    runtime, its pool), closed at the block's end."""
+    with closing(model.server(name)) as server:
+        with runtime_over([server], runtime) as (rt, pools), threads(model, [server], n_threads):
+            yield server, rt, pools[0]
 
 
 def thread_counts(cores: int | None = None) -> tuple[int, ...]:
@@ -94,11 +82,9 @@ def pass_costs(runtime: Runtime, pool: Pool, seq: Sequence[int], held: int, max_
     interleaved (a drift of the machine's load spreads over all of them): two rounds (one when ``repeats`` is 1),
     then more, up to ``repeats``, of the ks whose timings still spread by more than SPREAD.
 
-    The timed call asks for the rows of all k tokens (``Score(context, k - 1)``), as a verification of k - 1 drafts
-    does; consecutive calls continue ``seq[:held]`` by two continuations that differ in their first token
-    (``seq[held:]`` and another), so each finds exactly ``seq[:held]`` of its context cached, as a verification
-    after a rejection does, with no call in between. prompt_len: the request's prompt (at most ``held``),
-    prefilled as requests do.
+    Each timed call scores all k tokens (``Score(context, k - 1)``, a verification of k - 1 drafts); consecutive
+    calls alternate two continuations that differ in their first token, so each finds exactly ``seq[:held]`` cached,
+    as a verification after a rejection does. prompt_len: the request's prompt (at most ``held``).
     """
     if held < 1 or max_pass < 1 or repeats < 1 or len(seq) < held + max_pass:
         raise ConfigError(f"pass_costs needs held >= 1 and {held + max_pass} tokens, got {len(seq)}")
@@ -106,9 +92,7 @@ def pass_costs(runtime: Runtime, pool: Pool, seq: Sequence[int], held: int, max_
     first = next((t for t in seq if t != seq[held]), seq[held] + 1)
     tails = (seq[held : held + max_pass], (first, *seq[held + 1 : held + max_pass]))
     timed(runtime, pool, Score(seq[:held], 0, decoding))  # the prefix, cached (not timed)
-    # and one pass after it, not timed, so that no timed pass is the first after a prefill (a guard, as the
-    # measurement had before its passes were cut back; not a measured effect: in llama.cpp's exact mode v(1) runs on
-    # one thread whatever the count, so on 2 threads v(2) / v(1) < 1 is expected)
+    # and one pass after it, not timed, so that no timed pass is the first after a prefill (a guard)
     timed(runtime, pool, Score(seq[:held] + tails[1][:1], 0, decoding))
     samples: dict[int, list[float]] = {k: [] for k in range(1, max_pass + 1)}
     calls = 0
@@ -124,27 +108,20 @@ def pass_costs(runtime: Runtime, pool: Pool, seq: Sequence[int], held: int, max_
 def prefill_ms(model, prompts: Sequence[Sequence[int]], runtime: str, n_threads: int) -> list[float]:
     """The ms of each prompt's first pass on an empty cache (one server of ``model``, reset before each), its batch
     passes given ``n_threads`` threads, as a request of that prompt makes it (:func:`request`)."""
-    server = model.server("prefill")
     out = []
-    try:
-        with runtime_over([server], runtime) as (rt, pools), threads(model, [server], n_threads):
-            for prompt in prompts:
-                server.reset()
-                out.append(timed(rt, pools[0], Score(tuple(prompt), 0, request(len(prompt))))[0])
-    finally:
-        server.close()
+    with one_server(model, "prefill", runtime, n_threads) as (server, rt, pool):
+        for prompt in prompts:
+            server.reset()
+            out.append(timed(rt, pool, Score(tuple(prompt), 0, request(len(prompt))))[0])
     return out
 
 
 def contention(model, seq: Sequence[int], held: int, most: int, runtime: str, passes: int = 8, rounds: int = 3,
                prompt_len: int = 0):  # fmt: skip
     """(f(1), ..., f(most)): how many times longer a one-token pass takes while n servers of ``model`` run such
-    passes at once than on one server alone, each given the threads the engine gives n busy servers (f(1) = 1.0;
-    a figure below 1, the machine's other load easing meanwhile, counts as 1.0).
-
-    Each server holds ``seq[:held]`` and runs ``rounds`` calls of ``passes`` one-token passes (a draft); the n
-    servers start together. ms per pass: the median over servers and rounds. prompt_len: the request's prompt (at
-    most ``held``).
+    passes at once than one server alone, each with the threads the engine gives n busy servers (f(1) = 1.0; below
+    1, the machine's other load easing, counts as 1.0). Each server holds ``seq[:held]`` and runs ``rounds`` drafts
+    of ``passes`` passes, the n together; ms per pass: the median over servers and rounds.
     """
     servers = [model.server(f"busy{i}") for i in range(most)]
     context, decoding = tuple(seq[:held]), request(prompt_len)
@@ -166,8 +143,8 @@ def contention(model, seq: Sequence[int], held: int, most: int, runtime: str, pa
 
 def _passes_at_once(model, servers, context: tuple, decoding, runtime: str, n_threads: int, passes: int,
                     rounds: int) -> float:  # fmt: skip
-    """ms per one-token pass while ``servers`` each hold ``context`` and run ``rounds`` drafts of ``passes`` passes
-    after it at once, decoded with ``decoding`` (median)."""
+    """ms per one-token pass (median) while ``servers`` each hold ``context`` and run ``rounds`` drafts of
+    ``passes`` passes after it at once."""
     with runtime_over(servers, runtime) as (rt, pools), threads(model, servers, n_threads):
         for pool in pools:  # the context cached and one pass after it, not timed (pass_costs says why)
             timed(rt, pool, Score(context, 0, decoding))
@@ -182,8 +159,7 @@ def _passes_at_once(model, servers, context: tuple, decoding, runtime: str, n_th
 
 def call_overhead_ms(runtime: str, calls: int = 200, context_tokens: int = 256) -> float:
     """One call's round trip through ``runtime`` ("threads", "ray") beyond the server's own time, in ms: the median
-    time from submitting a Score call over ``context_tokens`` tokens to its result, on a simulated server whose
-    passes take no time (its own work, a few microseconds, included)."""
+    from submitting a Score call over ``context_tokens`` tokens to its result, on a simulated server of no latency."""
     from specpar.backends.simulated import SimulatedModel
     from specpar.core.latency import LatencyProfile
 
@@ -200,13 +176,8 @@ def call_overhead_ms(runtime: str, calls: int = 200, context_tokens: int = 256) 
 
 
 def greedy_run(model, server, prompt: Sequence[int], tokens: int, runtime: str, n_threads: int) -> dict:
-    """``server`` (of ``model``, its cache empty) decodes ``tokens`` greedy tokens after ``prompt`` by the non-SI
-    algorithm on ``runtime``, its batch passes given ``n_threads`` threads.
-
-    Returns {"tokens": the output, "prefill_ms": the first call (the prompt's pass), "steps_ms": each later call
-    (one-token passes), "outside_ms": the generation's time outside its calls per output token (the algorithm's
-    loop and each call's hand-off to the server)}.
-    """
+    """``server`` (of ``model``, its cache empty) decodes ``tokens`` greedy tokens after ``prompt`` by non-SI, its
+    batch passes given ``n_threads`` threads: {"tokens", "prefill_ms", "steps_ms", "outside_ms" (per token)}."""
     with runtime_over([server], runtime) as (rt, pools), threads(model, [server], n_threads):
         result = non_si(Generation(Query(list(prompt), tokens, request(len(prompt))), rt), {"target": pools[0]}, NONSI)
         spans = [t.end - t.start for t in rt.tasks]
@@ -219,10 +190,9 @@ def greedy_run(model, server, prompt: Sequence[int], tokens: int, runtime: str, 
 
 
 def drafter_hits(server, prompt: Sequence[int], target_out: Sequence[int], runtime: str) -> tuple[float, list[bool]]:
-    """The drafter's ``server`` (its cache empty) prefills ``prompt`` (timed: its TTFT), then for each of the
-    target's output tokens says whether it predicts it greedily given the target's own prefix (App. F.2's direct
-    rate is their mean; the first miss ends the exact-match prefix of the two models' greedy outputs): one pass over
-    the output. Returns (the prefill's ms, the hits)."""
+    """The drafter's ``server`` (its cache empty) prefills ``prompt`` (timed), then in one pass says for each of the
+    target's output tokens whether it is its greedy token given the target's own prefix (App. F.2's direct rate is
+    their mean; the first miss ends the two greedy outputs' exact-match prefix). Returns (the prefill's ms, hits)."""
     context = tuple(prompt) + tuple(target_out)
     decoding = request(len(prompt))
     with runtime_over([server], runtime) as (rt, pools):
@@ -232,10 +202,9 @@ def drafter_hits(server, prompt: Sequence[int], target_out: Sequence[int], runti
 
 
 def walk(hits: Sequence[bool], lookahead: int) -> dict:
-    """Greedy SI with ``lookahead`` drafts over a drafter's ``hits`` (:func:`drafter_hits`): exact, since drafts
-    accepted so far are the target's tokens, so draft i is accepted iff the drafter's token given the target's
-    prefix is the target's. Returns {"steps", "accepted", "tested" (accepted plus one per rejection),
-    "acceptance_rate": accepted / tested, the per-token rate a geometric model of these steps has}."""
+    """Greedy SI with ``lookahead`` drafts over a drafter's ``hits`` (:func:`drafter_hits`; exact: accepted drafts
+    are the target's tokens). Returns {"steps", "accepted", "tested" (accepted plus one per rejection),
+    "acceptance_rate": accepted / tested}."""
     j = steps = accepted = tested = 0
     while j < len(hits):
         n = 0
@@ -250,14 +219,11 @@ def walk(hits: Sequence[bool], lookahead: int) -> dict:
 
 def ngram_rates(prompt: Sequence[int], out: Sequence[int], lookahead: int, min_n: int = NGRAM_SIZES[0],
                 max_n: int = NGRAM_SIZES[1]) -> dict:  # fmt: skip
-    """The n-gram proposer's rates on the target's own greedy output, as SI with it would meet them.
-
-    Walks the output as greedy SI does: at position j the proposer looks up ``prompt + out[:j]`` for at most
-    ``lookahead`` tokens (fewer near the end, where the drafts and the target's own token must fit in the output);
-    the drafts accepted are their common prefix with ``out[j:]``, and the target's own token follows. Returns
-    {"steps", "lookups" (steps with room for a draft), "match_rate": share of lookups that found one, "drafted",
-    "accepted", "tested" (accepted, plus one per draft chain cut by a rejection), "acceptance_rate": accepted /
-    tested (the per-token rate of a geometric model), "accepted_share": accepted / drafted}.
+    """The n-gram proposer's rates on the target's own greedy output, walked as greedy SI with it would: at j it
+    looks up ``prompt + out[:j]`` for at most ``lookahead`` tokens (fewer near the end), keeps their common prefix
+    with ``out[j:]``, then the target's token. Returns {"steps", "lookups" (steps with room for a draft),
+    "match_rate", "drafted", "accepted", "tested" (accepted plus one per chain cut), "acceptance_rate": accepted /
+    tested, "accepted_share": accepted / drafted}.
     """
     matcher = NgramMatcher(min_n, max_n)
     base = list(prompt) + list(out)

@@ -1,21 +1,15 @@
 """Measuring a target/drafter pair on this machine into the figures of a machine profile, step by step.
 
-:func:`measure_pair` runs :mod:`specpar.prediction.measure`'s measurements in this order, each a step of the
-progress it reports (the figure it measures: a test of the pair's cost model fails if the wrong call is timed):
+:func:`measure_pair` runs :mod:`specpar.prediction.measure`'s measurements in this order, each a progress step:
 
-1. per sample prompt, the target's greedy decoding by non-SI (its one-token steps, the algorithm's own time per
-   token), then the drafter's prefill of the prompt and its greedy token at each of the target's positions (its
-   direct acceptance, greedy SI's walks and App. F.2's exact-match prefix: the drafter's own greedy decoding agrees
-   with the target's up to its first miss, so it is not run);
-2. both models' prefill of prompts of a few lengths (cut from the sample's prompts and outputs) at each thread
-   count the engine uses (all cores as non-SI and SI run it, one as beside other servers in DSI);
-3. v(k) for k = 1..K of both models at each thread count the engine uses;
+1. per sample prompt, the target's greedy decoding by non-SI, then the drafter's prefill of the prompt and its greedy
+   token at each of the target's positions (its direct acceptance, greedy SI's walks and App. F.2's exact-match
+   prefix, which ends at its first miss: the drafter's own greedy decoding is not run);
+2. both models' prefill of prompts of a few lengths at each thread count the engine uses (all cores, one);
+3. v(k) for k = 1..K of both models at each of those thread counts;
 4. the contention of 1..cores + 1 target servers at once;
 5. the runtimes' per-call overheads (threads; Ray when asked);
 6. the n-gram proposer's rates on the target's outputs (no model pass).
-
-The result is plain data (:class:`PairFigures`); :mod:`specpar.prediction.profile_cache` turns it into the
-machine profile and keeps it.
 """
 
 from __future__ import annotations
@@ -24,30 +18,28 @@ import os
 import statistics
 import time
 from collections.abc import Callable, Sequence
+from contextlib import closing
 from dataclasses import dataclass, field, fields
 
 from specpar.algorithms.checks import check_context_window
 from specpar.backends.cpu_threads import cpu_cores
 from specpar.core.errors import ConfigError
 from specpar.core.model import as_model
-from specpar.prediction import measure, profile_cache, profiling
+from specpar.core.numbers import is_int
+from specpar.prediction import measure, pair_profile, profile_cache
 
-WALKS = (2, 4, 8)
-"""The lookaheads at which greedy SI's per-token acceptance is computed from the drafter's hits."""
-PROFILE_WALK = 4
-"""The walk whose rate is the profile's acceptance rate."""
+WALKS = (2, 4, 8)  # the lookaheads of greedy SI's walks over the drafter's hits
+PROFILE_WALK = 4  # the walk whose rate is the profile's acceptance rate
 
 
 @dataclass(frozen=True)
 class MeasureOptions:
     """How much to measure.
 
-    tokens: greedy tokens per sample prompt (the acceptance sample, the steps); prefill_lengths: the prompt lengths
-    whose prefill is timed (those the models' context windows and the sample allow); max_pass: K, the longest pass
-    timed (lookaheads up to K - 1); repeats: timings of each pass length (median); lookahead: the drafts of App. F.1's
-    verification pass; runtime: "threads" (real models) or "virtual" (simulated ones: their modelled times);
-    overheads: the runtimes whose per-call round trip is measured ("threads", "ray"); ngram_lookahead: drafts per
-    n-gram lookup.
+    tokens: greedy tokens per sample prompt; prefill_lengths: the prompt lengths whose prefill is timed (those the
+    context windows and the sample allow); max_pass: K, the longest pass timed; repeats: timings of each pass length
+    (median); lookahead: the drafts of App. F.1's verification pass; runtime: "threads" (real models) or "virtual"
+    (simulated ones); overheads: the runtimes whose round trip is measured; ngram_lookahead: drafts per lookup.
     """
 
     tokens: int = 48
@@ -61,9 +53,8 @@ class MeasureOptions:
 
     def __post_init__(self):
         for name in ("tokens", "max_pass", "repeats", "lookahead", "ngram_lookahead"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(f"measuring a pair needs {name} >= 1, got {value!r}")
+            if not is_int(getattr(self, name), 1):
+                raise ConfigError(f"measuring a pair needs {name} >= 1, got {getattr(self, name)!r}")
         if self.max_pass < self.lookahead + 1:
             raise ConfigError(f"the longest pass timed ({self.max_pass}) must cover a verification of {self.lookahead} "
                               f"drafts ({self.lookahead + 1} tokens)")  # fmt: skip
@@ -72,8 +63,8 @@ class MeasureOptions:
                               f"({self.max_pass}): the passes are timed over them")  # fmt: skip
 
     def measurement(self, prompts: Sequence[Sequence[int]]) -> dict:
-        """What a profile measured so on ``prompts`` is keyed by (:func:`specpar.prediction.profile_cache
-        .profile_key`): every option but ``overheads`` (the profile records those) and the sample's fingerprint."""
+        """What a profile measured so on ``prompts`` is keyed by: every option but ``overheads`` (the profile records
+        those) and the sample's fingerprint."""
         options = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "overheads"}
         options["prefill_lengths"] = list(self.prefill_lengths)  # as JSON keeps it
         return {"options": options, "sample": profile_cache.sample_fingerprint(prompts)}
@@ -88,10 +79,9 @@ class PairFigures:
     """What :func:`measure_pair` measured (ms; per model "target" / "drafter").
 
     prefill: {model: {threads: [(prompt_tokens, ms), ...]}}; passes: {model: {threads: (v(1), ..., v(K))}};
-    steps: {model: the one-token steps of the greedy decodings}; sample_prefill: {model: [(prompt_tokens, ms) of
-    each sample prompt's prefill in its decoding, on all cores]}; contention: (f(1), ...); overhead_ms: {runtime:
-    ms per call}; outside_ms: the non-SI generations' time outside their calls per output token; acceptance:
-    App. F.2's estimates, and "walk": {k: greedy SI's per-token acceptance at lookahead k}; ngram: the n-gram proposer's rates; app_f: the App. F profile (``specpar-profile/1``).
+    steps: {model: the greedy decodings' one-token steps}; sample_prefill: {model: [(prompt_tokens, ms) of each
+    sample prompt's prefill, on all cores]}; outside_ms: non-SI's time outside its calls per output token;
+    acceptance: App. F.2's estimates and "walk": {k: greedy SI's rate at lookahead k}; app_f: the App. F profile.
     """
 
     prefill: dict = field(default_factory=lambda: {"target": {}, "drafter": {}})
@@ -108,11 +98,8 @@ class PairFigures:
     names: dict = field(default_factory=dict)
 
     def profile_fields(self, key) -> dict:
-        """The machine profile's fields in their JSON form (:meth:`specpar.prediction.machine.MachineProfile
-        .from_dict` with the format added), keyed ``key``. The acceptance rate is greedy SI's per-token rate at
-        lookahead PROFILE_WALK over the sample (accepted / tested drafts, the rate an iid model of those very steps
-        has); App. F.2's estimates (geometric: one exact-match prefix per prompt; direct), the walks at the other
-        lookaheads and the App. F profile are kept in ``meta``."""
+        """The machine profile's JSON fields (without the format), keyed ``key``: the acceptance rate greedy SI's at
+        lookahead PROFILE_WALK; App. F.2's estimates, the other walks and the App. F profile in ``meta``."""
 
         def costs(role: str) -> dict:
             prefill = {str(t): sorted(points) for t, points in sorted(self.prefill[role].items())}
@@ -138,8 +125,7 @@ class PairFigures:
 
     @property
     def per_token_ms(self) -> float:
-        """The algorithm's own time per output token, the threads runtime's hand-off per call taken out (non-SI
-        makes one call per token)."""
+        """The algorithm's own time per output token, the threads runtime's hand-off per call (one a token) out."""
         return max(0.0, self.outside_ms - self.overhead_ms.get("threads", 0.0))
 
 
@@ -188,60 +174,45 @@ def measure_pair(
 
 def _decode(target, drafter, prompts, options: MeasureOptions, fig: PairFigures, step, cores: int) -> list[list[int]]:
     """Step 1: the target's greedy decoding of every prompt, the drafter's prefill of it and hits on the target's
-    output (App. F.2's exact-match prefix: where the drafter first misses); the target's outputs."""
+    output; returns the target's outputs."""
     outs, hits, outside = [], [], []
     for i, ids in enumerate(prompts):
-        server = target.server(f"sample{i}")
-        try:
+        with closing(target.server(f"sample{i}")) as server:
             run = measure.greedy_run(target, server, ids, options.tokens, options.runtime, cores)
-        finally:
-            server.close()
         outs.append(run["tokens"])
         fig.sample_prefill["target"].append((len(ids), run["prefill_ms"]))
         fig.steps["target"] += run["steps_ms"]
         outside.append(run["outside_ms"])
         step("target decodes a sample prompt")
-        server = drafter.server(f"sample{i}")
-        try:
-            with measure.threads(drafter, [server], cores):
-                ms, mine = measure.drafter_hits(server, ids, run["tokens"], options.runtime)
-        finally:
-            server.close()
+        with closing(drafter.server(f"sample{i}")) as server, measure.threads(drafter, [server], cores):
+            ms, mine = measure.drafter_hits(server, ids, run["tokens"], options.runtime)
         hits.append(mine)
         fig.sample_prefill["drafter"].append((len(ids), ms))
         step("drafter's acceptance on it")
     fig.outside_ms = statistics.fmean(outside)
     prefixes = [next((j for j, hit in enumerate(h) if not hit), len(h)) for h in hits]
-    fig.acceptance = profiling.acceptance_of(prefixes, sum(map(sum, hits)), sum(map(len, hits)))
+    fig.acceptance = pair_profile.acceptance_of(prefixes, sum(map(sum, hits)), sum(map(len, hits)))
     fig.acceptance["walk"] = {k: _pooled([measure.walk(h, k) for h in hits])["acceptance_rate"] for k in WALKS}
     return outs
 
 
 def _lengths(wanted: Sequence[int], available: int, *models) -> list[int]:
-    """The prefill lengths to time: those of ``wanted`` that the sample's ``available`` tokens and the models'
-    context windows allow, and the longest allowed when none of them is."""
+    """The prefill lengths to time: those of ``wanted`` the sample's ``available`` tokens and the models' context
+    windows allow, else the longest allowed."""
     windows = [as_model(m).context_window for m in models]
     most = min([available, *(w - 1 for w in windows if w is not None)])
     return sorted({n for n in wanted if n <= most} or {most})
 
 
 def _passes(model, seq, held: int, n_threads: int, options: MeasureOptions, prompt_len: int) -> tuple[float, ...]:
-    """v(1..K) of a fresh server of ``model`` holding ``seq[:held]`` (a request's, whose prompt is ``seq[:prompt_len]``),
-    its passes given ``n_threads`` threads."""
-    server = model.server("passes")
-    try:
-        with (
-            measure.runtime_over([server], options.runtime) as (rt, pools),
-            measure.threads(model, [server], n_threads),
-        ):
-            return measure.pass_costs(rt, pools[0], seq, held, options.max_pass, options.repeats, prompt_len)
-    finally:
-        server.close()
+    """v(1..K) of a fresh server of ``model`` holding ``seq[:held]``, its passes given ``n_threads`` threads."""
+    with measure.one_server(model, "passes", options.runtime, n_threads) as (_, rt, pool):
+        return measure.pass_costs(rt, pool, seq, held, options.max_pass, options.repeats, prompt_len)
 
 
 def _pooled(rates: list[dict]) -> dict:
-    """The rates of several prompts' walks (:func:`measure.ngram_rates`, :func:`measure.walk`) as one: counts
-    summed, rates recomputed from them."""
+    """Several prompts' walks (:func:`measure.ngram_rates`, :func:`measure.walk`) as one: counts summed, rates
+    recomputed."""
     total = {k: sum(r.get(k, 0) for r in rates) for k in ("steps", "lookups", "drafted", "accepted", "tested")}
     total["matched"] = sum(round(r.get("match_rate", 0.0) * r.get("lookups", 0)) for r in rates)
     return {
@@ -253,24 +224,24 @@ def _pooled(rates: list[dict]) -> dict:
 
 
 def _app_f(target, drafter, fig: PairFigures, prompts: int, options: MeasureOptions, cores: int) -> dict:
-    """App. F's profile from the figures: TTFT the prefills on all cores, TPOT the median step, the verification of
-    ``options.lookahead`` drafts v(lookahead + 1) on all cores."""
+    """App. F's profile from the figures: TTFT the prefills, TPOT the median step, the verification of
+    ``options.lookahead`` drafts v(lookahead + 1), all on all cores."""
 
     def model(role: str, m) -> dict:
         ttft = statistics.fmean(ms for _, ms in fig.sample_prefill[role])
         tpot = statistics.median(fig.steps[role]) if fig.steps[role] else fig.passes[role][cores][0]
         verify = fig.passes[role][cores][options.lookahead]
-        figures = profiling.latency(ttft, tpot, verify, options.lookahead)
+        figures = pair_profile.latency(ttft, tpot, verify, options.lookahead)
         return {"name": as_model(m).name or role, "device": as_model(m).device or "cpu", **figures}
 
-    return profiling.profile(
+    return pair_profile.profile(
         model("target", target), model("drafter", drafter), fig.acceptance, prompts, options.tokens, options.lookahead
     )
 
 
 def _timed_steps(progress: Callable[[str], None]) -> tuple[Callable[[str], None], list]:
-    """``progress`` that also records each step's label and seconds since the step before (or the start) in the
-    list returned beside it (the profile's ``meta["step_seconds"]``: where a measurement's time goes)."""
+    """``progress`` that also records each step's label and seconds since the one before in the list returned
+    beside it (the profile's ``meta["step_seconds"]``)."""
     spent, last = [], [time.perf_counter()]
 
     def step(label: str) -> None:

@@ -1,20 +1,18 @@
 """Every method's predicted time on a machine, each at its best settings: what ``specpar predict`` prints and what
 ``algorithm="auto"`` chooses from.
 
-A method is a way to decode (non-SI, SI, DSI, SI and DSI over token trees, SI and DSI with the n-gram proposer) on
-a runtime (threads, Ray); its settings are the lookahead, the SP degree, DSI's dedicated cursor, the tree's
-shape. Each setting's time is :func:`specpar.prediction.simulate.predicted_ms`: the algorithm's own code on the
-virtual clock with the machine profile's costs, the passes given the threads the engine would give them
-(:func:`specpar.backends.cpu_threads.pass_threads`, the engine's own rule, for the engine's shape:
-:class:`EngineShape`). The search runs over a small grid (:data:`LOOKAHEADS`, :data:`TREES`, SP degrees up to the
-engine's target servers, DSI's dedicated cursor or not; :func:`families`), every setting on the same sample pairs,
-so that settings are compared on the same draws.
+A method is a way to decode (non-SI, SI, DSI, SI and DSI over token trees or with the n-gram proposer) on a runtime;
+its settings are the lookahead, the SP degree, DSI's dedicated cursor, the tree's shape. Each setting's time is
+:func:`specpar.prediction.simulate.predicted_ms` (the algorithm's own code on the virtual clock with the profile's
+costs, at the threads the engine would give its passes: :class:`EngineShape`). The search runs over a small grid
+(:func:`families`), every setting on the same sample pairs, so that settings are compared on the same draws.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 
 from specpar.core.config import SpeculativeConfig, parse_proposer
 from specpar.core.errors import ConfigError
@@ -30,8 +28,7 @@ CONTEND = 0.05  # methods predicted within this fraction of the fastest are pred
 FINAL_TOKENS, FINAL_MAX_PAIRS = 6000, 64  # ... of about this many output tokens, on at most this many pairs
 TREES = ("2,1,1", "2,2,1,1", "3,2,1", "best:8")
 METHODS = ("nonsi", "si", "dsi", "tree-si", "tree-dsi", "ngram-si", "ngram-dsi")
-"""The methods predicted and chosen from. HSD is not one: it needs a list of drafters (an engine of one drafter
-refuses it), and on an engine of HSD levels ``auto`` sees no drafter model; with one drafter it is SI."""
+"""The methods predicted and chosen from. HSD is not one: it needs a list of drafters; with one it is SI."""
 NAMES = {
     "nonsi": "non-SI",
     "si": "SI",
@@ -113,8 +110,7 @@ class MethodPredictions:
 
     def scaled(self, max_tokens: int) -> MethodPredictions:
         """These predictions (of MAX_SIMULATED output tokens or more) for ``max_tokens`` output tokens, each
-        setting's time after its first token in proportion (as a search at ``max_tokens`` predicts each setting:
-        :func:`specpar.prediction.simulate.predicted_ms`); fastest first again."""
+        setting's time after its first token in proportion (:func:`specpar.prediction.simulate.scaled`)."""
         if self.max_tokens < min(max_tokens, MAX_SIMULATED):
             raise ConfigError(f"predictions of {self.max_tokens} tokens cannot be scaled to {max_tokens}")
 
@@ -126,8 +122,7 @@ class MethodPredictions:
 
 
 def available(profile: MachineProfile, shape: EngineShape, methods: Iterable[str] = METHODS) -> list[str]:
-    """The methods this profile can predict and this engine can run: a drafter model (and its acceptance rate) for
-    those that draft with one, n-gram rates for the n-gram proposer's."""
+    """The methods this profile can predict and this engine can run (a drafter and its rate, n-gram rates)."""
     with_model = profile.drafter is not None and profile.acceptance_rate is not None and shape.drafter
     ngram = {"match_rate", "acceptance_rate"} <= set(profile.ngram)
     out = []
@@ -141,31 +136,16 @@ def available(profile: MachineProfile, shape: EngineShape, methods: Iterable[str
 
 def families(method: str, targets: int, lookaheads: Sequence[int] = LOOKAHEADS,
              dsi: tuple[int, bool] | None = None) -> list[list[SpeculativeConfig]]:  # fmt: skip
-    """The settings of ``method`` searched on an engine of ``targets`` target servers, in families: one per SP
-    degree and cursor mode, lookaheads in increasing order (a family's search stops once longer lookaheads stop
-    paying). Token trees with DSI are tried at ``dsi``'s (SP degree, dedicated cursor): chain DSI's fastest."""
+    """The settings of ``method`` searched on ``targets`` target servers, in families: one per SP degree and cursor
+    mode, lookaheads increasing. Token trees with DSI are tried at ``dsi``'s (SP degree, cursor): chain DSI's best."""
     modes = [(sp, c) for sp in range(1, targets + 1) for c in ((False, True) if sp > 1 else (False,))]
     if method == "nonsi":
         return [[SpeculativeConfig(algorithm="nonsi")]]
     if method in ("si", "ngram-si"):
-        proposer = "ngram" if method == "ngram-si" else None
-        return [[SpeculativeConfig(algorithm="si", lookahead=k, proposer=proposer) for k in lookaheads]]
+        return [[SpeculativeConfig(algorithm="si", lookahead=k, proposer=_ngram(method)) for k in lookaheads]]
     if method in ("dsi", "ngram-dsi"):
-        proposer = "ngram" if method == "ngram-dsi" else None
-        return [
-            [
-                SpeculativeConfig(
-                    algorithm="dsi",
-                    lookahead=k,
-                    sp_degree=sp,
-                    dedicated_cursor=c,
-                    prefill_replicas=True,
-                    proposer=proposer,
-                )
-                for k in lookaheads
-            ]  # fmt: skip
-            for sp, c in modes
-        ]
+        dsi_at = partial(SpeculativeConfig, algorithm="dsi", prefill_replicas=True, proposer=_ngram(method))
+        return [[dsi_at(lookahead=k, sp_degree=sp, dedicated_cursor=c) for k in lookaheads] for sp, c in modes]
     if method == "tree-si":
         return [[SpeculativeConfig(algorithm="si", tree=t)] for t in TREES]
     if method == "tree-dsi":
@@ -175,15 +155,19 @@ def families(method: str, targets: int, lookaheads: Sequence[int] = LOOKAHEADS,
     raise ConfigError(f"no search of {method!r}")
 
 
+def _ngram(method: str) -> str | None:
+    """The proposer a method names: "ngram" for the n-gram methods, else None (the drafter model)."""
+    return "ngram" if method.startswith("ngram") else None
+
+
 def predict_methods(profile: MachineProfile, prompt_tokens: int, max_tokens: int, shape: EngineShape | None = None,
                     methods: Iterable[str] = METHODS, runtimes: Sequence[str] | None = None) -> MethodPredictions:  # fmt: skip
     """Each of ``methods`` (those :func:`available`) at its fastest setting for a prompt of ``prompt_tokens`` tokens
     and ``max_tokens`` output tokens, on each of ``runtimes`` (default: the shape's), fastest first.
 
-    Three rounds: each family of settings (:func:`families`) on QUICK_PAIRS sample pairs, in order, until PATIENCE
-    settings in a row are no faster than its fastest; then each method's fastest (:func:`_refine`) on the full sample
-    (:func:`specpar.prediction.simulate.pair_count`); then those within CONTEND of the fastest again on a larger
-    sample (:func:`_settle`). A method's time is its best setting's in the last round it reached."""
+    Three rounds: each family (:func:`families`) on QUICK_PAIRS pairs until PATIENCE settings in a row are no faster
+    (:func:`_search`); each method's fastest on the full sample (:func:`_refine`); those within CONTEND of the fastest
+    on a larger one (:func:`_settle`). A method's time is its best setting's in the last round it reached."""
     shape = shape or EngineShape()
     if prompt_tokens < 1 or max_tokens < 1:
         raise ConfigError(f"a prediction needs a prompt and an output of at least one token, got {prompt_tokens} "
@@ -210,9 +194,8 @@ def predict_methods(profile: MachineProfile, prompt_tokens: int, max_tokens: int
 
 
 def _refine(profile, quick: list[Prediction], shape: EngineShape, prompt_tokens: int, max_tokens: int):
-    """A method's fastest settings of the first round (those within QUICK_SPREAD of its fastest there, at least
-    REFINE and at most REFINE_MAX of them: two pairs tell settings apart only roughly), predicted again on the full
-    sample."""
+    """A method's fastest settings of the first round (within QUICK_SPREAD of its fastest, at least REFINE and at
+    most REFINE_MAX: two pairs tell settings apart only roughly), predicted again on the full sample."""
     if len(quick) == 1:
         return quick
     ranked = sorted(quick, key=lambda p: p.ms)
@@ -222,9 +205,9 @@ def _refine(profile, quick: list[Prediction], shape: EngineShape, prompt_tokens:
 
 
 def _settle(profile, refined: list[Prediction], shape: EngineShape, prompt_tokens: int, max_tokens: int):
-    """The settings within CONTEND of the fastest (of any method) predicted again on the final sample
-    (FINAL_TOKENS output tokens in all), until every one within CONTEND of the fastest has been: the choice among
-    close ones rests on the most draws, and never compares a final estimate with a rougher one."""
+    """The settings within CONTEND of the fastest (of any method) predicted again on the final sample (FINAL_TOKENS
+    output tokens in all) until every one within CONTEND has been: a choice among close ones rests on the most
+    draws, never comparing a final estimate with a rougher one."""
     pairs = max(MIN_PAIRS, min(FINAL_MAX_PAIRS, FINAL_TOKENS // max(1, min(max_tokens, MAX_SIMULATED))))
     out, settled = list(refined), {i for i, p in enumerate(refined) if p.method == "nonsi"}
     while True:

@@ -1,37 +1,117 @@
-"""A target/drafter pair's measured latencies and acceptance rate: what the online table simulates.
+"""The DSI paper's profile of a model pair (App. F.1 and F.2): computed from a machine's measurements, written by
+``specpar profile`` (``"format": "specpar-profile/1"``), and read as a :class:`PairProfile` (what the online table and
+``specpar simulate --profile`` simulate).
 
-Two JSON forms are read:
+TTFT and TPOT (App. F.1): the prompt's prefill and a one-token pass on a warm cache; beside them one verification
+pass over k + 1 tokens, so that ``per_token_ms = (verify - tpot) / k`` (near 0 on a memory-bound GPU, large on a
+CPU). Acceptance (App. F.2): with n_i the exact-match prefix of the two models' greedy outputs on prompt i,
+a = 1 - 1 / (1 + mean n_i) (the geometric fit); also the direct rate: the share of positions where the drafter's
+greedy token, given the target's prefix, is the target's.
 
-* the file ``specpar profile`` writes (``"format": "specpar-profile/1"``; read
-  through :func:`specpar.prediction.profiling.parse`, the App. F.2 geometric acceptance
-  estimate by default), names taken from its ``target``/``drafter`` objects;
-* a hand-written one::
+Two JSON forms are read: ``specpar profile``'s (:func:`parse`, App. F.2's geometric estimate by default), and a
+hand-written one::
 
     {"target":  {"name": "T", "ttft_ms": 41.0, "tpot_ms": 22.5, "per_token_ms": 0.0},
      "drafter": {"name": "D", "ttft_ms": 15.2, "tpot_ms": 9.1},
      "acceptance_rate": 0.71}
 
-  (ttft_ms defaults to tpot_ms, per_token_ms to 0; latency fields may sit under
-  a "latency" object; other keys are kept as metadata).
-
-The default model pair's profile measured on this machine is looked for at
-``<cache>/profiles/default-pair.json`` (cache: ``$SPECPAR_CACHE``, else
-``$XDG_CACHE_HOME/specpar``, else ``~/.cache/specpar``); write it with
-``specpar profile -o <that path>``.
+(ttft_ms defaults to tpot_ms, per_token_ms to 0; latency fields may sit under a "latency" object; other keys are
+kept as metadata). The default pair's profile is looked for at ``<cache>/profiles/default-pair.json``.
 """
 
 from __future__ import annotations
 
-import math
 import os
+import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from specpar.core.errors import ConfigError
 from specpar.core.json_output import dumps, parse
 from specpar.core.latency import LatencyProfile
+from specpar.core.numbers import is_number
 from specpar.core.paths import read_text
-from specpar.prediction import profiling
+from specpar.prediction import profile_cache
+
+FORMAT = "specpar-profile/1"
+
+
+def acceptance_of(prefixes: Sequence[int], hits: int, total: int) -> dict:
+    """App. F.2's estimates from each prompt's exact-match prefix of the two greedy outputs (``prefixes``, tokens) and
+    the direct rate ``hits / total``."""
+    mean_prefix = statistics.fmean(prefixes)
+    return {
+        "geometric": 1 - 1 / (1 + mean_prefix),
+        "mean_exact_prefix": mean_prefix,
+        "exact_prefix_per_prompt": list(prefixes),
+        "direct": hits / total if total else 0.0,
+    }
+
+
+def latency(ttft_ms: float, tpot_ms: float, verify_ms: float, lookahead: int) -> dict:
+    """One model's App. F.1 figures: TTFT, TPOT, a verification of ``lookahead`` drafts (a pass over lookahead + 1
+    tokens) and the cost of each token past the first, ``per_token_ms = (verify - tpot) / lookahead`` (>= 0)."""
+    return {
+        "ttft_ms": ttft_ms,
+        "tpot_ms": tpot_ms,
+        "per_token_ms": max(0.0, (verify_ms - tpot_ms) / lookahead),
+        "verify_ms": verify_ms,
+    }
+
+
+def profile(target: dict, drafter: dict, rates: dict, prompts: int, tokens: int, lookahead: int) -> dict:
+    """The JSON profile: ``target``/``drafter`` as :func:`latency` gives them (with "name" and "device"), ``rates``
+    as :func:`acceptance_of`; ``tokens`` greedy tokens per prompt."""
+    return {
+        "format": FORMAT,
+        "prompts": prompts,
+        "tokens": tokens,
+        "accept_tokens": tokens,
+        "lookahead": lookahead,
+        "target": target,
+        "drafter": drafter,
+        "acceptance_rate": rates,
+    }
+
+
+def write(profile: dict, path: str | os.PathLike) -> None:
+    Path(path).write_text(dumps(profile) + "\n", encoding="utf-8")
+
+
+def parse_profile(
+    data, estimate: str = "geometric", where: str = "the profile"
+) -> tuple[LatencyProfile, LatencyProfile, float]:
+    """(target latency, drafter latency, acceptance rate) from a decoded ``specpar profile`` JSON object.
+
+    estimate: "geometric" (App. F.2's fit, the default) or "direct" (the per-token rate).
+    """
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise ConfigError(f'{where} is not a specpar profile (expected "format": "{FORMAT}")')
+    if estimate not in ("geometric", "direct"):
+        raise ConfigError(f"acceptance estimate must be 'geometric' or 'direct', got {estimate!r}")
+
+    def number(value, name: str) -> float:
+        if not is_number(value):
+            raise ConfigError(f"{where}: {name} must be a number, got {value!r} (re-run `specpar profile`)")
+        return float(value)
+
+    def field(obj, key: str, name: str):
+        if not isinstance(obj, dict) or key not in obj:
+            raise ConfigError(f"{where} has no {name}: it is incomplete (re-run `specpar profile` to write it)")
+        return obj[key]
+
+    def lat(role: str) -> LatencyProfile:
+        r = field(data, role, f"'{role}' section")
+        per_token = r.get("per_token_ms", 0.0) if isinstance(r, dict) else None
+        return LatencyProfile(
+            number(field(r, "ttft_ms", f"{role}.ttft_ms"), f"{role}.ttft_ms"),
+            number(field(r, "tpot_ms", f"{role}.tpot_ms"), f"{role}.tpot_ms"),
+            number(per_token, f"{role}.per_token_ms"),
+        )
+
+    rates = field(data, "acceptance_rate", "'acceptance_rate' section")
+    return lat("target"), lat("drafter"), number(field(rates, estimate, f"acceptance_rate.{estimate}"), estimate)
 
 
 @dataclass(frozen=True)
@@ -44,9 +124,8 @@ class PairProfile:
     meta: dict = field(default_factory=dict, compare=False)
 
     def __post_init__(self):
-        a = self.acceptance_rate
-        if not isinstance(a, (int, float)) or math.isnan(a) or not 0.0 <= a <= 1.0:
-            raise ConfigError(f"acceptance_rate must be in [0, 1], got {a!r}")
+        if not is_number(self.acceptance_rate, 0, 1):
+            raise ConfigError(f"acceptance_rate must be in [0, 1], got {self.acceptance_rate!r}")
         if self.target.tpot_ms <= 0:
             raise ConfigError(f"the target's tpot_ms must be > 0, got {self.target.tpot_ms!r}")
 
@@ -110,26 +189,16 @@ class PairProfile:
             raise ConfigError(
                 f"cannot read profile {str(path)!r}: it does not exist (write one with `specpar profile -o FILE`)"
             )
-        text = read_text(path, "profile")
-        d = parse(text, f"profile {str(path)!r}")
-        if isinstance(d, dict) and d.get("format") == profiling.FORMAT:
-            target, drafter, a = profiling.parse(d, estimate, f"profile {str(path)!r}")
-            meta = {k: v for k, v in d.items() if k not in ("target", "drafter")}
-            return cls(
-                str(d["target"].get("name", "target")),
-                str(d["drafter"].get("name", "drafter")),
-                target,
-                drafter,
-                a,
-                meta,
-            )
-        return cls.from_dict(d, where=f"profile {str(path)!r}")
+        where = f"profile {str(path)!r}"
+        d = parse(read_text(path, "profile"), where)
+        if isinstance(d, dict) and d.get("format") == FORMAT:
+            target, drafter, a = parse_profile(d, estimate, where)
+            names = [str(d[role].get("name", role)) for role in ("target", "drafter")]
+            return cls(*names, target, drafter, a, {k: v for k, v in d.items() if k not in ("target", "drafter")})
+        return cls.from_dict(d, where=where)
 
     def save(self, path: str | os.PathLike) -> None:
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(str(path) + ".tmp")
-        tmp.write_text(dumps(self.to_dict()) + "\n")
-        tmp.replace(path)
+        profile_cache.write(Path(path), self.to_dict())
 
 
 def default_profile_path() -> Path:

@@ -1,25 +1,14 @@
 """The machine profile's cache: one file per model pair, backend settings and machine, measured on first need.
 
-A profile is valid for what its key names (:func:`profile_key`):
+A profile is valid for what its key names (:func:`profile_key`): each model's files by a fingerprint (sha256 over
+each file's size, first and last MiB), the backend's settings and library version, the machine (CPU model, usable
+cores, GPUs), and the measurement (:data:`MEASURE_VERSION`, the options that change its figures and the sample's
+fingerprint: ``auto`` and the predictions read the default measurement's, never one made otherwise). Which runtimes'
+overheads were measured is not in the key: the profile records them.
 
-* each model's files, by a fingerprint: sha256 over each file's size, first MiB and last MiB (a directory: its files
-  by relative name), so a few MiB are read, not gigabytes; a model replaced by another file (another quantization,
-  another revision, a re-conversion) changes it;
-* the backend and its settings as the model reports them (``backend_settings()``: llama.cpp's exact settings or
-  fast mode, transformers' dtype and device), and the backend library's version;
-* the machine: CPU model, cores this process may use, GPUs;
-* how the measurement is made: :data:`MEASURE_VERSION` and the measurement's own settings (``measurement``: the
-  options of :class:`~specpar.prediction.measure_pair.MeasureOptions` that change its figures and a fingerprint of
-  the sample prompts' token ids), so each way of measuring has its own entry: ``--algorithm auto`` and the
-  predictions read the default measurement's (:meth:`MeasureOptions.measurement` of the defaults on
-  :func:`sample_prompts`, what ``specpar profile`` measures without --dataset and the finer options), never one
-  measured with fewer tokens, other prompts or other options. Which runtimes' overheads were measured is not in the
-  key: the profile records them (``meta["overheads_measured"]``).
-
-The file is ``<cache>/profiles/machine-<sha256 of the key, 16 hex digits>.json`` (``<cache>``:
-:func:`specpar.backends.weights.cache_dir`), holding the key beside the profile; a file whose key differs (or that
-cannot be read) is measured again: a corrupt file with one warning, never a traceback. A model held only in memory
-(no file) has no fingerprint: its profile is measured each time and not kept.
+The file is ``<cache>/profiles/machine-<sha256 of the key, 16 hex digits>.json``, holding the key beside the profile;
+a file whose key differs is measured again, a corrupt one with one warning. A model held only in memory (no file)
+has no fingerprint: its profile is measured each time and not kept.
 """
 
 from __future__ import annotations
@@ -40,15 +29,12 @@ from specpar.core.json_output import dumps
 from specpar.core.model import as_model
 
 MEASURE_VERSION = 3
-"""Raised whenever what :mod:`specpar.prediction.measure_pair` measures, or how, changes: older caches are stale.
-2: prefills timed in the passes requests feed (their prompt length given; llama.cpp's canonical passes); the
-measurement's options and sample in the key; the drafter's own greedy decoding not run (its prefix agreement with
-the target's is read off its hits). 3: one untimed pass after the cached prefix before v(k) and contention are timed (a guard)."""
+"""Raised whenever what :mod:`specpar.prediction.measure_pair` measures, or how, changes: older caches are stale."""
 MIB = 1 << 20
 
 
 def fingerprint(path: str | os.PathLike) -> str:
-    """A fast content fingerprint of a file or a directory's files (module docstring): 16 hex digits."""
+    """A fast content fingerprint of a file or a directory's files: 16 hex digits."""
     path = Path(path)
     files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
     digest = hashlib.sha256()
@@ -129,7 +115,7 @@ def cache_path(key: Mapping, folder: str | os.PathLike | None = None) -> Path:
         from specpar.backends.weights import cache_dir
 
         folder = cache_dir() / "profiles"
-    name = hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    name = hashlib.sha256(_canonical(key).encode()).hexdigest()[:16]
     return Path(folder) / f"machine-{name}.json"
 
 
@@ -182,10 +168,10 @@ def load_or_measure(key: Mapping, measure: Callable[[], dict], parse: Callable[[
 
 
 def sample_prompts(model) -> list[list[int]]:
-    """:func:`sample_texts` in ``model``'s tokenizer; a ConfigError for a model without one."""
+    """:data:`SAMPLE_TEXTS` in ``model``'s tokenizer; a ConfigError for a model without one."""
     if as_model(model).tokenizer is None:
         raise ConfigError(f"{as_model(model).name or model!r} has no tokenizer: give the sample's token ids (prompts=)")
-    return [model.encode(text) for text in sample_texts()]
+    return [model.encode(text) for text in SAMPLE_TEXTS]
 
 
 @contextmanager
@@ -203,13 +189,7 @@ def steps_shown(total: int, progress: Callable[[str], None] | None = None) -> It
         yield lambda label: bar.update(task, advance=1, description=label)
 
 
-def sample_texts() -> Sequence[str]:
-    """The prompts a profile is measured on when the caller gives none: short code and prose, in the style of what
-    the default pair is used for."""
-    return SAMPLE_TEXTS
-
-
-SAMPLE_TEXTS = (
+SAMPLE_TEXTS = (  # the prompts a profile is measured on when the caller gives none: code and prose
     'def running_mean(values: list[float], window: int) -> list[float]:\n    """Return the mean of each run of '
     '`window` consecutive values.\n    >>> running_mean([1, 2, 3, 4], 2)\n    [1.5, 2.5, 3.5]\n    """\n',
     'def merge_intervals(intervals: list[tuple[int, int]]) -> list[tuple[int, int]]:\n    """Merge overlapping '

@@ -1,20 +1,17 @@
 """Share curves: a request's best option on each number of processing units, predicted by the simulator.
 
-For a request whose speculation is ``spec`` (its ceiling: DSI > SI > non-SI) on models with known latency
-profiles and acceptance rate (simulated models, or models given a measured profile), each option's time per token
-is predicted as ``lookahead="auto"`` predicts it (:func:`specpar.prediction.lookahead_choice.predict_ms`: the
-vectorized fast path in the paper's time-unit model, else the virtual clock), at the lookahead the option would run
-with: the request's own if it gave an integer, the fastest predicted for "auto", else Eq. 1's smallest (the
-runner's default). Non-SI is always an option, so no share runs slower than non-SI would on one unit.
-
-A request ``algorithm="auto"`` resolved has its curve made of auto's own predictions (:func:`choice_curve`): its
-largest share runs auto's choice, at the time auto predicted for it, so that what auto reports is what runs.
-
+For a request of ``spec`` (its ceiling: DSI > SI > non-SI) on models with known latency profiles and acceptance rate,
+each option's time per token is predicted as ``lookahead="auto"`` predicts it
+(:func:`specpar.prediction.lookahead_choice.predict_ms`), at the lookahead the option would run with: the request's
+own, the fastest for "auto", else Eq. 1's smallest. Non-SI is always an option, so no share runs slower than non-SI
+would on one unit. A request auto resolved has its curve made of auto's own predictions (:func:`choice_curve`).
 Where latencies are unknown the options keep the order DSI > SI > non-SI without predictions (:class:`ShareCurve`
-then splits units evenly). Token trees and HSD are not predicted here either.
+then splits units evenly); token trees and HSD are not predicted.
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 from specpar.core.config import SpeculativeConfig
 from specpar.core.errors import ConfigError
@@ -41,9 +38,8 @@ def share_curve(
     max_tokens: int = CURVE_TOKENS,
     seed: int = 0,
 ) -> ShareCurve:
-    """The options of a request of ``spec`` under ``policy`` ("adaptive", or fixed "dsi", "si", "nonsi") on a
-    scheduler of ``units`` units. target, drafter: models or Pools (their latency profiles and the drafter's
-    acceptance rate are read when known)."""
+    """The options of a request of ``spec`` under ``policy`` ("adaptive", or fixed "dsi", "si", "nonsi") on
+    ``units`` units of ``target`` and ``drafter`` (models or Pools)."""
     if policy not in POLICIES:
         raise ConfigError(f"policy must be one of {', '.join(POLICIES)}, got {policy!r}")
     predict = _Predictor(spec, target, drafter, min(max_tokens, CURVE_TOKENS), seed)
@@ -72,15 +68,11 @@ def share_curve(
         if predict.known:
             best = min(fits, key=lambda o: o.ms_per_token)
             if options and options[-1].ms_per_token <= best.ms_per_token:  # a unit more gains nothing
-                best = Option(u, *_config(options[-1]))
+                best = replace(options[-1], units=u)
         else:  # no predictions: the request's own order, DSI > SI > non-SI
             best = fits[-1]
         options.append(best)
     return ShareCurve(tuple(options))
-
-
-def _config(option: Option) -> tuple:
-    return option.algorithm, option.sp_degree, option.lookahead, option.ms_per_token
 
 
 class _Predictor:
@@ -131,9 +123,8 @@ class _Predictor:
 
 
 class Curves:
-    """An engine's share curves, made once per configuration and length (:func:`share_curve`): under ``policy`` on
-    ``units`` units of ``target`` and ``drafter`` Pools; one unit (ready-made servers) runs each request's own
-    configuration on all of it."""
+    """An engine's share curves under ``policy`` on ``units`` units, made once per configuration and length; one unit
+    (ready-made servers) runs each request's own configuration."""
 
     def __init__(self, policy: str, target, drafter, units: int):
         self.policy, self.target, self.drafter, self.units = policy, target, drafter, units
@@ -155,12 +146,10 @@ class Curves:
 
 def choice_curve(choice, units: int, policy: str) -> ShareCurve:
     """The shares of a request ``algorithm="auto"`` resolved (``choice``: a :class:`specpar.prediction.auto.Choice`)
-    on a scheduler of ``units`` units under ``policy``, from auto's own predictions (its MethodPredictions): on its
-    largest share (:func:`max_share` of the choice) the choice at its predicted time; under the adaptive policy, on
-    each smaller share the fastest setting auto predicted that runs there as the request would (non-SI, or the
-    choice's own tree, proposer, lookahead and cursor with fewer units: :func:`_runs_as`) and is slower than the
-    choice (those auto ranked faster lost its final search), else the smaller share's. Fixed policies: the choice
-    alone (auto chose among what the policy runs)."""
+    on ``units`` units under ``policy``, from auto's own predictions: on its largest share the choice at its
+    predicted time; under the adaptive policy, on each smaller share the fastest setting auto predicted that runs
+    there as the request would (:func:`_runs_as`) and is slower than the choice, else the smaller share's. Fixed
+    policies: the choice alone (auto chose among what the policy runs)."""
     spec, predictions = choice.spec, choice.predictions
     n = predictions.max_tokens
     top = max_share(spec, units)
@@ -179,15 +168,14 @@ def choice_curve(choice, units: int, policy: str) -> ShareCurve:
         fits = [p for p in candidates if max_share(p.spec, units) <= u]
         best = option(u, min(fits, key=lambda p: p.ms))
         if options and options[-1].ms_per_token <= best.ms_per_token:  # a unit more gains nothing
-            best = Option(u, *_config(options[-1]))
+            best = replace(options[-1], units=u)
         options.append(best)
     return ShareCurve((*options, chosen))
 
 
 def _runs_as(setting: SpeculativeConfig, spec: SpeculativeConfig) -> bool:
     """Whether a request of ``spec`` runs ``setting`` when its share's option is ``setting``'s algorithm and SP
-    degree (:func:`specpar.scheduling.request.configure`): non-SI always; SI and DSI with ``spec``'s tree, proposer
-    and lookahead (and DSI with its cursor)."""
+    degree: non-SI always; SI and DSI with ``spec``'s tree, proposer and lookahead (and DSI with its cursor)."""
     if setting.algorithm == "nonsi":
         return True
     same = (setting.tree, setting.proposer, setting.lookahead) == (spec.tree, spec.proposer, spec.lookahead)

@@ -1,19 +1,12 @@
 """A configuration's time on a machine: the same algorithm code, run on the virtual clock with the machine's costs.
 
 :func:`mean_time_ms` runs one :class:`~specpar.core.config.SpeculativeConfig` over sample pairs of simulated models
-(:func:`specpar.algorithms.registry.run_generation`, the runner every entry point uses) and averages their times;
-``lookahead="auto"`` (:mod:`specpar.prediction.lookahead_choice`) and every method's prediction
-(:mod:`specpar.prediction.methods`) ask here. :func:`sample_pairs` makes the pairs of a :class:`MachineProfile`:
-
-* the target's and the drafter's servers price each call with the profile's measured costs at the threads the
-  engine gives a pass (:class:`~specpar.core.latency.PassCosts`: the prefill of the prompt, v(new tokens), the
-  runtime's round trip per call);
-* the virtual clock slows passes while several servers run at once, as the profile's contention says
-  (:class:`~specpar.runtimes.virtual.Contention`; a profile without contention leaves the clock the paper's);
-* the drafter agrees with the target at the profile's acceptance rate (iid, the geometric estimate's model); the
-  n-gram proposer is a drafter that costs nothing and proposes at the profile's match rate (:class:`LookupDrafter`);
-* a target pass cancelled mid-way runs to its end (a llama.cpp or transformers pass cannot stop), a draft stops;
-* the engine's own cost per output token (``per_token_ms``) is added to each run's time.
+(:func:`specpar.algorithms.registry.run_generation`, the runner every entry point uses) and averages their times.
+:func:`sample_pairs` makes the pairs of a :class:`MachineProfile`: each call priced by its measured costs at the
+threads the engine gives a pass, plus the runtime's round trip; passes slowed while several servers run at once, as
+its contention says; the drafter agreeing with the target at its acceptance rate (iid), the n-gram proposer a
+drafter that costs nothing and proposes at its match rate (:class:`LookupDrafter`); a cancelled target pass run to
+its end (a real pass cannot stop), a draft stopped; the engine's own cost per output token added.
 """
 
 from __future__ import annotations
@@ -29,6 +22,7 @@ from specpar.core.calls import Draft, Proposal
 from specpar.core.config import RuntimeConfig, SpeculativeConfig
 from specpar.core.errors import ConfigError
 from specpar.core.latency import LatencyProfile
+from specpar.core.numbers import is_number
 from specpar.core.query import Query
 from specpar.prediction.machine import MachineProfile
 
@@ -41,13 +35,12 @@ _MATCH_SALT = 0x6A09E667F3BCC909
 
 
 class LookupDrafter(SimulatedDrafter):
-    """The n-gram proposer as a simulated drafter: at each proposal it finds a match with probability
-    ``match_rate`` (decided by the prefix, deterministically) and then proposes k tokens accepted at
-    ``acceptance_rate`` each (a :class:`SimulatedDrafter`'s), else nothing; a proposal costs no time."""
+    """The n-gram proposer as a simulated drafter: a proposal finds a match with probability ``match_rate`` (decided
+    by the prefix) and then proposes k tokens accepted at ``acceptance_rate`` each, else nothing; it costs no time."""
 
     def __init__(self, target: SimulatedModel, acceptance_rate: float, match_rate: float, seed: int = 1):
         super().__init__(target, acceptance_rate, LatencyProfile(0.0, 0.0), seed)
-        if isinstance(match_rate, bool) or not isinstance(match_rate, (int, float)) or not 0 <= match_rate <= 1:
+        if not is_number(match_rate, 0, 1):
             raise ConfigError(f"the n-gram match rate must be in [0, 1], got {match_rate!r}")
         self.match_rate = float(match_rate)
         self._match_below = math.ceil(self.match_rate * 2.0**64)
@@ -69,13 +62,13 @@ class LookupServer(SimulatedServer):
 
 def sample_pairs(profile: MachineProfile, prompt_tokens: int, count: int, threads: int, runtime: str = "threads",
                  ngram: bool = False, seed: int = 0) -> list[tuple]:  # fmt: skip
-    """``count`` sample (target, drafter, prompt) triples priced by ``profile`` with ``threads`` threads per pass
-    and ``runtime``'s round trip per call (on Ray the drafter runs beside the driver: the threads runtime's).
-
-    ngram: the drafter is the n-gram proposer (:class:`LookupDrafter`, the profile's n-gram rates) instead of the
-    drafter model. prompt_tokens: the prompt's length (its prefill is priced by it)."""
+    """``count`` sample (target, drafter, prompt of ``prompt_tokens``) triples priced by ``profile`` with ``threads``
+    threads per pass and ``runtime``'s round trip per call (on Ray the drafter runs beside the driver: the threads
+    runtime's). ngram: the drafter is the n-gram proposer (:class:`LookupDrafter`) instead of the drafter model."""
     if prompt_tokens < 1:
         raise ConfigError(f"a prediction needs a prompt of at least one token, got {prompt_tokens}")
+    if ngram and not {"match_rate", "acceptance_rate"} <= set(profile.ngram):
+        raise ConfigError("the machine profile has no n-gram rates (match_rate, acceptance_rate)")
     over = profile.overhead_ms
     target_costs = profile.target.costs(threads, over.get(runtime, 0.0))
     drafter_costs = None
@@ -85,8 +78,6 @@ def sample_pairs(profile: MachineProfile, prompt_tokens: int, count: int, thread
     for r in range(seed, seed + count):
         target = SimulatedModel(VOCAB, seed=r, latency=target_costs)
         if ngram:
-            if not {"match_rate", "acceptance_rate"} <= set(profile.ngram):
-                raise ConfigError("the machine profile has no n-gram rates (match_rate, acceptance_rate)")
             drafter = LookupDrafter(target, profile.ngram["acceptance_rate"], profile.ngram["match_rate"],
                                     seed=r + DRAFTER_SEED)  # fmt: skip
         elif drafter_costs is None or profile.acceptance_rate is None:
@@ -108,17 +99,16 @@ REAL_CANCEL = {"target": "end"}  # a real target pass cannot stop; a draft stops
 
 
 def clock(profile: MachineProfile | None = None, cancel_frees=REAL_CANCEL) -> RuntimeConfig:
-    """The virtual clock a prediction runs on: the profile's contention (when it has any), and what a cancelled task
-    does to its server (``cancel_frees``: as on real runtimes by default; "now" without a profile, the paper's)."""
+    """The virtual clock a prediction runs on: the profile's contention, and what a cancelled task does to its server
+    (``cancel_frees``: as on real runtimes by default; "now" without a profile, the paper's)."""
     options = {"contention": profile.contention} if profile is not None and profile.has_contention else {}
     return RuntimeConfig(name="virtual", cancel_frees=cancel_frees if profile is not None else "now", options=options)
 
 
 def mean_time_ms(pairs: Sequence[tuple], spec: SpeculativeConfig, runtime: RuntimeConfig, max_tokens: int,
                  per_token_ms: float = 0.0) -> tuple[float, float]:  # fmt: skip
-    """The mean time (ms) of ``spec`` generating ``max_tokens`` tokens (greedy) over ``pairs`` of (target, drafter,
-    prompt) on ``runtime`` (a virtual clock), each run's time plus ``per_token_ms`` per output token; and the mean
-    time to the first token (with its per-token cost)."""
+    """The mean time (ms) of ``spec`` generating ``max_tokens`` greedy tokens over ``pairs`` of (target, drafter,
+    prompt) on ``runtime`` (a virtual clock), plus ``per_token_ms`` per output token; and the mean to the first."""
     from specpar.algorithms.registry import run_generation
 
     drafter_needed = spec.algorithm != "nonsi"
@@ -135,13 +125,10 @@ def mean_time_ms(pairs: Sequence[tuple], spec: SpeculativeConfig, runtime: Runti
 class EngineShape:
     """What the engine that will run a request offers, as far as its time goes.
 
-    units: its processing units (an Engine's ``units``; ``generate()`` and ready-made Pools: 1).
-    targets: its target servers, the most a request verifies on at once (its ``sp_degree``).
-    runtime: "threads" or "ray". cpus_per_server: Ray's CPU bundle per actor (its passes' threads).
-    cpu: whether the servers run on the CPU (their passes' threads share its cores), else each on a device.
-    drafter: whether it has a drafter model.
-    cancel_frees: what a cancelled task does to its server (the virtual clock's RuntimeConfig.cancel_frees): real
-        runtimes' target passes run to their end, a draft stops between passes.
+    units: its processing units (``generate()`` and ready-made Pools: 1). targets: its target servers (the most a
+    request verifies on at once). runtime: "threads" or "ray". cpus_per_server: Ray's CPU bundle per actor.
+    cpu: whether the servers share the CPU's cores, else each has a device. drafter: whether it has a drafter model.
+    cancel_frees: what a cancelled task does to its server (RuntimeConfig.cancel_frees).
     """
 
     units: int = 1
@@ -153,8 +140,8 @@ class EngineShape:
     cancel_frees: str | Mapping[str, str] = field(default_factory=lambda: {"target": "end"})
 
     def threads(self, profile: MachineProfile, spec: SpeculativeConfig) -> int:
-        """The threads the engine gives each pass of a request of ``spec`` (Engine.threads_for's rule: the CPU
-        servers the request uses, its SP degree's targets and its drafter, :func:`busy_servers`)."""
+        """The threads the engine gives each pass of a request of ``spec`` (the engine's rule: the CPU servers the
+        request uses, :func:`busy_servers`)."""
         uses_drafter = spec.uses_drafter and self.drafter
         targets = min(spec.sp_degree or self.targets, self.targets)
         servers = (targets + (1 if uses_drafter else 0)) if self.cpu else 0
@@ -165,12 +152,9 @@ class EngineShape:
 def predicted_ms(profile: MachineProfile, spec: SpeculativeConfig, prompt_tokens: int, max_tokens: int,
                  shape: EngineShape | None = None, seed: int = 0, pairs: int | None = None) -> float:  # fmt: skip
     """``spec``'s predicted time (ms) for a prompt of ``prompt_tokens`` tokens and ``max_tokens`` output tokens on
-    the machine ``profile`` describes, run by an engine of ``shape`` (default :class:`EngineShape`'s: the threads its
-    passes get, its runtime's round trip, what a cancelled task does), averaged over ``pairs`` sample pairs
-    (default :func:`pair_count`'s) from ``seed``.
-
-    Outputs longer than MAX_SIMULATED tokens are simulated that long and the time after the first token scaled to
-    the length (the runs' steady state: their draws are iid; :func:`scaled`)."""
+    the machine ``profile`` describes, run by an engine of ``shape``, averaged over ``pairs`` sample pairs (default
+    :func:`pair_count`'s) from ``seed``. Outputs longer than MAX_SIMULATED tokens are simulated that long and the
+    time after the first token scaled (:func:`scaled`: their draws are iid)."""
     return predicted_times(profile, spec, prompt_tokens, max_tokens, shape, seed, pairs)[0]
 
 

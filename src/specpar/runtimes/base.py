@@ -3,19 +3,24 @@
 from __future__ import annotations
 
 import itertools
+import logging
 import math
+import queue
 import threading
+import time
 import weakref
 from abc import ABC, abstractmethod
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from specpar.core.errors import ConfigError
+from specpar.core.errors import ConfigError, ServerError
 from specpar.core.latency import STALL_FACTOR, STALL_FLOOR_S, LatencyProfile, stall_limit_s
 from specpar.core.model import Model, Server, as_model, as_server
 from specpar.core.numbers import is_number
 from specpar.core.results import TaskRecord
+
+log = logging.getLogger(__name__)
 
 
 class Pool:
@@ -37,12 +42,9 @@ class Pool:
 
     @staticmethod
     def pick(idle: Sequence[Server], call) -> int:
-        """Which idle server runs ``call``: its index in ``idle`` (servers in the order they became idle).
-
-        The one whose cache covers most of the call's context, so that no replica pays to catch up on tokens
-        another has already seen (a pass costs more per token it has not cached: TTFT for a cold cache,
-        per_token_ms for each unseen token); ties go to the server idle longest (first in ``idle``).
-        """
+        """Which idle server runs ``call``: its index in ``idle`` (in the order they became idle): the one whose cache
+        covers most of the call's context (no replica pays to catch up on tokens another has seen); ties go to the
+        server idle longest."""
         if len(idle) == 1:
             return 0
         context = call.context
@@ -109,14 +111,10 @@ class Task:
         self.pool = pool
         self.call = call
         self.id = next(_ids)
-        self.server = None
-        self.start = self.end = None
-        self.result = self.error = None
+        self.server = self.start = self.end = self.result = self.error = self.cancel_event = None
         self.cancelled = self.done = False
-        self.cancel_event = None
-        # cached: tokens of the context the server held when the call started; limit_s: how long it may run before
-        # its server counts as stalled (CallLimits). Both set by the real runtimes when it starts, None on the
-        # virtual clock
+        # cached: tokens of the context the server held when the call started; limit_s: its stall limit (CallLimits).
+        # Set by the real runtimes when it starts, None on the virtual clock
         self.cached = self.limit_s = None
 
     def __repr__(self) -> str:
@@ -126,12 +124,9 @@ class Task:
 class CallLimits:
     """How long each call may run on a real runtime before its server counts as stalled (seconds).
 
-    timeout_s: a fixed limit for every call; None (the default): a limit per call, derived from the server's
-        measured latency by :func:`specpar.core.latency.stall_limit_s` (``factor`` x the expected time, at least
-        ``floor_s``). The expected time is the longest of: the server's latency profile's prediction for the call
-        (where it has one), and the longest call of the same kind (draft, verify) its pool has completed so far.
-        So a replica that stalls mid-run is noticed after ~factor passes, not minutes later; a call of a kind never
-        measured on a server without a profile gets the generous UNMEASURED_LIMIT_S.
+    timeout_s: a fixed limit for every call; None (the default): ``factor`` x the expected time, at least ``floor_s``
+        (:func:`specpar.core.latency.stall_limit_s`), the expected time the longest of the server's latency profile's
+        prediction and the longest call of the same kind its pool has completed so far.
     """
 
     def __init__(self, timeout_s: float | None = None, factor: float = STALL_FACTOR, floor_s: float = STALL_FLOOR_S):
@@ -185,14 +180,13 @@ class CallLimits:
         """The calls among ``running`` that have run past their limits at ``now_ms``."""
         return [t for t in running if now_ms - t.start >= t.limit_s * 1000.0]
 
-    @property
-    def which(self) -> str:
-        """Which limit a stalled call ran past, for messages."""
-        return "call_timeout_s" if self.timeout_s is not None else "its stall limit"
+    def stall(self, task: Task, what: str = "stalled") -> str:
+        """Why ``task``'s server counts as stalled, for messages."""
+        which = "call_timeout_s" if self.timeout_s is not None else "its stall limit"
+        return f"no answer after {task.limit_s:.3g} s ({which}): {what}"
 
 
-# server -> a weak reference to the runtime that runs it now (claimed at construction, released at close)
-_claims: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_claims: weakref.WeakValueDictionary = weakref.WeakValueDictionary()  # id(server) -> the runtime that claimed it
 _claims_lock = threading.Lock()
 
 
@@ -208,22 +202,21 @@ def _with_parts(servers) -> list:
 class Runtime(ABC):
     """Runs tasks on pools of servers; see the package docstring for the contract.
 
-    A server belongs to one runtime at a time: a runtime claims the servers it runs when it is made (:meth:`claim`)
-    and releases them at :meth:`close`. A second runtime on a server still claimed by an open one (a Pool shared by
-    generations running at once from several threads, whose caches would interleave: silently wrong tokens) is a
-    ConfigError naming the server.
+    A server belongs to one runtime at a time (:meth:`claim` when made, released at :meth:`close`): a second runtime
+    on a server still claimed by an open one (whose caches would interleave: wrong tokens) is a ConfigError.
     """
 
     name = "runtime"
     options_type: type | None = None  # a dataclass of its options (Ray's), else its constructor's keywords are
     left_running: Sequence[str] = ()  # threads close() left behind, finishing a call (threads)
-    lost: Sequence[LostReplica] = ()  # servers lost during the generation (threads, Ray)
 
     def __init__(self, pools: Sequence[Pool]):
         self.pools = list(pools)
         self.tasks: list[Task] = []  # every task submitted, in order
+        self.lost: list[LostReplica] = []  # servers lost during the generation (threads, Ray), in order
         self.closed = False
         self._claimed: list = []
+        self._in_flight = 0  # tasks submitted, neither returned by wait() nor cancelled (threads, Ray)
 
     def claim(self, servers) -> None:
         """Make ``servers`` (and those they are made of) this runtime's until :meth:`close`; a ConfigError if an
@@ -231,8 +224,7 @@ class Runtime(ABC):
         servers = _with_parts(servers)
         with _claims_lock:
             for server in servers:
-                ref = _claims_get(server)
-                owner = ref() if ref is not None else None
+                owner = _claims.get(id(server))
                 if owner is not None and owner is not self and not owner.closed:
                     raise ConfigError(
                         f"server {getattr(server, 'name', server)!r} is already running another generation (on a "
@@ -240,10 +232,9 @@ class Runtime(ABC):
                         "running at once (their caches would mix); give each thread its own servers, or send the "
                         "requests to one Engine, which runs them in turn"
                     )
-            me = weakref.ref(self)
             for server in servers:
-                _claims_set(server, me)
-                self._claimed.append(server)
+                _claims[id(server)] = self
+                self._claimed.append(server)  # alive while claimed, so its id stays its own
 
     # -- dispatch: the same queue on every runtime -----------------------------------------------------------
     def _queues(self, servers: Mapping[Pool, Sequence]) -> None:
@@ -252,42 +243,86 @@ class Runtime(ABC):
         self._idle = {p: list(s) for p, s in servers.items()}
         self._queued = {p: deque() for p in servers}
 
-    def _take_idle(self, task: Task, first: bool = False):
-        """The idle server of ``task``'s pool that :meth:`Pool.pick` chooses for it, no longer idle; None when
-        none is idle (the task waits in the pool's queue: last, or ``first`` for a task whose server was lost)."""
+    def _dispatch(self, task: Task, first: bool = False) -> None:
+        """Start ``task`` on the idle server of its pool that :meth:`Pool.pick` chooses, else queue it (last, or
+        ``first`` for a task whose server was lost)."""
         pool = task.pool
         idle = self._idle[pool]
         if idle:
-            return idle.pop(pool.pick(idle, task.call))
-        if first:
+            self._start(task, idle.pop(pool.pick(idle, task.call)))
+        elif first:
             self._queued[pool].appendleft(task)
         else:
             self._queued[pool].append(task)
-        return None
 
-    def _next_queued(self, pool: Pool, server) -> Task | None:
-        """``server`` of ``pool`` is free: the first task queued there and not cancelled, for it to run; None when
-        there is none (the server waits idle)."""
+    def _free(self, pool: Pool, server) -> None:
+        """``server`` of ``pool`` is free: it starts the first queued task not cancelled, or waits idle."""
         queued = self._queued[pool]
         while queued:
             task = queued.popleft()
             if not task.cancelled:
-                return task
+                self._start(task, server)
+                return
         self._idle[pool].append(server)
-        return None
+
+    def _start(self, task: Task, server) -> None:
+        """Run ``task`` on ``server`` (each runtime its own way)."""
+        raise NotImplementedError
 
     def _waiting(self) -> list[Pool]:
         """The pools where a task not cancelled waits for a server, in order."""
         return [p for p, queued in self._queued.items() if any(not t.cancelled for t in queued)]
+
+    def _cancelled_now(self, task: Task) -> bool:
+        """Mark a task in flight cancelled and done (real runtimes); False for one already finished or cancelled."""
+        if task.done or task.cancelled:
+            return False
+        task.cancelled = task.done = True
+        self._in_flight -= 1
+        return True
+
+    # -- the real runtimes' waits and faults (threads, Ray) ----------------------------------------------
+    def _finished_item(self):
+        """The next item of the queue of finished work (a task, or a Ray ObjectRef), losing the servers of watched
+        calls past their stall limits while it waits; a RuntimeError when nothing is in flight."""
+        while True:
+            if self._in_flight == 0:
+                raise RuntimeError("wait() called with no task in flight (an algorithm bug)")
+            self._check_pools()
+            try:
+                return self._finished.get(timeout=self.limits.wait_s(self._watched(), self.now()))
+            except queue.Empty:
+                self._lose_stuck()
+
+    def _check_pools(self) -> None:
+        """A ServerError when work waits on a pool with no live server left (Ray's check; threads raise on a loss)."""
+        return None
+
+    def _returned(self, task: Task) -> Task:
+        """``task`` finished and not cancelled: done and out of flight; a ServerError if its server raised."""
+        task.done = True
+        self._in_flight -= 1
+        if task.error is not None:
+            raise ServerError(task.server.name, task.call.kind, task.error) from task.error
+        return task
+
+    def _lose(self, task: Task, server_name: str, reason: str) -> None:
+        """``task``'s server died or stalled: record it in ``lost`` (with the time its unfinished call had run) and
+        send ``task`` (unless cancelled) to the first live server of its pool to be free."""
+        lost_ms = 0.0 if task.cancelled else self.now() - task.start
+        self.lost.append(LostReplica(server_name, task.pool.name, self.now(), lost_ms, reason))
+        log.warning("lost %s of %s (%s); %.1f ms of work redone", server_name, task.pool.name, reason, lost_ms)
+        if not task.cancelled:
+            task.server = task.start = task.limit_s = None  # not watched until a server starts it again
+            self._dispatch(task, first=True)
 
     def release(self) -> None:
         """Give this runtime's servers back (at close)."""
         self.closed = True
         with _claims_lock:
             for server in self._claimed:
-                ref = _claims_get(server)
-                if ref is not None and ref() is self:
-                    _claims_set(server, None)
+                if _claims.get(id(server)) is self:
+                    del _claims[id(server)]
             self._claimed = []
 
     @abstractmethod
@@ -305,9 +340,9 @@ class Runtime(ABC):
     def cancel(self, task: Task) -> None:
         """Drop a queued or running task; a no-op for a finished or cancelled one."""
 
-    @abstractmethod
     def now(self) -> float:
-        """The clock, in ms since the runtime started."""
+        """The clock, in ms since the runtime started (real runtimes: the wall clock since ``_t0``)."""
+        return (time.perf_counter() - self._t0) * 1000.0
 
     def run(self, pool: Pool, call):
         """Submit ``call`` and wait for it; for sequential algorithms with nothing else in flight."""
@@ -349,20 +384,3 @@ class Runtime(ABC):
     def __exit__(self, *exc):
         self.close()
         return False
-
-
-def _claims_get(server):
-    try:
-        return _claims.get(server)
-    except TypeError:  # a server that cannot be weakly referenced is not checked
-        return None
-
-
-def _claims_set(server, ref) -> None:
-    try:
-        if ref is None:
-            _claims.pop(server, None)
-        else:
-            _claims[server] = ref
-    except TypeError:
-        pass

@@ -1,14 +1,8 @@
-"""How many servers this machine can run at once, checked before a runtime starts any (a ConfigError naming the
-limit, never a raw "can't start new thread" after hundreds were made, or minutes of Ray workers starting).
+"""How many servers this machine can run at once, checked before a runtime starts any: a ConfigError naming the
+limit, never a raw "can't start new thread" after hundreds were made.
 
-* threads: one OS thread per server. A thread reserves its stack in the process's address space
-  (``RLIMIT_STACK``, 8 MiB by default) and counts as a task against ``RLIMIT_NPROC`` and the cgroup's
-  ``pids.max``: the limits a memory-capped or container-bound process meets first.
-* a local Ray (started by this process): one process per server, about ``ACTOR_BYTES`` each before any model
-  loads (a ServerHost actor with a simulated server measured 101-104 MB resident, Ray 2.60), so the servers must
-  fit in the memory available now; the process limits above count them too. A cluster this process joined
-  places actors by its own resources (RayRuntime's CPU check).
-
+The threads runtime starts one OS thread per server (a stack reserved in the address space, a task against
+``RLIMIT_NPROC`` and the cgroup's ``pids.max``); a local Ray one process per server, about ``ACTOR_BYTES`` each.
 A limit that cannot be read (another OS) is not checked.
 """
 
@@ -35,10 +29,10 @@ def _read_int(path: Path) -> int | None:
     return int(text) if text.isdigit() else None
 
 
-def _status_kb(field: str) -> int | None:
-    """A ``kB`` field of /proc/self/status (VmSize, VmRSS), or None."""
+def _proc_kb(path: str, field: str) -> int | None:
+    """A ``kB`` field of a /proc file (/proc/self/status's VmSize, /proc/meminfo's MemAvailable), or None."""
     try:
-        for line in Path("/proc/self/status").read_text().splitlines():
+        for line in Path(path).read_text().splitlines():
             if line.startswith(field + ":"):
                 return int(line.split()[1])
     except (OSError, ValueError, IndexError):
@@ -99,7 +93,7 @@ def thread_limits() -> list[tuple[int, str]]:
     """Like :func:`task_limits`, for threads of this process: also its address space (``ulimit -v``)."""
     limits = task_limits()
     soft = resource.getrlimit(resource.RLIMIT_AS)[0]
-    used = _status_kb("VmSize")
+    used = _proc_kb("/proc/self/status", "VmSize")
     if soft != resource.RLIM_INFINITY and used is not None:
         stack = stack_bytes()
         left = (soft - used * 1024) // stack
@@ -115,20 +109,11 @@ def thread_limits() -> list[tuple[int, str]]:
 
 def available_bytes() -> int | None:
     """Memory free for new processes now: MemAvailable, or less where this process's cgroup caps its memory."""
-    free = _status_meminfo("MemAvailable")
+    free = _proc_kb("/proc/meminfo", "MemAvailable")
+    free = None if free is None else free * 1024
     cap = _memory_cap_left()
     known = [x for x in (free, cap) if x is not None]
     return min(known) if known else None
-
-
-def _status_meminfo(field: str) -> int | None:
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
 
 
 def _memory_cap_left() -> int | None:
@@ -170,11 +155,8 @@ def check_local_actors(n: int) -> None:
 
 def check_servers(runtime, targets: int, drafters: int = 0) -> None:
     """Refuse, before any server is made, ``targets`` target and ``drafters`` drafter servers that the runtime a
-    :class:`~specpar.core.config.RuntimeConfig` names cannot run on this machine (the virtual clock: any number).
-
-    threads: a thread per server. Ray: a process per actor (the targets, and the drafters with
-    ``drafter_placement="actor"``; in the driver they are threads), checked against this machine unless the run
-    joins a cluster (``address``)."""
+    :class:`~specpar.core.config.RuntimeConfig` names cannot run on this machine: a thread per server, a process
+    per Ray actor (the drafters in the driver are threads; a joined cluster is not checked here)."""
     if runtime.name == "threads":
         check_threads(targets + drafters)
     elif runtime.name == "ray":

@@ -1,20 +1,10 @@
 """Joining or starting the Ray cluster the Ray runtime runs on, and giving back what this process started.
 
-Ray is an optional dependency (``pip install 'specpar[ray]'``): nothing here imports it before it is needed,
-so ``import specpar`` never does.
-
-* :func:`connect` joins a running cluster (``address="auto"`` or ``"HOST:PORT"``, as started by
-  ``ray start --head``) or starts a local one: no dashboard, a small object store (calls carry token ids,
-  never weights), loopback only. A local Ray counts ``max(cores, cpus)`` logical CPUs, so that every server
-  of a run gets its CPU bundle even on a small machine (the bundles then share cores).
-* :func:`shutdown` disconnects; a local Ray this process started stops with it (its raylet, its GCS and
-  every actor of this process). It never touches a cluster it only joined (``ray stop`` is the cluster
-  owner's command).
-* :func:`ray_session` does both around a command; the API starts a local Ray on first use and stops it
-  at exit.
-* :func:`local_cluster` starts several raylets on this machine (``ray.cluster_utils.Cluster``: a head and
-  worker nodes, each its own raylet and object store) and joins them: a multi-node cluster for the tests and
-  the benchmarks, shut down by handle.
+Ray is an optional dependency (``pip install 'specpar[ray]'``), imported only when needed. :func:`connect` joins a
+running cluster or starts a local one (no dashboard, a small object store, loopback only); :func:`shutdown`
+disconnects, and stops a local Ray this process started (never a cluster it only joined: ``ray stop`` is the
+owner's command); :func:`ray_session` does both around a command; :func:`local_cluster` starts several raylets on
+this machine (a multi-node cluster for the tests and benchmarks), shut down by handle.
 """
 
 from __future__ import annotations
@@ -114,11 +104,8 @@ def shutdown() -> None:
 @contextlib.contextmanager
 def ray_session(address: str | None = None, cpus: float = 0):
     """Ray for the duration of a command: joined on entry (``address``) or started by its first run, disconnected
-    on exit (Ctrl-C included); a Ray that was already connected before is left as it was.
-
-    cpus: the logical CPUs the command's largest run needs (its servers x CPUs each). A local Ray counts at least
-    that many from the start: the first run starts it, and a comparison's first arm (non-SI: one server) must not
-    size it for itself alone (then DSI's sp_degree servers did not fit: "need 4 CPUs, the cluster has 2")."""
+    on exit; a Ray already connected before is left as it was. cpus: the logical CPUs the command's largest run
+    needs, so that a comparison's first arm (non-SI: one server) does not size a local Ray for itself alone."""
     ray = import_ray()
     was_connected = ray.is_initialized()
     reserved = _state["reserved"]
@@ -135,13 +122,9 @@ def ray_session(address: str | None = None, cpus: float = 0):
 
 @contextlib.contextmanager
 def local_cluster(cpus_per_node: Sequence[int] = (2, 1, 1)):
-    """A Ray cluster of one raylet per entry of ``cpus_per_node`` on this machine (the first the head, with the GCS;
-    no dashboard, an 80 MB object store each), joined by this process for the duration; shut down by handle on
-    exit (no ``ray stop``). Yields the ``ray.cluster_utils.Cluster``.
-
-    The head writes its address where any ``ray.init()`` on this machine would find and join it; that entry is
-    removed at once, so only this process joins (by the address it is given).
-    """
+    """A Ray cluster of one raylet per entry of ``cpus_per_node`` on this machine (the first the head), joined by
+    this process for the duration and shut down by handle on exit. Yields the ``ray.cluster_utils.Cluster``. The
+    address the head writes for any ``ray.init()`` to find is removed at once: only this process joins."""
     ray = import_ray()
     from ray._common.utils import reset_ray_address
     from ray.cluster_utils import Cluster

@@ -1,70 +1,42 @@
 """Ray: every server an actor in its own process, on its own cores or GPU, on one machine or many.
 
-The same contract and the same dispatch as the threads runtime: the driver keeps each pool's queue and
-hands a task to the idle replica :meth:`Pool.pick` chooses, one call per actor at a time. What differs is
-where the servers run (:mod:`specpar.runtimes.ray_actors`: actors built from the servers' ``remote_spec()``,
-sent only the tokens they have not seen) and what can go wrong with them:
-
-* a replica whose actor dies (``ray.kill``, a crash, a lost node) or stalls (a call past its stall limit:
-  :class:`~specpar.runtimes.base.CallLimits`, by default a multiple of the time the server's latency profile and
-  its pool's completed calls say it should take; or a fixed ``call_timeout_s``) is *lost*: it is killed, its
-  task goes to a live replica of the same pool, and ``lost`` records the replica and the time its unfinished call
-  cost. Lost replicas cost time, never tokens.
-* a pool with every replica lost and work queued: ``wait()`` raises a ServerError naming them, no hang.
-* ``close()`` never hangs: calls cancelled at the end get ``join_timeout_s`` to return, actors that do not
-  are killed, so no stale cache is reused.
-
-The pools named in ``local_pools`` (the drafter, say) run on threads of the driver instead (a
-:class:`ThreadRuntime` sharing this runtime's queue of finished work): no round trip per call.
-
-Resources: each server gets a bundle of ``cpus_per_server`` CPUs (its torch thread count), and one GPU for
-the servers of ``gpu_pools`` when the cluster has GPUs; a run's new actors share one placement group, PACKed
-on one node by default or SPREAD across nodes. Actors are made (and ready) before the clock starts.
-
-Actors are killed at ``close()``, unless ``reuse_actors``: then they stay with their local server objects
-(ready-made pools, as an engine keeps) and a later runtime on the same servers reuses them; each dies with
-its server object, or with the Ray session.
+The same contract and dispatch as the threads runtime; actors (:mod:`specpar.runtimes.ray_actors`) are built from
+the servers' ``remote_spec()``. A replica whose actor dies or stalls is lost: killed, its task resent to a live one,
+recorded in ``lost``; a pool with none left and work queued is a ServerError. ``close()`` gives cancelled calls
+``join_timeout_s``, then kills their actors. ``local_pools`` (the drafter, say) run on threads of the driver
+(a :class:`ThreadRuntime` sharing the queue of finished work). Each server gets ``cpus_per_server`` CPUs (and a GPU
+for ``gpu_pools``) in one placement group; with ``reuse_actors`` the actors outlive the runtime with their servers.
 """
 
 from __future__ import annotations
 
-import logging
-import math
 import queue
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from specpar.core.config import check_ray_resources
 from specpar.core.errors import ConfigError, ServerError
 from specpar.core.latency import STALL_FACTOR, STALL_FLOOR_S
 from specpar.runtimes import capacity, ray_actors
-from specpar.runtimes.base import CallLimits, LostReplica, Pool, Runtime, Task
+from specpar.runtimes.base import CallLimits, Pool, Runtime, Task
 from specpar.runtimes.ray_cluster import connect, import_ray, started_here
 from specpar.runtimes.threads import ThreadRuntime
 
-log = logging.getLogger(__name__)
-
 DEFAULT_JOIN_TIMEOUT_S = 2.0
 PLACEMENT_TIMEOUT_S = 60.0
-STRATEGIES = ("PACK", "SPREAD")
 
 
 @dataclass(frozen=True)
 class RayOptions:
     """A :class:`RayRuntime`'s settings (checked when made).
 
-    cpus_per_server: CPUs in each server's bundle (and its torch threads, at least 1).
-    placement: "PACK" (one node if it fits) or "SPREAD" (across nodes).
-    call_timeout_s: a call running longer than this loses its replica; None (the default): each call's limit is
-        derived from its server's latency (:class:`~specpar.runtimes.base.CallLimits`, with ``stall_factor`` and
-        ``stall_floor_s``); ``math.inf``: no limit. The pools in ``local_pools`` follow the same limits.
-    join_timeout_s: how long close() waits for the calls it cancelled before killing their actors.
-    reuse_actors: keep the actors with their servers for later runs instead of killing them at close().
-    gpu_pools: pools whose servers get one GPU each when the cluster has GPUs.
-    inject_link_ms: a delay each new actor adds before and after every call, as if it were that far away (to
-        validate the virtual clock's link_ms; 0 for real runs).
-    local_pools: pools (by name) whose servers run on threads in this process instead, e.g. ("drafter",): no
-        round trip per call, at the price of sharing the driver's process (see the README's figures).
+    cpus_per_server: CPUs in each server's bundle (and its torch threads). placement: "PACK" or "SPREAD".
+    call_timeout_s, stall_factor, stall_floor_s: the stall limits (:class:`~specpar.runtimes.base.CallLimits`), the
+    local pools' too. join_timeout_s: how long close() waits for the calls it cancelled before killing their actors.
+    reuse_actors: keep the actors with their servers for later runs. gpu_pools: pools whose servers get one GPU each
+    when the cluster has GPUs. inject_link_ms: a delay each new actor adds before and after every call (to validate
+    the virtual clock's link_ms). local_pools: pools (by name) whose servers run on threads in this process.
     """
 
     cpus_per_server: float = 1.0
@@ -79,11 +51,7 @@ class RayOptions:
     stall_floor_s: float = STALL_FLOOR_S
 
     def __post_init__(self):
-        cpus = self.cpus_per_server
-        if not (isinstance(cpus, (int, float)) and cpus > 0 and math.isfinite(cpus)):
-            raise ConfigError(f"cpus_per_server must be > 0, got {cpus!r}")
-        if self.placement not in STRATEGIES:
-            raise ConfigError(f"placement must be one of {STRATEGIES}, got {self.placement!r}")
+        check_ray_resources(self.cpus_per_server, self.placement)
 
 
 class RayRuntime(Runtime):
@@ -101,7 +69,6 @@ class RayRuntime(Runtime):
         self.limits = CallLimits(o.call_timeout_s, o.stall_factor, o.stall_floor_s)
         super().__init__(pools)
         self.options = o
-        self.lost: list[LostReplica] = []
         self._ray = import_ray()
         remote_pools = [p for p in self.pools if p.name not in o.local_pools]
         servers = [(p, s) for p in remote_pools for s in p.servers]
@@ -115,7 +82,6 @@ class RayRuntime(Runtime):
         self._queues(self._replicas)  # live idle replicas, longest idle first
         self._running: dict = {}  # ObjectRef -> (task, replica, seq), cancelled calls included until they return
         self._ref: dict[Task, object] = {}  # running task -> its ObjectRef
-        self._in_flight = 0
         # what finished: an ObjectRef (put by Ray's callback) or a Task of a local pool (put by its thread)
         self._finished: queue.SimpleQueue = queue.SimpleQueue()
         local = [p for p in self.pools if p.name in o.local_pools]
@@ -133,15 +99,12 @@ class RayRuntime(Runtime):
         """A RemoteServer per local server: a kept one when reusing, new actors (one placement group) else."""
         remote, new = {}, []
         for pool, server in servers:
-            kept = ray_actors.kept(server, self._session) if self.options.reuse_actors else None
-            if kept is not None and server not in remote:
-                remote[server] = kept
-            elif server not in remote:
-                remote[server] = None
-                new.append((pool, server))
+            if server not in remote:
+                remote[server] = ray_actors.kept(server, self._session) if self.options.reuse_actors else None
+                if remote[server] is None:
+                    new.append((pool, server))
         if new:
-            for server, made in zip([s for _, s in new], self._make([(p, s) for p, s in new])):
-                remote[server] = made
+            remote.update(zip([s for _, s in new], self._make(new)))
         if self.options.reuse_actors:
             for server, r in remote.items():
                 ray_actors.keep(server, r, self._session)
@@ -199,9 +162,6 @@ class RayRuntime(Runtime):
         return made
 
     # -- the contract ------------------------------------------------------------------------------
-    def now(self) -> float:
-        return (time.perf_counter() - self._t0) * 1000.0
-
     def submit(self, pool: Pool, call) -> Task:
         self._in_flight += 1
         if pool not in self._idle:  # a local pool
@@ -210,9 +170,7 @@ class RayRuntime(Runtime):
             return task
         task = Task(pool, call)
         self.tasks.append(task)
-        replica = self._take_idle(task)
-        if replica is not None:
-            self._start(task, replica)
+        self._dispatch(task)
         return task
 
     def _start(self, task: Task, replica) -> None:
@@ -225,77 +183,45 @@ class RayRuntime(Runtime):
         self._ref[task] = ref
         ref.future().add_done_callback(lambda _, ref=ref: self._finished.put(ref))
 
-    def _free(self, pool: Pool, replica) -> None:
-        """``replica`` finished a call: it takes the next queued task, or waits idle."""
-        task = self._next_queued(pool, replica)
-        if task is not None:
-            self._start(task, replica)
-
     def wait(self) -> Task:
-        ray = self._ray
         while True:
-            if self._in_flight == 0:
-                raise RuntimeError("wait() called with no task in flight (an algorithm bug)")
-            self._check_pools()
-            try:
-                ref = self._finished.get(timeout=self.limits.wait_s(self._calls(), self.now()))
-            except queue.Empty:
-                self._lose_stuck()
-                continue
-            if type(ref) is Task:  # a local pool's
-                if self._local_finished(ref):
-                    return ref
-                continue
-            if ref not in self._running:  # its replica was lost meanwhile
-                continue
-            task, replica, _ = self._running.pop(ref)
-            self._ref.pop(task, None)
-            try:
-                result = ray.get(ref)
-            except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError) as exc:
-                self._lose(task, replica, f"{type(exc).__name__}: the actor died")
-                continue
-            except ray.exceptions.RayTaskError as exc:  # the server raised: surfaced as on threads
-                self._free(task.pool, replica)
-                if task.cancelled:
-                    continue
-                cause = exc.cause if isinstance(getattr(exc, "cause", None), BaseException) else exc
-                self._finish(task)
-                task.error = cause
-                raise ServerError(replica.name, task.call.kind, cause) from cause
-            self._free(task.pool, replica)
-            if task.cancelled:
-                task.end = self.now()  # when its actor stopped working on it, as on threads
-                continue
-            task.result = result
-            self._finish(task)
-            self.limits.record(task)
-            return task
+            ref = self._finished_item()
+            if type(ref) is Task:  # a local pool's, finished on its thread
+                if not ref.cancelled:
+                    return self._returned(ref)
+            elif ref in self._running:  # (else its replica was lost meanwhile)
+                task = self._reply(ref)
+                if task is not None:
+                    return task
 
-    def _local_finished(self, task: Task) -> Task | None:
-        """A task of a local pool finished on its thread (None if it was cancelled)."""
+    def _reply(self, ref) -> Task | None:
+        """The task whose call ``ref`` answered, finished (None: cancelled, or its replica died and it was resent)."""
+        ray = self._ray
+        task, replica, _ = self._running.pop(ref)
+        self._ref.pop(task, None)
+        try:
+            task.result = ray.get(ref)
+        except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError) as exc:
+            self._lose_replica(task, replica, f"{type(exc).__name__}: the actor died")
+            return None
+        except ray.exceptions.RayTaskError as exc:  # the server raised: surfaced as on threads
+            task.error = exc.cause if isinstance(getattr(exc, "cause", None), BaseException) else exc
+        self._free(task.pool, replica)
+        task.end = self.now()  # a cancelled call's: when its actor stopped working on it, as on threads
         if task.cancelled:
             return None
-        task.done = True  # its thread set its start and end
-        self._in_flight -= 1
-        if task.error is not None:
-            raise ServerError(task.server.name, task.call.kind, task.error) from task.error
-        return task
-
-    def _finish(self, task: Task) -> None:
-        task.end = self.now()
-        task.done = True
-        self._in_flight -= 1
+        if task.error is None:
+            self.limits.record(task)
+        return self._returned(task)
 
     def cancel(self, task: Task) -> None:
-        if task.done or task.cancelled:
-            return
-        self._in_flight -= 1
         if task.pool not in self._idle:  # a local pool
-            self._local.cancel(task)
+            if not (task.done or task.cancelled):
+                self._in_flight -= 1
+                self._local.cancel(task)
             return
-        task.cancelled = True
-        task.done = True
+        if not self._cancelled_now(task):
+            return
         task.end = self.now() if task.start is not None else None
         ref = self._ref.get(task)
         if ref is not None:  # running: the actor stops it; a queued task is dropped when its turn comes
@@ -307,35 +233,27 @@ class RayRuntime(Runtime):
         return [(t, r) for t, r, _ in self._running.values() if not t.cancelled]
 
     # -- faults ------------------------------------------------------------------------------------
-    def _calls(self) -> list[Task]:
+    def _watched(self) -> list[Task]:
         """The tasks whose calls run on an actor now, cancelled ones included until they return."""
         return [t for t, _, _ in self._running.values()]
 
     def _lose_stuck(self) -> None:
-        stalled, how = set(self.limits.stalled(self._calls(), self.now())), self.limits.which
+        stalled = set(self.limits.stalled(self._watched(), self.now()))
         for ref, (task, replica, _) in list(self._running.items()):
             if task in stalled:
                 del self._running[ref]
                 self._ref.pop(task, None)
-                self._lose(task, replica, f"no answer after {task.limit_s:.3g} s ({how}): stalled")
+                self._lose_replica(task, replica, self.limits.stall(task))
         if self._local is not None:
             self._local._lose_stuck()  # a local pool's server: lost as on threads (a ServerError if it was the last)
 
-    def _lose(self, task: Task, replica, reason: str) -> None:
-        """``replica`` is gone: kill it, record the loss, and resend its task (unless cancelled) to a live one."""
-        lost_ms = 0.0 if task.cancelled else self.now() - task.start
-        self.lost.append(LostReplica(replica.name, task.pool.name, self.now(), lost_ms, reason))
-        log.warning("lost replica %s of %s (%s); %.1f ms of work redone", replica.name, task.pool.name, reason, lost_ms)
+    def _lose_replica(self, task: Task, replica, reason: str) -> None:
+        """``replica`` is gone: kill it, then record the loss and resend its task (unless cancelled)."""
         replica.kill()
         for server, r in self._remote.items():
             if r is replica:
                 ray_actors.forget(server)
-        if task.cancelled:
-            return
-        task.server = task.start = None
-        replica = self._take_idle(task, first=True)
-        if replica is not None:
-            self._start(task, replica)
+        self._lose(task, replica.name, reason)
 
     def _check_pools(self) -> None:
         """A ServerError when work waits on a pool whose replicas are all lost."""
@@ -359,7 +277,7 @@ class RayRuntime(Runtime):
             for ref in refs:
                 if ref not in done:
                     task, replica, _ = self._running[ref]
-                    self._lose(task, replica, f"still busy {self.options.join_timeout_s:g} s after close()")
+                    self._lose_replica(task, replica, f"still busy {self.options.join_timeout_s:g} s after close()")
             self._running.clear()
             self._ref.clear()
         if not self.options.reuse_actors:

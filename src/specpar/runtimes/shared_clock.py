@@ -1,24 +1,11 @@
 """One virtual clock for many generations at once: the discrete-event simulation of a server under load.
 
-A :class:`VirtualRuntime` is one generation's clock. Under load several generations run at once on one clock,
-each still written as a loop that blocks in ``runtime.wait()``. Here each runs in its own greenlet (a coroutine
-with its own stack, switched in about a microsecond, never preempted) with a :class:`ClockRuntime`: the runtime
-contract over one heap of events that every generation shares. ``wait()`` hands control to the hub (the event
-loop, :meth:`SharedClock.run`), which pops the earliest event of any generation, moves the clock to it and
-resumes the generation it belongs to; that one runs until it waits again. So the clock advances only once every
-generation waits (a conservative discrete-event scheme), one generation runs at a time, and a run is
-deterministic: ties are broken as on a VirtualRuntime (pool rank, then submission order), wake-ups before task
-ends at one time, wake-ups in the order they were made.
-
-Besides tasks, the hub runs greenlets started at a time (:meth:`SharedClock.spawn`: a request's arrival), after a
-delay (:meth:`SharedClock.sleep`: a client's think time) or when an event is set (:meth:`SharedClock.event`: a
-request waiting for processing units). A single generation on a SharedClock gives the VirtualRuntime's tokens and
-times exactly (tests/runtimes/test_shared_clock.py). Cost: one switch to the hub and back per event, about 2 us
-(python -m benchmarks load_simulation prints the simulator's speed).
-
-Servers outlive generations here (a request keeps its processing units across the configurations it runs with), so
-a cancelled task that runs to its end (``cancel_frees="end"``) keeps its server busy for the next generation that
-uses it too: the clock remembers until when (``busy_until``) and a task started on that server before then waits.
+Each generation runs in its own greenlet with a :class:`ClockRuntime`, a VirtualRuntime over one event heap that every
+generation shares; its ``wait()`` hands control to the hub (:meth:`SharedClock.run`), which pops the earliest event
+and resumes its generation. The clock advances only once every generation waits, and runs are deterministic (ties as
+on a VirtualRuntime, wake-ups first). The hub also starts greenlets (:meth:`SharedClock.spawn`), wakes sleepers
+(:meth:`SharedClock.sleep`) and waiters on events (:meth:`SharedClock.event`). A cancelled pass that runs to its end
+keeps its server busy for the next generation too (``busy_until``).
 """
 
 from __future__ import annotations
@@ -178,6 +165,7 @@ class ClockRuntime(VirtualRuntime):
             if clock.contention is None:
                 clock.contention = self._contention
             self._contention = clock.contention
+        self._heap, self._busy_until, self._owner = clock._heap, clock.busy_until, self
         self._greenlet = getcurrent()
         self._live: set[Task] = set()  # submitted, neither finished nor cancelled
 
@@ -189,46 +177,14 @@ class ClockRuntime(VirtualRuntime):
         self._live.add(task)
         return task
 
-    def _start(self, task: Task, server) -> None:
-        clock = self.clock
-        task.server = server
-        start = clock._now
-        busy = clock.busy_until.get(server) if clock.busy_until else None
-        if busy is not None and busy > start:  # a cancelled pass of an earlier generation still runs there
-            start = busy
-        task.start = start
-        end = start + server.duration_ms(task.call)
-        if self._linked:
-            end += self._round_trip[task.pool]
-        task.end = end
-        if self._contention is not None:  # (a start delayed by busy_until is slowed from now on: an approximation)
-            self._contention.start(task, clock._now, self._push)
-            return
-        heapq.heappush(clock._heap, (int(end * 1e9 + 0.5), self._rank[task.pool], task.id, task, self))
-
-    def _push(self, task: Task) -> None:
-        heapq.heappush(self.clock._heap, (int(task.end * 1e9 + 0.5), self._rank[task.pool], task.id, task, self))
-
     def wait(self) -> Task:
         if not self._live:
             raise RuntimeError("wait() called with no task in flight (an algorithm bug)")
         return self._finish(self.clock._suspend())
 
     def cancel(self, task: Task) -> None:
-        if task.done or task.cancelled:
-            return
         self._live.discard(task)
-        task.cancelled = True
-        if task.server is None:  # still queued: dropped lazily by _free
-            task.done = True
-        elif self._frees_now[task.pool]:
-            task.end = self.clock._now
-            task.done = True
-            if self._contention is not None:
-                self._contention.stop(task, task.end)
-            self._free(task.pool, task.server)
-        else:  # its server stays busy until the task's end, for whichever generation uses it next
-            self.clock.busy_until[task.server] = task.end
+        super().cancel(task)
 
     def cancel_all(self) -> None:
         for task in sorted(self._live, key=lambda t: (t.server is not None, t.id)):  # queued ones first

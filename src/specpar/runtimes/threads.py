@@ -1,27 +1,10 @@
 """Real wall-clock time: one worker thread per server, tasks handed to the server :meth:`Pool.pick` chooses.
 
-Cancellation sets the task's event: a queued task is skipped, a running server
-sees the event (simulated servers wake from their sleep at once; model servers
-check it between forward passes) and its result is discarded.
-
-Nothing hangs:
-
-* a call that runs past its stall limit (:class:`~specpar.runtimes.base.CallLimits`: by default a multiple of
-  the time the server's latency profile and its pool's completed calls say it should take, at least
-  ``stall_floor_s``; or a fixed ``call_timeout_s``) loses its server, as on Ray: the server gets no more work in
-  this runtime, its task (unless cancelled) goes to a live server of the same pool, ``lost`` records it, and
-  whatever its stuck call returns later is dropped. Lost servers cost time, never tokens. Work waiting on a pool
-  with no live server left is a :class:`ServerError` naming the server lost last;
-* ``close()`` abandons every task no longer needed at once and gives running work ``join_timeout_s`` (50 ms by
-  default: idle workers and cancelled sleeps end in microseconds) to stop, then leaves the threads that did not
-  (a model server finishing the forward pass it was in, or a server stuck in a call that ignores cancellation)
-  behind as daemons, listed in ``left_running`` and logged; each ends on its own once its call returns.
-
-A server belongs to one worker thread at a time: a later runtime on the same server waits for the earlier
-thread to finish its call first (up to that call's stall limit), so two threads never share a KV cache; and a
-server's own ``reset()`` waits for the call running on it (see TransformersServer). At the interpreter's exit,
-:func:`finish_left_calls` waits for the calls left running (up to their stall limits), so that the process never
-exits with a thread inside a forward pass (torch aborts the process then: exit status 134).
+Cancellation sets the task's event (simulated servers wake from their sleep, model servers check it between passes).
+A call past its stall limit loses its server, as on Ray; ``close()`` leaves threads still in a call after
+``join_timeout_s`` behind as daemons (``left_running``). A later runtime on a server waits for the earlier thread's
+call first, so two threads never share a KV cache; at exit :func:`finish_left_calls` waits for the calls left
+running, so that no thread is inside a torch forward pass then (exit status 134).
 """
 
 from __future__ import annotations
@@ -38,7 +21,7 @@ from specpar.core.errors import ConfigError, ServerError
 from specpar.core.latency import STALL_FACTOR, STALL_FLOOR_S
 from specpar.core.numbers import is_number
 from specpar.runtimes import capacity
-from specpar.runtimes.base import CallLimits, LostReplica, Pool, Runtime, Task
+from specpar.runtimes.base import CallLimits, Pool, Runtime, Task
 
 log = logging.getLogger(__name__)
 
@@ -61,12 +44,9 @@ _owners_lock = threading.Lock()
 class ThreadRuntime(Runtime):
     """Runtime on OS threads; times are wall-clock ms since construction.
 
-    call_timeout_s: a call running longer than this raises ServerError from ``wait()``; None (the default): each
-        call's limit is derived from its server's latency (:class:`~specpar.runtimes.base.CallLimits`, with
-        ``stall_factor`` and ``stall_floor_s``); ``math.inf``: no limit.
-    join_timeout_s: how long ``close()`` waits for running work to stop before leaving it behind.
-    finished: the queue finished tasks are put on (default: its own); a runtime that runs some pools on these
-        threads and others elsewhere (Ray) shares one, and waits on it instead of calling ``wait()``.
+    call_timeout_s, stall_factor, stall_floor_s: the stall limits (:class:`~specpar.runtimes.base.CallLimits`;
+    ``math.inf``: none). join_timeout_s: how long ``close()`` waits for running work to stop before leaving it
+    behind. finished: the queue finished tasks are put on (Ray shares one with the pools it runs on threads).
     """
 
     name = "threads"
@@ -87,13 +67,11 @@ class ThreadRuntime(Runtime):
         self.call_timeout_s = call_timeout_s
         self.join_timeout_s = join_timeout_s
         self.left_running: list[str] = []  # threads close() left behind (stuck servers)
-        self.lost: list[LostReplica] = []  # servers lost to a stall, in order
         self._lost: set = set()
         self._lock = threading.Lock()
         self._finished: queue.SimpleQueue = queue.SimpleQueue() if finished is None else finished
         self._queues({p: p.servers for p in self.pools})
         self._running: set[Task] = set()
-        self._in_flight = 0
         servers = [s for p in self.pools for s in p.servers]
         capacity.check_threads(len(servers))  # one thread each: refused here, not after hundreds started
         self._inbox = {id(s): queue.SimpleQueue() for s in servers}
@@ -131,9 +109,6 @@ class ThreadRuntime(Runtime):
                 f"need ({exc}): lower sp_degree"
             ) from None
 
-    def now(self) -> float:
-        return (time.perf_counter() - self._t0) * 1000.0
-
     def _work(self, pool: Pool, server, inbox: queue.SimpleQueue) -> None:
         me = threading.current_thread()
         task = inbox.get()
@@ -145,12 +120,8 @@ class ThreadRuntime(Runtime):
                     self._running.discard(task)
                 if server in self._lost:
                     return  # a lost server takes no more work; its thread ends with the call it was stuck in
-                task = self._next_queued(pool, server)
-                if task is not None:
-                    task.server = server
-                    self._running.add(task)
-            if task is None:
-                task = inbox.get()
+                self._free(pool, server)
+            task = inbox.get()
 
     def _run(self, task: Task, server, me: _Worker) -> None:
         """Run ``task`` on ``server`` and queue it as finished, unless the server was lost meanwhile (then its task
@@ -180,30 +151,20 @@ class ThreadRuntime(Runtime):
         self.tasks.append(task)
         self._in_flight += 1
         with self._lock:
-            server = self._take_idle(task)
-            if server is None:
-                return task
-            task.server = server
-            self._running.add(task)
-        self._inbox[id(server)].put(task)
+            self._dispatch(task)
         return task
+
+    def _start(self, task: Task, server) -> None:
+        """Hand ``task`` to ``server``'s thread (under the lock)."""
+        task.server = server
+        self._running.add(task)
+        self._inbox[id(server)].put(task)
 
     def wait(self) -> Task:
         while True:
-            if self._in_flight == 0:
-                raise RuntimeError("wait() called with no task in flight (an algorithm bug)")
-            try:
-                task = self._finished.get(timeout=self.limits.wait_s(self._watched(), self.now()))
-            except queue.Empty:
-                self._lose_stuck()
-                continue
-            if task.cancelled:
-                continue
-            self._in_flight -= 1
-            task.done = True
-            if task.error is not None:
-                raise ServerError(task.server.name, task.call.kind, task.error) from task.error
-            return task
+            task = self._finished_item()
+            if not task.cancelled:
+                return self._returned(task)
 
     def _watched(self) -> list[Task]:
         """The running calls whose stall would hold the generation up: those it waits for, and cancelled ones that
@@ -215,46 +176,25 @@ class ThreadRuntime(Runtime):
     def _lose_stuck(self) -> None:
         """Lose the server of each watched call past its stall limit; a ServerError if work is left waiting on a
         pool with no live server (the generation cannot go on)."""
-        how = self.limits.which
         for task in sorted(self.limits.stalled(self._watched(), self.now()), key=lambda t: t.start):
-            cause = TimeoutError(f"no answer after {task.limit_s:.3g} s ({how}): the server is stalled")
-            server = task.server
-            if not self._lose(task, f"no answer after {task.limit_s:.3g} s ({how}): stalled"):
+            server, pool = task.server, task.pool
+            task.cancel_event.set()  # the stalled call may still see it
+            with self._lock:
+                self._lost.add(server)
+                self._running.discard(task)
+                stuck = all(s in self._lost for s in pool.servers) and (
+                    not task.cancelled or any(not t.cancelled for t in self._queued[pool])
+                )
+                cause = TimeoutError(self.limits.stall(task, "the server is stalled"))
+                if not task.cancelled:
+                    task.cancel_event = threading.Event()
+                self._lose(task, server.name, self.limits.stall(task))
+            if stuck:
                 raise ServerError(server.name, task.call.kind, cause) from cause
 
-    def _lose(self, task: Task, reason: str) -> bool:
-        """``task``'s server is stalled: it takes no more work, and ``task`` (unless cancelled) goes to a live server
-        of its pool (an idle one now, else the first to free). False when work waits and no live server is left."""
-        pool, server = task.pool, task.server
-        lost_ms = 0.0 if task.cancelled else self.now() - task.start
-        self.lost.append(LostReplica(server.name, pool.name, self.now(), lost_ms, reason))
-        log.warning("lost server %s of %s (%s); %.1f ms of work redone", server.name, pool.name, reason, lost_ms)
-        task.cancel_event.set()  # the stalled call may still see it
-        with self._lock:
-            self._lost.add(server)
-            self._running.discard(task)
-            live = [s for s in pool.servers if s not in self._lost]
-            if task.cancelled:
-                return bool(live) or not any(not t.cancelled for t in self._queued[pool])
-            if not live:
-                return False
-            task.server = task.start = task.limit_s = None  # not watched until a server starts it again
-            task.cancel_event = threading.Event()
-            server = self._take_idle(task, first=True)
-            if server is None:
-                return True
-            task.server = server
-            self._running.add(task)
-        self._inbox[id(task.server)].put(task)
-        return True
-
     def cancel(self, task: Task) -> None:
-        if task.done or task.cancelled:
-            return
-        task.cancelled = True
-        task.cancel_event.set()
-        task.done = True
-        self._in_flight -= 1
+        if self._cancelled_now(task):
+            task.cancel_event.set()
 
     def close(self) -> None:
         self.cancel_all()

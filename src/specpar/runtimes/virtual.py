@@ -1,13 +1,8 @@
 """The virtual clock: a discrete-event simulation of the runtime contract. Nothing sleeps.
 
-A task's duration is its server's ``duration_ms(call)`` at the moment it starts;
-its result is computed (instantly) when the clock reaches its end.
-
-Ties: tasks ending at the same time (to 1e-9 ms, so that float sums such as
-5 x 0.2 do not decide) are returned in the order of their pools in ``pools``,
-then in submission order. Runs are deterministic. Put drafters first: a draft
-finishing together with a verification is then seen first, and the verifier's
-row can judge it at once, as it would on a real clock a moment later.
+A task's duration is its server's ``duration_ms(call)`` when it starts; its result is computed when the clock reaches
+its end. Ties (to 1e-9 ms) go by the order of the pools in ``pools``, then submission: runs are deterministic. Put
+drafters first, so that a draft finishing with a verification is seen first, as on a real clock a moment later.
 """
 
 from __future__ import annotations
@@ -17,26 +12,19 @@ import heapq
 import threading
 from collections.abc import Callable, Mapping, Sequence
 
-from specpar.core.errors import ConfigError, ServerError
+from specpar.core.config import check_cancel_frees, check_link_ms
+from specpar.core.errors import ServerError
 from specpar.core.latency import check_contention, slowdown
 from specpar.runtimes.base import Pool, Runtime, Task
 
-CANCEL_MODES = ("now", "end")
-
 
 class collector_paused:  # noqa: N801 (used as a function: ``with collector_paused():``)
-    """The cyclic garbage collector off inside (when ``pause``), as timeit does; its state restored on the way out,
-    exceptions included. Nested pauses restore it only at the outermost one.
+    """The cyclic garbage collector off inside (when ``pause``), as timeit does; its state restored on the way out.
 
-    A virtual-clock run allocates millions of short-lived, acyclic objects (tasks, calls, contexts) that reference
-    counting frees at once; the collector would only traverse them, which costs 5-12% of a DSI run at N = 200 and
-    20-22% at N = 1000 (python -m benchmarks virtual_throughput). Callers that wrap a run (``generate``, an engine's
-    request) pause it for the whole call, so that their own bookkeeping after the run does not set off a collection
-    while the run's tasks are still referenced (one per generation otherwise: 3% of the simulator's instructions).
-    A class, not a generator: re-enabling is the last thing its exit does (a generator's StopIteration would be
-    allocated after it, and could itself set off that collection). Pauses in several threads at once share one
-    count under a lock, so the collector comes back on when the last of them ends (each thread reading and
-    setting the collector's state alone could leave it off for good).
+    A virtual-clock run allocates millions of short-lived, acyclic objects that reference counting frees at once;
+    the collector would only traverse them (5-22% of a DSI run: python -m benchmarks virtual_throughput). A class, not
+    a generator, so that re-enabling is the last thing its exit does. Pauses in several threads share one count under
+    a lock: the collector comes back on when the last ends.
     """
 
     __slots__ = ("pause", "entered")
@@ -73,13 +61,12 @@ _was_enabled = False  # the collector's state when the first of them opened
 
 class Contention:
     """Passes slowed by the servers busy at once (a machine profile's contention), as processor sharing: while n
-    tasks hold servers, each advances at 1 / f(n) of its own speed (f: :func:`specpar.core.latency.slowdown`), so
-    when n changes every running task's remaining time is stretched or shrunk by f(new) / f(old). A cancelled task
-    counts while it keeps its server (cancel_frees="end"). Runs without contention never make one (their times
-    stay those of the paper's model, bit for bit).
+    tasks hold servers each advances at 1 / f(n) of its speed (:func:`specpar.core.latency.slowdown`), so when n
+    changes every running task's remaining time is scaled by f(new) / f(old). A cancelled task counts while it keeps
+    its server.
 
-    running: task -> the function that puts the task's (new) end on its clock's heap; ends rescheduled this way
-    leave stale entries on the heap, which the clock skips (their time is no longer the task's end).
+    running: task -> the function that puts its (new) end on its clock's heap; the stale entries left there are
+    skipped (:meth:`stale`).
     """
 
     __slots__ = ("factors", "running")
@@ -119,21 +106,12 @@ class Contention:
 class VirtualRuntime(Runtime):
     """Discrete-event runtime.
 
-    cancel_frees: "now" frees a cancelled task's server at the cancel time (a
-        preemptible server, the paper's assumption); "end" keeps it busy until the
-        task would have finished (a GPU kernel that cannot be stopped; a transformers
-        server's verification, one forward pass, on threads and Ray); or
-        {pool name: mode}, "now" for the pools not named (e.g. {"target": "end"}:
-        a drafter stops between its passes, a target pass runs to its end).
-    link_ms: one-way latency between the driver and the servers, in ms (servers on
-        other nodes): a number for every pool, or {pool name: ms} (e.g. {"target": 5}:
-        the drafter beside the driver, as on Ray by default). Each call's request and
-        result cross the link, so a task takes its server's duration plus 2 x link_ms,
-        and its server takes the next task only once the result is back (as on Ray).
-        Cancellation is taken as immediate.
-    contention: None (every pass takes its server's duration), or a machine's slowdown factors (f(1) = 1.0,
-        f(2), ...): while n servers are busy at once each pass runs f(n) times slower (:class:`Contention`;
-        with link_ms, the round trip is stretched with the pass).
+    cancel_frees: "now" frees a cancelled task's server at once (a preemptible server, the paper's assumption); "end"
+        keeps it busy until the task would have finished (a forward pass that cannot be stopped); or {pool name:
+        mode}, "now" for the pools not named.
+    link_ms: one-way latency between the driver and the servers, in ms: a number, or {pool name: ms}. A task takes
+        its server's duration plus 2 x link_ms, and its server takes the next task only once the result is back.
+    contention: None, or a machine's slowdown factors (f(1) = 1.0, f(2), ...): :class:`Contention`.
     """
 
     name = "virtual"
@@ -145,14 +123,10 @@ class VirtualRuntime(Runtime):
         link_ms: float | Mapping[str, float] = 0.0,
         contention: Sequence[float] | None = None,
     ):
+        check_cancel_frees(cancel_frees)
+        check_link_ms(link_ms)
         modes = cancel_frees if isinstance(cancel_frees, Mapping) else {p.name: cancel_frees for p in pools}
-        for mode in modes.values():
-            if mode not in CANCEL_MODES:
-                raise ConfigError(f"cancel_frees must be one of {CANCEL_MODES} (or a mapping to them), got {mode!r}")
         links = link_ms if isinstance(link_ms, Mapping) else {p.name: link_ms for p in pools}
-        for ms in links.values():
-            if not isinstance(ms, (int, float)) or not 0 <= ms < float("inf"):
-                raise ConfigError(f"link_ms must be a finite number of ms >= 0, got {ms!r}")
         super().__init__(pools)
         self.cancel_frees = cancel_frees
         self.link_ms = link_ms
@@ -161,11 +135,12 @@ class VirtualRuntime(Runtime):
         self._linked = any(self._round_trip.values())
         self._frees_now = {p: modes.get(p.name, "now") == "now" for p in self.pools}
         self._now = 0.0
-        self._heap: list = []  # (end in integer ns, pool rank, task id, task) of started tasks
+        self._heap: list = []  # (end in integer ns, pool rank, task id, task, owner) of started tasks
+        self._owner = None  # the runtime a shared clock's heap entry names (ClockRuntime)
+        self._busy_until: dict = {}  # server -> ms until which a cancelled pass keeps it (cancel_frees="end")
         self._queues({p: p.servers for p in self.pools})
-        # pools whose servers' times cannot depend on their caches (LatencyProfile.cache_matters False, the
-        # paper's time-unit model): every choice of replica gives the same times and tokens here, so the one idle
-        # longest is taken without comparing caches (a shortcut of Pool.pick: 1.2x the simulator's speed)
+        # pools whose servers' times cannot depend on their caches (the paper's time-unit model): the one idle longest
+        # is taken without comparing caches (a shortcut of Pool.pick: 1.2x the simulator's speed)
         self._any_replica = {
             p: all(s.latency is not None and not s.latency.cache_matters for s in p.servers) for p in self.pools
         }
@@ -193,32 +168,33 @@ class VirtualRuntime(Runtime):
         task = Task(pool, call)
         self.tasks.append(task)
         idle = self._idle[pool]
-        server = idle.pop(0) if idle and self._any_replica[pool] else self._take_idle(task)
-        if server is not None:
-            self._start(task, server)
+        if idle and self._any_replica[pool]:
+            self._start(task, idle.pop(0))
+        else:
+            self._dispatch(task)
         return task
 
     def _start(self, task: Task, server) -> None:
+        """Start ``task`` on ``server`` now, or once a cancelled pass still running there ends (``_busy_until``)."""
         task.server = server
-        task.start = now = self._now
-        end = now + server.duration_ms(task.call)
+        now = start = self.now()
+        busy = self._busy_until.get(server) if self._busy_until else None
+        if busy is not None and busy > now:
+            start = busy
+        task.start = start
+        end = start + server.duration_ms(task.call)
         if self._linked:
             end += self._round_trip[task.pool]
         task.end = end
-        if self._contention is not None:
+        if self._contention is not None:  # (a start delayed by busy_until is slowed from now on: an approximation)
             self._contention.start(task, now, self._push)
-            return
-        # ends are compared on a 1e-9 ms grid, so that float sums such as 5 x 0.2 do not decide ties
-        heapq.heappush(self._heap, (int(end * 1e9 + 0.5), self._rank[task.pool], task.id, task))
+        else:
+            self._push(task)
 
     def _push(self, task: Task) -> None:
-        """Put ``task``'s end on the heap (again: under contention ends move)."""
-        heapq.heappush(self._heap, (int(task.end * 1e9 + 0.5), self._rank[task.pool], task.id, task))
-
-    def _free(self, pool: Pool, server) -> None:
-        task = self._next_queued(pool, server)
-        if task is not None:
-            self._start(task, server)
+        """Put ``task``'s end on the heap (again: under contention ends move), on a 1e-9 ms grid so that float sums
+        such as 5 x 0.2 do not decide ties."""
+        heapq.heappush(self._heap, (int(task.end * 1e9 + 0.5), self._rank[task.pool], task.id, task, self._owner))
 
     def _finish(self, task: Task) -> Task:
         """``task`` ends now: its result computed (a ServerError if its server raised) and its server free."""
@@ -265,10 +241,11 @@ class VirtualRuntime(Runtime):
         task.cancelled = True
         if task.server is None:  # still queued: dropped lazily by _free
             task.done = True
-            return
-        if self._frees_now[task.pool]:
-            task.end = self._now
+        elif self._frees_now[task.pool]:
+            task.end = self.now()
             task.done = True
             if self._contention is not None:
-                self._contention.stop(task, self._now)
+                self._contention.stop(task, task.end)
             self._free(task.pool, task.server)
+        else:  # its server stays busy until the task's end (on a shared clock: for whichever generation uses it next)
+            self._busy_until[task.server] = task.end

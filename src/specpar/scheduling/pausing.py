@@ -1,16 +1,12 @@
 """A request's stop conditions plus the scheduler's pause: how a request changes configuration without losing a
 token.
 
-The scheduler asks a running request to pause when its share of the processing units changes (:meth:`Pausable.ask`).
-The generation then ends at its next safe point: the end of a round, where the target's own token (a bonus, a
-correction, non-SI's token) has just entered the output, so nothing verified is waiting and what is in flight is
-only speculation about later positions (``Generation._end_round`` asks :meth:`pauses_here`). Where rounds run long
-(DSI's accepted runs chain windows), it ends after ``patience`` more tokens at the latest (:meth:`stops_at`).
-The request then goes on from its verified output with the configuration of its new share. That continuation is
-exact: greedy tokens are the target's whatever the configuration, and every random draw is keyed by its position
-(:mod:`specpar.core.decoding`), so with the drafter-invariant coupling ("gumbel") a seed gives the same tokens
-across the change; with rejection sampling the output keeps the target's distribution (each position's draws
-are used once given the prefix) but a seed's tokens may differ, as they do between DSI runs on threads.
+The scheduler asks a running request to pause when its share changes (:meth:`Pausable.ask`). The generation ends
+at its next safe point: the end of a round, where the target's own token has just entered the output, so nothing
+verified waits and what is in flight is only speculation (``Generation._end_round`` asks :meth:`pauses_here`); where
+rounds run long, after ``patience`` more tokens (:meth:`stops_at`). Going on from the verified output is exact:
+greedy tokens are the target's, and every draw is keyed by its position (:mod:`specpar.core.decoding`), so with the
+"gumbel" coupling a seed gives the same tokens across the change (with rejection sampling, the same distribution).
 """
 
 from __future__ import annotations

@@ -1,24 +1,20 @@
 """One request under load, from arrival to its last token: one configuration after another, each on the units
 the scheduler gives it, each going on from the tokens the previous one verified.
 
-A request's ``spec`` is its ceiling: DSI may run with fewer target replicas, then as SI, then as non-SI; SI may
-run as non-SI; non-SI stays non-SI (its :class:`~specpar.planning.load.ShareCurve` says which option each share
-gets). Its own settings hold in every configuration: an integer lookahead, a token tree (for SI and DSI), HSD's
-buffers, DSI's modes. Sampling and stopping are the request's throughout: one Decoding (draws keyed by position)
-and one Stopping (its detokenizer goes on across the change).
+A request's ``spec`` is its ceiling (DSI may run with fewer replicas, then as SI, then as non-SI: its
+:class:`~specpar.planning.load.ShareCurve` says which option each share gets); its own settings hold in every
+configuration. Sampling and stopping are the query's throughout (draws keyed by position; one detokenizer).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
 
 from specpar.algorithms.registry import run_generation
 from specpar.core.calls import Context
 from specpar.core.config import RuntimeConfig, SpeculativeConfig
 from specpar.core.query import Query
 from specpar.core.results import GenerationResult
-from specpar.core.stopping import Stopping
 from specpar.planning.load import Option, ShareCurve
 from specpar.scheduling.pausing import Pausable
 from specpar.scheduling.scheduler import Scheduler, Ticket
@@ -48,68 +44,56 @@ def configure(spec: SpeculativeConfig, option: Option) -> SpeculativeConfig:
 
 
 class Request:
-    """One request on a :class:`Scheduler` (see the module docstring); :meth:`run` serves it.
+    """One request's configuration on a :class:`Scheduler` (see the module docstring); :meth:`run` serves a query.
 
-    query: the prompt, its length, decoding, stopping and stream (:class:`~specpar.core.query.Query`; its prompt is
-    not changed, nor copied: the caller's list must stay as it is until the request ends). curve: its options per
-    share. runtime: where each configuration's tasks run (on a shared virtual clock: ``RuntimeConfig(name="virtual",
-    options={"clock": clock})``). ready_made: the servers outlive each configuration (Ray keeps their actors).
+    curve: its options per share. runtime: where each configuration's tasks run (on a shared virtual clock:
+    ``RuntimeConfig(name="virtual", options={"clock": clock})``). ready_made: the servers outlive each configuration
+    (Ray keeps their actors).
     """
 
     def __init__(
-        self,
-        scheduler: Scheduler,
-        query: Query,
-        spec: SpeculativeConfig,
-        curve: ShareCurve,
-        runtime: RuntimeConfig,
-        ready_made: bool = True,
+        self, scheduler: Scheduler, spec: SpeculativeConfig, curve: ShareCurve, runtime: RuntimeConfig, ready_made=True
     ):
-        self.scheduler, self.spec, self.curve, self.runtime = scheduler, spec, curve, runtime
-        self.query, self.ready_made = query, ready_made
-        self.pausable = Pausable(query.stopping)
-        # a share that can change needs the pause; a fixed one never pauses (its stopping goes to the runner as it
-        # is: None keeps the algorithms' fast path)
-        if curve.min_units < curve.max_units:
-            self.query = dataclasses.replace(query, stopping=self.pausable)
+        self.scheduler, self.spec, self.curve, self.runtime, self.ready_made = (
+            scheduler,
+            spec,
+            curve,
+            runtime,
+            ready_made,
+        )
         self.ticket: Ticket | None = None
         self.segments: list[tuple[Option, int, GenerationResult]] = []  # (option, units, result) per configuration
         self.end_ms = None
+        self.stopped = False  # its own stopping ended the output (not a pause)
         self.choice = None  # what algorithm="auto" chose for it (a prediction.auto.Choice), set by the engine
 
-    @property
-    def prompt(self) -> Sequence[int]:
-        return self.query.prompt
-
-    @property
-    def stopping(self) -> Stopping | None:
-        """The stopping each configuration runs with: the request's own, or the pause in front of it."""
-        return self.query.stopping
-
-    def run(self) -> GenerationResult:
-        scheduler, prompt, result = self.scheduler, self.prompt, None
+    def run(self, query: Query) -> GenerationResult:
+        """``query`` served (its prompt is not changed, nor copied: the caller's list must stay as it is until the
+        request ends): each configuration goes on from the tokens the previous one verified."""
+        scheduler, curve, prompt, result = self.scheduler, self.curve, query.prompt, None
+        pausable, pauses = Pausable(query.stopping), curve.min_units < curve.max_units
+        # a share that can change needs the pause; a fixed one's stopping goes as it is (None keeps the fast path)
+        stopping = pausable if pauses else query.stopping
         out = prompt  # the verified sequence (copied before the first continuation: run_generation copies its own)
-        context = Context(out, len(out))
-        self.ticket = ticket = scheduler.arrive(self.curve, self.pausable, context)
+        self.ticket = ticket = scheduler.arrive(curve, pausable, Context(out, len(out)))
         try:
             while True:
-                option, units = scheduler.take(ticket, context)
+                option, units = scheduler.take(ticket, Context(out, len(out)))
                 placement = scheduler.placement(option, units)
-                left = self.query.max_tokens - (len(out) - len(prompt))
-                query = self.query if out is prompt else dataclasses.replace(self.query, prompt=out, max_tokens=left)
+                left = query.max_tokens - (len(out) - len(prompt))
+                now = Query(out, left, query.decoding, stopping, query.stream)
                 spec = configure(self.spec, option)
-                result = run_generation(query, placement.target, placement.drafter, spec, self.runtime, self.ready_made)
+                result = run_generation(now, placement.target, placement.drafter, spec, self.runtime, self.ready_made)
                 self.segments.append((option, len(units), result))
-                p = self.pausable
-                if self.stopping is not p or p.stopped or len(result.tokens) >= left or not p.paused:
+                if not pauses or pausable.stopped or not pausable.paused or len(result.tokens) >= left:
                     break
                 out = [*out, *result.tokens]  # paused: the next configuration goes on from here
-                context = Context(out, len(out))
                 scheduler.record(len(result.tokens))
                 result = None
         finally:  # the last configuration's tokens recorded as it leaves
             self.end_ms = scheduler.leave(ticket, len(result.tokens) if result is not None else 0)
-        return self.result()
+        self.stopped = pausable.stopped
+        return self.result(pauses)
 
     @property
     def arrival_ms(self) -> float | None:
@@ -131,63 +115,58 @@ class Request:
         """Time from arrival to its first configuration's start (waiting for units)."""
         return self.started_ms - self.arrival_ms
 
-    def result(self) -> GenerationResult:
+    def result(self, paused: bool) -> GenerationResult:
         """The request's result: its one configuration's as it is, or the configurations' joined (tokens in order,
-        counts summed, time from the first one's start to the end; ``details["segments"]`` lists them)."""
+        counts summed, time from the first one's start to the end; ``details["segments"]`` lists them). paused: it
+        ran with the pause, which may have said "stop" (the request's own stop decides)."""
+        finish = "stop" if self.stopped else "length"
         if len(self.segments) == 1:
             result = self.segments[0][2]
-            if self.stopping is self.pausable:  # a pause may have said "stop"; the request's own stop decides
-                result.finish_reason = "stop" if self.pausable.stopped else "length"
+            if paused:
+                result.finish_reason = finish
             return result
-        finish = "stop" if self.pausable.stopped else "length"
         return join(self.segments, finish, self.end_ms - self.started_ms)
+
+
+SUMMED = ("target_forwards", "drafter_forwards", "drafted", "accepted", "verifications", "time_lost_ms")
 
 
 def join(segments: list[tuple[Option, int, GenerationResult]], finish: str, time_ms: float) -> GenerationResult:
     """Several configurations' results as one (see :meth:`Request.result`)."""
     results = [r for _, _, r in segments]
     first = results[0]
-    drafted_at: list[int] = []
-    accepted_at: list[int] = []
+    at: dict[str, list[int]] = {"position_drafted": [], "position_accepted": []}
     for r in results:
-        for into, counts in ((drafted_at, r.position_drafted), (accepted_at, r.position_accepted)):
+        for name, into in at.items():
+            counts = getattr(r, name)
             into.extend([0] * (len(counts) - len(into)))
             for i, n in enumerate(counts):
                 into[i] += n
-    names = list(dict.fromkeys(r.algorithm for r in results))
-    details = {
-        "segments": [
-            {
-                "algorithm": r.algorithm,
-                "units": u,
-                "sp_degree": r.sp_degree,
-                "lookahead": r.lookahead,
-                "tokens": len(r.tokens),
-                "time_ms": r.time_ms,
-            }  # fmt: skip
-            for _, u, r in segments
-        ]
-    }
+    details = [
+        {
+            "algorithm": r.algorithm,
+            "units": u,
+            "sp_degree": r.sp_degree,
+            "lookahead": r.lookahead,
+            "tokens": len(r.tokens),
+            "time_ms": r.time_ms,
+        }
+        for _, u, r in segments
+    ]
     return GenerationResult(
-        algorithm="+".join(names),
+        algorithm="+".join(dict.fromkeys(r.algorithm for r in results)),
         runtime=first.runtime,
         tokens=[t for r in results for t in r.tokens],
         time_ms=time_ms,
         ttft_ms=first.ttft_ms,
-        target_forwards=sum(r.target_forwards for r in results),
-        drafter_forwards=sum(r.drafter_forwards for r in results),
-        drafted=sum(r.drafted for r in results),
-        accepted=sum(r.accepted for r in results),
         accepted_per_round=[n for r in results for n in r.accepted_per_round],
-        position_drafted=drafted_at,
-        position_accepted=accepted_at,
-        verifications=sum(r.verifications for r in results),
         lookahead=first.lookahead,
         sp_degree=max(r.sp_degree for r in results),
         finish_reason=finish,
-        details=details,
+        details={"segments": details},
         logprobs=None if any(r.logprobs is None for r in results) else [x for r in results for x in r.logprobs],
         left_running=tuple(x for r in results for x in r.left_running),
         replicas_lost=tuple(x for r in results for x in r.replicas_lost),
-        time_lost_ms=sum(r.time_lost_ms for r in results),
+        **{name: sum(getattr(r, name) for r in results) for name in SUMMED},
+        **at,
     )

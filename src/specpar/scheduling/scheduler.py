@@ -1,18 +1,13 @@
 """The scheduler: owns the processing units and splits them among the requests, at safe points.
 
-Requests queue in arrival order. Whenever one arrives, leaves or reaches a safe point, the scheduler asks the
-policy (:func:`specpar.planning.load.allocate`) how many units each request should have, then:
+Requests queue in arrival order. Whenever one arrives, leaves or reaches a safe point, the policy
+(:func:`specpar.planning.load.allocate`) says how many units each should have: a waiting request gets free units
+at once (those whose servers hold most of its sequence) and starts at its smallest share; a running one whose share
+changes is asked to pause at its next safe point (:class:`~specpar.scheduling.pausing.Pausable`), where it gives back
+or takes units (those kept for it wait, at most a round, so no later request takes them first).
 
-* a request waiting for units gets free ones at once (those whose servers hold most of its sequence), and starts
-  when it has its smallest share;
-* a running request that should have fewer units, or for which more are now free, is asked to pause at its next
-  safe point (:class:`~specpar.scheduling.pausing.Pausable`); there it gives back what it no longer needs, takes
-  what was kept for it, and goes on with the option of its new share. Units kept for a running request wait
-  for it (at most a round), so that no later request takes them first.
-
-Nothing here blocks while holding the lock; ``take`` waits on an event of the clock it was given: a
-:class:`WallClock` (threads, real time) or a :class:`~specpar.runtimes.shared_clock.SharedClock` (greenlets on the
-virtual clock). So one Scheduler serves an Engine's threads and the simulator's greenlets alike.
+Nothing blocks while holding the lock; ``take`` waits on an event of the clock it was given (a :class:`WallClock`,
+or a :class:`~specpar.runtimes.shared_clock.SharedClock`'s greenlets): one Scheduler serves threads and the simulator.
 """
 
 from __future__ import annotations
@@ -22,7 +17,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 from specpar.core.calls import Context
 from specpar.core.errors import ConfigError
@@ -46,14 +41,12 @@ class WallClock:
 
 
 class Ticket:
-    """A request in the scheduler's queue: its curve, the units it holds and should hold, and how to reach it.
+    """A request in the scheduler's queue.
 
-    held: the units it owns (those its running generation uses, and any kept for its next one). in_use: how many
-    of them the running generation uses (0 while it waits). target: how many the policy gives it. event: the
-    clock's event it waits on in take() (made when it first waits). arrival_ms, started_ms: the clock's time at
-    arrive() and when take() first gave it units. used: the units it ran on (again at each configuration).
-    switches: configurations after the first. ready: the option and units arrive() started it on, for its first
-    take().
+    held: the units it owns (those in use and any kept for its next configuration). in_use: how many the running
+    generation uses (0 while it waits). target: the policy's share. event: what take() waits on. used: the units it
+    ran on, at each configuration. switches: configurations after the first. ready: the option and units arrive()
+    started it on, for its first take().
     """
 
     __slots__ = ("id", "curve", "pausable", "event", "arrival_ms", "started_ms", "held", "in_use", "target", "context",
@@ -78,11 +71,9 @@ class Ticket:
 class LoadMetrics:
     """The scheduler's state, for an exporter (vLLM's names where it has one).
 
-    requests_running: requests generating. requests_waiting: requests queued for units (vLLM's
-    num_requests_waiting). units, units_in_use: processing units, and those held by requests.
-    units_per_request: units held per running request (mean; 0 when none runs). output_tokens: tokens verified
-    since the start. goodput_tokens_per_s: output tokens per second over the last ``window_s`` seconds (or since
-    the start, if shorter). switches: configuration changes at safe points since the start.
+    units_per_request: the mean over running requests (0 when none runs). output_tokens: verified since the start.
+    goodput_tokens_per_s: output tokens per second over the last ``window_s`` seconds. switches: configuration
+    changes at safe points since the start.
     """
 
     requests_running: int
@@ -96,7 +87,7 @@ class LoadMetrics:
     switches: int
 
     def to_dict(self) -> dict:
-        return dict(self.__dict__)
+        return asdict(self)
 
 
 class Scheduler:
@@ -125,8 +116,10 @@ class Scheduler:
         self._placements: dict = {}
 
     def _by_cache(self, units: list[Unit], context: Context) -> None:
-        if self._caching:
-            _by_cache(units, context)
+        """Sort ``units`` by how much of ``context`` their servers hold, most first (stable: ties keep their order)."""
+        if self._caching and len(units) > 1:
+            cached = {id(u): u.cached(context) for u in units}
+            units.sort(key=lambda u: cached[id(u)], reverse=True)
 
     # -- a request's life ------------------------------------------------------------------------------
     def arrive(self, curve: ShareCurve, pausable: Pausable, context: Context | None = None) -> Ticket:
@@ -157,7 +150,7 @@ class Scheduler:
                 ticket.used = units = list(held)
                 ticket.started_ms = now
                 pausable.arm()
-                ticket.ready = curve.options[min(n, curve.max_units) - curve.min_units], units
+                ticket.ready = curve.option(n), units
         return ticket
 
     def take(self, ticket: Ticket, context: Context) -> tuple[Option, list[Unit]]:
@@ -192,8 +185,7 @@ class Scheduler:
                     elif ticket.started_ms is None:
                         ticket.started_ms = self.clock.now() if waited else ticket.arrival_ms
                     ticket.pausable.arm()
-                    curve = ticket.curve
-                    return curve.options[min(len(held), curve.max_units) - curve.min_units], list(held)
+                    return ticket.curve.option(len(held)), list(held)
                 if ticket.event is None:
                     ticket.event = self.clock.event()
                 ticket.event.clear()
@@ -285,10 +277,3 @@ class Scheduler:
                 window_s=span / 1000.0,
                 switches=self._switches,
             )
-
-
-def _by_cache(units: list[Unit], context: Context) -> None:
-    """Sort ``units`` by how much of ``context`` their servers hold, most first (stable: ties keep their order)."""
-    if len(units) > 1:
-        cached = {id(u): u.cached(context) for u in units}
-        units.sort(key=lambda u: cached[id(u)], reverse=True)

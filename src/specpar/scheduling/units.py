@@ -14,9 +14,7 @@ from specpar.runtimes.base import Pool
 
 @dataclass(eq=False)
 class Unit:
-    """One processing unit (a core, a GPU) and the servers placed on it, each with its own KV cache; it runs one of
-    them at a time. An engine that makes its servers puts one target and one drafter server (one per level for
-    HSD) on each unit; servers given ready-made form a single unit that holds them all (requests take turns).
+    """One processing unit (a core, a GPU) and the servers on it, each with its own KV cache, run one at a time.
 
     targets, drafters: the servers by role. levels: HSD's drafter levels, the smallest first, or several drafters
     whose token trees are merged (one list of servers per drafter).
@@ -32,9 +30,8 @@ class Unit:
         self.caching = [s for s in self.servers if s.latency is None or s.latency.cache_matters]
 
     def cached(self, context: Context) -> tuple[int, int]:
-        """How much of ``context`` the unit's target and drafter servers hold (a request prefers its own). Servers
-        whose times cannot depend on their cache (``LatencyProfile.cache_matters`` False, the paper's time-unit
-        model) count 0 without being asked, as the virtual clock skips Pool.pick for them."""
+        """How much of ``context`` the unit's target and drafter servers hold (a request prefers its own); 0 where
+        no server's times depend on its cache (``LatencyProfile.cache_matters``)."""
         if not self.caching:
             return 0, 0
         return _cached(self.targets, context), _cached(self.drafters, context)
@@ -88,11 +85,8 @@ class Placement:
 
 
 def place(option: Option, units: Sequence[Unit]) -> Placement:
-    """The pools of ``option`` on ``units`` (the request's, best first).
-
-    One unit: its servers as they are (SI and HSD colocate drafter and target; a unit of ready-made servers holds
-    every replica). Several: the drafter (or HSD's levels) on the first unit, a target replica on each other.
-    """
+    """The pools of ``option`` on ``units`` (the request's, best first): one unit's servers as they are; on several,
+    the drafter (or HSD's levels) on the first unit and a target replica on each other."""
     first = units[0]
     if len(units) == 1:
         targets, drafter_unit = first.targets, first
