@@ -63,9 +63,6 @@ class CellRecheck:
         return self.dsi_ms - self.si_ms > 3.0 * self.se_ms + 1e-9
 
 
-# --- measurements ---------------------------------------------------------------------------------------------
-
-
 def recheck_cells(
     h: Heatmap,
     ratio: np.ndarray,
@@ -223,9 +220,6 @@ def measure_table2_row(c: float, a: float, n: int = 50, sp_degree: int = 7, repe
         raise ConfigError(f"no lookahead in {TABLE2_LOOKAHEADS} satisfies Eq. 1 with SP <= {sp_degree} at c = {c:g}")
     k_si, k_dsi = min(si, key=si.get), min(dsi, key=dsi.get)
     return {"c": c, "a": a, "si_lookahead": k_si, "dsi_lookahead": k_dsi, "speedup": si[k_si] / dsi[k_dsi]}
-
-
-# --- checks: figures in, verdict out -------------------------------------------------------------------------
 
 
 def _verdict(ok: bool) -> str:
@@ -424,8 +418,6 @@ def check_table2(
     return Claim("table2", "Table 2", statement, status, "; ".join(parts), command, value)
 
 
-# --- the report ------------------------------------------------------------------------------------------------
-
 CLAIM_KEYS = ("theorem1", "theorem2", "fig2b", "fig2b-strict", "fig2d", "fig2a", "sp-vs-mp", "amdahl", "table2")
 
 
@@ -441,12 +433,8 @@ def _argmax_words(h: Heatmap, s: np.ndarray, fn=np.argmax) -> str:
 def reproduce(
     only=None, *, table2_rows: list[Table2Row] | None = None, progress=None, figures: dict | None = None, **grid
 ) -> list[Claim]:
-    """Measure and judge every claim (or those in ``only``), in CLAIM_KEYS order.
-
-    grid: the heatmaps' settings, as :func:`measure_grid` takes them (resolution 50, n 100, repeats 5, sp_degree 7,
-    seed 0, lookaheads (1, 200) by default). figures: if a dict, receives the measured GridFigures under "grid" (for
-    writing the heatmaps).
-    """
+    """Measure and judge every claim (or those in ``only``), in CLAIM_KEYS order. grid: the heatmaps' settings,
+    :func:`measure_grid`'s (GRID_DEFAULTS by default); figures: a dict that receives the GridFigures under "grid"."""
     keys = list(CLAIM_KEYS if not only else only)
     unknown = set(keys) - set(CLAIM_KEYS)
     if unknown:
