@@ -202,13 +202,10 @@ class Requests:
         scheduler = Scheduler(self.units, clock)
         runtime = self.runtime.replace(options={**self.runtime.options, "clock": clock})
         made, queries = [], []
-        for ids, p in zip(prompts, params):  # (as one() makes them)
+        for ids, p in zip(prompts, params):  # as one() makes them
             decoding = p.decoding(len(ids), self.end_of_text)
-            made.append(
-                self.make(
-                    RequestShape(len(ids), p.max_tokens, decoding.processors is not None), spec, scheduler, runtime
-                )
-            )
+            shape = RequestShape(len(ids), p.max_tokens, decoding.processors is not None)
+            made.append(self.make(shape, spec, scheduler, runtime))
             queries.append(
                 Query(ids, p.max_tokens, decoding, p.stopping(ids, self.end_of_text, self.tokenizer), stream)
             )
