@@ -103,7 +103,7 @@ def summarize(results, args) -> dict:
         "one generation: SharedClock / VirtualRuntime, CPU per token": shared / plain,
     }
     if args.plot:
-        from specpar.experiments.load_plot import plot_load
+        from specpar.experiments.plots import plot_load
 
         rows = [{**by[f"{x:g}x {p}"].runs[0]["run"], "rate": x * LoadSetting().nonsi_capacity} for x in LOADS
                 for p in POLICIES]  # fmt: skip

@@ -39,7 +39,6 @@ def test_speedup_is_the_ratio_of_mean_latencies_with_the_paired_ratios_as_its_sp
     d = s.to_dict()
     assert d["ratio_min"] == 1.5 and d["ratio_max"] == 2.0 and d["repeats"] == 3
     assert d["ratio_std"] == pytest.approx(statistics.stdev([2.0, 2.0, 1.5]))
-    assert s.text() == f"1.71x ± {statistics.stdev([2.0, 2.0, 1.5]):.2f}"
     assert math.isnan(loop.speedup([1.0], [0.0]).value)  # no time elapsed: undefined, not infinite
     with pytest.raises(ValueError):
         loop.speedup([1.0, 2.0], [1.0])  # unpaired

@@ -1,13 +1,9 @@
 """The two configuration objects that travel from a CLI flag (or an API keyword, or a request) to the algorithm.
 
-* :class:`SpeculativeConfig`: how a generation speculates (algorithm, lookahead, SP degree, token tree, HSD's
-  buffers, DSI's modes). ``SpeculativeConfig.from_vllm`` also reads vLLM's shape of it
-  (``{"method": "dsi", "num_speculative_tokens": 5, "sp_degree": 4}``).
-* :class:`RuntimeConfig`: where its tasks run (virtual clock, threads or Ray, and each one's settings).
-
-Both are frozen and checked when made, so a bad value is one :class:`ConfigError` before any work starts. Each
-field's metadata names its command-line flag, the flag's deprecated spellings and its help text: the CLI builds its
-option groups from these fields (``specpar.entrypoints.cli.arguments``), so a flag has one spelling everywhere.
+:class:`SpeculativeConfig`: how a generation speculates (``from_vllm`` reads vLLM's shape of it).
+:class:`RuntimeConfig`: where its tasks run. Both are frozen and checked when made (one :class:`ConfigError` before
+any work starts). Each field's metadata names its command-line flag, deprecated spellings and help: the CLI builds its
+option groups from these fields, so a flag has one spelling everywhere.
 """
 
 from __future__ import annotations
@@ -218,18 +214,15 @@ class SpeculativeConfig:
         request switching to an algorithm that takes no token tree or n-gram proposer (non-SI, HSD) leaves the
         defaults' tree and n-gram proposer behind instead of being refused for them, and one switching to "auto"
         the defaults' settings it chooses itself (AUTO_CHOOSES); ones it names are checked."""
-        algorithm = changes.get("algorithm")
+        kept = {k: v for k, v in changes.items() if v is not None}
+        algorithm = kept.get("algorithm")
         if algorithm == AUTO:  # auto chooses the method's settings: the defaults' own are left behind
-            kept = {k: v for k, v in changes.items() if v is not None}
-            return replace(self, **{name: kept.get(name) for name in AUTO_CHOOSES}, **kept)
+            return replace(self, **{**dict.fromkeys(AUTO_CHOOSES), **kept})
         if algorithm is not None and algorithm not in ("si", "dsi"):
-            kept = {k: v for k, v in changes.items() if v is not None}
-            if "tree" not in kept:
-                kept["tree"] = None
+            kept.setdefault("tree", None)
             if "proposer" not in kept and self.proposer is not None and parse_proposer(self.proposer).ngram:
                 kept["proposer"] = None
-            return replace(self, **kept)
-        return self.replace(**changes)
+        return replace(self, **kept) if kept else self
 
     @classmethod
     def from_vllm(cls, config: Mapping[str, Any]) -> SpeculativeConfig:
@@ -430,11 +423,7 @@ class RuntimeConfig:
         t = self.call_timeout_s
         if t is not None and not is_number(t, 0, math.inf, lo_open=True, hi_open=True):
             raise ConfigError(f"call_timeout_s must be a finite number of seconds > 0 (or None), got {t!r}")
-        c = self.cpus_per_server
-        if not is_number(c, 0, math.inf, lo_open=True, hi_open=True):
-            raise ConfigError(f"cpus_per_server must be a finite number > 0, got {c!r}")
-        if self.placement not in PLACEMENTS:
-            raise ConfigError(f"placement must be one of {PLACEMENTS}, got {self.placement!r}")
+        check_ray_resources(self.cpus_per_server, self.placement)
         if self.drafter_placement not in DRAFTER_PLACEMENTS:
             raise ConfigError(f"drafter_placement must be one of {DRAFTER_PLACEMENTS}, got {self.drafter_placement!r}")
         if not isinstance(self.options, Mapping):
@@ -485,6 +474,14 @@ def check_link_ms(value) -> None:
     for ms in _per_pool(value):
         if not is_number(ms, 0, math.inf, hi_open=True):
             raise ConfigError(f"link_ms must be a finite number of ms >= 0, got {ms!r}")
+
+
+def check_ray_resources(cpus_per_server, placement) -> None:
+    """A ConfigError unless ``cpus_per_server`` is a finite number > 0 and ``placement`` one of PLACEMENTS."""
+    if not is_number(cpus_per_server, 0, math.inf, lo_open=True, hi_open=True):
+        raise ConfigError(f"cpus_per_server must be a finite number > 0, got {cpus_per_server!r}")
+    if placement not in PLACEMENTS:
+        raise ConfigError(f"placement must be one of {PLACEMENTS}, got {placement!r}")
 
 
 def _set(config, name: str) -> bool:

@@ -106,21 +106,14 @@ def check_temperature(temperature) -> float:
 
 @dataclass(frozen=True, slots=True)
 class Decoding:
-    """How tokens are chosen.
+    """How tokens are chosen (every server call of a request carries one).
 
-    temperature: 0 means greedy (argmax, exact-match verification); > 0 means
-        sampling from softmax(logits / temperature) with lossless rejection sampling.
-    seed: keys every random draw (see module docstring).
-    processors: the request's logits processors (top-k, top-p, min-p, repetition penalty), applied by every
-        server, target and drafter alike, before rows leave it (:mod:`specpar.core.logits_processors`); None: none.
-    coupling: "rejection" (rejection sampling, the papers') or "gumbel" (drafter-invariant: the same tokens for a
-        seed on every runtime and algorithm); see the module docstring.
-    logprobs: None (the default), or how many of the most likely tokens the generation records beside each output
-        token's own log-probability: target servers then return log-probability rows
-        (:class:`specpar.core.calls.Scores` says in which form).
-    prompt_len: the request's prompt length (0: not given). A server may prefill the prompt in its own fastest
-        passes as long as every server of the request does it alike (llama.cpp's exact mode:
-        :mod:`specpar.backends.llama.prefill`); it stays the first prompt's when a paused request goes on.
+    temperature: 0: greedy (exact-match verification); > 0: sampling from softmax(logits / temperature). seed: keys
+    every random draw. processors: the request's logits processors, applied by every server before rows leave it.
+    coupling: "rejection" or "gumbel" (module docstring). logprobs: None, or how many most likely tokens to record
+    beside each output token's log-probability (target servers then return log-probability rows: :class:`Scores`).
+    prompt_len: the request's prompt length (0: not given), which servers may prefill in their own fastest passes
+    when every server of the request does it alike (:mod:`specpar.backends.llama.prefill`).
     """
 
     temperature: float = 0.0

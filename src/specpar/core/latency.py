@@ -48,14 +48,9 @@ class LatencyProfile:
         return LatencyProfile(self.ttft_ms * factor, self.tpot_ms * factor, self.per_token_ms * factor)
 
     def call_ms(self, call, cached: int) -> float:
-        """Time of a Draft or Score call on a server whose cache holds the first ``cached`` tokens of its context.
-
-        When not ``cache_matters`` every value of ``cached`` gives the same time (servers pass 0, uncompared).
-        Nothing cached: a prefill (TTFT). Otherwise one pass over the new tokens (a fully cached context still
-        re-runs its last token); a draft of k tokens adds k - 1 single-token passes. Token trees cost per_token_ms
-        per node (``extra_tokens``): a scored tree as a chain of the same node count; an expanded tree one pass per
-        level, each over that level's nodes.
-        """
+        """Time of a Draft or Score call on a server whose cache holds the first ``cached`` tokens of its context:
+        nothing cached, a prefill (TTFT); else one pass over the new tokens (at least the last); a draft of k tokens
+        adds k - 1 one-token passes; tree nodes beyond one per pass (``extra_tokens``) cost per_token_ms each."""
         if call.kind == "verify":
             if cached == 0:
                 return self.ttft_ms + self.per_token_ms * call.n_drafts
@@ -84,10 +79,8 @@ def line_through(points: Sequence[tuple[float, float]], x: float) -> float:
 
 @dataclass(frozen=True, slots=True)
 class PassCosts:
-    """Measured forward-pass costs of one model on one machine, with the threads the engine gives its passes
-    (a machine profile's model costs at one thread count: :mod:`specpar.prediction.machine`), in ms. The same
-    contract as :class:`LatencyProfile` for the servers that time calls with it (``call_ms``, ``cache_matters``),
-    and its linear summary (``ttft_ms``, ``tpot_ms``, ``per_token_ms``) for the rules that read one (Eq. 1).
+    """Measured forward-pass costs of one model on one machine (a machine profile's, :mod:`specpar.prediction.machine`),
+    in ms: :class:`LatencyProfile`'s contract (``call_ms``, ``cache_matters``, and a linear summary for Eq. 1).
 
     prefill: ((prompt_tokens, ms), ...), increasing lengths: a pass over a prompt on an empty cache
         (:func:`line_through` between and beyond the points).
@@ -128,11 +121,8 @@ class PassCosts:
         return max(0.0, (v[-1] - v[0]) / (len(v) - 1)) if len(v) > 1 else 0.0
 
     def call_ms(self, call, cached: int) -> float:
-        """Time of a Draft or Score call on a server whose cache holds the first ``cached`` tokens of its context,
-        as :meth:`LatencyProfile.call_ms` prices it with the measured costs: on an empty cache a prefill of the
-        prompt (the context less its drafts) plus what its drafts add to a one-token pass; otherwise v(new tokens);
-        a draft of k tokens adds k - 1 one-token passes; a tree's nodes beyond one per pass (``extra_tokens``) add
-        what they add to a one-token pass. On a linear profile this is LatencyProfile's time exactly."""
+        """:meth:`LatencyProfile.call_ms` with the measured costs: on an empty cache a prefill of the context less its
+        drafts plus what the drafts add to a one-token pass, else v(new tokens) (a linear profile's time exactly)."""
         v1 = self.passes[0]
         if call.kind == "verify":
             if cached == 0:
@@ -178,12 +168,7 @@ measured on its pool yet): a cold prefill of a long prompt on a CPU takes tens o
 
 def stall_limit_s(expected_ms: float | None, factor: float = STALL_FACTOR, floor_s: float = STALL_FLOOR_S) -> float:
     """How long, in seconds, a call expected to take ``expected_ms`` may run before its server counts as stalled:
-    ``factor`` x the expectation, at least ``floor_s``; UNMEASURED_LIMIT_S (at least ``floor_s``) when the
-    expectation is None (nothing known yet).
-
-    The runtimes call this for every call (``call_timeout_s=None``, the default): a stalled replica's task is redone
-    on another replica (Ray), or the generation fails with a ServerError naming the server (threads).
-    """
+    ``factor`` x the expectation, at least ``floor_s``; UNMEASURED_LIMIT_S when nothing is known yet."""
     if expected_ms is None:
         return max(UNMEASURED_LIMIT_S, floor_s)
     return max(factor * expected_ms / 1000.0, floor_s)

@@ -171,10 +171,10 @@ class SamplingParams:
         counts_output = self.presence_penalty != 0.0 or self.frequency_penalty != 0.0 or self.min_tokens > 0
         if counts_output and prompt_len is None:
             raise ConfigError("presence_penalty, frequency_penalty and min_tokens need the prompt's length")
-        stop_ids = set(self.stop_token_ids) | (set() if self.ignore_eos else set(end_of_text))
         p = LogitsProcessors(
             self.repetition_penalty, self.top_k, self.top_p, self.min_p, self.presence_penalty,
-            self.frequency_penalty, self.logit_bias, self.min_tokens, tuple(sorted(stop_ids)), prompt_len or 0,
+            self.frequency_penalty, self.logit_bias, self.min_tokens, tuple(sorted(self._stop_ids(end_of_text))),
+            prompt_len or 0,
         )  # fmt: skip
         return p if p.active else None
 
@@ -190,10 +190,14 @@ class SamplingParams:
     def stopping(self, prompt_ids: Sequence[int], end_of_text: Iterable[int] = (), tokenizer=None) -> Stopping | None:
         """The request's stop conditions: its model's ``end_of_text`` ids (unless ignore_eos), its stop ids, and its
         stop strings, found in ``tokenizer``'s text of the output after ``prompt_ids``; None when it has none."""
-        ids = set(self.stop_token_ids) | (set() if self.ignore_eos else set(end_of_text))
+        ids = self._stop_ids(end_of_text)
         if not ids and not self.stop:
             return None
         return Stopping(ids, self.stop, tokenizer, prompt_ids, self.min_tokens)
+
+    def _stop_ids(self, end_of_text: Iterable[int]) -> set[int]:
+        """The ids that end the output: the stop ids and, unless ignore_eos, the model's end-of-text ids."""
+        return set(self.stop_token_ids) | (set() if self.ignore_eos else set(end_of_text))
 
 
 SAMPLING_FIELDS = tuple(f.name for f in fields(SamplingParams))

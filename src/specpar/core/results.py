@@ -1,26 +1,13 @@
-"""What a generation returns: the tokens, the time, and the metrics the field reports.
+"""What a generation returns: the tokens, the time, and the metrics the field reports (vLLM's definitions).
 
-Metric definitions (the field's, as vLLM uses them; tested in tests/experiments/test_metrics.py):
-
-* drafted: draft tokens the verifier tested (each is tested at most once; drafts
-  discarded unseen after an earlier rejection are not counted).
-* acceptance_rate = accepted / drafted; under iid acceptance it estimates ``a``.
-* verifications: target tasks that completed and could deliver output (every target
-  pass but DSI's prefill of idle replicas at the start): SI's rounds, DSI's
-  verification tasks and its passes on the cursor, non-SI's passes.
-* mean_acceptance_length = tokens / verifications: tokens gained per completed
-  verification task (vLLM's definition, 1 + accepted / verification steps for SI).
-  It means the same for every algorithm: SI at most k + 1, DSI too on average.
-* a run ends with a token the target produced itself (a correction or a bonus);
-  accepted_per_round lists the accepted drafts of each run, and
-  mean_run_length = 1 + accepted / rounds = tokens / rounds. For SI a run is a round
-  (so mean_run_length = mean_acceptance_length); DSI's runs chain accepted drafts
-  across lookahead windows and verification tasks, so its runs can be far longer
-  than k + 1: a different quantity, named apart.
-* per_position_acceptance_rate[j] = accepted / tested among drafts at index j of
-  their lookahead window (the j-th token of a drafter call).
-* target_forwards: target forward passes that ran to completion; drafter_forwards:
-  drafter forward passes in completed draft calls. Cancelled work is in the timeline.
+* drafted: draft tokens the verifier tested (drafts discarded unseen after an earlier rejection are not counted);
+  acceptance_rate = accepted / drafted.
+* verifications: target tasks that completed and could deliver output (all but DSI's prefill of idle replicas);
+  mean_acceptance_length = tokens / verifications, the same meaning for every algorithm.
+* a run ends with a token the target produced itself; accepted_per_round lists the accepted drafts of each run, and
+  mean_run_length = tokens / rounds. For SI a run is a round; DSI's runs chain accepted drafts across windows.
+* per_position_acceptance_rate[j]: accepted / tested among drafts at index j of their lookahead window.
+* target_forwards, drafter_forwards: forward passes in completed calls (cancelled work is in the timeline).
 """
 
 from __future__ import annotations
@@ -63,13 +50,11 @@ def fmt(x, spec: str = ".2f", suffix: str = "") -> str:
 
 @dataclass(frozen=True, slots=True)
 class TaskRecord:
-    """One bar of a timeline: which server ran what, from when to when (ms), and whether it was cancelled
-    (a cancelled call ends when its server stopped working on it, on real runtimes).
+    """One bar of a timeline: which server ran what, from when to when (ms), and whether it was cancelled.
 
-    tokens: the call's context length (drafts included; a tree's nodes beyond it in ``drafts``).
-    drafts: drafts scored (verify) or drafted (draft).
-    cached: leading tokens of the context the server held when the call started (what it did not compute
-        again), on the real runtimes (threads, Ray); None on the virtual clock, which prices calls by it instead.
+    tokens: the call's context length (drafts included). drafts: drafts scored (verify) or drafted (draft).
+    cached: leading tokens of the context the server held when the call started (real runtimes; None on the virtual
+    clock, which prices calls by it instead).
     """
 
     server: str

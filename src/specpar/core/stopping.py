@@ -149,15 +149,11 @@ class Stopping:
     def __init__(self, stop_ids: Iterable[int] = (), stop: Sequence[str] = (), tokenizer=None, prompt=(),
                  min_tokens: int = 0):  # fmt: skip
         self.stop_ids = frozenset(stop_ids)
-        self.stop = tuple(stop)
-        if self.stop and tokenizer is None:
+        if stop and tokenizer is None:
             raise ConfigError("stop strings need a tokenizer: give stop_token_ids instead, or a model with one")
-        self._detok = Detokenizer(tokenizer, prompt) if self.stop else None
-        self._longest = max((len(s) for s in self.stop), default=0)
+        self._text = TextStream(tokenizer, prompt, stop, min_tokens) if stop else None
         self.min_tokens = min_tokens
         self.count = 0  # output tokens seen
-        self.floor = 0  # the text of the first min_tokens - 1 tokens: no stop string ends in it
-        self.text = ""  # the output's text so far (kept only for stop strings)
 
     def pauses_here(self) -> bool:
         """Whether the generation pauses at the round that just ended, to go on later (specpar.scheduling.pausing);
@@ -167,22 +163,11 @@ class Stopping:
     def stops_at(self, token: int) -> bool:
         """Whether the output ends with ``token`` (the next output token, in order)."""
         self.count += 1
-        early = self.count < self.min_tokens
         if token in self.stop_ids:
-            return not early
-        if self._detok is None:
+            if self._text is not None:  # counted toward min_tokens, not decoded
+                self._text.count += 1
+            return self.count >= self.min_tokens
+        if self._text is None:
             return False
-        piece = self._detok.push(token)
-        if early:
-            self.text += piece
-            self.floor = len(self.text)
-            return False
-        if not piece:
-            return False
-        since = max(0, len(self.text) - self._longest + 1)  # a stop string may begin in earlier text
-        self.text += piece
-        cut = find_stop(self.text, self.stop, since, self.floor)
-        if cut is not None:
-            self.text = self.text[: cut[0]]
-            return True
-        return False
+        self._text.push((token,))
+        return self._text.stopped

@@ -1,21 +1,14 @@
 """Token trees (SpecInfer, Miao et al. ASPLOS 2024): many candidate continuations of one context, as a tree.
 
-Node ``i`` holds a draft ``tokens[i]`` at depth ``depths[i]`` (1 for the root's children, at position len(context)),
-its parent ``parents[i]`` (-1: the root) and ``sources[i]``, the drafter that proposed it; parents come before their
-children, so node order is a valid order for one forward pass.
+Node ``i``: a draft ``tokens[i]`` at depth ``depths[i]`` (1: at position len(context)), its parent ``parents[i]``
+(-1: the root) and ``sources[i]``, the drafter that proposed it; parents come first (a valid order for one pass).
 
-``draws`` keeps what the verifier needs to stay lossless when sampling: under each node (-1: the root), the samples
-drawn there in order, each as (child node, [V] row it was drawn from). SpecInfer's multi-step speculative sampling
-(:func:`specpar.algorithms.verification.verify_tree`) tests them in that order, replacing the target's row by
-norm(max(0, p - q)) after each rejection, which is exact when each draw, given the earlier ones, follows its stored
-row. So expansion draws k_i children *without replacement* (each stored with its renormalised row); merging keeps
-each tree's draws in order after the earlier trees' (a token two drafters proposed is one node with two draws); and
-each draw has its own uniforms (``sibling_stream``; drafter s of a merge drafts with :func:`source_decoding`).
-Greedy trees take the drafter's top-k_i tokens (no rows); the verifier follows the child equal to the target's argmax.
-
-A tree's *shape*: widths ``<k1, ..., km>`` give k_i children to every node at depth i - 1 (:func:`expand`); a
-:class:`BestFirst` budget ``"best:B"`` grows B nodes best-first by the drafter's path probability (Sequoia, EAGLE-2:
-:func:`grow_best_first`).
+``draws``: under each node, the samples drawn there in order, as (child, [V] row drawn from). Multi-step speculative
+sampling (:func:`specpar.algorithms.verification.verify_tree`) tests them in that order, replacing the target's row
+by norm(max(0, p - q)) after each rejection: exact when each draw follows its stored row given the earlier ones. So
+expansion draws *without replacement* (storing the renormalised rows), a merge keeps each tree's draws in order, and
+each draw has its own uniforms (``sibling_stream``, :func:`source_decoding`). Greedy trees take the drafter's top-k
+(no rows). Shapes: widths ``<k1, ..., km>`` (:func:`expand`) or a :class:`BestFirst` budget (:func:`grow_best_first`).
 """
 
 from __future__ import annotations
@@ -52,10 +45,8 @@ def source_decoding(decoding: Decoding, source: int) -> Decoding:
 class BestFirst:
     """A budgeted, drafter-confidence-guided tree: ``"best:B"`` or ``"best:B:W"`` (:func:`grow_best_first`).
 
-    nodes: B, the node budget (the tree has exactly B nodes unless the vocabulary or the depth runs out).
-    per_pass: W, frontier nodes the drafter expands per forward pass (default 1: sequential best-first, at most
-        B - 1 passes after the first, as a chain of B drafts; a larger W takes fewer, wider passes, same tree).
-    depth: the deepest a node may be (None: B); the algorithms lower it near the end of a generation.
+    nodes: B, the node budget. per_pass: W, frontier nodes the drafter expands per forward pass (a larger W: fewer,
+    wider passes, the same tree). depth: the deepest a node may be (None: B; lowered near a generation's end).
     """
 
     nodes: int

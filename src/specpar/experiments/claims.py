@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from specpar.core.errors import ConfigError
-from specpar.experiments.heatmap import Heatmap, compute_heatmap, dsi_at_si_lookahead, theorem2_servers
+from specpar.experiments.heatmap import Heatmap, compute_heatmap, dsi_at_si_lookahead, theorem2_grid
 from specpar.experiments.online import TABLE2_LOOKAHEADS
 from specpar.planning import min_lookahead, sp_degree_needed
 from specpar.planning.lookahead import satisfies_eq1
@@ -63,30 +63,28 @@ class CellRecheck:
         return self.dsi_ms - self.si_ms > 3.0 * self.se_ms + 1e-9
 
 
-# --- measurements ---------------------------------------------------------------------------------------------
-
-
 def recheck_cells(
     h: Heatmap,
     ratio: np.ndarray,
-    dsi_k,
-    sp_of,
+    dsi_k: np.ndarray,
+    servers,
     repeats: int = 2000,
     seed: int = 12345,
     relax: bool = False,
     si_lookahead: np.ndarray | None = None,
 ) -> list[CellRecheck]:
     """Re-run every cell with ``ratio`` = SI / DSI below 1 (worst first) with ``repeats`` fresh paired runs.
-    dsi_k(i, j) and sp_of(i, j) give DSI's lookahead and servers in cell (i, j); ``relax``: also DSI's fastest
-    smaller lookahead on the same servers (Eq. 1 then fails); si_lookahead: SI's lookahead per cell (default: its
-    unrestricted best, ``h.si_lookahead``)."""
+    dsi_k, servers: DSI's lookahead and target servers [C, A] (servers: or one count for every cell); ``relax``: also
+    DSI's fastest smaller lookahead on the same servers (Eq. 1 then fails); si_lookahead: SI's lookahead per cell
+    (default: its unrestricted best, ``h.si_lookahead``)."""
     out = []
     si_k = h.si_lookahead if si_lookahead is None else si_lookahead
+    servers = np.broadcast_to(servers, ratio.shape)
     cells = np.argwhere(ratio < 1.0 - 1e-9)
     order = np.argsort(ratio[tuple(cells.T)]) if len(cells) else []
     uniforms = acceptance_uniforms(repeats, h.n, seed)  # the same fresh draws for every cell
     for i, j in cells[order]:
-        c, a, k_si, k_dsi, sp = float(h.c[i]), float(h.a[j]), int(si_k[i, j]), dsi_k(i, j), sp_of(i, j)
+        c, a, k_si, k_dsi, sp = float(h.c[i]), float(h.a[j]), int(si_k[i, j]), int(dsi_k[i, j]), int(servers[i, j])
         nz = next_rejection(uniforms, [a])[0]
         drafted, rounds = si_counts(nz, np.full(repeats, k_si), h.n)
         si = si_time(drafted, rounds, c)
@@ -129,17 +127,13 @@ def measure_grid(
     progress("Fig. 2 grid")
     fig7 = compute_heatmap(resolution, n=n, repeats=repeats, sp_degree=sp_degree, fixed_lookahead=5, seed=seed)
     progress("Fig. 7 grid")
-    ratio = fig2.si / dsi_at_si_lookahead(fig2)
-    t2 = recheck_cells(
-        fig2,
-        ratio,
-        lambda i, j: int(fig2.si_lookahead[i, j]),
-        lambda i, j: theorem2_servers(float(fig2.c[i]), int(fig2.si_lookahead[i, j])),
-    )
+    t2_servers = theorem2_grid(fig2)
+    ratio = fig2.si / dsi_at_si_lookahead(fig2, t2_servers)
+    t2 = recheck_cells(fig2, ratio, fig2.si_lookahead, t2_servers)
     progress("Theorem 2")
-    dsi_k, servers = (lambda i, j: int(fig2.dsi_lookahead[i, j])), (lambda i, j: sp_degree)
-    f2b = recheck_cells(fig2, fig2.speedup("dsi_vs_si"), dsi_k, servers, relax=True)
-    f2b_eq1 = recheck_cells(fig2, fig2.speedup("dsi_vs_si_eq1"), dsi_k, servers, si_lookahead=fig2.si_eq1_lookahead)
+    dsi_k, eq1_k = fig2.dsi_lookahead, fig2.si_eq1_lookahead
+    f2b = recheck_cells(fig2, fig2.speedup("dsi_vs_si"), dsi_k, sp_degree, relax=True)
+    f2b_eq1 = recheck_cells(fig2, fig2.speedup("dsi_vs_si_eq1"), dsi_k, sp_degree, si_lookahead=eq1_k)
     return GridFigures(fig2, fig7, ratio, t2, f2b, f2b_eq1)
 
 
@@ -228,9 +222,6 @@ def measure_table2_row(c: float, a: float, n: int = 50, sp_degree: int = 7, repe
     return {"c": c, "a": a, "si_lookahead": k_si, "dsi_lookahead": k_dsi, "speedup": si[k_si] / dsi[k_dsi]}
 
 
-# --- checks: figures in, verdict out -------------------------------------------------------------------------
-
-
 def _verdict(ok: bool) -> str:
     return PASS if ok else FAIL
 
@@ -289,11 +280,7 @@ def _fig2b_cause_words(rechecks: list[CellRecheck]) -> str:
             f"only {min(r.dsi_ms / r.si_ms for r in bad):.3f}-{max(r.dsi_ms / r.si_ms for r in bad):.3f}x"
         )
     valid = [r for r in bad if r.si_lookahead_valid]
-    words += (
-        f"; in {len(valid)} of them does SI's best lookahead satisfy Eq. 1"
-        if valid
-        else "; in none of them does SI's best lookahead satisfy Eq. 1"
-    )
+    words += f"; in {len(valid) or 'none'} of them does SI's best lookahead satisfy Eq. 1"
     relaxed = [r for r in bad if r.relaxed_ms is not None]
     faster = [r for r in relaxed if r.relaxed_ms < r.si_ms]
     gains = [r.si_ms / r.relaxed_ms for r in faster]
@@ -431,8 +418,6 @@ def check_table2(
     return Claim("table2", "Table 2", statement, status, "; ".join(parts), command, value)
 
 
-# --- the report ------------------------------------------------------------------------------------------------
-
 CLAIM_KEYS = ("theorem1", "theorem2", "fig2b", "fig2b-strict", "fig2d", "fig2a", "sp-vs-mp", "amdahl", "table2")
 
 
@@ -448,12 +433,8 @@ def _argmax_words(h: Heatmap, s: np.ndarray, fn=np.argmax) -> str:
 def reproduce(
     only=None, *, table2_rows: list[Table2Row] | None = None, progress=None, figures: dict | None = None, **grid
 ) -> list[Claim]:
-    """Measure and judge every claim (or those in ``only``), in CLAIM_KEYS order.
-
-    grid: the heatmaps' settings, as :func:`measure_grid` takes them (resolution 50, n 100, repeats 5, sp_degree 7,
-    seed 0, lookaheads (1, 200) by default). figures: if a dict, receives the measured GridFigures under "grid" (for
-    writing the heatmaps).
-    """
+    """Measure and judge every claim (or those in ``only``), in CLAIM_KEYS order. grid: the heatmaps' settings,
+    :func:`measure_grid`'s (GRID_DEFAULTS by default); figures: a dict that receives the GridFigures under "grid"."""
     keys = list(CLAIM_KEYS if not only else only)
     unknown = set(keys) - set(CLAIM_KEYS)
     if unknown:
@@ -469,14 +450,12 @@ def reproduce(
         claims += _grid_claims(g, keys, grid)
     if "sp-vs-mp" in keys:
         m = measure_sp_vs_mp()
+        cmd = (
+            "specpar reproduce --only sp-vs-mp   (DSI timing alone: specpar simulate "
+            f"-c 0.1 -a 0.8 -k 2 --sp-degree {m['sp_degree']} -N 2000)"
+        )
         claims.append(
-            check_sp_vs_mp(
-                m["fraction_adding_latency"],
-                m["dsi_speedup_over_nonsi"],
-                "specpar reproduce --only sp-vs-mp   (DSI timing alone: specpar simulate "
-                f"-c 0.1 -a 0.8 -k 2 --sp-degree {m['sp_degree']} -N 2000)",
-                sp_degree=m["sp_degree"],
-            )
+            check_sp_vs_mp(m["fraction_adding_latency"], m["dsi_speedup_over_nonsi"], cmd, sp_degree=m["sp_degree"])
         )
         progress("SP vs MP")
     if "amdahl" in keys:

@@ -93,16 +93,13 @@ def summarize(algo: str, results: list, runs: dict, exact: bool) -> AlgorithmSum
     s = AlgorithmSummary(
         algo, results[0].lookahead, results[0].sp_degree, [x.time_ms for x in results], first_run=results[0]
     )
-    drafted = sum(x.drafted for x in results)
-    accepted = sum(x.accepted for x in results)
-    rounds = sum(x.rounds for x in results)
-    verifications = sum(x.verifications for x in results)
-    if drafted:
-        s.acceptance_rate = accepted / drafted
-    if rounds:
-        s.mean_run_length = 1 + accepted / rounds
-    if verifications:
-        s.mean_acceptance_length = sum(len(x.tokens) for x in results) / verifications
+    total = {k: sum(getattr(x, k) for x in results) for k in ("drafted", "accepted", "rounds", "verifications")}
+    if total["drafted"]:
+        s.acceptance_rate = total["accepted"] / total["drafted"]
+    if total["rounds"]:
+        s.mean_run_length = 1 + total["accepted"] / total["rounds"]
+    if total["verifications"]:
+        s.mean_acceptance_length = sum(len(x.tokens) for x in results) / total["verifications"]
     s.target_forwards = statistics.fmean(x.target_forwards for x in results)
     s.drafter_forwards = statistics.fmean(x.drafter_forwards for x in results)
     if "nonsi" in runs:

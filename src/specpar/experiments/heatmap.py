@@ -199,16 +199,9 @@ def _best_dsi(nz: np.ndarray, pairs: list, cs: np.ndarray, n: int, sp_degree: in
     dsi = np.full((len(cs), A), np.inf)
     dsi_k = np.zeros((len(cs), A), dtype=np.int64)
     for done, batch in enumerate(batches, before + 1):
-        cis = np.array([pairs[b][0] for b in batch])
-        kks = np.array([pairs[b][1] for b in batch])
-        runs = len(batch) * A * repeats
-        lat = dsi_latency(
-            np.broadcast_to(nz[None], (len(batch),) + nz.shape).reshape(runs, n + 1),
-            np.repeat(kks, A * repeats),
-            np.repeat(cs[cis], A * repeats),
-            n,
-            sp_degree,
-        )
+        cis, kks = np.array([pairs[b] for b in batch]).T  # [len(batch)] c's index and k of each candidate
+        draws = np.broadcast_to(nz[None], (len(batch),) + nz.shape).reshape(len(batch) * A * repeats, n + 1)
+        lat = dsi_latency(draws, np.repeat(kks, A * repeats), np.repeat(cs[cis], A * repeats), n, sp_degree)
         means = lat.reshape(len(batch), A, repeats).mean(axis=2)
         for row, i, k in zip(means, cis, kks):
             better = row < dsi[i] - 1e-12  # ties keep the smaller lookahead (candidates come in increasing order)
@@ -266,19 +259,24 @@ def theorem2_servers(c: float, lookahead: int) -> int:
     return max(2, sp_degree_needed(1.0, c, lookahead))
 
 
-def dsi_at_si_lookahead(h: Heatmap) -> np.ndarray:
-    """DSI's mean latency [C, A] at SI's own lookahead in each cell of ``h``, on ``h``'s draws, on the target
-    servers Eq. 1 asks for at that lookahead and at least 2 (Theorem 2's setting, :func:`theorem2_servers`)."""
+def theorem2_grid(h: Heatmap) -> np.ndarray:
+    """[C, A] :func:`theorem2_servers` at SI's lookahead in each cell of ``h``."""
+    return np.array([[theorem2_servers(float(c), int(k)) for k in row] for c, row in zip(h.c, h.si_lookahead)])
+
+
+def dsi_at_si_lookahead(h: Heatmap, servers: np.ndarray) -> np.ndarray:
+    """DSI's mean latency [C, A] at SI's own lookahead in each cell of ``h``, on ``h``'s draws, on ``servers`` [C, A]
+    target servers (Theorem 2's setting: :func:`theorem2_grid`)."""
     nz = next_rejection(acceptance_uniforms(h.repeats, h.n, h.seed), h.a)  # the draws h was computed on
     C, A, reps = len(h.c), len(h.a), h.repeats
     cells_c = np.repeat(np.arange(C), A)
     cells_a = np.tile(np.arange(A), C)
     k = h.si_lookahead.reshape(-1)
-    sp = np.array([theorem2_servers(float(h.c[i]), int(kk)) for i, kk in zip(cells_c, k)])
+    sp = servers.reshape(-1)
     out = np.empty(C * A)
-    for servers in np.unique(sp):
-        cells = np.nonzero(sp == servers)[0]
+    for count in np.unique(sp):
+        cells = np.nonzero(sp == count)[0]
         runs = nz[cells_a[cells]].reshape(len(cells) * reps, h.n + 1)
-        lat = dsi_latency(runs, np.repeat(k[cells], reps), np.repeat(h.c[cells_c[cells]], reps), h.n, int(servers))
+        lat = dsi_latency(runs, np.repeat(k[cells], reps), np.repeat(h.c[cells_c[cells]], reps), h.n, int(count))
         out[cells] = lat.reshape(len(cells), reps).mean(axis=1)
     return out.reshape(C, A)

@@ -64,10 +64,6 @@ class RequestRecord:
     switches: int
     algorithms: str
 
-    @property
-    def latency_ms(self) -> float:
-        return self.end_ms - self.arrival_ms
-
 
 @dataclass
 class LoadRun:
@@ -84,25 +80,18 @@ class LoadRun:
         span = max(r.end_ms for r in self.records) - min(r.arrival_ms for r in self.records)
         return sum(r.tokens for r in self.records) / (span / 1000.0) if span > 0 else math.inf
 
-    def latency(self, q: float) -> float:
-        return percentile([r.latency_ms for r in self.records], q)
-
-    def ttft(self, q: float) -> float:
-        return percentile([r.ttft_ms for r in self.records], q)
-
-    @property
-    def mean_switches(self) -> float:
-        return statistics.fmean(r.switches for r in self.records)
-
     def to_dict(self) -> dict:
+        """Latency (arrival to completion) and TTFT percentiles in ms, throughput in output tokens per second."""
+        latency = [r.end_ms - r.arrival_ms for r in self.records]
+        ttft = [r.ttft_ms for r in self.records]
         return {
             "policy": self.policy,
             "load": self.load,
             "requests": len(self.records),
             "throughput_tokens_per_s": self.throughput,
-            **{f"latency_p{q}_ms": self.latency(q) for q in PERCENTILES},
-            **{f"ttft_p{q}_ms": self.ttft(q) for q in PERCENTILES},
-            "switches_per_request": self.mean_switches,
+            **{f"latency_p{q}_ms": percentile(latency, q) for q in PERCENTILES},
+            **{f"ttft_p{q}_ms": percentile(ttft, q) for q in PERCENTILES},
+            "switches_per_request": statistics.fmean(r.switches for r in self.records),
         }
 
 
@@ -174,17 +163,10 @@ class LoadSimulation:
         def one(i: int) -> None:
             req = Request(scheduler, self.spec, curve, runtime)
             result = req.run(Query(self.prompt(i), s.max_tokens, decoding))
-            first = req.segments[0][2]
+            ttft = req.queue_ms + (req.segments[0][2].ttft_ms or 0.0)
+            tokens, switches = len(result.tokens), req.ticket.switches
             records.append(
-                RequestRecord(
-                    req.arrival_ms,
-                    req.started_ms,
-                    req.end_ms,
-                    req.queue_ms + (first.ttft_ms or 0.0),
-                    len(result.tokens),
-                    req.ticket.switches,
-                    result.algorithm,
-                )  # fmt: skip
+                RequestRecord(req.arrival_ms, req.started_ms, req.end_ms, ttft, tokens, switches, result.algorithm)
             )
 
         if rate is not None:

@@ -62,12 +62,6 @@ class Speedup:
             return None
         return min(self.ratios) < 1 < max(self.ratios)
 
-    def text(self) -> str:
-        """``1.23x`` (one repeat) or ``1.23x ± 0.04``."""
-        if not math.isfinite(self.value):
-            return "-"
-        return f"{self.value:.2f}x" + (f" ± {self.std:.2f}" if len(self.ratios) > 1 else "")
-
     def to_dict(self) -> dict:
         finite = [x for x in self.ratios if math.isfinite(x)]
         return {

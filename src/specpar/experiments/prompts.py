@@ -19,9 +19,6 @@ from pathlib import Path
 from specpar.core.errors import ConfigError
 from specpar.core.paths import read_text
 
-BUILTIN = ("humaneval", "mtbench")
-ONLINE = ("mbpp", "cnn_dm", "alpaca")
-
 
 @dataclass(frozen=True)
 class Prompt:
@@ -83,9 +80,7 @@ def from_jsonl(path: str | Path) -> list[Prompt]:
 
 def _from_row(row, where: str) -> Prompt:
     if isinstance(row, str):
-        if not row:
-            raise ConfigError(f"{where}: the prompt is empty")
-        return Prompt(where, text=row)
+        row = {"prompt": row}
     if isinstance(row, dict):
         pid = str(row.get("id", row.get("task_id", where)))
         for key in ("prompt", "text"):
@@ -134,6 +129,9 @@ _DATASETS = {
 }
 
 
+BUILTIN = {"humaneval": humaneval, "mtbench": mtbench}  # prompt sets from installed packages
+
+
 def from_datasets(name: str, n: int) -> list[Prompt]:
     """The first ``n`` prompts of a paper dataset via the ``datasets`` library (needs network)."""
     try:
@@ -152,16 +150,14 @@ def load(source: str, n: int | None = None) -> list[Prompt]:
     """Prompts from ``source`` (humaneval, mtbench, mbpp, cnn_dm, alpaca, or a JSONL path), the first ``n``."""
     if n is not None and n < 1:
         raise ConfigError(f"number of prompts must be >= 1, got {n}")
-    if source == "humaneval":
-        prompts = humaneval()
-    elif source == "mtbench":
-        prompts = mtbench()
-    elif source in ONLINE:
+    if source in BUILTIN:
+        prompts = BUILTIN[source]()
+    elif source in _DATASETS:
         prompts = from_datasets(source, n or 50)
     elif Path(source).suffix in (".jsonl", ".json") or Path(source).is_file():
         prompts = from_jsonl(source)
     else:
-        raise ConfigError(f"unknown prompt source {source!r}: use {', '.join(BUILTIN + ONLINE)} or a JSONL file")
+        raise ConfigError(f"unknown prompt source {source!r}: use {', '.join([*BUILTIN, *_DATASETS])} or a JSONL file")
     return prompts[:n] if n else prompts
 
 

@@ -27,12 +27,9 @@ DEFAULT_PRIOR = 0.7  # the estimate before any test, when nothing better is know
 
 
 class AdaptiveLookahead:
-    """The lookahead for the next window, from the acceptance estimate (module docstring).
-
-    best: the table, the best lookahead at acceptance rate i / GRID for i = 0..GRID (:func:`tabulate`).
-    prior: the estimate before any draft is tested. horizon: about how many of the latest tests the estimate weighs.
-    chosen: the lookahead of each window so far, in order (for reports).
-    """
+    """The lookahead for the next window, from the acceptance estimate. best: the best lookahead at acceptance rate
+    i / GRID, i = 0..GRID (:func:`tabulate`); prior: the estimate before any test; horizon: about how many of the
+    latest tests it weighs; chosen: each window's lookahead so far (for reports)."""
 
     def __init__(self, best: Sequence[int], prior: float = DEFAULT_PRIOR, horizon: float = DEFAULT_HORIZON):
         if len(best) != GRID + 1:

@@ -24,12 +24,9 @@ def si_latency_closed_form(target_ms: float, drafter_ms: float, a: float, k: int
 
 
 def si_expected_latency(target_ms: float, drafter_ms: float, a: float, k: int, n: int) -> float:
-    """SI's exact expected latency for n tokens, under specpar's SI rule.
-
-    A round with r tokens still to produce drafts k' = min(k, r - 1) tokens (never
-    the last one), costs k' * drafter_ms + target_ms, and yields j + 1 tokens where
-    j ~ min(Geometric accepted run, k'). Dynamic programming over r, O(n k).
-    """
+    """SI's exact expected latency for n tokens under specpar's SI rule, by dynamic programming over r (O(n k)): a round
+    with r tokens still to produce drafts k' = min(k, r - 1) (never the last one), costs k' * drafter_ms + target_ms
+    and yields j + 1 tokens, j ~ min(Geometric accepted run, k')."""
     e = [0.0] * (n + 1)
     for r in range(1, n + 1):
         kk = min(k, r - 1)
@@ -60,16 +57,12 @@ def dsi_ms_per_token(target_ms: float, drafter_ms: float, a: float, k: int, per_
     """DSI's expected time per token with lookahead k on enough target servers (Eq. 1 holds: no verification waits
     for a server), a renewal model of :mod:`specpar.algorithms.dsi`.
 
-    From a restart at time 0 (the cursor corrected: a target pass on it and the drafter's first chunk begin), draft
-    j = m k + i (chunk m, index i) exists at (m + 1) k d and is judged when its target row is there: at t for j = 0
-    (the pass on the cursor), at m k d + v for i = 0 (the extra row of chunk m - 1's verification, which took v =
-    t + per_token_ms k), else at (m + 1) k d + v; never before the draft exists. The first rejected draft, at j
-    with probability a^j (1 - a), ends the round at that time with j + 1 tokens (j accepted and the correction):
-    time per token = E[round time] / E[tokens] = (1 - a) sum_j a^j (1 - a) J(j). With a = 1 every token costs d.
-
-    Exact for k d <= t (what the fast path's recurrence gives: ``tests/algorithms/test_adaptive_lookahead.py``); where a chunk
-    takes longer than a target pass the target takes tokens itself meanwhile, which this model ignores, so it is
-    pessimistic there and capped at t (Theorem 1: never slower than non-SI).
+    From a restart at 0, draft j = m k + i (chunk m, index i) exists at (m + 1) k d and is judged when its target row
+    is there: at t for j = 0 (the pass on the cursor), at m k d + v for i = 0 (the extra row of chunk m - 1's
+    verification, v = t + per_token_ms k), else at (m + 1) k d + v. The first rejection, at j with probability
+    a^j (1 - a), ends the round with j + 1 tokens: time per token = (1 - a) sum_j a^j (1 - a) J(j); d at a = 1.
+    Exact for k d <= t (tests/algorithms/test_adaptive_lookahead.py); beyond, it ignores the tokens the target takes
+    itself meanwhile, so it is pessimistic there and capped at t (Theorem 1: never slower than non-SI).
     """
     if a >= 1.0:
         return drafter_ms

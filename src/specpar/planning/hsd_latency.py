@@ -41,14 +41,11 @@ def gain_probabilities(a, t_low: int) -> np.ndarray:
 
 
 def gamma(a: float, t_low: int, t_up: int) -> float:
-    """Expected number of batches of exactly t_low tokens a level verifies to hold >= t_up tokens.
-
-    Each batch yields g tokens with :func:`gain_probabilities`; the level stops once it
-    holds t_up or more (the last batch may overshoot; HSD hands up exactly t_up). So
+    """Expected number of batches of exactly t_low tokens a level verifies to hold >= t_up tokens: each yields g tokens
+    with :func:`gain_probabilities`, the last may overshoot (HSD hands up exactly t_up), so
 
         G(r) = 1 + sum_{g < r} P(g) G(r - g),  G(r <= 0) = 0,   gamma = G(t_up)
 
-    (the expected number of renewals of a bounded-geometric walk to pass t_up).
     gamma(a, t, t') = ceil(t' / (t + 1)) at a = 1 and t' at a = 0.
     """
     return _gamma(check_rate(a), check_buffer("T_lower", t_low), check_buffer("T_upper", t_up))
@@ -78,10 +75,7 @@ def gamma_table(alphas: np.ndarray, t_max: int) -> np.ndarray:
 
 
 def top_rate(a, t_low):
-    """R_n: target rounds per output token, (1 - a) / (1 - a^(t_low + 1)); 1 / (t_low + 1) at a = 1.
-
-    Works elementwise on numpy arrays.
-    """
+    """R_n: target rounds per output token, (1 - a) / (1 - a^(t_low + 1)); 1 / (t_low + 1) at a = 1 (elementwise)."""
     a = np.asarray(a, dtype=float)
     t = np.asarray(t_low, dtype=float)
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -158,11 +152,9 @@ def forwards_per_token(alpha, levels: Sequence[int], buffers: Sequence[int]) -> 
 
 
 def hierarchy_latency(costs: Sequence[float], alpha, levels: Sequence[int], buffers: Sequence[int]) -> float:
-    """L = sum_i c_{s_i} prod_{j >= i} R_j: expected cost per output token of the hierarchy (cost units).
-
-    costs: [K+1] c_0 .. c_K; alpha: [K+1, K+1]; levels: increasing model indices ending with K
-    (just [K] is the target alone, L = c_K); buffers: T for every level but the target.
-    """
+    """L = sum_i c_{s_i} prod_{j >= i} R_j: expected cost per output token of the hierarchy (cost units). costs: [K+1]
+    c_0 .. c_K; alpha: [K+1, K+1]; levels: increasing model indices ending with K ([K]: the target alone, L = c_K);
+    buffers: T for every level but the target."""
     c, a = check_costs(costs), check_alpha(alpha)
     if len(a) != len(c):
         raise ConfigError(f"alpha is {len(a)} x {len(a)} but there are {len(c)} costs: give one row per model")

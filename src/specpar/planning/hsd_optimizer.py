@@ -35,12 +35,9 @@ from specpar.planning.hsd_latency import (
 
 @dataclass(frozen=True)
 class HsdPlan:
-    """A hierarchy and its predicted cost per output token (in the costs' unit).
-
-    levels: model indices from the bottom drafter to the target K ([K] = the target alone).
-    buffers: T for each level but the target (T_0 = tokens the bottom model drafts per call).
-    latency: predicted expected cost per output token, L.
-    """
+    """A hierarchy: ``levels``, model indices from the bottom drafter to the target K ([K]: the target alone);
+    ``buffers``, T for each level but the target (T_0: tokens the bottom model drafts per call); ``latency``, its
+    predicted cost per output token L (the costs' unit)."""
 
     levels: tuple[int, ...]
     buffers: tuple[int, ...]
@@ -65,10 +62,8 @@ def check_problem(costs: Sequence[float], alpha, t_max: int) -> tuple[list[float
 
 
 def optimize(costs: Sequence[float], alpha, t_max: int = 15) -> HsdPlan:
-    """The hierarchy and buffers (each in 1 .. t_max) with the least L, by the dynamic program above.
-
-    costs: [K+1] c_0 < ... < c_K (the target last); alpha: [K+1, K+1], entries above the diagonal used.
-    """
+    """The hierarchy and buffers (each in 1 .. t_max) with the least L, by the dynamic program above. costs: [K+1]
+    c_0 < ... < c_K (the target last); alpha: [K+1, K+1], entries above the diagonal used."""
     c, a, T = check_problem(costs, alpha, t_max)
     K = len(c) - 1
     iu = np.triu_indices(K + 1, 1)

@@ -33,11 +33,8 @@ class Option:
 
 @dataclass(frozen=True)
 class ShareCurve:
-    """A request's best option for each share it may have: ``options[i]`` on ``min_units + i`` units.
-
-    Without predictions (``ms_per_token`` None: a model without a latency profile) the rates are taken to grow
-    as the square root of the units, so that free units are split evenly.
-    """
+    """A request's best option for each share it may have: ``options[i]`` on ``min_units + i`` units. Without
+    predictions (``ms_per_token`` None) the rates grow as the square root of the units, so free units split evenly."""
 
     options: tuple[Option, ...]
     rates: tuple[float, ...] = field(init=False, repr=False, compare=False)
@@ -104,10 +101,9 @@ def allocate(
 ) -> list[int]:
     """The units each request should have, in queue order (0: it waits).
 
-    curves[i], held[i]: request i's curve and the units it holds now (queue order: the order of arrival).
-    The longest prefix of the queue whose smallest shares fit in ``units`` is admitted (no request overtakes an
-    earlier one, so none starves); the admitted requests' shares maximize sum_i r_i(u_i) * (1 + keep_bonus if
-    u_i = held[i]). Of equal totals, the smaller share is taken (a free unit costs a newcomer no pause).
+    curves[i], held[i]: request i's curve and the units it holds now, in order of arrival. The longest prefix whose
+    smallest shares fit in ``units`` is admitted (none overtakes an earlier one, so none starves); their shares
+    maximize sum_i r_i(u_i) * (1 + keep_bonus if u_i = held[i]), the smaller share at a tie (units stay free).
     """
     if len(curves) != len(held):
         raise ConfigError("one held count per curve")

@@ -2,24 +2,17 @@
 
 ``target_ms``, ``drafter_ms``: forward latencies per token (TPOT, ms or any one unit); ``lookahead``: k, drafts per
 verification task; ``sp_degree``: *target* servers (the drafter runs on one more device); ``per_token_ms``: the
-target's extra cost per additional token in one pass (0 on GPUs). A chunk of k drafts is ready every
-``k * drafter_ms`` and a verification occupies a server for ``target_ms``, so none waits for a server iff
+target's extra cost per additional token in one pass (0 on GPUs). No verification waits for a server iff
 
     sp_degree >= target_ms / (lookahead * drafter_ms)          (Eq. 1, :func:`eq1_servers`)
 
-The paper's examples: ``min_lookahead(1.0, 0.05, 4) == 5`` (App. D / §3.1) and ``sp_degree_needed(1.0, 0.1, 2) == 5``
-(§3.1, SP vs MP). A drafter of latency 0 (prompt lookup) satisfies Eq. 1 for no lookahead: refused here
-(docs/proposers.md). Counted beyond Eq. 1, only where they apply:
-
-* **the server kept for the cursor** (``dedicated_cursor``, :func:`keeps_cursor_server`): where ``per_token_ms > 0``
-  DSI keeps one target server for passes on the cursor and verifies on the others, so it needs one more.
-* **catch-up**: V servers verifying in turn each read the V k tokens drafted since their last turn, so they keep up
-  iff ``V >= (target_ms - per_token_ms) / (k (drafter_ms - per_token_ms))`` (:func:`verification_servers`); where
-  ``per_token_ms >= drafter_ms`` none do, and verifications queue whatever the lookahead (DSI stays lossless).
-
-Not counted (the simulators show them): where ``k * drafter_ms > target_ms`` a single server's verification queues
-behind the pass on the cursor, so Theorem 2's comparison runs DSI on at least two
-(:func:`specpar.experiments.heatmap.theorem2_servers`); and a generation's last, shorter chunk may wait likewise.
+e.g. ``min_lookahead(1.0, 0.05, 4) == 5`` (App. D) and ``sp_degree_needed(1.0, 0.1, 2) == 5`` (§3.1, SP vs MP). Where
+``per_token_ms > 0`` DSI keeps a server for the cursor (:func:`keeps_cursor_server`) and V servers verifying in turn
+keep up iff ``V >= (target_ms - per_token_ms) / (k (drafter_ms - per_token_ms))`` (catch-up,
+:func:`verification_servers`; none where ``per_token_ms >= drafter_ms``): docs/dsi.md. A drafter of latency 0 (prompt
+lookup) satisfies Eq. 1 for no lookahead and is refused. Not counted: where ``k * drafter_ms > target_ms`` one
+server's verification queues behind the pass on the cursor, so Theorem 2 runs DSI on at least two servers
+(:func:`specpar.experiments.heatmap.theorem2_servers`).
 """
 
 from __future__ import annotations

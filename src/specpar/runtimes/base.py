@@ -5,14 +5,16 @@ from __future__ import annotations
 import itertools
 import logging
 import math
+import queue
 import threading
+import time
 import weakref
 from abc import ABC, abstractmethod
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from specpar.core.errors import ConfigError
+from specpar.core.errors import ConfigError, ServerError
 from specpar.core.latency import STALL_FACTOR, STALL_FLOOR_S, LatencyProfile, stall_limit_s
 from specpar.core.model import Model, Server, as_model, as_server
 from specpar.core.numbers import is_number
@@ -184,8 +186,7 @@ class CallLimits:
         return f"no answer after {task.limit_s:.3g} s ({which}): {what}"
 
 
-# server -> a weak reference to the runtime that runs it now (claimed at construction, released at close)
-_claims: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_claims: weakref.WeakValueDictionary = weakref.WeakValueDictionary()  # id(server) -> the runtime that claimed it
 _claims_lock = threading.Lock()
 
 
@@ -223,8 +224,7 @@ class Runtime(ABC):
         servers = _with_parts(servers)
         with _claims_lock:
             for server in servers:
-                ref = _claims_get(server)
-                owner = ref() if ref is not None else None
+                owner = _claims.get(id(server))
                 if owner is not None and owner is not self and not owner.closed:
                     raise ConfigError(
                         f"server {getattr(server, 'name', server)!r} is already running another generation (on a "
@@ -232,10 +232,9 @@ class Runtime(ABC):
                         "running at once (their caches would mix); give each thread its own servers, or send the "
                         "requests to one Engine, which runs them in turn"
                     )
-            me = weakref.ref(self)
             for server in servers:
-                _claims_set(server, me)
-                self._claimed.append(server)
+                _claims[id(server)] = self
+                self._claimed.append(server)  # alive while claimed, so its id stays its own
 
     # -- dispatch: the same queue on every runtime -----------------------------------------------------------
     def _queues(self, servers: Mapping[Pool, Sequence]) -> None:
@@ -282,6 +281,31 @@ class Runtime(ABC):
         self._in_flight -= 1
         return True
 
+    # -- the real runtimes' waits and faults (threads, Ray) ----------------------------------------------
+    def _finished_item(self):
+        """The next item of the queue of finished work (a task, or a Ray ObjectRef), losing the servers of watched
+        calls past their stall limits while it waits; a RuntimeError when nothing is in flight."""
+        while True:
+            if self._in_flight == 0:
+                raise RuntimeError("wait() called with no task in flight (an algorithm bug)")
+            self._check_pools()
+            try:
+                return self._finished.get(timeout=self.limits.wait_s(self._watched(), self.now()))
+            except queue.Empty:
+                self._lose_stuck()
+
+    def _check_pools(self) -> None:
+        """A ServerError when work waits on a pool with no live server left (Ray's check; threads raise on a loss)."""
+        return None
+
+    def _returned(self, task: Task) -> Task:
+        """``task`` finished and not cancelled: done and out of flight; a ServerError if its server raised."""
+        task.done = True
+        self._in_flight -= 1
+        if task.error is not None:
+            raise ServerError(task.server.name, task.call.kind, task.error) from task.error
+        return task
+
     def _lose(self, task: Task, server_name: str, reason: str) -> None:
         """``task``'s server died or stalled: record it in ``lost`` (with the time its unfinished call had run) and
         send ``task`` (unless cancelled) to the first live server of its pool to be free."""
@@ -297,9 +321,8 @@ class Runtime(ABC):
         self.closed = True
         with _claims_lock:
             for server in self._claimed:
-                ref = _claims_get(server)
-                if ref is not None and ref() is self:
-                    _claims_set(server, None)
+                if _claims.get(id(server)) is self:
+                    del _claims[id(server)]
             self._claimed = []
 
     @abstractmethod
@@ -317,9 +340,9 @@ class Runtime(ABC):
     def cancel(self, task: Task) -> None:
         """Drop a queued or running task; a no-op for a finished or cancelled one."""
 
-    @abstractmethod
     def now(self) -> float:
-        """The clock, in ms since the runtime started."""
+        """The clock, in ms since the runtime started (real runtimes: the wall clock since ``_t0``)."""
+        return (time.perf_counter() - self._t0) * 1000.0
 
     def run(self, pool: Pool, call):
         """Submit ``call`` and wait for it; for sequential algorithms with nothing else in flight."""
@@ -361,20 +384,3 @@ class Runtime(ABC):
     def __exit__(self, *exc):
         self.close()
         return False
-
-
-def _claims_get(server):
-    try:
-        return _claims.get(server)
-    except TypeError:  # a server that cannot be weakly referenced is not checked
-        return None
-
-
-def _claims_set(server, ref) -> None:
-    try:
-        if ref is None:
-            _claims.pop(server, None)
-        else:
-            _claims[server] = ref
-    except TypeError:
-        pass

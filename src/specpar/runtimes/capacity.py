@@ -155,11 +155,8 @@ def check_local_actors(n: int) -> None:
 
 def check_servers(runtime, targets: int, drafters: int = 0) -> None:
     """Refuse, before any server is made, ``targets`` target and ``drafters`` drafter servers that the runtime a
-    :class:`~specpar.core.config.RuntimeConfig` names cannot run on this machine (the virtual clock: any number).
-
-    threads: a thread per server. Ray: a process per actor (the targets, and the drafters with
-    ``drafter_placement="actor"``; in the driver they are threads), checked against this machine unless the run
-    joins a cluster (``address``)."""
+    :class:`~specpar.core.config.RuntimeConfig` names cannot run on this machine: a thread per server, a process
+    per Ray actor (the drafters in the driver are threads; a joined cluster is not checked here)."""
     if runtime.name == "threads":
         check_threads(targets + drafters)
     elif runtime.name == "ray":

@@ -1,13 +1,8 @@
 """A server in its own process: the Ray actor that hosts it, and the driver's handle on that actor.
 
-Only unseen tokens travel: the driver remembers how many of a generation's verified tokens (a
-:class:`~specpar.core.calls.Context`'s growing base) each actor holds and sends the ones after them with the drafts;
-the actor keeps its own copy, so its server keeps its KV cache across calls. Weights never travel: an actor builds
-its server from the server's ``remote_spec()``, a picklable function.
-
-Cancellation: calls run one at a time in the actor's default concurrency group, ``cancel`` in a group of its own, so
-it reaches a running call at once (it sets the event the server's ``run(call, cancelled)`` watches); a call
-cancelled before it started never runs.
+Only unseen tokens travel (the driver mirrors how many of a Context's verified tokens each actor holds); weights never
+do (an actor builds its server from ``remote_spec()``). Calls run one at a time; ``cancel`` runs in a concurrency
+group of its own, so it reaches a running call at once; a call cancelled before it started never runs.
 """
 
 from __future__ import annotations
@@ -27,13 +22,9 @@ CONTROL = "control"  # the concurrency group of cancel() and stats(): never queu
 
 
 class ServerHost:
-    """Runs in the actor's process: one server, the tokens it was sent, and the cancellation flags.
-
-    spec: a picklable zero-argument function that builds the server (``server.remote_spec()``).
-    threads: the server's CPU threads (its CPU bundle): torch's when it uses torch, a llama.cpp server's for passes of
-        2+ tokens.
-    link_ms: a delay injected before each call and after it, as if the actor were that far away (0: none).
-    """
+    """Runs in the actor's process: one server (built by ``spec``, its ``remote_spec()``), the tokens it was sent,
+    and the cancellation flags. threads: its CPU bundle (torch's and llama.cpp's threads). link_ms: a delay injected
+    before each call and after it (0: none)."""
 
     def __init__(self, spec, threads: int = 1, link_ms: float = 0.0):
         self.server = spec()
@@ -55,14 +46,9 @@ class ServerHost:
         return self.server.name
 
     def run(self, message: tuple):
-        """Run one call, sent as ``message`` = (seq, call, new_base, tokens, n, tail, keep) (one argument: Ray
-        serializes each argument apart): rebuild call number ``seq``'s context from the tokens sent, then run it
-        (None if cancelled).
-
-        new_base, tokens, n, tail: a Context of n verified tokens (``tokens`` follow the ones held, or start a
-            new generation) and the drafts ``tail``; tail None: a plain sequence, ``tokens`` following the
-            first ``keep`` of the last one.
-        """
+        """Run call number ``seq`` (None if cancelled), sent as one ``message`` = (seq, call, new_base, tokens, n,
+        tail, keep): a Context of n verified tokens (``tokens`` follow the ones held, or start a new base) and the
+        drafts ``tail``; tail None: a plain sequence, ``tokens`` following the first ``keep`` of the last one."""
         seq, call, new_base, tokens, n, tail, keep = message
         if tail is None:
             self.tokens = context = self.tokens[:keep] + tokens
@@ -115,11 +101,8 @@ class ServerHost:
 
 
 class RemoteServer:
-    """The driver's handle on one actor: what the runtime's pools pick from (``name``, ``cached_len``).
-
-    It mirrors what the actor was sent, so that :meth:`message` sends only what the actor lacks and
-    :meth:`cached_len` answers without a round trip.
-    """
+    """The driver's handle on one actor: what the runtime's pools pick from (``name``, ``cached_len``). It mirrors
+    what the actor was sent, so that :meth:`submit` sends only what the actor lacks."""
 
     def __init__(self, name: str, actor, group: Group):
         self.name = name

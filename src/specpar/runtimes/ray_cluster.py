@@ -104,11 +104,8 @@ def shutdown() -> None:
 @contextlib.contextmanager
 def ray_session(address: str | None = None, cpus: float = 0):
     """Ray for the duration of a command: joined on entry (``address``) or started by its first run, disconnected
-    on exit (Ctrl-C included); a Ray that was already connected before is left as it was.
-
-    cpus: the logical CPUs the command's largest run needs (its servers x CPUs each). A local Ray counts at least
-    that many from the start: the first run starts it, and a comparison's first arm (non-SI: one server) must not
-    size it for itself alone (then DSI's sp_degree servers did not fit: "need 4 CPUs, the cluster has 2")."""
+    on exit; a Ray already connected before is left as it was. cpus: the logical CPUs the command's largest run
+    needs, so that a comparison's first arm (non-SI: one server) does not size a local Ray for itself alone."""
     ray = import_ray()
     was_connected = ray.is_initialized()
     reserved = _state["reserved"]
@@ -125,13 +122,9 @@ def ray_session(address: str | None = None, cpus: float = 0):
 
 @contextlib.contextmanager
 def local_cluster(cpus_per_node: Sequence[int] = (2, 1, 1)):
-    """A Ray cluster of one raylet per entry of ``cpus_per_node`` on this machine (the first the head, with the GCS;
-    no dashboard, an 80 MB object store each), joined by this process for the duration; shut down by handle on
-    exit (no ``ray stop``). Yields the ``ray.cluster_utils.Cluster``.
-
-    The head writes its address where any ``ray.init()`` on this machine would find and join it; that entry is
-    removed at once, so only this process joins (by the address it is given).
-    """
+    """A Ray cluster of one raylet per entry of ``cpus_per_node`` on this machine (the first the head), joined by
+    this process for the duration and shut down by handle on exit. Yields the ``ray.cluster_utils.Cluster``. The
+    address the head writes for any ``ray.init()`` to find is removed at once: only this process joins."""
     ray = import_ray()
     from ray._common.utils import reset_ray_address
     from ray.cluster_utils import Cluster

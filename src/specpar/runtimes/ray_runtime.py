@@ -1,27 +1,21 @@
 """Ray: every server an actor in its own process, on its own cores or GPU, on one machine or many.
 
-The same contract and the same dispatch as the threads runtime; the actors (:mod:`specpar.runtimes.ray_actors`) are
-built from the servers' ``remote_spec()`` and sent only the tokens they have not seen. A replica whose actor dies or
-stalls (:class:`~specpar.runtimes.base.CallLimits`) is lost: killed, its task sent to a live replica of its pool,
-recorded in ``lost`` (lost replicas cost time, never tokens); a pool with none left and work queued is a
-ServerError. ``close()`` never hangs: calls cancelled at the end get ``join_timeout_s``, then their actors are killed.
-
-The pools in ``local_pools`` (the drafter, say) run on threads of the driver instead (a :class:`ThreadRuntime`
-sharing this runtime's queue of finished work): no round trip per call. Each server gets a bundle of
-``cpus_per_server`` CPUs, and one GPU for the servers of ``gpu_pools`` when the cluster has some; a run's new actors
-share one placement group. Actors are killed at ``close()`` unless ``reuse_actors``: then they stay with their local
-server objects for later runtimes (an engine's pools), each dying with its server object or the Ray session.
+The same contract and dispatch as the threads runtime; actors (:mod:`specpar.runtimes.ray_actors`) are built from
+the servers' ``remote_spec()``. A replica whose actor dies or stalls is lost: killed, its task resent to a live one,
+recorded in ``lost``; a pool with none left and work queued is a ServerError. ``close()`` gives cancelled calls
+``join_timeout_s``, then kills their actors. ``local_pools`` (the drafter, say) run on threads of the driver
+(a :class:`ThreadRuntime` sharing the queue of finished work). Each server gets ``cpus_per_server`` CPUs (and a GPU
+for ``gpu_pools``) in one placement group; with ``reuse_actors`` the actors outlive the runtime with their servers.
 """
 
 from __future__ import annotations
 
-import logging
-import math
 import queue
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from specpar.core.config import check_ray_resources
 from specpar.core.errors import ConfigError, ServerError
 from specpar.core.latency import STALL_FACTOR, STALL_FLOOR_S
 from specpar.runtimes import capacity, ray_actors
@@ -29,29 +23,20 @@ from specpar.runtimes.base import CallLimits, Pool, Runtime, Task
 from specpar.runtimes.ray_cluster import connect, import_ray, started_here
 from specpar.runtimes.threads import ThreadRuntime
 
-log = logging.getLogger(__name__)
-
 DEFAULT_JOIN_TIMEOUT_S = 2.0
 PLACEMENT_TIMEOUT_S = 60.0
-STRATEGIES = ("PACK", "SPREAD")
 
 
 @dataclass(frozen=True)
 class RayOptions:
     """A :class:`RayRuntime`'s settings (checked when made).
 
-    cpus_per_server: CPUs in each server's bundle (and its torch threads, at least 1).
-    placement: "PACK" (one node if it fits) or "SPREAD" (across nodes).
-    call_timeout_s: a call running longer than this loses its replica; None (the default): each call's limit is
-        derived from its server's latency (:class:`~specpar.runtimes.base.CallLimits`, with ``stall_factor`` and
-        ``stall_floor_s``); ``math.inf``: no limit. The pools in ``local_pools`` follow the same limits.
-    join_timeout_s: how long close() waits for the calls it cancelled before killing their actors.
-    reuse_actors: keep the actors with their servers for later runs instead of killing them at close().
-    gpu_pools: pools whose servers get one GPU each when the cluster has GPUs.
-    inject_link_ms: a delay each new actor adds before and after every call, as if it were that far away (to
-        validate the virtual clock's link_ms; 0 for real runs).
-    local_pools: pools (by name) whose servers run on threads in this process instead, e.g. ("drafter",): no
-        round trip per call, at the price of sharing the driver's process (see the README's figures).
+    cpus_per_server: CPUs in each server's bundle (and its torch threads). placement: "PACK" or "SPREAD".
+    call_timeout_s, stall_factor, stall_floor_s: the stall limits (:class:`~specpar.runtimes.base.CallLimits`), the
+    local pools' too. join_timeout_s: how long close() waits for the calls it cancelled before killing their actors.
+    reuse_actors: keep the actors with their servers for later runs. gpu_pools: pools whose servers get one GPU each
+    when the cluster has GPUs. inject_link_ms: a delay each new actor adds before and after every call (to validate
+    the virtual clock's link_ms). local_pools: pools (by name) whose servers run on threads in this process.
     """
 
     cpus_per_server: float = 1.0
@@ -66,11 +51,7 @@ class RayOptions:
     stall_floor_s: float = STALL_FLOOR_S
 
     def __post_init__(self):
-        cpus = self.cpus_per_server
-        if not (isinstance(cpus, (int, float)) and cpus > 0 and math.isfinite(cpus)):
-            raise ConfigError(f"cpus_per_server must be > 0, got {cpus!r}")
-        if self.placement not in STRATEGIES:
-            raise ConfigError(f"placement must be one of {STRATEGIES}, got {self.placement!r}")
+        check_ray_resources(self.cpus_per_server, self.placement)
 
 
 class RayRuntime(Runtime):
@@ -118,15 +99,12 @@ class RayRuntime(Runtime):
         """A RemoteServer per local server: a kept one when reusing, new actors (one placement group) else."""
         remote, new = {}, []
         for pool, server in servers:
-            kept = ray_actors.kept(server, self._session) if self.options.reuse_actors else None
-            if kept is not None and server not in remote:
-                remote[server] = kept
-            elif server not in remote:
-                remote[server] = None
-                new.append((pool, server))
+            if server not in remote:
+                remote[server] = ray_actors.kept(server, self._session) if self.options.reuse_actors else None
+                if remote[server] is None:
+                    new.append((pool, server))
         if new:
-            for server, made in zip([s for _, s in new], self._make([(p, s) for p, s in new])):
-                remote[server] = made
+            remote.update(zip([s for _, s in new], self._make(new)))
         if self.options.reuse_actors:
             for server, r in remote.items():
                 ray_actors.keep(server, r, self._session)
@@ -184,9 +162,6 @@ class RayRuntime(Runtime):
         return made
 
     # -- the contract ------------------------------------------------------------------------------
-    def now(self) -> float:
-        return (time.perf_counter() - self._t0) * 1000.0
-
     def submit(self, pool: Pool, call) -> Task:
         self._in_flight += 1
         if pool not in self._idle:  # a local pool
@@ -209,60 +184,35 @@ class RayRuntime(Runtime):
         ref.future().add_done_callback(lambda _, ref=ref: self._finished.put(ref))
 
     def wait(self) -> Task:
-        ray = self._ray
         while True:
-            if self._in_flight == 0:
-                raise RuntimeError("wait() called with no task in flight (an algorithm bug)")
-            self._check_pools()
-            try:
-                ref = self._finished.get(timeout=self.limits.wait_s(self._calls(), self.now()))
-            except queue.Empty:
-                self._lose_stuck()
-                continue
-            if type(ref) is Task:  # a local pool's
-                if self._local_finished(ref):
-                    return ref
-                continue
-            if ref not in self._running:  # its replica was lost meanwhile
-                continue
-            task, replica, _ = self._running.pop(ref)
-            self._ref.pop(task, None)
-            try:
-                result = ray.get(ref)
-            except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError) as exc:
-                self._lose_replica(task, replica, f"{type(exc).__name__}: the actor died")
-                continue
-            except ray.exceptions.RayTaskError as exc:  # the server raised: surfaced as on threads
-                self._free(task.pool, replica)
-                if task.cancelled:
-                    continue
-                cause = exc.cause if isinstance(getattr(exc, "cause", None), BaseException) else exc
-                self._finish(task)
-                task.error = cause
-                raise ServerError(replica.name, task.call.kind, cause) from cause
-            self._free(task.pool, replica)
-            if task.cancelled:
-                task.end = self.now()  # when its actor stopped working on it, as on threads
-                continue
-            task.result = result
-            self._finish(task)
-            self.limits.record(task)
-            return task
+            ref = self._finished_item()
+            if type(ref) is Task:  # a local pool's, finished on its thread
+                if not ref.cancelled:
+                    return self._returned(ref)
+            elif ref in self._running:  # (else its replica was lost meanwhile)
+                task = self._reply(ref)
+                if task is not None:
+                    return task
 
-    def _local_finished(self, task: Task) -> Task | None:
-        """A task of a local pool finished on its thread (None if it was cancelled)."""
+    def _reply(self, ref) -> Task | None:
+        """The task whose call ``ref`` answered, finished (None: cancelled, or its replica died and it was resent)."""
+        ray = self._ray
+        task, replica, _ = self._running.pop(ref)
+        self._ref.pop(task, None)
+        try:
+            task.result = ray.get(ref)
+        except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError) as exc:
+            self._lose_replica(task, replica, f"{type(exc).__name__}: the actor died")
+            return None
+        except ray.exceptions.RayTaskError as exc:  # the server raised: surfaced as on threads
+            task.error = exc.cause if isinstance(getattr(exc, "cause", None), BaseException) else exc
+        self._free(task.pool, replica)
+        task.end = self.now()  # a cancelled call's: when its actor stopped working on it, as on threads
         if task.cancelled:
             return None
-        task.done = True  # its thread set its start and end
-        self._in_flight -= 1
-        if task.error is not None:
-            raise ServerError(task.server.name, task.call.kind, task.error) from task.error
-        return task
-
-    def _finish(self, task: Task) -> None:
-        task.end = self.now()
-        task.done = True
-        self._in_flight -= 1
+        if task.error is None:
+            self.limits.record(task)
+        return self._returned(task)
 
     def cancel(self, task: Task) -> None:
         if task.pool not in self._idle:  # a local pool
@@ -283,12 +233,12 @@ class RayRuntime(Runtime):
         return [(t, r) for t, r, _ in self._running.values() if not t.cancelled]
 
     # -- faults ------------------------------------------------------------------------------------
-    def _calls(self) -> list[Task]:
+    def _watched(self) -> list[Task]:
         """The tasks whose calls run on an actor now, cancelled ones included until they return."""
         return [t for t, _, _ in self._running.values()]
 
     def _lose_stuck(self) -> None:
-        stalled = set(self.limits.stalled(self._calls(), self.now()))
+        stalled = set(self.limits.stalled(self._watched(), self.now()))
         for ref, (task, replica, _) in list(self._running.items()):
             if task in stalled:
                 del self._running[ref]

@@ -1,15 +1,11 @@
 """One virtual clock for many generations at once: the discrete-event simulation of a server under load.
 
-Each generation runs in its own greenlet (a coroutine switched in about a microsecond, never preempted) with a
-:class:`ClockRuntime`, a VirtualRuntime over one heap of events every generation shares. ``wait()`` hands control to
-the hub (:meth:`SharedClock.run`), which pops the earliest event, moves the clock to it and resumes its generation,
-so the clock advances only once every generation waits, and a run is deterministic (ties as on a VirtualRuntime,
-wake-ups first). The hub also starts greenlets at a time (:meth:`SharedClock.spawn`: an arrival), after a delay
-(:meth:`SharedClock.sleep`) or when an event is set (:meth:`SharedClock.event`). One generation on a SharedClock
-gives the VirtualRuntime's tokens and times exactly.
-
-Servers outlive generations here, so a cancelled task that runs to its end (``cancel_frees="end"``) keeps its server
-busy for the next generation too (``busy_until``).
+Each generation runs in its own greenlet with a :class:`ClockRuntime`, a VirtualRuntime over one event heap that every
+generation shares; its ``wait()`` hands control to the hub (:meth:`SharedClock.run`), which pops the earliest event
+and resumes its generation. The clock advances only once every generation waits, and runs are deterministic (ties as
+on a VirtualRuntime, wake-ups first). The hub also starts greenlets (:meth:`SharedClock.spawn`), wakes sleepers
+(:meth:`SharedClock.sleep`) and waiters on events (:meth:`SharedClock.event`). A cancelled pass that runs to its end
+keeps its server busy for the next generation too (``busy_until``).
 """
 
 from __future__ import annotations

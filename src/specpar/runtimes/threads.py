@@ -1,14 +1,10 @@
 """Real wall-clock time: one worker thread per server, tasks handed to the server :meth:`Pool.pick` chooses.
 
-Cancellation sets the task's event: a queued task is skipped; a running server sees it (simulated servers wake from
-their sleep, model servers check it between forward passes) and its result is discarded. Nothing hangs: a call past
-its stall limit (:class:`~specpar.runtimes.base.CallLimits`) loses its server, as on Ray (its task goes to a live
-server of the pool; a pool with none left is a :class:`ServerError`); ``close()`` gives running work
-``join_timeout_s`` to stop, then leaves the threads that did not behind as daemons (``left_running``).
-
-A server belongs to one worker thread at a time: a later runtime on it waits for the earlier thread's call first (up
-to its stall limit), so two threads never share a KV cache. At the interpreter's exit :func:`finish_left_calls`
-waits for the calls left running, so that no thread is inside a torch forward pass then (exit status 134).
+Cancellation sets the task's event (simulated servers wake from their sleep, model servers check it between passes).
+A call past its stall limit loses its server, as on Ray; ``close()`` leaves threads still in a call after
+``join_timeout_s`` behind as daemons (``left_running``). A later runtime on a server waits for the earlier thread's
+call first, so two threads never share a KV cache; at exit :func:`finish_left_calls` waits for the calls left
+running, so that no thread is inside a torch forward pass then (exit status 134).
 """
 
 from __future__ import annotations
@@ -48,12 +44,9 @@ _owners_lock = threading.Lock()
 class ThreadRuntime(Runtime):
     """Runtime on OS threads; times are wall-clock ms since construction.
 
-    call_timeout_s: a call running longer than this raises ServerError from ``wait()``; None (the default): each
-        call's limit is derived from its server's latency (:class:`~specpar.runtimes.base.CallLimits`, with
-        ``stall_factor`` and ``stall_floor_s``); ``math.inf``: no limit.
-    join_timeout_s: how long ``close()`` waits for running work to stop before leaving it behind.
-    finished: the queue finished tasks are put on (default: its own); a runtime that runs some pools on these
-        threads and others elsewhere (Ray) shares one, and waits on it instead of calling ``wait()``.
+    call_timeout_s, stall_factor, stall_floor_s: the stall limits (:class:`~specpar.runtimes.base.CallLimits`;
+    ``math.inf``: none). join_timeout_s: how long ``close()`` waits for running work to stop before leaving it
+    behind. finished: the queue finished tasks are put on (Ray shares one with the pools it runs on threads).
     """
 
     name = "threads"
@@ -116,9 +109,6 @@ class ThreadRuntime(Runtime):
                 f"need ({exc}): lower sp_degree"
             ) from None
 
-    def now(self) -> float:
-        return (time.perf_counter() - self._t0) * 1000.0
-
     def _work(self, pool: Pool, server, inbox: queue.SimpleQueue) -> None:
         me = threading.current_thread()
         task = inbox.get()
@@ -172,20 +162,9 @@ class ThreadRuntime(Runtime):
 
     def wait(self) -> Task:
         while True:
-            if self._in_flight == 0:
-                raise RuntimeError("wait() called with no task in flight (an algorithm bug)")
-            try:
-                task = self._finished.get(timeout=self.limits.wait_s(self._watched(), self.now()))
-            except queue.Empty:
-                self._lose_stuck()
-                continue
-            if task.cancelled:
-                continue
-            self._in_flight -= 1
-            task.done = True
-            if task.error is not None:
-                raise ServerError(task.server.name, task.call.kind, task.error) from task.error
-            return task
+            task = self._finished_item()
+            if not task.cancelled:
+                return self._returned(task)
 
     def _watched(self) -> list[Task]:
         """The running calls whose stall would hold the generation up: those it waits for, and cancelled ones that

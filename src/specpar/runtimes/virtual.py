@@ -1,13 +1,8 @@
 """The virtual clock: a discrete-event simulation of the runtime contract. Nothing sleeps.
 
-A task's duration is its server's ``duration_ms(call)`` at the moment it starts;
-its result is computed (instantly) when the clock reaches its end.
-
-Ties: tasks ending at the same time (to 1e-9 ms, so that float sums such as
-5 x 0.2 do not decide) are returned in the order of their pools in ``pools``,
-then in submission order. Runs are deterministic. Put drafters first: a draft
-finishing together with a verification is then seen first, and the verifier's
-row can judge it at once, as it would on a real clock a moment later.
+A task's duration is its server's ``duration_ms(call)`` when it starts; its result is computed when the clock reaches
+its end. Ties (to 1e-9 ms) go by the order of the pools in ``pools``, then submission: runs are deterministic. Put
+drafters first, so that a draft finishing with a verification is seen first, as on a real clock a moment later.
 """
 
 from __future__ import annotations

@@ -194,9 +194,8 @@ def int_or_text(text: str) -> int | str:
 
 
 def argument_type(hint) -> tuple[Callable[[str], Any] | type[bool], bool]:
-    """(the argparse type, repeated) of a field annotated ``hint``: bool (a --flag/--no-flag pair), integer, number, a
-    list of integers, int_or_text, or str (text the config object parses, such as a token tree); repeated for a
-    sequence of them (``--stop A --stop B``)."""
+    """(the argparse type, repeated) of a field annotated ``hint``: bool (--flag/--no-flag), integer, number, integers,
+    int_or_text or str (text the config object parses); repeated for a sequence (``--stop A --stop B``)."""
     kinds = (
         typing.get_args(hint)
         if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union
@@ -446,7 +445,7 @@ def warnings_of(args) -> list[str]:
 # -- each command's parser and the plain flags several share ----------------------------------------------------------
 class Formatter(argparse.HelpFormatter):
     """argparse's help, with descriptions filled to the terminal's width paragraph by paragraph (a blank line
-    ends a paragraph), so that ``--help`` reads well in 80 columns and wider."""
+    ends one)."""
 
     def _fill_text(self, text: str, width: int, indent: str) -> str:
         paragraphs = [" ".join(p.split()) for p in text.strip().split("\n\n")]
@@ -472,9 +471,7 @@ def advanced_flag(action: argparse.Action) -> argparse.Action:
 
 
 class Help(argparse.Action):
-    """-h/--help[=all|WORD], as vLLM's commands have it: the command's flags, without the advanced ones (finer
-    controls: each command's help ends with how many there are); ``=all``: every flag; ``=WORD``: the flags whose
-    spelling or help mentions WORD (advanced ones too)."""
+    """-h/--help[=all|WORD], as vLLM's commands have it (:func:`command_help`)."""
 
     def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, help=None):
         super().__init__(option_strings, dest, default=default, nargs="?", metavar="all|WORD",
@@ -602,38 +599,28 @@ def add_pair_arguments(p, fields=(*LATENCY_FIELDS, "acceptance_rate"), defaults=
     return options
 
 
+PAIR_PROFILE_HELP = (
+    "take both latency profiles (TTFT, TPOT, per-token cost) and the acceptance rate from a JSON profile: the file "
+    '`specpar profile` writes, or the plain form {"target": {"ttft_ms", "tpot_ms", "per_token_ms"}, "drafter": '
+    '{...}, "acceptance_rate": a} (overrides the latency flags and -a)'
+)
+
+
 def add_profile_arguments(p, repeated: bool = False) -> None:
     """--profile (a measured pair, or several when ``repeated``) and --acceptance-estimate."""
     if repeated:
-        p.add_argument(
-            "--profile",
-            action="append",
-            default=[],
-            metavar="FILE",
-            help="a pair profile (target/drafter ttft_ms, tpot_ms, acceptance_rate); may be repeated",
-        )
+        what = "a pair profile (target/drafter ttft_ms, tpot_ms, acceptance_rate); may be repeated"
+        p.add_argument("--profile", action="append", default=[], metavar="FILE", help=what)
     else:
-        p.add_argument(
-            "--profile",
-            metavar="FILE",
-            default=None,
-            help="take both latency profiles (TTFT, TPOT, per-token cost) and the acceptance rate from a JSON "
-            'profile: the file `specpar profile` writes, or the plain form {"target": {"ttft_ms", "tpot_ms", '
-            '"per_token_ms"}, "drafter": {...}, "acceptance_rate": a} (overrides the latency flags and -a)',
-        )
+        p.add_argument("--profile", metavar="FILE", default=None, help=PAIR_PROFILE_HELP)
+    what = "for `specpar profile` files: App. F.2's geometric fit (default) or the direct per-token rate"
     advanced_flag(
-        p.add_argument(
-            "--acceptance-estimate",
-            choices=("geometric", "direct"),
-            default="geometric",
-            help="for `specpar profile` files: App. F.2's geometric fit (default) or the direct per-token rate",
-        )
+        p.add_argument("--acceptance-estimate", choices=("geometric", "direct"), default="geometric", help=what)
     )
 
 
 def pair_from_args(args) -> SimulatedPair:
-    """``args.pair``, with the latencies and acceptance rate of ``--profile`` when given (also set as
-    ``args.pair``)."""
+    """``args.pair``, with the latencies and acceptance rate of ``--profile`` when given (also set as ``args.pair``)."""
     pair = args.pair
     if args.profile:
         from specpar.prediction.pair_profile import PairProfile
@@ -664,28 +651,20 @@ def target_link(ms: float):
 def add_runtime_arguments(p, choices=RUNTIMES, default: str = "virtual", fields=ALL_FIELDS) -> ConfigOptions:
     """RuntimeConfig's flags for ``fields``, --runtime among ``choices`` (default ``default``), the Ray flags in a
     group of their own."""
-    options = ConfigOptions(
-        RuntimeConfig,
-        "runtime_config",
-        fields=fields,
-        defaults={"name": default},
-        choices={"name": tuple(choices)},
-        convert={"link_ms": target_link},
-    )
+    options = ConfigOptions(RuntimeConfig, "runtime_config", fields=fields, defaults={"name": default},
+                            choices={"name": tuple(choices)}, convert={"link_ms": target_link})  # fmt: skip
     options.add_to(p, "runtime", [f for f in fields if f not in RAY_FIELDS])
     options.add_to(p, "Ray (with --runtime ray)", [f for f in fields if f in RAY_FIELDS])
     return options
 
 
 def experiment_settings(args) -> dict:
-    """The experiments' run settings from the flags heatmap, reproduce and table share: ``n`` (-N, tokens per run),
-    ``repeats`` (runs per arm or cell), ``sp_degree`` (target servers) and ``seed``."""
+    """The experiments' run settings from the flags heatmap, reproduce and table share (-N as ``n``)."""
     return {"n": args.max_tokens, "repeats": args.repeats, "sp_degree": args.sp_degree, "seed": args.seed}
 
 
 def experiment_runtime(args) -> dict:
-    """The experiments' runtime keywords (``runtime=``, ``runtime_options=``) for ``args.runtime_config``: its name,
-    and its fields that differ from their defaults."""
+    """The experiments' keywords ``runtime`` and ``runtime_options`` (the fields not at their defaults) of the flags."""
     config: RuntimeConfig = args.runtime_config
     default = RuntimeConfig()
     options = {
@@ -702,45 +681,28 @@ PAIR_HELP = (
 
 
 def add_model_args(p, target: bool = True, advanced: tuple[str, ...] = ()) -> None:
-    """The models group: --target (unless ``target`` is False: serve takes it as its MODEL), --drafter, --backend,
-    --exact/--no-exact, --devices, --dtype (those in ``advanced``, --exact and --dtype listed by --help=all only;
-    --backend's help names --no-exact)."""
+    """The models group: --target (unless ``target`` is False: serve's MODEL), --drafter, --backend, --exact, --devices,
+    --dtype (--no-exact, --dtype and those in ``advanced`` listed by --help=all only)."""
     g = p.add_argument_group("models", PAIR_HELP)
     if target:
-        g.add_argument(
-            "--target", metavar="PATH", help="target model: a GGUF file, or a local directory (or a hub id when online)"
-        )
+        what = "target model: a GGUF file, or a local directory (or a hub id when online)"
+        g.add_argument("--target", metavar="PATH", help=what)
     g.add_argument("--drafter", metavar="PATH", help="drafter model with the target's tokenizer")
-    g.add_argument(
-        "--backend",
-        choices=("llama", "transformers"),
-        default=None,
-        help="llama: GGUF files on llama.cpp (CPU), bitwise exact, or with --no-exact (--help=all) its fast mode; "
-        "transformers: float32 torch models (any device). "
-        "Default: llama for GGUF files and the default pair on the CPU when `specpar[llama]` is installed",
-    )
-    g.add_argument(
-        "--exact",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="llama.cpp's exact mode (the default): every algorithm's greedy output is the target's own, bitwise, "
-        "the prompt prefilled in llama.cpp's fastest passes; --no-exact: its fast mode, llama.cpp's own fastest "
-        "settings on all free cores, speculation lossless in distribution, greedy outputs that may differ from the "
-        "exact mode's at near ties (docs/llama_cpp.md)",
-    )
-    g.add_argument(
-        "--devices",
-        default=None,
-        metavar="LIST",
-        help="comma-separated devices (cpu, cuda:0, cuda:1, ...): the drafter on the first, targets on the "
-        "others (default: every GPU, else cpu)",
-    )
-    g.add_argument(
-        "--dtype",
-        default=None,
-        choices=("float32", "float64", "bfloat16", "float16"),
-        help="weights dtype for the models (default float32)",
-    )
+    g.add_argument("--backend", choices=("llama", "transformers"), default=None,
+                   help="llama: GGUF files on llama.cpp (CPU), bitwise exact, or with --no-exact (--help=all) its fast "
+                        "mode; transformers: float32 torch models (any device). Default: llama for GGUF files and the "
+                        "default pair on the CPU when `specpar[llama]` is installed")  # fmt: skip
+    g.add_argument("--exact", action=argparse.BooleanOptionalAction, default=None,
+                   help="llama.cpp's exact mode (the default): every algorithm's greedy output is the target's own, "
+                        "bitwise, the prompt prefilled in llama.cpp's fastest passes; --no-exact: its fast mode, "
+                        "llama.cpp's own fastest settings on all free cores, speculation lossless in distribution, "
+                        "greedy outputs that may differ from the exact mode's at near ties "
+                        "(docs/llama_cpp.md)")  # fmt: skip
+    g.add_argument("--devices", default=None, metavar="LIST",
+                   help="comma-separated devices (cpu, cuda:0, cuda:1, ...): the drafter on the first, targets on the "
+                        "others (default: every GPU, else cpu)")  # fmt: skip
+    g.add_argument("--dtype", default=None, choices=("float32", "float64", "bfloat16", "float16"),
+                   help="weights dtype for the models (default float32)")  # fmt: skip
     for action in g._group_actions:
         if action.option_strings[-1] in (*advanced, "--dtype", "--no-exact"):
             advanced_flag(action)
@@ -749,12 +711,10 @@ def add_model_args(p, target: bool = True, advanced: tuple[str, ...] = ()) -> No
 def add_machine_profile(p, advanced: bool = True) -> None:
     """--profile: the machine profile ``--algorithm auto`` and the predictions read (Engine's ``profile``); listed by
     --help=all only when ``advanced`` (the measured one is the default)."""
+    what = "the machine profile --algorithm auto and the predictions use"
+    default = "default: the one measured for the models on this machine, `specpar profile`"
     action = p.add_argument(
-        "--profile",
-        metavar="FILE",
-        default=None,
-        help='the machine profile --algorithm auto and the predictions use ("format": "specpar-machine/1"; '
-        "default: the one measured for the models on this machine, `specpar profile`)",
+        "--profile", metavar="FILE", default=None, help=f'{what} ("format": "specpar-machine/1"; {default})'
     )
     if advanced:
         advanced_flag(action)
@@ -784,26 +744,17 @@ def add_speculation_arguments(
     advanced: tuple[str, ...] | bool = (),
     simulated: bool = False,
 ) -> ConfigOptions:
-    """SpeculativeConfig's flags for ``fields`` (--algorithm among ``algorithms``; ``advanced``: those listed only by
-    --help=all) and --speculative-config, whose "model" (vLLM's key) is the drafter; for the commands that load real
-    models: -k is a number there (simulated: a command that also serves simulated models, for which 'auto' and
-    'adaptive' run)."""
+    """SpeculativeConfig's flags for ``fields`` of the commands that load real models (--algorithm among
+    ``algorithms``) and --speculative-config, whose "model" is the drafter; simulated: simulated models too."""
     lookahead_help = REAL_LOOKAHEAD_HELP + ("; 'auto' with --simulated" if simulated else "")
-    options = ConfigOptions(
-        SpeculativeConfig,
-        "spec",
-        fields=fields,
-        defaults={
-            "algorithm": "dsi",
-            "lookahead": 5,
-            "sp_degree": Default(2, "they share one copy of the weights per device"),
-        },
-        choices={"algorithm": tuple(algorithms)},
-        speculative_config=True,
-        helps={"lookahead": lookahead_help},
-        metavars={} if simulated else {"lookahead": "K|adaptive"},
-        advanced=advanced,
-        json_args={"model": "drafter"},
-    )
+    defaults = {
+        "algorithm": "dsi",
+        "lookahead": 5,
+        "sp_degree": Default(2, "they share one copy of the weights per device"),
+    }
+    options = ConfigOptions(SpeculativeConfig, "spec", fields=fields, defaults=defaults, advanced=advanced,
+                            choices={"algorithm": tuple(algorithms)}, helps={"lookahead": lookahead_help},
+                            metavars={} if simulated else {"lookahead": "K|adaptive"}, speculative_config=True,
+                            json_args={"model": "drafter"})  # fmt: skip
     options.add_to(p, "speculation")
     return options

@@ -36,30 +36,20 @@ def register(sub) -> None:
     arguments.add_sampling_arguments(p, tuple(defaults), defaults, helps, advanced=("coupling",))
     spec = ("lookahead", "sp_degree", "tree", "proposer", "prefill_replicas", "dedicated_cursor")
     arguments.add_speculation_arguments(p, fields=spec)
-    algorithms = p.add_argument(
-        "--algorithms",
-        default="nonsi,si,dsi",
-        metavar="LIST",
-        help="comma-separated algorithms (default nonsi,si,dsi; auto: the fastest by the machine profile's prediction, "
-        "per prompt)",
-    )
+    algorithms = p.add_argument("--algorithms", default="nonsi,si,dsi", metavar="LIST",
+                                help="comma-separated algorithms (default nonsi,si,dsi; auto: the fastest by the machine "
+                                     "profile's prediction, per prompt)")  # fmt: skip
     arguments.add_deprecated(p, algorithms, "--algos")
-    p.add_argument(
-        "--arm",
-        action="append",
-        metavar='"ALGO [k=K] [tree=SHAPE]"',
-        help="instead of --algorithms: one arm, repeatable, e.g. --arm nonsi --arm 'si k=8' --arm 'si tree=best:8' "
-        "--arm 'si tree=2,2,1' (chains and trees side by side, interleaved per prompt; k and tree default to -k and "
-        "--tree)",
-    )
+    p.add_argument("--arm", action="append", metavar='"ALGO [k=K] [tree=SHAPE]"',
+                   help="instead of --algorithms: one arm, repeatable, e.g. --arm nonsi --arm 'si k=8' --arm 'si "
+                        "tree=best:8' --arm 'si tree=2,2,1' (chains and trees side by side, interleaved per prompt; k "
+                        "and tree default to -k and --tree)")  # fmt: skip
     arguments.add_output(p, "write one JSON line per prompt and algorithm", metavar="FILE.jsonl", old=("--out",))
     arguments.add_json(p, "print the summary as one JSON object")
-    timeline = p.add_argument(
-        "--timeline",
-        action="store_true",
-        help="with -o: each line carries its run's timeline, every server call (server, kind, start and end ms, "
-        "tokens, drafts, tokens cached at its start, cancelled)",
-    )
+    timeline = p.add_argument("--timeline", action="store_true",
+                              help="with -o: each line carries its run's timeline, every server call (server, kind, "
+                                   "start and end ms, tokens, drafts, tokens cached at its start, "
+                                   "cancelled)")  # fmt: skip
     arguments.advanced_flag(timeline)
     arguments.add_model_args(p)
     arguments.add_machine_profile(p)
@@ -167,39 +157,37 @@ def _row(pid, ids, res, base, args, target) -> dict:
     }
 
 
+TOTALS = ("time_ms", "drafted", "accepted", "rounds", "verifications", "target_forwards", "drafter_forwards")
+
+
 def summarize(by_algo: dict, greedy: bool) -> dict:
     """Per algorithm: totals over all prompts, and :func:`~specpar.experiments.loop.speedup` over the prompts
     (baseline total / this total, with the per-prompt spread)."""
     out = {}
     base = by_algo.get("nonsi")
     for algo, results in by_algo.items():
-        time_ms = sum(r.time_ms for r in results)
+        total = {name: sum(getattr(r, name) for r in results) for name in TOTALS}
+        time_ms, drafted, accepted = total["time_ms"], total["drafted"], total["accepted"]
         tokens = sum(len(r.tokens) for r in results)
-        drafted, accepted = sum(r.drafted for r in results), sum(r.accepted for r in results)
-        rounds = sum(r.rounds for r in results)
-        verifications = sum(r.verifications for r in results)
+        same = all(a.tokens == b.tokens for a, b in zip(base, results)) if greedy and base and algo != "nonsi" else None
+        overheads = [r.overhead for r in results]  # none on Ray: the forward passes run in the actors
+        outside = None
+        if all(overheads):
+            outside = sum(o["outside_forward_ms"] for o in overheads) / sum(o["wall_ms"] for o in overheads)
         s = {
             "prompts": len(results),
             "tokens": tokens,
             "wall_time_s": time_ms / 1000,
             "tokens_per_second": tokens / (time_ms / 1000) if time_ms else None,
             "acceptance_rate": accepted / drafted if drafted else None,
-            "mean_acceptance_length": tokens / verifications if drafted and verifications else None,
-            "mean_run_length": 1 + accepted / rounds if drafted and rounds else None,
-            "target_forwards": sum(r.target_forwards for r in results),
-            "drafter_forwards": sum(r.drafter_forwards for r in results),
-            "tokens_per_target_pass": tokens / max(1, sum(r.target_forwards for r in results)),
+            "mean_acceptance_length": tokens / total["verifications"] if drafted and total["verifications"] else None,
+            "mean_run_length": 1 + accepted / total["rounds"] if drafted and total["rounds"] else None,
+            "target_forwards": total["target_forwards"],
+            "drafter_forwards": total["drafter_forwards"],
+            "tokens_per_target_pass": tokens / max(1, total["target_forwards"]),
             **speedups_of(by_algo, algo),
-            "same_tokens_as_nonsi": (
-                all(a.tokens == b.tokens for a, b in zip(base, results))
-                if greedy and base and algo != "nonsi"
-                else None
-            ),
-            "outside_forward_fraction": (
-                sum(r.overhead["outside_forward_ms"] for r in results) / sum(r.overhead["wall_ms"] for r in results)
-                if all(r.overhead for r in results)
-                else None  # Ray: the forward passes run in the actors
-            ),
+            "same_tokens_as_nonsi": same,
+            "outside_forward_fraction": outside,
         }
         chosen = [r.auto for r in results if r.auto is not None]
         if chosen:

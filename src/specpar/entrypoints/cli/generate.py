@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import statistics
 import sys
 from dataclasses import dataclass
 from typing import Any
@@ -76,11 +77,10 @@ def prompt_ids(args, target, chosen=None) -> tuple[str, list[int]]:
 class Streamer:
     """Prints the prompt's text, then the output's text as it is verified (never any of a stop string)."""
 
-    def __init__(self, model, prompt_ids, stop=(), out=None):
+    def __init__(self, model, prompt_ids, stop=()):
         from specpar.core.stopping import TextStream
 
-        self.out = out or sys.stdout
-        self.out.write(model.decode(prompt_ids))
+        sys.stdout.write(model.decode(prompt_ids))
         self.text = TextStream(model.tokenizer, prompt_ids, stop)
 
     def __call__(self, tokens) -> None:
@@ -91,8 +91,8 @@ class Streamer:
 
     def _write(self, piece: str) -> None:
         if piece:
-            self.out.write(piece)
-            self.out.flush()
+            sys.stdout.write(piece)
+            sys.stdout.flush()
 
 
 def run(args) -> int:
@@ -220,9 +220,8 @@ def predictions(engine, args, algorithms, prompt_tokens: int) -> tuple[dict, str
 def _report(args, results, runs, speedups, predicted, why_not) -> None:
     """The main algorithm's statistics (its first run); with --compare a table of all, times the mean over
     the repeats and ratios with their spread."""
-
     from specpar.core.results import fmt
-    from specpar.entrypoints.cli.comparison import print_comparison, table_console
+    from specpar.entrypoints.cli.comparison import table_console
 
     console = table_console(stderr=True, wide=120)
     main = results[args.algorithm]
@@ -231,31 +230,36 @@ def _report(args, results, runs, speedups, predicted, why_not) -> None:
             f"auto ran {main.auto['label']}: predicted {main.auto['predicted_ms'] / 1000:.2f} s, measured "
             f"{main.time_ms / 1000:.2f} s ({main.auto['reason']})"
         )
+    drafts = (
+        f"acceptance rate {fmt(main.acceptance_rate)}, run length {fmt(main.mean_run_length)} (tokens per "
+        f"target-made token), {fmt(main.mean_acceptance_length)} tokens per target pass, lookahead {main.lookahead}, "
+    )
+    where = f"on {args.runtime}"
+    if main.overhead:
+        where = f"time outside forward passes {100 * main.overhead['outside_forward_fraction']:.2f}%"
     console.print(
         f"{NAMES[args.algorithm]}: {len(main.tokens)} tokens in {main.time_ms / 1000:.2f} s = "
-        f"{fmt(main.tokens_per_second)} tokens/s"
-        f" (first token {main.ttft_ms / 1000:.2f} s); "
-        + (
-            ""
-            if main.algorithm == "nonsi"
-            else f"acceptance rate {fmt(main.acceptance_rate)}, run length {fmt(main.mean_run_length)} "
-            f"(tokens per target-made token), {fmt(main.mean_acceptance_length)} tokens per target pass, "
-            f"lookahead {main.lookahead}, "
-        )
-        + (
-            f"time outside forward passes {100 * main.overhead['outside_forward_fraction']:.2f}%"
-            if main.overhead
-            else f"on {args.runtime}"
-        )
+        f"{fmt(main.tokens_per_second)} tokens/s (first token {main.ttft_ms / 1000:.2f} s); "
+        f"{'' if main.algorithm == 'nonsi' else drafts}{where}"
     )
-    if len(results) == 1:
-        return
+    if len(results) > 1:
+        _comparison(console, args, results, runs, speedups, predicted)
+        if why_not:
+            console.print(f"no predictions: {why_not}", style="dim")
+        if args.repeats == 1:
+            console.print("one run each: no spread to judge the ratios by; --repeats 3 or more gives one", style="dim")
+
+
+def _comparison(console, args, results, runs, speedups, predicted) -> None:
+    """--compare's table: each algorithm's mean time over the repeats, predicted time and ratios with their spread."""
+    from specpar.entrypoints.cli.comparison import print_comparison
+
     n = len(runs["nonsi"])
     title = f"same prompt, same loaded servers, {n} interleaved run{'s' if n > 1 else ''} each"
     rows = {}
     for algo in [a for a in ("nonsi", "si", "dsi", "auto") if a in results]:
         r = results[algo]
-        mean_s = sum(x.time_ms for x in runs[algo]) / len(runs[algo]) / 1000
+        mean_s = statistics.fmean(x.time_ms for x in runs[algo]) / 1000
         same = all(x.tokens == b.tokens for x, b in zip(runs[algo], runs["nonsi"]))
         rows[algo] = {
             **r.to_dict(),
@@ -270,7 +274,3 @@ def _report(args, results, runs, speedups, predicted, why_not) -> None:
     columns = ("time s", *(("predicted s",) if predicted else ()), "tokens /s", "vs non-SI", "vs SI", "accept rate",
                "run len", "tokens/pass", "same as non-SI")  # fmt: skip
     print_comparison(console, rows, columns, title, real_models.why_line(runs))
-    if why_not:
-        console.print(f"no predictions: {why_not}", style="dim")
-    if args.repeats == 1:
-        console.print("one run each: no spread to judge the ratios by; --repeats 3 or more gives one", style="dim")

@@ -28,23 +28,14 @@ def register(subparsers) -> None:
         subparsers, "heatmap", "the paper's offline heatmaps (Fig. 2 / Fig. 7) as PNG and CSV", DESCRIPTION
     )
     add_grid_arguments(p)
-    p.add_argument(
-        "-k",
-        "--lookahead",
-        type=arguments.integer,
-        default=None,
-        metavar="K",
-        help="fixed lookahead for SI and DSI (Fig. 7: 5). Default: each cell's fastest, DSI's among those "
-        "satisfying Eq. 1",
-    )
+    p.add_argument("-k", "--lookahead", type=arguments.integer, default=None, metavar="K",
+                   help="fixed lookahead for SI and DSI (Fig. 7: 5). Default: each cell's fastest, DSI's among those "
+                        "satisfying Eq. 1")  # fmt: skip
     what = "write PREFIX.png and PREFIX.csv (fig.png names the prefix fig too; default: dsi-fig2, or dsi-fig7-kK"
     arguments.add_output(p, f"{what} with --lookahead)", metavar="PREFIX")
+    what = "also run M random cells through the event-driven simulator and print both (slow)"
     check = p.add_argument(
-        "--check-cells",
-        type=arguments.ranged(int, 0, MAX_CHECK_CELLS),
-        default=0,
-        metavar="M",
-        help="also run M random cells through the event-driven simulator and print both (slow)",
+        "--check-cells", type=arguments.ranged(int, 0, MAX_CHECK_CELLS), default=0, metavar="M", help=what
     )
     arguments.advanced_flag(check)
     p.set_defaults(func=run)
@@ -57,14 +48,9 @@ def add_grid_arguments(p, resolution: int = 100) -> None:
         if resolution == 100
         else f"{resolution} x {resolution + 1} cells; 100 is the paper's"
     )
-    p.add_argument(
-        "--resolution",
-        type=arguments.integer,
-        default=resolution,
-        metavar="R",
-        help="R drafter latencies c from 0.01 to 1 and R+1 acceptance rates a from 0 to 1, evenly spaced "
-        f"(default {resolution}: {note})",
-    )
+    p.add_argument("--resolution", type=arguments.integer, default=resolution, metavar="R",
+                   help="R drafter latencies c from 0.01 to 1 and R+1 acceptance rates a from 0 to 1, evenly spaced "
+                        f"(default {resolution}: {note})")  # fmt: skip
     arguments.add_sampling_arguments(p, ("max_tokens",), {"max_tokens": 100}, {"max_tokens": "tokens per run"})
     arguments.add_repeats(p, 5, "runs per cell and algorithm")
     arguments.add_sp_degree(p)

@@ -33,27 +33,12 @@ def register(sub) -> None:
 
 
 def add_plan_arguments(p, required: bool) -> None:
-    p.add_argument(
-        "--costs",
-        type=arguments.numbers,
-        required=required,
-        metavar="C0,C1,...,CK",
-        help="time of one forward pass of each model, M0 first, the target last (any unit, e.g. ms)",
-    )
-    p.add_argument(
-        "--alpha",
-        type=Path,
-        required=required,
-        metavar="FILE",
-        help="pairwise acceptance-rate matrix, JSON or text (see above)",
-    )
-    t_max = p.add_argument(
-        "--t-max",
-        type=arguments.integer,
-        default=15,
-        metavar="T",
-        help="largest buffer size considered for every level (default 15)",
-    )
+    what = "time of one forward pass of each model, M0 first, the target last (any unit, e.g. ms)"
+    p.add_argument("--costs", type=arguments.numbers, required=required, metavar="C0,C1,...,CK", help=what)
+    p.add_argument("--alpha", type=Path, required=required, metavar="FILE",
+                   help="pairwise acceptance-rate matrix, JSON or text (see above)")  # fmt: skip
+    t_max = p.add_argument("--t-max", type=arguments.integer, default=15, metavar="T",
+                           help="largest buffer size considered for every level (default 15)")  # fmt: skip
     if not required:  # simulate hsd: a finer control
         arguments.advanced_flag(t_max)
 

@@ -30,15 +30,21 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
-def run(args) -> int:
+def choose_lookaheads(args, target, drafter, a: float, otherwise: str):
+    """DSI's and SI's fastest lookaheads (:func:`~specpar.prediction.lookahead_choice.choose_lookahead`) on
+    --sp-degree servers and one, for -N tokens; a drafter of zero latency is refused (``otherwise``: what to do)."""
     from specpar.prediction.lookahead_choice import choose_lookahead
 
+    if drafter.tpot_ms <= 0:
+        raise ConfigError(f"a drafter with zero latency drafts infinitely fast: {otherwise}")
+    dsi = choose_lookahead(target, drafter, a, args.sp_degree, args.max_tokens, seed=args.seed)
+    return dsi, choose_lookahead(target, drafter, a, 1, args.max_tokens, seed=args.seed, algorithm="si")
+
+
+def run(args) -> int:
     pair = arguments.pair_from_args(args)
     (target, drafter), a = pair.latencies(), pair.acceptance_rate
-    if drafter.tpot_ms <= 0:
-        raise ConfigError("a drafter with zero latency drafts infinitely fast: there is no lookahead to plan")
-    dsi = choose_lookahead(target, drafter, a, args.sp_degree, args.max_tokens, seed=args.seed)
-    si = choose_lookahead(target, drafter, a, 1, args.max_tokens, seed=args.seed, algorithm="si")
+    dsi, si = choose_lookaheads(args, target, drafter, a, "there is no lookahead to plan")
     if args.json:
         print_json({"dsi": dsi.to_dict(), "si": si.to_dict()})
         return 0

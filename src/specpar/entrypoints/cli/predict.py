@@ -27,8 +27,8 @@ def register(sub) -> None:
     arguments.add_sampling_arguments(p, ("max_tokens",), {"max_tokens": 64}, {"max_tokens": "output tokens"})
     p.add_argument("--sp-degree", type=integer, default=2, metavar="SP",
                    help="the engine's target servers: DSI's SP degree at most (default 2)")  # fmt: skip
-    units = p.add_argument("--units", type=integer, default=None, metavar="U",
-                           help="the engine's processing units (default: SP + 1, as `specpar generate` makes)")  # fmt: skip
+    what = "the engine's processing units (default: SP + 1, as `specpar generate` makes)"
+    units = p.add_argument("--units", type=integer, default=None, metavar="U", help=what)
     runtime = p.add_argument("--runtime", choices=("threads", "ray", "both"), default="threads",
                              help="the runtime the methods run on (both: each method on each)")  # fmt: skip
     arguments.advanced_flag(units)

@@ -73,25 +73,24 @@ def load_models(args, devs: list[str] | None = None):
 def load(args, sp_degree: int, max_model_len: int, models: tuple | None = None, **engine_options):
     """(target, drafter, an Engine with sp_degree target servers, the flags' speculation and runtime, and Engine's
     keywords ``engine_options``); ``models``: the pair already loaded; max_model_len: a server cache's length."""
-    from specpar.algorithms.registry import ALGORITHMS
-    from specpar.entrypoints.engine import Engine
-
     devs = devices(args)
     target, drafter = models if models is not None else load_models(args, devs)
     measured_latency(args, target, drafter, sp_degree)  # -k adaptive's costs, before the servers copy them
-    spec = _spec(args)
-    hierarchy = spec.algorithm in ALGORITHMS and ALGORITHMS[spec.algorithm].hierarchy  # HSD's levels: here one
-    engine = Engine(
-        target,
-        [drafter] if hierarchy and drafter is not None else drafter,
-        speculative_config=dataclasses.replace(spec, sp_degree=sp_degree),
-        runtime=getattr(args, "runtime_config", None),
-        devices=devs,
-        max_model_len=max_model_len,
-        profile=getattr(args, "profile", None),
-        **engine_options,
-    )
+    spec = dataclasses.replace(_spec(args), sp_degree=sp_degree)
+    engine = make_engine(args, spec, target, drafter, devices=devs, max_model_len=max_model_len, **engine_options)
     return target, drafter, engine
+
+
+def make_engine(args, spec: SpeculativeConfig, target, drafter, **engine_options):
+    """An Engine of ``target`` and ``drafter`` (HSD's: a list of one level) with the speculation ``spec`` and the
+    flags' runtime and machine profile."""
+    from specpar.algorithms.registry import ALGORITHMS
+    from specpar.entrypoints.engine import Engine
+
+    hierarchy = spec.algorithm in ALGORITHMS and ALGORITHMS[spec.algorithm].hierarchy
+    return Engine(target, [drafter] if hierarchy and drafter is not None else drafter, speculative_config=spec,
+                  runtime=getattr(args, "runtime_config", None), profile=getattr(args, "profile", None),
+                  **engine_options)  # fmt: skip
 
 
 def cache_tokens(args, prompt_len: int, sp_degree: int) -> int:

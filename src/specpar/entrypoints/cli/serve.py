@@ -37,22 +37,18 @@ def api_key(text: str) -> str:
 def register(sub) -> None:
     what = "an OpenAI-compatible HTTP server (completions, chat, streaming, /metrics)"
     p = arguments.command_parser(sub, "serve", what, DESCRIPTION)
-    model = p.add_argument(
-        "target",
-        nargs="?",
-        default=argparse.SUPPRESS,
-        metavar="MODEL",
-        help="the target model, as `vllm serve MODEL`: a GGUF file or a local directory (default: the default pair)",
-    )
+    what = "the target model, as `vllm serve MODEL`: a GGUF file or a local directory (default: the default pair)"
+    model = p.add_argument("target", nargs="?", default=argparse.SUPPRESS, metavar="MODEL", help=what)
     arguments.add_deprecated(p, model, "--target")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
-    p.add_argument("--port", type=arguments.ranged(int, 0, 65535), default=8000,
+    ranged = arguments.ranged
+    p.add_argument("--port", type=ranged(int, 0, 65535), default=8000,
                    help="port (default 8000; 0: a free one, which the line printed at start names)")  # fmt: skip
     p.add_argument("--api-key", type=api_key, default=None,
                    help="require 'Authorization: Bearer KEY' (default: env SPECPAR_API_KEY)")  # fmt: skip
-    p.add_argument("--max-queue", type=arguments.ranged(int, 1, 1 << 20), default=64,
+    p.add_argument("--max-queue", type=ranged(int, 1, 1 << 20), default=64,
                    help="requests in the server at once (generating or waiting); more get 429 (default 64)")  # fmt: skip
-    p.add_argument("--units", type=arguments.ranged(int, 1, MAX_SERVE_SERVERS + 1), default=None,
+    p.add_argument("--units", type=ranged(int, 1, MAX_SERVE_SERVERS + 1), default=None,
                    help="processing units the requests share, each with a target and a drafter server (default: "
                         "--sp-degree + 1; 1: one request at a time on every server)")  # fmt: skip
     p.add_argument("--policy", choices=POLICIES, default="adaptive",
@@ -60,17 +56,19 @@ def register(sub) -> None:
                         "the most tokens per second), or the same option for all: dsi, si, nonsi (default "
                         "adaptive)")  # fmt: skip
     p.add_argument("--served-model-name", default=None, help="the model's name in the API (default: the target's)")
-    p.add_argument("--max-model-len", type=arguments.ranged(int, 1, arguments.MAX_INTEGER), default=2048,
+    p.add_argument("--max-model-len", type=ranged(int, 1, arguments.MAX_INTEGER), default=2048,
                    help="prompt + max_tokens limit for a target without a context window (default 2048)")  # fmt: skip
-    arguments.advanced_flag(p.add_argument("--shutdown-timeout", type=arguments.ranged(float, 0, 86400), default=30.0,
-                                 help="seconds in-flight requests may take to finish on SIGTERM (default 30)"))  # fmt: skip
+    timeout = p.add_argument("--shutdown-timeout", type=ranged(float, 0, 86400), default=30.0,
+                             help="seconds in-flight requests may take to finish on SIGTERM (default 30)")  # fmt: skip
+    arguments.advanced_flag(timeout)
     arguments.add_speculation_arguments(p, fields=SPECULATIVE_FIELDS, algorithms=(*ALGORITHMS, AUTO), advanced=True,
-                              simulated=True)  # fmt: skip
+                                        simulated=True)  # fmt: skip
     arguments.add_runtime_arguments(p, choices=("threads", "ray"), default="threads", fields=arguments.REAL_TIME_FIELDS)
     g = p.add_argument_group("simulated models (numbers: --help=all)")
     g.add_argument("--simulated", action="store_true", help="serve simulated models (no weights)")
-    arguments.add_pair_arguments(g, fields=(*arguments.LATENCY_FIELDS, "acceptance_rate", "vocab_size", "seed"),
-                       defaults={"target_tpot_ms": 2.0, "vocab_size": 32}, title=None, advanced=True)  # fmt: skip
+    pair = (*arguments.LATENCY_FIELDS, "acceptance_rate", "vocab_size", "seed")
+    defaults = {"target_tpot_ms": 2.0, "vocab_size": 32}
+    arguments.add_pair_arguments(g, fields=pair, defaults=defaults, title=None, advanced=True)
     arguments.add_model_args(p, target=False, advanced=("--drafter",))
     arguments.add_machine_profile(p)
     p.set_defaults(func=run)
@@ -79,19 +77,13 @@ def register(sub) -> None:
 def build_engine(args):
     """The Engine that ``args`` describe: simulated models on the threads runtime (wall time), or a real pair;
     with the speculation and runtime the flags give (HSD's drafter: a list of one level)."""
-    from specpar import Engine
-    from specpar.algorithms.registry import ALGORITHMS as REGISTRY
+    from specpar.entrypoints.cli.real_models import load, make_engine
 
     args.target = getattr(args, "target", None)  # MODEL, when given
     args.spec = served_spec(args)
     if args.simulated:
         target, drafter = args.pair.models()
-        levels = args.spec.algorithm in REGISTRY and REGISTRY[args.spec.algorithm].hierarchy
-        engine = Engine(target, [drafter] if levels else drafter, speculative_config=args.spec,
-                        runtime=args.runtime_config, units=args.units, policy=args.policy,
-                        profile=args.profile)  # fmt: skip
-        return engine, "specpar-simulated"
-    from specpar.entrypoints.cli.real_models import load
+        return make_engine(args, args.spec, target, drafter, units=args.units, policy=args.policy), "specpar-simulated"
 
     _, _, engine = load(args, args.sp_degree, max_model_len=4096, units=args.units, policy=args.policy)
     return engine, args.target or engine.target_model.name

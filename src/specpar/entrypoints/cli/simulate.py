@@ -27,26 +27,19 @@ def register(sub) -> None:
     p = arguments.command_parser(sub, "simulate", what, DESCRIPTION)
     arguments.add_pair_arguments(p, fields=PAIR_FIELDS, defaults={"vocab_size": 8})
     arguments.add_profile_arguments(p)
-    spec = arguments.ConfigOptions(
-        SpeculativeConfig,
-        "spec",
-        fields=("lookahead", "sp_degree", "tree"),
-        defaults={"lookahead": arguments.AUTO_LOOKAHEAD, "sp_degree": arguments.PAPER_SP_DEGREE},
-        helps={"tree": "{help}; SI and DSI run over it beside the chains"},
-    )
-    spec.add_to(p)
+    defaults = {"lookahead": arguments.AUTO_LOOKAHEAD, "sp_degree": arguments.PAPER_SP_DEGREE}
+    helps = {"tree": "{help}; SI and DSI run over it beside the chains"}
+    arguments.ConfigOptions(
+        SpeculativeConfig, "spec", fields=(*defaults, "tree"), defaults=defaults, helps=helps
+    ).add_to(p)
     defaults = {"max_tokens": 100, "temperature": 0.0, "coupling": arguments.Default(None, COUPLING_DEFAULT)}
     arguments.add_sampling_arguments(p, ("max_tokens", "temperature", "coupling"), defaults)
     arguments.add_runtime_arguments(p)
     arguments.add_repeats(p, 5, "runs per algorithm, interleaved")
     arguments.add_json(p)
-    arguments.add_output(
-        p,
-        "also draw the first repeat of each algorithm as a Gantt chart of its tasks per server (drafts, "
-        "verifications, cancelled work) to this image file",
-        metavar="PNG",
-        old=("--timeline",),
-    )
+    what = "also draw the first repeat of each algorithm as a Gantt chart of its tasks per server"
+    arguments.add_output(p, f"{what} (drafts, verifications, cancelled work) to this image file", metavar="PNG",
+                         old=("--timeline",))  # fmt: skip
     p.set_defaults(func=run)
     from specpar.entrypoints.cli import simulate_hsd, simulate_load
 
@@ -109,13 +102,9 @@ def _lookaheads(args, target_lat, drafter_lat, a) -> tuple[dict[str, int], str]:
             need = sp_degree_needed(t, d, k, pt) if d > 0 else 0
             why = "given" + (f"; Eq. 1 needs SP >= {need}" if need > args.sp_degree else "")
         return {"si": k, "dsi": k}, why
-    from specpar.prediction.lookahead_choice import choose_lookahead
+    from specpar.entrypoints.cli.plan import choose_lookaheads
 
-    if drafter_lat.tpot_ms <= 0:
-        raise ConfigError("a drafter with zero latency drafts infinitely fast: -k auto has nothing to weigh; give -k K")
-    n = args.max_tokens
-    dsi = choose_lookahead(target_lat, drafter_lat, a, args.sp_degree, n, seed=args.seed)
-    si = choose_lookahead(target_lat, drafter_lat, a, 1, n, seed=args.seed, algorithm="si")
+    dsi, si = choose_lookaheads(args, target_lat, drafter_lat, a, "-k auto has nothing to weigh; give -k K")
     si_why = si.why.removeprefix("SI's ")
     return {"si": si.lookahead, "dsi": dsi.lookahead}, f"auto: DSI {dsi.why}; SI {si_why}"
 
@@ -137,7 +126,7 @@ def run(args) -> int:
     summary, messages = _compare(args, pair, k)
     closed = _closed_forms(args, target_lat, drafter_lat, a, k)
     if args.output:
-        from specpar.experiments.timeline_plot import plot_timelines
+        from specpar.experiments.plots import plot_timelines
 
         c = _drafter_fraction(target_lat, drafter_lat)
         title = f"c = {fmt(c, '.3g')}, a = {a:g}, N = {args.max_tokens}, seed {args.seed}"
@@ -255,15 +244,11 @@ def _print_table(args, summary, target_lat, drafter_lat, k, why, closed, message
     console = table_console()
     clock = arguments.CLOCKS[args.runtime] + (f", {args.link_ms:g} ms links" if args.link_ms else "")
     mode = "greedy" if args.temperature == 0 else f"sampling at temperature {args.temperature:g}"
+    a = f"{args.acceptance_regimes} (regimes)" if args.acceptance_regimes else f"{args.acceptance_rate:g}"
     console.print(
         f"target {target_lat.tpot_ms:g} ms/token (TTFT {target_lat.ttft_ms:g} ms), "
         f"drafter {drafter_lat.tpot_ms:g} ms/token (c = {fmt(_drafter_fraction(target_lat, drafter_lat), '.3g')}), "
-        + (
-            f"a = {args.acceptance_regimes} (regimes), "
-            if args.acceptance_regimes
-            else f"a = {args.acceptance_rate:g}, "
-        )
-        + f"N = {args.max_tokens}, {args.repeats} repeats, {clock}, {mode}"
+        f"a = {a}, N = {args.max_tokens}, {args.repeats} repeats, {clock}, {mode}"
     )
     ks = f"k = {k['dsi']}" if k["si"] == k["dsi"] else f"SI k = {k['si']}, DSI k = {k['dsi']}"
     console.print(f"lookahead {ks} ({why})")

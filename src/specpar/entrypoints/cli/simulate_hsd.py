@@ -31,33 +31,19 @@ def register(modes) -> None:
                                  "alone", __doc__.split("\n\n", 1)[1])  # fmt: skip
     g = p.add_argument_group("the stack")
     add_plan_arguments(g, required=False)
-    g.add_argument(
-        "--chain",
-        type=arguments.numbers,
-        default=None,
-        metavar="A01,A12,...",
-        help="acceptance rates of adjacent models alpha[i][i+1] (instead of --alpha; "
-        f"default {','.join(map(str, DEFAULT_CHAIN))} with costs {','.join(map(str, DEFAULT_COSTS))} ms)",
+    chain, costs = ",".join(map(str, DEFAULT_CHAIN)), ",".join(map(str, DEFAULT_COSTS))
+    what = (
+        f"acceptance rates of adjacent models alpha[i][i+1] (instead of --alpha; default {chain} with costs {costs} ms)"
     )
-    levels = g.add_argument(
-        "--levels",
-        type=arguments.integers,
-        default=None,
-        metavar="I,J,...",
-        help="run this hierarchy (model indices, the target last) instead of the optimizer's",
-    )
+    g.add_argument("--chain", type=arguments.numbers, default=None, metavar="A01,A12,...", help=what)
+    what = "run this hierarchy (model indices, the target last) instead of the optimizer's"
+    levels = g.add_argument("--levels", type=arguments.integers, default=None, metavar="I,J,...", help=what)
     arguments.advanced_flag(levels)
-    spec = arguments.ConfigOptions(
-        SpeculativeConfig,
-        "spec",
-        fields=("buffers", "sp_degree"),
-        advanced=("buffers",),
-        defaults={"buffers": arguments.Default(None, "the optimizer's"), "sp_degree": arguments.PAPER_SP_DEGREE},
-        helps={
-            "buffers": "{help}: the sizes for --levels, one per level below the target",
-            "sp_degree": "HSD-SP: target servers that verify at once",
-        },
-    )
+    defaults = {"buffers": arguments.Default(None, "the optimizer's"), "sp_degree": arguments.PAPER_SP_DEGREE}
+    helps = {"buffers": "{help}: the sizes for --levels, one per level below the target",
+             "sp_degree": "HSD-SP: target servers that verify at once"}  # fmt: skip
+    spec = arguments.ConfigOptions(SpeculativeConfig, "spec", fields=tuple(defaults), advanced=("buffers",),
+                                   defaults=defaults, helps=helps)  # fmt: skip
     spec.add_to(g)
     arguments.add_pair_arguments(p, fields=("vocab_size", "seed", "prompt_length"), defaults={"vocab_size": 8})
     arguments.add_sampling_arguments(p, ("max_tokens", "temperature"), {"max_tokens": 100, "temperature": 0.0})
@@ -138,7 +124,7 @@ def run(args) -> int:
 
 
 def _row(args, name: str, plan, runs) -> dict:
-    """A plan's row: its hierarchy, predicted and measured ms per token, speedups, and whether it made non-SI's tokens."""
+    """A plan's row: its hierarchy, predicted and measured ms per token, speedups, whether it made non-SI's tokens."""
     times = [x.time_ms for x in runs[name]]
     same = all(a.tokens == b.tokens for a, b in zip(runs["nonsi"], runs[name])) if args.temperature == 0 else None
     details = runs[name][0].details
@@ -168,26 +154,12 @@ def _run_plans(args, plans, make_stack, bar) -> dict:
     def run(name, repeat):
         r, stack, prompt = repeat
         plan = plans[name]
-        kw = dict(
-            max_tokens=args.max_tokens,
-            temperature=args.temperature,
-            seed=args.seed + r,
-            stream=bar.callback,
-            **arguments.experiment_runtime(args),
-        )
-        if len(plan.levels) == 1:
-            return generate(prompt, stack.target, algorithm="nonsi", **kw)
-        drafters = [stack.models[m] for m in plan.levels[:-1]]
-        algorithm = "hsd-sp" if name == "hsd-sp" else "hsd"
-        return generate(
-            prompt,
-            stack.target,
-            drafters,
-            algorithm=algorithm,
-            buffers=list(plan.buffers),
-            sp_degree=args.sp_degree,
-            **kw,
-        )
+        drafters = [stack.models[m] for m in plan.levels[:-1]]  # none: the target alone
+        kw = dict(buffers=list(plan.buffers), sp_degree=args.sp_degree) if drafters else {}
+        algorithm = ("hsd-sp" if name == "hsd-sp" else "hsd") if drafters else "nonsi"
+        return generate(prompt, stack.target, drafters or None, algorithm=algorithm, max_tokens=args.max_tokens,
+                        temperature=args.temperature, seed=args.seed + r, stream=bar.callback,
+                        **arguments.experiment_runtime(args), **kw)  # fmt: skip
 
     done = iter(range(1, total + 1))
     on_result = lambda *_: bar.describe(f"simulated {next(done)} of {total} runs")  # noqa: E731

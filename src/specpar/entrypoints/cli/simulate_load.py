@@ -48,35 +48,19 @@ def register(modes) -> None:
     arguments.ConfigOptions(SpeculativeConfig, "spec", fields=("lookahead",), defaults=lookahead).add_to(p)
     arguments.add_sampling_arguments(p, ("max_tokens", "temperature"), {"max_tokens": 100, "temperature": 0.0})
     g = p.add_argument_group("load")
-    g.add_argument(
-        "--load",
-        type=load_rates,
-        default=None,
-        metavar="RATE[,RATE...]",
-        help="Poisson arrivals at RATE requests/s, or at a multiple of the non-SI capacity (0.5x: half of what "
-        "non-SI serves on the units); one row per rate and policy",
-    )
-    g.add_argument(
-        "--clients",
-        type=arguments.integers,
-        default=None,
-        metavar="N[,N...]",
-        help="closed-loop clients instead: each sends its next request when the last one ends",
-    )
-    g.add_argument(
-        "--units", type=arguments.integer, default=8, help="processing units (GPUs, cores) the requests share (8)"
-    )
-    g.add_argument("--requests", type=arguments.integer, default=100, help="requests per rate and policy (default 100)")
-    g.add_argument(
-        "--policies",
-        default=",".join(POLICIES),
-        metavar="P,...",
-        help=f"policies to compare (default all: {', '.join(POLICIES)})",
-    )
+    g.add_argument("--load", type=load_rates, default=None, metavar="RATE[,RATE...]",
+                   help="Poisson arrivals at RATE requests/s, or at a multiple of the non-SI capacity (0.5x: half of "
+                        "what non-SI serves on the units); one row per rate and policy")  # fmt: skip
+    g.add_argument("--clients", type=arguments.integers, default=None, metavar="N[,N...]",
+                   help="closed-loop clients instead: each sends its next request when the last one ends")  # fmt: skip
+    integer = arguments.integer
+    g.add_argument("--units", type=integer, default=8, help="processing units (GPUs, cores) the requests share (8)")
+    g.add_argument("--requests", type=integer, default=100, help="requests per rate and policy (default 100)")
+    g.add_argument("--policies", default=",".join(POLICIES), metavar="P,...",
+                   help=f"policies to compare (default all: {', '.join(POLICIES)})")  # fmt: skip
     arguments.add_json(p)
-    arguments.add_output(
-        p, "also draw throughput and latency per load to this image file", metavar="PNG", old=("--plot",)
-    )
+    what = "also draw throughput and latency per load to this image file"
+    arguments.add_output(p, what, metavar="PNG", old=("--plot",))
     p.set_defaults(func=run)
 
 
@@ -125,7 +109,7 @@ def run(args) -> int:
         "options": {p: [o.__dict__ for o in sim.curve(p).options] for p in policies},
     }
     if args.output:
-        from specpar.experiments.load_plot import plot_load
+        from specpar.experiments.plots import plot_load
 
         title = f"{args.units} units, target {target.tpot_ms:g} ms, drafter {drafter.tpot_ms:g} ms, a = {a:g}"
         plot_load(rows, args.output, title)

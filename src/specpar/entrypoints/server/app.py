@@ -57,10 +57,8 @@ def create_app(
     """The ASGI app serving ``engine`` as ``model_name``; it closes the engine when it shuts down.
 
     api_key: the /v1 routes, /tokenize and /detokenize ask for ``Authorization: Bearer <api_key>`` (None: open).
-    max_queue: requests in the server at once (generating, or waiting for the engine's processing units); more are
-        answered 429.
-    max_model_len: prompt + max_tokens limit for a target without a context window of its own.
-    max_body_bytes: larger request bodies are answered 413.
+    max_queue: requests in the server at once (:mod:`.admission`; more are answered 429). max_model_len: the prompt +
+    max_tokens limit of a target without a context window of its own. max_body_bytes: larger bodies are answered 413.
     """
     metrics = Metrics(model_name, {s.name for s in engine.targets.servers}, engine.sp_degree, engine.load_metrics)
     ctx = handlers.Context(engine, Served(engine, max_model_len), metrics, Admission(max_queue), model_name,
@@ -149,17 +147,18 @@ def model_routes(ctx: handlers.Context) -> APIRouter:
                 "max_model_len": served.max_model_len}  # fmt: skip
         return {"object": "list", "data": [card]}
 
-    @router.post("/v1/completions")
-    async def completions(body: CompletionRequest, request: Request):
+    async def generate(body, request: Request, plan, endpoint: str):
         arrival = time.perf_counter()
         check_model(body.model, ctx.model_name)
-        return await handlers.answer(ctx, request, completion_plan(body, served), "/v1/completions", arrival)
+        return await handlers.answer(ctx, request, plan(body, served), endpoint, arrival)
+
+    @router.post("/v1/completions")
+    async def completions(body: CompletionRequest, request: Request):
+        return await generate(body, request, completion_plan, "/v1/completions")
 
     @router.post("/v1/chat/completions")
     async def chat_completions(body: ChatCompletionRequest, request: Request):
-        arrival = time.perf_counter()
-        check_model(body.model, ctx.model_name)
-        return await handlers.answer(ctx, request, chat_plan(body, served), "/v1/chat/completions", arrival)
+        return await generate(body, request, chat_plan, "/v1/chat/completions")
 
     @router.post("/tokenize")
     async def tokenize(body: TokenizeRequest) -> dict:

@@ -89,13 +89,10 @@ async def events(ctx: Context, request, plan: Plan, shape: Shape, ticket: Ticket
                 ctx.metrics.aborted(endpoint)
                 return
     except Exception as exc:  # after the 200 went out: an error event, then the end
-        kind = "invalid_request_error" if isinstance(exc, ConfigError) else "server_error"
-        ctx.metrics.error(
-            endpoint, 400 if isinstance(exc, ConfigError) else 503 if isinstance(exc, ShuttingDown) else 500
-        )
-        yield shape.event(
-            error_body(str(exc), kind, code="server_shutting_down" if isinstance(exc, ShuttingDown) else None)
-        )
+        status = 400 if isinstance(exc, ConfigError) else 503 if isinstance(exc, ShuttingDown) else 500
+        ctx.metrics.error(endpoint, status)
+        kind = "invalid_request_error" if status == 400 else "server_error"
+        yield shape.event(error_body(str(exc), kind, code="server_shutting_down" if status == 503 else None))
         yield "data: [DONE]\n\n"
         return
     ticket.timing.end = time.perf_counter()

@@ -73,12 +73,9 @@ def chat_plan(req: ChatCompletionRequest, served: Served) -> Plan:
 
 
 def check_exact_field(exact: bool | None, engine_exact: bool | None) -> None:
-    """A request's ``exact`` against the mode the server's models were loaded in (``serve --no-exact``: the fast
-    mode). The models run in one mode, so a request gets the cheapest correct answer the loaded models give:
-    exact=false is always honoured (the exact mode's output is one the fast mode may give: its promise, lossless in
-    distribution, holds), exact=true only where the models run the exact mode (or a backend with one mode);
-    refused with a 400 on a server in the fast mode (loading the weights again in the other mode would take seconds
-    and the memory of a second copy)."""
+    """A request's ``exact`` against the mode the server's models run in (``serve --no-exact``: the fast mode):
+    exact=false is always honoured (an exact output is one the fast mode may give), exact=true refused (400) in the
+    fast mode (loading the weights again in the other mode would take seconds and a second copy's memory)."""
     if exact and engine_exact is False:
         raise RequestError(
             "exact=true: this server's models run llama.cpp's fast mode (serve --no-exact), whose greedy outputs may "

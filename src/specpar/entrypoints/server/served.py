@@ -85,6 +85,4 @@ class Served:
 
 def content_text(content) -> str:
     """A message's content: a string, or its text parts joined."""
-    if content is None:
-        return ""
     return content if isinstance(content, str) else "".join(p.text for p in content)
