@@ -120,7 +120,7 @@ def test_an_adaptive_lookahead_keeps_greedy_output_exact(algorithm, sp):
 def test_sis_adaptive_windows_follow_the_regimes(monkeypatch):
     """Rounds drafted in the a = 0.9 regime are longer than in the a = 0.4 one (a fixed lookahead's are the same)."""
     from specpar import generate
-    from specpar.algorithms.adaptive import AdaptiveProposer
+    from specpar.algorithms.drafting import AdaptiveProposer
     from specpar.backends import Regimes
 
     windows = []

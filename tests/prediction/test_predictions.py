@@ -59,7 +59,7 @@ def test_control_a_profile_of_other_costs_predicts_another_time():
 
 def cpu_machine() -> tuple[MachineProfile, MachineProfile]:
     """A machine whose passes cost one step up to 4 tokens and 8 ms more per token after, and whose cores are shared
-    (two busy servers run 1.8x slower each); and the linear model profiling.py fits to it (tpot, and the per-token
+    (two busy servers run 1.8x slower each); and the linear model the App. F profile (pair_profile.py) fits to it (tpot, and the per-token
     cost of a pass over 6 tokens), without contention."""
     v = tuple([10.0] * 4 + [10.0 + 8 * (k - 4) for k in range(5, 17)])
     target = ModelCosts("T", ((20, 60.0),), {1: v})

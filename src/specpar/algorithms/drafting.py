@@ -1,12 +1,18 @@
-"""What SI and DSI draft with, from the configuration: :func:`make_proposer`."""
+"""What SI and DSI draft with, from the configuration: :func:`make_proposer`.
+
+``lookahead="adaptive"``: :class:`AdaptiveProposer` puts a :class:`~specpar.planning.adaptive.AdaptiveLookahead` in
+front of another proposer: each proposal (an SI round, a DSI chunk) drafts no more than the policy's lookahead, and
+every draft the target tests feeds the policy's acceptance estimate (``feedback``). Its ``depth`` is the largest
+candidate, so the algorithm runs with that as its lookahead (a proposer may always propose fewer drafts than asked).
+"""
 
 from __future__ import annotations
 
-from specpar.algorithms.adaptive import AdaptiveProposer
 from specpar.algorithms.generation import Generation
 from specpar.algorithms.ngram import NgramProposer
 from specpar.algorithms.proposers import ModelDrafter, Proposer
 from specpar.core.config import SpeculativeConfig, parse_proposer
+from specpar.core.decoding import Decoding
 from specpar.core.errors import ConfigError
 from specpar.planning.adaptive import DEFAULT_MAX_LOOKAHEAD, DEFAULT_PRIOR, AdaptiveLookahead, adaptive_lookahead
 from specpar.runtimes.base import Pool, latency_of, model_of
@@ -47,3 +53,25 @@ def adaptive_policy(spec: SpeculativeConfig, target: Pool, drafter: Pool | None,
         dedicated_cursor=spec.dedicated_cursor,
         prior=DEFAULT_PRIOR if a is None else a,
     )
+
+
+class AdaptiveProposer(Proposer):
+    """``inner``'s drafts, at most ``policy.lookahead()`` of them per window; feedback reaches the policy (and
+    ``inner``'s own hook, if it has one)."""
+
+    def __init__(self, inner: Proposer, policy: AdaptiveLookahead):
+        if inner.trees:
+            raise ConfigError('lookahead="adaptive" drafts chains: a token tree fixes its own depth')
+        self.inner, self.policy = inner, policy
+        self.depth = policy.candidates[-1]
+        self.feedback = policy.feedback if inner.feedback is None else self._both
+
+    def _both(self, index: int, accepted: bool) -> None:
+        self.policy.feedback(index, accepted)
+        self.inner.feedback(index, accepted)
+
+    def propose(self, context, k: int, decoding: Decoding):
+        return self.inner.propose(context, min(k, self.policy.lookahead()), decoding)
+
+    def __repr__(self) -> str:
+        return f"AdaptiveProposer({self.inner!r}, {self.policy!r})"

@@ -30,11 +30,9 @@ if TYPE_CHECKING:
 class Pending:
     """DSI's unverified drafts, at positions cursor (len(g.out)), cursor + 1, ...
 
-    tokens: their tokens (the tail of the calls' contexts). origins: for each, the record of the proposal it came
-        from, shared by that proposal's drafts (the strategy's: :class:`Chains`, :class:`Trees`); a draft's q row,
-        its index in its lookahead window and its tree node follow from its position.
-    unsent: the last ``unsent`` drafts wait for a verification server (DSI's dedicated_cursor only).
-    The two lists change together, only here: where drafts are added, the first is accepted, or all are dropped.
+    tokens: their tokens. origins: for each, the record of the proposal it came from (the strategy's: :class:`Chains`,
+        :class:`Trees`). unsent: the last ``unsent`` drafts wait for a verification server. The two lists change
+        together, only here.
     """
 
     __slots__ = ("tokens", "origins", "unsent")

@@ -151,9 +151,9 @@ class DSI:
             pending.unsent = min(pending.unsent, len(pending))
 
     def settle(self) -> bool:
-        """The current verifier's work (lines 7-14): resolve the cursor with the target rows known for it, in
-        position order: a draft there is tested, else the target's own token is taken, as non-SI would. On the
-        strategy's verdict: an accepted draft is output; a rejected one is rejected (False)."""
+        """The current verifier's work (lines 7-14): resolve the cursor with the target rows known for it, in position
+        order: a draft there is tested (accepted: output; rejected: :meth:`reject`, False), else the target's own
+        token is taken, as non-SI would."""
         g, known, pending = self.g, self.known, self.pending
         while not g.done:
             row = known.pop(len(g.out), None)

@@ -39,9 +39,8 @@ _LEVEL_SALT = 0x2545F4914F6CDD1D
 
 @lru_cache(maxsize=256)
 def level_decoding(decoding: Decoding, level: int) -> Decoding:
-    """The decoding an intermediate level verifies with: same temperature, independent uniforms. With the Gumbel
-    coupling every level keeps the seed: each level's token is its own Gumbel-max sample, whatever it tests, so
-    sharing the noise only couples the levels more tightly (the output is the target's sample either way)."""
+    """The decoding an intermediate level verifies with: same temperature, independent uniforms (the Gumbel coupling
+    keeps the seed: each level's token is its own Gumbel-max sample whatever it tests)."""
     if decoding.coupling == "gumbel":
         return decoding
     return replace(decoding, seed=mix64(decoding.seed ^ ((level + 1) * _LEVEL_SALT)))
@@ -75,10 +74,8 @@ class DrafterLevels:
     def fill(
         self, m: int, context: tuple[int, ...], limit: int, decoding: Decoding, want: int | None = None
     ) -> Proposal:
-        """M_m's next ``want`` (default T_m) tokens after ``context``, never past position ``limit``, with their rows.
-
-        Proposal.q holds M_m's own row at each token (the q of the level above), None when greedy.
-        """
+        """M_m's next ``want`` (default T_m) tokens after ``context``, never past position ``limit``; Proposal.q holds
+        M_m's own row at each (the q of the level above), None when greedy."""
         want = min(self.T[m] if want is None else want, limit - len(context))
         self.calls[m] += 1
         if m == 0:
@@ -119,9 +116,7 @@ class DrafterLevels:
 
 
 def hsd(g: Generation, pools: dict[str, Pool], spec: SpeculativeConfig) -> GenerationResult:
-    """pools: "level0" .. "levelK", M0 (the only autoregressive drafter) first, the target MK last.
-    spec.buffers: [K] T_0 .. T_{K-1}: tokens M0 drafts per call, tokens Mi hands up per call.
-    """
+    """HSD on pools "level0" .. "levelK" (M0 first, the target MK last) with ``spec.buffers`` T_0 .. T_{K-1}."""
     buffers = spec.buffers or ()
     levels = [pools[f"level{i}"] for i in range(len(buffers) + 1)]
     if len(levels) < 2:

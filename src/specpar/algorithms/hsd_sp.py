@@ -40,11 +40,8 @@ class LevelsProposal(Proposal):
 
 
 class LevelsServer(Server):
-    """The drafter levels of a hierarchy as one server: Draft(context, k) -> M_{K-1}'s next k tokens.
-
-    servers: [K] servers of M0 .. M_{K-1} (each with its own cache), smallest first.
-    buffers: [K - 1] T_0 .. T_{K-2}; T_{K-1} is the k of each Draft call (DSI's lookahead).
-    """
+    """The drafter levels of a hierarchy as one server: Draft(context, k) -> M_{K-1}'s next k tokens. servers: [K]
+    servers of M0 .. M_{K-1}, smallest first; buffers: [K - 1] T_0 .. T_{K-2} (T_{K-1} is each call's k)."""
 
     def __init__(self, servers: Sequence, buffers: Sequence[int], name: str = "levels"):
         if not servers:
@@ -120,9 +117,8 @@ class LevelsDrafter(ModelDrafter):
         return task
 
     def work(self) -> list[list[int]]:
-        """The levels' counts, as DrafterLevels.counts() gives them, in completed proposals only (as
-        drafter_forwards counts DSI's drafts): a cancelled one was computed whole at its start on the virtual clock,
-        and partly on threads."""
+        """The levels' counts (as DrafterLevels.counts()) in completed proposals only, as drafter_forwards counts DSI's
+        drafts (a cancelled one was computed whole on the virtual clock, partly on threads)."""
         done = [t.result.work for t in self.tasks if t.done and not t.cancelled and t.result is not None]
         if not done:
             return [[0] * len(self.levels.T) for _ in range(4)]

@@ -29,12 +29,8 @@ DEFAULT_MIN_N, DEFAULT_MAX_N = NGRAM_SIZES
 
 
 class NgramMatcher:
-    """Continuations of a context's last n-gram found earlier in it (module docstring), n in [min_n, max_n].
-
-    Index: for each n, the n-gram ending at each position ``e`` of the verified tokens (``base[e - n:e]``) maps to
-    those ends in increasing order. It follows one ``base`` list (a generation's verified tokens) as it grows, and
-    starts again for another.
-    """
+    """Continuations of a context's last n-gram found earlier in it, n in [min_n, max_n]. Its index maps, for each n,
+    the n-gram ending at each position ``e`` of one ``base`` list (``base[e - n:e]``) to those ends, increasing."""
 
     def __init__(self, min_n: int = DEFAULT_MIN_N, max_n: int = DEFAULT_MAX_N):
         self.min_n, self.max_n = check_ngram_sizes(min_n, max_n)
@@ -53,9 +49,8 @@ class NgramMatcher:
         self._indexed = max(self._indexed, upto)
 
     def continuations(self, context: Sequence[int], k: int, branches: int = 1) -> list[list[int]]:
-        """Up to ``branches`` distinct continuations of at most ``k`` tokens, best first (module docstring); none
-        when the last n tokens occur nowhere earlier for any n. A continuation that is the start of an earlier one
-        adds nothing and is skipped."""
+        """Up to ``branches`` distinct continuations of at most ``k`` tokens, best first (one that starts an earlier
+        one is skipped); none when the last n tokens occur nowhere earlier."""
         ctx = context if isinstance(context, Context) else Context(list(context), len(context))
         total = len(ctx)
         self._index(ctx.base, ctx.n)
@@ -82,9 +77,8 @@ def chain_proposal(tokens: Sequence[int], decoding: Decoding, width: int) -> Pro
 def tree_proposal(
     continuations: Sequence[Sequence[int]], decoding: Decoding, width: int, max_nodes: int | None = None
 ) -> TokenTree:
-    """Deterministic drafts as a token tree: each continuation a path from the root (shared prefixes one node), the
-    earlier continuation's child drawn first under a shared node; point-mass rows when sampling. At most
-    ``max_nodes`` nodes: a continuation that does not fit is cut short."""
+    """Deterministic drafts as a token tree: each continuation a path from the root (shared prefixes one node, the
+    earlier one's child drawn first), at most ``max_nodes`` nodes; point-mass rows when sampling."""
     tree = TokenTree()
     for tokens in continuations:
         node = -1
@@ -111,8 +105,7 @@ class NgramProposer(Proposer):
     continuations found (as deep as the tree's depth, at most as many nodes as its shape).
 
     width: the target's row width (point-mass rows when sampling). fallback: a proposer that drafts where no n-gram
-    matches (it must draft trees where this one does), else the proposal is empty. proposed, fell_back: proposals
-    made by lookup and handed to the fallback, for reports.
+    matches (it must draft trees where this one does), else the proposal is empty.
     """
 
     def __init__(self, width: int, min_n: int = DEFAULT_MIN_N, max_n: int = DEFAULT_MAX_N, tree=None, fallback=None):
@@ -128,17 +121,14 @@ class NgramProposer(Proposer):
         if fallback is not None and fallback.trees != self.trees:
             raise ConfigError("the n-gram proposer and the drafter behind it must both draft chains or both trees")
         self.fallback = fallback
-        self.proposed = self.fell_back = 0
 
     def propose(self, context, k: int, decoding: Decoding):
         found = self.matcher.continuations(context, k, self.budget)
         if found:
-            self.proposed += 1
             if self.trees:
                 return tree_proposal(found, decoding, self.width, self.budget)
             return chain_proposal(found[0], decoding, self.width)
         if self.fallback is not None:
-            self.fell_back += 1
             return self.fallback.propose(context, k, decoding)
         return TokenTree() if self.trees else Proposal([])
 

@@ -30,12 +30,8 @@ Drafted = Proposal | TokenTree  # a draft: a chain or a token tree
 
 
 class Proposer(ABC):
-    """Drafts after a context (module docstring).
-
-    trees: whether its drafts are token trees (else chains).
-    depth: the deepest draft it makes whatever k allows (a tree shape's depth), None when k decides.
-    feedback: None, or a callable (index, accepted) told of each of its drafts the target tested.
-    """
+    """Drafts after a context. trees: whether its drafts are token trees; depth: the deepest draft it makes whatever
+    k allows (a tree shape's depth), None when k decides; feedback: None, or told (index, accepted) of each draft."""
 
     trees = False
     depth: int | None = None

@@ -31,11 +31,8 @@ def residual(p: np.ndarray, q: np.ndarray) -> np.ndarray:
 
 
 def judge(draft: int, q_row, row, decoding: Decoding, position: int) -> tuple[bool, int]:
-    """Test one draft token at ``position``: (accepted, token kept at that position).
-
-    q_row: [V] drafter probabilities the draft was sampled from (None when greedy).
-    row: target's row at the position (argmax id when greedy, [V] p when sampling).
-    """
+    """Test one draft token at ``position``: (accepted, token kept there). q_row: the [V] drafter probabilities it
+    was sampled from (None when greedy); row: the target's row there (argmax id when greedy, [V] p when sampling)."""
     if decoding.greedy:
         return draft == row, row
     if decoding.coupling == "gumbel":  # the target's own token, the same whatever was drafted
@@ -57,12 +54,8 @@ def bonus(row, decoding: Decoding, position: int) -> int:
 
 
 def verify_chain(drafts: Sequence[int], q, rows: Sequence, decoding: Decoding, start: int) -> tuple[int, int]:
-    """Verify k drafts at positions start..start+k-1 against k+1 target rows.
-
-    q: [k, V] drafter rows (None when greedy); rows: k+1 target rows.
-    Returns (n_accepted, token): the accepted prefix length and the token that
-    follows it (the correction of the first rejected draft, or the bonus).
-    """
+    """Verify k drafts at positions start..start+k-1 against k+1 target rows (q: [k, V] drafter rows, None when
+    greedy): (n_accepted, the token after them: the first rejected draft's correction, or the bonus)."""
     for i, x in enumerate(drafts):
         accepted, token = judge(x, None if q is None else q[i], rows[i], decoding, start + i)
         if not accepted:
@@ -99,12 +92,10 @@ def judge_siblings(draws, tokens: Sequence[int], row, decoding: Decoding, positi
 
 
 def verify_tree(tree, rows: Sequence, decoding: Decoding, start: int, node: int = -1) -> tuple[list[int], int]:
-    """Verify a token tree against the target's rows from one pass: the accepted path and the token after it.
+    """Verify a token tree against the target's rows from one pass: (accepted nodes in order, the token after them).
 
-    rows: rows[0] is the target's row at the root (position ``start``), rows[1 + i] the row after node i
-    (position start + depth(i)). Walks down from ``node`` (-1: the root; DSI resumes below an accepted node),
-    testing each node's draws with :func:`judge_siblings`. Returns (accepted nodes in order, token that follows
-    them: the correction at the first node whose draws all fail, or the bonus after a leaf).
+    rows[0] is the target's row at the root (position ``start``), rows[1 + i] the row after node i. Walks down from
+    ``node`` (-1: the root; DSI resumes below an accepted node), testing each node's draws with :func:`judge_siblings`.
     """
     path = []
     while True:

@@ -67,9 +67,8 @@ class Choice:
         }
 
     def ran(self, configurations: list[tuple[SpeculativeConfig, float | None]], tokens: int) -> dict:
-        """:meth:`to_dict` for a request that ran ``configurations`` (each a SpeculativeConfig and its share's
-        predicted ms per token, in order) and made ``tokens`` tokens: the choice's when it ran as chosen; else
-        (fewer units under load) what ran, its predicted time, and the choice's label as ``chosen``."""
+        """:meth:`to_dict` for a request that ran ``configurations`` ((SpeculativeConfig, predicted ms per token), in
+        order) and made ``tokens`` tokens; when it did not run as chosen (fewer units under load), what ran."""
         from specpar.prediction.methods import method_of
 
         ran = [Prediction(method_of(spec), spec, self.chosen.runtime, 0, 0.0) for spec, _ in configurations]
@@ -120,8 +119,7 @@ class Auto:
         self.profile = profile
         self.shape = shape
         self.methods = tuple(methods)
-        self._kept: dict[tuple, MethodPredictions] = {}
-        self._pending: dict[tuple, Future] = {}  # the searches under way
+        self._kept: dict[tuple, Future] = {}  # the searches, done or under way (their MethodPredictions)
         self._lock = threading.Lock()
 
     def predictions(self, prompt_tokens: int, max_tokens: int, sp_degree: int | None = None,
@@ -131,28 +129,25 @@ class Auto:
         servers; with ``processors`` (logits processors) no token trees, which do not take them."""
         targets = min(sp_degree or self.shape.targets, self.shape.targets)
         key = (bucket(prompt_tokens), min(max_tokens, MAX_SIMULATED), targets, processors)
-        with self._lock:
-            kept, pending = self._kept.get(key), self._pending.get(key)
-            mine = kept is None and pending is None
-            if mine:  # one search per key at a time: requests asking meanwhile wait for its result
-                pending = self._pending[key] = Future()
-        if kept is None and not mine:
-            kept = pending.result()
-        elif mine:
-            try:
-                methods = [m for m in self.methods if not (processors and m.startswith("tree"))]
-                kept = predict_methods(self.profile, key[0], key[1], replace(self.shape, targets=targets), methods)
-            except BaseException as exc:
-                with self._lock:
-                    del self._pending[key]
-                pending.set_exception(exc)
-                raise
-            with self._lock:
+        with self._lock:  # one search per key: requests asking meanwhile wait for its result
+            search = self._kept.get(key)
+            mine = search is None
+            if mine:
                 if len(self._kept) >= KEPT:
                     self._kept.pop(next(iter(self._kept)))
-                self._kept[key] = kept
-                del self._pending[key]
-            pending.set_result(kept)
+                search = self._kept[key] = Future()
+        if mine:
+            try:
+                methods = [m for m in self.methods if not (processors and m.startswith("tree"))]
+                shape = replace(self.shape, targets=targets)
+                search.set_result(predict_methods(self.profile, key[0], key[1], shape, methods))
+            except BaseException as exc:
+                with self._lock:
+                    if self._kept.get(key) is search:  # a failed search is not kept
+                        del self._kept[key]
+                search.set_exception(exc)
+                raise
+        kept = search.result()
         return kept if max_tokens == key[1] else kept.scaled(max_tokens)
 
     def choose(self, prompt_tokens: int, max_tokens: int, sp_degree: int | None = None,
@@ -179,10 +174,7 @@ class Auto:
 
 def bucket(tokens: int) -> int:
     """``tokens`` rounded up to a power of two (at least 16): the prompt lengths predicted for."""
-    n = 16
-    while n < tokens:
-        n *= 2
-    return n
+    return max(16, 1 << (tokens - 1).bit_length())
 
 
 def profile_of(given, target_model: Model, drafter_model: Model | None, latencies) -> MachineProfile:
@@ -256,7 +248,7 @@ def predict_request(engine, spec: SpeculativeConfig, prompt_tokens: int, max_tok
     if spec.algorithm == "auto":
         return auto.choose(prompt_tokens, max_tokens, spec.sp_degree).predicted_ms
     drafter = engine.drafters if spec.speculates else None
-    resolved = resolve(spec, ALGORITHMS[spec.algorithm], engine.targets, drafter, prompt_tokens)
+    resolved = resolve(spec, ALGORITHMS[spec.algorithm], engine.targets, drafter)
     method = method_of(resolved)
     if method not in METHODS or not available(auto.profile, auto.shape, [method]):
         raise ConfigError(f"no prediction of {NAMES[method]} here: the engine or its profile has no drafter or rates")

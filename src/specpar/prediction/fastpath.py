@@ -51,10 +51,7 @@ def next_rejection(u: np.ndarray, a: np.ndarray) -> np.ndarray:
 
 
 def si_counts(nz: np.ndarray, k: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
-    """SI with lookahead ``k`` [R] on runs ``nz`` [R, n+1]: (drafted tokens [R], rounds [R]).
-
-    SI's latency is then ``drafted * t1 + rounds * T`` for any latencies.
-    """
+    """SI with lookahead ``k`` [R] on runs ``nz`` [R, n+1]: (drafted tokens [R], rounds [R])."""
     k = np.asarray(k, dtype=np.int64)
     rows = np.arange(len(k))
     p = np.zeros(len(k), dtype=np.int64)
@@ -72,10 +69,7 @@ def si_counts(nz: np.ndarray, k: np.ndarray, n: int) -> tuple[np.ndarray, np.nda
 
 
 def si_time(drafted, rounds, c):
-    """SI's latency in target forward passes from its counts (si_counts): ``drafted * c + rounds``.
-
-    Arrays broadcast, so one set of counts gives the latency at many drafter latencies c at once.
-    """
+    """SI's latency in target passes from its counts (:func:`si_counts`), broadcast over drafter latencies c."""
     return drafted * c + rounds
 
 
@@ -85,11 +79,6 @@ def _submit(free: np.ndarray, rows: np.ndarray, t: np.ndarray, target_ms: float)
     end = np.maximum(t, free[rows, i]) + target_ms
     free[rows, i] = end
     return end
-
-
-def _draft_ms(kk: np.ndarray, t1: np.ndarray) -> np.ndarray:
-    """A chunk of kk drafts, summed as the simulated server sums it (so that equal times compare equal)."""
-    return t1 + (kk - 1) * t1
 
 
 def _row_first(r: np.ndarray, arrive: np.ndarray, w: np.ndarray) -> np.ndarray:
@@ -115,7 +104,7 @@ def dsi_latency(nz: np.ndarray, k: np.ndarray, t1: np.ndarray, n: int, sp: int, 
         kk = np.minimum(k, n - 1 - p)
         done = kk <= 0  # only the last token is left: it is the target's row at p
         out[ids[done]] = r[done]
-        arrive = s + _draft_ms(kk, t1)
+        arrive = s + (t1 + (kk - 1) * t1)  # summed as the simulated server sums it: equal times compare equal
         m = np.zeros(ids.size, dtype=np.int64)
         taking = ~done
         taking[taking] = _row_first(r, arrive, np.nonzero(taking)[0])

@@ -97,9 +97,8 @@ def choose_lookahead(
     algorithm: str = "dsi",
     dedicated_cursor: bool | None = None,
 ) -> LookaheadChoice:
-    """The fastest lookahead of ``algorithm`` ("dsi" or "si"; see the module docstring) for ``n`` tokens, DSI on
-    ``sp_degree`` target servers, keeping one for the cursor as ``dedicated_cursor`` says (None: DSI's default,
-    where ``target.per_token_ms > 0``; :func:`~specpar.planning.lookahead.keeps_cursor_server`)."""
+    """The fastest lookahead of ``algorithm`` ("dsi" or "si") for ``n`` tokens, DSI on ``sp_degree`` target servers
+    keeping one for the cursor as ``dedicated_cursor`` says (None: where ``target.per_token_ms > 0``)."""
     if algorithm not in ("dsi", "si"):
         raise ConfigError(f"a lookahead is chosen for 'dsi' or 'si', not {algorithm!r}")
     if not 0.0 <= acceptance_rate <= 1.0:
@@ -131,9 +130,8 @@ def predict_ms(
     lookaheads: list[int],
     seed: int = 0,
 ) -> dict[int, float]:
-    """``spec.algorithm``'s ("dsi" or "si") predicted mean latency (ms) for ``n`` tokens at each of ``lookaheads``, on
-    ``spec.sp_degree`` target servers keeping one for the cursor as ``spec.dedicated_cursor`` says, as
-    :func:`choose_lookahead` predicts its candidates'."""
+    """``spec``'s predicted mean latency (ms) for ``n`` tokens at each of ``lookaheads``, as :func:`choose_lookahead`
+    predicts its candidates'."""
     if fast_path_models(spec, target, drafter):
         c = drafter.tpot_ms / target.tpot_ms
         return _fast_path(spec.algorithm, target.tpot_ms, c, acceptance_rate, spec.sp_degree, n, lookaheads, seed)

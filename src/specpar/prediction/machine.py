@@ -261,9 +261,8 @@ class MachineProfile:
         devices: int = 8,
         max_pass: int = DEFAULT_MAX_PASS,
     ) -> MachineProfile:
-        """A GPU-like device per server: a pass over k tokens costs about one step (``step_ms`` (1 +
-        per_token_fraction (k - 1))), prefill one step, the drafter ``drafter_fraction`` of the target, no
-        contention between ``devices`` servers."""
+        """A GPU-like device per server: a pass over k tokens costs ``step_ms`` (1 + per_token_fraction (k - 1)),
+        prefill one step, the drafter ``drafter_fraction`` of the target, no contention between ``devices``."""
         target = LatencyProfile(step_ms, step_ms, step_ms * per_token_fraction)
         profile = cls.from_latency(target, target.scaled(drafter_fraction), acceptance_rate, max_pass=max_pass)
         return replace(profile, key={"what_if": "gpu-like", "gpu": f"{devices} devices"}, cores=devices)
@@ -334,13 +333,12 @@ def load_or_build(
     progress=None,
     refresh: bool = False,
 ) -> MachineProfile:
-    """The machine profile to predict from: the file ``path`` when given; otherwise the profile of the ``target`` and
-    ``drafter`` models (their files, backend settings, this machine) from specpar's cache, measured on first need
-    (:mod:`specpar.prediction.profile_cache`; about a minute for the default pair on a quiet machine).
+    """The machine profile to predict from: the file ``path`` when given; otherwise the ``target`` and ``drafter``
+    models' from specpar's cache (:mod:`specpar.prediction.profile_cache`), measured on first need.
 
     prompts: the sample's token ids (default: :data:`profile_cache.SAMPLE_TEXTS` in the target's tokenizer);
-    options: a :class:`specpar.prediction.measure_pair.MeasureOptions`; progress: called with each step's label
-    (default: a bar on stderr when it is a terminal); refresh: measure again even when the cache holds one.
+    options: a MeasureOptions; progress: called with each step's label (default: a bar on stderr when it is a
+    terminal); refresh: measure again even when the cache holds one.
     """
     if path is not None:
         return MachineProfile.load(path)
@@ -361,9 +359,8 @@ def load_or_build(
 
 
 def default_key(target, drafter=None) -> dict | None:
-    """The cache key of the default measurement's profile of the ``target`` and ``drafter`` models on this machine
-    (what :func:`load_or_build` measures without prompts and options); None for a target without a tokenizer (no
-    default sample)."""
+    """The cache key of the profile :func:`load_or_build` measures without prompts and options; None for a target
+    without a tokenizer."""
     from specpar.prediction import measure_pair, profile_cache
 
     if as_model(target).tokenizer is None:
@@ -373,8 +370,7 @@ def default_key(target, drafter=None) -> dict | None:
 
 
 def cached(target, drafter=None) -> MachineProfile | None:
-    """The default measurement's profile of the ``target`` and ``drafter`` models on this machine if specpar's cache
-    holds a valid one (nothing is measured); else None."""
+    """The default measurement's profile of the ``target`` and ``drafter`` models if the cache holds one; else None."""
     from specpar.prediction import profile_cache
 
     key = default_key(target, drafter)

@@ -176,10 +176,8 @@ def call_overhead_ms(runtime: str, calls: int = 200, context_tokens: int = 256) 
 
 
 def greedy_run(model, server, prompt: Sequence[int], tokens: int, runtime: str, n_threads: int) -> dict:
-    """``server`` (of ``model``, its cache empty) decodes ``tokens`` greedy tokens after ``prompt`` by non-SI on
-    ``runtime``, its batch passes given ``n_threads`` threads. Returns {"tokens", "prefill_ms": the first call,
-    "steps_ms": each later call, "outside_ms": the time outside its calls per output token}.
-    """
+    """``server`` (of ``model``, its cache empty) decodes ``tokens`` greedy tokens after ``prompt`` by non-SI, its
+    batch passes given ``n_threads`` threads: {"tokens", "prefill_ms", "steps_ms", "outside_ms" (per token)}."""
     with runtime_over([server], runtime) as (rt, pools), threads(model, [server], n_threads):
         result = non_si(Generation(Query(list(prompt), tokens, request(len(prompt))), rt), {"target": pools[0]}, NONSI)
         spans = [t.end - t.start for t in rt.tasks]

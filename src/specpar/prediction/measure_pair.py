@@ -26,7 +26,7 @@ from specpar.backends.cpu_threads import cpu_cores
 from specpar.core.errors import ConfigError
 from specpar.core.model import as_model
 from specpar.core.numbers import is_int
-from specpar.prediction import measure, profile_cache, profiling
+from specpar.prediction import measure, pair_profile, profile_cache
 
 WALKS = (2, 4, 8)  # the lookaheads of greedy SI's walks over the drafter's hits
 PROFILE_WALK = 4  # the walk whose rate is the profile's acceptance rate
@@ -191,7 +191,7 @@ def _decode(target, drafter, prompts, options: MeasureOptions, fig: PairFigures,
         step("drafter's acceptance on it")
     fig.outside_ms = statistics.fmean(outside)
     prefixes = [next((j for j, hit in enumerate(h) if not hit), len(h)) for h in hits]
-    fig.acceptance = profiling.acceptance_of(prefixes, sum(map(sum, hits)), sum(map(len, hits)))
+    fig.acceptance = pair_profile.acceptance_of(prefixes, sum(map(sum, hits)), sum(map(len, hits)))
     fig.acceptance["walk"] = {k: _pooled([measure.walk(h, k) for h in hits])["acceptance_rate"] for k in WALKS}
     return outs
 
@@ -231,10 +231,10 @@ def _app_f(target, drafter, fig: PairFigures, prompts: int, options: MeasureOpti
         ttft = statistics.fmean(ms for _, ms in fig.sample_prefill[role])
         tpot = statistics.median(fig.steps[role]) if fig.steps[role] else fig.passes[role][cores][0]
         verify = fig.passes[role][cores][options.lookahead]
-        figures = profiling.latency(ttft, tpot, verify, options.lookahead)
+        figures = pair_profile.latency(ttft, tpot, verify, options.lookahead)
         return {"name": as_model(m).name or role, "device": as_model(m).device or "cpu", **figures}
 
-    return profiling.profile(
+    return pair_profile.profile(
         model("target", target), model("drafter", drafter), fig.acceptance, prompts, options.tokens, options.lookahead
     )
 

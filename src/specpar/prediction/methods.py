@@ -165,10 +165,9 @@ def predict_methods(profile: MachineProfile, prompt_tokens: int, max_tokens: int
     """Each of ``methods`` (those :func:`available`) at its fastest setting for a prompt of ``prompt_tokens`` tokens
     and ``max_tokens`` output tokens, on each of ``runtimes`` (default: the shape's), fastest first.
 
-    Three rounds: each family of settings (:func:`families`) on QUICK_PAIRS sample pairs, in order, until PATIENCE
-    settings in a row are no faster than its fastest; then each method's fastest (:func:`_refine`) on the full sample
-    (:func:`specpar.prediction.simulate.pair_count`); then those within CONTEND of the fastest again on a larger
-    sample (:func:`_settle`). A method's time is its best setting's in the last round it reached."""
+    Three rounds: each family (:func:`families`) on QUICK_PAIRS pairs until PATIENCE settings in a row are no faster
+    (:func:`_search`); each method's fastest on the full sample (:func:`_refine`); those within CONTEND of the fastest
+    on a larger one (:func:`_settle`). A method's time is its best setting's in the last round it reached."""
     shape = shape or EngineShape()
     if prompt_tokens < 1 or max_tokens < 1:
         raise ConfigError(f"a prediction needs a prompt and an output of at least one token, got {prompt_tokens} "

@@ -11,6 +11,8 @@ then splits units evenly); token trees and HSD are not predicted.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from specpar.core.config import SpeculativeConfig
 from specpar.core.errors import ConfigError
 from specpar.planning.load import POLICIES, Option, ShareCurve, fixed
@@ -66,15 +68,11 @@ def share_curve(
         if predict.known:
             best = min(fits, key=lambda o: o.ms_per_token)
             if options and options[-1].ms_per_token <= best.ms_per_token:  # a unit more gains nothing
-                best = Option(u, *_config(options[-1]))
+                best = replace(options[-1], units=u)
         else:  # no predictions: the request's own order, DSI > SI > non-SI
             best = fits[-1]
         options.append(best)
     return ShareCurve(tuple(options))
-
-
-def _config(option: Option) -> tuple:
-    return option.algorithm, option.sp_degree, option.lookahead, option.ms_per_token
 
 
 class _Predictor:
@@ -170,7 +168,7 @@ def choice_curve(choice, units: int, policy: str) -> ShareCurve:
         fits = [p for p in candidates if max_share(p.spec, units) <= u]
         best = option(u, min(fits, key=lambda p: p.ms))
         if options and options[-1].ms_per_token <= best.ms_per_token:  # a unit more gains nothing
-            best = Option(u, *_config(options[-1]))
+            best = replace(options[-1], units=u)
         options.append(best)
     return ShareCurve((*options, chosen))
 

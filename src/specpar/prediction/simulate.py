@@ -107,9 +107,8 @@ def clock(profile: MachineProfile | None = None, cancel_frees=REAL_CANCEL) -> Ru
 
 def mean_time_ms(pairs: Sequence[tuple], spec: SpeculativeConfig, runtime: RuntimeConfig, max_tokens: int,
                  per_token_ms: float = 0.0) -> tuple[float, float]:  # fmt: skip
-    """The mean time (ms) of ``spec`` generating ``max_tokens`` tokens (greedy) over ``pairs`` of (target, drafter,
-    prompt) on ``runtime`` (a virtual clock), each run's time plus ``per_token_ms`` per output token; and the mean
-    time to the first token (with its per-token cost)."""
+    """The mean time (ms) of ``spec`` generating ``max_tokens`` greedy tokens over ``pairs`` of (target, drafter,
+    prompt) on ``runtime`` (a virtual clock), plus ``per_token_ms`` per output token; and the mean to the first."""
     from specpar.algorithms.registry import run_generation
 
     drafter_needed = spec.algorithm != "nonsi"

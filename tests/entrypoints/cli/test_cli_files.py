@@ -8,7 +8,7 @@ import pytest
 
 from cli_check import assert_one_line_error, run_cli
 from specpar.entrypoints.cli import main
-from specpar.prediction.profiling import FORMAT
+from specpar.prediction.pair_profile import FORMAT
 
 
 @pytest.fixture(scope="module")

@@ -71,7 +71,7 @@ def run(args) -> int:
     from specpar.experiments import prompts
     from specpar.prediction.machine import load_or_build
     from specpar.prediction.measure_pair import MeasureOptions
-    from specpar.prediction.profiling import write
+    from specpar.prediction.pair_profile import write
 
     real_models.check_common(args)
     if args.ray and importlib.util.find_spec("ray") is None:
