@@ -138,8 +138,7 @@ class CachedServer(Server):
         return self._sync(ctx, len(ctx) - 1, decoding, cancelled)
 
     def _draft_row(self, logits, dec, ctx, tokens: list[int], position: int):
-        """The row token ``position`` is drafted from: the argmax id when greedy, else the row of ``logits`` [1, V]
-        after the request's processors."""
+        """The row the token at ``position`` is drafted from (greedy: its id), from ``logits`` [1, V]."""
         if dec.greedy and not dec.reshapes:
             return int(logits[-1].argmax())
         return self._rows(logits, dec, as_context(ctx) + tokens, position)[0]

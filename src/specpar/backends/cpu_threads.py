@@ -71,18 +71,19 @@ class SharedThreads:
 
     def _set(self, n: int) -> tuple:
         """Set ``n`` threads; returns what was set before (torch's count or None, each server's count)."""
-        torch_before = None
-        if self._torch:
-            import torch
-
-            torch_before = torch.get_num_threads()
-            torch.set_num_threads(n)
-        return torch_before, [s.set_batch_threads(n) for s in self._servers]
+        return _torch_threads(n) if self._torch else None, [s.set_batch_threads(n) for s in self._servers]
 
     def _restore(self, torch_before, server_before) -> None:
         if torch_before is not None:
-            import torch
-
-            torch.set_num_threads(torch_before)
+            _torch_threads(torch_before)
         for s, n in zip(self._servers, server_before):
             s.set_batch_threads(n)
+
+
+def _torch_threads(n: int) -> int:
+    """Set torch's intra-op thread count (process-wide) to ``n``; returns the count before."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    return before

@@ -8,13 +8,9 @@ DEFAULT_CAPACITY = 1 << 15  # passes held: 512 KiB; more than any one request's 
 
 
 class ForwardLog:
-    """The (start, end) ``time.perf_counter()`` times (s) of a server's forward passes, numbered 0, 1, ... since it
-    was made, of which the latest ``capacity`` are held (a ring: a server that serves for months keeps 512 KiB).
-
-    ``len(log)`` is the number of passes logged so far; ``log.since(n)`` (or ``log[n:]``) the times of passes n,
-    n + 1, ... still held: all of them when at most ``capacity`` passes ran since pass n. So a reader marks
-    ``n = len(log)`` before a request and reads ``log.since(n)`` after it.
-    """
+    """The (start, end) ``time.perf_counter()`` times (s) of a server's forward passes, numbered 0, 1, ..., of which
+    the latest ``capacity`` are held (a ring). A reader marks ``n = len(log)`` before a request and reads
+    ``log.since(n)`` (or ``log[n:]``) after it: every pass since, when at most ``capacity`` ran."""
 
     def __init__(self, capacity: int = DEFAULT_CAPACITY):
         self._times = np.empty((capacity, 2))

@@ -1,11 +1,7 @@
-"""Loading real models given as paths (or the default pair): which backend, then the pair on it.
-
-Errors name the settings as the library takes them (``target=``, ``drafter=``, ``dtype=``); the command line says
-``--target``, ``--drafter`` and ``--dtype`` instead (:data:`CLI_FLAGS`).
-
-:func:`choose_backend` decides between llama.cpp (GGUF files on the CPU) and transformers; :func:`load_pair`
-loads a target and a drafter on it, checking before any weights load that they share a tokenizer;
-:class:`LoadConfig` is an Engine's loading and placement settings.
+"""Loading real models given as paths (or the default pair): :func:`choose_backend` (llama.cpp for GGUF files on the
+CPU, else transformers), :func:`load_pair` (tokenizers compared before any weights load), and :class:`LoadConfig`,
+an Engine's loading and placement settings. Errors name the settings as the library takes them (``target=``); the
+command line says ``--target`` instead (:func:`in_flags`).
 """
 
 from __future__ import annotations
@@ -169,31 +165,6 @@ def check_exact(exact, backend: str) -> None:
         )
 
 
-def model_exact(model) -> bool | None:
-    """The mode a loaded model runs in: True (exact), False (fast), None (a backend without modes)."""
-    return as_model(model).exact_mode
-
-
-def check_mode(exact: bool | None, *models) -> None:
-    """Refuse loaded models (lists of them) that do not run in the mode ``exact`` asks (None: any)."""
-    if exact is None:
-        return
-    check_exact(exact, "llama")
-    for m in models:
-        for one in m if isinstance(m, (list, tuple)) else [] if m is None else [m]:
-            one = as_model(one)
-            mode = one.exact_mode
-            if mode != exact and (mode is not None or exact is False):
-                runs = (
-                    "has no fast mode (llama.cpp's)"
-                    if mode is None
-                    else f"runs in the {'exact' if mode else 'fast'} mode"
-                )
-                raise ConfigError(
-                    f"exact={exact} but {one.name or repr(one)} {runs}: load the models with exact={exact}"
-                )
-
-
 def context_window_of(path) -> int | None:
     """The context window of the model at ``path`` read before it loads: a GGUF file's ``<arch>.context_length``,
     a transformers directory's ``max_position_embeddings`` (or ``n_positions``); None when it does not say (or
@@ -223,10 +194,9 @@ class LoadConfig:
     backend: "llama" (GGUF files on llama.cpp, CPU) or "transformers"; default: :func:`choose_backend`'s.
     devices: the drafter's servers on the first, the target's round-robin over the others (one device: all on it);
         default: where the models are. dtype: the transformers weights' type (default float32).
-    max_model_len: real models: the longest sequence a server holds (prompt + output), for the memory check
-        (vLLM's name; ``max_tokens`` is its deprecated alias, a request's output length being max_tokens).
-    exact: llama.cpp's exact mode (True; None: the default, True) or its fast mode (False)
-        (:mod:`specpar.backends.llama.settings`); models given loaded must run in the mode asked.
+    max_model_len: the longest sequence a real model's server holds (prompt + output), for the memory check (vLLM's
+        name; ``max_tokens`` is its deprecated alias).
+    exact: llama.cpp's exact mode (True, the default) or its fast mode (False); models given loaded must run in it.
     """
 
     backend: str | None = None
@@ -258,9 +228,23 @@ class LoadConfig:
             devices = list(self.devices) if self.devices else available_devices()
         return load_pair(target, drafter, devices[:2], self.dtype, backend=backend, exact=self.exact)
 
-    def check_mode(self, target, drafter) -> None:
-        """Refuse models (loaded here or given) that do not run in the mode ``exact`` asks."""
-        check_mode(self.exact, target, drafter)
+    def check_mode(self, target, drafters) -> None:
+        """Refuse models (loaded here or given; ``drafters``: a list) that do not run in the mode ``exact`` asks."""
+        exact = self.exact
+        if exact is None:
+            return
+        check_exact(exact, "llama")
+        for model in [as_model(m) for m in (target, *drafters) if m is not None]:
+            mode = model.exact_mode
+            if mode != exact and (mode is not None or exact is False):
+                runs = (
+                    "has no fast mode (llama.cpp's)"
+                    if mode is None
+                    else f"runs in the {'exact' if mode else 'fast'} mode"
+                )
+                raise ConfigError(
+                    f"exact={exact} but {model.name or repr(model)} {runs}: load the models with exact={exact}"
+                )
 
     def placement(self, target, drafter) -> tuple[list[str], list[str]]:
         """(the target's devices, the drafter's): ``devices``, else where the models are (the drafter's device

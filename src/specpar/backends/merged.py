@@ -1,10 +1,8 @@
 """Several drafters as one server: each expands the same token tree configuration, the trees are merged.
 
-SpecInfer's merge-based construction: every drafter proposes from its own view of the context, and shared
-prefixes become one node (:func:`specpar.core.trees.merge`). It is one drafter server that answers a
-:class:`~specpar.core.calls.DraftTree` with the merged tree, so its drafters run as one runtime task (side by side:
-the slowest one's time on the virtual clock) and SI and DSI draft on it through the same proposer as on one model
-(:class:`specpar.algorithms.proposers.ModelDrafter` with a tree), with no code of their own for merges.
+SpecInfer's merge-based construction (:func:`specpar.core.trees.merge`: shared prefixes become one node) as one
+drafter server that answers a :class:`~specpar.core.calls.DraftTree` with the merged tree, so its drafters run as one
+runtime task and SI and DSI draft on it as on one model, with no code of their own for merges.
 """
 
 from __future__ import annotations
@@ -19,11 +17,8 @@ from specpar.core.trees import TokenTree, merge, source_decoding
 
 class MergedDrafters(Server):
     """Drafter servers s = 0, 1, ... behind one server: drafter s drafts with its own seed
-    (:func:`~specpar.core.trees.source_decoding`) and its nodes carry ``source = s``.
-
-    Timing: the drafters run side by side on their own devices, so a call takes the slowest one's time on the
-    virtual clock; on threads this server runs them one after another (real time is their sum).
-    """
+    (:func:`~specpar.core.trees.source_decoding`) and its nodes carry ``source = s``. On the virtual clock they run
+    side by side (a call takes the slowest one's time); on threads one after another."""
 
     def __init__(self, servers: Sequence, name: str = "merged"):
         if not servers:

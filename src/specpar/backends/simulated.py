@@ -1,28 +1,18 @@
 """Simulated language models: deterministic next-token distributions over a small vocabulary.
 
-A :class:`SimulatedModel` plays the target. Its distribution at a position is a
-deterministic function of (seed, prefix): the prefix is folded into a 64-bit
-rolling hash ``h`` (one step per token: :func:`extend`), and everything at that
-position derives from ``h``:
+A :class:`SimulatedModel` plays the target. Its distribution at a position is a deterministic function of (seed,
+prefix): the prefix is folded into a 64-bit rolling hash ``h`` (one step per token: :func:`extend`), and from ``h``
+come the mode ``m(h)`` (the greedy token) and ``p(h)``, a softmax over the vocabulary with the mode strongest and one
+token ``z(h) != m(h)`` at probability 0 (so that a drafter can disagree completely).
 
-* the mode ``m(h)`` (the greedy token);
-* ``p(h)``: softmax over the vocabulary, the mode strongest, with one token
-  ``z(h) != m(h)`` given probability 0 (so that a drafter can disagree completely).
+A :class:`SimulatedDrafter` is derived from a target with an acceptance rate ``a``. Greedy: its argmax is the
+target's mode with probability ``a``, independently per position (a hash of (drafter seed, h) decides). Sampling:
+``q = a * p + (1 - a) * onehot(z)``, so ``sum_x min(p(x), q(x)) = 1 - TV(p, q) = a`` exactly. The two behaviours are
+specified separately (the greedy token is not argmax q); each gives iid acceptance with rate ``a``.
 
-A :class:`SimulatedDrafter` is derived from a target with an acceptance rate ``a``:
-
-* greedy: its argmax equals the target's mode with probability ``a``,
-  independently per position (a hash of (drafter seed, h) decides);
-* sampling: ``q = a * p + (1 - a) * onehot(z)``, so the acceptance probability
-  ``sum_x min(p(x), q(x)) = 1 - TV(p, q)`` equals ``a`` exactly.
-
-These are two separately specified behaviours (the drafter's greedy token is not
-argmax q); each gives iid acceptance with rate ``a``.
-
-A :class:`SimulatedServer` is one instance of a model with its own cache (the
-hashes of the prefix it saw last, reused up to the longest common prefix like a
-KV cache) and a latency profile. Under the virtual clock it reports durations;
-under threads it sleeps for them.
+A :class:`SimulatedServer` is one instance of a model with its own cache (the hashes of the prefix it saw last,
+reused up to the longest common prefix like a KV cache) and a latency profile: under the virtual clock it reports
+durations, under threads it sleeps for them.
 """
 
 from __future__ import annotations
@@ -33,6 +23,7 @@ import itertools
 import math
 import threading
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import numpy as np
 
@@ -56,12 +47,9 @@ _TWO64 = 18446744073709551616.0
 
 
 def extend(h: int, token: int) -> int:
-    """Hash of (prefix + token) from the hash ``h`` of prefix.
-
-    CPython's tuple hash (xxHash-based, in C): deterministic for ints on 64-bit builds,
-    whatever PYTHONHASHSEED says, and 7x faster than a splitmix64 step written in Python.
-    This is the simulator's innermost operation (one per token a server reads).
-    """
+    """Hash of (prefix + token) from the hash ``h`` of prefix: CPython's tuple hash (xxHash-based, in C),
+    deterministic for ints on 64-bit builds whatever PYTHONHASHSEED says, and 7x faster than a splitmix64 step in
+    Python (the simulator's innermost operation: one per token a server reads)."""
     return hash((h, token))
 
 
@@ -129,8 +117,7 @@ class SimulatedLM(Model):
         return self.probs(h, temperature)
 
     def greedy_run(self, h: int, k: int, hashes: list[int], position: int | None = None) -> list[int]:
-        """The k greedy tokens after the prefix with hash h (the first at ``position``); appends each longer
-        prefix's hash to ``hashes``."""
+        """The k greedy tokens after the prefix with hash h (the first at ``position``), their hashes onto ``hashes``."""
         tokens = []
         for i in range(k):
             tok = self.argmax_at(h, None if position is None else position + i)
@@ -151,8 +138,7 @@ class SimulatedLM(Model):
         return rows(np.stack([logits(h) for h in hashes]), context, start, decoding)
 
     def ranked(self, h: int, k: int, position: int | None = None) -> list[int]:
-        """The drafter's k best candidates at prefix hash h, best first (greedy token trees): the argmax, then
-        the other tokens by decreasing probability."""
+        """The k best candidates at prefix hash h (greedy token trees): the argmax, then by decreasing probability."""
         first = self.argmax_at(h, position)
         rest = [int(t) for t in np.argsort(-self.probs_at(h, 1.0, position), kind="stable") if t != first]
         return [first, *rest][:k]
@@ -188,13 +174,9 @@ class SimulatedLM(Model):
 
 
 class SimulatedModel(SimulatedLM):
-    """A simulated target language model.
+    """A simulated target language model of ``vocab_size`` tokens V (>= 2), its distributions selected by ``seed``.
 
-    vocab_size: number of tokens V (>= 2).
-    seed: selects the model (its distributions).
-    latency: forward-pass latency profile.
-    spread: logit range; larger makes p more peaked (the mode's logit is ``spread``,
-        the others uniform in [0, spread)).
+    spread: logit range; larger makes p more peaked (the mode's logit is ``spread``, the others uniform in [0, spread)).
     """
 
     def __init__(self, vocab_size: int = 8, seed: int = 0, latency: LatencyProfile | None = None, spread: float = 3.0):
@@ -415,8 +397,12 @@ class SimulatedDrafter(SimulatedLM):
         return self.probs_at(h, temperature, None)
 
     def probs_at(self, h: int, temperature: float, position: int | None) -> np.ndarray:
+        return self._mixed(h, self.target.probs(h, temperature), position)
+
+    def _mixed(self, h: int, p: np.ndarray, position: int | None) -> np.ndarray:
+        """q = a p + (1 - a) onehot(z) at prefix hash h, from the target's row ``p`` there, as its servers return it."""
         a = self.rate(position)
-        q = a * self.target.probs(h, temperature)
+        q = a * p
         q[self.target.excluded(h)] += 1.0 - a
         return self._rows(q)
 
@@ -451,24 +437,17 @@ class SimulatedDrafter(SimulatedLM):
         p = self.target.processed_rows(hashes, context, start, decoding)
         if decoding.greedy:
             return [self.disagree(h, m, start + i) for i, (h, m) in enumerate(zip(hashes, p))]
-        q = np.empty((len(hashes), self.vocab_size))
-        for i, h in enumerate(hashes):
-            a = self.rate(start + i)
-            row = a * p[i]
-            row[self.target.excluded(h)] += 1.0 - a
-            q[i] = self._rows(row)
-        return q
+        return np.stack([self._mixed(h, p[i], start + i) for i, h in enumerate(hashes)])
 
 
-class GrownDraft:
+class GrownDraft(NamedTuple):
     """A best-first DraftTree as grown, for pricing (LatencyProfile.call_ms): a draft of ``k`` passes that fed
     ``extra_tokens`` nodes beyond one per pass."""
 
-    __slots__ = ("context", "k", "extra_tokens")
+    context: Sequence[int]
+    k: int
+    extra_tokens: int
     kind = "draft"
-
-    def __init__(self, context, k: int, extra_tokens: int):
-        self.context, self.k, self.extra_tokens = context, k, extra_tokens
 
 
 _names = itertools.count()
@@ -484,13 +463,9 @@ def node_hashes_of(tree: TokenTree, root: int, hashes: list[int]) -> list[int]:
 
 
 class SimulatedServer(Server):
-    """One instance of a simulated model: a cache of prefix hashes and a latency profile.
-
-    Implements the runtime's server contract: ``duration_ms(call)`` (virtual clock),
-    ``compute(call)`` (the result, instantly) and ``run(call, cancelled)`` (threads:
-    sleep for the duration, interruptible by ``cancelled``, then compute).
-    A prefill (nothing cached) costs ttft; later passes tpot (see LatencyProfile).
-    """
+    """One instance of a simulated model: a cache of prefix hashes and a latency profile. ``duration_ms(call)``
+    (virtual clock), ``compute(call)`` (the result, instantly), ``run(call, cancelled)`` (threads: sleep for the
+    duration, interruptible by ``cancelled``, then compute)."""
 
     def __init__(self, model: SimulatedLM, name: str | None = None):
         self.model = model
@@ -552,12 +527,7 @@ class SimulatedServer(Server):
         model, dec = self.model, call.decoding
         kind = type(call)
         if kind is Score:
-            start = call.start
-            if dec.reshapes or (dec.greedy and dec.logprobs is not None):  # rows through the logits processors
-                return Scores(start, model.processed_rows(hashes[start:], as_context(ctx), start, dec))
-            if dec.greedy:
-                return Scores(start, model.argmaxes(hashes[start:]))
-            return Scores(start, np.stack([model.probs(h, dec.temperature) for h in hashes[start:]]))
+            return self._scores(hashes[call.start :], as_context(ctx), call.start, dec)
         if kind is ScoreTree:
             return self._score_tree(call, hashes)
         if kind is DraftTree:
@@ -568,9 +538,17 @@ class SimulatedServer(Server):
             return Proposal(tokens, None)
         return self._draft(call, hashes)
 
+    def _scores(self, hashes: list[int], context, start: int, dec: Decoding) -> Scores:
+        """The rows at the prefixes ``hashes`` (positions start, ...), processed as the decoding asks."""
+        model = self.model
+        if dec.reshapes or (dec.greedy and dec.logprobs is not None):
+            return Scores(start, model.processed_rows(hashes, context, start, dec))
+        if dec.greedy:
+            return Scores(start, model.argmaxes(hashes))
+        return Scores(start, np.stack([model.probs(h, dec.temperature) for h in hashes]))
+
     def _draft(self, call: Draft, hashes: list[int]) -> Proposal:
-        """``call.k`` tokens drafted one at a time, each from its own prefix's row (through the logits processors
-        when the decoding has any, the drafts included in the prefix)."""
+        """``call.k`` tokens drafted one at a time, each from its own prefix's row, processed as the decoding asks."""
         ctx, dec, model = as_context(call.context), call.decoding, self.model
         h, tokens, q = hashes[-1], [], []
         for position in range(len(ctx), len(ctx) + call.k):
@@ -599,12 +577,8 @@ class SimulatedServer(Server):
     def _score_tree(self, call: ScoreTree, hashes: list[int]) -> Scores:
         """Rows at the root and after every node, from one (priced) pass."""
         node_hashes = self._hold_tree(call.context, call.tree, hashes[-1])
-        model, dec, at = self.model, call.decoding, [hashes[-1], *node_hashes]
-        if dec.greedy and dec.logprobs is not None:  # trees take no processors: the raw rows' log-softmax
-            return Scores(call.start, model.processed_rows(at, None, call.start, dec))
-        if dec.greedy:
-            return Scores(call.start, [model.argmax(h) for h in at])
-        return Scores(call.start, np.stack([model.probs(h, dec.temperature) for h in at]))
+        # trees take no processors: with log-probabilities, the raw rows' log-softmax
+        return self._scores([hashes[-1], *node_hashes], None, call.start, call.decoding)
 
     def _root_hash(self, ctx) -> int:
         """The hash of ``ctx`` (what _sync would end on), without touching the cache."""

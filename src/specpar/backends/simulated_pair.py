@@ -1,9 +1,8 @@
 """A simulated target and drafter described by numbers: latencies, acceptance rate, vocabulary, seed, prompt length.
 
-:class:`SimulatedPair` is what the commands that run simulated models (``simulate``, ``plan``, ``table``,
-``heatmap``, ``serve --simulated``) take from the command line, with one spelling for each number: its fields
-carry their flags in :func:`specpar.core.config.flag` metadata, as :class:`~specpar.core.config.SpeculativeConfig`'s
-do, and ``specpar.entrypoints.cli.arguments`` builds the option group from them.
+:class:`SimulatedPair` is what the commands that run simulated models take from the command line: its fields carry
+their flags in :func:`specpar.core.config.flag` metadata, from which ``specpar.entrypoints.cli.arguments`` builds
+the option group.
 
     pair = SimulatedPair(target_tpot_ms=30, drafter_latency=0.1, acceptance_rate=0.8)
     target, drafter = pair.models()          # a SimulatedModel and its SimulatedDrafter
@@ -143,11 +142,7 @@ class SimulatedPair:
             if v is not None and not is_number(v, 0, MAX_LATENCY_MS):
                 raise ConfigError(f"{name} must be a latency in [0, {MAX_LATENCY_MS:g}] ms, got {v}")
         c = self.drafter_latency
-        if (
-            isinstance(c, bool)
-            or not isinstance(c, (int, float))
-            or not 0 <= c * self._target_max_ms() <= MAX_LATENCY_MS
-        ):
+        if not (is_number(c, 0.0) and c * max(self.target_tpot_ms, self.target_ttft_ms or 0.0) <= MAX_LATENCY_MS):
             raise ConfigError(
                 f"drafter latency fraction c must be >= 0 and give a drafter latency <= {MAX_LATENCY_MS:g} ms, got {c!r}"
             )
@@ -162,9 +157,6 @@ class SimulatedPair:
                 raise ConfigError(f"{name} must be >= {lo} (an integer), got {v!r}")
             if hi is not None and v > hi:  # simulated models score every token of the vocabulary in Python
                 raise ConfigError(f"{name} must be at most {hi:,}, got {v}")
-
-    def _target_max_ms(self) -> float:
-        return max(self.target_tpot_ms, self.target_ttft_ms or 0.0)
 
     def latencies(self) -> tuple[LatencyProfile, LatencyProfile]:
         """(the target's, the drafter's) latency profiles."""

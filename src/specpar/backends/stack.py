@@ -21,6 +21,7 @@ separately; each alone has the stated rates.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 
@@ -77,26 +78,22 @@ class SimulatedStack:
 
     @classmethod
     def from_matrix(cls, alpha, latencies: Sequence[LatencyProfile], **kw) -> SimulatedStack:
-        """A stack realising the acceptance matrix ``alpha`` [K+1, K+1] (entries above the diagonal are used).
-
-        Raises ConfigError unless alpha[i][k] == alpha[i][j] * alpha[j][k] for all i < j < k.
-        """
+        """A stack realising the acceptance matrix ``alpha`` [K+1, K+1] (entries above the diagonal are used); a
+        ConfigError unless alpha[i][k] == alpha[i][j] * alpha[j][k] for all i < j < k."""
         a = check_alpha(alpha)
         n = len(a)
         if len(latencies) != n:
             raise ConfigError(
                 f"alpha is {n} x {n} but {len(latencies)} models (latency profiles) are given: give one row per model"
             )
-        for i in range(n):
-            for j in range(i + 1, n):
-                for k in range(j + 1, n):
-                    if abs(a[i, k] - a[i, j] * a[j, k]) > FEASIBLE_TOL:
-                        raise ConfigError(
-                            f"alpha is not realisable by a simulated stack: alpha[{i}][{k}] = {a[i, k]:g} but "
-                            f"alpha[{i}][{j}] * alpha[{j}][{k}] = {a[i, j] * a[j, k]:g}. A stack with independent "
-                            "acceptances at every level (what the HSD latency model assumes) needs "
-                            "alpha[i][k] = alpha[i][j] * alpha[j][k]; give the superdiagonal as a chain instead"
-                        )
+        for i, j, k in itertools.combinations(range(n), 3):
+            if abs(a[i, k] - a[i, j] * a[j, k]) > FEASIBLE_TOL:
+                raise ConfigError(
+                    f"alpha is not realisable by a simulated stack: alpha[{i}][{k}] = {a[i, k]:g} but "
+                    f"alpha[{i}][{j}] * alpha[{j}][{k}] = {a[i, j] * a[j, k]:g}. A stack with independent "
+                    "acceptances at every level (what the HSD latency model assumes) needs "
+                    "alpha[i][k] = alpha[i][j] * alpha[j][k]; give the superdiagonal as a chain instead"
+                )
         return cls([a[i, i + 1] for i in range(n - 1)], latencies, **kw)
 
     @property
@@ -112,9 +109,8 @@ class SimulatedStack:
         """[K+1, K+1] pairwise acceptance rates (symmetric, ones on the diagonal)."""
         n = len(self.models)
         a = np.ones((n, n))
-        for i in range(n):
-            for j in range(i + 1, n):
-                a[i, j] = a[j, i] = math.prod(self.chain[i:j])
+        for i, j in itertools.combinations(range(n), 2):
+            a[i, j] = a[j, i] = math.prod(self.chain[i:j])
         return a
 
     @property

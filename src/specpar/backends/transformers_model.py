@@ -1,11 +1,5 @@
-"""A transformers causal LM as a specpar model: weights once per device, servers with their own KV caches.
-
-``TransformersModel(source)`` takes a loaded ``PreTrainedModel``, a local
-directory, or a hub id (when the user has network), with its tokenizer.
-``model.server(name, device)`` makes a :class:`TransformersServer`; every
-server of one model on one device shares one copy of the weights, so sp_degree
-target servers on a CPU or GPU do not multiply memory (only their KV caches do).
-"""
+"""A transformers causal LM as a specpar model: weights once per device, servers with their own KV caches (every
+server of one model on one device shares one copy of the weights: only the caches multiply)."""
 
 from __future__ import annotations
 
@@ -63,15 +57,12 @@ class TransformersModel(TokenizedModel):
     """A causal LM with its tokenizer.
 
     source: a loaded ``PreTrainedModel``, or a local directory / hub id for ``AutoModelForCausalLM``.
-    tokenizer: a tokenizer, or None to load one from ``source`` when it is a path or id
-        (token-id-only use, as in tests, needs none).
-    device: where the weights live first ("cpu", "cuda:N"); servers on other devices get a copy there.
-    dtype: "float32" (default for loading), "float64", "bfloat16", "float16".
+    tokenizer: a tokenizer, or None to load one from ``source`` when it is a path or id (ids alone need none).
+    device: where the weights live first ("cpu", "cuda:N"); dtype: one of DTYPES (default float32).
     latency: a measured LatencyProfile (from ``specpar profile``), used only by the virtual clock.
-    rows: the width of the rows its servers return (default: its output layer's, ``native_rows``); a drafter whose
-        rows differ from its target's only by padding is given the target's (:mod:`specpar.backends.vocabulary`).
-    factory: a picklable function returning this model, for the Ray runtime's actors to build their own copy
-        (weights never travel); set for a model loaded from a directory, None for a module in memory unless given.
+    rows: the width of its servers' rows (default: its output layer's; :mod:`specpar.backends.vocabulary`).
+    factory: a picklable function returning this model, for Ray actors to build their own copy (set for a model
+        loaded from a directory).
     """
 
     kind = "transformers"
@@ -151,8 +142,7 @@ class TransformersModel(TokenizedModel):
         return sum(p.numel() * p.element_size() for p in module.parameters())
 
     def backend_settings(self) -> dict:
-        """What its servers' speed depends on besides its weights (a machine profile's key): the backend, torch's
-        version, the dtype and the device."""
+        """What its servers' speed depends on besides its weights (a machine profile's key)."""
         import torch
 
         dtype = next(self._modules[self.device].parameters()).dtype

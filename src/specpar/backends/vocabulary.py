@@ -33,8 +33,7 @@ def check_tokenizers(target_tokenizer, drafter_tokenizer, target_name: str = "ta
 
 
 def token_count(model: Model) -> int | None:
-    """How many ids are real tokens: the model's ``token_count`` where it says, else one more than its tokenizer's
-    largest id; None when unknown."""
+    """How many ids are real tokens: the model's ``token_count``, else its tokenizer's largest id + 1 (or None)."""
     if model.token_count is not None:
         return model.token_count
     if model.tokenizer is None:

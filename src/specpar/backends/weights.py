@@ -40,9 +40,6 @@ class ChunkedGGUF:
     def package(self, i: int) -> str:
         return f"{self.distribution}{i}"
 
-    def module(self, i: int) -> str:
-        return self.package(i).replace("-", "_")
-
     def requirements(self) -> list[str]:
         return [f"{self.package(i)}=={self.version}" for i in range(1, self.parts + 1)]
 
@@ -79,7 +76,7 @@ def part_paths(model: ChunkedGGUF) -> list[Path]:
     """The part files in order, found without importing the packages; a ConfigError naming what is missing."""
     paths, missing = [], []
     for i in range(1, model.parts + 1):
-        spec = importlib.util.find_spec(model.module(i))  # a top-level lookup: nothing is executed
+        spec = importlib.util.find_spec(model.package(i).replace("-", "_"))  # a top-level lookup: nothing is executed
         locations = list(spec.submodule_search_locations or []) if spec is not None else []
         found = [p for loc in locations for p in _part_files(Path(loc) / "data", i)]
         if found:

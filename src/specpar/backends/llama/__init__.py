@@ -7,18 +7,8 @@ algorithm's greedy output is the target's own. Importing this package does not l
 """
 
 from specpar.backends.llama.library import available
+from specpar.backends.llama.model import LlamaModel
+from specpar.backends.llama.server import LlamaServer
 from specpar.backends.llama.settings import LlamaSettings
 
 __all__ = ["LlamaModel", "LlamaServer", "LlamaSettings", "available"]
-
-
-def __getattr__(name):
-    if name == "LlamaModel":
-        from specpar.backends.llama.model import LlamaModel
-
-        return LlamaModel
-    if name == "LlamaServer":
-        from specpar.backends.llama.server import LlamaServer
-
-        return LlamaServer
-    raise AttributeError(name)

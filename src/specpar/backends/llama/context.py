@@ -1,14 +1,10 @@
 """One llama.cpp context: a KV cache and the forward passes over it, as NumPy rows.
 
-A :class:`LlamaContext` owns a ``llama_context`` (its cache of ``n_ctx`` cells, shared by every sequence id:
-``kv_unified``) and a reusable ``llama_batch``. :meth:`decode` feeds tokens at given positions, each in a set of
-sequence ids, in the passes its caller plans (:mod:`specpar.backends.llama.prefill`), and returns the logits of the
-rows asked for; llama.cpp computes logits only for those rows (no ``logits_all`` buffer of n_ctx x vocab floats,
-at most ``max_outputs`` rows a pass).
-
-Cells and positions: tokens are fed in position order and only ever removed from the end
-(:meth:`keep`), so the cache's cells hold positions 0 .. n-1 in order. Flash attention sums the visible cells in
-cell order; keeping it the position order makes a row independent of how its prefix reached the cache.
+A :class:`LlamaContext` owns a ``llama_context`` (``n_ctx`` cells shared by every sequence id: ``kv_unified``) and a
+reusable ``llama_batch``. :meth:`decode` feeds tokens in the passes its caller plans
+(:mod:`specpar.backends.llama.prefill`) and returns the logits of the rows asked for only. Tokens are fed in position
+order and only ever removed from the end (:meth:`keep`), so the cells hold positions 0 .. n-1 in order: flash
+attention sums the visible cells in cell order, so a row does not depend on how its prefix reached the cache.
 """
 
 from __future__ import annotations

@@ -10,7 +10,8 @@ of every tensor lies inside the file, so that a truncated download is named as s
 
 from __future__ import annotations
 
-import os
+import math
+import mmap
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -61,21 +62,19 @@ class _Reader:
     def __init__(self, data: bytes):
         self.data, self.at = data, 0
 
-    def take(self, fmt: str):
-        size = struct.calcsize(fmt)
-        if self.at + size > len(self.data):
-            raise EOFError
-        (value,) = struct.unpack_from("<" + fmt, self.data, self.at)
-        self.at += size
-        return value
-
-    def string(self) -> str:
-        n = self.take("Q")
+    def skip(self, n: int) -> int:
+        """Move the cursor ``n`` bytes on; returns where it was (EOFError past the end)."""
         if self.at + n > len(self.data):
             raise EOFError
-        text = self.data[self.at : self.at + n].decode("utf-8", "replace")
         self.at += n
-        return text
+        return self.at - n
+
+    def take(self, fmt: str):
+        return struct.unpack_from("<" + fmt, self.data, self.skip(struct.calcsize(fmt)))[0]
+
+    def string(self) -> str:
+        start = self.skip(self.take("Q"))
+        return self.data[start : self.at].decode("utf-8", "replace")
 
     def value(self, kind: int, keep: bool = False):
         """The value of type ``kind`` at the cursor; arrays are skipped (None), or with ``keep`` an array of numbers
@@ -87,12 +86,8 @@ class _Reader:
         if kind == ARRAY:
             item, n = self.take("I"), self.take("Q")
             if item in SCALARS and keep:
-                size = n * struct.calcsize(SCALARS[item])
-                if self.at + size > len(self.data):
-                    raise EOFError
-                out = np.frombuffer(self.data, dtype="<" + SCALARS[item], count=n, offset=self.at).copy()
-                self.at += size
-                return out
+                at = self.skip(n * struct.calcsize(SCALARS[item]))
+                return np.frombuffer(self.data, dtype="<" + SCALARS[item], count=n, offset=at).copy()
             if item in SCALARS:  # skipped at once
                 self.at += n * struct.calcsize(SCALARS[item])
             elif item == STRING and keep:
@@ -120,15 +115,15 @@ def read_header(path, tokens: bool = False) -> GGUFHeader:
         raise ConfigError(f"no GGUF file at {str(path)!r}: give the path of a .gguf model file")
     if not path.is_file():
         raise ConfigError(f"{str(path)!r} is not a file: give the path of a .gguf model file")
-    size = path.stat().st_size
     with open(path, "rb") as f:
         if f.read(4) != MAGIC:
             raise ConfigError(
                 f"{str(path)!r} is not a GGUF file (it does not start with 'GGUF'): the llama.cpp backend loads "
                 "GGUF models; for a transformers directory use --backend transformers"
             )
-        try:
-            return _parse(path, f, size, KEPT_ARRAYS + ((TOKENS,) if tokens else ()))
+        try:  # the header is read from a mapping of the file: only the pages it spans are read
+            with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
+                return _parse_bytes(path, data, KEPT_ARRAYS + ((TOKENS,) if tokens else ()))
         except ConfigError:
             raise
         except (EOFError, ValueError, struct.error) as exc:
@@ -136,21 +131,8 @@ def read_header(path, tokens: bool = False) -> GGUFHeader:
             raise ConfigError(f"{str(path)!r} is not a readable GGUF file: {why} (a truncated download?)") from exc
 
 
-def _parse(path: Path, f, size: int, kept: tuple[str, ...]) -> GGUFHeader:
-    chunk = 16 << 20  # a 150k-token tokenizer's header is about 6 MB
-    data = MAGIC + f.read(chunk)
-    while True:  # read on until the header parses (it is a few MB for a 150k-token tokenizer)
-        try:
-            return _parse_bytes(path, data, size, kept)
-        except EOFError:
-            more = f.read(chunk)
-            if not more:
-                raise
-            data += more
-            chunk *= 2
-
-
-def _parse_bytes(path: Path, data: bytes, size: int, kept: tuple[str, ...]) -> GGUFHeader:
+def _parse_bytes(path: Path, data: bytes, kept: tuple[str, ...]) -> GGUFHeader:
+    size = len(data)
     r = _Reader(data)
     r.at = 4
     version = r.take("I")
@@ -171,10 +153,7 @@ def _parse_bytes(path: Path, data: bytes, size: int, kept: tuple[str, ...]) -> G
         name_size = TYPES.get(kind)
         header.tensors[name] = (name_size[0] if name_size else f"type{kind}", shape)
         if name_size:
-            elements = 1
-            for d in shape:
-                elements *= d
-            ends.append((offset + elements // name_size[1] * name_size[2], name))
+            ends.append((offset + math.prod(shape) // name_size[1] * name_size[2], name))
     alignment = int(header.metadata.get("general.alignment", 32))
     start = (r.at + alignment - 1) // alignment * alignment
     if ends:
@@ -185,7 +164,3 @@ def _parse_bytes(path: Path, data: bytes, size: int, kept: tuple[str, ...]) -> G
                 f"{start + end:,} (a truncated download? fetch or join the file again)"
             )
     return header
-
-
-def file_size(path) -> int:
-    return os.stat(path).st_size

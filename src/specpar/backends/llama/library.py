@@ -1,17 +1,10 @@
 """llama.cpp, loaded once per process through llama-cpp-python's ctypes bindings, in its exact settings.
 
-``lib()`` returns the ``llama_cpp`` module (the C functions and structs) after what must happen before the first
-forward pass of the process:
-
-* ``GGML_CPU_TILED_MM`` is read as ggml reads it (once per process, at its first matmul; unset means on): ggml's
-  tiled K-quant matmul, taken by passes of 8+ rows, sums in another order than the one-row kernel, so the exact
-  mode keeps its passes after the prompt to 7 tokens while it is on, and to 63 when a user switched it off
-  (:mod:`specpar.backends.llama.settings`); the prompt's prefill takes it (2x faster on the default pair).
-* llama.cpp's log goes to the ``specpar.llama`` logger (debug), and its last error lines are kept so that a model
-  that will not load is refused with llama.cpp's own reason (:func:`recent_errors`).
-* ``llama_backend_init()``.
-
-ctypes releases the GIL for the length of every C call, so a forward pass on one thread leaves the others free.
+``lib()`` returns the ``llama_cpp`` module after what must happen before the first forward pass of the process:
+``GGML_CPU_TILED_MM`` read as ggml reads it (once, unset means on: its tiled K-quant matmul sums passes of 8+ rows in
+another order, so the exact mode's passes after the prompt hold at most 7 tokens while it is on, 63 when off:
+:mod:`specpar.backends.llama.settings`); llama.cpp's log sent to the ``specpar.llama`` logger, its last error lines
+kept for refusals (:func:`recent_errors`); ``llama_backend_init()``. ctypes releases the GIL during every C call.
 """
 
 from __future__ import annotations

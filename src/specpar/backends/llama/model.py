@@ -73,13 +73,11 @@ def _load_weights(path: str, repack: bool) -> _Weights:
 
 
 class LlamaModel(TokenizedModel):
-    """A GGUF model with its tokenizer, run by llama.cpp on the CPU.
+    """A GGUF model (the .gguf file at ``path``) with its tokenizer, run by llama.cpp on the CPU.
 
-    path: the .gguf file.
-    exact: the exact mode (default) or the fast mode (False): :mod:`specpar.backends.llama.settings`.
-    settings: how its servers compute (default: the mode's settings, :class:`LlamaSettings`); in the exact mode,
-        settings that break exactness are named in a :class:`~specpar.core.errors.SpecparWarning`, and so are weights
-        that this build of llama.cpp multiplies with batch-size-dependent kernels.
+    exact: the exact mode (default) or the fast mode (False); settings: how its servers compute (default: the
+        mode's, :mod:`specpar.backends.llama.settings`); in the exact mode, settings and weights that break exactness
+        are named in a :class:`~specpar.core.errors.SpecparWarning`.
     latency: a measured LatencyProfile (from ``specpar profile``), used only by the virtual clock.
     n_ctx: tokens a server's cache holds by default (default: the context window, at most 4096).
     """
@@ -101,10 +99,9 @@ class LlamaModel(TokenizedModel):
         path = os.fspath(path)
         self.path = path
         self.header = read_header(path)  # a clear refusal for a missing, truncated or foreign file
-        lib()  # GGML_CPU_TILED_MM is read as llama.cpp loads: the exact mode's pass limit follows it
+        L = lib()  # GGML_CPU_TILED_MM is read as llama.cpp loads: the exact mode's pass limit follows it
         self.settings = resolve_settings(exact, settings)
         self.weights = _load_weights(path, self.settings.repack)
-        L = lib()
         ptr = self.weights.ptr
         vocab = L.llama_model_get_vocab(ptr)
         self.vocab_size = int(L.llama_vocab_n_tokens(vocab))
@@ -187,8 +184,7 @@ class LlamaModel(TokenizedModel):
     def servers(
         self, n: int, devices: Sequence[str] | None = None, prefix: str = "server", max_tokens: int = 0
     ) -> list[LlamaServer]:
-        """``n`` servers whose caches hold ``max_tokens`` tokens each (default: the model's n_ctx), after checking
-        that they fit in memory."""
+        """``n`` servers whose caches hold ``max_tokens`` tokens each (default: n_ctx), checked to fit in memory."""
         for d in devices or ():
             if d != "cpu":
                 raise ConfigError(f"the llama.cpp backend runs on the CPU here; got device {d!r}")

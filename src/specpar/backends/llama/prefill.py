@@ -1,17 +1,12 @@
 """The passes a llama.cpp server feeds tokens in: the prompt in its canonical shape, the rest in exact passes.
 
 In the exact mode a row after the prompt must not depend on how its pass was made up, so passes after the prompt
-hold at most ``limit`` tokens (:mod:`specpar.backends.llama.settings`). The prompt needs no such care, only the
-same cache on every server of a request: its first ``region(prompt_len)`` tokens (all but the last, whose row is
-the first output token's and which verification passes may feed again) go in passes that end at multiples of
-``size`` and at the region's end. That shape is a function of the prompt's length alone, so replicas, a server
-that catches up after a cut cache and one that joins later compute the very same keys and values, while every
-such pass takes llama.cpp's fastest kernels (its tiled matmul and flash attention; ~2x on the default pair).
-
-A cache filled under one region is valid for another only in the passes both share: whole passes of ``size``
-tokens below both regions' ends (:func:`reusable`), or all of it when the regions are equal; and only whole passes
-of what the two prompts' tokens share below the region's end (:func:`whole_passes`: two prompts of one length share
-the shape of their passes, not their keys and values).
+hold at most ``limit`` tokens (:mod:`specpar.backends.llama.settings`). The prompt needs only the same cache on every
+server of a request: its first ``region(prompt_len)`` tokens (all but the last) go in passes that end at multiples of
+``size`` and at the region's end, a shape that is a function of the prompt's length alone, so replicas, catch-ups
+and late servers compute the very same keys and values in llama.cpp's fastest kernels (~2x on the default pair).
+A cache filled under one region is valid for another only in whole passes both share (:func:`reusable`,
+:func:`whole_passes`: two prompts of one length share the shape of their passes, not their keys and values).
 """
 
 from __future__ import annotations

@@ -109,8 +109,7 @@ class LlamaServer(CachedServer):
         return out
 
     def _sync(self, context, need_from: int, decoding=None, cancelled=None) -> np.ndarray:
-        """Bring the cache to ``context`` (of a request decoded with ``decoding``: its prompt length); the logits of
-        its inputs from ``need_from`` on."""
+        """Bring the cache to ``context`` (``decoding``: its prompt length); the logits of its inputs from ``need_from``."""
         self._check_window(len(context))
         region = self._region(context, decoding)
         keep = self._keep(context, need_from, region)

@@ -1,11 +1,6 @@
-"""A GGUF model's own tokenizer (llama.cpp's), with the few methods of a Hugging Face tokenizer specpar calls.
-
-``encode`` / ``decode`` (special tokens parsed in text, skipped in output: as transformers' ``tokenizer(text,
-add_special_tokens=False)`` and ``decode(ids, skip_special_tokens=True)``), ``eos_token_id``,
-``all_special_tokens`` / ``convert_tokens_to_ids`` (for :func:`specpar.core.stopping.end_of_text_ids`),
-``get_vocab`` (to compare two models' vocabularies), and ``chat_template`` / ``apply_chat_template``, rendered
+"""A GGUF model's own tokenizer (llama.cpp's), with the few methods of a Hugging Face tokenizer specpar calls
+(special tokens parsed in text and skipped in output, as specpar calls transformers'); the chat template is rendered
 with Jinja2 as transformers renders it (a sandbox, trimmed blocks, ``tojson`` and ``raise_exception``).
-Bytes of a character that a token cuts in two decode to U+FFFD, as in transformers.
 """
 
 from __future__ import annotations

@@ -1,23 +1,14 @@
 """Tree attention on llama.cpp: a token tree's nodes as sequence ids in one KV cache.
 
 llama.cpp masks attention by sequence: a query token attends to the cached cells that hold its (first) sequence
-id at positions up to its own. A token tree maps onto that as a path decomposition: a node's first child takes
-its parent's sequence id, every other child a new one, and each sequence must also be visible in the cells of the
-context and of its node's ancestors. A node then sees exactly the context, its ancestors and itself, at position
-len(context) + depth - 1, and nothing of other branches (they hold other ids, or lie at later positions). Ids
-number the tree's leaves: a tree of L leaves uses L ids (the context's own id 0 among them).
-
-Two ways to fill them:
-
-* :meth:`TreeSeqs.whole` (a ``ScoreTree``: every node known, one pass): a node is fed in its own id and every id of
-  its subtree; the context's cached cells get every id (``llama_memory_seq_cp``), and its unseen tail, fed in the
-  same pass, carries them all.
-* :meth:`TreeSeqs.growing` (a ``DraftTree``: nodes known a level at a time): a node is fed in its own id only; a
-  new id is first given to the cells of the context and of its parent's path (``seq_cp`` up to the parent's
-  position), which are cached by then.
-
-Leaving the ``with`` block drops every cell of the tree and every id but 0, so the cache holds the context alone,
-in position order (:mod:`specpar.backends.llama.context`).
+id at positions up to its own. A token tree maps onto that as a path decomposition: a node's first child takes its
+parent's id, every other child a new one (a tree of L leaves uses L ids, the context's id 0 among them), and each id
+is made visible in the cells of the context and of its node's ancestors. A node then sees exactly the context, its
+ancestors and itself, at position len(context) + depth - 1. :meth:`TreeSeqs.whole` (a ``ScoreTree``, one pass) feeds
+a node in its own id and every id of its subtree, the context in every id; :meth:`TreeSeqs.growing` (a
+``DraftTree``, a level at a time) feeds a node in its own id, a new id first shared with the cells of the context
+and its parent's path (``llama_memory_seq_cp``). Leaving the ``with`` block drops every cell of the tree and every id
+but 0, so the cache holds the context alone, in position order (:mod:`specpar.backends.llama.context`).
 """
 
 from __future__ import annotations

@@ -5,8 +5,6 @@ from __future__ import annotations
 import contextlib
 import statistics
 import sys
-from dataclasses import dataclass
-from typing import Any
 
 from specpar.core.errors import ConfigError
 from specpar.core.json_output import print_json
@@ -117,9 +115,7 @@ def run(args) -> int:
         algorithms = [a for a in algorithms if a != "auto"]
     if args.compare:
         real_models.warn_load()
-    with contextlib.ExitStack() as bars:
-        arms = _Arms(args, servers, target, what, ids, left=len(algorithms) * args.repeats - 1, bars=bars)
-        runs = run_arms(algorithms, args.repeats, arms, on_result=arms.on_result)
+    runs = _run_all(args, algorithms, servers, target, what, ids)
     results = {a: rs[0] for a, rs in runs.items()}
     speedups = {a: speedups_of(runs, a) for a in runs} if args.compare else None
     if args.json:
@@ -141,36 +137,24 @@ def run(args) -> int:
     return 0
 
 
-@dataclass
-class _Arms:
-    """One run of an algorithm on the loaded servers, for :func:`~specpar.experiments.loop.run_arms`: the main
-    algorithm's first run streams its text (unless --json), the later ones move a progress bar (made at the first
-    result, in ``bars``, when there are any: ``left`` runs after the first)."""
+def _run_all(args, algorithms, servers, target, what: str, ids: list[int]) -> dict:
+    """Each algorithm ``args.repeats`` times on the loaded servers (:func:`~specpar.experiments.loop.run_arms`), each
+    from a cold cache: the main algorithm's first run streams its text (unless --json), the later ones move a
+    progress bar. ``what``: the prompt ("prompt", or a --dataset id); ``ids``: its tokens."""
+    bar = None
 
-    args: Any
-    servers: Any  # the Engine real_models.load made
-    target: Any  # its target model (for the streamed text)
-    what: str  # what the prompt is ("prompt", or a --dataset id)
-    ids: list[int]  # the prompt's token ids
-    left: int
-    bars: contextlib.ExitStack
-    bar: TokenProgress | None = None
-
-    def __call__(self, algo: str, r: int):
-        args, stream = self.args, None
+    def run(algo: str, r: int):
+        stream = None
         if r == 0 and algo == args.algorithm and not args.json:
+            mode = "greedy" if args.temperature == 0 else f"temperature {args.temperature:g}"
             print(
-                f"[{NAMES[algo]} on {self.what}: {len(self.ids)} prompt tokens, {args.max_tokens} new, "
-                f"{'greedy' if args.temperature == 0 else f'temperature {args.temperature:g}'}]",
-                file=sys.stderr,
+                f"[{NAMES[algo]} on {what}: {len(ids)} prompt tokens, {args.max_tokens} new, {mode}]", file=sys.stderr
             )
-            stream = Streamer(self.target, self.ids, args.sampling.stop)
-        self.servers.reset()  # every algorithm starts from a cold cache (its TTFT includes the prefill)
-        res = self.servers.generate(
-            self.ids,
-            args.sampling,
-            speculative_config=real_models.arm(args.spec, self.servers, algo),
-            stream=stream or (self.bar.callback if self.bar else None),
+            stream = Streamer(target, ids, args.sampling.stop)
+        servers.reset()  # every algorithm starts from a cold cache (its TTFT includes the prefill)
+        spec = real_models.arm(args.spec, servers, algo)
+        res = servers.generate(
+            ids, args.sampling, speculative_config=spec, stream=stream or (bar.callback if bar else None)
         )
         if stream is not None:
             stream.finish()
@@ -179,13 +163,16 @@ class _Arms:
                 print(f"[stopped after {len(res.tokens)} tokens: end of text or a stop]", file=sys.stderr)
         return res
 
-    def on_result(self, algo: str, r: int, res) -> None:
-        if self.bar is None and self.left:
-            self.bar = self.bars.enter_context(
-                TokenProgress(self.left * self.args.max_tokens, "comparing", not self.args.json)
-            )
-        if self.bar is not None:
-            self.bar.describe(f"ran {NAMES[algo]}, repeat {r + 1} of {self.args.repeats}")
+    def on_result(algo: str, r: int, res) -> None:
+        nonlocal bar
+        left = len(algorithms) * args.repeats - 1  # the runs after the first
+        if bar is None and left:
+            bar = bars.enter_context(TokenProgress(left * args.max_tokens, "comparing", not args.json))
+        if bar is not None:
+            bar.describe(f"ran {NAMES[algo]}, repeat {r + 1} of {args.repeats}")
+
+    with contextlib.ExitStack() as bars:
+        return run_arms(algorithms, args.repeats, run, on_result=on_result)
 
 
 NOT_YET = (

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from specpar.backends.loading import model_exact
 from specpar.core.errors import ConfigError
+from specpar.core.model import as_model
 from specpar.core.params import SamplingParams
 from specpar.entrypoints.server.schemas import ChatCompletionRequest, CompletionRequest, RequestError
 from specpar.entrypoints.server.served import Served
@@ -85,7 +85,7 @@ def check_exact_field(exact: bool | None, engine_exact: bool | None) -> None:
 
 
 def _plan(req, chat: bool, jobs: list[Job], logprobs, served: Served) -> Plan:
-    check_exact_field(req.exact, model_exact(served.engine.target_model))
+    check_exact_field(req.exact, as_model(served.engine.target_model).exact_mode)
     options = req.stream_options
     if options is not None and not req.stream:
         raise RequestError("stream_options is only allowed when stream is true", "stream_options")
