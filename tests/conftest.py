@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import threading
 
 import pytest
@@ -96,3 +97,15 @@ def pair_dirs(tmp_path_factory):
     from tiny_transformers import save_tiny_pair
 
     return save_tiny_pair(tmp_path_factory.mktemp("tiny"))
+
+
+def pytest_unconfigure(config):
+    """llama-cpp-python opens /dev/null twice when imported (llama_cpp/_utils.py, for its suppress_stdout_stderr
+    helper) and never closes them: after a run that imported it, two ResourceWarnings ("unclosed file ... /dev/null")
+    at the interpreter's exit. Closed here, after the last test (specpar calls llama.cpp's functions itself, never
+    that helper)."""
+    utils = sys.modules.get("llama_cpp._utils")
+    for name in ("outnull_file", "errnull_file"):
+        f = getattr(utils, name, None)
+        if f is not None:
+            f.close()
