@@ -10,6 +10,7 @@ from specpar.core.config import SpeculativeConfig
 from specpar.core.errors import ConfigError, SpecparWarning
 from specpar.core.model import Model, as_model, declares
 from specpar.core.query import Query
+from specpar.core.trees import check_tree
 from specpar.runtimes.base import Pool, latency_of, model_of
 
 
@@ -107,3 +108,6 @@ def check_request(query: Query, spec: SpeculativeConfig, algorithm, target, draf
     if algorithm.drafts and not drafters and spec.uses_drafter:
         what = "a list of drafters, the smallest first (drafter=[M0, M1, ...])" if algorithm.hierarchy else "a drafter"
         raise ConfigError(f"algorithm {spec.algorithm!r} needs {what}")
+    window = model_of(target).context_window
+    if spec.tree is not None and window is not None:  # a tree no deeper than the context left after the prompt
+        check_tree(spec.tree, room=window - len(query.prompt))

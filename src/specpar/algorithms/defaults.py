@@ -6,9 +6,9 @@ import logging
 
 from specpar.core.config import SpeculativeConfig
 from specpar.core.errors import ConfigError
-from specpar.core.trees import check_tree, tree_depth
+from specpar.core.trees import tree_depth
 from specpar.planning import min_lookahead
-from specpar.runtimes.base import latency_of, model_of
+from specpar.runtimes.base import latency_of
 
 log = logging.getLogger(__name__)
 
@@ -16,12 +16,8 @@ DEFAULT_LOOKAHEAD = 5
 
 
 def prefill_pays_off(target) -> bool:
-    """DSI's default for prefilling every target replica at the start: when TTFT > TPOT, or when unknown.
-
-    A cold replica pays TTFT on its first verification; prefilling all replicas in parallel at once
-    keeps DSI never slower than non-SI when TTFT > TPOT, and costs ~0.1% when TTFT = TPOT
-    (python -m benchmarks theorem_grid).
-    """
+    """DSI's default for prefilling every target replica at the start: when TTFT > TPOT (a cold replica pays TTFT
+    on its first verification), or when unknown; it costs ~0.1% when TTFT = TPOT (python -m benchmarks theorem_grid)."""
     lat = latency_of(target)
     return lat is None or lat.ttft_ms > lat.tpot_ms
 
@@ -47,7 +43,7 @@ def default_lookahead(target, drafter, sp_degree: int, dedicated_cursor: bool | 
         return DEFAULT_LOOKAHEAD
 
 
-def resolve(spec: SpeculativeConfig, algorithm, target, drafter, prompt_len: int) -> SpeculativeConfig:
+def resolve(spec: SpeculativeConfig, algorithm, target, drafter) -> SpeculativeConfig:
     """``spec`` with every default decided for these models: sp_degree (1 unless the algorithm verifies in
     parallel), the lookahead (a tree's depth; Eq. 1's smallest; "adaptive" stays, for the proposer), HSD's buffers,
     DSI's modes. algorithm: the registry's entry for ``spec.algorithm``; drafter: a model, a list of levels (HSD),
@@ -57,10 +53,8 @@ def resolve(spec: SpeculativeConfig, algorithm, target, drafter, prompt_len: int
     k = spec.lookahead
     if k == "auto":
         raise ConfigError('lookahead="auto" is chosen by the Engine or generate() (a simulation of the models)')
-    if spec.tree is not None:
-        window = model_of(target).context_window
-        shape = check_tree(spec.tree, room=None if window is None else window - prompt_len)
-        changes.update(tree=shape, lookahead=tree_depth(shape))
+    if spec.tree is not None:  # (checked by SpeculativeConfig, and against the context by check_request)
+        changes["lookahead"] = tree_depth(spec.tree)
     elif algorithm.hierarchy:
         levels = len(drafter)
         buffers = spec.buffers or (k or DEFAULT_LOOKAHEAD,) * levels

@@ -16,14 +16,10 @@ from specpar.runtimes.base import Runtime
 
 class Generation:
     """One generation of ``query`` on ``runtime`` (whose clock times it): prompt + verified output tokens, and the
-    record of how they were obtained.
-
-    Tokens enter only through :meth:`take` (the target's own token), :meth:`test_draft` (the paper's judge of one
-    draft), :meth:`test_node` (a token tree's draws at one node), :meth:`verify` and :meth:`verify_tree` (a chain or
-    a tree), thin wrappers over :mod:`specpar.algorithms.verification` that also keep the metrics.
-
-    feedback: None, or the proposer's hook, called with (index in its window, accepted) for every draft tested.
-    """
+    record of how they were obtained. Tokens enter only through :meth:`take` (the target's own), :meth:`test_draft`
+    (the paper's judge of one draft), :meth:`test_node`, :meth:`verify` and :meth:`verify_tree`, thin wrappers over
+    :mod:`specpar.algorithms.verification` that also keep the metrics. feedback: None, or the proposer's hook,
+    called with (index in its window, accepted) for every draft tested."""
 
     def __init__(self, query: Query, runtime: Runtime):
         prompt, max_tokens, decoding = query.prompt, query.max_tokens, query.decoding
@@ -53,12 +49,8 @@ class Generation:
         self.logprobs: list | None = None if decoding.logprobs is None else []
 
     def context(self, drafts: Sequence[int] = ()) -> Context:
-        """The verified sequence followed by ``drafts``, for a call: a :class:`Context` that shares ``out``.
-
-        Costs O(len(drafts)) whatever the length of the output (``out`` only grows, so the first len(out) tokens
-        a Context refers to never change). The last one is reused when asked again for the same drafts (DSI asks
-        twice per event about half the time: the drafter's next chunk and the verification of the same drafts).
-        """
+        """The verified sequence followed by ``drafts``, for a call: a :class:`Context` that shares ``out`` (which
+        only grows), in O(len(drafts)); the last one again for the same drafts (DSI asks twice about half the time)."""
         n, tail = len(self.out), tuple(drafts)
         last = self._last
         if last is None or last.n != n or last.tail != tail:

@@ -29,12 +29,9 @@ Pools = dict[str, Pool]  # "target", "drafter" (SI, DSI), "level0".. (HSD), "lev
 
 @dataclass(frozen=True)
 class Algorithm:
-    """An algorithm as the runner sees it.
-
-    run: the algorithm on ``(g, pools, spec)``: the generation, the pools by name, the resolved config (every
-    default decided). drafts: it needs a drafter. parallel: it verifies on ``sp_degree`` target servers at once
-    (else on one). hierarchy: its drafter is a list of levels, the smallest first.
-    """
+    """An algorithm as the runner sees it: ``run`` on ``(g, pools, spec)`` (every default decided). drafts: it
+    needs a drafter. parallel: it verifies on ``sp_degree`` target servers at once. hierarchy: its drafter is a list
+    of levels, the smallest first."""
 
     name: str
     run: Callable[[Generation, Pools, SpeculativeConfig], GenerationResult]
@@ -79,7 +76,7 @@ def run_generation(
     drafters = fit_drafters(model_of(target), drafters)  # rows that differ from the target's only by padding
     check_request(query, spec, algorithm, target, drafters, merged)
     drafter = drafters if algorithm.hierarchy else drafters[0] if drafters else None
-    spec = resolve(spec, algorithm, target, drafter, len(query.prompt))
+    spec = resolve(spec, algorithm, target, drafter)
     if algorithm.drafts and not algorithm.hierarchy and spec.uses_drafter:
         check_drafter_faster(target, drafters[0])
     pools = make_pools(algorithm, spec, target, drafters, merged)

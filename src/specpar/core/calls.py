@@ -93,12 +93,8 @@ class Draft:
 
 
 class Score:
-    """Ask a target for its next-token distribution at the last ``n_drafts + 1`` positions of the sequence.
-
-    ``context`` ends with ``n_drafts`` unverified draft tokens; one forward pass
-    returns rows for positions ``start = len(context) - n_drafts .. end = len(context)``
-    (n_drafts + 1 rows: one per draft plus the one after the last draft).
-    """
+    """Ask a target for its rows at the last ``n_drafts + 1`` positions: ``context`` ends with ``n_drafts`` drafts,
+    and one forward pass returns rows for positions ``start = len(context) - n_drafts .. end = len(context)``."""
 
     __slots__ = ("context", "n_drafts", "decoding", "start", "end")
     kind = "verify"
@@ -123,11 +119,8 @@ class Score:
 
 @dataclass(slots=True)
 class Proposal:
-    """A drafter's answer to :class:`Draft`.
-
-    tokens: the k draft tokens.
-    q: [k, V] drafter probabilities each token was sampled from, or None when greedy.
-    """
+    """A drafter's answer to :class:`Draft`: the k draft tokens, and the [k, V] drafter probabilities each was
+    sampled from (``q``; None when greedy)."""
 
     tokens: list[int]
     q: np.ndarray | None = None
@@ -183,10 +176,8 @@ class DraftTree:
 class ScoreTree:
     """Ask a target for its rows at every node of a token tree hanging off ``context``, in one forward pass.
 
-    Rows (a :class:`Scores` from ``start = len(context)``): rows[0] at the root (position start), rows[1 + i] after
-    node i (position start + depth(i)). Along one path they are laid out as a chain's, and a server prices the call
-    as a chain of the same node count (``n_drafts`` = nodes). ``end``: the position of the last row of the deepest
-    path (DSI drops a task once the verified output has passed it).
+    Rows (a :class:`Scores` from ``start = len(context)``): rows[0] at the root, rows[1 + i] after node i; priced as
+    a chain of the same node count. ``end``: the position of the deepest path's last row.
     """
 
     __slots__ = ("context", "tree", "decoding", "n_drafts", "extra_tokens", "start", "end")

@@ -50,16 +50,20 @@ def mix64(x: int) -> int:
     return x ^ (x >> 31)
 
 
+def _key(seed: int, stream: int, position: int) -> int:
+    """A 64-bit hash of (seed, stream, position)."""
+    h = mix64((seed * _GOLD + stream * 0xD1B54A32D192ED03) & _MASK)
+    return mix64((h + position * _GOLD) & _MASK)
+
+
 def uniform(seed: int, stream: int, position: int) -> float:
     """A uniform draw in [0, 1), a deterministic function of (seed, stream, position)."""
-    h = mix64((seed * 0x9E3779B97F4A7C15 + stream * 0xD1B54A32D192ED03) & _MASK)
-    return mix64((h + position * 0x9E3779B97F4A7C15) & _MASK) / 18446744073709551616.0
+    return _key(seed, stream, position) / 18446744073709551616.0
 
 
 def uniforms(seed: int, stream: int, position: int, n: int) -> np.ndarray:
     """``n`` uniforms in (0, 1), one per token id, a deterministic function of (seed, stream, position, id)."""
-    h = mix64((seed * _GOLD + stream * 0xD1B54A32D192ED03) & _MASK)
-    key = mix64((h + position * _GOLD) & _MASK)
+    key = _key(seed, stream, position)
     x = np.arange(n, dtype=np.uint64) * np.uint64(_GOLD) + np.uint64(key)  # uint64 arrays wrap mod 2**64
     x ^= x >> np.uint64(30)
     x *= np.uint64(0xBF58476D1CE4E5B9)

@@ -104,9 +104,10 @@ def read_text(path: str | os.PathLike, what: str) -> str:
         raise ConfigError(f"{what} {shown!r} is a directory, not a file") from None
     except OSError as exc:
         raise ConfigError(f"cannot read {what} {shown!r}: {exc.strerror or exc}") from None
-    try:
-        if b"\0" in data:
-            raise UnicodeDecodeError("utf-8", data, data.index(b"\0"), data.index(b"\0") + 1, "NUL byte")
-        return data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"{what} {shown!r} is not a text file (a binary byte at offset {exc.start})") from None
+    bad = data.find(b"\0")
+    if bad < 0:
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            bad = exc.start
+    raise ConfigError(f"{what} {shown!r} is not a text file (a binary byte at offset {bad})")

@@ -87,13 +87,10 @@ def find_stop(text: str, stop: Sequence[str], since: int = 0, floor: int = 0) ->
 
 def detokenize(tokenizer, prompt: Sequence[int], tokens: Iterable[int], stop: Sequence[str] = (), min_tokens: int = 0,
                include_stop: bool = False) -> str:  # fmt: skip
-    """The text of ``tokens`` after ``prompt``, as the pieces of a Detokenizer join, cut before the first stop
-    string that ends after the first ``min_tokens - 1`` tokens' text (after it with ``include_stop``)."""
-    d = Detokenizer(tokenizer, prompt)
-    pieces = [d.push(t) for t in tokens]
-    text = "".join(pieces)
-    cut = find_stop(text, stop, 0, sum(len(p) for p in pieces[: max(0, min_tokens - 1)]))
-    return text if cut is None else text[: cut[1] if include_stop else cut[0]]
+    """The text of ``tokens`` after ``prompt``, cut before the first stop string that ends after the first
+    ``min_tokens - 1`` tokens' text (after it with ``include_stop``): what a :class:`TextStream` shows in all."""
+    stream = TextStream(tokenizer, prompt, stop, min_tokens, include_stop)
+    return stream.push(tokens) + stream.finish()
 
 
 class TextStream:

@@ -114,13 +114,9 @@ def check_tree(widths, room: int | None = None, max_nodes: int = MAX_TREE_NODES)
     if isinstance(widths, str) and widths.strip().lower().startswith("best"):
         return parse_tree(widths)
     if isinstance(widths, BestFirst):
-        for name in ("nodes", "per_pass"):
-            v = getattr(widths, name)
+        for v, what in ((widths.nodes, "node budget B"), (widths.per_pass, "W (nodes per pass)")):
             if not is_int(v, 1):
-                raise ConfigError(
-                    f"a best-first tree needs a positive {'node budget B' if name == 'nodes' else 'W (nodes per pass)'}"
-                    f", got {v!r}"
-                )
+                raise ConfigError(f"a best-first tree needs a positive {what}, got {v!r}")
         if widths.nodes > max_nodes:
             raise ConfigError(
                 f"tree {widths} has {widths.nodes} nodes, more than the {max_nodes} a server scores in one pass"

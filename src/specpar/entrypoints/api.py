@@ -10,6 +10,7 @@ from specpar.core.errors import ConfigError
 from specpar.core.params import SAMPLING_FIELDS, SamplingParams
 from specpar.core.results import GenerationResult
 from specpar.entrypoints.requests import sampling_params
+from specpar.runtimes import Pool
 from specpar.runtimes.virtual import collector_paused
 
 DEFAULT_MAX_TOKENS = 64  # generate()'s (SamplingParams' own default is vLLM's, 16)
@@ -51,7 +52,8 @@ def generate(
     from specpar.entrypoints.engine import Engine  # the engine is built on this module's neighbours
 
     params, options = _split(params, options)
-    keep_actors = _is_pool(target) or _is_pool(drafter)
+    drafters = drafter if isinstance(drafter, (list, tuple)) else [drafter]
+    keep_actors = any(isinstance(source, Pool) for source in [target, *drafters])
     # one request: all the servers its configuration needs (units=1), no other to share them with
     engine = Engine(target, drafter, speculative_config=speculative_config, runtime=runtime, units=1,
                     keep_actors=keep_actors, **options)  # fmt: skip
@@ -78,11 +80,3 @@ def _split(params: SamplingParams | None, options: dict) -> tuple[SamplingParams
         "runtime_options": runtime_options,
         "exact": exact,
     }
-
-
-def _is_pool(source) -> bool:
-    from specpar.runtimes import Pool
-
-    if isinstance(source, (list, tuple)):
-        return any(isinstance(s, Pool) for s in source)
-    return isinstance(source, Pool)

@@ -256,8 +256,7 @@ class Engine:
 
     def auto(self, profile=None):
         """``algorithm="auto"``'s chooser for this engine (:class:`specpar.prediction.auto.Auto`), made on first use
-        from its machine profile (``profile``: one already at hand, a MachineProfile, when none was given; the engine
-        keeps its own once made)."""
+        (``profile``: a MachineProfile at hand, when the engine was given none)."""
         return self._requests.auto(profile)
 
     def load_metrics(self) -> LoadMetrics:

@@ -1,11 +1,8 @@
-"""An engine's request path: a prompt and its SamplingParams to a result, one request or many at once, whole or as a
-stream. :class:`~specpar.Engine` makes one :class:`Requests` and its public methods call it.
+"""An engine's request path, one request or many at once: :class:`~specpar.Engine` makes one :class:`Requests`.
 
-One request: its token ids and stop conditions, its speculation (the engine's defaults with its own changes,
-``lookahead="auto"`` chosen), its :class:`~specpar.core.query.Query`, a :class:`~specpar.scheduling.request.Request`
-on the scheduler, which runs it on units of its own (:func:`~specpar.algorithms.registry.run_generation` per
-configuration); then its text and a log line. Many: one thread per unit takes them in order, or on the virtual clock
-all of them at time 0 on one shared clock. A stream: :mod:`specpar.entrypoints.streaming`.
+One request: its token ids, a :class:`~specpar.scheduling.request.Request` made from its configuration (the engine's
+defaults with its changes, "auto" resolved for its :class:`~specpar.core.query.RequestShape`), the
+:class:`~specpar.core.query.Query` that carries the ids down to the algorithm; then its text and a log line.
 """
 
 from __future__ import annotations
@@ -81,12 +78,8 @@ class Gate:
 
 
 class Requests:
-    """The request path of an engine's servers (module docstring).
-
-    targets, drafters: the engine's Pools (drafters: one Pool, a list of level Pools, or None). units: its processing
-    units. runtime: where requests run. spec: each request's defaults (its sp_degree: the most a request may use).
-    policy: how requests share the units. keep_actors: Ray keeps each server's actor between requests.
-    """
+    """The request path of an engine's servers (module docstring): its Pools (drafters: one Pool, a list of level
+    Pools, or None), units, runtime, each request's default ``spec`` (its sp_degree the most a request may use)."""
 
     def __init__(
         self,
@@ -154,8 +147,8 @@ class Requests:
         return request
 
     def run(self, request: Request, query: Query) -> GenerationResult:
-        """``query`` run as ``request``; its result with the time outside forward passes (``overhead``: real models on this
-        process's threads) and waiting for units (``queue_ms``)."""
+        """``query`` run as ``request``; its result with the time outside forward passes (``overhead``: real models
+        on this process's threads) and waiting for units (``queue_ms``)."""
         local = self.model.real and self.runtime.name != "ray"  # on Ray the passes run in the actors
         if not self.model.real:
             with collector_paused(self.runtime.name == "virtual"):
@@ -191,9 +184,8 @@ class Requests:
 
     # -- many at once -----------------------------------------------------------------------------
     def many(self, prompts: list[list[int]], params: list[SamplingParams], spec, stream) -> list[GenerationResult]:
-        """Requests at once: on the virtual clock a burst (:meth:`burst`); else at most one per unit in the scheduler
-        at a time (more would only wait there), taken in order by as many threads; the first error (by prompt) is
-        raised once the others have ended, and no request starts after it."""
+        """Requests at once: on the virtual clock a burst (:meth:`burst`); else taken in order by one thread per unit
+        (more would only wait in the scheduler), :func:`in_threads`."""
         if self.runtime.name == "virtual" and len(prompts) > 1:
             return self.burst(prompts, params, spec, stream)
         return in_threads(
@@ -201,22 +193,19 @@ class Requests:
         )
 
     def burst(self, prompts: list[list[int]], params: list[SamplingParams], spec, stream) -> list[GenerationResult]:
-        """The virtual clock's requests at once: every one arrives at time 0 on one shared clock, on a scheduler of
-        the units of its own (as ``specpar simulate load`` runs them), while no other request runs; each result's
-        times are those under this load. The first error (by prompt) is raised once every request ended."""
+        """The virtual clock's requests at once, all arriving at time 0 on one shared clock and a scheduler of their
+        own (as ``specpar simulate load`` runs them) while no other request runs. The first error (by prompt) is
+        raised once every request ended."""
         from specpar.runtimes.shared_clock import SharedClock
 
         clock = SharedClock()
         scheduler = Scheduler(self.units, clock)
         runtime = self.runtime.replace(options={**self.runtime.options, "clock": clock})
         made, queries = [], []
-        for ids, p in zip(prompts, params):  # (as one() makes them)
+        for ids, p in zip(prompts, params):  # as one() makes them
             decoding = p.decoding(len(ids), self.end_of_text)
-            made.append(
-                self.make(
-                    RequestShape(len(ids), p.max_tokens, decoding.processors is not None), spec, scheduler, runtime
-                )
-            )
+            shape = RequestShape(len(ids), p.max_tokens, decoding.processors is not None)
+            made.append(self.make(shape, spec, scheduler, runtime))
             queries.append(
                 Query(ids, p.max_tokens, decoding, p.stopping(ids, self.end_of_text, self.tokenizer), stream)
             )
@@ -289,10 +278,9 @@ class Requests:
         return ids
 
     def threads_for(self, algorithm: str, uses_drafter: bool = True, sp_degree: int | None = None) -> int:
-        """torch threads per forward pass, so that the servers running at once share the cores without
-        oversubscribing them (:func:`~specpar.backends.cpu_threads.pass_threads`, the rule the predictions
-        follow too): the CPU servers of the request's ``sp_degree`` targets (default: the engine's) and its drafter
-        (a drafter model the n-gram proposer leaves idle takes none), :func:`~specpar.backends.cpu_threads.busy_servers`."""
+        """torch threads per forward pass so that the CPU servers running at once share the cores
+        (:func:`~specpar.backends.cpu_threads.pass_threads`): the request's ``sp_degree`` targets (default: the
+        engine's) and its drafter unless ``uses_drafter`` is False (the n-gram proposer)."""
         ray = self.runtime.cpus_per_server if self.runtime.name == "ray" else None
         targets = self.targets.servers[: sp_degree or self.spec.sp_degree]
         drafters = [s for p in listed(self.drafters) for s in p.servers] if uses_drafter else []
@@ -300,9 +288,8 @@ class Requests:
         return pass_threads(cpu_cores(), len(self.units), busy_servers(algorithm, len(cpu)), ray)
 
     def auto(self, profile=None):
-        """``algorithm="auto"``'s chooser (:class:`specpar.prediction.auto.Auto`), made on first use (the Engine
-        makes it as it starts when auto is its default), once: requests asking at once wait for the one made.
-        profile: a MachineProfile at hand, used when the engine was given none."""
+        """``algorithm="auto"``'s chooser (:class:`specpar.prediction.auto.Auto`), made once, on first use (from
+        ``profile`` when the engine was given none)."""
         if self._auto is None:
             from specpar.prediction.auto import for_servers
 

@@ -21,9 +21,9 @@ class _Abandoned(Exception):
 
 def stream_pieces(requests: Requests, ids: list[int], params: SamplingParams, spec, cancel=None) -> Iterator:
     """The output of one request as it is verified: text pieces where the target has a tokenizer (joined, exactly
-    the result's text; never any of a stop string), else lists of token ids. The request runs on a thread of its
-    own; closing the iterator early ends it, and so does setting ``cancel`` (a threading.Event; the request ends at
-    its next verified tokens). Returns the result (the generator's return value), None when ended early."""
+    the result's text, never any of a stop string), else lists of token ids. The request runs on a thread of its own;
+    closing the iterator, or setting ``cancel``, ends it at its next verified tokens. Returns the result (None when
+    ended early)."""
     pieces: queue.Queue = queue.Queue()
     abandoned = threading.Event()
     text = TextStream(requests.tokenizer, ids, *texts(params)) if requests.tokenizer is not None else None

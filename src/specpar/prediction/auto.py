@@ -248,7 +248,7 @@ def predict_request(engine, spec: SpeculativeConfig, prompt_tokens: int, max_tok
     if spec.algorithm == "auto":
         return auto.choose(prompt_tokens, max_tokens, spec.sp_degree).predicted_ms
     drafter = engine.drafters if spec.speculates else None
-    resolved = resolve(spec, ALGORITHMS[spec.algorithm], engine.targets, drafter, prompt_tokens)
+    resolved = resolve(spec, ALGORITHMS[spec.algorithm], engine.targets, drafter)
     method = method_of(resolved)
     if method not in METHODS or not available(auto.profile, auto.shape, [method]):
         raise ConfigError(f"no prediction of {NAMES[method]} here: the engine or its profile has no drafter or rates")

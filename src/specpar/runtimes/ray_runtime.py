@@ -118,13 +118,9 @@ class RayRuntime(Runtime):
         if started_here():  # a local Ray: its processes must fit this machine (a joined cluster: its CPUs below)
             capacity.check_local_actors(len(servers))
         specs = [ray_actors.remote_spec(s) for _, s in servers]
-        gpus = ray.cluster_resources().get("GPU", 0) > 0
+        gpus, cpus = ray.cluster_resources().get("GPU", 0) > 0, float(self.options.cpus_per_server)
         bundles = [
-            {
-                "CPU": float(self.options.cpus_per_server),
-                **({"GPU": 1} if gpus and p.name in self.options.gpu_pools else {}),
-            }
-            for p, _ in servers
+            {"CPU": cpus, "GPU": 1} if gpus and p.name in self.options.gpu_pools else {"CPU": cpus} for p, _ in servers
         ]
         have, need = ray.cluster_resources().get("CPU", 0), sum(b["CPU"] for b in bundles)
         if need > have:

@@ -4,7 +4,7 @@ token.
 The scheduler asks a running request to pause when its share changes (:meth:`Pausable.ask`). The generation ends
 at its next safe point: the end of a round, where the target's own token has just entered the output, so nothing
 verified waits and what is in flight is only speculation (``Generation._end_round`` asks :meth:`pauses_here`); where
-rounds run long, after ``patience`` more tokens (:meth:`stops_at`). Going on from the verified output is exact:
+rounds run long, after PATIENCE more tokens (:meth:`stops_at`). Going on from the verified output is exact:
 greedy tokens are the target's, and every draw is keyed by its position (:mod:`specpar.core.decoding`), so with the
 "gumbel" coupling a seed gives the same tokens across the change (with rejection sampling, the same distribution).
 """
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from specpar.core.stopping import Stopping
 
-DEFAULT_PATIENCE = 16
+PATIENCE = 16  # tokens after a pause was asked for, at most, when no round ends
 
 
 class Pausable(Stopping):
@@ -22,9 +22,8 @@ class Pausable(Stopping):
     paused: the last generation ended at a pause (it goes on). stopped: ``inner`` ended the output.
     """
 
-    def __init__(self, inner: Stopping | None = None, patience: int = DEFAULT_PATIENCE):
+    def __init__(self, inner: Stopping | None = None):
         self.inner = inner
-        self.patience = patience
         self.asked = False
         self.paused = False
         self.stopped = False
@@ -51,7 +50,7 @@ class Pausable(Stopping):
             return True
         if self.asked:
             self._waited += 1
-            if self._waited >= self.patience:  # no round has ended for a while: pause at this token
+            if self._waited >= PATIENCE:  # no round has ended for a while: pause at this token
                 self.asked, self.paused = False, True
                 return True
         return False

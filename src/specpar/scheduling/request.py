@@ -44,12 +44,8 @@ def configure(spec: SpeculativeConfig, option: Option) -> SpeculativeConfig:
 
 
 class Request:
-    """One request's configuration on a :class:`Scheduler` (see the module docstring); :meth:`run` serves a query.
-
-    curve: its options per share. runtime: where each configuration's tasks run (on a shared virtual clock:
-    ``RuntimeConfig(name="virtual", options={"clock": clock})``). ready_made: the servers outlive each configuration
-    (Ray keeps their actors).
-    """
+    """One request's configuration on a :class:`Scheduler`: ``spec`` (its ceiling), ``curve`` (its options per
+    share), ``runtime``; :meth:`run` serves a query. ready_made: the servers outlive each configuration (Ray)."""
 
     def __init__(
         self, scheduler: Scheduler, spec: SpeculativeConfig, curve: ShareCurve, runtime: RuntimeConfig, ready_made=True

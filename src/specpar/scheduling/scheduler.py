@@ -41,13 +41,9 @@ class WallClock:
 
 
 class Ticket:
-    """A request in the scheduler's queue.
-
-    held: the units it owns (those in use and any kept for its next configuration). in_use: how many the running
-    generation uses (0 while it waits). target: the policy's share. event: what take() waits on. used: the units it
-    ran on, at each configuration. switches: configurations after the first. ready: the option and units arrive()
-    started it on, for its first take().
-    """
+    """A request in the scheduler's queue. held: the units it owns (in use, and any kept for its next configuration).
+    in_use: how many its running generation uses (0 while it waits). target: the policy's share. used: the units it
+    ran on. switches: configurations after the first. ready: what arrive() started it on, for its first take()."""
 
     __slots__ = ("id", "curve", "pausable", "event", "arrival_ms", "started_ms", "held", "in_use", "target", "context",
                  "used", "switches", "ready")  # fmt: skip
@@ -91,18 +87,14 @@ class LoadMetrics:
 
 
 class Scheduler:
-    """Processing units shared by requests (see the module docstring).
+    """Processing ``units`` shared by requests (see the module docstring). clock: ``now()`` in ms and ``event()``
+    (default: a WallClock)."""
 
-    units: the units, each with its servers. clock: ``now()`` in ms and ``event()`` (default: a WallClock).
-    keep_bonus: the policy's hysteresis (:func:`~specpar.planning.load.allocate`).
-    """
-
-    def __init__(self, units: Sequence[Unit], clock=None, keep_bonus: float = KEEP_BONUS):
+    def __init__(self, units: Sequence[Unit], clock=None):
         if not units:
             raise ConfigError("a scheduler needs at least one processing unit")
         self.units = list(units)
         self.clock = clock or WallClock()
-        self.keep_bonus = keep_bonus
         self._lock = threading.Lock()
         self._free: list[Unit] = list(self.units)
         self._queue: list[Ticket] = []  # arrival order, until each leaves
@@ -123,12 +115,8 @@ class Scheduler:
 
     # -- a request's life ------------------------------------------------------------------------------
     def arrive(self, curve: ShareCurve, pausable: Pausable, context: Context | None = None) -> Ticket:
-        """Queue a request (its units come with :meth:`take`).
-
-        The fast path: a request that arrives alone (every unit free) starts at once on its first share, with no
-        policy run (what :func:`~specpar.planning.load.allocate` gives a queue of one); its first :meth:`take`
-        only returns those units. It is running from here on, so a later arrival may ask it to pause.
-        """
+        """Queue a request (its units come with :meth:`take`). Alone, it starts here on its first share, with no
+        policy run (what :func:`~specpar.planning.load.allocate` gives a queue of one)."""
         if curve.min_units > len(self.units):
             raise ConfigError(
                 f"the request needs {curve.min_units} processing units; this scheduler has {len(self.units)}"
@@ -242,7 +230,7 @@ class Scheduler:
         queue = self._queue
         if not queue:
             return
-        targets = allocate([t.curve for t in queue], [len(t.held) for t in queue], len(self.units), self.keep_bonus)
+        targets = allocate([t.curve for t in queue], [len(t.held) for t in queue], len(self.units), KEEP_BONUS)
         for ticket, n in zip(queue, targets):
             ticket.target = n
         for ticket in queue:

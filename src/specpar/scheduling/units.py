@@ -15,10 +15,7 @@ from specpar.runtimes.base import Pool
 @dataclass(eq=False)
 class Unit:
     """One processing unit (a core, a GPU) and the servers on it, each with its own KV cache, run one at a time.
-
-    targets, drafters: the servers by role. levels: HSD's drafter levels, the smallest first, or several drafters
-    whose token trees are merged (one list of servers per drafter).
-    """
+    levels: HSD's drafter levels, the smallest first, or several drafters whose token trees are merged."""
 
     index: int
     targets: list = field(default_factory=list)

@@ -12,6 +12,7 @@ from specpar.planning.load import POLICIES
 
 MAX_RATE = 1e9  # requests/s, or times the non-SI capacity
 MAX_UNITS = 1024  # a share of all the units runs DSI on them: at most 1024 target servers (sp_degree's bound)
+MAX_REQUESTS = 100_000
 
 
 def load_rates(text: str) -> list[str]:
@@ -132,10 +133,9 @@ def check(args) -> list[str]:
     for p in policies:
         if p not in POLICIES:
             raise ConfigError(f"--policies: each must be one of {', '.join(POLICIES)}, got {p!r}")
-    if not 1 <= args.units <= MAX_UNITS:
-        raise ConfigError(f"--units must be in [1, {MAX_UNITS}], got {args.units}")
-    if not 1 <= args.requests <= 100_000:
-        raise ConfigError(f"--requests must be in [1, 100000], got {args.requests}")
+    for flag, value, most in (("--units", args.units, MAX_UNITS), ("--requests", args.requests, MAX_REQUESTS)):
+        if not 1 <= value <= most:
+            raise ConfigError(f"{flag} must be in [1, {most}], got {value}")
     if args.load is not None and not args.load:
         raise ConfigError("--load needs at least one rate")
     if args.clients is not None and not args.clients:

@@ -29,9 +29,8 @@ def register(subparsers) -> None:
         SimulatedPair, "pair", fields=NUMBERS, optional="a pair given by numbers", required=REQUIRED
     )
     numbers.add_to(p, "a pair given by numbers (ms per forward pass)")
-    arguments.advanced_flag(
-        p.add_argument("--name", default="command line", help="label for the pair given by numbers")
-    )
+    name = p.add_argument("--name", default="command line", help="label for the pair given by numbers")
+    arguments.advanced_flag(name)
     p.add_argument("--no-default-pair", action="store_true", help="leave out the default pair's measured profile")
     arguments.add_sampling_arguments(p, ("max_tokens",), {"max_tokens": 50}, {"max_tokens": "tokens per run"})
     arguments.add_repeats(p, 3, "runs per algorithm and lookahead")
@@ -66,10 +65,8 @@ def _profiles(args):
                 f"does not exist; `specpar profile -o {default_profile_path()}` measures it)"
             )
     if not pairs:
-        raise ConfigError(
-            "no pair to measure: give --profile JSON or --target-tpot, --drafter-tpot and -a"
-            + (f"; {note}" if note else "")
-        )
+        hint = f"; {note}" if note else ""
+        raise ConfigError(f"no pair to measure: give --profile JSON or --target-tpot, --drafter-tpot and -a{hint}")
     return pairs, note
 
 
