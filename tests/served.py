@@ -108,8 +108,11 @@ def gauge(url: str, name: str) -> float:
 def metrics_text(url: str) -> str:
     host, port = url.removeprefix("http://").split(":")
     conn = http.client.HTTPConnection(host, int(port), timeout=10)
-    conn.request("GET", "/metrics")
-    return conn.getresponse().read().decode()
+    try:
+        conn.request("GET", "/metrics")
+        return conn.getresponse().read().decode()
+    finally:
+        conn.close()  # (left open, each call's socket was a ResourceWarning)
 
 
 def parse_prometheus(text: str) -> dict:

@@ -98,7 +98,9 @@ def test_an_unknown_coupling_is_named():
 
 
 # The Gumbel coupling is lossless: the joint law of the first three tokens is the target's.
-V, N, PROMPT, SAMPLES = 4, 3, [0, 1], 3000
+# 1,500 samples: the verifier that keeps the drafter's sample fails at p = 0 with them (and with 3,000), p < 1e-6
+# wanted
+V, N, PROMPT, SAMPLES = 4, 3, [0, 1], 1500
 
 
 def small_pair():

@@ -30,15 +30,13 @@ pytestmark = [
 ]
 
 
-@pytest.mark.parametrize("backend", ["llama", "transformers"])
-def test_default_pair_runs_every_algorithm_on_a_humaneval_prompt_with_the_same_output(backend):
+def test_default_pair_runs_every_algorithm_on_a_humaneval_prompt_with_the_same_output_on_transformers():
+    """On llama.cpp the same checks are made on the README's main job below (one load of the pair, not two)."""
     from specpar import Engine, SamplingParams
     from specpar.backends.loading import load_pair
     from specpar.experiments import prompts
 
-    if backend == "llama":
-        pytest.importorskip("llama_cpp")
-    target, drafter = load_pair(progress=False, backend=backend)
+    target, drafter = load_pair(progress=False, backend="transformers")
     assert target.vocab_size == drafter.vocab_size == 151936
     ids = prompts.load("humaneval", 1)[0].token_ids(target)
     results = {}
@@ -55,14 +53,18 @@ def test_default_pair_runs_every_algorithm_on_a_humaneval_prompt_with_the_same_o
         assert r.overhead["outside_forward_fraction"] < 0.05
 
 
-def test_the_readmes_main_job_imports_neither_torch_nor_transformers():
+def test_the_readmes_main_job_imports_neither_torch_nor_transformers_and_every_algorithm_gives_the_same_output():
     """'.[models]' installs llama.cpp, the pair and the prompts, not torch or transformers (issue 32, item 2): the
-    README's first command (here with fewer tokens) runs with every import of them refused."""
+    README's first command (here with fewer tokens) runs with every import of them refused. It is also the default
+    pair's end-to-end check on llama.cpp (the transformers test's assertions, on its JSON): every algorithm's tokens
+    are non-SI's, SI's drafts are mostly accepted, and the time outside the forward passes is under 5%."""
     pytest.importorskip("llama_cpp")
+    import json
     import sys
 
     from blocked_imports import blocking
     from processes import run_python
+    from specpar.backends.llama.gguf_file import TOKENS, read_header
 
     code = blocking() + (
         "from specpar.entrypoints.cli.main import main\n"
@@ -72,3 +74,16 @@ def test_the_readmes_main_job_imports_neither_torch_nor_transformers():
     assert p.returncode == 0, p.stderr[-2000:]
     assert "blocked import" not in p.stderr and '"dsi"' in p.stdout
     assert sys.executable  # (the child ran in this interpreter's environment)
+    vocab = [
+        len(read_header(weights.joined_path(m), tokens=True).metadata[TOKENS])
+        for m in (weights.TARGET, weights.DRAFTER)
+    ]
+    assert vocab == [151936, 151936]
+    out = json.loads(p.stdout)
+    results = out["results"]
+    assert {"nonsi", "si", "dsi"} <= set(results)  # (and auto's run where a machine profile is cached)
+    assert all(r["tokens"] == results["nonsi"]["tokens"] for r in results.values()), results
+    assert len(results["nonsi"]["tokens"]) == 8 and results["nonsi"]["text"].strip()
+    assert results["si"]["acceptance_rate"] > 0.3  # same family, same tokenizer: drafts are mostly accepted
+    for r in results.values():
+        assert r["overhead"]["outside_forward_fraction"] < 0.05

@@ -194,6 +194,11 @@ def _counts(target, drafter, algorithm, samples, runtime="virtual"):
     )
 
 
+# 3,000 samples: the biased verifiers fail at p = 4e-17 (si) and 0 (dsi) with them, p < 1e-6 wanted (1e-20 and 0
+# with 4,000; 2,000 would leave si's at 2e-7, too near)
+SAMPLES = 3000
+
+
 def _exact(target):
     return {s: target.sequence_probability(PROMPT, s, 1.0) for s in itertools.product(range(V), repeat=N)}
 
@@ -203,7 +208,7 @@ def _exact(target):
 @pytest.mark.parametrize("algorithm", ["si", "dsi"])
 def test_simulated_padded_drafters_sample_the_targets_law(algorithm, rows):
     target, drafter = _simulated(rows)
-    assert chi_square_p_value(_counts(target, drafter, algorithm, 4000), _exact(target)) > 1e-3
+    assert chi_square_p_value(_counts(target, drafter, algorithm, SAMPLES), _exact(target)) > 1e-3
 
 
 BIASES = {"resample-from-p": lambda p, q: p, "resample-from-q": lambda p, q: q / q.sum()}
@@ -218,7 +223,12 @@ def test_the_padded_sampling_test_catches_a_biased_verifier(monkeypatch, algorit
     is right for the wider drafter, whose fitted q is a p + (1 - a) onehot(z) with p(z) = 0: its residual is p)."""
     target, drafter = _simulated(rows)
     monkeypatch.setattr(verification, "residual", BIASES[bias])
-    assert chi_square_p_value(_counts(target, drafter, algorithm, 4000), _exact(target)) < 1e-6
+    assert chi_square_p_value(_counts(target, drafter, algorithm, SAMPLES), _exact(target)) < 1e-6
+
+
+# 750 samples: the biased verifier fails at p = 8e-14 with them, p < 1e-6 wanted (1e-20 with 1,000; 500 would
+# leave it at 4e-9)
+TRANSFORMERS_SAMPLES = 750
 
 
 def _joint(module, temperature: float) -> dict:
@@ -256,12 +266,12 @@ def _transformers_counts(algorithm: str, rows: int, samples: int):
 def test_transformers_padded_drafters_sample_the_targets_law(rows):
     """DSI (SI's sampling with padded rows is the simulated tests'; SI runs torch on every core, slow on a busy
     machine)."""
-    counts, exact = _transformers_counts("dsi", rows, 1000)
+    counts, exact = _transformers_counts("dsi", rows, TRANSFORMERS_SAMPLES)
     assert chi_square_p_value(counts, exact) > 1e-3
 
 
 @pytest.mark.slow
 def test_the_transformers_padded_sampling_test_catches_a_biased_verifier(monkeypatch):
     monkeypatch.setattr(verification, "residual", BIASES["resample-from-p"])
-    counts, exact = _transformers_counts("dsi", NARROWER, 1000)
+    counts, exact = _transformers_counts("dsi", NARROWER, TRANSFORMERS_SAMPLES)
     assert chi_square_p_value(counts, exact) < 1e-6

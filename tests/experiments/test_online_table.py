@@ -37,7 +37,8 @@ def test_profile_json_round_trip_and_accepted_variants(tmp_path):
 
 
 def test_reads_the_file_specpar_profile_writes(tmp_path):
-    from specpar.prediction.pair_profile import FORMAT, write
+    from specpar.prediction.pair_profile import FORMAT
+    from specpar.prediction.profile_cache import write
 
     prof = {
         "format": FORMAT,
@@ -46,7 +47,7 @@ def test_reads_the_file_specpar_profile_writes(tmp_path):
         "drafter": {"name": "qwen2.5-coder-0.5b", "ttft_ms": 90.0, "tpot_ms": 45.0, "per_token_ms": 3.0},
         "acceptance_rate": {"geometric": 0.71, "direct": 0.8, "mean_exact_prefix": 2.4},
     }
-    write(prof, tmp_path / "profile.json")
+    write(tmp_path / "profile.json", prof)
     p = PairProfile.load(tmp_path / "profile.json")
     assert p.label == "qwen2.5-coder-1.5b / qwen2.5-coder-0.5b"
     assert (p.target.ttft_ms, p.target.tpot_ms, p.target.per_token_ms, p.acceptance_rate) == (300, 120, 9, 0.71)

@@ -309,7 +309,7 @@ class MachineProfile:
         """Write the JSON form (atomically)."""
         from specpar.prediction import profile_cache
 
-        profile_cache.write(Path(path), self.to_dict())
+        profile_cache.write(path, self.to_dict())
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> MachineProfile:

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from specpar.core.errors import ConfigError
-from specpar.core.json_output import dumps, parse
+from specpar.core.json_output import parse
 from specpar.core.latency import LatencyProfile
 from specpar.core.numbers import is_number
 from specpar.core.paths import read_text
@@ -73,10 +73,6 @@ def profile(target: dict, drafter: dict, rates: dict, prompts: int, tokens: int,
         "drafter": drafter,
         "acceptance_rate": rates,
     }
-
-
-def write(profile: dict, path: str | os.PathLike) -> None:
-    Path(path).write_text(dumps(profile) + "\n", encoding="utf-8")
 
 
 def parse_profile(
@@ -198,7 +194,7 @@ class PairProfile:
         return cls.from_dict(d, where=where)
 
     def save(self, path: str | os.PathLike) -> None:
-        profile_cache.write(Path(path), self.to_dict())
+        profile_cache.write(path, self.to_dict())
 
 
 def default_profile_path() -> Path:

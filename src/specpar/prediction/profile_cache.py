@@ -139,8 +139,9 @@ def read(path: Path, key: Mapping, parse: Callable[[dict], object]):
         return None
 
 
-def write(path: Path, data: dict) -> None:
-    """Write ``data`` atomically (a reader never sees half a file)."""
+def write(path: str | os.PathLike, data: dict) -> None:
+    """Write ``data`` as JSON atomically (a reader never sees half a file)."""
+    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
     tmp.write_text(dumps(data) + "\n", encoding="utf-8")

@@ -12,7 +12,8 @@ def test_heatmap_writes_png_and_csv(tmp_path, capsys):
     prefix = str(tmp_path / "fig2")
     assert main(["heatmap", "--resolution", "4", "-N", "20", "--repeats", "2", "-o", prefix]) == 0
     assert (tmp_path / "fig2.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    rows = list(csv.DictReader(open(prefix + ".csv")))
+    with open(prefix + ".csv") as f:
+        rows = list(csv.DictReader(f))
     assert len(rows) == 4 * 5
     assert {r["drafter_latency"] for r in rows} == {"0.01", "0.34", "0.67", "1"}
     for r in rows:
@@ -37,7 +38,8 @@ def test_an_output_named_with_its_extension_is_not_doubled(tmp_path, given, caps
 def test_fixed_lookahead_reports_where_eq1_fails(tmp_path, capsys):
     prefix = str(tmp_path / "fig7")
     assert main(["heatmap", "--resolution", "3", "-N", "20", "--repeats", "2", "-k", "5", "-o", prefix]) == 0
-    rows = list(csv.DictReader(open(prefix + ".csv")))
+    with open(prefix + ".csv") as f:
+        rows = list(csv.DictReader(f))
     assert {r["si_lookahead"] for r in rows} == {"5"} and {r["dsi_lookahead"] for r in rows} == {"5"}
     assert {r["eq1_satisfied"] for r in rows if r["drafter_latency"] == "0.01"} == {"0"}  # 1 / (5 * 0.01) > 7
     assert "Eq. 1 fails" in capsys.readouterr().out

@@ -275,6 +275,14 @@ def test_metrics_parse_and_count_the_requests_sent():
     assert one("target_servers") == 2
 
 
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("runtime", ["threads", "ray"])
 def test_sigterm_finishes_the_stream_in_flight_then_exits(processes, runtime):
@@ -296,7 +304,10 @@ def test_sigterm_finishes_the_stream_in_flight_then_exits(processes, runtime):
         # uvicorn re-raises the signal once it has shut down (Ray's Python handler then exits with status 15)
         assert proc.wait(60) in (0, -signal.SIGTERM, signal.SIGTERM)
         assert "engine closed" in proc.stderr.read()
-        time.sleep(2)  # a local Ray's processes stop with it (and the server's socket with the server)
+        # a local Ray's processes stop with it (and the server's socket with the server) within 2 s: polled, not slept
+        deadline = time.monotonic() + 2
+        while _group_alive(proc.pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
         with pytest.raises(ProcessLookupError):
             os.killpg(proc.pid, 0)
     finally:

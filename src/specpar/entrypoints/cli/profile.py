@@ -71,7 +71,7 @@ def run(args) -> int:
     from specpar.experiments import prompts
     from specpar.prediction.machine import load_or_build
     from specpar.prediction.measure_pair import MeasureOptions
-    from specpar.prediction.pair_profile import write
+    from specpar.prediction.profile_cache import write
 
     real_models.check_common(args)
     if args.ray and importlib.util.find_spec("ray") is None:
@@ -90,7 +90,7 @@ def run(args) -> int:
                                 progress=bar.advance, refresh=True)  # fmt: skip
     data = {**profile.meta["app_f"], "dataset": args.dataset or "sample", "dtype": args.dtype or "float32"}
     data["machine"] = profile.to_dict()
-    write(data, args.output)
+    write(args.output, data)
     if args.json:
         print_json(data)
         return 0
