@@ -170,3 +170,15 @@ def test_latencies_given_as_numpy_floats_resolve_dsi_modes_as_plain_bools():
     assert type(lat.ttft_ms) is float and type(lat.per_token_ms) is float
     target = SimulatedModel(8, seed=0, latency=lat)
     assert prefill_pays_off(target) is True and verification_costs_grow(target) is True
+
+
+def test_a_request_for_auto_that_names_a_setting_gets_the_designed_error_not_a_type_error(pair):
+    """for_request(algorithm="auto", lookahead=5) passed lookahead twice to dataclasses.replace (a TypeError, a 500
+    on the server); it keeps what the request names, and auto's check refuses it saying why."""
+    spec = SpeculativeConfig(algorithm="dsi", lookahead=3)
+    assert spec.for_request(algorithm="auto").lookahead is None
+    assert spec.for_request(algorithm="auto", lookahead=5).lookahead == 5
+    target, drafter = pair
+    with Engine(target, drafter, sp_degree=2, lookahead=3) as e:
+        with pytest.raises(ConfigError, match="chooses the method and its settings: give no lookahead"):
+            e.generate(PROMPT, max_tokens=4, temperature=0, algorithm="auto", lookahead=5)

@@ -31,8 +31,8 @@ class CachedServer(Server):
     A subclass sets ``model`` and ``latency`` and gives ``_clear()``, ``_sync(context, need_from, decoding,
     cancelled)`` (bring the cache to ``context``; the logits [n, V] of its inputs from ``need_from`` on), ``_rows``,
     ``_next_logits(token)`` ([1, V]), ``_check_window``, the tree passes (``_feed_whole_tree``, ``_growing_tree``,
-    ``_feed_level``) and their rows (``_probs``: float64 [n, V]; ``_top``: each row's k best ids). A call that sees ``cancelled`` set between two passes raises
-    :class:`~specpar.core.errors.Cancelled` (:func:`~specpar.core.errors.stop_if_cancelled`): :meth:`run` returns
+    ``_feed_level``) and their rows (``_probs``: float64 [n, V]; ``_top``: each row's k best ids). A call that sees
+    ``cancelled`` set between two passes raises :class:`~specpar.core.errors.Cancelled` (:func:`~specpar.core.errors.stop_if_cancelled`): :meth:`run` returns
     None for it.
     """
 

@@ -157,13 +157,9 @@ def ensure_joined(model: ChunkedGGUF, progress: bool = True) -> Path:
     return join_parts(model, path, progress)
 
 
-def converted_dir(model: ChunkedGGUF) -> Path:
-    return cache_dir() / model.name / "float32"
-
-
 def ensure_converted(model: ChunkedGGUF, progress: bool = True) -> Path:
     """The float32 safetensors directory of ``model``, converting it from the packages on first use."""
-    final = converted_dir(model)
+    final = cache_dir() / model.name / "float32"
     if (final / "config.json").is_file():
         return final
     part_paths(model)  # fail fast, before any work, when packages are missing

@@ -11,7 +11,6 @@ import logging
 import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 
 from specpar.backends.cpu_threads import SharedThreads, busy_servers, cpu_cores, pass_threads
@@ -302,25 +301,43 @@ class Requests:
 
 def in_threads(calls: list, workers: int) -> list:
     """Each of ``calls`` (functions of no argument) made on one of ``workers`` threads, taken in order; their
-    results in order. The first error (by call) is raised once the threads have ended; no call starts after it."""
-    if min(len(calls), workers) <= 1:
+    results in order. The first error (by call) is raised once the threads have ended; no call starts after it,
+    nor after an exception in the caller's thread while it waits (Ctrl-C): the threads are daemons, so the process
+    can exit while a call is still running."""
+    n = len(calls)
+    workers = min(n, workers)
+    if workers <= 1:
         return [call() for call in calls]
-    failed = threading.Event()
+    results: list = [None] * n
+    failed: dict[int, BaseException] = {}
+    order = iter(range(n))
+    lock = threading.Lock()
+    stop = threading.Event()
 
-    def guarded(call):
-        if not failed.is_set():
+    def work() -> None:
+        while not failed and not stop.is_set():
+            with lock:
+                i = next(order, None)
+            if i is None:
+                return
             try:
-                return call()
-            except BaseException:  # raised in the caller's thread below
-                failed.set()
-                raise
+                results[i] = calls[i]()
+            except BaseException as exc:  # raised in the caller's thread below
+                failed[i] = exc
 
-    with ThreadPoolExecutor(min(len(calls), workers), thread_name_prefix="specpar-request") as pool:
-        futures = [pool.submit(guarded, call) for call in calls]
-    for future in futures:
-        if future.exception() is not None:
-            raise future.exception()
-    return [future.result() for future in futures]
+    threads = [threading.Thread(target=work, name="specpar-request", daemon=True) for _ in range(workers)]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            while t.is_alive():
+                t.join(0.1)  # a timed join: a signal's handler (Ctrl-C) runs in this thread between two
+    except BaseException:
+        stop.set()
+        raise
+    if failed:
+        raise failed[min(failed)]
+    return results
 
 
 def one_prompt(prompts) -> bool:

@@ -177,8 +177,7 @@ class LlamaModel(TokenizedModel):
     # -- servers -------------------------------------------------------------------------------------------
     def server(self, name: str | None = None, device: str | None = None, n_ctx: int | None = None) -> LlamaServer:
         """A new server (its own empty cache of ``n_ctx`` tokens, default the model's)."""
-        if device not in (None, "cpu"):
-            raise ConfigError(f"the llama.cpp backend runs on the CPU here; got device {device!r}")
+        _check_cpu(device)
         return LlamaServer(self, name or f"{self.name}-{next(_names)}", n_ctx or self.n_ctx)
 
     def servers(
@@ -186,8 +185,7 @@ class LlamaModel(TokenizedModel):
     ) -> list[LlamaServer]:
         """``n`` servers whose caches hold ``max_tokens`` tokens each (default: n_ctx), checked to fit in memory."""
         for d in devices or ():
-            if d != "cpu":
-                raise ConfigError(f"the llama.cpp backend runs on the CPU here; got device {d!r}")
+            _check_cpu(d)
         n_ctx = self.cache_tokens(max_tokens)
         self.check_fits(n, n_ctx)
         return [self.server(f"{prefix}{i}", n_ctx=n_ctx) for i in range(n)]
@@ -219,6 +217,11 @@ class LlamaModel(TokenizedModel):
 
     def __repr__(self) -> str:
         return f"LlamaModel({self.name}, {self.path})"
+
+
+def _check_cpu(device: str | None) -> None:
+    if device not in (None, "cpu"):
+        raise ConfigError(f"the llama.cpp backend runs on the CPU here; got device {device!r}")
 
 
 def resolve_settings(exact: bool | None, settings: LlamaSettings | None) -> LlamaSettings:

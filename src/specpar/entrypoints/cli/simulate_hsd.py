@@ -162,7 +162,10 @@ def _run_plans(args, plans, make_stack, bar) -> dict:
                         **arguments.experiment_runtime(args), **kw)  # fmt: skip
 
     done = iter(range(1, total + 1))
-    on_result = lambda *_: bar.describe(f"simulated {next(done)} of {total} runs")  # noqa: E731
+
+    def on_result(*_) -> None:
+        bar.describe(f"simulated {next(done)} of {total} runs")
+
     return run_arms(list(plans), args.repeats, run, setup=setup, on_result=on_result)
 
 
