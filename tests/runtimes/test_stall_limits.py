@@ -136,9 +136,12 @@ def test_a_stalled_server_is_lost_and_its_task_redone_on_another_of_its_pool(rel
 def test_dsi_on_threads_goes_on_without_a_stalled_replica(release):
     """One replica of four stalls (ignoring cancellation) while verifications queue (a 40x faster drafter, k = 1):
     the generation ends with the target's tokens and names the lost replica, as on Ray. Before, the stalled call
-    that work queued behind failed the whole request (a ServerError in each of 4 seeds here)."""
+    that work queued behind failed the whole request (a ServerError in each of 4 seeds here). Whether target2's
+    stalled call is still needed when its limit passes depends on the threads' timing: where DSI has cancelled it
+    and nothing waits behind it, nothing is lost (and nothing is held up); at least one seed loses it."""
     target = SimulatedModel(8, latency=LatencyProfile.uniform(20.0))
-    for seed in range(2):
+    lost = []
+    for seed in range(4):
         drafter = target.drafter(0.9, LatencyProfile.uniform(0.5), seed=seed)
         servers = [
             StallingServer(target, f"target{i}", stall_on=3 if i == 2 else 10**9, release=release) for i in range(4)
@@ -156,4 +159,6 @@ def test_dsi_on_threads_goes_on_without_a_stalled_replica(release):
             runtime_options={"stall_floor_s": 0.3},
         )
         assert out.tokens == target.greedy_tokens([1, 2], 60)
-        assert out.replicas_lost == ("target2",)
+        assert out.replicas_lost in ((), ("target2",))
+        lost.append(out.replicas_lost)
+    assert ("target2",) in lost, lost
