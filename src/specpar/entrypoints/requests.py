@@ -110,13 +110,19 @@ class Requests:
     def one(self, prompt, params: SamplingParams, spec: SpeculativeConfig, stream=None) -> GenerationResult:
         """One request, run now on the engine's scheduler; its result with its text."""
         ids = self.prompt_ids(prompt)
-        decoding = params.decoding(len(ids), self.end_of_text)
-        shape = RequestShape(len(ids), params.max_tokens, decoding.processors is not None)
-        request = self.make(shape, spec, self.scheduler, self.runtime)
-        query = Query(ids, params.max_tokens, decoding, params.stopping(ids, self.end_of_text, self.tokenizer), stream)
+        request, query = self.prepared(ids, params, spec, stream, self.scheduler, self.runtime)
         with self.gate.request():
             result = self.run(request, query)
         return self.finished(result, request, ids, params)
+
+    def prepared(self, ids: list[int], params: SamplingParams, spec: SpeculativeConfig, stream, scheduler: Scheduler,
+                 runtime) -> tuple[Request, Query]:  # fmt: skip
+        """The request made for prompt ``ids`` (:meth:`make`) and the query it runs: ids, length, decoding, stops."""
+        decoding = params.decoding(len(ids), self.end_of_text)
+        shape = RequestShape(len(ids), params.max_tokens, decoding.processors is not None)
+        request = self.make(shape, spec, scheduler, runtime)
+        stopping = params.stopping(ids, self.end_of_text, self.tokenizer)
+        return request, Query(ids, params.max_tokens, decoding, stopping, stream)
 
     def make(self, shape: RequestShape, spec: SpeculativeConfig, scheduler: Scheduler, runtime) -> Request:
         """A request of ``shape`` on ``scheduler`` and ``runtime``, not yet run: ``spec`` resolved for it (algorithm
@@ -200,14 +206,9 @@ class Requests:
         clock = SharedClock()
         scheduler = Scheduler(self.units, clock)
         runtime = self.runtime.replace(options={**self.runtime.options, "clock": clock})
-        made, queries = [], []
-        for ids, p in zip(prompts, params):  # as one() makes them
-            decoding = p.decoding(len(ids), self.end_of_text)
-            shape = RequestShape(len(ids), p.max_tokens, decoding.processors is not None)
-            made.append(self.make(shape, spec, scheduler, runtime))
-            queries.append(
-                Query(ids, p.max_tokens, decoding, p.stopping(ids, self.end_of_text, self.tokenizer), stream)
-            )
+        made, queries = zip(
+            *(self.prepared(ids, p, spec, stream, scheduler, runtime) for ids, p in zip(prompts, params))
+        )
         results: list = [None] * len(made)
         failed: dict[int, BaseException] = {}
 
